@@ -1,0 +1,209 @@
+"""Hint protocol v1 (DESIGN.md section 2): the fields that tie an LLM request to a workflow.
+
+A request carries four fields, either as HTTP headers or inside the JSON body as
+``custom_params.pbkv`` (the route that survives SGLang's OpenAI endpoint):
+
+====================  ==============================  =============================
+header                body key (custom_params.pbkv)   value
+====================  ==============================  =============================
+X-PBKV-Workflow-Id    workflow_id                     1-128 chars of [A-Za-z0-9._:-]
+X-PBKV-Agent          agent                           1-128 printable ASCII chars,
+                                                      anything else percent-encoded
+X-PBKV-Step           step                            0-based int, < 2**31
+X-PBKV-App            app                             same rule as agent
+====================  ==============================  =============================
+
+Malformed hints never fail an LLM request: :func:`parse_hints` returns ``(None, reason)``
+and the caller serves the request anonymously, counting and logging the reason.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+PROTOCOL_VERSION = 1
+
+HEADER_WORKFLOW_ID = "X-PBKV-Workflow-Id"
+HEADER_AGENT = "X-PBKV-Agent"
+HEADER_STEP = "X-PBKV-Step"
+HEADER_APP = "X-PBKV-App"
+HEADERS = (HEADER_WORKFLOW_ID, HEADER_AGENT, HEADER_STEP, HEADER_APP)
+
+#: Key under ``custom_params`` in an OpenAI-style JSON body.
+BODY_KEY = "pbkv"
+
+#: Pseudo-agent that marks the end of a workflow in predictions and training targets.
+END_AGENT = "<END>"
+#: Pseudo-agent for agents that a predictor's vocabulary does not know.
+UNKNOWN_AGENT = "<UNK>"
+
+#: Path template of the workflow-end endpoint (POST, JSON body ``{"status": ...}``, answers 204).
+END_PATH = "/pbkv/v1/workflows/{workflow_id}/end"
+#: Path template of the static call-graph endpoint used by KVFlow (PUT).
+GRAPH_PATH = "/pbkv/v1/apps/{app}/graph"
+END_STATUSES = ("completed", "failed", "cancelled")
+
+MAX_FIELD_CHARS = 128
+MAX_STEP = 2**31 - 1
+_WORKFLOW_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# Printable ASCII except '%', which is reserved as the escape character of the encoding.
+_SAFE_CHARS = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+class HintError(ValueError):
+    """A hint field is malformed; the message names the field and the rule it breaks."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hints:
+    """The workflow identity of one LLM request.
+
+    Attributes:
+        workflow_id: opaque id, 1-128 chars of ``[A-Za-z0-9._:-]``.
+        agent: decoded agent name (the node, participant or role that made the call).
+        step: 0-based index of this invocation within its workflow.
+        app: application name; selects the predictor and the call graph. ``None`` if not sent.
+    """
+
+    workflow_id: str
+    agent: str
+    step: int
+    app: str | None = None
+
+    def to_headers(self) -> dict[str, str]:
+        """Header form, with agent and app percent-encoded (see :func:`encode_name`)."""
+        headers = {
+            HEADER_WORKFLOW_ID: self.workflow_id,
+            HEADER_AGENT: encode_name(self.agent),
+            HEADER_STEP: str(self.step),
+        }
+        if self.app is not None:
+            headers[HEADER_APP] = encode_name(self.app)
+        return headers
+
+    def to_body(self) -> dict[str, Any]:
+        """Body form for ``custom_params.pbkv`` (names are sent decoded: JSON carries any text)."""
+        body: dict[str, Any] = {"workflow_id": self.workflow_id, "agent": self.agent, "step": self.step}
+        if self.app is not None:
+            body["app"] = self.app
+        return body
+
+
+def encode_name(name: str) -> str:
+    """Percent-encode an agent or app name for a header: printable ASCII except '%' is kept.
+
+    Raises:
+        HintError: the name is empty or its encoded form exceeds 128 characters.
+    """
+    if not name:
+        raise HintError("name must not be empty")
+    encoded = urllib.parse.quote(name, safe=_SAFE_CHARS)
+    if len(encoded) > MAX_FIELD_CHARS:
+        raise HintError(f"name {name[:40]!r}... encodes to {len(encoded)} chars, over {MAX_FIELD_CHARS}")
+    return encoded
+
+
+def decode_name(value: str) -> str:
+    """Inverse of :func:`encode_name`.
+
+    Raises:
+        HintError: empty, too long, or contains characters outside printable ASCII.
+    """
+    if not value or len(value) > MAX_FIELD_CHARS:
+        raise HintError(f"name must be 1-{MAX_FIELD_CHARS} chars, got {len(value)}")
+    if any(not (0x20 <= ord(c) < 0x7F) for c in value):
+        raise HintError("name contains characters outside printable ASCII (percent-encode them)")
+    return urllib.parse.unquote(value, errors="strict")
+
+
+def validate_workflow_id(value: str) -> str:
+    """Return ``value`` if it is a valid workflow id, else raise :class:`HintError`."""
+    if not isinstance(value, str) or not _WORKFLOW_ID_RE.match(value):
+        raise HintError("workflow id must be 1-128 chars of [A-Za-z0-9._:-]")
+    return value
+
+
+def parse_step(value: Any) -> int:
+    """Parse a step from a header string or JSON int; raise :class:`HintError` if invalid."""
+    if isinstance(value, bool):
+        raise HintError("step must be an integer")
+    if isinstance(value, str):
+        if not value.isascii() or not value.isdigit():
+            raise HintError(f"step must be a non-negative integer, got {value[:20]!r}")
+        value = int(value)
+    if not isinstance(value, int) or not 0 <= value <= MAX_STEP:
+        raise HintError(f"step must be an integer in [0, {MAX_STEP}]")
+    return value
+
+
+def parse_hints(headers: Mapping[str, str] | None, body: Any = None) -> tuple[Hints | None, str | None]:
+    """Extract hints from request headers, falling back to ``body["custom_params"]["pbkv"]``.
+
+    Headers win when both are present. Header lookup is case-insensitive.
+
+    Args:
+        headers: request headers (any mapping; keys compared case-insensitively).
+        body: the decoded JSON body, or ``None``.
+
+    Returns:
+        ``(hints, None)`` when valid hints are present; ``(None, None)`` when the request has no
+        hints at all (anonymous); ``(None, reason)`` when hints are present but malformed. Never
+        raises: a malformed hint must not fail the LLM request.
+    """
+    lowered = {k.lower(): v for k, v in (headers or {}).items()}
+    try:
+        if lowered.get(HEADER_WORKFLOW_ID.lower()) is not None:
+            return _hints_from_headers(lowered), None
+        pbkv = _body_hints(body)
+        if pbkv is not None:
+            return _hints_from_body(pbkv), None
+    except HintError as exc:
+        return None, str(exc)
+    except Exception as exc:  # defensive: any odd value is a malformed hint, never a 500
+        return None, f"malformed hint: {type(exc).__name__}"
+    if any(h.lower() in lowered for h in HEADERS[1:]):
+        return None, f"{HEADER_WORKFLOW_ID} missing while other PBKV headers are present"
+    return None, None
+
+
+def _body_hints(body: Any) -> Any:
+    if not isinstance(body, Mapping):
+        return None
+    custom = body.get("custom_params")
+    if not isinstance(custom, Mapping):
+        return None
+    return custom.get(BODY_KEY)
+
+
+def _hints_from_headers(lowered: Mapping[str, str]) -> Hints:
+    agent = lowered.get(HEADER_AGENT.lower())
+    step = lowered.get(HEADER_STEP.lower())
+    if agent is None or step is None:
+        raise HintError(f"{HEADER_AGENT} and {HEADER_STEP} are required with {HEADER_WORKFLOW_ID}")
+    app = lowered.get(HEADER_APP.lower())
+    return Hints(
+        workflow_id=validate_workflow_id(lowered[HEADER_WORKFLOW_ID.lower()]),
+        agent=decode_name(agent),
+        step=parse_step(step),
+        app=decode_name(app) if app is not None else None,
+    )
+
+
+def _hints_from_body(pbkv: Any) -> Hints:
+    if not isinstance(pbkv, Mapping):
+        raise HintError("custom_params.pbkv must be an object")
+    agent, app = pbkv.get("agent"), pbkv.get("app")
+    for name, value in (("agent", agent), ("app", app)):
+        if value is None and name == "app":
+            continue
+        if not isinstance(value, str) or not value or len(encode_name(value)) > MAX_FIELD_CHARS:
+            raise HintError(f"custom_params.pbkv.{name} must be a non-empty string")
+    return Hints(
+        workflow_id=validate_workflow_id(pbkv.get("workflow_id")),
+        agent=agent,
+        step=parse_step(pbkv.get("step")),
+        app=app,
+    )

@@ -1,0 +1,345 @@
+"""Trace format v1 (DESIGN.md section 3): records, prefix hashing, request features, reader.
+
+A trace is a JSONL file with one object per line, of two types:
+
+``invocation``: one LLM call (app, workflow_id, step, agent, t_start/t_end in Unix seconds,
+ttft_s, prompt/completion/cached tokens, ``prefix_hashes`` of the prompt, ``block_chars``, and
+``features``, the request's semantic signal).
+
+``workflow_end``: the end of a workflow (app, workflow_id, t, status).
+
+The same functions are used by the SDK (writing traces), the server (computing hashes and
+features of live requests) and the simulator/predictor (reading traces), so a replayed trace
+rebuilds exactly the radix-tree sharing of the live run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any, Iterable, Iterator, Mapping, Sequence
+
+log = logging.getLogger(__name__)
+
+TRACE_VERSION = 1
+#: Default number of characters per prefix-hash block.
+DEFAULT_BLOCK_CHARS = 64
+#: Dimension of the request feature vector (feature hashing).
+FEATURE_DIM = 64
+#: Hex digits kept of each chained block hash (64 bits: collisions are negligible per trace).
+HASH_HEX = 16
+
+
+class TraceFormatError(ValueError):
+    """A trace cannot be read: unknown version, no records of the needed type, or bad file."""
+
+
+@dataclass(slots=True)
+class InvocationRecord:
+    """One LLM invocation of a workflow (trace type ``invocation``).
+
+    Attributes:
+        app: application name.
+        workflow_id: workflow the call belongs to.
+        step: 0-based index of this call within its workflow.
+        agent: agent name (LangGraph node, AutoGen participant, CrewAI role).
+        t_start: request start, Unix seconds.
+        t_end: request end (last token), Unix seconds.
+        ttft_s: time to first token, seconds (0.0 if unknown).
+        prompt_tokens: prompt length in tokens.
+        completion_tokens: output length in tokens.
+        cached_tokens: prompt tokens served from the prefix cache (0 if unknown).
+        prefix_hashes: chained block hashes of the canonical prompt (:func:`prefix_hashes`).
+        block_chars: characters per hashed block.
+        features: L2-normalised feature vector of the newest non-system message
+            (:func:`request_features`), length :data:`FEATURE_DIM`; may be empty.
+        text: raw prompt text, only when the user asked for it.
+    """
+
+    app: str
+    workflow_id: str
+    step: int
+    agent: str
+    t_start: float
+    t_end: float
+    prompt_tokens: int
+    completion_tokens: int
+    prefix_hashes: list[str]
+    ttft_s: float = 0.0
+    cached_tokens: int = 0
+    block_chars: int = DEFAULT_BLOCK_CHARS
+    features: list[float] = field(default_factory=list)
+    text: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of this record (``type`` and ``v`` included, ``text`` only if set)."""
+        data = {"type": "invocation", "v": TRACE_VERSION, **asdict(self)}
+        if data["text"] is None:
+            del data["text"]
+        return data
+
+
+@dataclass(slots=True)
+class WorkflowEndRecord:
+    """The end of a workflow (trace type ``workflow_end``); ``t`` in Unix seconds."""
+
+    app: str
+    workflow_id: str
+    t: float
+    status: str = "completed"
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of this record."""
+        return {"type": "workflow_end", "v": TRACE_VERSION, **asdict(self)}
+
+
+TraceRecord = InvocationRecord | WorkflowEndRecord
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def canonical_prompt(messages: Sequence[Mapping[str, Any]] | str) -> str:
+    """Canonical serialisation of a prompt: each message as ``<|role|>content<|end|>`` in order.
+
+    A plain string (completions API) is taken as is. Non-string content (OpenAI content parts)
+    keeps only its text parts, in order.
+    """
+    if isinstance(messages, str):
+        return messages
+    parts = []
+    for message in messages:
+        parts.append(f"<|{message.get('role', 'user')}|>{message_text(message)}<|end|>")
+    return "".join(parts)
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """Text of one chat message; OpenAI content-part lists are joined by newlines."""
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return str(content)
+
+
+def prefix_hashes(prompt: Sequence[Mapping[str, Any]] | str, block_chars: int = DEFAULT_BLOCK_CHARS) -> list[str]:
+    """Chained hashes of the canonical prompt cut into blocks of ``block_chars`` characters.
+
+    ``h_i = sha256(h_{i-1} || block_i)`` truncated to 16 hex digits, with ``h_{-1}`` empty. The
+    last block may be shorter than ``block_chars``. Two prompts share their first ``n`` hashes
+    exactly when their canonical texts share the first ``n`` full blocks, so the radix tree built
+    from hashes has the sharing of the tree built from text.
+
+    Returns:
+        ``ceil(len(text) / block_chars)`` hex strings.
+
+    Raises:
+        ValueError: ``block_chars`` < 1.
+    """
+    if block_chars < 1:
+        raise ValueError("block_chars must be >= 1")
+    text = canonical_prompt(prompt)
+    out: list[str] = []
+    prev = b""
+    for i in range(0, len(text), block_chars):
+        prev = hashlib.sha256(prev + text[i : i + block_chars].encode("utf-8")).hexdigest()[:HASH_HEX].encode()
+        out.append(prev.decode())
+    return out
+
+
+def block_token_counts(prompt_tokens: int, n_blocks: int) -> list[int]:
+    """Spread ``prompt_tokens`` over ``n_blocks`` blocks: block i gets floor((i+1)T/n) - floor(iT/n).
+
+    Used when replaying a trace, whose blocks carry no token counts of their own. The counts sum
+    to ``prompt_tokens`` exactly.
+    """
+    if n_blocks <= 0:
+        return []
+    return [((i + 1) * prompt_tokens) // n_blocks - (i * prompt_tokens) // n_blocks for i in range(n_blocks)]
+
+
+# --------------------------------------------------------------------------- features
+
+_WORD_RE = re.compile(r"[a-z0-9]+")
+
+
+def request_features(messages: Sequence[Mapping[str, Any]] | str, dim: int = FEATURE_DIM) -> list[float]:
+    """Semantic signal of a request: feature hashing of its newest non-system message.
+
+    Unigrams and bigrams of the lower-cased alphanumeric words are hashed (sha1) to an index in
+    ``[0, dim)`` and a sign; counts are log-scaled (1 + log c) and the vector L2-normalised. It is
+    the stand-in for the prefill hidden state h_txt of PBKV Appendix B when no model runs.
+
+    Returns:
+        ``dim`` floats with unit L2 norm, or all zeros when the message has no words.
+    """
+    if isinstance(messages, str):
+        text = messages
+    else:
+        text = ""
+        for message in reversed(messages):
+            if message.get("role") != "system":
+                text = message_text(message)
+                break
+    words = _WORD_RE.findall(text.lower())
+    grams = words + [a + " " + b for a, b in zip(words, words[1:])]
+    counts: dict[str, int] = {}
+    for g in grams:
+        counts[g] = counts.get(g, 0) + 1
+    vec = [0.0] * dim
+    for gram, c in counts.items():
+        digest = hashlib.sha1(gram.encode("utf-8")).digest()
+        index = int.from_bytes(digest[:4], "little") % dim
+        sign = 1.0 if digest[4] & 1 else -1.0
+        vec[index] += sign * (1.0 + math.log(c))
+    norm = math.sqrt(sum(v * v for v in vec))
+    return [v / norm for v in vec] if norm > 0 else vec
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def parse_record(data: Any) -> TraceRecord:
+    """Build a record from one decoded JSON line.
+
+    Raises:
+        TraceFormatError: the version is not 1 (callers stop: the whole file is of another format).
+        ValueError: the object is not a valid v1 record (callers skip the line with a warning).
+    """
+    if not isinstance(data, dict):
+        raise ValueError("line is not a JSON object")
+    if data.get("v") != TRACE_VERSION:
+        raise TraceFormatError(f"unsupported trace version {data.get('v')!r} (this reader knows v{TRACE_VERSION})")
+    kind = data.get("type")
+    fields = {k: v for k, v in data.items() if k not in ("type", "v")}
+    try:
+        if kind == "invocation":
+            rec = InvocationRecord(**fields)
+            _check_invocation(rec)
+            return rec
+        if kind == "workflow_end":
+            rec_end = WorkflowEndRecord(**fields)
+            if not isinstance(rec_end.workflow_id, str) or not isinstance(rec_end.t, (int, float)):
+                raise ValueError("workflow_end needs workflow_id (str) and t (number)")
+            return rec_end
+    except TypeError as exc:
+        raise ValueError(f"bad fields for {kind}: {exc}") from None
+    raise ValueError(f"unknown record type {kind!r}")
+
+
+def _check_invocation(rec: InvocationRecord) -> None:
+    if not isinstance(rec.workflow_id, str) or not isinstance(rec.agent, str) or not rec.agent:
+        raise ValueError("invocation needs workflow_id and agent strings")
+    for name in ("step", "prompt_tokens", "completion_tokens", "cached_tokens", "block_chars"):
+        value = getattr(rec, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"invocation field {name} must be a non-negative int")
+    if not isinstance(rec.prefix_hashes, list) or not all(isinstance(h, str) for h in rec.prefix_hashes):
+        raise ValueError("prefix_hashes must be a list of strings")
+    if not isinstance(rec.features, list):
+        raise ValueError("features must be a list of numbers")
+    for name in ("t_start", "t_end", "ttft_s"):
+        if not isinstance(getattr(rec, name), (int, float)):
+            raise ValueError(f"invocation field {name} must be a number")
+
+
+def iter_trace(path: str | os.PathLike[str], *, strict: bool = False) -> Iterator[TraceRecord]:
+    """Yield the records of one trace file in file order.
+
+    A malformed or truncated line is skipped with a warning naming the file and line number
+    (or raises ``ValueError`` with ``strict=True``). Blank lines are ignored.
+
+    Raises:
+        TraceFormatError: a line declares a version other than 1.
+        OSError: the file cannot be opened.
+    """
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield parse_record(json.loads(line))
+            except TraceFormatError as exc:
+                raise TraceFormatError(f"{path}:{lineno}: {exc}") from None
+            except ValueError as exc:  # json.JSONDecodeError is a ValueError
+                if strict:
+                    raise ValueError(f"{path}:{lineno}: {exc}") from None
+                log.warning("%s:%d: skipping malformed trace line (%s)", path, lineno, exc)
+
+
+def read_trace(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[TraceRecord]:
+    """Read one or more trace files into a list of records (file order, files in given order).
+
+    Raises:
+        TraceFormatError: unknown version, or the files hold no invocation at all.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    records: list[TraceRecord] = []
+    for path in paths:
+        records.extend(iter_trace(path))
+    if not any(isinstance(r, InvocationRecord) for r in records):
+        raise TraceFormatError("trace holds no invocation records")
+    return records
+
+
+def group_workflows(records: Iterable[TraceRecord]) -> dict[str, list[InvocationRecord]]:
+    """Invocations per workflow id, sorted by step (ties by start time). Insertion order kept."""
+    out: dict[str, list[InvocationRecord]] = {}
+    for rec in records:
+        if isinstance(rec, InvocationRecord):
+            out.setdefault(rec.workflow_id, []).append(rec)
+    for invs in out.values():
+        invs.sort(key=lambda r: (r.step, r.t_start))
+    return out
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class TraceWriter:
+    """Append whole JSON lines to a trace file; safe to share between threads.
+
+    Each record is written as one ``write`` of a complete line followed by ``flush``, under a
+    lock, so concurrent writers never interleave partial lines and a crash loses at most the line
+    being written. Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = os.fspath(path)
+        parent = os.path.dirname(self.path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        self._fh: IO[str] | None = open(self.path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def write(self, record: TraceRecord) -> None:
+        """Append one record as a line. Raises ``ValueError`` after :meth:`close`."""
+        line = json.dumps(record.to_json(), separators=(",", ":"), ensure_ascii=False) + "\n"
+        with self._lock:
+            if self._fh is None:
+                raise ValueError("trace writer is closed")
+            self._fh.write(line)
+            self._fh.flush()
+
+    def close(self) -> None:
+        """Flush and close the file; idempotent."""
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

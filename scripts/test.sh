@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command of README.md: installs what it needs, then runs every test suite.
+#   1. .venv (client SDK, server, predictor, examples): pytest tests/ (SGLang tests excluded)
+#   2. .venv-sglang (the inference server's own environment): pytest tests/sglang
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CREWAI_DISABLE_TELEMETRY=true OTEL_SDK_DISABLED=true CREWAI_TRACING_ENABLED=false
+export PBKV_DATA_DIR=${PBKV_DATA_DIR:-$(cd .. && pwd)/shared/data}
+bash scripts/setup.sh
+.venv/bin/python -m pytest tests --ignore=tests/sglang "$@"
+if [ -f scripts/setup_sglang.sh ] && [ -d tests/sglang ] && ls tests/sglang/test_*.py >/dev/null 2>&1; then
+  bash scripts/setup_sglang.sh
+  .venv-sglang/bin/python -m pytest tests/sglang -p no:cacheprovider "$@"
+fi
