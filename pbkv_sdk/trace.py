@@ -60,6 +60,8 @@ class InvocationRecord:
         features: L2-normalised feature vector of the newest non-system message
             (:func:`request_features`), length :data:`FEATURE_DIM`; may be empty.
         text: raw prompt text, only when the user asked for it.
+        block_tokens: tokens of each prefix-hash block when the writer knew them (the live server
+            does); ``None`` means replay spreads ``prompt_tokens`` with :func:`block_token_counts`.
     """
 
     app: str
@@ -76,13 +78,21 @@ class InvocationRecord:
     block_chars: int = DEFAULT_BLOCK_CHARS
     features: list[float] = field(default_factory=list)
     text: str | None = None
+    block_tokens: list[int] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object of this record (``type`` and ``v`` included, ``text`` only if set)."""
+        """The JSON object of this record (``type`` and ``v`` included; optional fields only if set)."""
         data = {"type": "invocation", "v": TRACE_VERSION, **asdict(self)}
-        if data["text"] is None:
-            del data["text"]
+        for optional in ("text", "block_tokens"):
+            if data[optional] is None:
+                del data[optional]
         return data
+
+    def tokens_per_block(self) -> list[int]:
+        """Tokens of each prefix-hash block: ``block_tokens`` if recorded, else an even spread."""
+        if self.block_tokens is not None and len(self.block_tokens) == len(self.prefix_hashes):
+            return list(self.block_tokens)
+        return block_token_counts(self.prompt_tokens, len(self.prefix_hashes))
 
 
 @dataclass(slots=True)
@@ -245,6 +255,12 @@ def _check_invocation(rec: InvocationRecord) -> None:
             raise ValueError(f"invocation field {name} must be a non-negative int")
     if not isinstance(rec.prefix_hashes, list) or not all(isinstance(h, str) for h in rec.prefix_hashes):
         raise ValueError("prefix_hashes must be a list of strings")
+    if rec.block_tokens is not None and (
+        not isinstance(rec.block_tokens, list)
+        or len(rec.block_tokens) != len(rec.prefix_hashes)
+        or not all(isinstance(t, int) and t >= 0 for t in rec.block_tokens)
+    ):
+        raise ValueError("block_tokens must be a list of non-negative ints, one per prefix hash")
     if not isinstance(rec.features, list):
         raise ValueError("features must be a list of numbers")
     for name in ("t_start", "t_end", "ttft_s"):
