@@ -4,7 +4,10 @@ The core of this package depends on httpx only; framework integrations under
 ``pbkv_sdk.integrations`` import their framework lazily.
 """
 
+from pbkv_sdk.context import Workflow, agent, current_agent, current_workflow, workflow
+from pbkv_sdk.ending import end_workflow
 from pbkv_sdk.protocol import END_AGENT, Hints, HintError, parse_hints
+from pbkv_sdk.stamping import AsyncPBKVTransport, PBKVTransport, async_http_client, http_client, wrap_client
 from pbkv_sdk.trace import (
     InvocationRecord,
     TraceFormatError,
@@ -15,6 +18,17 @@ from pbkv_sdk.trace import (
 )
 
 __all__ = [
+    "Workflow",
+    "workflow",
+    "agent",
+    "current_workflow",
+    "current_agent",
+    "end_workflow",
+    "http_client",
+    "async_http_client",
+    "wrap_client",
+    "PBKVTransport",
+    "AsyncPBKVTransport",
     "END_AGENT",
     "Hints",
     "HintError",

@@ -1,0 +1,148 @@
+"""Load test of pbkv-server on loopback: 64 concurrent clients x 50 hinted requests, pace 0.
+
+Starts ``pbkv-server`` as a subprocess (so its RSS is measured alone), then runs two identical
+rounds. In each round every client runs workflows of 5 agents (planner, coder, tester, coder,
+tester) with shared per-agent system prompts and a growing history, sends the end signal after
+each workflow, and issues 50 requests in all. Prints per round: requests/s, p50/p99 request
+latency (wall), errors, and the server's RSS before and after.
+
+Run: ``.venv/bin/python benchmarks/server_load.py [--clients 64] [--requests 50] [--policy pbkv]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import httpx
+from rich.console import Console
+from rich.progress import Progress
+
+from pbkv_sdk.protocol import END_PATH, Hints
+
+AGENTS = ("planner", "coder", "tester", "coder", "tester")
+console = Console()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=50, help="requests per client per round")
+    parser.add_argument("--policy", default="pbkv")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+
+    port = _free_port()
+    exe = os.path.join(os.path.dirname(sys.executable), "pbkv-server")
+    proc = subprocess.Popen([exe, "--port", str(port), "--policy", args.policy, "--log-level", "warning"],
+                            stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url, proc)
+        console.print(f"pbkv-server pid {proc.pid}, policy {args.policy}, pace 0, "
+                      f"{args.clients} clients x {args.requests} requests per round")
+        for rnd in range(args.rounds):
+            rss_before = _rss_mib(proc.pid)
+            stats = asyncio.run(_round(url, args.clients, args.requests, rnd))
+            rss_after = _rss_mib(proc.pid)
+            lat = sorted(stats["latencies"])
+            console.print(
+                f"round {rnd + 1}: {stats['ok']} ok, {stats['errors']} errors in {stats['wall']:.1f} s = "
+                f"{stats['ok'] / stats['wall']:.0f} requests/s; latency p50 {_pct(lat, 50) * 1e3:.1f} ms, "
+                f"p99 {_pct(lat, 99) * 1e3:.1f} ms; cached-token share {stats['cached'] / max(1, stats['prompt']):.1%}; "
+                f"server RSS {rss_before:.1f} -> {rss_after:.1f} MiB"
+            )
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+
+
+async def _round(url: str, clients: int, requests: int, rnd: int) -> dict:
+    systems = {a: f"You are the {a} of a software team. " + " ".join(f"Rule {i}: be precise about {a} duty {i}."
+                                                                      for i in range(60)) for a in set(AGENTS)}
+    stats = {"ok": 0, "errors": 0, "latencies": [], "cached": 0, "prompt": 0}
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task(f"round {rnd + 1}", total=clients * requests)
+
+            async def run_client(c: int) -> None:
+                sent, w = 0, 0
+                while sent < requests:
+                    wid = f"r{rnd}-c{c}-w{w}"
+                    history: list[str] = []
+                    for step, agent in enumerate(AGENTS):
+                        if sent >= requests:
+                            break
+                        messages = [{"role": "system", "content": systems[agent]},
+                                    {"role": "user", "content": f"Task {c}.{w}: fix bug {c * 31 + w}.\n" + "\n".join(history)}]
+                        t0 = time.monotonic()
+                        try:
+                            resp = await client.post("/v1/chat/completions",
+                                                     json={"model": "m", "messages": messages, "max_tokens": 64},
+                                                     headers=Hints(wid, agent, step, "load").to_headers())
+                            resp.raise_for_status()
+                            body = resp.json()
+                            stats["ok"] += 1
+                            stats["prompt"] += body["usage"]["prompt_tokens"]
+                            stats["cached"] += body["usage"]["prompt_tokens_details"]["cached_tokens"]
+                            history.append(f"{agent}: {body['choices'][0]['message']['content']}")
+                        except (httpx.HTTPError, KeyError, ValueError):
+                            stats["errors"] += 1
+                        stats["latencies"].append(time.monotonic() - t0)
+                        sent += 1
+                        progress.advance(task)
+                    try:
+                        (await client.post(END_PATH.format(workflow_id=wid), json={"status": "completed"})).raise_for_status()
+                    except httpx.HTTPError:
+                        stats["errors"] += 1
+                    w += 1
+
+            t0 = time.monotonic()
+            await asyncio.gather(*(run_client(c) for c in range(clients)))
+            stats["wall"] = time.monotonic() - t0
+    return stats
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"pbkv-server exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise RuntimeError("pbkv-server did not become ready")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Simulator speed: 1,000 synthetic workflows (~10 invocations each) replayed under all 7 policies.
+
+Target (issue 2): at most 60 s for the seven replays together on the 2-core CI machine. Prints the
+seconds of trace generation, of each policy's replay and the replay total.
+
+    .venv/bin/python benchmarks/sim_speed.py [--workflows 1000] [--concurrency 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from pbkv_server.bench_cli import ALL_POLICIES
+from pbkv_server.predictors import make_predictor
+from pbkv_server.sim.profiles import get_profile
+from pbkv_server.sim.simulator import load_workload, simulate
+from pbkv_server.sim.synth import generate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workflows", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--profile", default="h100-qwen2.5-32b")
+    parser.add_argument("--device-tokens", type=int, default=300_000)
+    parser.add_argument("--predictor", default="oracle")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    records = list(generate("codegen", args.workflows, seed=args.seed))
+    workload = load_workload(records)
+    t_gen = time.perf_counter() - t0
+    print(f"synth + load: {args.workflows} workflows, {workload.invocations} invocations "
+          f"({workload.invocations / len(workload.workflows):.1f}/workflow) in {t_gen:.1f} s")
+    profile = get_profile(args.profile)
+    total = 0.0
+    for policy in ALL_POLICIES:
+        predictor = make_predictor(args.predictor, 3, records)
+        t0 = time.perf_counter()
+        result = simulate(workload, policy, profile, concurrency=args.concurrency, predictor=predictor,
+                          device_tokens=args.device_tokens)
+        dt = time.perf_counter() - t0
+        total += dt
+        print(f"{policy:16s} {dt:6.1f} s   hit rate {result.summary['hit_rate']:.3f}   "
+              f"evictions {result.summary['evictions']}")
+    print(f"replay total (7 policies): {total:.1f} s (target <= 60 s)")
+
+
+if __name__ == "__main__":
+    main()

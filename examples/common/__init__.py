@@ -1,0 +1,1 @@
+"""Shared parts of the examples: dataset location and download, the end-to-end pipeline, reports."""

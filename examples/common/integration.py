@@ -1,0 +1,130 @@
+"""The examples' only contact points with the rest of PBKV (server, predictor, simulator).
+
+Each function wraps one documented API of another package, so the pipeline reads as the main job
+and a change of those APIs touches this file only:
+
+* :func:`embedded_server`: ``pbkv_server.http.runner.run_in_thread`` with the sim engine;
+* :func:`train_predictor`: the ``pbkv-predictor train`` CLI (run as a subprocess so torch
+  threads and memory stay out of the app process);
+* :func:`replay`: ``pbkv_server.sim.simulator`` (``load_workload`` + ``simulate``) with
+  ``predictor.serving.load_predictor``, one fresh predictor per policy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from rich.console import Console
+
+from examples.common.results import PolicyResult
+from pbkv_sdk.trace import TraceRecord, read_trace
+
+__all__ = ["embedded_server", "train_predictor", "replay", "read_records", "summary_to_result"]
+
+#: Policies whose engine uses the trained predictor.
+PREDICTIVE = frozenset({"he", "pbkv", "pbkv-aggressive"})
+
+
+@contextlib.contextmanager
+def embedded_server(app: str, *, seed: int = 0, profile: str | None = None) -> Iterator[str]:
+    """Run pbkv-server (sim engine, LRU, the app's registered scenario) on 127.0.0.1, a free port.
+
+    The app's scenario must be registered (its module imported) before the call: the server runs
+    in this process and looks scenarios up by the hint's app name.
+
+    Yields:
+        the server's base URL, e.g. ``http://127.0.0.1:40123``.
+    """
+    from pbkv_server.http.config import ServerConfig
+    from pbkv_server.http.runner import run_in_thread
+
+    # Workflows end by the SDK's signal; no idle retirement during long app runs.
+    config = ServerConfig(host="127.0.0.1", port=0, seed=seed, profile=profile, idle_retire_s=None)
+    with run_in_thread(config) as handle:
+        yield handle.url
+
+
+def train_predictor(traces: Sequence[Path], out: Path, *, app: str, seed: int = 0, epochs: int | None = None,
+                    threads: int = 2) -> None:
+    """Train the GraphSAGE predictor with ``pbkv-predictor train TRACES --out MODEL``.
+
+    Raises:
+        RuntimeError: the command failed (its output is in the message).
+    """
+    cmd = [sys.executable, "-c", "from predictor.cli import app; app()", "train", *map(str, traces),
+           "--out", str(out), "--app", app, "--seed", str(seed), "--threads", str(threads)]
+    if epochs is not None:
+        cmd += ["--epochs", str(epochs)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"})
+    if proc.returncode != 0 or not out.is_file():
+        raise RuntimeError(f"predictor training failed ({' '.join(cmd[3:])}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+def read_records(path: Path) -> list[TraceRecord]:
+    """All records of one trace file (malformed lines skipped with a warning by the reader)."""
+    return read_trace(path)
+
+
+def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrency: int, profile: str,
+           device_tokens: int, host_tokens: int, static_graph: Mapping[str, Sequence[str]] | None, app: str,
+           console: Console | None = None) -> list[PolicyResult]:
+    """Replay ``trace`` once per policy and return the results in ``policies`` order.
+
+    Args:
+        trace: the test trace.
+        policies: engine policy names.
+        model_path: trained predictor for the predictive policies.
+        concurrency: workflows in flight.
+        profile: hardware profile name.
+        device_tokens / host_tokens: capacities in tokens.
+        static_graph: the app's declared agent graph for ``kvflow`` (``None``: learned from the trace).
+        app: the trace's app name.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pbkv_server.sim.profiles import get_profile
+    from pbkv_server.sim.simulator import load_workload, simulate
+    from predictor.serving import load_predictor
+
+    workload = load_workload(read_records(trace))
+    hw = get_profile(profile)
+    graphs = {app: {k: list(v) for k, v in static_graph.items()}} if static_graph is not None else None
+    results = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console or Console()) as progress:
+        for policy in policies:
+            bar = progress.add_task(f"replay {policy}", total=len(workload.workflows))
+            predictor = load_predictor(model_path, app=app) if policy in PREDICTIVE else None
+            sim = simulate(workload, policy, hw, concurrency=concurrency, predictor=predictor,
+                           device_tokens=device_tokens, host_tokens=host_tokens, app_graphs=graphs,
+                           on_workflow_end=lambda n, bar=bar: progress.update(bar, completed=n))
+            results.append(summary_to_result(policy, sim.summary))
+    return results
+
+
+def summary_to_result(policy: str, summary: Mapping[str, Any]) -> PolicyResult:
+    """Convert a simulator metrics summary (``MetricsCollector.summary``) to a :class:`PolicyResult`."""
+    timeline = [((b["t_start"] + b["t_end"]) / 2, b["hit_rate"]) for b in summary.get("timeline", [])
+                if not math.isnan(b["hit_rate"])]
+    ends = [b["t_end"] for b in summary.get("timeline", [])]
+    starts = [b["t_start"] for b in summary.get("timeline", [])]
+    extra = {k: summary[k] for k in ("evictions", "evicted_tokens", "prefetched_tokens", "latency_ms", "workflows", "requests")
+             if k in summary}
+    return PolicyResult(
+        policy=policy,
+        mean_latency_s=float(summary["mean_latency_s"]),
+        p99_latency_s=float(summary["p99_latency_s"]),
+        mean_ttft_s=float(summary["mean_ttft_s"]),
+        ttft_by_agent=dict(summary.get("per_agent_ttft_s", {})),
+        hit_rate=float(summary["hit_rate"]),
+        host_hit_rate=float(summary["host_hit_rate"]),
+        makespan_s=(max(ends) - min(starts)) if ends else math.nan,
+        timeline=timeline,
+        extra=extra,
+    )

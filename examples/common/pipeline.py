@@ -1,0 +1,216 @@
+"""The main job of every example, end to end (DESIGN.md sections 1 and 8).
+
+1. start the embedded pbkv-server (sim engine) on 127.0.0.1 with the example's scenario;
+2. run the real app over training and test tasks with real concurrency, recording traces
+   through the PBKV SDK (one JSONL file per split);
+3. train the workflow predictor on the training traces (``pbkv-predictor train``);
+4. replay the test traces under every policy at the paper's concurrency and a named hardware
+   profile, with the device capacity from :mod:`examples.common.capacity`;
+5. print the Table-1-style comparison, save the plots, optionally write JSON.
+
+Each example supplies an :class:`ExampleSpec`; everything else is shared here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Mapping, Sequence
+
+from rich.console import Console
+
+from examples.common import capacity as cap
+from examples.common import integration as integ
+from examples.common.report import plot_bars, plot_hit_rate_over_time, print_results
+from examples.common.results import PolicyResult, compare, to_json
+
+__all__ = ["ExampleSpec", "RunOptions", "run_example"]
+
+BASE_POLICIES = ("lru", "lae", "he", "pbkv")
+
+
+@dataclass
+class ExampleSpec:
+    """What an example plugs into the shared pipeline.
+
+    Attributes:
+        name: module name, e.g. ``"hover_langchain"`` (output folder name).
+        app: hint app name (selects the scenario and the predictor).
+        title: human title for tables and plots.
+        replay_concurrency: the paper's concurrency for this workload (workflows in flight).
+        load_tasks: returns all tasks of the data set (raises ``DataError``).
+        split: ``(tasks, n_train, n_test, seed) -> (train, test)``, disjoint.
+        run_tasks: ``async (tasks, server_url, trace_path, concurrency, on_done) -> outcomes``:
+            runs the real app over ``tasks`` with at most ``concurrency`` in flight, recording a
+            trace; ``on_done()`` is called once per finished task. Outcomes are JSON-ready dicts.
+        sizes: ``{"full": (n_train, n_test), "quick": (n_train, n_test)}``.
+        extra_policies: policies beyond lru/lae/he/pbkv (``"kvflow"`` for static workflows).
+        static_graph: the app's static agent graph for kvflow, or ``None``.
+        summarise_outcomes: ``outcomes -> dict`` of app-level figures (loops per task property, ...).
+    """
+
+    name: str
+    app: str
+    title: str
+    replay_concurrency: int
+    load_tasks: Callable[[], list[Any]]
+    split: Callable[[list[Any], int, int, int], tuple[list[Any], list[Any]]]
+    run_tasks: Callable[..., Awaitable[list[dict[str, Any]]]]
+    sizes: Mapping[str, tuple[int, int]]
+    extra_policies: tuple[str, ...] = ()
+    static_graph: Mapping[str, Sequence[str]] | None = None
+    summarise_outcomes: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None
+
+
+@dataclass
+class RunOptions:
+    """Options of one run (the runner's CLI flags).
+
+    Attributes:
+        quick: reduced sizes (``spec.sizes["quick"]``) for CI.
+        n_train / n_test: override the task counts.
+        app_concurrency: workflows the app runs at once against the live server.
+        replay_concurrency: override of the paper's replay concurrency.
+        profile: hardware profile name (``pbkv_server.sim.profiles``).
+        pressure: device capacity as a fraction of the live working set (``capacity`` module).
+        seed: seeds task split, scenario and training.
+        out_dir: where traces, model, plots and JSON go.
+        json_out: path of the JSON summary, or ``None``.
+        belady: also replay the offline Belady reference.
+        epochs: predictor training epochs (``None`` = the predictor's default).
+    """
+
+    quick: bool = False
+    n_train: int | None = None
+    n_test: int | None = None
+    app_concurrency: int = 16
+    replay_concurrency: int | None = None
+    profile: str = "a6000-qwen3-14b"
+    pressure: float = cap.DEFAULT_PRESSURE
+    seed: int = 0
+    out_dir: Path = Path("runs")
+    json_out: Path | None = None
+    belady: bool = True
+    epochs: int | None = None
+
+
+def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = None) -> dict[str, Any]:
+    """Run the whole main job of one example and return its JSON summary.
+
+    Raises:
+        examples.common.data.DataError: the data set is missing or malformed.
+        RuntimeError: a stage failed (the message names the stage).
+    """
+    console = console or Console()
+    t0 = time.perf_counter()
+    out = Path(opts.out_dir) / spec.name
+    out.mkdir(parents=True, exist_ok=True)
+    n_train, n_test = spec.sizes["quick" if opts.quick else "full"]
+    n_train, n_test = opts.n_train or n_train, opts.n_test or n_test
+    train, test = spec.split(spec.load_tasks(), n_train, n_test, opts.seed)
+    console.rule(f"[bold]{spec.title}")
+    console.print(f"{len(train)} training tasks, {len(test)} test tasks; app concurrency {opts.app_concurrency}")
+
+    traces = {"train": out / "train.jsonl", "test": out / "test.jsonl"}
+    for path in traces.values():
+        path.unlink(missing_ok=True)  # traces append: start each run clean
+    outcomes: dict[str, list[dict[str, Any]]] = {}
+    timings: dict[str, float] = {}
+    with integ.embedded_server(spec.app, seed=opts.seed, profile=opts.profile) as url:
+        console.print(f"embedded pbkv-server at {url}")
+        for split_name, tasks in (("train", train), ("test", test)):
+            t = time.perf_counter()
+            outcomes[split_name] = _run_with_progress(spec, tasks, url, traces[split_name], opts, console, split_name)
+            timings[f"app_{split_name}_s"] = time.perf_counter() - t
+    app_summary = spec.summarise_outcomes(outcomes["train"] + outcomes["test"]) if spec.summarise_outcomes else {}
+
+    t = time.perf_counter()
+    model_path = out / "predictor.pt"
+    integ.train_predictor([traces["train"]], model_path, app=spec.app, seed=opts.seed, epochs=opts.epochs)
+    timings["train_s"] = time.perf_counter() - t
+    console.print(f"predictor trained on {len(train)} workflows -> {model_path}")
+
+    concurrency = opts.replay_concurrency or spec.replay_concurrency
+    records = integ.read_records(traces["test"])
+    ws = cap.working_set(records)
+    device = cap.device_capacity(ws, concurrency, opts.pressure)
+    console.print(
+        f"working set: shared {ws.shared_tokens} tok + {concurrency} x {ws.mean_private_tokens:.0f} tok private "
+        f"= {ws.live_tokens(concurrency):.0f} tok; device capacity {device} tok (pressure {opts.pressure}), "
+        f"host {2 * device} tok; profile {opts.profile}"
+    )
+    policies = list(BASE_POLICIES) + list(spec.extra_policies) + (["belady"] if opts.belady else [])
+    t = time.perf_counter()
+    results = integ.replay(
+        traces["test"], policies, model_path=model_path, concurrency=concurrency, profile=opts.profile,
+        device_tokens=device, host_tokens=2 * device, static_graph=spec.static_graph, app=spec.app, console=console,
+    )
+    timings["replay_s"] = time.perf_counter() - t
+    comparisons = compare(results, baseline="lru", reference="belady" if opts.belady else None)
+    title = f"{spec.title}: simulated timing, profile {opts.profile}, concurrency {concurrency}"
+    print_results(title, results, comparisons, console)
+    if "kvflow" in policies:
+        kv = compare(results, baseline="kvflow", reference=None)
+        pb = next(c for c in kv if c.policy == "pbkv")
+        console.print(f"pbkv over kvflow: latency {pb.latency_speedup:.2f}x, hit rate {pb.hit_rate_ratio:.2f}x")
+    plots = {
+        "hit_rate_over_time": plot_hit_rate_over_time(results, str(out / "hit_rate_over_time.png"), title),
+        "bars": plot_bars(results, str(out / "bars.png"), title),
+    }
+    timings["total_s"] = time.perf_counter() - t0
+    console.print(f"plots: {plots['hit_rate_over_time']}, {plots['bars']}; total {timings['total_s']:.0f} s")
+    summary = {
+        "example": spec.name, "app": spec.app, "quick": opts.quick, "profile": opts.profile,
+        "replay_concurrency": concurrency, "app_concurrency": opts.app_concurrency, "seed": opts.seed,
+        "train_tasks": len(train), "test_tasks": len(test),
+        "working_set": asdict(ws), "pressure": opts.pressure, "device_tokens": device, "host_tokens": 2 * device,
+        "app_outcomes": app_summary, "timings_s": timings, "plots": plots, "traces": {k: str(v) for k, v in traces.items()},
+        "model": str(model_path), **to_json(results, comparisons),
+    }
+    if opts.json_out:
+        Path(opts.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(opts.json_out).write_text(json.dumps(_finite(summary), indent=2), encoding="utf-8")
+        console.print(f"JSON summary: {opts.json_out}")
+    return summary
+
+
+def _run_with_progress(spec: ExampleSpec, tasks: list[Any], url: str, trace: Path, opts: RunOptions,
+                       console: Console, label: str) -> list[dict[str, Any]]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn(f"app run ({label})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        bar = progress.add_task(label, total=len(tasks))
+        return asyncio.run(spec.run_tasks(tasks, url, str(trace), opts.app_concurrency,
+                                          lambda: progress.advance(bar)))
+
+
+def _finite(obj: Any) -> Any:
+    """Replace NaN/inf floats by None so the JSON is strict."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def seeded_split(tasks: list[Any], n_train: int, n_test: int, seed: int, reserve: int = 0) -> tuple[list[Any], list[Any], list[Any]]:
+    """Shuffle ``tasks`` with ``seed`` and cut ``(reserved, train, test)`` of sizes reserve/n_train/n_test.
+
+    Raises:
+        ValueError: not enough tasks for the requested sizes.
+    """
+    need = reserve + n_train + n_test
+    if need > len(tasks):
+        raise ValueError(f"need {need} tasks (reserve {reserve} + train {n_train} + test {n_test}), data set has {len(tasks)}")
+    order = list(tasks)
+    random.Random(seed).shuffle(order)
+    return order[:reserve], order[reserve:reserve + n_train], order[reserve + n_train:need]

@@ -1,0 +1,1 @@
+"""FinanceBench + CrewAI: a static sequential crew over real evidence pages (with KVFlow)."""

@@ -1,0 +1,1 @@
+"""HoVer claims + LangGraph: the main example (decompose, query, retrieve, summarise, verify loops)."""

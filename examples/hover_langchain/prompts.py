@@ -1,0 +1,85 @@
+"""Prompt texts and reply markers of the HoVer fact-checking app (shared by app and scenario).
+
+Every agent has a fixed system prompt (instructions plus worked examples built from real HoVer
+claims that are held out of the task split), so requests of one agent share a long cached prefix
+across workflows; the task block and the growing notes follow, so successive calls of one agent
+within a workflow share the workflow's prefix too.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from examples.hover_langchain.data import HoverClaim
+
+APP = "hover"
+
+DECOMPOSER = "decomposer"
+QUERY_WRITER = "query_writer"
+SUMMARIZER = "summarizer"
+VERIFIER = "verifier"
+AGENTS = (DECOMPOSER, QUERY_WRITER, SUMMARIZER, VERIFIER)
+
+#: Line label of the claim in every task block (the scenario finds the task by it).
+CLAIM_LABEL = "Claim"
+QUERY_LABEL = "QUERY"
+VERDICT_LABEL = "VERDICT"
+VERDICT_MORE = "NEEDS MORE EVIDENCE"
+VERDICT_DONE = "VERIFIED"
+
+_ROLE = {
+    DECOMPOSER: (
+        "You are the claim decomposer of a multi-hop fact-checking team. Break the claim into the "
+        "smallest sub-questions whose answers, taken together, decide whether the claim is true. "
+        "Each sub-question names one entity (a person, work, place or organisation) that has its "
+        "own encyclopedia article. Chain the sub-questions: a later one may depend on the answer of "
+        "an earlier one. Write one sub-question per line as 'Q<n>: ...' and nothing else."
+    ),
+    QUERY_WRITER: (
+        "You are the search-query writer of a multi-hop fact-checking team. Read the claim, the "
+        "sub-questions and the notes gathered so far, find the sub-question that the notes do not "
+        "answer yet, and write one or two short keyword queries for an encyclopedia search engine, "
+        "each on its own line as 'QUERY: ...'. Prefer the exact article title of the entity you need."
+    ),
+    SUMMARIZER: (
+        "You are the evidence summariser of a multi-hop fact-checking team. For each retrieved "
+        "passage write one note 'NOTE [<article title>]: ...' that keeps only the facts relevant to "
+        "the claim, with names, dates and numbers exactly as the passage gives them."
+    ),
+    VERIFIER: (
+        "You are the verifier of a multi-hop fact-checking team. Decide from the notes alone whether "
+        "every hop of the claim is covered. If a hop lacks evidence answer 'VERDICT: NEEDS MORE "
+        "EVIDENCE' and say which entity is missing. Otherwise answer 'VERDICT: VERIFIED (SUPPORTED)' "
+        "or 'VERDICT: VERIFIED (NOT_SUPPORTED)' and justify it hop by hop."
+    ),
+}
+
+
+def system_prompt(agent: str, examples: Sequence[HoverClaim]) -> str:
+    """The fixed system prompt of ``agent``: role instructions plus worked examples.
+
+    Args:
+        agent: one of :data:`AGENTS`.
+        examples: held-out real claims rendered as worked examples (same for every workflow).
+
+    Raises:
+        KeyError: unknown agent.
+    """
+    parts = [_ROLE[agent], "", "Worked examples:"]
+    for n, ex in enumerate(examples, start=1):
+        parts.append(f"\nExample {n}\n{CLAIM_LABEL} (example): {ex.claim}")
+        if agent == DECOMPOSER:
+            parts += [f"Q{i}: What does the article '{t}' say that bears on the claim?" for i, t in enumerate(ex.titles, 1)]
+        elif agent == QUERY_WRITER:
+            parts += [f"{QUERY_LABEL}: {t}" for t in ex.titles[:2]]
+        elif agent == SUMMARIZER:
+            parts += [f"NOTE [{t}]: the passage states the facts about {t} that the claim relies on." for t in ex.titles]
+        else:
+            verdict = "SUPPORTED" if ex.label == "SUPPORTED" else "NOT_SUPPORTED"
+            parts.append(f"{VERDICT_LABEL}: {VERDICT_DONE} ({verdict}) - {len(ex.titles)} articles cover the {ex.num_hops} hops.")
+    return "\n".join(parts)
+
+
+def task_block(claim: HoverClaim) -> str:
+    """The task part of every prompt: the claim line the scenario keys on."""
+    return f"{CLAIM_LABEL}: {claim.claim}"

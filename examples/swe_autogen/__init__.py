@@ -1,0 +1,1 @@
+"""SWE-bench Lite + AutoGen agentchat: planner, coder, tester, analyzer with retry loops."""

@@ -1,0 +1,161 @@
+"""``pbkv-sdk``: record an existing app's traces, summarise and validate traces, import logs.
+
+Commands::
+
+    pbkv-sdk record --out run.jsonl [--app NAME] [--server-url URL] -- python my_app.py ...
+    pbkv-sdk stats run.jsonl [--json]
+    pbkv-sdk validate run.jsonl          # exit status 1 if any line is invalid
+    pbkv-sdk import chatdev logs.tar.gz --out chatdev.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
+from pbkv_sdk.stats import TraceSummary, summarize, validate_file
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV client SDK tools.")
+import_app = typer.Typer(no_args_is_help=True, help="Convert other systems' logs to PBKV traces.")
+app.add_typer(import_app, name="import")
+
+console = Console()
+err_console = Console(stderr=True)
+
+#: Environment that switches CrewAI's telemetry and tracing off in recorded apps.
+TELEMETRY_OFF = {"CREWAI_DISABLE_TELEMETRY": "true", "OTEL_SDK_DISABLED": "true", "CREWAI_TRACING_ENABLED": "false"}
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def record(
+    command: List[str] = typer.Argument(..., help="The app's command line, after '--'."),
+    out: Path = typer.Option(..., "--out", "-o", help="Trace file to write (JSONL, trace format v1)."),
+    app_name: Optional[str] = typer.Option(None, "--app", help="App name recorded in the trace (overrides the app's own)."),
+    server_url: Optional[str] = typer.Option(None, "--server-url", help="PBKV server for end signals."),
+    body_hints: bool = typer.Option(False, "--body-hints", help="Also send hints in custom_params.pbkv."),
+    append: bool = typer.Option(False, "--append", help="Append to an existing trace instead of starting anew."),
+    top: int = typer.Option(5, "--top", help="How many transitions to list in the summary."),
+) -> None:
+    """Run COMMAND with trace recording switched on by environment, then print a summary.
+
+    The app must already use a PBKV callback (instrument(...) / instrument_team(...)); it
+    reads PBKV_TRACE_PATH, PBKV_APP, PBKV_SERVER_URL and PBKV_BODY_HINTS. CrewAI telemetry is
+    switched off. Exits with the app's exit status.
+    """
+    out = out.resolve()
+    if out.exists() and not append:
+        out.unlink()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, **TELEMETRY_OFF)
+    env[ENV_TRACE_PATH] = str(out)
+    for name, value in ((ENV_APP, app_name), (ENV_SERVER_URL, server_url), (ENV_BODY_HINTS, "1" if body_hints else None)):
+        if value:
+            env[name] = value
+    try:
+        status = subprocess.call(command, env=env)
+    except FileNotFoundError:
+        err_console.print(f"[red]command not found: {command[0]}[/red]")
+        raise typer.Exit(127)
+    if not out.exists():
+        err_console.print(
+            f"[yellow]no trace was written to {out}: does the app call a PBKV instrument function?[/yellow]"
+        )
+    else:
+        report = validate_file(out)
+        _print_summary(summarize(report.records), top)
+        if report.invalid:
+            err_console.print(f"[red]{len(report.invalid)} invalid line(s) in {out}[/red]")
+    raise typer.Exit(status)
+
+
+@app.command()
+def stats(
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Trace file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    top: int = typer.Option(10, "--top", help="How many transitions to list."),
+) -> None:
+    """Summarise a trace: workflows, invocations, agents, tokens, most common transitions."""
+    report = validate_file(file)
+    summary = summarize(report.records)
+    if as_json:
+        print(json.dumps({**summary.to_json(), "invalid_lines": len(report.invalid)}, indent=2))
+        return
+    _print_summary(summary, top)
+    if report.invalid:
+        err_console.print(f"[yellow]{len(report.invalid)} invalid line(s) skipped; run `pbkv-sdk validate`[/yellow]")
+
+
+@app.command()
+def validate(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Trace file.")) -> None:
+    """Check every line of a trace; list invalid ones and exit 1 if there are any."""
+    report = validate_file(file)
+    for lineno, reason in report.invalid[:50]:
+        console.print(f"{file}:{lineno}: {reason}", markup=False, highlight=False)
+    if len(report.invalid) > 50:
+        console.print(f"... and {len(report.invalid) - 50} more")
+    console.print(f"{report.valid} valid, {len(report.invalid)} invalid line(s)")
+    if report.invalid:
+        raise typer.Exit(1)
+
+
+@import_app.command("chatdev")
+def import_chatdev_cmd(
+    src: Path = typer.Argument(..., exists=True, help="ChatDev logs: .tar.gz, directory or .log file."),
+    out: Path = typer.Option(..., "--out", "-o", help="Trace file to write."),
+    agent_key: str = typer.Option("role", "--agent-key", help="Agent naming: role, phase or phase_role."),
+) -> None:
+    """Import ChatDev execution logs as a trace (one workflow per log file)."""
+    try:
+        from pbkv_sdk.importers.chatdev import import_chatdev
+    except ImportError as exc:
+        err_console.print(f"[red]the ChatDev importer is not available ({exc})[/red]")
+        raise typer.Exit(2)
+    try:
+        summary = import_chatdev(src, out, agent_key=agent_key)
+    except (ValueError, FileNotFoundError) as exc:
+        err_console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2)
+    console.print(
+        f"{summary.files} log file(s): {summary.workflows} workflows, {summary.invocations} invocations, "
+        f"{len(summary.skipped)} skipped -> {out}"
+    )
+
+
+def _print_summary(summary: TraceSummary, top: int) -> None:
+    ended = ", ".join(f"{n} {s}" for s, n in summary.ended.most_common()) or "none"
+    console.print(
+        f"[bold]{summary.workflows}[/bold] workflows ({ended} ended), [bold]{summary.invocations}[/bold] invocations, "
+        f"{summary.steps_per_workflow:.1f} per workflow; tokens: {summary.prompt_tokens} prompt "
+        f"({summary.cached_tokens} cached), {summary.completion_tokens} completion; mean TTFT {summary.mean_ttft_s * 1000:.1f} ms"
+    )
+    agents = Table(title="agents")
+    agents.add_column("agent")
+    agents.add_column("invocations", justify="right")
+    for name, n in summary.agents.most_common():
+        agents.add_row(name, str(n))
+    console.print(agents)
+    transitions = Table(title=f"most common transitions (top {top})")
+    transitions.add_column("from")
+    transitions.add_column("to")
+    transitions.add_column("count", justify="right")
+    for (a, b), n in summary.transitions.most_common(top):
+        transitions.add_row(a, b, str(n))
+    console.print(transitions)
+
+
+def main() -> None:  # pragma: no cover - console-script convenience
+    """Entry point for ``python -m pbkv_sdk.cli``."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Who is calling the LLM: the workflow, agent and app of the current code path.
+
+The SDK keeps two context variables: the current :class:`Workflow` (one run of a multi-agent
+app: id, app name, step counter, where its end signal and trace go) and the current agent name.
+Context variables follow ``asyncio`` tasks and LangChain's copied thread contexts, so concurrent
+workflows in one process never see each other's values. The stamping transport
+(:mod:`pbkv_sdk.stamping`) reads both at request time.
+
+Framework integrations set them for you; any other app can use::
+
+    with pbkv_sdk.workflow(app="myapp"):
+        with pbkv_sdk.agent("planner"):
+            client.chat.completions.create(...)   # stamped with workflow, "planner", step 0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Iterator
+
+from pbkv_sdk.protocol import END_STATUSES, validate_workflow_id
+from pbkv_sdk.trace import WorkflowEndRecord
+
+log = logging.getLogger(__name__)
+
+#: Environment variables the SDK reads (``pbkv-sdk record`` sets them).
+ENV_SERVER_URL = "PBKV_SERVER_URL"
+ENV_TRACE_PATH = "PBKV_TRACE_PATH"
+ENV_APP = "PBKV_APP"
+ENV_BODY_HINTS = "PBKV_BODY_HINTS"
+ENV_END_TIMEOUT = "PBKV_END_TIMEOUT_S"
+
+#: Default time budget of one end signal, seconds.
+DEFAULT_END_TIMEOUT_S = 0.5
+
+_workflow_var: contextvars.ContextVar["Workflow | None"] = contextvars.ContextVar("pbkv_workflow", default=None)
+_agent_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("pbkv_agent", default=None)
+
+
+class Workflow:
+    """One run of a multi-agent app: its id, app, step counter, end signal and trace sink.
+
+    Steps are handed out by :meth:`next_step`, 0-based, one per LLM request of the workflow, in
+    the order the requests are sent (thread-safe). :meth:`end` sends the end signal and writes the
+    ``workflow_end`` trace record exactly once, however often it is called.
+
+    Args:
+        app: application name (selects the server's predictor and call graph).
+        workflow_id: 1-128 chars of ``[A-Za-z0-9._:-]``; a random 32-hex-digit id if ``None``.
+        server_url: base URL of the PBKV server for the end signal (``http://host:port``); if
+            ``None``, ``$PBKV_SERVER_URL``, else the origin of this workflow's first LLM request.
+        trace_path: JSONL trace file to record into; ``None`` records nothing.
+        end_timeout_s: time budget of the end signal, seconds (``$PBKV_END_TIMEOUT_S``, else 0.5).
+
+    Raises:
+        HintError: ``workflow_id`` is malformed.
+    """
+
+    def __init__(
+        self,
+        app: str,
+        workflow_id: str | None = None,
+        *,
+        server_url: str | None = None,
+        trace_path: str | os.PathLike[str] | None = None,
+        end_timeout_s: float | None = None,
+    ):
+        self.app = app
+        self.workflow_id = validate_workflow_id(workflow_id) if workflow_id is not None else uuid.uuid4().hex
+        self.server_url = server_url or os.environ.get(ENV_SERVER_URL) or None
+        self.trace_path = os.fspath(trace_path) if trace_path is not None else None
+        if end_timeout_s is None:
+            end_timeout_s = float(os.environ.get(ENV_END_TIMEOUT, DEFAULT_END_TIMEOUT_S))
+        self.end_timeout_s = end_timeout_s
+        self.t_start = time.time()
+        #: Origin (``scheme://host:port``) of the first stamped request; fallback end-signal target.
+        self.llm_origin: str | None = None
+        self._lock = threading.Lock()
+        self._next_step = 0
+        self._ended: str | None = None
+
+    @property
+    def steps(self) -> int:
+        """Number of LLM requests stamped so far."""
+        return self._next_step
+
+    @property
+    def ended(self) -> bool:
+        """Whether :meth:`end` has run."""
+        return self._ended is not None
+
+    @property
+    def recorder(self):  # -> TraceRecorder | None (import kept lazy: recorder starts a thread)
+        """The shared :class:`~pbkv_sdk.recorder.TraceRecorder` of ``trace_path``, or ``None``."""
+        if self.trace_path is None:
+            return None
+        from pbkv_sdk.recorder import get_recorder
+
+        try:
+            return get_recorder(self.trace_path)
+        except OSError as exc:  # fail open: hints and end signals go on without a trace
+            log.warning("PBKV: cannot record to %s (%s); recording is off for this workflow", self.trace_path, exc)
+            self.trace_path = None
+            return None
+
+    def next_step(self) -> int:
+        """Reserve the next 0-based step of this workflow (one per LLM request)."""
+        with self._lock:
+            step = self._next_step
+            self._next_step += 1
+            return step
+
+    def end(self, status: str = "completed") -> bool:
+        """End the workflow: non-blocking end signal to the server and a ``workflow_end`` record.
+
+        Only the first call acts; later calls return ``False``. Never raises for network trouble
+        (the signal is sent in the background, see :func:`pbkv_sdk.ending.end_workflow`).
+
+        Raises:
+            ValueError: ``status`` is not one of ``completed``, ``failed``, ``cancelled``.
+        """
+        if status not in END_STATUSES:
+            raise ValueError(f"status must be one of {END_STATUSES}, got {status!r}")
+        with self._lock:
+            if self._ended is not None:
+                return False
+            self._ended = status
+        from pbkv_sdk.ending import end_workflow
+
+        target = self.server_url or self.llm_origin
+        if target is not None:
+            end_workflow(self.workflow_id, status, server_url=target, timeout_s=self.end_timeout_s)
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.write(WorkflowEndRecord(app=self.app, workflow_id=self.workflow_id, t=time.time(), status=status))
+        return True
+
+    def __repr__(self) -> str:
+        return f"Workflow(app={self.app!r}, workflow_id={self.workflow_id!r}, steps={self._next_step})"
+
+
+def current_workflow() -> Workflow | None:
+    """The workflow of the running code path, or ``None`` outside any workflow."""
+    return _workflow_var.get()
+
+
+def current_agent() -> str | None:
+    """The agent name of the running code path, or ``None``."""
+    return _agent_var.get()
+
+
+def set_workflow(wf: Workflow | None) -> contextvars.Token:
+    """Make ``wf`` the current workflow of this context; returns the token for :func:`reset_workflow`."""
+    return _workflow_var.set(wf)
+
+
+def reset_workflow(token: contextvars.Token) -> None:
+    """Undo :func:`set_workflow`."""
+    _workflow_var.reset(token)
+
+
+def set_agent(name: str | None) -> contextvars.Token:
+    """Make ``name`` the current agent of this context; returns the token for :func:`reset_agent`."""
+    return _agent_var.set(name)
+
+
+def reset_agent(token: contextvars.Token) -> None:
+    """Undo :func:`set_agent`."""
+    _agent_var.reset(token)
+
+
+@contextlib.contextmanager
+def workflow(
+    app: str | None = None,
+    workflow_id: str | None = None,
+    *,
+    server_url: str | None = None,
+    trace_path: str | os.PathLike[str] | None = None,
+    end_timeout_s: float | None = None,
+) -> Iterator[Workflow]:
+    """Run the block as one workflow; it ends ``completed`` on exit, ``failed`` on an exception.
+
+    ``app`` defaults to ``$PBKV_APP`` (else ``"default"``); ``trace_path`` to ``$PBKV_TRACE_PATH``.
+    Other arguments as :class:`Workflow`. The exception, if any, propagates unchanged.
+    """
+    wf = Workflow(
+        resolve_app(app),
+        workflow_id,
+        server_url=server_url,
+        trace_path=resolve_trace_path(trace_path),
+        end_timeout_s=end_timeout_s,
+    )
+    token = _workflow_var.set(wf)
+    status = "completed"
+    try:
+        yield wf
+    except BaseException:
+        status = "failed"
+        raise
+    finally:
+        _workflow_var.reset(token)
+        wf.end(status)
+
+
+@contextlib.contextmanager
+def agent(name: str) -> Iterator[None]:
+    """Run the block as agent ``name`` (LLM requests inside are stamped with it)."""
+    token = _agent_var.set(name)
+    try:
+        yield
+    finally:
+        _agent_var.reset(token)
+
+
+def resolve_app(app: str | None) -> str:
+    """The app name to use: ``$PBKV_APP`` wins when set (``pbkv-sdk record --app``), then ``app``."""
+    return os.environ.get(ENV_APP) or app or "default"
+
+
+def resolve_trace_path(trace_path: str | os.PathLike[str] | None) -> str | None:
+    """``trace_path`` if given, else ``$PBKV_TRACE_PATH``, else ``None`` (no recording)."""
+    if trace_path is not None:
+        return os.fspath(trace_path)
+    return os.environ.get(ENV_TRACE_PATH) or None

@@ -1,0 +1,228 @@
+"""CrewAI integration: each crew kickoff is one PBKV workflow, each agent role one PBKV agent.
+
+Add to an existing app::
+
+    from crewai import LLM
+    from pbkv_sdk.integrations.crewai import instrument
+
+    pbkv = instrument(app="finance", server_url="http://127.0.0.1:30000")
+    llm = LLM(model="openai/<model>", base_url=..., api_key=..., interceptor=pbkv.interceptor)
+
+Mapping and the CrewAI APIs used (crewai 1.x, checked against the installed source):
+
+* workflow = one ``Crew.kickoff`` / ``kickoff_async`` / ``akickoff``: created by an
+  ``execution_start`` interception hook (dispatched synchronously inside the kickoff), ended by
+  the ``execution_end`` hook (``completed`` / ``failed``), exactly once; a
+  ``CrewKickoffCompletedEvent`` / ``CrewKickoffFailedEvent`` listener on the event bus ends it if
+  the hook did not (the bus runs handlers later on a thread pool, so it is only the fallback).
+  ``inputs={"pbkv_workflow_id": ...}`` chooses the id.
+* agent = the calling agent's ``role``, set by a ``before_llm_call`` hook in the thread or task
+  that makes the call (the hook context carries the agent and its crew).
+* transport: :class:`PBKVInterceptor`, CrewAI's ``BaseInterceptor`` for the native OpenAI
+  provider's httpx transport, stamps the request and records the trace.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import threading
+from typing import Any
+
+import httpx
+from crewai.events.event_bus import crewai_event_bus
+from crewai.events.types.crew_events import CrewKickoffCompletedEvent, CrewKickoffFailedEvent
+from crewai.hooks.dispatch import InterceptionPoint, register, unregister
+from crewai.hooks.llm_hooks import register_before_llm_call_hook, unregister_before_llm_call_hook
+from crewai.llms.hooks.base import BaseInterceptor
+
+from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, resolve_app, resolve_trace_path, set_agent, set_workflow
+from pbkv_sdk.protocol import HintError
+from pbkv_sdk.stamping import PendingCall, observe_response, prepare_request
+
+log = logging.getLogger(__name__)
+
+#: ``kickoff(inputs=...)`` key that sets the workflow id.
+WORKFLOW_ID_INPUT_KEY = "pbkv_workflow_id"
+
+# The request being sent by this thread/task, between the interceptor's outbound and inbound calls.
+_pending_var: contextvars.ContextVar[PendingCall | None] = contextvars.ContextVar("pbkv_crewai_pending", default=None)
+
+
+class PBKVInterceptor(BaseInterceptor[httpx.Request, httpx.Response]):
+    """CrewAI transport interceptor: stamps LLM requests and records them (sync and async).
+
+    Args:
+        body_hints: also send ``custom_params.pbkv`` (see :func:`pbkv_sdk.http_client`).
+    """
+
+    def __init__(self, body_hints: bool | None = None):
+        self.body_hints = os.environ.get(ENV_BODY_HINTS) == "1" if body_hints is None else body_hints
+
+    def on_outbound(self, message: httpx.Request) -> httpx.Request:
+        request, pending = prepare_request(message, body_hints=self.body_hints)
+        _pending_var.set(pending)
+        return request
+
+    def on_inbound(self, message: httpx.Response) -> httpx.Response:
+        return self._inbound(message, is_async=False)
+
+    async def aon_outbound(self, message: httpx.Request) -> httpx.Request:
+        return self.on_outbound(message)
+
+    async def aon_inbound(self, message: httpx.Response) -> httpx.Response:
+        return self._inbound(message, is_async=True)
+
+    def _inbound(self, message: httpx.Response, *, is_async: bool) -> httpx.Response:
+        pending = _pending_var.get()
+        _pending_var.set(None)
+        return observe_response(message, pending, is_async=is_async)
+
+
+class CrewAIInstrumentation:
+    """The installed hooks and listener; ``interceptor`` goes to every ``LLM(...)`` of the app.
+
+    Attributes:
+        interceptor: the :class:`PBKVInterceptor` to pass as ``LLM(interceptor=...)``.
+    """
+
+    def __init__(self, app: str | None, server_url: str | None, trace_path: Any, end_timeout_s: float | None, body_hints: bool | None):
+        self.app = app
+        self.server_url = server_url
+        self.trace_path = trace_path
+        self.end_timeout_s = end_timeout_s
+        self.interceptor = PBKVInterceptor(body_hints)
+        self._lock = threading.Lock()
+        # id(crew) -> (workflow, token of the workflow variable set by execution_start)
+        self._active: dict[int, tuple[Workflow, contextvars.Token | None]] = {}
+        self._kickoff_of: dict[int, str | None] = {}  # workflow object id -> CrewAI kickoff event id
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def workflow_of(self, crew: Any) -> Workflow | None:
+        """The running workflow of ``crew``, or ``None``."""
+        with self._lock:
+            entry = self._active.get(id(crew))
+        return entry[0] if entry else None
+
+    def uninstrument(self) -> None:
+        """Remove the hooks and the event listener."""
+        unregister(InterceptionPoint.EXECUTION_START, self._on_execution_start)
+        unregister(InterceptionPoint.EXECUTION_END, self._on_execution_end)
+        unregister_before_llm_call_hook(self._before_llm_call)
+        for event_type, handler in ((CrewKickoffCompletedEvent, self._on_kickoff_event), (CrewKickoffFailedEvent, self._on_kickoff_event)):
+            try:
+                crewai_event_bus.off(event_type, handler)
+            except Exception:  # already gone
+                pass
+        if _CURRENT and _CURRENT[-1] is self:
+            _CURRENT.pop()
+
+    def _install(self) -> None:
+        register(InterceptionPoint.EXECUTION_START, self._on_execution_start)
+        register(InterceptionPoint.EXECUTION_END, self._on_execution_end)
+        register_before_llm_call_hook(self._before_llm_call)
+        crewai_event_bus.register_handler(CrewKickoffCompletedEvent, self._on_kickoff_event)
+        crewai_event_bus.register_handler(CrewKickoffFailedEvent, self._on_kickoff_event)
+
+    # ----------------------------------------------------------------- hooks (never raise: CrewAI would abort)
+
+    def _on_execution_start(self, ctx: Any) -> None:
+        crew = getattr(ctx, "crew", None)
+        if crew is None:  # a Flow, not a crew: its crews' kickoffs are the workflows
+            return None
+        try:
+            wf = self._new_workflow((getattr(ctx, "inputs", None) or {}).get(WORKFLOW_ID_INPUT_KEY))
+            token = set_workflow(wf)  # the kickoff's own thread/task: its sequential LLM calls see it
+            with self._lock:
+                self._active[id(crew)] = (wf, token)
+        except Exception:
+            log.warning("PBKV: could not start a workflow for this kickoff", exc_info=True)
+        return None
+
+    def _on_execution_end(self, ctx: Any) -> None:
+        crew = getattr(ctx, "crew", None)
+        if crew is None:
+            return None
+        with self._lock:
+            entry = self._active.pop(id(crew), None)
+        if entry is None:
+            return None
+        wf, token = entry
+        if token is not None:
+            try:
+                token.var.reset(token)
+            except ValueError:  # ended from another context than it started in
+                pass
+        wf.end("failed" if getattr(ctx, "status", "completed") == "failed" else "completed")
+        return None
+
+    def _before_llm_call(self, ctx: Any) -> None:
+        try:
+            wf = self.workflow_of(ctx.crew) if getattr(ctx, "crew", None) is not None else None
+            if wf is not None:
+                # Async tasks and tool threads may not inherit the kickoff's context: set it here too.
+                set_workflow(wf)
+                self._kickoff_of.setdefault(id(wf), getattr(ctx.crew, "_kickoff_event_id", None))
+            role = getattr(getattr(ctx, "agent", None), "role", None)
+            if role:
+                set_agent(str(role).strip())
+        except Exception:
+            log.debug("PBKV: before_llm_call hook failed", exc_info=True)
+        return None
+
+    def _on_kickoff_event(self, source: Any, event: Any) -> None:
+        """Fallback end (thread pool, later): only for the kickoff the event belongs to."""
+        with self._lock:
+            entry = self._active.get(id(source))
+            if entry is None or self._kickoff_of.get(id(entry[0])) != getattr(event, "started_event_id", None):
+                return
+            self._active.pop(id(source))
+        entry[0].end("failed" if isinstance(event, CrewKickoffFailedEvent) else "completed")
+
+    def _new_workflow(self, workflow_id: Any) -> Workflow:
+        kwargs = dict(server_url=self.server_url, trace_path=resolve_trace_path(self.trace_path), end_timeout_s=self.end_timeout_s)
+        try:
+            return Workflow(resolve_app(self.app), workflow_id if isinstance(workflow_id, str) else None, **kwargs)
+        except HintError as exc:
+            log.warning("PBKV: ignoring workflow id %r (%s)", workflow_id, exc)
+            return Workflow(resolve_app(self.app), None, **kwargs)
+
+
+def instrument(
+    app: str | None = None,
+    server_url: str | None = None,
+    trace_path: str | os.PathLike[str] | None = None,
+    *,
+    end_timeout_s: float | None = None,
+    body_hints: bool | None = None,
+) -> CrewAIInstrumentation:
+    """Install the PBKV hooks and listener for every crew of the process; replaces an earlier call.
+
+    Args:
+        app: application name (``$PBKV_APP`` wins when set).
+        server_url: PBKV server base URL for end signals (default ``$PBKV_SERVER_URL``, else the
+            LLM's origin).
+        trace_path: JSONL trace to record into (default ``$PBKV_TRACE_PATH``; none if unset).
+        end_timeout_s: time budget of each end signal, seconds.
+        body_hints: also send ``custom_params.pbkv``.
+
+    Returns:
+        The :class:`CrewAIInstrumentation`; pass its ``interceptor`` to each ``crewai.LLM``.
+    """
+    while _CURRENT:
+        _CURRENT[-1].uninstrument()
+    inst = CrewAIInstrumentation(app, server_url, trace_path, end_timeout_s, body_hints)
+    inst._install()
+    _CURRENT.append(inst)
+    return inst
+
+
+def uninstrument() -> None:
+    """Remove what :func:`instrument` installed (no-op if nothing)."""
+    while _CURRENT:
+        _CURRENT[-1].uninstrument()
+
+
+_CURRENT: list[CrewAIInstrumentation] = []

@@ -1,0 +1,226 @@
+"""LangChain / LangGraph integration: one callback handler, attached to every run by one call.
+
+Add to an existing app (the LLM must send its requests through the PBKV httpx clients)::
+
+    import pbkv_sdk
+    from pbkv_sdk.integrations.langchain import instrument
+
+    instrument(app="hover", server_url="http://127.0.0.1:30000")
+    llm = ChatOpenAI(..., http_client=pbkv_sdk.http_client(), http_async_client=pbkv_sdk.async_http_client())
+
+Mapping: workflow = one root run (``graph.invoke/ainvoke/stream/astream``, or any other root
+runnable); agent = the LangGraph node that makes the LLM call (``metadata["langgraph_node"]``,
+the innermost node for nested subgraphs); step = the workflow's LLM requests in send order. The
+workflow ends exactly once, when the root run ends (``completed``), fails (``failed``) or is
+cancelled (``cancelled``). A root run's ``config={"metadata": {"pbkv_workflow_id": "..."}}``
+chooses the workflow id.
+
+The handler is synchronous and ``run_inline``: LangChain then calls it in the very context (task
+or thread) that performs the LLM call, so the context variables it sets reach the HTTP transport.
+(Async handlers run in copied contexts whose changes are lost.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import threading
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+
+from pbkv_sdk.context import Workflow, resolve_app, resolve_trace_path, set_agent, set_workflow
+from pbkv_sdk.protocol import HintError
+
+log = logging.getLogger(__name__)
+
+#: Metadata key of a root run that sets the workflow id.
+WORKFLOW_ID_METADATA_KEY = "pbkv_workflow_id"
+#: Agent name for LLM calls made outside any LangGraph node.
+DEFAULT_AGENT = "llm"
+
+_CANCELLED = (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt)
+
+
+class PBKVCallbackHandler(BaseCallbackHandler):
+    """Sets workflow/agent context for LLM calls of LangChain runs and ends workflows at root end.
+
+    Args:
+        app: application name (``$PBKV_APP`` wins when set, for ``pbkv-sdk record --app``).
+        server_url: PBKV server base URL for end signals (default ``$PBKV_SERVER_URL``, else the
+            LLM's own origin).
+        trace_path: JSONL trace to record into (default ``$PBKV_TRACE_PATH``; none if unset).
+        end_timeout_s: time budget of each end signal, seconds (default 0.5).
+
+    Thread-safe; one handler serves any number of concurrent workflows.
+    """
+
+    run_inline = True
+    raise_error = False
+
+    def __init__(
+        self,
+        app: str | None = None,
+        server_url: str | None = None,
+        trace_path: str | os.PathLike[str] | None = None,
+        *,
+        end_timeout_s: float | None = None,
+    ):
+        super().__init__()
+        self.app = app
+        self.server_url = server_url
+        self.trace_path = trace_path
+        self.end_timeout_s = end_timeout_s
+        self._lock = threading.Lock()
+        self._root_of: dict[UUID, UUID] = {}  # run id -> root run id (live runs only)
+        self._workflows: dict[UUID, Workflow] = {}  # root run id -> workflow
+        self._tokens: dict[UUID, tuple[contextvars.Token, contextvars.Token]] = {}  # LLM run -> var tokens
+
+    # ----------------------------------------------------------------- public helpers
+
+    def workflow_of(self, run_id: UUID) -> Workflow | None:
+        """The workflow a live run belongs to, or ``None``."""
+        with self._lock:
+            root = self._root_of.get(run_id)
+            return self._workflows.get(root) if root is not None else None
+
+    @property
+    def active_workflows(self) -> int:
+        """Number of workflows started and not yet ended."""
+        return len(self._workflows)
+
+    # ----------------------------------------------------------------- run tree
+
+    def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, metadata=None, **kwargs) -> None:
+        self._enter(run_id, parent_run_id, metadata)
+
+    def on_tool_start(self, serialized, input_str, *, run_id, parent_run_id=None, metadata=None, **kwargs) -> None:
+        self._enter(run_id, parent_run_id, metadata)
+
+    def on_retriever_start(self, serialized, query, *, run_id, parent_run_id=None, metadata=None, **kwargs) -> None:
+        self._enter(run_id, parent_run_id, metadata)
+
+    def on_chain_end(self, outputs, *, run_id, parent_run_id=None, **kwargs) -> None:
+        self._exit(run_id, "completed")
+
+    def on_chain_error(self, error, *, run_id, parent_run_id=None, **kwargs) -> None:
+        self._exit(run_id, _status_of(error))
+
+    def on_tool_end(self, output, *, run_id, **kwargs) -> None:
+        self._exit(run_id, "completed")
+
+    def on_tool_error(self, error, *, run_id, **kwargs) -> None:
+        self._exit(run_id, _status_of(error))
+
+    def on_retriever_end(self, documents, *, run_id, **kwargs) -> None:
+        self._exit(run_id, "completed")
+
+    def on_retriever_error(self, error, *, run_id, **kwargs) -> None:
+        self._exit(run_id, _status_of(error))
+
+    # ----------------------------------------------------------------- LLM calls
+
+    def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, metadata=None, **kwargs) -> None:
+        self._llm_start(run_id, parent_run_id, metadata, kwargs)
+
+    def on_llm_start(self, serialized, prompts, *, run_id, parent_run_id=None, metadata=None, **kwargs) -> None:
+        self._llm_start(run_id, parent_run_id, metadata, kwargs)
+
+    def on_llm_end(self, response, *, run_id, **kwargs) -> None:
+        self._llm_stop(run_id, "completed")
+
+    def on_llm_error(self, error, *, run_id, **kwargs) -> None:
+        self._llm_stop(run_id, _status_of(error))
+
+    # ----------------------------------------------------------------- internals
+
+    def _enter(self, run_id: UUID, parent_run_id: UUID | None, metadata: dict | None) -> Workflow | None:
+        with self._lock:
+            root = self._root_of.get(parent_run_id) if parent_run_id is not None else None
+            if root is not None:
+                self._root_of[run_id] = root
+                return self._workflows.get(root)
+        # A run whose parent we do not track (none, or a LangSmith parent) is a workflow root.
+        wf = self._new_workflow(metadata)
+        with self._lock:
+            self._root_of[run_id] = run_id
+            self._workflows[run_id] = wf
+        return wf
+
+    def _exit(self, run_id: UUID, status: str) -> None:
+        with self._lock:
+            root = self._root_of.pop(run_id, None)
+            wf = self._workflows.pop(run_id, None) if root == run_id else None
+        if wf is not None:
+            wf.end(status)
+
+    def _llm_start(self, run_id: UUID, parent_run_id: UUID | None, metadata: dict | None, kwargs: dict) -> None:
+        wf = self._enter(run_id, parent_run_id, metadata)
+        agent = (metadata or {}).get("langgraph_node") or kwargs.get("name") or DEFAULT_AGENT
+        # Set in the LLM run's own context: the HTTP request is sent from this same context.
+        self._tokens[run_id] = (set_workflow(wf), set_agent(str(agent)))
+
+    def _llm_stop(self, run_id: UUID, status: str) -> None:
+        tokens = self._tokens.pop(run_id, None)
+        if tokens is not None:
+            for token in reversed(tokens):
+                try:
+                    token.var.reset(token)
+                except ValueError:  # ended from another context (rare executor hop): clear instead
+                    token.var.set(None)
+        self._exit(run_id, status)
+
+    def _new_workflow(self, metadata: dict | None) -> Workflow:
+        workflow_id = (metadata or {}).get(WORKFLOW_ID_METADATA_KEY)
+        kwargs = dict(server_url=self.server_url, trace_path=resolve_trace_path(self.trace_path), end_timeout_s=self.end_timeout_s)
+        try:
+            return Workflow(resolve_app(self.app), workflow_id, **kwargs)
+        except HintError as exc:  # a bad user-chosen id must not break the run: use a fresh one
+            log.warning("PBKV: ignoring workflow id %r (%s)", workflow_id, exc)
+            return Workflow(resolve_app(self.app), None, **kwargs)
+
+
+def instrument(
+    app: str | None = None,
+    server_url: str | None = None,
+    trace_path: str | os.PathLike[str] | None = None,
+    *,
+    end_timeout_s: float | None = None,
+) -> PBKVCallbackHandler:
+    """Attach one :class:`PBKVCallbackHandler` to every LangChain/LangGraph run of the process.
+
+    Uses LangChain's configure hook with a context variable whose *default* is the handler, so
+    runs started from any thread or task get it, without passing ``callbacks=`` anywhere.
+    Calling it again replaces the previous handler. Arguments as :class:`PBKVCallbackHandler`.
+
+    Returns:
+        The installed handler (pass it to :func:`uninstrument` to remove it).
+    """
+    from langchain_core.tracers.context import register_configure_hook
+
+    uninstrument()
+    handler = PBKVCallbackHandler(app, server_url, trace_path, end_timeout_s=end_timeout_s)
+    var: contextvars.ContextVar[PBKVCallbackHandler | None] = contextvars.ContextVar("pbkv_langchain_handler", default=handler)
+    register_configure_hook(var, inheritable=True)
+    _INSTALLED.append(var)
+    return handler
+
+
+def uninstrument() -> None:
+    """Remove the handler installed by :func:`instrument` (no-op if none)."""
+    from langchain_core.tracers import context as lc_context
+
+    while _INSTALLED:
+        var = _INSTALLED.pop()
+        # LangChain offers no unregister; the hook list is a plain module-level list.
+        lc_context._configure_hooks[:] = [hook for hook in lc_context._configure_hooks if hook[0] is not var]
+
+
+_INSTALLED: list[contextvars.ContextVar] = []
+
+
+def _status_of(error: BaseException) -> str:
+    return "cancelled" if isinstance(error, _CANCELLED) else "failed"

@@ -1,0 +1,333 @@
+"""Request stamping: httpx transports that add the hint protocol v1 fields to every LLM request.
+
+Hand :func:`http_client` / :func:`async_http_client` to a framework's OpenAI client, or wrap an
+existing client with :func:`wrap_client`. For each request to an LLM endpoint (path ending in
+``/chat/completions``, ``/completions`` or ``/generate``) made inside a workflow (see
+:mod:`pbkv_sdk.context`), the transport
+
+1. reserves the workflow's next step and adds the four ``X-PBKV-*`` headers (and, with
+   ``body_hints``, ``custom_params.pbkv`` in the JSON body, the route SGLang keeps);
+2. when the workflow records a trace, watches the response stream (first token time, bytes) and
+   hands the finished call to the recorder thread.
+
+Requests outside a workflow, and non-LLM requests, pass through untouched. Stamping fails open:
+any error in it logs one warning and the request goes out unstamped.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Iterator
+
+import httpx
+
+from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, current_agent, current_workflow
+from pbkv_sdk.protocol import (
+    BODY_KEY,
+    HEADER_AGENT,
+    HEADER_APP,
+    HEADER_STEP,
+    HEADER_WORKFLOW_ID,
+    MAX_FIELD_CHARS,
+    Hints,
+    encode_name,
+)
+from pbkv_sdk.recorder import FIRST_TOKEN_RE, CallCapture, TraceRecorder
+
+log = logging.getLogger(__name__)
+
+#: Request paths treated as LLM calls (OpenAI chat/completions, SGLang native).
+LLM_PATH_SUFFIXES = ("/chat/completions", "/completions", "/generate")
+#: Agent name sent when a workflow is active but no agent was set.
+DEFAULT_AGENT = "unknown"
+
+
+def http_client(*, body_hints: bool | None = None, inner: httpx.BaseTransport | None = None, **client_kwargs: Any) -> httpx.Client:
+    """A sync ``httpx.Client`` whose LLM requests are stamped; pass it as ``http_client=`` to OpenAI clients.
+
+    Args:
+        body_hints: also put the hints in ``custom_params.pbkv`` (default ``$PBKV_BODY_HINTS == "1"``).
+            Only for servers that accept ``custom_params`` (SGLang, pbkv-server), not api.openai.com.
+        inner: the transport that really sends (default ``httpx.HTTPTransport()``).
+        **client_kwargs: passed to ``httpx.Client`` (timeout, limits, ...); default timeout 600 s.
+    """
+    client_kwargs.setdefault("timeout", httpx.Timeout(600.0, connect=10.0))
+    return httpx.Client(transport=PBKVTransport(inner, body_hints=body_hints), **client_kwargs)
+
+
+def async_http_client(
+    *, body_hints: bool | None = None, inner: httpx.AsyncBaseTransport | None = None, **client_kwargs: Any
+) -> httpx.AsyncClient:
+    """Async twin of :func:`http_client`; pass it as ``http_async_client=`` / ``http_client=`` to async OpenAI clients."""
+    client_kwargs.setdefault("timeout", httpx.Timeout(600.0, connect=10.0))
+    return httpx.AsyncClient(transport=AsyncPBKVTransport(inner, body_hints=body_hints), **client_kwargs)
+
+
+def wrap_client(client: httpx.Client | httpx.AsyncClient, *, body_hints: bool | None = None) -> bool:
+    """Make an existing httpx client stamp its LLM requests (wraps its transport in place).
+
+    Used for framework clients the user did not build (AutoGen's model client). Idempotent.
+
+    Returns:
+        ``True`` if the client was wrapped now, ``False`` if it already stamped.
+
+    Raises:
+        TypeError: ``client`` is not an httpx client.
+    """
+    if isinstance(client, httpx.AsyncClient):
+        cls: type = AsyncPBKVTransport
+    elif isinstance(client, httpx.Client):
+        cls = PBKVTransport
+    else:
+        raise TypeError(f"expected an httpx client, got {type(client).__name__}")
+    # httpx has no public setter for the transport; _transport is stable across 0.2x releases.
+    if isinstance(client._transport, cls):
+        return False
+    client._transport = cls(client._transport, body_hints=body_hints)
+    return True
+
+
+class PBKVTransport(httpx.BaseTransport):
+    """Sync transport that stamps LLM requests, then delegates to ``inner``.
+
+    Args:
+        inner: the sending transport (default ``httpx.HTTPTransport()``).
+        body_hints: see :func:`http_client`.
+    """
+
+    def __init__(self, inner: httpx.BaseTransport | None = None, *, body_hints: bool | None = None):
+        self.inner = inner if inner is not None else httpx.HTTPTransport()
+        self.body_hints = _body_hints_default(body_hints)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        request, pending = prepare_request(request, body_hints=self.body_hints)
+        response = self.inner.handle_request(request)
+        return observe_response(response, pending, is_async=False)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class AsyncPBKVTransport(httpx.AsyncBaseTransport):
+    """Async twin of :class:`PBKVTransport` (default inner ``httpx.AsyncHTTPTransport()``)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport | None = None, *, body_hints: bool | None = None):
+        self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
+        self.body_hints = _body_hints_default(body_hints)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request, pending = prepare_request(request, body_hints=self.body_hints)
+        response = await self.inner.handle_async_request(request)
+        return observe_response(response, pending, is_async=True)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@dataclass(slots=True)
+class PendingCall:
+    """A stamped request waiting for its response (only kept when the workflow records)."""
+
+    hints: Hints
+    recorder: TraceRecorder
+    t_start: float
+    request_body: bytes
+
+
+def prepare_request(request: httpx.Request, *, body_hints: bool = False) -> tuple[httpx.Request, PendingCall | None]:
+    """Stamp ``request`` if it is an LLM request inside a workflow (the transports' first half).
+
+    Also usable from other interception points (CrewAI's interceptor). Never raises: on any
+    error the original request is returned unstamped and one warning is logged.
+
+    Returns:
+        ``(request to send, pending call or None)``; pass the pending call to :func:`observe_response`.
+    """
+    wf = current_workflow()
+    if wf is None or not request.url.path.endswith(LLM_PATH_SUFFIXES):
+        return request, None
+    try:
+        return _stamp(request, wf, body_hints)
+    except Exception as exc:  # fail open: an unstamped request is served normally
+        _warn_once("stamp", "PBKV: request sent without hints (%s: %s)", type(exc).__name__, exc)
+        return request, None
+
+
+def observe_response(response: httpx.Response, pending: PendingCall | None, *, is_async: bool | None = None) -> httpx.Response:
+    """Attach trace recording to ``response``'s byte stream (the transports' second half).
+
+    ``is_async`` says which client reads the stream; ``None`` infers it from the stream type
+    (a stream that is both, like an in-memory body, counts as sync).
+    """
+    if pending is None:
+        return response
+    try:
+        sse = "text/event-stream" in response.headers.get("content-type", "")
+        encoding = response.headers.get("content-encoding", "")
+        if is_async is None:
+            is_async = not isinstance(response.stream, httpx.SyncByteStream)
+        if is_async:
+            response.stream = _AsyncRecordingStream(response.stream, pending, response.status_code, encoding, sse)
+        else:
+            response.stream = _RecordingStream(response.stream, pending, response.status_code, encoding, sse)
+    except Exception as exc:  # fail open: the call is just not recorded
+        _warn_once("observe", "PBKV: call not recorded (%s: %s)", type(exc).__name__, exc)
+    return response
+
+
+@functools.lru_cache(maxsize=4096)
+def fit_name(name: str) -> str:
+    """``name`` cut at the end until its percent-encoded header form fits 128 chars ("" -> "unknown")."""
+    if not name:
+        return DEFAULT_AGENT
+    # Each character encodes to at most 12 chars (4 UTF-8 bytes as %XX), so cut to a safe length
+    # first, then drop characters one by one; a shortened name beats a dropped hint.
+    name = name[:MAX_FIELD_CHARS]
+    while len(encode_name_unchecked(name)) > MAX_FIELD_CHARS:
+        name = name[:-1]
+    return name
+
+
+def encode_name_unchecked(name: str) -> str:
+    """Percent-encoded form of ``name`` without the length check of :func:`protocol.encode_name`."""
+    return urllib.parse.quote(name, safe="".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%"))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[httpx.Request, PendingCall | None]:
+    agent = fit_name(current_agent() or DEFAULT_AGENT)
+    app = fit_name(wf.app)
+    hints = Hints(workflow_id=wf.workflow_id, agent=agent, step=wf.next_step(), app=app)
+    if wf.llm_origin is None:
+        wf.llm_origin = f"{request.url.scheme}://{request.url.netloc.decode('ascii')}"
+    headers = request.headers
+    headers[HEADER_WORKFLOW_ID] = hints.workflow_id
+    headers[HEADER_AGENT] = _encoded(agent)
+    headers[HEADER_STEP] = str(hints.step)
+    headers[HEADER_APP] = _encoded(app)
+    recorder = wf.recorder
+    if body_hints or recorder is not None:
+        body = request.read()
+        if body_hints:
+            request = _with_body_hints(request, body, hints)
+            body = request.content
+        if recorder is not None:
+            return request, PendingCall(hints, recorder, time.time(), body)
+    return request, None
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded(name: str) -> str:
+    # Agent and app names repeat on every request of a workflow: encode each once.
+    return encode_name(name)
+
+
+def _with_body_hints(request: httpx.Request, body: bytes, hints: Hints) -> httpx.Request:
+    data = json.loads(body or b"{}")
+    if not isinstance(data, dict):
+        raise ValueError("request body is not a JSON object")
+    custom = data.get("custom_params")
+    custom = dict(custom) if isinstance(custom, dict) else {}
+    custom[BODY_KEY] = hints.to_body()
+    data["custom_params"] = custom
+    content = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+    return httpx.Request(request.method, request.url, headers=headers, content=content, extensions=request.extensions)
+
+
+class _Observer:
+    """Shared part of the recording streams: first-token time, body bytes, one submit at the end."""
+
+    def __init__(self, pending: PendingCall, status: int, encoding: str, sse: bool):
+        self.pending, self.status, self.encoding, self.sse = pending, status, encoding, sse
+        self.parts: list[bytes] = []
+        self.t_first: float | None = None
+        self.done = False
+
+    def see(self, chunk: bytes) -> None:
+        if self.t_first is None and chunk and (not self.sse or FIRST_TOKEN_RE.search(chunk)):
+            self.t_first = time.time()
+        self.parts.append(chunk)
+
+    def close(self) -> None:
+        """Response closed: record it if it was read to its end (clients stop at ``[DONE]``)."""
+        if self.done or not self.parts:
+            return
+        if not self.sse or b"[DONE]" in b"".join(self.parts[-2:]):
+            self.finish()
+
+    def finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        p = self.pending
+        p.recorder.submit(
+            CallCapture(
+                app=p.hints.app or "default",
+                workflow_id=p.hints.workflow_id,
+                step=p.hints.step,
+                agent=p.hints.agent,
+                t_start=p.t_start,
+                t_first=self.t_first,
+                t_end=time.time(),
+                request_body=p.request_body,
+                response_body=b"".join(self.parts),
+                content_encoding=self.encoding,
+                status_code=self.status,
+            )
+        )
+
+
+class _RecordingStream(httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, pending: PendingCall, status: int, encoding: str, sse: bool):
+        self._inner = inner
+        self._obs = _Observer(pending, status, encoding, sse)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._inner:
+            self._obs.see(chunk)
+            yield chunk
+        self._obs.finish()
+
+    def close(self) -> None:
+        self._inner.close()
+        self._obs.close()
+
+
+class _AsyncRecordingStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, pending: PendingCall, status: int, encoding: str, sse: bool):
+        self._inner = inner
+        self._obs = _Observer(pending, status, encoding, sse)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._obs.see(chunk)
+            yield chunk
+        self._obs.finish()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+        self._obs.close()
+
+
+def _body_hints_default(value: bool | None) -> bool:
+    return os.environ.get(ENV_BODY_HINTS) == "1" if value is None else value
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(kind: str, msg: str, *args: Any) -> None:
+    if kind in _WARNED:
+        log.debug(msg, *args)
+    else:
+        _WARNED.add(kind)
+        log.warning(msg + " (further occurrences at debug level)", *args)

@@ -1,0 +1,123 @@
+"""Summaries and line-by-line validation of trace v1 files (used by ``pbkv-sdk stats/validate/record``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from pbkv_sdk.protocol import END_AGENT
+from pbkv_sdk.trace import InvocationRecord, TraceFormatError, TraceRecord, WorkflowEndRecord, group_workflows, parse_record
+
+
+@dataclass
+class TraceSummary:
+    """Counts over a trace.
+
+    Attributes:
+        workflows: distinct workflow ids with at least one invocation.
+        invocations: invocation records.
+        ended: workflows with a ``workflow_end`` record, by status.
+        agents: invocations per agent.
+        apps: invocations per app.
+        transitions: ``(agent, next agent)`` counts within workflows in step order; the last
+            agent of an ended workflow transitions to ``<END>``.
+        prompt_tokens, completion_tokens, cached_tokens: totals, tokens.
+        mean_ttft_s: mean time to first token over invocations, seconds (0.0 if none).
+        steps_per_workflow: mean invocations per workflow.
+    """
+
+    workflows: int = 0
+    invocations: int = 0
+    ended: Counter = field(default_factory=Counter)
+    agents: Counter = field(default_factory=Counter)
+    apps: Counter = field(default_factory=Counter)
+    transitions: Counter = field(default_factory=Counter)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    mean_ttft_s: float = 0.0
+    steps_per_workflow: float = 0.0
+
+    def to_json(self) -> dict:
+        """JSON-friendly dict (transitions as ``"a -> b"`` keys)."""
+        return {
+            "workflows": self.workflows,
+            "invocations": self.invocations,
+            "ended": dict(self.ended),
+            "agents": dict(self.agents),
+            "apps": dict(self.apps),
+            "transitions": {f"{a} -> {b}": n for (a, b), n in self.transitions.most_common()},
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
+            "mean_ttft_s": self.mean_ttft_s,
+            "steps_per_workflow": self.steps_per_workflow,
+        }
+
+
+def summarize(records: Iterable[TraceRecord]) -> TraceSummary:
+    """Summarise trace records (any order; workflows are ordered by step)."""
+    records = list(records)
+    summary = TraceSummary()
+    ends = {r.workflow_id: r.status for r in records if isinstance(r, WorkflowEndRecord)}
+    workflows = group_workflows(records)
+    ttft_total = 0.0
+    for wid, invs in workflows.items():
+        for inv in invs:
+            summary.agents[inv.agent] += 1
+            summary.apps[inv.app] += 1
+            summary.prompt_tokens += inv.prompt_tokens
+            summary.completion_tokens += inv.completion_tokens
+            summary.cached_tokens += inv.cached_tokens
+            ttft_total += inv.ttft_s
+        for a, b in zip(invs, invs[1:]):
+            summary.transitions[(a.agent, b.agent)] += 1
+        if wid in ends:
+            summary.transitions[(invs[-1].agent, END_AGENT)] += 1
+    summary.workflows = len(workflows)
+    summary.invocations = sum(len(v) for v in workflows.values())
+    summary.ended = Counter(status for wid, status in ends.items() if wid in workflows)
+    summary.mean_ttft_s = ttft_total / summary.invocations if summary.invocations else 0.0
+    summary.steps_per_workflow = summary.invocations / summary.workflows if summary.workflows else 0.0
+    return summary
+
+
+@dataclass
+class ValidationReport:
+    """Result of :func:`validate_file`: valid line count and ``(line number, reason)`` of bad ones."""
+
+    valid: int = 0
+    invalid: list[tuple[int, str]] = field(default_factory=list)
+    records: list[TraceRecord] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No invalid line."""
+        return not self.invalid
+
+
+def validate_file(path: str | os.PathLike[str]) -> ValidationReport:
+    """Check every non-blank line of a trace: JSON object, version 1, valid record fields.
+
+    Unlike :func:`pbkv_sdk.trace.iter_trace`, nothing is skipped silently: each bad line
+    (truncated, malformed, unknown type or version) is reported with its 1-based number.
+
+    Raises:
+        OSError: the file cannot be opened.
+    """
+    report = ValidationReport()
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = parse_record(json.loads(line))
+            except (ValueError, TraceFormatError) as exc:  # JSONDecodeError is a ValueError
+                report.invalid.append((lineno, str(exc)))
+                continue
+            report.valid += 1
+            report.records.append(record)
+    return report

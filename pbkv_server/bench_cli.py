@@ -1,0 +1,172 @@
+"""``pbkv-bench``: synthetic traces and trace replay under every cache policy (issue 2 CLI contract).
+
+    pbkv-bench synth --graph codegen --workflows N --seed S --out FILE.jsonl
+    pbkv-bench replay FILE.jsonl --policy P[,P...] --predictor SPEC --concurrency C \\
+        --profile NAME [--device-tokens T] --json OUT.json [--plot OUT.png]
+    pbkv-bench profiles
+
+Bad input never ends in a traceback: malformed trace lines are skipped with a warning naming the
+line; an unknown trace version, a trace without invocations, or a bad option is an error message
+and exit status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
+console = Console()
+err_console = Console(stderr=True)
+
+#: Every policy in the order of the study's table.
+ALL_POLICIES = ("lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "belady")
+
+
+def _fail(message: str) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+@app.callback()
+def _main() -> None:
+    """PBKV trace-driven simulator and benchmarks."""
+    # Trace-reader warnings (skipped lines) go to stderr without a logging setup of their own.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+
+
+@app.command()
+def synth(
+    out: Path = typer.Option(..., "--out", help="output trace file (JSONL, appended to if it exists)"),
+    graph: str = typer.Option("codegen", help="call graph: codegen, research, finance or mixed"),
+    workflows: int = typer.Option(200, help="number of workflows"),
+    seed: int = typer.Option(0, help="random seed"),
+    block_chars: int = typer.Option(256, help="characters per prefix-hash block (multiple of 4)"),
+) -> None:
+    """Write a seeded synthetic multi-agent workload as a v1 trace."""
+    from pbkv_server.sim.synth import write_trace
+
+    if out.exists():
+        raise _fail(f"{out} exists; refusing to append a second workload to it")
+    try:
+        n_wf, n_inv = write_trace(str(out), graph=graph, workflows=workflows, seed=seed, block_chars=block_chars)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"wrote {n_wf} workflows, {n_inv} invocations to {out}")
+
+
+@app.command()
+def replay(
+    trace: Path = typer.Argument(..., help="trace file (JSONL, v1)"),
+    policy: str = typer.Option(",".join(ALL_POLICIES), help="policy name or comma-separated list"),
+    predictor: str = typer.Option("markov", help="oracle | uniform | markov | noise:LAMBDA | PATH"),
+    concurrency: int = typer.Option(32, help="most workflows in flight (closed loop)"),
+    profile: str = typer.Option("a6000-qwen3-14b", help="hardware profile (pbkv-bench profiles)"),
+    device_tokens: Optional[int] = typer.Option(None, help="device KV capacity in tokens (default: the profile's)"),
+    host_tokens: Optional[int] = typer.Option(None, help="host KV capacity in tokens (default: the profile's)"),
+    horizon: int = typer.Option(3, help="prediction horizon K"),
+    gamma: float = typer.Option(0.7, help="score decay gamma"),
+    rho: float = typer.Option(0.1, help="pbkv-aggressive displacement share of device capacity"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="write {policy: metrics} here"),
+    plot: Optional[Path] = typer.Option(None, help="write the hit-rate-over-time chart here (PNG)"),
+    timeline_bins: int = typer.Option(40, help="bins of the hit-rate timeline"),
+) -> None:
+    """Replay a trace under each policy; print a table, optionally write JSON and a plot."""
+    from pbkv_sdk.trace import TraceFormatError, read_trace
+    from pbkv_server.engine import available_policies
+    from pbkv_server.predictors import make_predictor
+    from pbkv_server.sim.profiles import get_profile
+    from pbkv_server.sim.report import plot_timelines, results_table, write_json
+    from pbkv_server.sim.simulator import SimulationError, load_workload, simulate
+
+    policies = [p.strip() for p in policy.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in available_policies()]
+    if not policies or unknown:
+        raise _fail(f"unknown policy {', '.join(unknown) or '(none given)'}; known: {', '.join(available_policies())}")
+    if concurrency < 1:
+        raise _fail("--concurrency must be >= 1")
+    try:
+        hw = get_profile(profile)
+    except KeyError as exc:
+        raise _fail(exc.args[0]) from None
+    try:
+        records = read_trace(trace)
+        workload = load_workload(records)
+        make_predictor(predictor, horizon, records)  # validate the spec before the first run
+    except (TraceFormatError, OSError, ValueError, ImportError) as exc:
+        raise _fail(str(exc)) from None
+
+    results = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=False) as progress:
+        for name in policies:
+            task = progress.add_task(f"{name:16s}", total=len(workload.workflows))
+            try:
+                result = simulate(
+                    workload, name, hw, concurrency=concurrency,
+                    predictor=make_predictor(predictor, horizon, records),
+                    device_tokens=device_tokens, host_tokens=host_tokens, horizon=horizon, gamma=gamma, rho=rho,
+                    timeline_bins=timeline_bins,
+                    on_workflow_end=lambda done, task=task: progress.update(task, completed=done),
+                )
+            except (SimulationError, ValueError) as exc:
+                raise _fail(f"{name}: {exc}") from None
+            result.summary.update(predictor=predictor, profile=hw.name, concurrency=concurrency,
+                                  device_tokens=result.engine.device_capacity)
+            results[name] = result.summary
+    title = (f"{trace.name}: {len(workload.workflows)} workflows, {workload.invocations} invocations, "
+             f"predictor {predictor}, C={concurrency}, {hw.name}, device {results[policies[0]]['device_tokens']} tok")
+    console.print(results_table(results, title))
+    if json_out is not None:
+        write_json(json_out, results)
+        console.print(f"wrote {json_out}")
+    if plot is not None:
+        plot_timelines(plot, results, title)
+        console.print(f"wrote {plot}")
+
+
+@app.command()
+def profiles() -> None:
+    """List the hardware profiles and where their numbers come from."""
+    from rich.table import Table
+
+    from pbkv_server.sim.profiles import PROFILES
+
+    table = Table()
+    for col in ("name", "prefill tok/s", "decode ms (base + per seq)", "PCIe GB/s", "KV B/tok", "device tok",
+                "host tok"):
+        table.add_column(col)
+    for p in PROFILES.values():
+        table.add_row(p.name, f"{p.prefill_tokens_per_s:.0f}",
+                      f"{p.decode_base_s * 1e3:.1f} + {p.decode_per_seq_s * 1e3:.2f}",
+                      f"{p.pcie_bytes_per_s / 1e9:.1f}", str(p.kv_bytes_per_token), str(p.device_kv_tokens),
+                      str(p.host_kv_tokens))
+    console.print(table)
+    for p in PROFILES.values():
+        console.print(f"[bold]{p.name}[/]: {p.description}. Source: {p.source}", highlight=False)
+
+
+def _register_live_replay() -> None:
+    """Add ``live-replay`` if the SGLang helper's ``pbkv_server.live_replay`` module exists."""
+    try:
+        if importlib.util.find_spec("pbkv_server.live_replay") is None:
+            return
+        command = importlib.import_module("pbkv_server.live_replay").command
+    except Exception as exc:  # a broken optional module must not take the whole CLI down
+        logging.getLogger(__name__).debug("live-replay unavailable: %s", exc)
+        return
+    app.command("live-replay")(command)
+
+
+_register_live_replay()
+
+
+if __name__ == "__main__":
+    app()

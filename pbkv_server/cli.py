@@ -1,0 +1,97 @@
+"""``pbkv-server``: OpenAI-compatible server with PBKV caching (DESIGN.md section 6).
+
+``--engine sim`` (default) serves from the embedded engine core with the hardware cost model and
+answers from a scenario; ``--engine sglang`` hands over to the SGLang plugin's launcher
+(``pbkv_server.sglang.launch:main``), passing everything after ``--`` to SGLang.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import List, Optional
+
+import typer
+
+from pbkv_server.http.config import ServerConfig
+
+__all__ = ["app", "build_config"]
+
+app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def main(
+    ctx: typer.Context,
+    engine: str = typer.Option("sim", help="sim (embedded engine core, CPU) | sglang (SGLang + PBKV plugin)."),
+    policy: str = typer.Option("pbkv", help="Eviction policy: lru, lae, he, pbkv, pbkv-aggressive, kvflow."),
+    profile: Optional[str] = typer.Option(None, help="Hardware profile (pbkv_server.sim.profiles); default: its DEFAULT_PROFILE."),
+    predictor: List[str] = typer.Option(
+        [], help="APP=SPEC or SPEC (all other apps); SPEC = markov | uniform | PATH (trained model). Repeatable."
+    ),
+    scenario: Optional[str] = typer.Option(None, help="module:ClassName answering apps without a registered scenario."),
+    host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default)."),
+    port: int = typer.Option(8000, help="TCP port (0 = any free port)."),
+    pace: float = typer.Option(0.0, min=0.0, help="0 = as fast as possible; p = sleep p x simulated time."),
+    trace_out: Optional[str] = typer.Option(None, help="Write a server-side v1 trace (JSONL, with block_tokens)."),
+    hint_token: Optional[str] = typer.Option(None, envvar="PBKV_HINT_TOKEN", help="Shared secret for the hint endpoints."),
+    device_tokens: Optional[int] = typer.Option(None, min=1, help="Device KV capacity in tokens (overrides the profile)."),
+    host_tokens: Optional[int] = typer.Option(None, min=0, help="Host KV capacity in tokens (overrides the profile)."),
+    idle_retire_s: float = typer.Option(600.0, help="Retire workflows idle this many wall seconds (0 = never)."),
+    seed: int = typer.Option(0, help="Seed of the scenario's replies."),
+    log_level: str = typer.Option("info", help="Python log level."),
+) -> None:
+    """Start the server; extra arguments after ``--`` go to SGLang (``--engine sglang``)."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if engine == "sglang":
+        _launch_sglang(policy, list(ctx.args))
+        return
+    if engine != "sim":
+        raise typer.BadParameter(f"unknown engine {engine!r}: expected sim or sglang", param_hint="--engine")
+    if ctx.args:
+        raise typer.BadParameter(f"unexpected arguments {ctx.args} (only --engine sglang takes extra arguments)")
+    try:
+        config = build_config(
+            policy=policy, profile=profile, predictor=predictor, scenario=scenario, host=host, port=port,
+            pace=pace, trace_out=trace_out, hint_token=hint_token, device_tokens=device_tokens,
+            host_tokens=host_tokens, idle_retire_s=idle_retire_s, seed=seed,
+        )
+        from pbkv_server.http.runner import serve_forever
+
+        typer.echo(f"pbkv-server ({config.policy}, predictors {config.predictors or 'none'}) on "
+                   f"http://{config.host}:{config.port}/v1")
+        serve_forever(config)
+    except (ValueError, ImportError) as exc:
+        typer.echo(f"pbkv-server: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def build_config(*, policy: str, predictor: List[str], idle_retire_s: float, **fields: object) -> ServerConfig:
+    """The :class:`ServerConfig` of the CLI flags.
+
+    Predictive policies without ``--predictor`` get ``markov`` for every app (online, cold start;
+    see :class:`ServerConfig`).
+
+    Raises:
+        ValueError: a malformed ``--predictor`` value or an invalid setting.
+    """
+    from pbkv_server.http.routing import parse_predictor_flags
+
+    return ServerConfig(
+        policy=policy,
+        predictors=parse_predictor_flags(predictor),
+        idle_retire_s=idle_retire_s if idle_retire_s > 0 else None,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def _launch_sglang(policy: str, sglang_args: list[str]) -> None:
+    try:
+        from pbkv_server.sglang.launch import main as launch
+    except ImportError as exc:
+        typer.echo(
+            f"pbkv-server: --engine sglang needs the SGLang plugin and sglang installed "
+            f"(pip install 'pbkv[sglang]'; see README, SGLang): {exc}",
+            err=True,
+        )
+        raise typer.Exit(2) from None
+    launch(policy, sglang_args)

@@ -1,0 +1,46 @@
+"""``belady``: offline optimum reference, evict the node whose next use is farthest in the future.
+
+Needs the whole future (``EngineConfig.future``), so it exists only in the simulator. A node is
+used by a future request exactly when that request's prompt contains the node's first block
+(a request that shares only part of the node still needs its first block), so the node's next
+use is ``future.next_use(first key, now)``. It changes only when the node is used again (then
+it is recomputed at admission) or cut in two (the lower half gets a new first key).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .base import Policy, register_policy
+
+
+@register_policy("belady")
+class BeladyPolicy(Policy):
+    """Priority ``(-next_use, last_access)``: never-used-again nodes leave first.
+
+    Raises:
+        ValueError: at construction, when ``config.future`` is missing.
+    """
+
+    def __init__(self, engine) -> None:
+        super().__init__(engine)
+        if engine.config.future is None:
+            raise ValueError("policy 'belady' needs EngineConfig.future (a FutureOracle; simulator only)")
+        self.future = engine.config.future
+        self._now = -1
+
+    def priority(self, node) -> tuple:
+        """See class docstring."""
+        next_use = node.extra if node.extra is not None else math.inf
+        return (-next_use, node.last_access)
+
+    def on_admit(self, req, path) -> None:
+        """Recompute the next use of every node the admitted request uses."""
+        self._now = req.index
+        for node in path:
+            node.extra = self.future.next_use(node.keys[0], req.index)
+
+    def on_split(self, top, bottom) -> None:
+        """``top`` keeps the old first key (and next use); ``bottom`` gets its new one."""
+        top.extra = bottom.extra
+        bottom.extra = self.future.next_use(bottom.keys[0], self._now)

@@ -1,0 +1,26 @@
+"""``he``: hierarchical eviction (PBKV section 4): retired first, then ascending lookahead score.
+
+Active nodes are ordered by Score(c) of PBKV Eq. 2 (:mod:`pbkv_server.engine.scoring`), which
+the engine keeps current incrementally; LRU breaks ties (equal scores, e.g. 0 for anonymous-only
+nodes or without a predictor).
+"""
+
+from __future__ import annotations
+
+from .base import Policy, register_policy
+
+
+@register_policy("he")
+class HierarchicalPolicy(Policy):
+    """Retired ``(0, 0.0, last_access)`` before active ``(1, Score(c), last_access)``."""
+
+    uses_predictions = True
+
+    def priority(self, node) -> tuple:
+        """See class docstring."""
+        sc = node.sc
+        if sc is None:
+            return (1, 0.0, node.last_access)
+        if sc.n_ever > 0 and not sc.access:
+            return (0, 0.0, node.last_access)
+        return (1, sc.score, node.last_access)

@@ -1,0 +1,194 @@
+"""``kvflow``: KVFlow's workflow-aware eviction and next-step prefetch (KVFlow, NeurIPS 2025).
+
+From the app's static agent graph (:meth:`Engine.set_app_graph`) each agent gets a
+steps-to-execution value: the fewest graph edges from the current agent of any active workflow
+of that app (0 for an agent running now, 1 for a possible next agent, unreachable = infinity).
+
+Each agent's fixed prompt is the longest common block prefix of all its requests so far (its
+system prompt and tool descriptions); the value is set on that prefix's last node and
+propagated to the ancestors with min (a shared prefix is as urgent as its most urgent agent).
+Eviction order: nodes outside every fixed prompt (dynamic suffixes) first, LRU among them; then
+fixed-prompt nodes by descending steps-to-execution, LRU as tie-break. On decode-only steps the
+host-tier parts of next-step agents' fixed prompts are loaded into free device space.
+
+The common prefix is found by binary search, which is exact for chained block keys (equal key
+at position i implies equal prefix up to i), as the engine's :class:`EngineRequest` requires.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+from ..radix import HOST
+from .base import Policy, register_policy
+
+INF_STEPS = 1 << 30
+
+
+@register_policy("kvflow")
+class KVFlowPolicy(Policy):
+    """See module docstring. Node state ``node.extra``: set of ``(app, agent)`` whose fixed
+    prompt contains the node (``None`` = dynamic suffix)."""
+
+    prefetches = True
+
+    def __init__(self, engine) -> None:
+        super().__init__(engine)
+        self._dist: dict[str, dict[str, dict[str, int]]] = {}
+        self._at: dict[str, Counter] = {}
+        self._steps: dict[tuple[str, str], int] = {}
+        self._ref: dict[tuple[str, str], list] = {}
+        self._lcp: dict[tuple[str, str], int] = {}
+        self._fixed: dict[tuple[str, str], object] = {}
+        self._agents: dict[str, set[str]] = {}
+
+    def steps(self, app: str, agent: str) -> int:
+        """Steps-to-execution of ``agent`` in ``app`` (:data:`INF_STEPS` if unreachable)."""
+        return self._steps.get((app, agent), INF_STEPS)
+
+    def fixed_node(self, app: str, agent: str):
+        """Last node of the agent's fixed prompt, or ``None``."""
+        return self._fixed.get((app, agent))
+
+    def priority(self, node) -> tuple:
+        """``(0, 0, last_access)`` for dynamic suffixes, ``(1, -steps, last_access)`` otherwise."""
+        keys = node.extra
+        if not keys:
+            return (0, 0, node.last_access)
+        steps = self._steps
+        return (1, -min(steps.get(k, INF_STEPS) for k in keys), node.last_access)
+
+    # ----------------------------------------------------------------- graph and workflow state
+    def on_graph(self, app: str) -> None:
+        graph = self.engine.app_graphs[app]
+        nodes = set(graph) | {b for nexts in graph.values() for b in nexts}
+        dist: dict[str, dict[str, int]] = {}
+        for src in nodes:  # BFS from every agent; graphs have tens of agents
+            d = {src: 0}
+            queue = deque([src])
+            while queue:
+                a = queue.popleft()
+                for b in graph.get(a, ()):
+                    if b not in d:
+                        d[b] = d[a] + 1
+                        queue.append(b)
+            dist[src] = d
+        self._dist[app] = dist
+        self._agents.setdefault(app, set()).update(nodes)
+        self._recompute(app)
+
+    def on_invocation(self, wf, previous_agent) -> None:
+        if wf.app is None:
+            return
+        at = self._at.setdefault(wf.app, Counter())
+        if previous_agent is not None:
+            at[previous_agent] -= 1
+        at[wf.agent] += 1
+        self._agents.setdefault(wf.app, set()).add(wf.agent)
+        self._recompute(wf.app)
+
+    def on_workflow_end(self, wf) -> None:
+        if wf.app is None or wf.agent is None:
+            return
+        self._at[wf.app][wf.agent] -= 1
+        self._recompute(wf.app)
+
+    def _recompute(self, app: str) -> None:
+        dist = self._dist.get(app, {})
+        current = [a for a, n in self._at.get(app, {}).items() if n > 0]
+        for agent in self._agents.get(app, ()):
+            best = INF_STEPS
+            for src in current:
+                d = 0 if src == agent else dist.get(src, {}).get(agent, INF_STEPS)
+                best = min(best, d)
+            key = (app, agent)
+            if self._steps.get(key, INF_STEPS) != best:
+                self._steps[key] = best
+                self._refresh_path(self._fixed.get(key))
+
+    def _refresh_path(self, node) -> None:
+        while node is not None and node.parent is not None:
+            self.engine.refresh(node)
+            node = node.parent
+
+    # ----------------------------------------------------------------- fixed prompts
+    def on_admit(self, req, path) -> None:
+        wf = req.wf
+        if wf is None or wf.app is None or not path:
+            return
+        key = (wf.app, req.agent)
+        blocks = req.blocks
+        ref = self._ref.get(key)
+        if ref is None:
+            self._ref[key] = blocks
+            lcp = len(blocks)
+        else:
+            lo, hi = 0, min(self._lcp[key], len(blocks))
+            while lo < hi:  # largest m with ref[:m] == blocks[:m] (chained keys: test the last one)
+                mid = (lo + hi + 1) // 2
+                if ref[mid - 1] == blocks[mid - 1]:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            lcp = lo
+        self._lcp[key] = lcp
+        fixed = None
+        depth = 0
+        for node in path:
+            width = len(node.keys)
+            if depth + width >= lcp:
+                if lcp > depth:
+                    fixed = node if depth + width == lcp else self.engine.tree.split(node, lcp - depth)
+                break
+            depth += width
+        old = self._fixed.get(key)
+        if fixed is old:
+            return
+        node = old
+        while node is not None and node.parent is not None:
+            if node.extra:
+                node.extra.discard(key)
+            self.engine.refresh(node)
+            node = node.parent
+        if fixed is None:
+            self._fixed.pop(key, None)
+            return
+        self._fixed[key] = fixed
+        node = fixed
+        while node.parent is not None:
+            if node.extra is None:
+                node.extra = set()
+            node.extra.add(key)
+            self.engine.refresh(node)
+            node = node.parent
+
+    def on_split(self, top, bottom) -> None:
+        top.extra = set(bottom.extra) if bottom.extra else None
+
+    def on_drop(self, node) -> None:
+        for key in node.extra or ():
+            if self._fixed.get(key) is node:  # the fixed prompt now ends at the parent
+                parent = node.parent
+                if parent is None or parent.parent is None:
+                    self._fixed.pop(key, None)
+                else:
+                    self._fixed[key] = parent
+
+    # ----------------------------------------------------------------- prefetch
+    def prefetch(self, seconds: float) -> None:
+        """Load host-tier fixed-prompt nodes of next-step agents into free device space."""
+        engine = self.engine
+        budget = min(engine.profile.load_tokens(seconds), engine.device_free())
+        for key, steps in self._steps.items():
+            if steps != 1 or budget <= 0:
+                continue
+            node = self._fixed.get(key)
+            chain = []
+            while node is not None and node.parent is not None and node.tier == HOST:
+                chain.append(node)
+                node = node.parent
+            for node in reversed(chain):
+                if node.tokens > budget:
+                    break
+                engine.load(node)
+                budget -= node.tokens

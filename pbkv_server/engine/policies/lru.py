@@ -1,0 +1,14 @@
+"""``lru``: SGLang's default radix-cache rule, least recently used evictable leaf first."""
+
+from __future__ import annotations
+
+from .base import Policy, register_policy
+
+
+@register_policy("lru")
+class LRUPolicy(Policy):
+    """Evict the leaf with the oldest ``last_access``; ties leave in the order they became leaves."""
+
+    def priority(self, node) -> tuple:
+        """``(last_access,)``."""
+        return (node.last_access,)

@@ -1,0 +1,23 @@
+"""``pbkv``: hierarchical eviction plus conservative prefetch (PBKV, DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+from ..prefetch import conservative_prefetch
+from .base import register_policy
+from .he import HierarchicalPolicy
+
+
+@register_policy("pbkv")
+class PBKVPolicy(HierarchicalPolicy):
+    """``he`` eviction order; on decode-only steps, loads high-value host cache into free or
+    retired device space without touching active cache."""
+
+    prefetches = True
+
+    def prefetch_value(self, node) -> float:
+        """One-step value ``sum_w A_w(c) . P_w^(1)``."""
+        return node.sc.value if node.sc is not None else 0.0
+
+    def prefetch(self, seconds: float) -> None:
+        """See :func:`~pbkv_server.engine.prefetch.conservative_prefetch`."""
+        conservative_prefetch(self.engine, seconds)

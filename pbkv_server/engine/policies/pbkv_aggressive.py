@@ -1,0 +1,17 @@
+"""``pbkv-aggressive``: ``pbkv`` whose prefetch may also displace low-score active cache."""
+
+from __future__ import annotations
+
+from ..prefetch import aggressive_prefetch
+from .base import register_policy
+from .pbkv import PBKVPolicy
+
+
+@register_policy("pbkv-aggressive")
+class AggressivePBKVPolicy(PBKVPolicy):
+    """Like ``pbkv``, plus up to ``rho`` x device capacity of active cache per prefetch round may
+    be evicted for host cache of higher score (``config.rho``)."""
+
+    def prefetch(self, seconds: float) -> None:
+        """See :func:`~pbkv_server.engine.prefetch.aggressive_prefetch`."""
+        aggressive_prefetch(self.engine, seconds, self.engine.config.rho)

@@ -1,0 +1,199 @@
+"""Two-tier radix tree over block keys: the prefix cache of the engine (DESIGN.md section 4).
+
+Each edge holds a run of block keys (token-id blocks live, trace prefix hashes in replay) with
+their token counts; a node is the KV cache of that run and lives in exactly one tier, device
+(GPU) or host. Invariants kept here:
+
+- the device tier is prefix-closed: a device node's parent is on device (or is the root), so
+  only nodes without device children can leave the device;
+- a node is present only if its parent is, so only nodes without children can be dropped;
+- ``device_tokens``/``host_tokens`` always equal the sums of their nodes' tokens;
+- a node with ``lock > 0`` is on the path of a running request and is never moved or dropped.
+
+The tree knows nothing about policies; the engine decides which node moves where.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Hashable, Iterator, Sequence
+
+__all__ = ["DEVICE", "HOST", "Node", "RadixTree"]
+
+DEVICE = 0
+HOST = 1
+
+_ids = itertools.count(1)
+
+
+class Node:
+    """One radix-tree node: a run of blocks cached in one tier.
+
+    Attributes:
+        keys: block keys of the run (list, >= 1 entry except for the root).
+        toks: tokens of each block (list, same length).
+        tokens: sum of ``toks``.
+        parent: parent node (``None`` for the root and for nodes that left the tree).
+        children: first key of a child's run -> child.
+        tier: :data:`DEVICE` or :data:`HOST`.
+        lock: number of running requests whose path includes the node.
+        last_access: engine time of the latest request that used the node, seconds.
+        n_dev_children: children on the device tier.
+        ver: version of the node's entry in an eviction heap (stale entries are skipped).
+        pver: version of the node's entry in the prefetch heap.
+        sc: the node's :class:`~pbkv_server.engine.scoring.NodeScore` (set by the engine).
+        attached: False once the node was dropped from the tree.
+        extra: per-policy state (kvflow agents, belady next use).
+    """
+
+    __slots__ = ("id", "keys", "toks", "tokens", "parent", "children", "tier", "lock", "last_access",
+                 "n_dev_children", "ver", "pver", "sc", "attached", "extra")
+
+    def __init__(self, keys: list, toks: list, parent: "Node | None", tier: int, now: float) -> None:
+        self.id = next(_ids)
+        self.keys = keys
+        self.toks = toks
+        self.tokens = sum(toks)
+        self.parent = parent
+        self.children: dict[Hashable, Node] = {}
+        self.tier = tier
+        self.lock = 0
+        self.last_access = now
+        self.n_dev_children = 0
+        self.ver = 0
+        self.pver = 0
+        self.sc: Any = None
+        self.attached = True
+        self.extra: Any = None
+
+    def __repr__(self) -> str:
+        tier = "dev" if self.tier == DEVICE else "host"
+        return f"Node#{self.id}({len(self.keys)} blocks, {self.tokens} tok, {tier}, lock={self.lock})"
+
+
+class RadixTree:
+    """Prefix cache index with token accounting per tier.
+
+    Args:
+        on_split: called as ``on_split(top, bottom)`` after a node is cut in two; ``top`` is the
+            new node holding the first part, ``bottom`` the existing node keeping the rest (so
+            references to the deeper end of a path stay valid).
+    """
+
+    def __init__(self, on_split: Callable[[Node, Node], None] | None = None) -> None:
+        self.root = Node([], [], None, DEVICE, 0.0)
+        self.root.lock = 1  # the root is never evicted
+        self.device_tokens = 0
+        self.host_tokens = 0
+        self.n_nodes = 0
+        self._on_split = on_split
+
+    def match(self, blocks: Sequence[Hashable]) -> tuple[list[Node], int]:
+        """Longest cached prefix of ``blocks`` (either tier), splitting a node where it diverges.
+
+        Args:
+            blocks: block keys of a prompt, a ``list``.
+
+        Returns:
+            ``(path, n)``: the nodes covering ``blocks[:n]`` from the root down (root excluded).
+            Device nodes come first, then host nodes (the device tier is prefix-closed).
+        """
+        node, i, n, path = self.root, 0, len(blocks), []
+        while i < n:
+            child = node.children.get(blocks[i])
+            if child is None:
+                break
+            keys = child.keys
+            width = len(keys)
+            if keys == blocks[i:i + width]:
+                path.append(child)
+                node = child
+                i += width
+                continue
+            j, limit = 1, min(width, n - i)
+            while j < limit and keys[j] == blocks[i + j]:
+                j += 1
+            path.append(self.split(child, j))
+            i += j
+            break
+        return path, i
+
+    def insert(self, parent: Node, keys: list, toks: list, tier: int, now: float) -> Node:
+        """Add a new leaf under ``parent`` holding ``keys`` (no child of ``parent`` may start with
+        ``keys[0]``). Returns the node.
+
+        Raises:
+            ValueError: ``keys`` is empty, already present, or a device leaf under a host parent.
+        """
+        if not keys:
+            raise ValueError("cannot insert an empty run of blocks")
+        if keys[0] in parent.children:
+            raise ValueError("a child starting with this block already exists")
+        if tier == DEVICE and parent.tier != DEVICE:
+            raise ValueError("device node under a host parent would break prefix closure")
+        node = Node(keys, toks, parent, tier, now)
+        parent.children[keys[0]] = node
+        self.n_nodes += 1
+        if tier == DEVICE:
+            parent.n_dev_children += 1
+            self.device_tokens += node.tokens
+        else:
+            self.host_tokens += node.tokens
+        return node
+
+    def split(self, node: Node, j: int) -> Node:
+        """Cut ``node`` after its first ``j`` blocks (0 < j < len). Returns the new upper node."""
+        top = Node(node.keys[:j], node.toks[:j], node.parent, node.tier, node.last_access)
+        node.keys = node.keys[j:]
+        node.toks = node.toks[j:]
+        node.tokens -= top.tokens
+        top.lock = node.lock
+        top.children = {node.keys[0]: node}
+        top.n_dev_children = 1 if node.tier == DEVICE else 0
+        node.parent.children[top.keys[0]] = top
+        node.parent = top
+        self.n_nodes += 1
+        if self._on_split is not None:
+            self._on_split(top, node)
+        return top
+
+    def set_tier(self, node: Node, tier: int) -> None:
+        """Move ``node`` to ``tier`` (the caller checks capacity and prefix closure)."""
+        if node.tier == tier:
+            return
+        node.tier = tier
+        if tier == DEVICE:
+            self.host_tokens -= node.tokens
+            self.device_tokens += node.tokens
+            node.parent.n_dev_children += 1
+        else:
+            self.device_tokens -= node.tokens
+            self.host_tokens += node.tokens
+            node.parent.n_dev_children -= 1
+
+    def remove(self, node: Node) -> None:
+        """Drop a childless, unlocked node from the tree.
+
+        Raises:
+            ValueError: the node has children, is locked, or is the root.
+        """
+        if node.children or node.lock or node is self.root:
+            raise ValueError(f"cannot drop {node!r}: it has children, is locked, or is the root")
+        parent = node.parent
+        del parent.children[node.keys[0]]
+        if node.tier == DEVICE:
+            parent.n_dev_children -= 1
+            self.device_tokens -= node.tokens
+        else:
+            self.host_tokens -= node.tokens
+        node.parent = None
+        node.attached = False
+        self.n_nodes -= 1
+
+    def nodes(self) -> Iterator[Node]:
+        """Every node except the root (depth-first; O(tree), for checks and tests)."""
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())

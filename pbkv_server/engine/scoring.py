@@ -1,0 +1,221 @@
+"""Lookahead score of a cache node (PBKV Eq. 2) and its incremental bookkeeping.
+
+    Score(c) = sum_{k=1..K} gamma^(k-1) sum_{w in W_act(c)} s_w^(k) * A_w(c) . P_w^(k)
+
+with ``A_w(c)`` the set of agents of workflow ``w`` that touched node ``c`` (an indicator vector),
+``P_w^(k)`` the predicted distribution of ``w``'s k-th next agent and ``s_w^(k) = prod_{j<k}
+(1 - p_{w,END}^(j))`` the survival probability. Because ``A_w(c) . P`` is linear in ``A_w(c)``,
+each workflow's prediction collapses into one weight per agent,
+
+    weight_w(a) = sum_k gamma^(k-1) s_w^(k) P_w^(k)(a),      Score(c) = sum_w sum_{a in A_w(c)} weight_w(a),
+
+so a new prediction for ``w`` rescores only the nodes ``w`` touched, each in O(|A_w(c)|). The
+one-step prefetch value (DESIGN.md section 4) is the same sum with ``K = 1``.
+
+This module is pure Python with no engine dependency: the SGLang plugin reuses it on its own
+tree nodes (any object can own a :class:`NodeScore`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Iterable, Mapping
+
+from predictor.api import END_AGENT, Prediction
+
+__all__ = ["lookahead_score", "one_step_value", "workflow_weights", "NodeScore", "ScoreBoard"]
+
+
+def lookahead_score(
+    access: Mapping[Hashable, Iterable[str]],
+    predictions: Mapping[Hashable, Prediction],
+    gamma: float,
+    horizon: int | None = None,
+) -> float:
+    """PBKV Eq. 2 evaluated directly (reference implementation, no caching).
+
+    Args:
+        access: workflow id -> agents of that workflow that touched the node (``A_w(c)``).
+            Workflows without an entry in ``predictions`` are not active and add nothing.
+        predictions: workflow id -> :class:`~predictor.api.Prediction` (K distributions).
+        gamma: decay per future step, in (0, 1].
+        horizon: use only the first ``horizon`` distributions (``None`` = all of them).
+
+    Returns:
+        The expected discounted number of future uses, >= 0.
+    """
+    total = 0.0
+    for wf, agents in access.items():
+        pred = predictions.get(wf)
+        if pred is None:
+            continue
+        agents = set(agents)
+        dists = pred.dists if horizon is None else pred.dists[:horizon]
+        survival = Prediction(dists=list(dists)).survival()
+        for k, dist in enumerate(dists):
+            total += gamma**k * survival[k] * sum(dist.get(a, 0.0) for a in agents if a != END_AGENT)
+    return total
+
+
+def one_step_value(access: Mapping[Hashable, Iterable[str]], predictions: Mapping[Hashable, Prediction]) -> float:
+    """Prefetch value ``sum_w A_w(c) . P_w^(1)`` (DESIGN.md section 4), reference implementation."""
+    return lookahead_score(access, predictions, 1.0, horizon=1)
+
+
+def workflow_weights(prediction: Prediction, gamma: float, horizon: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-agent weights of one workflow's prediction (see module docstring).
+
+    Returns:
+        ``(weights, first)``: ``weights[a] = sum_{k<=horizon} gamma^(k-1) s^(k) P^(k)(a)`` and
+        ``first[a] = P^(1)(a)``; END is left out (it is never an agent of a node).
+    """
+    weights: dict[str, float] = {}
+    survival, decay = 1.0, 1.0
+    for dist in prediction.dists[:horizon]:
+        factor = decay * survival
+        for agent, p in dist.items():
+            if agent != END_AGENT and p:
+                weights[agent] = weights.get(agent, 0.0) + factor * p
+        survival *= 1.0 - dist.get(END_AGENT, 0.0)
+        decay *= gamma
+    first = {a: p for a, p in prediction.dists[0].items() if a != END_AGENT} if prediction.dists else {}
+    return weights, first
+
+
+class NodeScore:
+    """Score state of one cache node.
+
+    Attributes:
+        owner: the node object this state belongs to (engine node, SGLang ``TreeNode``...).
+        access: active workflow id -> agents that touched the node (``A_w(c)``).
+        contrib: active workflow id -> (score part, one-step value part).
+        score: current Score(c) (PBKV Eq. 2), >= 0.
+        value: current one-step prefetch value, >= 0.
+        n_ever: number of distinct workflows that ever touched the node (ended ones included).
+    """
+
+    __slots__ = ("owner", "access", "contrib", "score", "value", "n_ever")
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+        self.access: dict[Hashable, set[str]] = {}
+        self.contrib: dict[Hashable, tuple[float, float]] = {}
+        self.score = 0.0
+        self.value = 0.0
+        self.n_ever = 0
+
+    @property
+    def retired(self) -> bool:
+        """True when workflows touched the node and all of them have ended."""
+        return self.n_ever > 0 and not self.access
+
+
+class ScoreBoard:
+    """Incremental Score(c) and one-step value for every node, over all active workflows.
+
+    Cost: :meth:`set_prediction` is O(sum over the workflow's nodes of |A_w(c)|); :meth:`touch`
+    O(|A_w(c)|); :meth:`end_workflow` O(nodes of the workflow).
+    """
+
+    def __init__(self, gamma: float = 0.7, horizon: int = 3) -> None:
+        if not 0.0 < gamma <= 1.0 or horizon < 1:
+            raise ValueError(f"need 0 < gamma <= 1 and horizon >= 1, got gamma={gamma}, horizon={horizon}")
+        self.gamma = gamma
+        self.horizon = horizon
+        self._weights: dict[Hashable, tuple[dict[str, float], dict[str, float]]] = {}
+        self._nodes: dict[Hashable, set[NodeScore]] = {}
+
+    def active_workflows(self) -> int:
+        """Number of workflows with at least one touched node or a prediction."""
+        return len(self._nodes.keys() | self._weights.keys())
+
+    def node_count(self, wf: Hashable) -> int:
+        """Number of nodes workflow ``wf`` touched that are still cached."""
+        return len(self._nodes.get(wf, ()))
+
+    def set_prediction(self, wf: Hashable, prediction: Prediction | None) -> list[NodeScore]:
+        """Install ``wf``'s new prediction (``None`` = no prediction, weights 0) and rescore its nodes.
+
+        Returns:
+            The records whose score or value changed.
+        """
+        if prediction is None:
+            self._weights.pop(wf, None)
+        else:
+            self._weights[wf] = workflow_weights(prediction, self.gamma, self.horizon)
+        changed = []
+        for rec in self._nodes.get(wf, ()):
+            if self._rescore(rec, wf):
+                changed.append(rec)
+        return changed
+
+    def touch(self, rec: NodeScore, wf: Hashable, agent: str) -> bool:
+        """Record that ``agent`` of active workflow ``wf`` used the node; True if its state changed."""
+        agents = rec.access.get(wf)
+        if agents is None:
+            rec.access[wf] = {agent}
+            rec.contrib[wf] = (0.0, 0.0)
+            rec.n_ever += 1
+            self._nodes.setdefault(wf, set()).add(rec)
+            self._rescore(rec, wf)
+            return True
+        if agent in agents:
+            return False
+        agents.add(agent)
+        self._rescore(rec, wf)
+        return True
+
+    def note_ended_use(self, rec: NodeScore) -> None:
+        """A workflow that already ended used the node (its request was queued when it ended):
+        the node counts as used by a workflow, so it retires once no active workflow holds it."""
+        if rec.n_ever == 0:
+            rec.n_ever = 1
+
+    def end_workflow(self, wf: Hashable) -> list[NodeScore]:
+        """Drop ``wf`` from every node it touched (idempotent); returns the records it left."""
+        self._weights.pop(wf, None)
+        recs = self._nodes.pop(wf, set())
+        for rec in recs:
+            rec.access.pop(wf, None)
+            s, v = rec.contrib.pop(wf, (0.0, 0.0))
+            if rec.contrib:
+                rec.score = max(0.0, rec.score - s)
+                rec.value = max(0.0, rec.value - v)
+            else:  # exact zero, no float residue
+                rec.score = rec.value = 0.0
+        return list(recs)
+
+    def copy(self, src: NodeScore, owner: Any) -> NodeScore:
+        """A new record for ``owner`` with ``src``'s state (a radix node split in two)."""
+        rec = NodeScore(owner)
+        rec.access = {wf: set(agents) for wf, agents in src.access.items()}
+        rec.contrib = dict(src.contrib)
+        rec.score, rec.value, rec.n_ever = src.score, src.value, src.n_ever
+        for wf in rec.access:
+            self._nodes[wf].add(rec)
+        return rec
+
+    def forget(self, rec: NodeScore) -> None:
+        """Remove a record whose node left the cache."""
+        for wf in rec.access:
+            nodes = self._nodes.get(wf)
+            if nodes is not None:
+                nodes.discard(rec)
+        rec.access.clear()
+        rec.contrib.clear()
+        rec.score = rec.value = 0.0
+
+    def _rescore(self, rec: NodeScore, wf: Hashable) -> bool:
+        weights = self._weights.get(wf)
+        if weights is None:
+            new = (0.0, 0.0)
+        else:
+            wk, w1 = weights
+            agents = rec.access[wf]
+            new = (sum([wk.get(a, 0.0) for a in agents]), sum([w1.get(a, 0.0) for a in agents]))
+        old = rec.contrib[wf]
+        if new == old:
+            return False
+        rec.contrib[wf] = new
+        rec.score = max(0.0, rec.score + new[0] - old[0])
+        rec.value = max(0.0, rec.value + new[1] - old[1])
+        return True

@@ -1,0 +1,150 @@
+"""Parameter and result objects of the engine core: requests, events, statistics, config."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Hashable, Protocol, Sequence, runtime_checkable
+
+from pbkv_sdk.protocol import Hints
+
+from .cost import HardwareProfile
+
+if TYPE_CHECKING:  # predictor.api imports no torch, but keep the engine import graph minimal
+    from predictor.api import Predictor
+
+__all__ = ["EngineRequest", "FirstToken", "Finished", "EngineStats", "FutureOracle", "EngineConfig"]
+
+#: Latency samples kept per kind (the newest ones); counts keep growing past it.
+MAX_SAMPLES = 200_000
+
+
+@dataclass(slots=True)
+class EngineRequest:
+    """One LLM request as the engine sees it.
+
+    Attributes:
+        request_id: unique id among requests currently known to the engine.
+        blocks: chained block keys of the prompt, in order (token-id blocks live, trace
+            ``prefix_hashes`` in replay); a key identifies the whole prefix up to its block.
+        block_tokens: tokens of each block, same length as ``blocks``; each >= 0.
+        output_tokens: tokens to generate (values < 1 are served as 1: the first token).
+        hints: workflow identity; ``None`` = anonymous request (no workflow, LRU-like treatment).
+        features: request feature vector passed to the predictor.
+    """
+
+    request_id: str
+    blocks: Sequence[Hashable]
+    block_tokens: Sequence[int]
+    output_tokens: int
+    hints: Hints | None = None
+    features: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FirstToken:
+    """A request's first output token appeared at ``time`` (engine seconds).
+
+    ``prompt_tokens`` = ``device_cached_tokens`` (device-tier hits) + ``host_cached_tokens``
+    (loaded over PCIe) + tokens prefilled.
+    """
+
+    request_id: str
+    time: float
+    prompt_tokens: int
+    device_cached_tokens: int
+    host_cached_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A request produced its last of ``output_tokens`` tokens at ``time`` (engine seconds)."""
+
+    request_id: str
+    time: float
+    output_tokens: int
+
+
+@runtime_checkable
+class FutureOracle(Protocol):
+    """The future, for the offline ``belady`` policy (the simulator builds it from the trace).
+
+    ``now_index`` is the 0-based submission index (order of :meth:`Engine.submit` calls) of the
+    request whose admission triggers the question; requests submitted after it, waiting ones
+    included, are the future. ``next_use`` returns the submission index (or any monotone stand-in,
+    such as a time) of the next request after ``now_index`` whose prompt contains block ``key``,
+    or ``math.inf`` if none does.
+    """
+
+    def next_use(self, key: Hashable, now_index: int) -> float: ...
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Counters and latency samples of an engine (token counts in tokens, latencies in seconds).
+
+    Latency sample deques keep the newest :data:`MAX_SAMPLES` wall-clock measurements:
+    ``eviction_decision_s`` per eviction call (choosing and applying victims),
+    ``score_update_s`` per rescored node, ``prefetch_decision_s`` per prefetch round,
+    ``predictor_call_s`` per predictor call.
+    """
+
+    prompt_tokens: int = 0
+    device_hit_tokens: int = 0
+    host_hit_tokens: int = 0
+    evictions: int = 0
+    evicted_tokens: int = 0
+    dropped_tokens: int = 0
+    prefetched_tokens: int = 0
+    device_used_tokens: int = 0
+    host_used_tokens: int = 0
+    active_workflows: int = 0
+    retired_workflows: int = 0
+    queue_depth: int = 0
+    running: int = 0
+    requests_finished: int = 0
+    eviction_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    score_update_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    prefetch_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    predictor_call_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+
+    @property
+    def hit_rate(self) -> float:
+        """Token-level device hit rate: device-cached prompt tokens / all prompt tokens (0 if none)."""
+        return self.device_hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def host_hit_rate(self) -> float:
+        """Host-tier hit rate: prompt tokens loaded from host / all prompt tokens (0 if none)."""
+        return self.host_hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+@dataclass(slots=True, kw_only=True)
+class EngineConfig:
+    """Configuration of one :class:`~pbkv_server.engine.Engine` (keyword arguments only).
+
+    Attributes:
+        profile: hardware cost model and default capacities.
+        policy: eviction policy name (see :func:`~pbkv_server.engine.available_policies`).
+        device_tokens: GPU KV capacity in tokens; ``None`` = ``profile.device_kv_tokens``.
+        host_tokens: host KV capacity in tokens; ``None`` = ``profile.host_kv_tokens``.
+        horizon: K, number of future steps in the lookahead score (PBKV Eq. 2).
+        gamma: per-step decay of the lookahead score, in (0, 1].
+        rho: fraction of device capacity that aggressive prefetch may displace (pbkv-aggressive).
+        predictor: next-agent predictor; ``None`` = every score is 0 (he degrades to lae order).
+        max_batch: most requests running at once.
+        future: next-use oracle, required by ``belady``.
+        idle_retire_s: retire a workflow with no request for this many engine seconds (None = never).
+    """
+
+    profile: HardwareProfile
+    policy: str = "lru"
+    device_tokens: int | None = None
+    host_tokens: int | None = None
+    horizon: int = 3
+    gamma: float = 0.7
+    rho: float = 0.1
+    predictor: "Predictor | None" = None
+    max_batch: int = 256
+    future: FutureOracle | None = None
+    idle_retire_s: float | None = None

@@ -1,0 +1,81 @@
+"""Settings of one pbkv-server instance (the CLI flags, also usable from Python)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["ServerConfig", "DEFAULT_MAX_BODY_BYTES", "PREDICTIVE_POLICIES"]
+
+#: Policies that score cache by predictions (the others ignore the predictor).
+PREDICTIVE_POLICIES = ("he", "pbkv", "pbkv-aggressive")
+
+#: Largest accepted request body: 16 MiB holds a ~4M-character prompt, far beyond any context window.
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class ServerConfig:
+    """Everything a server needs; every field has the CLI's default.
+
+    Attributes:
+        engine: ``"sim"`` (embedded engine core + cost model) or ``"sglang"`` (CLI only).
+        policy: eviction policy name (``pbkv_server.engine.available_policies()``).
+        profile: hardware profile name (``pbkv_server.sim.profiles``); ``None`` = that module's default.
+        predictors: app name -> predictor spec (``markov``, ``uniform``, or a model PATH); the key
+            ``"*"`` applies to every app without its own entry. Left empty, the predictive
+            policies (:data:`PREDICTIVE_POLICIES`) get ``{"*": "markov"}`` (online, cold start).
+        scenario: ``module:ClassName`` of the scenario used for apps without a registered one.
+        host: bind address (loopback by default: the server has no authentication on LLM routes).
+        port: TCP port; 0 picks a free one (see ``ServerHandle.url``).
+        pace: 0 = answer as fast as the engine steps; p > 0 = sleep p x the simulated step time.
+        trace_out: path of a server-side v1 trace (JSONL, with ``block_tokens``) of hinted requests.
+        hint_token: shared secret required on the hint endpoints (``Authorization: Bearer`` or
+            ``X-PBKV-Hint-Token``); ``None`` = no check.
+        device_tokens: device KV capacity in tokens (overrides the profile).
+        host_tokens: host KV capacity in tokens (overrides the profile).
+        idle_retire_s: wall seconds without a request after which a workflow is retired;
+            ``None`` = never.
+        horizon: K, predicted steps per workflow. gamma: score decay. rho: pbkv-aggressive share.
+        max_batch: engine's continuous-batching limit (requests running at once).
+        max_body_bytes: larger request bodies are answered 413.
+        max_active_workflows: active-workflow table bound; the least recently seen is retired beyond it.
+        max_ended_ids: how many ended workflow ids are remembered (LRU) for idempotent end signals.
+        block_chars: characters per cache block (``pbkv_sdk.trace.prefix_hashes``).
+        seed: seeds the scenario's random source (replies are a function of seed, workflow, step, agent).
+        model_name: the model id reported by ``/v1/models``.
+    """
+
+    engine: str = "sim"
+    policy: str = "pbkv"
+    profile: str | None = None
+    predictors: dict[str, str] = field(default_factory=dict)
+    scenario: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    pace: float = 0.0
+    trace_out: str | None = None
+    hint_token: str | None = None
+    device_tokens: int | None = None
+    host_tokens: int | None = None
+    idle_retire_s: float | None = 600.0
+    horizon: int = 3
+    gamma: float = 0.7
+    rho: float = 0.1
+    max_batch: int = 256
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_active_workflows: int = 100_000
+    max_ended_ids: int = 100_000
+    block_chars: int = 64
+    seed: int = 0
+    model_name: str = "pbkv-sim"
+
+    def __post_init__(self) -> None:
+        if not self.predictors and self.policy in PREDICTIVE_POLICIES:
+            self.predictors = {"*": "markov"}
+        if self.pace < 0:
+            raise ValueError("pace must be >= 0")
+        if self.idle_retire_s is not None and self.idle_retire_s <= 0:
+            raise ValueError("idle_retire_s must be > 0 (or None to disable)")
+        for name in ("max_body_bytes", "max_active_workflows", "max_ended_ids", "block_chars", "max_batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")

@@ -1,0 +1,94 @@
+"""OpenAI-style errors and bounded body reading for the HTTP server.
+
+Every error the server returns, including FastAPI's own 404/405, has the OpenAI shape
+``{"error": {"message", "type", "param", "code"}}`` so that client libraries (openai, httpx
+wrappers inside LangChain, AutoGen, CrewAI) raise their usual exception types.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+__all__ = ["ApiError", "error_body", "install_error_handlers", "read_json_body"]
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    503: "server_error",
+}
+
+
+class ApiError(Exception):
+    """An error answered to the client as an OpenAI-style JSON object.
+
+    Args:
+        status: HTTP status code.
+        message: human-readable explanation.
+        code: machine-readable code (e.g. ``"invalid_json"``, ``"request_too_large"``).
+        param: the offending request field, if any.
+    """
+
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+
+
+def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """The OpenAI error object for ``status`` (type chosen from the status class)."""
+    etype = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": etype, "param": param, "code": code}}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer :class:`ApiError`, Starlette HTTP errors and unexpected exceptions OpenAI-style."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(error_body(exc.status, exc.message, exc.code, exc.param), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(
+            error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        )
+
+
+async def read_json_body(request: Request, max_bytes: int) -> Any:
+    """Read and decode the JSON body, never holding more than ``max_bytes`` of it.
+
+    Returns:
+        the decoded JSON value (any type: callers check the shape).
+
+    Raises:
+        ApiError: 413 (``request_too_large``) when the declared or actual size exceeds
+            ``max_bytes``; 400 (``invalid_json``) when the body is not UTF-8 JSON.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise ApiError(413, f"request body of {declared} bytes exceeds the {max_bytes}-byte limit", "request_too_large")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise ApiError(413, f"request body exceeds the {max_bytes}-byte limit", "request_too_large")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise ApiError(400, "request body is empty; expected a JSON object", "invalid_json")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}", "invalid_json") from None

@@ -1,0 +1,132 @@
+"""Prometheus metrics of one server (``GET /metrics``).
+
+Each server owns a private :class:`prometheus_client.CollectorRegistry`, so several servers in one
+process (tests, examples) never share or clash over metric names. Engine figures (hit rates,
+evictions, prefetches, workflows, queue depth, tier usage, decision latencies) are read from
+``Engine.stats`` at scrape time by a custom collector; per-request figures (TTFT, latency,
+malformed hints) are observed as requests finish.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from typing import Any, Callable, Iterable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, Info, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["ServerMetrics", "CONTENT_TYPE"]
+
+#: Content type of :meth:`ServerMetrics.render` output.
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# TTFT buckets (seconds): simulated prefill of a few tokens up to multi-second queues.
+_TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+# Latency samples per scrape used for the quantile gauges (newest first).
+_SCRAPE_SAMPLES = 10_000
+
+# EngineStats field -> (metric name, help, kind). Counters are cumulative since engine start.
+_ENGINE_FIELDS = (
+    ("prompt_tokens", "pbkv_prompt_tokens", "Prompt tokens submitted to the engine", "counter"),
+    ("device_hit_tokens", "pbkv_device_hit_tokens", "Prompt tokens served from the device prefix cache", "counter"),
+    ("host_hit_tokens", "pbkv_host_hit_tokens", "Prompt tokens loaded from the host tier", "counter"),
+    ("evictions", "pbkv_evictions", "Radix-tree nodes evicted from the device", "counter"),
+    ("evicted_tokens", "pbkv_evicted_tokens", "Tokens evicted from the device", "counter"),
+    ("prefetched_tokens", "pbkv_prefetched_tokens", "Tokens prefetched from host to device", "counter"),
+    ("hit_rate", "pbkv_hit_rate", "Token-level device hit rate (device hit tokens / prompt tokens)", "gauge"),
+    ("host_hit_rate", "pbkv_host_hit_rate", "Token-level host hit rate", "gauge"),
+    ("device_used_tokens", "pbkv_device_used_tokens", "Device KV tokens in use", "gauge"),
+    ("host_used_tokens", "pbkv_host_used_tokens", "Host KV tokens in use", "gauge"),
+    ("active_workflows", "pbkv_active_workflows", "Workflows the engine considers active", "gauge"),
+    ("retired_workflows", "pbkv_retired_workflows", "Workflows the engine has retired", "gauge"),
+    ("queue_depth", "pbkv_queue_depth", "Requests waiting for admission", "gauge"),
+    ("running", "pbkv_running_requests", "Requests in the running batch", "gauge"),
+    ("dropped_tokens", "pbkv_dropped_tokens", "Tokens evicted from the device and not kept on host", "counter"),
+)
+
+
+class ServerMetrics:
+    """The metrics of one server.
+
+    Args:
+        stats: callable returning the engine's current ``EngineStats`` (or ``None`` before start).
+        info: constant labels of ``pbkv_server_info`` (policy, profile, engine, predictor).
+    """
+
+    def __init__(self, stats: Callable[[], Any], info: dict[str, str]):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "pbkv_requests", "HTTP requests by route and status", ["route", "status"], registry=self.registry
+        )
+        self.ttft = Histogram(
+            "pbkv_ttft_seconds",
+            "Simulated time to first token (engine seconds: queueing + load + prefill)",
+            buckets=_TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "pbkv_request_latency_seconds", "Wall time from request arrival to last byte", registry=self.registry
+        )
+        self.malformed_hints = Counter(
+            "pbkv_malformed_hints", "Requests whose PBKV hints were malformed (served anonymously)",
+            registry=self.registry,
+        )
+        self.workflow_ends = Counter(
+            "pbkv_workflow_ends", "Workflow end signals and retirements by status and source",
+            ["status", "source"], registry=self.registry,
+        )
+        self.cached_tokens = Counter(
+            "pbkv_served_cached_tokens", "Prompt tokens reported as cached in responses", registry=self.registry
+        )
+        Info("pbkv_server", "Server configuration", registry=self.registry).info(info)
+        self.registry.register(_EngineCollector(stats))
+
+    def render(self) -> bytes:
+        """The text exposition of every metric (``CONTENT_TYPE``)."""
+        return generate_latest(self.registry)
+
+
+class _EngineCollector(Collector):
+    """Reads ``Engine.stats`` at scrape time: figures are exact at every scrape, no polling."""
+
+    def __init__(self, stats: Callable[[], Any]):
+        self._stats = stats
+
+    def describe(self) -> Iterable[Any]:
+        return []  # dynamic: the families are known only once the engine exists
+
+    def collect(self) -> Iterable[Any]:
+        stats = self._stats()
+        if stats is None:
+            return
+        for field, name, doc, kind in _ENGINE_FIELDS:
+            value = getattr(stats, field, None)
+            if value is None:
+                continue
+            if kind == "counter":
+                yield CounterMetricFamily(name, doc, value=float(value))
+            else:
+                yield GaugeMetricFamily(name, doc, value=float(value))
+        for attr, name, doc in (
+            ("eviction_decision_s", "pbkv_eviction_decision_seconds", "Eviction decision latency"),
+            ("score_update_s", "pbkv_score_update_seconds", "Score update latency per node"),
+            ("prefetch_decision_s", "pbkv_prefetch_decision_seconds", "Prefetch decision latency"),
+            ("predictor_call_s", "pbkv_predictor_seconds", "Predictor call latency"),
+        ):
+            samples = getattr(stats, attr, None)
+            if samples:
+                # The newest samples only: sorting the engine's whole window on every scrape is too slow.
+                yield _summary(name, doc, list(itertools.islice(reversed(samples), _SCRAPE_SAMPLES)))
+
+
+def _summary(name: str, doc: str, samples: list[float]) -> GaugeMetricFamily:
+    # Quantiles over the samples the engine keeps (its own bounded window), plus their mean.
+    ordered = sorted(samples)
+    fam = GaugeMetricFamily(name, doc + " (over the engine's recent samples)", labels=["stat"])
+    for q in (0.5, 0.99):
+        fam.add_metric([f"p{int(q * 100)}"], ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+    fam.add_metric(["mean"], statistics.fmean(ordered))
+    return fam

@@ -1,0 +1,22 @@
+"""Prediction providers behind :class:`predictor.api.Predictor` (DESIGN.md section 4).
+
+``oracle`` (true future from a trace), ``uniform``, ``noise`` (P~ = (1 - lambda) P + lambda U) and
+``markov`` (online, learned from the stream). The trained model of the ``predictor`` package plugs
+into the same interface; :func:`make_predictor` builds any of them from a spec string.
+"""
+
+from pbkv_server.predictors.factory import PREDICTOR_SPECS, make_predictor
+from pbkv_server.predictors.markov import MarkovPredictor
+from pbkv_server.predictors.noise import NoisePredictor, mix
+from pbkv_server.predictors.oracle import OraclePredictor
+from pbkv_server.predictors.uniform import UniformPredictor
+
+__all__ = [
+    "make_predictor",
+    "PREDICTOR_SPECS",
+    "MarkovPredictor",
+    "NoisePredictor",
+    "OraclePredictor",
+    "UniformPredictor",
+    "mix",
+]

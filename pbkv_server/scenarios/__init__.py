@@ -1,0 +1,1 @@
+"""Scenarios shipped with pbkv-server; :mod:`pbkv_server.scenarios.default` answers any app."""

@@ -1,0 +1,148 @@
+"""The default scenario: a plausible reply for any app, agent and prompt (DESIGN.md section 6).
+
+Used when no scenario is registered for the request's app and none was given with
+``--scenario``. It knows nothing about the task, so it writes a reply that is shaped like what
+the agent's role suggests (a verdict for verifiers/critics, a plan for planners, code for coders,
+JSON when ``response_format`` asks for it) from words of the prompt, with a realistic length.
+
+Lengths: agent replies in the multi-agent traces of the PBKV and KVFlow evaluations are a few
+tens to a few hundred tokens; we draw ``exp(N(ln 120, 0.6))`` tokens, clipped to [12, 600], and
+never more than the request's ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+
+from pbkv_server.scenario import Scenario, ScenarioRequest
+from pbkv_server.tokenizer import count_tokens, truncate_to_tokens
+from pbkv_sdk.trace import message_text
+
+__all__ = ["DefaultScenario", "MEDIAN_REPLY_TOKENS"]
+
+#: Median reply length in tokens of the log-normal draw.
+MEDIAN_REPLY_TOKENS = 120
+_SIGMA = 0.6
+_MIN_TOKENS, _MAX_TOKENS = 12, 600
+
+_WORD_RE = re.compile(r"[A-Za-z][A-Za-z'-]{2,}")
+_FILLER = (
+    "the evidence suggests that this step is consistent with the request and the previous findings "
+    "we should check the remaining details before moving on because one source may be incomplete "
+    "overall the answer follows from the context above and the next agent can build on it"
+).split()
+
+# Role keyword -> reply style; the first match in the agent name wins.
+_ROLES = (
+    (("verif", "judge", "critic", "review", "check", "eval"), "verdict"),
+    (("plan", "manager", "orchestr", "router", "supervis"), "plan"),
+    (("code", "coder", "engineer", "develop", "program", "fix"), "code"),
+    (("test", "qa"), "test"),
+    (("summar", "writer", "report", "analy", "answer"), "summary"),
+)
+_VERDICTS = ("verified", "needs more evidence", "not supported")
+_TEST_RESULTS = ("all tests passed", "tests failed")
+
+
+class DefaultScenario(Scenario):
+    """Role-shaped, prompt-flavoured replies of log-normal length; deterministic given ``rng``."""
+
+    def reply(self, request: ScenarioRequest, rng: random.Random) -> str:
+        """Return the reply text, at most ``request.max_tokens`` tokens (when given)."""
+        target = _draw_length(rng)
+        if request.max_tokens is not None:
+            target = min(target, max(1, request.max_tokens))
+        words = _prompt_words(request) or _FILLER
+        if _wants_json(request):
+            text = _json_reply(request, words, target, rng)
+        else:
+            text = _text_reply(_role(request.agent), words, target, rng)
+        if request.max_tokens is not None:
+            text, _ = truncate_to_tokens(text, max(1, request.max_tokens))
+        return text
+
+
+def _draw_length(rng: random.Random) -> int:
+    tokens = math.exp(rng.gauss(math.log(MEDIAN_REPLY_TOKENS), _SIGMA))
+    return int(min(_MAX_TOKENS, max(_MIN_TOKENS, round(tokens))))
+
+
+def _role(agent: str | None) -> str:
+    name = (agent or "").lower()
+    for keys, role in _ROLES:
+        if any(k in name for k in keys):
+            return role
+    return "generic"
+
+
+def _prompt_words(request: ScenarioRequest) -> list[str]:
+    # The newest non-system message is what the agent is answering; keep a bounded vocabulary.
+    for message in reversed(request.messages):
+        if message.get("role") != "system":
+            return _WORD_RE.findall(message_text(message))[:400]
+    return []
+
+
+def _wants_json(request: ScenarioRequest) -> bool:
+    fmt = request.extra.get("response_format")
+    return isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema")
+
+
+def _opening(role: str, rng: random.Random) -> str:
+    if role == "verdict":
+        return f"Decision: {rng.choice(_VERDICTS)}.\n"
+    if role == "plan":
+        return "Plan:\n1. "
+    if role == "code":
+        return "Proposed change:\n```python\ndef apply_fix(value):\n    return value\n```\n"
+    if role == "test":
+        return f"Result: {rng.choice(_TEST_RESULTS)}.\n"
+    if role == "summary":
+        return "Summary: "
+    return ""
+
+
+def _text_reply(role: str, words: list[str], target: int, rng: random.Random) -> str:
+    parts = [_opening(role, rng)]
+    sentence: list[str] = []
+    # Grow in sentences until the token target is met; counting the whole text each time would
+    # be quadratic, so track an estimate and check the true count only near the end.
+    estimate = count_tokens(parts[0])
+    # Few distinct prompt words would repeat too often: lean on the filler then.
+    p_prompt = min(0.6, len(set(words)) / 50)
+    while estimate < target:
+        sentence.append(rng.choice(words) if rng.random() < p_prompt else rng.choice(_FILLER))
+        estimate += 1
+        if len(sentence) >= rng.randint(8, 16):
+            parts.append(" ".join(sentence).capitalize() + ". ")
+            sentence = []
+    if sentence:
+        parts.append(" ".join(sentence).capitalize() + ".")
+    text = "".join(parts).strip()
+    return truncate_to_tokens(text, target)[0] if count_tokens(text) > target else text
+
+
+def _json_reply(request: ScenarioRequest, words: list[str], target: int, rng: random.Random) -> str:
+    fmt = request.extra.get("response_format") or {}
+    schema = (fmt.get("json_schema") or {}).get("schema") if isinstance(fmt, dict) else None
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    body_text = _text_reply("generic", words, max(8, target - 10), rng)
+    if not isinstance(props, dict) or not props:
+        return json.dumps({"answer": body_text})
+    out: dict[str, object] = {}
+    for name, spec in props.items():
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        if kind in ("integer", "number"):
+            out[name] = rng.randint(0, 10)
+        elif kind == "boolean":
+            out[name] = rng.random() < 0.5
+        elif kind == "array":
+            out[name] = [rng.choice(words) for _ in range(3)]
+        elif kind == "object":
+            out[name] = {}
+        else:
+            out[name] = body_text
+    return json.dumps(out)

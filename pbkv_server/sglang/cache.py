@@ -1,0 +1,100 @@
+"""``--radix-cache-backend pbkv``: SGLang's ``UnifiedRadixCache`` fed with workflow hints.
+
+:class:`PBKVRadixCache` runs on :class:`~pbkv_server.sglang.tree_core.PBKVTreeCore` (SGLang's
+Python tree core plus PBKV node records; the Rust core accepts only built-in policies). Hints are
+read from ``req.sampling_params.custom_params["pbkv"]``:
+
+- on ``match_prefix`` with a request (the scheduler matching a waiting request), the first sight
+  of the request is its invocation (predict, rescore) and the matched path records the agent;
+- on ``checkpoint_into_tree`` (prompt and output inserted), the whole inserted path records it.
+
+Eviction itself is SGLang's, ordered by the configured strategy (:mod:`.strategy`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams, MatchResult
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+from .tree_core import TREE_CORE_NAME, PBKVTreeCore
+from .workflows import WorkflowBook
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PBKVRadixCache", "make_pbkv_cache", "BACKEND_NAME"]
+
+#: Name registered with ``register_radix_cache_backend`` (``--radix-cache-backend pbkv``).
+BACKEND_NAME = "pbkv"
+
+
+class PBKVRadixCache(UnifiedRadixCache):
+    """``UnifiedRadixCache`` whose nodes keep per-workflow access indicators and retired state.
+
+    Construct it through :func:`make_pbkv_cache` (server) or with ``params.tree_core_backend =
+    "pbkv"`` (tests); any other tree core raises ``TypeError``.
+
+    Attributes:
+        book: the process's :class:`~pbkv_server.sglang.workflows.WorkflowBook`.
+    """
+
+    def __init__(self, params):
+        super().__init__(params)
+        if not isinstance(self.tree_core, PBKVTreeCore):
+            raise TypeError(
+                f"PBKVRadixCache needs tree core backend {TREE_CORE_NAME!r}, got {type(self.tree_core).__name__} "
+                "(set params.tree_core_backend, or use --radix-cache-backend pbkv)")
+        log.info("PBKV radix cache ready: policy strategy %s, prefetch %s",
+                 type(self.tree_core.eviction_strategy).__name__, self.prefetch_enabled)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def book(self) -> WorkflowBook:
+        """Workflows, predictor and score board of this scheduler process."""
+        return self.tree_core.book
+
+    @property
+    def prefetch_enabled(self) -> bool:
+        """True when the eviction strategy asks for conservative prefetch (policy ``pbkv``)."""
+        return bool(getattr(self.tree_core.eviction_strategy, "prefetch", False))
+
+    def end_workflow(self, workflow_id: str, status: str = "completed") -> bool:
+        """Retire ``workflow_id`` (idempotent): its private nodes become first to evict.
+
+        Returns:
+            True if the workflow was active. Raises ``ValueError`` for an unknown status.
+        """
+        return self.book.end_workflow(workflow_id, status)
+
+    def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
+        """SGLang's match; a hinted request also registers its invocation and touches the path."""
+        result = super().match_prefix(params)
+        req = params.req
+        if req is not None:
+            self._observe(req, result.best_match_node)
+        return result
+
+    def checkpoint_into_tree(self, req: Any, *, up_to: int, **kwargs) -> None:
+        """SGLang's insert of the request's KV; the inserted path then records the agent."""
+        super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
+        self._observe(req, getattr(req, "last_node", None))
+
+    # ------------------------------------------------------------------ helpers
+    def _observe(self, req: Any, node_id: Any) -> None:
+        try:
+            hints = self.book.begin_request(req)
+            if hints is not None and node_id is not None:
+                self.book.touch(self.tree_core.path_to_root(node_id), hints)
+        except Exception:  # bookkeeping must never fail a request
+            log.exception("PBKV: hint bookkeeping failed for request %s", getattr(req, "rid", "?"))
+
+
+def make_pbkv_cache(ctx) -> PBKVRadixCache:
+    """Radix-cache factory for ``register_radix_cache_backend`` (argument: SGLang's
+    ``TreeCacheBuildContext``). Forces the PBKV Python tree core and keeps SGLang's HiCache setup."""
+    from sglang.srt.mem_cache.registry import create_unified_radix_cache
+
+    ctx.params.tree_core_backend = TREE_CORE_NAME
+    return create_unified_radix_cache(ctx, cache_class=PBKVRadixCache)

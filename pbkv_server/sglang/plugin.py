@@ -1,0 +1,75 @@
+"""Entry point ``pbkv`` of the ``sglang.srt.plugins`` group (see pyproject.toml).
+
+SGLang calls :func:`register` via ``load_plugins()`` in the launcher (before argument parsing) and
+again in every scheduler process. It is idempotent and adds:
+
+- eviction policies ``pbkv``, ``pbkv-he``, ``pbkv-lae`` (choices of ``--radix-eviction-policy`` and
+  factories in ``_EVICTION_POLICY_FACTORIES``);
+- tree-core backend ``pbkv`` and radix-cache backend ``pbkv`` (``--radix-cache-backend pbkv``);
+- the IPC message for workflow end, a scheduler dispatcher hook for it, and the decode-batch
+  prefetch hook (HookRegistry AFTER hooks on ``Scheduler``);
+- in the launcher process only: the end route on SGLang's HTTP app and the hook copying
+  ``X-PBKV-*`` headers of OpenAI requests into ``custom_params``.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+
+log = logging.getLogger(__name__)
+
+__all__ = ["register", "SCHEDULER_DISPATCH_TARGET", "SCHEDULER_BATCH_TARGET", "OPENAI_CONVERT_TARGETS"]
+
+SCHEDULER_DISPATCH_TARGET = "sglang.srt.managers.scheduler.Scheduler.init_request_dispatcher"
+SCHEDULER_BATCH_TARGET = "sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run"
+OPENAI_CONVERT_TARGETS = (
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._convert_to_internal_request",
+    "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._convert_to_internal_request",
+)
+
+_registered = False
+
+
+def register() -> None:
+    """Register PBKV's policies, backends, IPC type and hooks with SGLang (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from sglang.srt.arg_groups.choices import RADIX_EVICTION_POLICY_CHOICES, add_radix_eviction_policy_choices
+    from sglang.srt.managers.io_struct import hook_custom_types
+    from sglang.srt.mem_cache import utils as cache_utils
+    from sglang.srt.mem_cache.registry import register_radix_cache_backend, registered_radix_cache_backends
+    from sglang.srt.mem_cache.unified_cache.tree_core_registry import (
+        register_tree_core_backend,
+        registered_tree_core_backends,
+    )
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from .cache import BACKEND_NAME, make_pbkv_cache
+    from .ipc import PBKVEndWorkflowReq, extend_scheduler_dispatcher, headers_to_custom_params
+    from .prefetch import after_next_batch
+    from .strategy import STRATEGIES
+    from .tree_core import TREE_CORE_NAME, make_tree_core
+
+    add_radix_eviction_policy_choices([n for n in STRATEGIES if n not in RADIX_EVICTION_POLICY_CHOICES])
+    for name, cls in STRATEGIES.items():
+        cache_utils._EVICTION_POLICY_FACTORIES.setdefault(name, cls)
+    if TREE_CORE_NAME not in registered_tree_core_backends():
+        register_tree_core_backend(TREE_CORE_NAME, make_tree_core)
+    if BACKEND_NAME not in registered_radix_cache_backends():
+        register_radix_cache_backend(BACKEND_NAME, make_pbkv_cache)
+    hook_custom_types(PBKVEndWorkflowReq)
+
+    HookRegistry.register(SCHEDULER_DISPATCH_TARGET, extend_scheduler_dispatcher, HookType.AFTER)
+    HookRegistry.register(SCHEDULER_BATCH_TARGET, after_next_batch, HookType.AFTER)
+    if multiprocessing.parent_process() is None:  # the launcher: HTTP app and OpenAI conversion live here
+        from sglang.srt.entrypoints import http_server
+
+        from .ipc import install_http_routes
+
+        install_http_routes(http_server.app)
+        for target in OPENAI_CONVERT_TARGETS:
+            HookRegistry.register(target, headers_to_custom_params, HookType.AFTER)
+    _registered = True
+    log.info("PBKV plugin registered: policies %s, --radix-cache-backend %s", list(STRATEGIES), BACKEND_NAME)

@@ -1,0 +1,7 @@
+"""Trace-driven discrete-event simulator (DESIGN.md section 5).
+
+Modules: :mod:`.profiles` (named hardware profiles), :mod:`.synth` (synthetic workloads),
+:mod:`.simulator` (closed-loop replay through the engine core), :mod:`.future` (belady's oracle),
+:mod:`.metrics` (metric definitions shared with the server), :mod:`.report` (tables, JSON, plots).
+Import the submodules directly; this package imports nothing so that light users stay light.
+"""

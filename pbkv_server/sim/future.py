@@ -1,0 +1,111 @@
+"""The future of a trace, for the offline ``belady`` policy (a :class:`~pbkv_server.engine.FutureOracle`).
+
+Belady's rule evicts the block whose next use is farthest away. In a closed-loop replay the order
+of future requests depends on the run itself, so the oracle ranks uses by a reference order: each
+request's submission time in a timing-only replay of the trace at the same concurrency (recorded
+durations and tool gaps, no cache effects; :func:`reference_order`). Uses already served are
+dropped as the run proceeds (:meth:`TraceFuture.consume`), so the answer is "the earliest use, in
+reference order, of a request not yet served". A request that is waiting in the queue still counts
+as a future use: its blocks are needed next. The engine's belady policy asks at each admission,
+passing the admitted request's submission index; the simulator binds submission indices to request
+ids (:meth:`TraceFuture.bind`), so the admitted request itself is consumed before answering.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from typing import Hashable, Mapping, Sequence
+
+__all__ = ["TraceFuture", "reference_order"]
+
+
+class TraceFuture:
+    """Next-use oracle over a fixed set of requests.
+
+    Args:
+        requests: ``request_id -> (reference position, block keys)``; positions are any numbers
+            that order the requests (smaller = sooner).
+
+    ``next_use`` costs amortised O(1): each key's uses are sorted once and a cursor skips the
+    consumed ones from the front.
+    """
+
+    def __init__(self, requests: Mapping[str, tuple[float, Sequence[Hashable]]]):
+        ordered = sorted(requests.items(), key=lambda kv: kv[1][0])
+        self._index = {rid: i for i, (rid, _) in enumerate(ordered)}
+        self._position = [pos for _, (pos, _) in ordered]
+        self._consumed = bytearray(len(ordered))
+        uses: dict[Hashable, array] = {}
+        for i, (_, (_, blocks)) in enumerate(ordered):
+            for key in set(blocks):
+                lst = uses.get(key)
+                if lst is None:
+                    uses[key] = lst = array("l")
+                lst.append(i)
+        self._uses = uses
+        self._cursor: dict[Hashable, int] = {}
+        self._bound: dict[int, str] = {}
+
+    def bind(self, submission_index: int, request_id: str) -> None:
+        """Tell the oracle that the engine's request number ``submission_index`` is ``request_id``."""
+        self._bound[submission_index] = request_id
+
+    def consume(self, request_id: str) -> None:
+        """Mark a request as served (its blocks' use at that request is now past). Unknown ids are ignored."""
+        i = self._index.get(request_id)
+        if i is not None:
+            self._consumed[i] = 1
+
+    def next_use(self, key: Hashable, now_index: int = -1) -> float:
+        """Reference position of the earliest unserved request whose prompt holds ``key``; ``math.inf`` if none.
+
+        ``now_index`` is the engine's submission index of the request being served now; if it was
+        bound (:meth:`bind`), that request is consumed first, so its own use does not count.
+        """
+        rid = self._bound.pop(now_index, None)
+        if rid is not None:
+            self.consume(rid)
+        lst = self._uses.get(key)
+        if lst is None:
+            return math.inf
+        i = self._cursor.get(key, 0)
+        n = len(lst)
+        consumed = self._consumed
+        while i < n and consumed[lst[i]]:
+            i += 1
+        self._cursor[key] = i
+        return self._position[lst[i]] if i < n else math.inf
+
+
+def reference_order(
+    durations: Sequence[Sequence[float]],
+    gaps: Sequence[Sequence[float]],
+    concurrency: int,
+) -> list[list[float]]:
+    """Submission times of every invocation in a timing-only closed-loop replay.
+
+    Workflow ``w`` has invocations of recorded ``durations[w][j]`` seconds separated by tool gaps
+    ``gaps[w][j]`` (gap after invocation j; the last entry is the trailing gap before its end). At
+    most ``concurrency`` workflows run at once; the next workflow (in list order) starts when one
+    ends.
+
+    Returns:
+        ``times[w][j]``, seconds from the replay start.
+
+    Raises:
+        ValueError: ``concurrency`` < 1.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    times: list[list[float]] = [[0.0] * len(d) for d in durations]
+    slots = [0.0] * min(concurrency, len(durations))
+    heapq.heapify(slots)
+    for w, durs in enumerate(durations):
+        t = heapq.heappop(slots)
+        for j, d in enumerate(durs):
+            times[w][j] = t
+            t += max(0.0, d) + max(0.0, gaps[w][j])
+        heapq.heappush(slots, t)
+    return times

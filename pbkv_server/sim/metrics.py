@@ -1,0 +1,204 @@
+"""Serving metrics with the definitions of DESIGN.md section 5, shared by the simulator and the server.
+
+* workflow latency: from the workflow's first submission to its end (seconds);
+* TTFT of a request: from its arrival to its first output token (queueing + host loads + prefill);
+  per-agent TTFT is the mean over that agent's requests;
+* device hit rate (token level): prompt tokens served from device cache / all prompt tokens;
+* host hit rate: prompt tokens loaded from the host tier / all prompt tokens;
+* hit rate over time: the same ratios over the requests whose first token falls in each time bin;
+* decision latencies: mean and p99 of the engine's eviction-decision, score-update,
+  prefetch-decision and predictor-call samples (wall-clock, milliseconds in the summary).
+
+Times are in the caller's clock (engine seconds in the simulator, wall seconds in the server).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+__all__ = ["MetricsCollector", "percentile", "latency_summary"]
+
+#: Engine latency sample fields reported by :meth:`MetricsCollector.summary`.
+LATENCY_FIELDS = ("eviction_decision_s", "score_update_s", "prefetch_decision_s", "predictor_call_s")
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) by linear interpolation between closest ranks; NaN if empty."""
+    data = sorted(values)
+    if not data:
+        return math.nan
+    pos = (len(data) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def latency_summary(samples_s: Iterable[float]) -> dict[str, float]:
+    """``{"n", "mean_ms", "p99_ms"}`` of wall-clock samples given in seconds."""
+    data = list(samples_s)
+    if not data:
+        return {"n": 0, "mean_ms": math.nan, "p99_ms": math.nan}
+    return {"n": len(data), "mean_ms": 1e3 * sum(data) / len(data), "p99_ms": 1e3 * percentile(data, 99)}
+
+
+@dataclass(slots=True)
+class _Request:
+    arrival: float
+    agent: str | None
+    first_token: float = math.nan
+    prompt_tokens: int = 0
+    device_cached: int = 0
+    host_cached: int = 0
+    finish: float = math.nan
+
+
+class MetricsCollector:
+    """Collects request and workflow events and summarises them.
+
+    Feed it :meth:`request_arrived`, :meth:`first_token` (an engine ``FirstToken`` or the same
+    fields), :meth:`finished`, :meth:`workflow_started` and :meth:`workflow_ended`; events for
+    unknown request ids are ignored (a server may start collecting mid-stream).
+
+    Args:
+        timeline_bins: number of equal time bins of the hit-rate timeline (>= 1).
+
+    Raises:
+        ValueError: ``timeline_bins`` < 1.
+    """
+
+    def __init__(self, timeline_bins: int = 40):
+        if timeline_bins < 1:
+            raise ValueError("timeline_bins must be >= 1")
+        self.timeline_bins = timeline_bins
+        self._requests: dict[str, _Request] = {}
+        self._wf_start: dict[str, float] = {}
+        self._wf_end: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ events
+
+    def request_arrived(self, request_id: str, time: float, agent: str | None = None) -> None:
+        """A request was sent at ``time`` by ``agent`` (``None`` for anonymous requests)."""
+        self._requests[request_id] = _Request(arrival=time, agent=agent)
+
+    def first_token(self, event: Any) -> None:
+        """Record a ``FirstToken``-like event (request_id, time, prompt_tokens, device/host cached tokens)."""
+        req = self._requests.get(event.request_id)
+        if req is None:
+            return
+        req.first_token = event.time
+        req.prompt_tokens = event.prompt_tokens
+        req.device_cached = event.device_cached_tokens
+        req.host_cached = event.host_cached_tokens
+
+    def finished(self, request_id: str, time: float) -> None:
+        """The request's last token was produced at ``time``."""
+        req = self._requests.get(request_id)
+        if req is not None:
+            req.finish = time
+
+    def workflow_started(self, workflow_id: str, time: float) -> None:
+        """The workflow's first request was sent at ``time`` (later calls for the same id are ignored)."""
+        self._wf_start.setdefault(workflow_id, time)
+
+    def workflow_ended(self, workflow_id: str, time: float) -> None:
+        """The workflow ended at ``time``; its latency is recorded once (unknown ids are ignored)."""
+        if workflow_id in self._wf_start:
+            self._wf_end.setdefault(workflow_id, time)
+
+    # ------------------------------------------------------------------ raw views
+
+    def workflow_spans(self) -> dict[str, tuple[float, float]]:
+        """``workflow_id -> (start, end)`` of every ended workflow."""
+        return {w: (self._wf_start[w], end) for w, end in self._wf_end.items()}
+
+    def request_times(self) -> dict[str, tuple[float, float, float]]:
+        """``request_id -> (arrival, first token, finish)``; NaN for what has not happened yet."""
+        return {rid: (r.arrival, r.first_token, r.finish) for rid, r in self._requests.items()}
+
+    # ------------------------------------------------------------------ summaries
+
+    def hit_rates(self) -> tuple[float, float]:
+        """(device hit rate, host hit rate) over all requests that got their first token."""
+        prompt = device = host = 0
+        for req in self._requests.values():
+            if not math.isnan(req.first_token):
+                prompt += req.prompt_tokens
+                device += req.device_cached
+                host += req.host_cached
+        return (device / prompt, host / prompt) if prompt else (0.0, 0.0)
+
+    def timeline(self) -> list[dict[str, float]]:
+        """Hit rate over time: one entry per bin, ``{"t_start", "t_end", "hit_rate", "host_hit_rate",
+        "requests", "prompt_tokens"}``; bins split [first arrival, last first token] evenly.
+
+        A bin without requests reports NaN rates (plotted as gaps).
+        """
+        served = [r for r in self._requests.values() if not math.isnan(r.first_token)]
+        if not served:
+            return []
+        t0 = min(r.arrival for r in served)
+        t1 = max(r.first_token for r in served)
+        width = (t1 - t0) / self.timeline_bins or 1.0
+        bins = [[0, 0, 0, 0] for _ in range(self.timeline_bins)]  # requests, prompt, device, host
+        for r in served:
+            b = bins[min(int((r.first_token - t0) / width), self.timeline_bins - 1)]
+            b[0] += 1
+            b[1] += r.prompt_tokens
+            b[2] += r.device_cached
+            b[3] += r.host_cached
+        return [
+            {
+                "t_start": t0 + i * width,
+                "t_end": t0 + (i + 1) * width,
+                "hit_rate": b[2] / b[1] if b[1] else math.nan,
+                "host_hit_rate": b[3] / b[1] if b[1] else math.nan,
+                "requests": b[0],
+                "prompt_tokens": b[1],
+            }
+            for i, b in enumerate(bins)
+        ]
+
+    def per_agent_ttft(self) -> dict[str, float]:
+        """Mean TTFT (seconds) per agent name, over requests that got their first token."""
+        sums: dict[str, list[float]] = {}
+        for r in self._requests.values():
+            if r.agent is not None and not math.isnan(r.first_token):
+                sums.setdefault(r.agent, []).append(r.first_token - r.arrival)
+        return {a: sum(v) / len(v) for a, v in sorted(sums.items())}
+
+    def summary(self, engine_stats: Any = None) -> dict[str, Any]:
+        """All metrics as a JSON-ready dict.
+
+        Keys: ``hit_rate``, ``host_hit_rate``, ``mean_latency_s``, ``p50_latency_s``,
+        ``p99_latency_s``, ``mean_ttft_s``, ``p99_ttft_s``, ``per_agent_ttft_s``, ``workflows``,
+        ``requests``, ``timeline``; with ``engine_stats`` (an ``EngineStats``) also ``evictions``,
+        ``evicted_tokens``, ``prefetched_tokens`` and ``latency_ms`` (per kind: n, mean_ms, p99_ms).
+        """
+        ttfts = [r.first_token - r.arrival for r in self._requests.values() if not math.isnan(r.first_token)]
+        lat = [end - self._wf_start[w] for w, end in self._wf_end.items()]
+        hit, host = self.hit_rates()
+        out: dict[str, Any] = {
+            "hit_rate": hit,
+            "host_hit_rate": host,
+            "mean_latency_s": sum(lat) / len(lat) if lat else math.nan,
+            "p50_latency_s": percentile(lat, 50),
+            "p99_latency_s": percentile(lat, 99),
+            "mean_ttft_s": sum(ttfts) / len(ttfts) if ttfts else math.nan,
+            "p99_ttft_s": percentile(ttfts, 99),
+            "per_agent_ttft_s": self.per_agent_ttft(),
+            "workflows": len(lat),
+            "requests": len(ttfts),
+            "timeline": self.timeline(),
+        }
+        if engine_stats is not None:
+            out["evictions"] = engine_stats.evictions
+            out["evicted_tokens"] = engine_stats.evicted_tokens
+            out["prefetched_tokens"] = engine_stats.prefetched_tokens
+            out["latency_ms"] = {
+                name.removesuffix("_s"): latency_summary(getattr(engine_stats, name, ()))
+                for name in LATENCY_FIELDS
+            }
+        return out
+

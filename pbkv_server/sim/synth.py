@@ -1,0 +1,390 @@
+"""Seeded synthetic multi-agent workloads written as v1 traces (DESIGN.md section 5; issue 2 item 7).
+
+A workflow walks a call graph: a prologue of agents, then a loop body repeated a number of times,
+then END. The loop count depends on a hidden per-workflow property (task difficulty, claim hop
+count, ...) that also chooses the words of the task and of the newest messages, so the request
+features (:func:`pbkv_sdk.trace.request_features` of the newest message) carry a learnable signal.
+The "signal" agent's output (a test log, an evidence summary) additionally says whether another
+round follows (truthfully with probability 0.9), as a real tool result would.
+
+Prompt layout of agent X at step i of workflow w (chat order, as group-chat frameworks build it)::
+
+    [app preamble (shared by all agents of the app)] [X's role prompt + tool descriptions
+    (shared by all workflows)] [w's task] [history message 0] ... [history message i-1]
+
+History message j is invocation j's output plus its tool result, so history accumulates and an
+agent's next call extends its previous prompt. Texts are not generated: each prompt is a sequence
+of segments (id, characters) and the chained block hash of a block hashes the (segment, offset,
+length) pieces it holds, which has exactly the sharing structure of hashing real text whose
+segments are distinct (:func:`segment_hashes`). Tokens are ``characters / CHARS_PER_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from pbkv_sdk.trace import HASH_HEX, InvocationRecord, TraceRecord, TraceWriter, WorkflowEndRecord, request_features
+
+__all__ = [
+    "GRAPHS",
+    "CHARS_PER_TOKEN",
+    "DEFAULT_SYNTH_BLOCK_CHARS",
+    "AgentSpec",
+    "HiddenProperty",
+    "GraphSpec",
+    "generate",
+    "write_trace",
+    "segment_hashes",
+]
+
+#: Characters per token of the synthetic text (English prose / code average for BPE tokenizers).
+CHARS_PER_TOKEN = 4
+#: Block size of synthetic traces: 256 characters = 64 tokens (an SGLang-page-sized block).
+DEFAULT_SYNTH_BLOCK_CHARS = 256
+#: Probability that the signal agent's output tells the truth about whether another round follows.
+SIGNAL_TRUTH = 0.9
+#: Unix time of the first synthetic workflow (fixed so traces are byte-identical per seed).
+EPOCH = 1_767_225_600.0
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent of a synthetic app. Token ranges are (low, high) drawn log-uniformly.
+
+    Attributes:
+        name: agent name.
+        role_tokens: length of its role prompt + tool descriptions (fixed per app and seed).
+        output_tokens: completion length of each call.
+        tool_tokens: tokens of the tool result appended after its output (``(0, 0)``: no tool).
+        tool_gap_s: seconds the tool runs before the next call (handoff gap when no tool).
+        words: vocabulary of its messages.
+    """
+
+    name: str
+    role_tokens: tuple[int, int]
+    output_tokens: tuple[int, int]
+    tool_tokens: tuple[int, int] = (0, 0)
+    tool_gap_s: tuple[float, float] = (0.05, 0.3)
+    words: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HiddenProperty:
+    """A hidden per-workflow property value: it sets the loop count and the task's words.
+
+    Attributes:
+        label: value name (recorded nowhere in the trace: only its words leak into features).
+        weight: sampling weight among the graph's properties.
+        min_loops: loops always done.
+        p_continue: probability of each further loop (geometric), capped by the graph's max.
+        words: words of the task and of messages about it.
+    """
+
+    label: str
+    weight: float
+    min_loops: int
+    p_continue: float
+    words: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """A call graph: ``prologue`` then ``loop`` repeated ``loops`` times, then END.
+
+    Attributes:
+        app: application name of the traces.
+        preamble_tokens: length of the app-wide shared system preamble.
+        agents: the agents by name.
+        prologue: agents of the first round.
+        loop: agents of each further round (empty: static workflow).
+        properties: hidden property values.
+        task_tokens: length range of the workflow's task message.
+        signal_agent: agent whose message says whether another round follows (``None``: none).
+        max_loops: cap on further rounds.
+        common_words: filler vocabulary of the app.
+        continue_words / stop_words: outcome words of the signal agent's message.
+    """
+
+    app: str
+    preamble_tokens: int
+    agents: dict[str, AgentSpec]
+    prologue: tuple[str, ...]
+    loop: tuple[str, ...]
+    properties: tuple[HiddenProperty, ...]
+    task_tokens: tuple[int, int]
+    signal_agent: str | None = None
+    max_loops: int = 8
+    common_words: tuple[str, ...] = ()
+    continue_words: tuple[str, ...] = ()
+    stop_words: tuple[str, ...] = ()
+
+
+def _w(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
+CODEGEN = GraphSpec(
+    app="codegen",
+    preamble_tokens=900,
+    agents={
+        "planner": AgentSpec("planner", (700, 1000), (250, 600), words=_w("plan steps first then files module change approach")),
+        "coder": AgentSpec("coder", (1400, 1900), (400, 1200), (300, 1500), (3.0, 20.0),
+                           _w("patch diff function edit def return import class fix")),
+        "tester": AgentSpec("tester", (900, 1300), (100, 300), words=_w("tests run result check pytest suite")),
+        "analyzer": AgentSpec("analyzer", (800, 1200), (200, 500), words=_w("root cause because failing line trace reason")),
+    },
+    prologue=("planner", "coder", "tester"),
+    loop=("analyzer", "coder", "tester"),
+    properties=(
+        HiddenProperty("easy", 0.25, 0, 0.3, _w("typo rename docstring comment spelling readme label string")),
+        HiddenProperty("medium", 0.40, 0, 0.65, _w("parser validation edge case argument option default config")),
+        HiddenProperty("hard", 0.35, 1, 0.8, _w("concurrency race deadlock migration refactor async cache protocol")),
+    ),
+    # The task is the issue text plus the retrieved source files it concerns: SWE-bench-style
+    # prompts carry thousands of tokens of code context next to a few hundred of issue text.
+    task_tokens=(1500, 6000),
+    signal_agent="coder",
+    max_loops=8,
+    common_words=_w("the issue repository code user expected behaviour report version error please"),
+    continue_words=_w("failed assertionerror traceback errors failing"),
+    stop_words=_w("passed ok green success all"),
+)
+
+RESEARCH = GraphSpec(
+    app="research",
+    preamble_tokens=700,
+    agents={
+        "retriever": AgentSpec("retriever", (600, 900), (80, 200), (800, 2000), (0.5, 3.0),
+                               _w("search query wikipedia article page title")),
+        "summarizer": AgentSpec("summarizer", (700, 1000), (200, 500), words=_w("summary evidence states mentions source")),
+        "verifier": AgentSpec("verifier", (800, 1100), (60, 200), words=_w("claim verdict supported refuted label")),
+    },
+    prologue=("retriever", "summarizer", "verifier"),
+    loop=("retriever", "summarizer", "verifier"),
+    properties=(
+        HiddenProperty("2-hop", 0.4, 1, 0.1, _w("born city film")),
+        HiddenProperty("3-hop", 0.35, 2, 0.1, _w("born city film whose director which studio")),
+        HiddenProperty("4-hop", 0.25, 3, 0.1, _w("born city film whose director which studio founded country that")),
+    ),
+    task_tokens=(150, 400),
+    signal_agent="summarizer",
+    max_loops=6,
+    common_words=_w("claim the a is was of in and by"),
+    continue_words=_w("missing unknown need more evidence unresolved"),
+    stop_words=_w("complete covers all resolved enough"),
+)
+
+FINANCE = GraphSpec(
+    app="finance",
+    preamble_tokens=800,
+    agents={
+        "researcher": AgentSpec("researcher", (700, 1000), (150, 400), (1500, 3000), (1.0, 4.0),
+                                _w("filing 10k page excerpt table")),
+        "analyst": AgentSpec("analyst", (900, 1200), (300, 700), words=_w("ratio margin growth compute year")),
+        "writer": AgentSpec("writer", (600, 900), (150, 400), words=_w("answer final report concise")),
+    },
+    prologue=("researcher", "analyst", "writer"),
+    loop=(),
+    properties=(
+        HiddenProperty("metrics", 0.4, 0, 0.0, _w("revenue eps ratio fy2022 capex")),
+        HiddenProperty("domain", 0.35, 0, 0.0, _w("segment strategy risk guidance")),
+        HiddenProperty("novel", 0.25, 0, 0.0, _w("compare trend why outlook")),
+    ),
+    task_tokens=(100, 300),
+    common_words=_w("company question financial statement the of"),
+)
+
+#: Built-in graphs by name; ``"mixed"`` in :func:`generate` draws one per workflow.
+GRAPHS: dict[str, GraphSpec] = {g.app: g for g in (CODEGEN, RESEARCH, FINANCE)}
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def generate(
+    graph: str = "codegen",
+    workflows: int = 100,
+    seed: int = 0,
+    block_chars: int = DEFAULT_SYNTH_BLOCK_CHARS,
+    mean_interarrival_s: float = 2.0,
+) -> Iterator[TraceRecord]:
+    """Yield the records of ``workflows`` synthetic workflows (each workflow's invocations, then its end).
+
+    Args:
+        graph: a name of :data:`GRAPHS`, or ``"mixed"`` (each workflow picks one uniformly).
+        workflows: number of workflows (>= 1).
+        seed: random seed; the output is a pure function of the arguments.
+        block_chars: characters per prefix-hash block (a multiple of :data:`CHARS_PER_TOKEN`).
+        mean_interarrival_s: mean gap between workflow starts in the recorded timestamps, seconds.
+
+    Raises:
+        ValueError: unknown graph, ``workflows`` < 1, or a bad ``block_chars``.
+    """
+    if graph != "mixed" and graph not in GRAPHS:
+        raise ValueError(f"unknown graph {graph!r}; known: {', '.join(sorted(GRAPHS))}, mixed")
+    if workflows < 1:
+        raise ValueError("workflows must be >= 1")
+    if block_chars < CHARS_PER_TOKEN or block_chars % CHARS_PER_TOKEN:
+        raise ValueError(f"block_chars must be a positive multiple of {CHARS_PER_TOKEN}")
+    rng = random.Random(seed)
+    specs = sorted(GRAPHS) if graph == "mixed" else [graph]
+    # Role prompt lengths are properties of the app, fixed once per seed.
+    roles = {
+        name: {a.name: _loguniform(rng, *a.role_tokens) for a in GRAPHS[name].agents.values()} for name in specs
+    }
+    hasher = _Hasher(block_chars)
+    t = EPOCH
+    for index in range(workflows):
+        spec = GRAPHS[rng.choice(specs)]
+        t += rng.expovariate(1.0 / mean_interarrival_s)
+        yield from _workflow(spec, roles[spec.app], f"{spec.app}-s{seed}-{index:06d}", t, rng, hasher)
+
+
+def write_trace(path: str, **kwargs) -> tuple[int, int]:
+    """Write :func:`generate` (same keyword arguments) to ``path``; return (workflows, invocations)."""
+    n_wf = n_inv = 0
+    with TraceWriter(path) as writer:
+        for rec in generate(**kwargs):
+            writer.write(rec)
+            if isinstance(rec, InvocationRecord):
+                n_inv += 1
+            else:
+                n_wf += 1
+    return n_wf, n_inv
+
+
+def segment_hashes(segments: Sequence[tuple[str, int]], block_chars: int) -> list[str]:
+    """Chained block hashes of a text made of distinct segments ``(segment id, characters)``.
+
+    Block b holds characters ``[b * block_chars, (b + 1) * block_chars)``; its hash is
+    ``sha256(h_{b-1} || pieces)`` truncated to 16 hex digits, where ``pieces`` names the
+    (segment, offset, length) runs in the block. Two prompts share their first n hashes exactly when
+    their first n blocks hold the same pieces, as with :func:`pbkv_sdk.trace.prefix_hashes` on text.
+
+    Returns:
+        ``ceil(total characters / block_chars)`` hex strings.
+    """
+    return _Hasher(block_chars).hashes(segments)
+
+
+# --------------------------------------------------------------------------- generation
+
+
+@dataclass
+class _Msg:
+    seg: str
+    tokens: int
+
+
+def _workflow(spec: GraphSpec, roles: dict[str, int], wid: str, t0: float, rng: random.Random, hasher: "_Hasher"):
+    prop = rng.choices(spec.properties, weights=[p.weight for p in spec.properties])[0]
+    loops = prop.min_loops
+    while spec.loop and loops < spec.max_loops and rng.random() < prop.p_continue:
+        loops += 1
+    if not spec.loop:
+        loops = 0
+    sequence = list(spec.prologue) + list(spec.loop) * loops
+    rounds = [0] * len(spec.prologue) + [r + 1 for r in range(loops) for _ in spec.loop]
+
+    task_tokens = _loguniform(rng, *spec.task_tokens)
+    task_text = _words(rng, spec.common_words, 6) + _words(rng, prop.words, 5)
+    history: list[_Msg] = []
+    newest = task_text
+    t = t0
+    for step, agent_name in enumerate(sequence):
+        agent = spec.agents[agent_name]
+        segments = [(f"{spec.app}/preamble", spec.preamble_tokens * CHARS_PER_TOKEN),
+                    (f"{spec.app}/role/{agent_name}", roles[agent_name] * CHARS_PER_TOKEN),
+                    (f"{wid}/task", task_tokens * CHARS_PER_TOKEN)]
+        segments += [(m.seg, m.tokens * CHARS_PER_TOKEN) for m in history]
+        hashes, block_tokens = hasher.hashes_and_tokens(segments)
+        prompt_tokens = sum(block_tokens)
+        completion = _loguniform(rng, *agent.output_tokens)
+        ttft = 0.1 + prompt_tokens / 4000.0  # nominal recorded timing; replay recomputes it
+        t_end = t + ttft + completion * 0.025
+        yield InvocationRecord(
+            app=spec.app, workflow_id=wid, step=step, agent=agent_name, t_start=round(t, 3),
+            t_end=round(t_end, 3), ttft_s=round(ttft, 3), prompt_tokens=prompt_tokens,
+            completion_tokens=completion, prefix_hashes=hashes, block_chars=hasher.block_chars,
+            features=request_features(newest), block_tokens=block_tokens,
+        )
+        tool = _loguniform(rng, *agent.tool_tokens) if agent.tool_tokens[1] > 0 else 0
+        history.append(_Msg(f"{wid}/msg{step}", completion + tool))
+        # The newest message of the next call: this call's output (and tool result).
+        newest = _words(rng, agent.words, 5) + _words(rng, prop.words, 2) + _words(rng, spec.common_words, 3)
+        if agent_name == spec.signal_agent:
+            more = rounds[step] < loops
+            if rng.random() >= SIGNAL_TRUTH:
+                more = not more
+            newest += _words(rng, spec.continue_words if more else spec.stop_words, 3)
+        t = t_end + rng.uniform(*agent.tool_gap_s)
+    hasher.forget_workflows()
+    yield WorkflowEndRecord(app=spec.app, workflow_id=wid, t=round(t, 3), status="completed")
+
+
+def _loguniform(rng: random.Random, lo: int, hi: int) -> int:
+    if hi <= 0:
+        return 0
+    if lo >= hi:
+        return lo
+    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+
+
+def _words(rng: random.Random, vocab: Sequence[str], n: int) -> str:
+    return " ".join(rng.choice(vocab) for _ in range(n)) + " " if vocab else ""
+
+
+class _Hasher:
+    """Segment hashing with a memo of hash-chain states at segment boundaries.
+
+    Prompts of one workflow extend each other and every prompt starts with the shared preamble and
+    role, so the chain state after a segment prefix is reused instead of rehashing it.
+    """
+
+    def __init__(self, block_chars: int):
+        self.block_chars = block_chars
+        self._memo: dict[tuple[str, ...], tuple[bytes, tuple[str, ...], int, tuple[str, ...]]] = {}
+
+    def hashes(self, segments: Sequence[tuple[str, int]]) -> list[str]:
+        return self.hashes_and_tokens(segments)[0]
+
+    def hashes_and_tokens(self, segments: Sequence[tuple[str, int]]) -> tuple[list[str], list[int]]:
+        """Hashes and tokens per block (full blocks ``block_chars / CHARS_PER_TOKEN``, last rounded up)."""
+        key: tuple[str, ...] = ()
+        prev, pieces, fill, out = b"", (), 0, ()
+        start = 0
+        # Longest memoised segment prefix (memo keys carry the lengths in the ids).
+        for i in range(len(segments), 0, -1):
+            k = tuple(f"{s}#{n}" for s, n in segments[:i])
+            if k in self._memo:
+                prev, pieces, fill, out = self._memo[k]
+                key, start = k, i
+                break
+        out_l, pieces_l = list(out), list(pieces)
+        for seg, n in segments[start:]:
+            off = 0
+            while off < n:
+                take = min(n - off, self.block_chars - fill)
+                pieces_l.append(f"{seg}@{off}+{take}")
+                off += take
+                fill += take
+                if fill == self.block_chars:
+                    prev = hashlib.sha256(prev + "|".join(pieces_l).encode()).hexdigest()[:HASH_HEX].encode()
+                    out_l.append(prev.decode())
+                    pieces_l, fill = [], 0
+            key = key + (f"{seg}#{n}",)
+            self._memo[key] = (prev, tuple(pieces_l), fill, tuple(out_l))
+        hashes = list(out_l)
+        tokens = [self.block_chars // CHARS_PER_TOKEN] * len(hashes)
+        if pieces_l:
+            hashes.append(hashlib.sha256(prev + "|".join(pieces_l).encode()).hexdigest()[:HASH_HEX])
+            tokens.append(-(-fill // CHARS_PER_TOKEN))
+        return hashes, tokens
+
+    def forget_workflows(self) -> None:
+        """Drop memo entries past the shared (preamble, role) prefix: a finished workflow's prompts never recur."""
+        self._memo = {k: v for k, v in self._memo.items() if len(k) <= 2}

@@ -1,0 +1,134 @@
+"""Offline token counting for the sim engine: how many tokens a prompt or reply costs.
+
+The sim engine never runs a model, so it needs token *counts*, not token ids: prompt length for
+prefill cost and cache accounting, and per-block counts so that the radix cache keyed on
+``pbkv_sdk.trace.prefix_hashes`` blocks charges each block what it would cost on a real server.
+
+Approximation (documented, deterministic, no downloads): the text is split with the
+``tokenizers`` package's regex pre-tokenizer using a cl100k-style split pattern (letters with
+one leading non-letter, digit runs of at most 3, punctuation runs, newline runs, spaces). Each
+piece then costs ``ceil(utf8_bytes / width)`` tokens, where ``width`` depends on the piece class
+(letters: :data:`LETTER_BYTES_PER_TOKEN`, other pieces: :data:`OTHER_BYTES_PER_TOKEN`): a BPE
+vocabulary of ~100k entries keeps most English words (with their leading space) whole and splits
+long or rare words and symbol runs into a few pieces. The figure comparing these counts with a
+byte-level BPE tokenizer is printed by ``benchmarks/tokenizer_accuracy.py`` (see README,
+"Running pbkv-server").
+
+A token belongs to the block that holds its first character, so per-block counts sum exactly to
+the prompt's token count, and two prompts that share their leading blocks (and the piece
+boundaries inside them) get the same counts for those blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+from pbkv_sdk.trace import DEFAULT_BLOCK_CHARS, canonical_prompt
+
+__all__ = [
+    "LETTER_BYTES_PER_TOKEN",
+    "OTHER_BYTES_PER_TOKEN",
+    "count_tokens",
+    "token_starts",
+    "block_tokens",
+    "truncate_to_tokens",
+]
+
+#: UTF-8 bytes one BPE token covers in a letter piece (leading space/punctuation included).
+LETTER_BYTES_PER_TOKEN = 7
+#: UTF-8 bytes one BPE token covers in digit, punctuation and whitespace pieces.
+OTHER_BYTES_PER_TOKEN = 4
+
+# cl100k-style split: contractions, letters with one optional leading non-letter/non-digit,
+# digit groups of <= 3, punctuation runs (optional leading space), newline runs, other spaces.
+_SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def count_tokens(text: str) -> int:
+    """Approximate BPE token count of ``text`` (see module docstring); 0 for the empty string."""
+    return len(token_starts(text))
+
+
+def token_starts(text: str) -> list[int]:
+    """Character offset where each approximate token of ``text`` starts, ascending.
+
+    A piece of ``n`` tokens and ``m`` characters starting at offset ``s`` has token starts
+    ``s + floor(j * m / n)`` for ``j = 0..n-1`` (an even spread: BPE boundaries are unknown).
+
+    Returns:
+        one offset per token; ``len(result)`` is the token count.
+    """
+    starts: list[int] = []
+    for piece, (begin, end) in _splitter().pre_tokenize_str(text):
+        n = _piece_tokens(piece)
+        if n == 1:
+            starts.append(begin)
+            continue
+        width = end - begin
+        starts.extend(begin + (j * width) // n for j in range(n))
+    return starts
+
+
+def block_tokens(
+    prompt: Sequence[Mapping[str, Any]] | str, block_chars: int = DEFAULT_BLOCK_CHARS
+) -> list[int]:
+    """Tokens of each ``block_chars``-character block of the canonical prompt.
+
+    The blocks are those of :func:`pbkv_sdk.trace.prefix_hashes` (same canonical text, same
+    cut), so ``zip(prefix_hashes(p), block_tokens(p))`` pairs each cache key with its cost.
+
+    Args:
+        prompt: chat messages or a plain completion prompt.
+        block_chars: characters per block (>= 1).
+
+    Returns:
+        ``ceil(len(text) / block_chars)`` non-negative ints summing to the prompt's token count.
+
+    Raises:
+        ValueError: ``block_chars`` < 1.
+    """
+    if block_chars < 1:
+        raise ValueError("block_chars must be >= 1")
+    text = canonical_prompt(prompt)
+    counts = [0] * math.ceil(len(text) / block_chars)
+    for start in token_starts(text):
+        counts[start // block_chars] += 1
+    return counts
+
+
+def truncate_to_tokens(text: str, max_tokens: int) -> tuple[str, int]:
+    """Cut ``text`` to at most ``max_tokens`` approximate tokens.
+
+    Returns:
+        ``(text, tokens)``: the (possibly shortened) text and its token count.
+
+    Raises:
+        ValueError: ``max_tokens`` < 0.
+    """
+    if max_tokens < 0:
+        raise ValueError("max_tokens must be >= 0")
+    starts = token_starts(text)
+    if len(starts) <= max_tokens:
+        return text, len(starts)
+    # Cutting at a token start can only shrink the last piece, so the recount is <= max_tokens.
+    cut = text[: starts[max_tokens]]
+    return cut, count_tokens(cut)
+
+
+@lru_cache(maxsize=1)
+def _splitter() -> Any:
+    # Imported lazily: the SDK side never needs the tokenizers package.
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Split(Regex(_SPLIT_PATTERN), behavior="isolated")
+
+
+def _piece_tokens(piece: str) -> int:
+    nbytes = len(piece.encode("utf-8"))
+    width = LETTER_BYTES_PER_TOKEN if any(c.isalpha() for c in piece) else OTHER_BYTES_PER_TOKEN
+    return max(1, -(-nbytes // width))

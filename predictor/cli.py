@@ -1,0 +1,189 @@
+"""``pbkv-predictor``: train the GraphSAGE predictor and compare it with the baselines.
+
+Commands:
+  train TRACES... --out MODEL [--app APP]      fit on the traces, save one model file
+  eval  TRACES... [--models ...] [--seeds N]   top-1 accuracy at k = 1..K, mean +- std over seeds
+  curve TRACES... [--sizes 100,300,1000]       accuracy versus number of training workflows
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+import torch
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, build_samples, build_vocab, load_workflows, split_workflows
+from predictor.model import count_parameters
+from predictor.store import save_model
+from predictor.train import MODEL_NAMES, TrainConfig, fit, predict_proba, run_experiment, top1_accuracy
+
+app = typer.Typer(help="PBKV workflow predictor: train, evaluate, learning curves.", no_args_is_help=True)
+console = Console()
+
+
+def _threads(n: int) -> None:
+    # The machines this runs on are shared; a small model gains nothing from more threads.
+    torch.set_num_threads(max(1, n))
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+
+
+def _parse_models(models: str) -> list[str]:
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    bad = [m for m in names if m not in MODEL_NAMES and not (m.startswith("markov") and m[6:].isdigit())]
+    if bad:
+        raise typer.BadParameter(f"unknown model(s) {bad}; choose from {', '.join(MODEL_NAMES)}")
+    return names
+
+
+def _load(traces: list[Path], app_name: Optional[str]):
+    try:
+        return load_workflows(traces, app=app_name)
+    except (ValueError, OSError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def train(
+    traces: List[Path] = typer.Argument(..., exists=True, dir_okay=False, help="v1 trace files (JSONL)"),
+    out: Path = typer.Option(..., "--out", "-o", help="model file to write"),
+    app_name: Optional[str] = typer.Option(None, "--app", help="app to train for (needed when traces mix apps)"),
+    k: int = typer.Option(DEFAULT_K, help="horizon K"),
+    epochs: int = typer.Option(60, help="maximum epochs (early stopping on a 10% validation split)"),
+    seed: int = typer.Option(0, help="seed of the validation split and the initialisation"),
+    threads: int = typer.Option(2, help="torch CPU threads"),
+) -> None:
+    """Train the GraphSAGE predictor on TRACES and save it to one file with its metadata."""
+    _threads(threads)
+    workflows = _load(traces, app_name)
+    t0 = time.perf_counter()
+    if len(workflows) >= 3:
+        split = split_workflows(workflows, seed, fractions=(0.9, 0.1 - 1e-9))
+        train_wfs, val_wfs = split.train + split.test, split.val
+    else:
+        train_wfs, val_wfs = workflows, []
+    vocab = build_vocab(workflows[0].app, train_wfs)
+    tr = build_samples(train_wfs, vocab, k, DEFAULT_MAX_PREFIX)
+    va = build_samples(val_wfs, vocab, k, DEFAULT_MAX_PREFIX) if val_wfs else None
+    config = TrainConfig(epochs=epochs)
+    with _progress() as progress:
+        task = progress.add_task(f"training on {len(train_wfs)} workflows ({len(tr)} samples)", total=epochs)
+
+        def on_epoch(epoch: int, loss: float) -> None:
+            progress.update(task, completed=epoch + 1, description=f"epoch {epoch + 1}: loss {loss:.3f}")
+
+        net = fit("graphsage", vocab, train_wfs, tr, va, seed, k, DEFAULT_MAX_PREFIX, config, on_epoch)
+        progress.update(task, completed=epochs)
+    info = {
+        "train_workflows": len(train_wfs),
+        "train_samples": len(tr),
+        "parameters": count_parameters(net),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    if va is not None and va.mask.any():
+        acc = top1_accuracy(predict_proba(net, va), va)
+        info["val_top1"] = [None if np.isnan(a) else round(float(a), 4) for a in acc]
+    save_model(out, net, vocab, info)  # type: ignore[arg-type]
+    console.print(f"saved {out} (app {vocab.app!r}, {len(vocab) - 3} agents, K={k}): {json.dumps(info)}")
+
+
+@app.command("eval")
+def evaluate(
+    traces: List[Path] = typer.Argument(..., exists=True, dir_okay=False, help="v1 trace files (JSONL)"),
+    models: str = typer.Option(",".join(m for m in MODEL_NAMES if m != "graphsage-notxt"), help="comma-separated model names"),
+    seeds: int = typer.Option(10, help="seeds (each: a new split and initialisation)"),
+    app_name: Optional[str] = typer.Option(None, "--app", help="app to evaluate (needed when traces mix apps)"),
+    k: int = typer.Option(DEFAULT_K, help="horizon K"),
+    train_size: Optional[int] = typer.Option(None, help="cap on training workflows per seed"),
+    epochs: int = typer.Option(60, help="maximum epochs of the neural models"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="also write the results as JSON"),
+    threads: int = typer.Option(2, help="torch CPU threads"),
+) -> None:
+    """Top-1 accuracy at k = 1..K on held-out workflows, mean +- std over seeds (PBKV Table 3 layout)."""
+    _threads(threads)
+    names = _parse_models(models)
+    workflows = _load(traces, app_name)
+    results = _run_seeds(workflows, names, seeds, k, train_size, TrainConfig(epochs=epochs))
+    title = f"top-1 accuracy, app {workflows[0].app!r}, {len(workflows)} workflows, {seeds} seeds"
+    _print_table(title, {n: results[n] for n in names}, k)
+    if json_out is not None:
+        _write_json(json_out, {"app": workflows[0].app, "workflows": len(workflows), "seeds": seeds, "train_size": train_size, "results": _summary(results)})
+
+
+@app.command()
+def curve(
+    traces: List[Path] = typer.Argument(..., exists=True, dir_okay=False, help="v1 trace files (JSONL)"),
+    sizes: str = typer.Option("100,300,1000", help="training-set sizes in workflows"),
+    models: str = typer.Option("graphsage", help="comma-separated model names"),
+    seeds: int = typer.Option(3, help="seeds per size"),
+    app_name: Optional[str] = typer.Option(None, "--app", help="app to evaluate"),
+    k: int = typer.Option(DEFAULT_K, help="horizon K"),
+    epochs: int = typer.Option(60, help="maximum epochs"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="also write the results as JSON"),
+    threads: int = typer.Option(2, help="torch CPU threads"),
+) -> None:
+    """Learning curve: accuracy at k = 1..K versus the number of training workflows."""
+    _threads(threads)
+    names = _parse_models(models)
+    workflows = _load(traces, app_name)
+    all_rows: dict[str, list[np.ndarray]] = {}
+    for size in [int(s) for s in sizes.split(",") if s.strip()]:
+        results = _run_seeds(workflows, names, seeds, k, size, TrainConfig(epochs=epochs))
+        for n in names:
+            all_rows[f"{n} @ {size}"] = results[n]
+    _print_table(f"learning curve, app {workflows[0].app!r}, {len(workflows)} workflows, {seeds} seeds", all_rows, k)
+    if json_out is not None:
+        _write_json(json_out, {"app": workflows[0].app, "seeds": seeds, "results": _summary(all_rows)})
+
+
+def _run_seeds(workflows, names, seeds, k, train_size, config) -> dict[str, list[np.ndarray]]:
+    results: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    with _progress() as progress:
+        label = f"{len(names)} models x {seeds} seeds" + (f", {train_size} training workflows" if train_size else "")
+        task = progress.add_task(label, total=len(names) * seeds)
+        for seed in range(seeds):
+            out = run_experiment(workflows, names, seed, k, DEFAULT_MAX_PREFIX, train_size, config, on_model=lambda _n: progress.advance(task))
+            for n in names:
+                results[n].append(out[n])
+    return results
+
+
+def _summary(results: dict[str, list[np.ndarray]]) -> dict:
+    out = {}
+    for name, accs in results.items():
+        arr = np.array(accs)
+        out[name] = {"mean": np.nanmean(arr, axis=0).tolist(), "std": np.nanstd(arr, axis=0).tolist(), "runs": arr.tolist()}
+    return out
+
+
+def _print_table(title: str, results: dict[str, list[np.ndarray]], k: int) -> None:
+    table = Table(title=title)
+    table.add_column("model")
+    for j in range(1, k + 1):
+        table.add_column(f"k={j}", justify="right")
+    for name, accs in results.items():
+        arr = np.array(accs) * 100
+        cells = [f"{np.nanmean(arr[:, j]):.1f} +- {np.nanstd(arr[:, j]):.1f}" for j in range(k)]
+        table.add_row(name, *cells)
+    console.print(table)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+    console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    app()

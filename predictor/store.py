@@ -1,0 +1,86 @@
+"""Model files: one ``torch.save`` file holding the weights and the metadata needed to serve them.
+
+Content (a dict, loadable with ``torch.load(weights_only=True)``): ``format`` =
+:data:`FORMAT_NAME`, ``version`` = :data:`FORMAT_VERSION`, ``app``, ``vocab`` (token list, PAD/UNK/END
+first), ``config`` (:class:`predictor.model.ModelConfig` fields: K, dims, ...), ``state_dict``
+(weights and the transition matrix buffer) and ``info`` (training summary).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from predictor.data import Vocab
+from predictor.model import GraphSagePredictorNet, ModelConfig
+
+FORMAT_NAME = "pbkv-predictor"
+#: Bump when the file layout or the network changes incompatibly.
+FORMAT_VERSION = 1
+
+
+class ModelFileError(ValueError):
+    """A model file cannot be used: not a predictor file, another format version, or another app."""
+
+
+@dataclass
+class LoadedModel:
+    """A loaded model file: the network (eval mode), its vocabulary, and the stored metadata."""
+
+    net: GraphSagePredictorNet
+    vocab: Vocab
+    info: dict
+
+
+def save_model(path: str | os.PathLike[str], net: GraphSagePredictorNet, vocab: Vocab, info: dict | None = None) -> None:
+    """Write ``net`` + metadata to ``path`` (one file; parent directories are created)."""
+    parent = os.path.dirname(os.fspath(path))
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    payload = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "app": vocab.app,
+        "vocab": list(vocab.tokens),
+        "config": net.config.to_json(),
+        "state_dict": {k: v.detach().clone() for k, v in net.state_dict().items()},
+        "info": dict(info or {}),
+    }
+    torch.save(payload, os.fspath(path))
+
+
+def load_model(path: str | os.PathLike[str], app: str | None = None) -> LoadedModel:
+    """Load a model file written by :func:`save_model`.
+
+    Args:
+        path: the file.
+        app: when given, the file must have been trained for this app.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ModelFileError: not a PBKV predictor file, a format version other than
+            :data:`FORMAT_VERSION`, or an app other than ``app``.
+    """
+    try:
+        payload = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except Exception as exc:  # torch/pickle raise many types (UnpicklingError, KeyError, ...)
+        raise ModelFileError(f"{path}: not a PBKV predictor model file ({exc.__class__.__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT_NAME:
+        raise ModelFileError(f"{path}: not a PBKV predictor model file")
+    if payload.get("version") != FORMAT_VERSION:
+        raise ModelFileError(
+            f"{path}: model file format version {payload.get('version')!r}, this code reads version "
+            f"{FORMAT_VERSION}; retrain with `pbkv-predictor train`"
+        )
+    if app is not None and payload.get("app") != app:
+        raise ModelFileError(f"{path}: model was trained for app {payload.get('app')!r}, not {app!r}")
+    vocab = Vocab.from_json({"app": payload["app"], "tokens": payload["vocab"]})
+    config = ModelConfig(**payload["config"])
+    state = payload["state_dict"]
+    net = GraphSagePredictorNet(config, state["adj"])
+    net.load_state_dict(state)
+    return LoadedModel(net.eval(), vocab, dict(payload.get("info", {})))

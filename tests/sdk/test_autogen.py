@@ -1,0 +1,134 @@
+"""AutoGen SelectorGroupChat instrumented with instrument_team, against the fake server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+
+import pytest
+from autogen_agentchat.base import TaskResult
+
+from pbkv_sdk import ending
+from pbkv_sdk.recorder import flush_all
+from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord, iter_trace
+
+from .apps import build_autogen_team
+from .fake_openai import FakeOpenAI
+
+_TASK_RE = re.compile(r"fix bug (\d+)")
+# The fake selector answers the first listed candidate; the previous speaker is not a candidate,
+# so speakers alternate planner, coder, planner, ... and each turn starts with a selection call.
+TWO_TURNS = ["speaker_selector", "planner", "speaker_selector", "coder"]
+
+
+def wire(fake: FakeOpenAI) -> dict[str, tuple[str, list[str]]]:
+    """workflow id -> (the task its requests are about, agents by step)."""
+    seen: dict[str, tuple[set, list]] = {}
+    for req in fake.requests:
+        wf, agent, step, app = fake.hints_of(req)
+        assert app == "swe"
+        text = " ".join(str(m.get("content")) for m in req.body["messages"])
+        tasks, steps = seen.setdefault(wf, (set(), []))
+        tasks.update(_TASK_RE.findall(text))
+        steps.append((step, agent))
+    out = {}
+    for wf, (tasks, steps) in seen.items():
+        assert len(tasks) == 1, f"{wf} mixed tasks {tasks}"
+        steps.sort()
+        assert [s for s, _ in steps] == list(range(len(steps)))
+        out[wf] = (tasks.pop(), [a for _, a in steps])
+    return out
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["json", "sse"])
+def test_run_names_participants_and_selector_and_ends_once(fake_llm, tmp_path, streaming):
+    trace = tmp_path / "t.jsonl"
+    team = build_autogen_team(fake_llm.base_url, server_url=fake_llm.url, trace_path=str(trace), streaming=streaming)
+    result = asyncio.run(team.run(task="fix bug 7"))
+    assert [m.source for m in result.messages] == ["user", "planner", "coder", "planner", "coder"]
+    assert ending.flush(5.0) and flush_all(10.0)
+    [(wf, (task, agents))] = wire(fake_llm).items()
+    assert task == "7" and agents == TWO_TURNS * 2
+    assert [(w, s) for w, s, _ in fake_llm.ends] == [(wf, "completed")]
+    records = list(iter_trace(trace, strict=True))
+    assert [r.agent for r in records if isinstance(r, InvocationRecord)] == TWO_TURNS * 2
+    assert isinstance(records[-1], WorkflowEndRecord) and records[-1].workflow_id == wf
+
+
+def test_run_stream_yields_like_the_team_and_ends_with_the_task_result(fake_llm):
+    team = build_autogen_team(fake_llm.base_url, server_url=fake_llm.url, max_turns=2)
+
+    async def main():
+        return [item async for item in team.run_stream(task="fix bug 3")]
+
+    items = asyncio.run(main())
+    assert isinstance(items[-1], TaskResult) and len(items[-1].messages) == 3
+    assert ending.flush(5.0)
+    assert [s for _, s, _ in fake_llm.ends] == ["completed"]
+    assert list(wire(fake_llm).values()) == [("3", TWO_TURNS)]
+
+
+def test_team_reruns_are_separate_workflows(fake_llm):
+    team = build_autogen_team(fake_llm.base_url, server_url=fake_llm.url, max_turns=2)
+
+    async def main():
+        await team.run(task="fix bug 1")
+        await team.reset()  # the team's own API, reached through the wrapper; clears the history
+        await team.run(task="fix bug 2")
+
+    asyncio.run(main())
+    assert ending.flush(5.0)
+    runs = wire(fake_llm)
+    assert sorted(t for t, _ in runs.values()) == ["1", "2"]
+    assert all(agents == TWO_TURNS for _, agents in runs.values())
+    assert sorted(w for w, _, _ in fake_llm.ends) == sorted(runs)
+
+
+def test_eight_concurrent_teams_never_mix_hints(fake_llm):
+    fake_llm.chunk_delay_s = 0.002
+    teams = [build_autogen_team(fake_llm.base_url, server_url=fake_llm.url, streaming=i % 2 == 0) for i in range(8)]
+
+    async def main():
+        await asyncio.gather(*(team.run(task=f"fix bug {i}") for i, team in enumerate(teams)))
+
+    asyncio.run(main())
+    assert ending.flush(5.0)
+    runs = wire(fake_llm)
+    assert sorted(t for t, _ in runs.values()) == [str(i) for i in range(8)]
+    assert all(agents == TWO_TURNS * 2 for _, agents in runs.values())
+    assert sorted((w, s) for w, s, _ in fake_llm.ends) == sorted((w, "completed") for w in runs)
+
+
+def test_a_failing_model_ends_the_workflow_failed(fake_llm, free_port):
+    team = build_autogen_team(f"http://127.0.0.1:{free_port}/v1", server_url=fake_llm.url)
+    with pytest.raises(Exception):
+        asyncio.run(team.run(task="fix bug 9"))
+    assert ending.flush(5.0)
+    assert [(w, s) for w, s, _ in fake_llm.ends] == [(team.last_workflow.workflow_id, "failed")]
+
+
+def test_closing_the_stream_early_ends_the_workflow_cancelled(fake_llm):
+    team = build_autogen_team(fake_llm.base_url, server_url=fake_llm.url)
+
+    async def main():
+        stream = team.run_stream(task="fix bug 4")
+        await stream.__anext__()  # the task message
+        await stream.aclose()
+
+    asyncio.run(main())
+    assert ending.flush(5.0)
+    assert [s for _, s, _ in fake_llm.ends] == ["cancelled"]
+
+
+def test_team_completes_with_one_warning_when_pbkv_server_is_down(fake_llm, free_port, caplog):
+    async def main():
+        for i in range(2):
+            team = build_autogen_team(fake_llm.base_url, server_url=f"http://127.0.0.1:{free_port}", max_turns=2)
+            assert len((await team.run(task=f"fix bug {i}")).messages) == 3
+
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        asyncio.run(main())
+        assert ending.flush(10.0)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("pbkv_sdk")]
+    assert len(warnings) == 1 and "end signal" in warnings[0].getMessage()

@@ -1,0 +1,136 @@
+"""Core SDK behaviour with the real OpenAI client against the fake server: stamping, steps,
+body hints, name encoding, end signals and fail-open."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import openai
+import pytest
+
+import pbkv_sdk
+from pbkv_sdk import ending
+from pbkv_sdk.protocol import decode_name, parse_hints
+
+from .fake_openai import FakeOpenAI
+
+
+def _chat(client: openai.OpenAI, text: str, stream: bool = False) -> str:
+    if not stream:
+        return client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}]).choices[0].message.content
+    out = client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}], stream=True)
+    return "".join(c.choices[0].delta.content or "" for c in out if c.choices)
+
+
+def test_requests_in_a_workflow_carry_its_id_agent_and_consecutive_steps(fake_llm: FakeOpenAI):
+    client = openai.OpenAI(base_url=fake_llm.base_url, api_key="x", http_client=pbkv_sdk.http_client())
+    with pbkv_sdk.workflow(app="demo", workflow_id="wf-1", server_url=fake_llm.url):
+        with pbkv_sdk.agent("planner"):
+            _chat(client, "plan it")
+        with pbkv_sdk.agent("coder"):
+            _chat(client, "code it", stream=True)
+            _chat(client, "code more")
+    assert [fake_llm.hints_of(r) for r in fake_llm.requests] == [
+        ("wf-1", "planner", 0, "demo"),
+        ("wf-1", "coder", 1, "demo"),
+        ("wf-1", "coder", 2, "demo"),
+    ]
+
+
+def test_requests_outside_any_workflow_are_sent_without_hints(fake_llm: FakeOpenAI):
+    client = openai.OpenAI(base_url=fake_llm.base_url, api_key="x", http_client=pbkv_sdk.http_client())
+    with pbkv_sdk.agent("lonely"):
+        _chat(client, "hi")
+    assert fake_llm.hints_of(fake_llm.requests[0]) == (None, None, None, None)
+
+
+def test_body_hints_travel_in_custom_params_and_parse_back(fake_llm: FakeOpenAI):
+    client = openai.OpenAI(base_url=fake_llm.base_url, api_key="x", http_client=pbkv_sdk.http_client(body_hints=True))
+    with pbkv_sdk.workflow(app="demo", workflow_id="wf-body", server_url=fake_llm.url):
+        with pbkv_sdk.agent("verifier"):
+            assert _chat(client, "check").startswith("Thought:")
+    body = fake_llm.requests[0].body
+    assert body["custom_params"]["pbkv"] == {"workflow_id": "wf-body", "agent": "verifier", "step": 0, "app": "demo"}
+    assert body["messages"] == [{"role": "user", "content": "check"}]  # the rest of the body is intact
+    hints, reason = parse_hints({}, body)
+    assert reason is None and (hints.workflow_id, hints.agent, hints.step) == ("wf-body", "verifier", 0)
+
+
+def test_agent_names_outside_the_allowed_set_are_percent_encoded_not_dropped(fake_llm: FakeOpenAI):
+    client = openai.OpenAI(base_url=fake_llm.base_url, api_key="x", http_client=pbkv_sdk.http_client())
+    name = "Résumé writer/ü 100%\n"
+    with pbkv_sdk.workflow(app="appé", server_url=fake_llm.url), pbkv_sdk.agent(name):
+        _chat(client, "x")
+    raw = fake_llm.requests[0].headers["x-pbkv-agent"]
+    assert raw == "R%C3%A9sum%C3%A9 writer/%C3%BC 100%25%0A"  # UTF-8 bytes and '%' escaped by hand
+    assert decode_name(raw) == name
+    assert fake_llm.hints_of(fake_llm.requests[0])[3] == "appé"
+
+
+def test_an_agent_name_too_long_for_the_header_is_shortened_to_128_encoded_chars(fake_llm: FakeOpenAI):
+    client = openai.OpenAI(base_url=fake_llm.base_url, api_key="x", http_client=pbkv_sdk.http_client())
+    with pbkv_sdk.workflow(app="a", server_url=fake_llm.url), pbkv_sdk.agent("é" * 100):
+        _chat(client, "x")
+    raw = fake_llm.requests[0].headers["x-pbkv-agent"]
+    assert raw == "%C3%A9" * 21  # 21 * 6 = 126 <= 128 < 22 * 6
+    assert decode_name(raw) == "é" * 21
+
+
+def test_end_signal_arrives_exactly_once_with_its_status(fake_llm: FakeOpenAI):
+    wf = pbkv_sdk.Workflow("demo", "wf-end", server_url=fake_llm.url)
+    assert wf.end("failed") is True
+    assert wf.end("completed") is False
+    assert ending.flush(5.0)
+    assert [(w, s) for w, s, _ in fake_llm.ends] == [("wf-end", "failed")]
+
+
+def test_end_signal_goes_to_the_llm_origin_when_no_server_url_is_given(fake_llm: FakeOpenAI):
+    client = openai.OpenAI(base_url=fake_llm.base_url, api_key="x", http_client=pbkv_sdk.http_client())
+    with pbkv_sdk.workflow(app="demo", workflow_id="wf-origin"):
+        _chat(client, "x")
+    assert ending.flush(5.0)
+    assert [(w, s) for w, s, _ in fake_llm.ends] == [("wf-origin", "completed")]
+
+
+def test_failed_block_ends_the_workflow_as_failed_and_reraises(fake_llm: FakeOpenAI):
+    with pytest.raises(KeyError):
+        with pbkv_sdk.workflow(app="demo", workflow_id="wf-fail", server_url=fake_llm.url):
+            raise KeyError("boom")
+    assert ending.flush(5.0)
+    assert [(w, s) for w, s, _ in fake_llm.ends] == [("wf-fail", "failed")]
+
+
+def test_end_signal_never_blocks_the_app_and_gives_up_after_its_timeout(fake_llm: FakeOpenAI, caplog):
+    fake_llm.end_delay_s = 3.0
+    t0 = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        pbkv_sdk.Workflow("demo", "wf-slow", server_url=fake_llm.url, end_timeout_s=0.3).end()
+        returned_after = time.perf_counter() - t0
+        assert ending.flush(5.0)
+        attempt_done_after = time.perf_counter() - t0
+    assert returned_after < 0.05
+    assert attempt_done_after < 0.3 + 0.7  # timeout plus scheduling slack, far below the 3 s delay
+    assert len([r for r in caplog.records if "end signal" in r.getMessage()]) == 1
+
+
+@pytest.mark.parametrize("mode", ["server down", "500 on hint endpoint"])
+def test_app_completes_with_one_warning_when_the_hint_endpoint_fails(fake_llm: FakeOpenAI, free_port, caplog, mode):
+    server_url = f"http://127.0.0.1:{free_port}" if mode == "server down" else fake_llm.url
+    fake_llm.end_status_code = 500
+    client = openai.OpenAI(base_url=fake_llm.base_url, api_key="x", http_client=pbkv_sdk.http_client())
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        for i in range(3):
+            with pbkv_sdk.workflow(app="demo", workflow_id=f"wf-{i}", server_url=server_url, end_timeout_s=0.5):
+                assert _chat(client, "hello").startswith("Thought:")
+        assert ending.flush(10.0)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "end signal" in warnings[0].getMessage()
+    assert len(fake_llm.requests) == 3
+    expected_ends = [] if mode == "server down" else [("wf-0", "completed"), ("wf-1", "completed"), ("wf-2", "completed")]
+    assert [(w, s) for w, s, _ in fake_llm.ends] == expected_ends
+
+
+def test_invalid_end_status_is_a_clear_error():
+    with pytest.raises(ValueError, match="status must be one of"):
+        pbkv_sdk.Workflow("demo").end("done")

@@ -1,0 +1,118 @@
+"""CrewAI sequential crew with the PBKV hooks, listener and interceptor, against the fake server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pbkv_sdk import ending
+from pbkv_sdk.integrations.crewai import uninstrument
+from pbkv_sdk.recorder import flush_all
+from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord, iter_trace
+
+from .apps import CREWAI_ROLES, build_crewai_crew
+from .fake_openai import FakeOpenAI
+
+_QUESTION_RE = re.compile(r"question-(\d+)")
+
+
+@pytest.fixture(autouse=True)
+def _uninstrument():
+    yield
+    uninstrument()
+
+
+def wire(fake: FakeOpenAI) -> dict[str, tuple[str, list[str]]]:
+    """workflow id -> (the question its requests are about, roles by step)."""
+    seen: dict[str, tuple[set, list]] = {}
+    for req in fake.requests:
+        wf, agent, step, app = fake.hints_of(req)
+        assert app == "finance" and wf is not None
+        text = " ".join(str(m.get("content")) for m in req.body["messages"])
+        questions, steps = seen.setdefault(wf, (set(), []))
+        questions.update(_QUESTION_RE.findall(text))
+        steps.append((step, agent))
+    out = {}
+    for wf, (questions, steps) in seen.items():
+        assert len(questions) == 1, f"{wf} mixed questions {questions}"
+        steps.sort()
+        assert [s for s, _ in steps] == list(range(len(steps)))
+        out[wf] = (questions.pop(), [a for _, a in steps])
+    return out
+
+
+def ends_after_flush(fake: FakeOpenAI, n: int) -> list[tuple[str, str]]:
+    """End signals once ``n`` arrived (or 5 s passed): the fallback listener runs on CrewAI's pool."""
+    deadline = time.monotonic() + 5.0
+    while len(fake.ends) < n and time.monotonic() < deadline:
+        ending.flush(1.0)
+        time.sleep(0.01)
+    time.sleep(0.2)  # a duplicate, if any, would arrive within this
+    ending.flush(2.0)
+    return sorted((w, s) for w, s, _ in fake.ends)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["json", "sse"])
+def test_kickoff_is_one_workflow_with_roles_as_agents(fake_llm, tmp_path, streaming):
+    trace = tmp_path / "t.jsonl"
+    crew = build_crewai_crew(fake_llm.base_url, server_url=fake_llm.url, trace_path=str(trace), streaming=streaming)
+    out = crew.kickoff(inputs={"question": "question-1"})
+    assert out.raw.startswith("reply")
+    [(wf, (question, roles))] = wire(fake_llm).items()
+    assert question == "1" and roles == list(CREWAI_ROLES)
+    assert all(bool(r.body.get("stream")) == streaming for r in fake_llm.requests)
+    assert ends_after_flush(fake_llm, 1) == [(wf, "completed")]
+    assert flush_all(10.0)
+    records = list(iter_trace(trace, strict=True))
+    assert [(r.step, r.agent) for r in records if isinstance(r, InvocationRecord)] == list(enumerate(CREWAI_ROLES))
+    assert isinstance(records[-1], WorkflowEndRecord) and records[-1].workflow_id == wf
+
+
+def test_repeated_kickoffs_of_one_crew_are_separate_workflows_each_ended_once(fake_llm):
+    crew = build_crewai_crew(fake_llm.base_url, server_url=fake_llm.url)
+    for i in range(3):
+        crew.kickoff(inputs={"question": f"question-{i}"})
+    runs = wire(fake_llm)
+    assert sorted(q for q, _ in runs.values()) == ["0", "1", "2"]
+    assert all(roles == list(CREWAI_ROLES) for _, roles in runs.values())
+    assert ends_after_flush(fake_llm, 3) == sorted((w, "completed") for w in runs)
+
+
+def test_eight_concurrent_kickoffs_never_mix_hints(fake_llm):
+    fake_llm.chunk_delay_s = 0.002
+    crews = [build_crewai_crew(fake_llm.base_url, server_url=fake_llm.url, streaming=i % 2 == 0) for i in range(8)]
+
+    async def run_async(indexes):
+        await asyncio.gather(*(crews[i].kickoff_async(inputs={"question": f"question-{i}"}) for i in indexes))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: crews[i].kickoff(inputs={"question": f"question-{i}"}), range(4)))
+    asyncio.run(run_async(range(4, 8)))  # kickoff_async runs kickoff in worker threads
+    runs = wire(fake_llm)
+    assert sorted(q for q, _ in runs.values()) == [str(i) for i in range(8)]
+    assert all(roles == list(CREWAI_ROLES) for _, roles in runs.values())
+    assert ends_after_flush(fake_llm, 8) == sorted((w, "completed") for w in runs)
+
+
+def test_a_failing_llm_ends_the_kickoff_failed_once(fake_llm, free_port):
+    crew = build_crewai_crew(f"http://127.0.0.1:{free_port}/v1", server_url=fake_llm.url)
+    with pytest.raises(Exception):
+        crew.kickoff(inputs={"question": "question-5"})
+    assert [s for _, s in ends_after_flush(fake_llm, 1)] == ["failed"]
+
+
+def test_crew_completes_with_one_warning_when_pbkv_server_is_down(fake_llm, free_port, caplog):
+    crew = build_crewai_crew(fake_llm.base_url, server_url=f"http://127.0.0.1:{free_port}")
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        for i in range(2):
+            assert crew.kickoff(inputs={"question": f"question-{i}"}).raw.startswith("reply")
+        time.sleep(0.2)
+        assert ending.flush(10.0)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("pbkv_sdk")]
+    assert len(warnings) == 1 and "end signal" in warnings[0].getMessage()
+    assert len(fake_llm.requests) == 4

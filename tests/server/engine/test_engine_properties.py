@@ -1,0 +1,166 @@
+"""Hypothesis property tests over random operation sequences (submit, step, end workflow, idle
+time) under every policy, on a small two-tier cache so evictions, demotions, drops, host hits
+and prefetches all happen. Invariants are checked after every operation and at every eviction."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pbkv_sdk.protocol import END_AGENT, Hints
+from pbkv_server.engine import Engine, EngineConfig, EngineRequest, available_policies
+from pbkv_server.engine.radix import DEVICE, HOST
+from predictor.api import Prediction, Predictor
+
+from engine_helpers import PROFILE, chain
+
+AGENTS = ("plan", "code", "test")
+
+
+class HashPredictor(Predictor):
+    """Deterministic pseudo-random distributions over AGENTS + END, a function of the query."""
+
+    horizon = 3
+
+    def predict(self, queries):
+        out = []
+        for q in queries:
+            dists = []
+            for k in range(3):
+                h = hashlib.blake2b(f"{q.workflow_id}/{q.step}/{k}".encode(), digest_size=8).digest()
+                w = [1 + b for b in h[:4]]
+                total = sum(w)
+                dists.append(dict(zip(AGENTS + (END_AGENT,), (x / total for x in w))))
+            out.append(Prediction(dists))
+        return out
+
+
+class HashOracle:
+    """A consistent pseudo-random next-use index per (key, now)."""
+
+    def next_use(self, key, now_index):
+        return now_index + 1 + int(hashlib.blake2b(repr(key).encode(), digest_size=2).hexdigest(), 16) % 50
+
+
+class CheckedEngine(Engine):
+    """Engine that checks the eviction-time properties on every device eviction."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.in_prefetch = False
+        self.evicted_active = 0
+        inner = self.policy.prefetch
+
+        def prefetch(seconds):
+            self.in_prefetch = True
+            try:
+                inner(seconds)
+            finally:
+                self.in_prefetch = False
+
+        self.policy.prefetch = prefetch
+
+    def _evict(self, node):
+        assert node.lock == 0, "a locked node was evicted"
+        assert node.tier == DEVICE and node.n_dev_children == 0
+        retired = self.policy.is_retired(node)
+        if not retired:
+            self.evicted_active += 1
+            if self.policy.name in ("lae", "he", "pbkv"):
+                waiting = [n for n in self.tree.nodes() if n.tier == DEVICE and n.lock == 0
+                           and n.n_dev_children == 0 and self.policy.is_retired(n)]
+                assert not waiting, "an active node was evicted while a retired evictable node existed"
+            if self.in_prefetch and self.policy.name in ("pbkv", "kvflow"):
+                raise AssertionError("conservative prefetch evicted an active node")
+        super()._evict(node)
+
+
+def check_invariants(eng: Engine) -> None:
+    """Token accounting, capacities, prefix closure, child counts and lock counts."""
+    nodes = list(eng.tree.nodes())
+    dev = sum(n.tokens for n in nodes if n.tier == DEVICE)
+    host = sum(n.tokens for n in nodes if n.tier == HOST)
+    assert (eng.tree.device_tokens, eng.tree.host_tokens, eng.tree.n_nodes) == (dev, host, len(nodes))
+    assert all(n.tokens == sum(n.toks) and len(n.keys) == len(n.toks) >= 1 for n in nodes)
+    assert eng.stats.device_used_tokens == dev + eng._reserved <= eng.device_capacity
+    assert host <= eng.host_capacity
+    expected_locks = {}
+    for r in eng._running.values():
+        node = r.end
+        while node is not None and node.parent is not None:
+            expected_locks[node.id] = expected_locks.get(node.id, 0) + 1
+            node = node.parent
+    for n in nodes:
+        assert n.attached and n.parent.children[n.keys[0]] is n
+        if n.tier == DEVICE:
+            assert n.parent.tier == DEVICE, "device tier must be prefix-closed"
+        assert n.n_dev_children == sum(c.tier == DEVICE for c in n.children.values())
+        assert n.lock == expected_locks.get(n.id, 0)
+    assert eng._locked_dev == sum(n.tokens for n in nodes if n.tier == DEVICE and n.lock)
+    assert eng.tree.root.n_dev_children == sum(c.tier == DEVICE for c in eng.tree.root.children.values())
+
+
+submit = st.tuples(st.just("submit"), st.integers(0, 3), st.sampled_from(AGENTS), st.integers(0, 4),
+                   st.integers(0, 4), st.integers(1, 9))
+ops = st.lists(st.one_of(submit, submit, st.tuples(st.just("step")), st.tuples(st.just("step")),
+                         st.tuples(st.just("end"), st.integers(0, 2)),
+                         st.tuples(st.just("idle"), st.integers(1, 50))), min_size=30, max_size=80)
+
+#: Tokens of a block, fixed per block content (a chained key always has the same token count).
+def block_tokens(label: str) -> int:
+    return 2 + int(hashlib.blake2b(label.encode(), digest_size=1).hexdigest(), 16) % 10
+
+
+@pytest.mark.parametrize("policy", available_policies())
+@settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=ops, host=st.sampled_from([0, 30, 200]))
+def test_random_operations_keep_cache_invariants(policy, ops, host):
+    """Device 100 tokens, blocks of 2-11 tokens (fixed per block), prompts of 4-13 blocks
+    (shared system and agent blocks, per-workflow history, fresh blocks); workflow 3 means anonymous. After every operation
+    the invariants of check_invariants hold; evictions obey CheckedEngine's rules; everything
+    submitted finishes and every FirstToken splits its prompt into cached + prefilled tokens."""
+    cfg = EngineConfig(profile=PROFILE, policy=policy, device_tokens=100, host_tokens=host,
+                       predictor=HashPredictor(), future=HashOracle(), rho=0.3, idle_retire_s=0.5)
+    eng = CheckedEngine(cfg)
+    eng.set_app_graph("app", {"plan": ["code"], "code": ["test"], "test": ["code", "plan"]})
+    steps = {}
+    submitted, first, finished = set(), set(), set()
+    for n, op in enumerate(ops):
+        if op[0] == "submit":
+            _, wf, agent, suffix, fresh, out = op
+            labels = (["sys0", "sys1", f"{agent}-0", f"{agent}-1"] + [f"wf{wf}-{j}" for j in range(suffix)]
+                      + [f"op{n}-{j}" for j in range(fresh)])
+            hints = None
+            if wf < 3:
+                hints = Hints(f"wf{wf}", agent, steps.get(wf, 0), "app")
+                steps[wf] = steps.get(wf, 0) + 1
+            rid = f"r{n}"
+            keys = chain(labels)
+            eng.submit(EngineRequest(rid, keys, [block_tokens(x) for x in labels], out, hints))
+            submitted.add(rid)
+        elif op[0] == "step":
+            for e in eng.step():
+                if type(e).__name__ == "FirstToken":
+                    assert e.device_cached_tokens + e.host_cached_tokens <= e.prompt_tokens
+                    first.add(e.request_id)
+                else:
+                    finished.add(e.request_id)
+        elif op[0] == "end":
+            eng.end_workflow(f"wf{op[1]}")
+        else:
+            eng.advance_to(eng.clock + op[1] / 100)
+        check_invariants(eng)
+    while eng.busy:
+        for e in eng.step():
+            (first if type(e).__name__ == "FirstToken" else finished).add(e.request_id)
+        check_invariants(eng)
+    assert first == finished == submitted
+    for wf in range(3):
+        eng.end_workflow(f"wf{wf}")
+    check_invariants(eng)
+    # with no workflow left, every node that any workflow touched is retired
+    assert all(eng.policy.is_retired(n) or n.sc.n_ever == 0 for n in eng.tree.nodes())
+    assert all(n.lock == 0 for n in eng.tree.nodes())

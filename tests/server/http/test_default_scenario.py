@@ -1,0 +1,53 @@
+"""The default scenario: deterministic, role-shaped, honours max_tokens, realistic lengths."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+
+from pbkv_server.scenario import ScenarioRequest
+from pbkv_server.scenarios.default import MEDIAN_REPLY_TOKENS, DefaultScenario
+from pbkv_server.tokenizer import count_tokens
+
+MESSAGES = [
+    {"role": "system", "content": "You verify claims about films and their directors."},
+    {"role": "user", "content": "Claim: The director of Jaws was born in Cincinnati, Ohio in 1946."},
+]
+
+
+def _req(agent="verifier", max_tokens=None, extra=None):
+    return ScenarioRequest("hover", agent, "w1", 2, MESSAGES, max_tokens, extra or {})
+
+
+def test_same_seed_same_reply_and_different_seed_differs():
+    s = DefaultScenario()
+    assert s.reply(_req(), random.Random(7)) == s.reply(_req(), random.Random(7))
+    assert s.reply(_req(), random.Random(7)) != s.reply(_req(), random.Random(8))
+
+
+def test_verifier_reply_starts_with_a_decision():
+    text = DefaultScenario().reply(_req("verifier"), random.Random(1))
+    assert text.split("\n")[0] in {"Decision: verified.", "Decision: needs more evidence.", "Decision: not supported."}
+
+
+def test_max_tokens_caps_the_reply():
+    for cap in (1, 5, 40):
+        text = DefaultScenario().reply(_req(max_tokens=cap), random.Random(3))
+        assert 0 < count_tokens(text) <= cap
+
+
+def test_reply_lengths_have_the_documented_median():
+    lengths = [count_tokens(DefaultScenario().reply(_req("writer"), random.Random(i))) for i in range(200)]
+    # Log-normal with median 120 tokens clipped to [12, 600]: the sample median lies near 120.
+    assert 0.75 * MEDIAN_REPLY_TOKENS <= statistics.median(lengths) <= 1.25 * MEDIAN_REPLY_TOKENS
+    assert min(lengths) >= 10 and max(lengths) <= 600
+
+
+def test_json_schema_response_format_gets_matching_json():
+    schema = {"type": "object", "properties": {"verdict": {"type": "string"}, "score": {"type": "integer"},
+                                                "ok": {"type": "boolean"}}}
+    extra = {"response_format": {"type": "json_schema", "json_schema": {"name": "v", "schema": schema}}}
+    data = json.loads(DefaultScenario().reply(_req(extra=extra), random.Random(0)))
+    assert set(data) == {"verdict", "score", "ok"}
+    assert isinstance(data["score"], int) and isinstance(data["ok"], bool) and isinstance(data["verdict"], str)

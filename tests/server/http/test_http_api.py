@@ -1,0 +1,95 @@
+"""The rest of the HTTP surface: completions, models, health, body hints, pacing, idle retirement."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from pbkv_sdk.protocol import Hints
+from pbkv_server.tokenizer import count_tokens
+
+from server_http_fixtures import chat, metric, text_of_tokens
+
+
+def test_completions_endpoint_answers_and_caches_the_prompt(start_server):
+    server = start_server(policy="lru")
+    prompt = text_of_tokens(600, "document")
+    with httpx.Client(base_url=server.url) as client:
+        first = client.post("/v1/completions", json={"model": "m", "prompt": prompt, "max_tokens": 16})
+        second = client.post("/v1/completions", json={"model": "m", "prompt": [prompt + " Continue."], "max_tokens": 16})
+    assert first.status_code == second.status_code == 200
+    body = first.json()
+    assert body["object"] == "text_completion" and body["model"] == "m"
+    choice = body["choices"][0]
+    assert 0 < count_tokens(choice["text"]) <= 16 and body["usage"]["completion_tokens"] == count_tokens(choice["text"])
+    # The canonical form of a completion prompt is the text itself: its tokens are counted directly.
+    assert body["usage"]["prompt_tokens"] == count_tokens(prompt)
+    assert second.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= count_tokens(prompt) - 20
+
+
+def test_max_tokens_cuts_the_reply_and_sets_finish_reason_length(start_server):
+    server = start_server()
+    with httpx.Client(base_url=server.url) as client:
+        resp = chat(client, [{"role": "user", "content": "Write a long essay."}], max_tokens=3)
+    choice = resp.json()["choices"][0]
+    assert choice["finish_reason"] == "length" and count_tokens(choice["message"]["content"]) <= 3
+
+
+def test_models_and_health(start_server):
+    server = start_server(policy="lae", model_name="pbkv-sim", device_tokens=12345)
+    with httpx.Client(base_url=server.url) as client:
+        models = client.get("/v1/models").json()
+        health = client.get("/health").json()
+    assert models["object"] == "list" and models["data"][0]["id"] == "pbkv-sim"
+    assert health["status"] == "ok" and health["policy"] == "lae" and health["device_tokens"] == 12345
+
+
+def test_hints_in_custom_params_body_are_used(start_server):
+    server = start_server()
+    body_hints = {"custom_params": {"pbkv": Hints("wf-body", "writer", 0, "demo").to_body()}}
+    with httpx.Client(base_url=server.url) as client:
+        resp = chat(client, [{"role": "user", "content": "hi"}], **body_hints)
+    assert resp.headers["X-PBKV-Hints"] == "ok"
+    assert server.service.driver.engine.workflow("wf-body").app == "demo"
+
+
+def test_pace_one_sleeps_the_simulated_time(start_server):
+    server = start_server(pace=1.0, policy="lru")
+    messages = [{"role": "user", "content": text_of_tokens(3000, "slow")}]
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        chat(client, [{"role": "user", "content": "warm"}], max_tokens=2)
+        t0 = time.monotonic()
+        resp = chat(client, messages, max_tokens=4)
+        wall = time.monotonic() - t0
+    ttft = float(resp.headers["X-PBKV-TTFT-S"])
+    # 3,000 uncached tokens on the default profile take a simulated fraction of a second to prefill,
+    # which pace 1 turns into real waiting (plus three decode steps).
+    assert ttft > 0.2
+    assert wall >= ttft
+
+
+def test_pace_zero_answers_faster_than_the_simulated_time(start_server):
+    server = start_server(pace=0.0, policy="lru")
+    messages = [{"role": "user", "content": text_of_tokens(3000, "fast")}]
+    with httpx.Client(base_url=server.url) as client:
+        chat(client, [{"role": "user", "content": "warm"}], max_tokens=2)
+        t0 = time.monotonic()
+        resp = chat(client, messages, max_tokens=4)
+        wall = time.monotonic() - t0
+    assert wall < float(resp.headers["X-PBKV-TTFT-S"])
+
+
+def test_idle_workflows_are_retired_after_the_configured_time(start_server):
+    server = start_server(idle_retire_s=0.2)
+    with httpx.Client(base_url=server.url) as client:
+        chat(client, [{"role": "user", "content": "hi"}], Hints("wf-idle", "a", 0, "demo"), max_tokens=2)
+        assert metric(client.get("/metrics").text, "pbkv_active_workflows") == 1
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            text = client.get("/metrics").text
+            if metric(text, "pbkv_active_workflows") == 0:
+                break
+            time.sleep(0.05)
+    assert metric(text, "pbkv_active_workflows") == 0
+    assert metric(text, "pbkv_workflow_ends_total", {"source": "idle"}) == 1

@@ -1,0 +1,115 @@
+"""Bad input over real HTTP: clear OpenAI-style errors, and malformed hints never fail a request."""
+
+from __future__ import annotations
+
+import httpx
+
+from pbkv_sdk.protocol import END_PATH, GRAPH_PATH, Hints
+
+from server_http_fixtures import chat, metric
+
+USER = [{"role": "user", "content": "Hello there, how are you?"}]
+
+
+def _is_openai_error(resp: httpx.Response, status: int) -> dict:
+    assert resp.status_code == status
+    err = resp.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    return err
+
+
+def test_invalid_json_is_400_with_openai_error_object(start_server):
+    server = start_server()
+    with httpx.Client(base_url=server.url) as client:
+        resp = client.post("/v1/chat/completions", content=b'{"model": "m", "messages": [',
+                           headers={"content-type": "application/json"})
+        err = _is_openai_error(resp, 400)
+        assert err["type"] == "invalid_request_error" and err["code"] == "invalid_json"
+        # Valid JSON of the wrong shape is a 400 naming the field.
+        assert _is_openai_error(client.post("/v1/chat/completions", json={"messages": "hi"}), 400)["param"] == "messages"
+        assert _is_openai_error(client.post("/v1/chat/completions", json=[1, 2]), 400)["code"] == "invalid_request"
+        assert _is_openai_error(chat(client, USER, max_tokens=0), 400)["param"] == "max_tokens"
+        # Unknown routes answer OpenAI-style too.
+        assert _is_openai_error(client.get("/v1/nothing-here"), 404)["type"] == "not_found_error"
+
+
+def test_body_over_size_limit_is_413(start_server):
+    server = start_server(max_body_bytes=10_000)
+    big = [{"role": "user", "content": "x" * 20_000}]
+    with httpx.Client(base_url=server.url) as client:
+        err = _is_openai_error(chat(client, big), 413)
+        assert err["code"] == "request_too_large"
+        # A body without Content-Length (chunked upload) is cut off at the limit as well.
+        chunks = (b'{"messages": [{"role": "user", "content": "' + b"y" * 5000 for _ in range(4))
+        resp = client.post("/v1/chat/completions", content=chunks)
+        _is_openai_error(resp, 413)
+        assert chat(client, USER).status_code == 200  # the server is fine afterwards
+
+
+def test_prompt_larger_than_device_is_400_context_length(start_server):
+    server = start_server(device_tokens=500)
+    with httpx.Client(base_url=server.url) as client:
+        err = _is_openai_error(chat(client, [{"role": "user", "content": "word " * 2000}]), 400)
+    assert err["code"] == "context_length_exceeded"
+
+
+def test_malformed_hints_are_ignored_counted_and_the_request_served(start_server):
+    server = start_server()
+    bad_headers = [
+        {"X-PBKV-Workflow-Id": "has spaces!", "X-PBKV-Agent": "a", "X-PBKV-Step": "0"},
+        {"X-PBKV-Workflow-Id": "wf-1", "X-PBKV-Agent": "a", "X-PBKV-Step": "minus-one"},
+        {"X-PBKV-Agent": "a", "X-PBKV-Step": "0"},  # id missing
+    ]
+    with httpx.Client(base_url=server.url) as client:
+        for headers in bad_headers:
+            resp = client.post("/v1/chat/completions", json={"messages": USER}, headers=headers)
+            assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"]
+            assert resp.headers["X-PBKV-Hints"] == "ignored"
+        body_bad = client.post("/v1/chat/completions",
+                               json={"messages": USER, "custom_params": {"pbkv": {"workflow_id": "w", "step": 0}}})
+        assert body_bad.status_code == 200 and body_bad.headers["X-PBKV-Hints"] == "ignored"
+        good = client.post("/v1/chat/completions", json={"messages": USER}, headers=Hints("wf-ok", "a", 0).to_headers())
+        assert good.headers["X-PBKV-Hints"] == "ok"
+        plain = client.post("/v1/chat/completions", json={"messages": USER})
+        assert plain.headers["X-PBKV-Hints"] == "anonymous"
+        text = client.get("/metrics").text
+    assert metric(text, "pbkv_malformed_hints_total") == 4
+    # Only the well-formed workflow became active in the engine.
+    assert metric(text, "pbkv_active_workflows") == 1
+
+
+def test_end_for_unknown_workflow_is_204_and_end_is_idempotent(start_server):
+    server = start_server()
+    with httpx.Client(base_url=server.url) as client:
+        assert client.post(END_PATH.format(workflow_id="never-seen"), json={"status": "failed"}).status_code == 204
+        chat(client, USER, Hints("wf-9", "a", 0, "demo"))
+        for _ in range(3):
+            assert client.post(END_PATH.format(workflow_id="wf-9"), json={"status": "completed"}).status_code == 204
+        assert client.post(END_PATH.format(workflow_id="wf-9")).status_code == 204  # empty body: completed
+        bad = client.post(END_PATH.format(workflow_id="wf-9"), json={"status": "exploded"})
+        assert _is_openai_error(bad, 400)["param"] == "status"
+        text = client.get("/metrics").text
+    # One real end (the first); the repeats and the unknown id changed nothing.
+    assert metric(text, "pbkv_workflow_ends_total", {"status": "completed", "source": "client"}) == 1
+    assert metric(text, "pbkv_retired_workflows") == 1 and metric(text, "pbkv_active_workflows") == 0
+
+
+def test_wrong_hint_token_is_401_on_hint_endpoints_only(start_server):
+    server = start_server(hint_token="s3cret", policy="kvflow")
+    end = END_PATH.format(workflow_id="wf-1")
+    graph = GRAPH_PATH.format(app="demo")
+    edges = {"edges": {"planner": ["coder"], "coder": ["tester"], "tester": ["coder"]}}
+    with httpx.Client(base_url=server.url) as client:
+        _is_openai_error(client.post(end, json={"status": "completed"}), 401)
+        _is_openai_error(client.post(end, json={"status": "completed"}, headers={"Authorization": "Bearer nope"}), 401)
+        _is_openai_error(client.put(graph, json=edges, headers={"X-PBKV-Hint-Token": "wrong"}), 401)
+        # LLM routes and the rest need no hint token.
+        assert chat(client, USER, Hints("wf-1", "planner", 0, "demo")).status_code == 200
+        assert client.get("/v1/models").status_code == 200 and client.get("/health").status_code == 200
+        # The right token opens the hint endpoints.
+        assert client.put(graph, json=edges, headers={"X-PBKV-Hint-Token": "s3cret"}).status_code == 204
+        assert client.post(end, json={"status": "completed"}, headers={"Authorization": "Bearer s3cret"}).status_code == 204
+        assert _is_openai_error(client.put(graph, json={"edges": {"a": "b"}}, headers={"X-PBKV-Hint-Token": "s3cret"}),
+                                400)["code"] == "invalid_graph"
+    assert server.service.driver.engine.app_graphs["demo"] == {"planner": ("coder",), "coder": ("tester",),
+                                                               "tester": ("coder",)}

@@ -1,0 +1,102 @@
+"""End to end over real HTTP on 127.0.0.1: prefix reuse, policy choice under pressure, end signal."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from pbkv_sdk.protocol import END_PATH, Hints
+
+from server_http_fixtures import chat, metric, text_of_tokens
+
+
+def test_second_call_of_a_workflow_reuses_a_2000_token_prefix(start_server):
+    server = start_server(policy="pbkv")
+    system = {"role": "system", "content": text_of_tokens(2000, "instructions")}
+    with httpx.Client(base_url=server.url) as client:
+        first = chat(client, [system, {"role": "user", "content": "First question?"}], Hints("wf-1", "planner", 0, "demo"))
+        second = chat(client, [system, {"role": "user", "content": "Second question?"}], Hints("wf-1", "coder", 1, "demo"))
+    assert first.status_code == second.status_code == 200
+    u1, u2 = first.json()["usage"], second.json()["usage"]
+    assert u1["prompt_tokens"] >= 2000 and u1["prompt_tokens_details"]["cached_tokens"] == 0
+    assert u2["prompt_tokens_details"]["cached_tokens"] >= 1900
+    # Headers report the same figures, and a cached prefix makes the simulated TTFT much shorter.
+    assert int(second.headers["X-PBKV-Cached-Tokens"]) == u2["prompt_tokens_details"]["cached_tokens"]
+    assert int(second.headers["X-PBKV-Prompt-Tokens"]) == u2["prompt_tokens"]
+    assert float(second.headers["X-PBKV-TTFT-S"]) < float(first.headers["X-PBKV-TTFT-S"]) / 5
+
+
+def test_streamed_answer_reports_cached_tokens_in_final_usage_chunk(start_server):
+    import json
+
+    server = start_server(policy="lru")
+    system = {"role": "system", "content": text_of_tokens(2000, "shared")}
+    with httpx.Client(base_url=server.url) as client:
+        chat(client, [system, {"role": "user", "content": "warm up"}])
+        resp = chat(client, [system, {"role": "user", "content": "go"}], stream=True,
+                    stream_options={"include_usage": True})
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+    events = [line[6:] for line in resp.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert len(content) > 0
+    assert chunks[-2]["choices"][0]["finish_reason"] in ("stop", "length")
+    usage = chunks[-1]["usage"]
+    assert chunks[-1]["choices"] == [] and usage["prompt_tokens_details"]["cached_tokens"] >= 1900
+    assert usage["completion_tokens"] >= 1
+
+
+# Device of 2,400 tokens: two private 1,000-token prompts fit, a third forces one eviction.
+PRESSURE_DEVICE = 2400
+
+
+def _pressure_run(server, again=("b", "a")) -> dict:
+    """B then A (A newer), A ends, then C needs room; then B and A come back in the order
+    ``again`` (each miss inserts its prompt again and may evict). Returns the figures."""
+    a = [{"role": "system", "content": text_of_tokens(1000, "alpha")}]
+    b = [{"role": "system", "content": text_of_tokens(1000, "bravo")}]
+    c = [{"role": "system", "content": text_of_tokens(1000, "charlie")}]
+    out: dict = {}
+    with httpx.Client(base_url=server.url) as client:
+        rb = chat(client, b, Hints("wf-b", "worker", 0, "demo"), max_tokens=8)
+        ra = chat(client, a, Hints("wf-a", "worker", 0, "demo"), max_tokens=8)
+        assert client.post(END_PATH.format(workflow_id="wf-a"), json={"status": "completed"}).status_code == 204
+        rc = chat(client, c, Hints("wf-c", "worker", 0, "demo"), max_tokens=8)
+        out["metrics"] = client.get("/metrics").text
+        calls = {"b": (b, Hints("wf-b", "worker", 1, "demo")), "a": (a, Hints("wf-a2", "worker", 0, "demo"))}
+        for name in again:
+            key, resp = name + "_again", chat(client, calls[name][0], calls[name][1], max_tokens=8)
+            host = int(resp.headers["X-PBKV-Host-Cached-Tokens"])
+            out[key] = {"cached": resp.json()["usage"]["prompt_tokens_details"]["cached_tokens"], "host": host,
+                        "device": int(resp.headers["X-PBKV-Cached-Tokens"]) - host}
+    out["prompt"] = {k: r.json()["usage"]["prompt_tokens"] for k, r in (("a", ra), ("b", rb), ("c", rc))}
+    return out
+
+
+@pytest.mark.parametrize("policy", ["lae", "he", "pbkv"])
+def test_ending_a_workflow_makes_its_private_cache_the_first_to_go(start_server, policy):
+    run = _pressure_run(start_server(policy=policy, device_tokens=PRESSURE_DEVICE, host_tokens=0))
+    # The policy's choice is visible in /metrics: one eviction, exactly A's (retired) prompt.
+    assert metric(run["metrics"], "pbkv_evictions_total") == 1
+    assert metric(run["metrics"], "pbkv_evicted_tokens_total") == run["prompt"]["a"]
+    assert metric(run["metrics"], "pbkv_server_info", {"policy": policy}) == 1
+    # B (active) is still on the device; A (ended) is gone (no host tier to keep it).
+    assert run["b_again"] == {"cached": run["prompt"]["b"], "device": run["prompt"]["b"], "host": 0}
+    assert run["a_again"]["cached"] == 0
+
+
+def test_lru_evicts_the_least_recent_even_if_it_is_still_active(start_server):
+    run = _pressure_run(start_server(policy="lru", device_tokens=PRESSURE_DEVICE, host_tokens=0), again=("a", "b"))
+    # LRU ignores the end signal: B (older) goes although its workflow is active; A (ended) stays.
+    assert metric(run["metrics"], "pbkv_evicted_tokens_total") == run["prompt"]["b"]
+    assert run["b_again"]["cached"] == 0
+    assert run["a_again"] == {"cached": run["prompt"]["a"], "device": run["prompt"]["a"], "host": 0}
+
+
+def test_evicted_cache_comes_back_from_the_host_tier(start_server):
+    run = _pressure_run(start_server(policy="lae", device_tokens=PRESSURE_DEVICE, host_tokens=10_000))
+    # A's prompt was evicted to host memory: its next use loads it over PCIe (a host hit).
+    assert run["a_again"] == {"cached": run["prompt"]["a"], "device": 0, "host": run["prompt"]["a"]}
+    assert metric(run["metrics"], "pbkv_host_used_tokens") == run["prompt"]["a"]

@@ -1,0 +1,29 @@
+"""Fixtures of the simulator tests: tiny hand-made traces and a round-number hardware profile."""
+
+from __future__ import annotations
+
+import pytest
+
+from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord
+from pbkv_server.engine import HardwareProfile
+
+
+@pytest.fixture
+def unit_profile() -> HardwareProfile:
+    """1,000 prefill tokens/s, 0.1 s per decode step (any batch), 1 byte/token over 1 kB/s PCIe."""
+    return HardwareProfile(
+        name="unit", description="round numbers for hand-checked tests", source="tests",
+        prefill_tokens_per_s=1000.0, decode_base_s=0.1, decode_per_seq_s=0.0, pcie_bytes_per_s=1000.0,
+        kv_bytes_per_token=1, device_kv_tokens=100_000, host_kv_tokens=0,
+    )
+
+
+def make_inv(wid, step, agent, blocks, tokens, out=3, t_start=0.0, t_end=1.0, app="app"):
+    """An invocation record with explicit block keys and per-block tokens."""
+    return InvocationRecord(app=app, workflow_id=wid, step=step, agent=agent, t_start=t_start, t_end=t_end,
+                            prompt_tokens=sum(tokens), completion_tokens=out, prefix_hashes=list(blocks),
+                            block_tokens=list(tokens))
+
+
+def make_end(wid, t, app="app"):
+    return WorkflowEndRecord(app=app, workflow_id=wid, t=t)

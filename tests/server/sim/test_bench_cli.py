@@ -1,0 +1,115 @@
+"""``pbkv-bench``: the synth/replay contract and its bad-input behaviour (no tracebacks, exit 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pbkv_server.bench_cli import ALL_POLICIES, app
+
+runner = CliRunner()
+REQUIRED = {"hit_rate", "host_hit_rate", "mean_latency_s", "mean_ttft_s", "evictions", "timeline"}
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("bench") / "t.jsonl"
+    result = runner.invoke(app, ["synth", "--graph", "codegen", "--workflows", "20", "--seed", "3",
+                                 "--out", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "20 workflows" in result.output
+    return path
+
+
+def test_replay_writes_every_policy_with_the_contract_keys(trace, tmp_path):
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    result = runner.invoke(app, ["replay", str(trace), "--policy", ",".join(ALL_POLICIES), "--predictor", "oracle",
+                                 "--concurrency", "4", "--profile", "h100-qwen2.5-32b", "--device-tokens", "40000",
+                                 "--json", str(out), "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert list(data) == list(ALL_POLICIES)
+    for name, summary in data.items():
+        assert REQUIRED <= set(summary), name
+        assert 0.0 <= summary["hit_rate"] <= 1.0 and summary["device_tokens"] == 40000
+        assert summary["timeline"] and {"t_start", "t_end", "hit_rate"} <= set(summary["timeline"][0])
+    assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+    assert "belady" in result.output  # the table
+
+
+def test_replay_is_deterministic(trace, tmp_path):
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"{i}.json"
+        result = runner.invoke(app, ["replay", str(trace), "--policy", "he", "--predictor", "markov",
+                                     "--device-tokens", "30000", "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        data = json.loads(out.read_text())["he"]
+        outs.append((data["hit_rate"], data["evictions"], data["mean_latency_s"]))
+    assert outs[0] == outs[1]
+
+
+def test_truncated_line_is_skipped_with_a_warning_naming_the_line(trace, tmp_path):
+    lines = trace.read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines[:5] + ['{"type":"invocation","v":1,"app":"co'] + lines[5:]) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "pbkv_server.bench_cli", "replay", str(bad), "--policy", "lru",
+                           "--device-tokens", "30000", "--json", str(tmp_path / "o.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{bad}:6" in proc.stderr and "skipping malformed trace line" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _bad(args) -> str:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    text = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    assert "Traceback" not in text
+    return text
+
+
+def test_unknown_version_is_a_clear_error(tmp_path):
+    path = tmp_path / "v2.jsonl"
+    path.write_text('{"type":"invocation","v":2}\n')
+    assert "unsupported trace version" in _bad(["replay", str(path), "--policy", "lru"])
+
+
+def test_trace_without_invocations_is_a_clear_error(tmp_path):
+    path = tmp_path / "ends.jsonl"
+    path.write_text('{"type":"workflow_end","v":1,"app":"a","workflow_id":"w","t":1.0,"status":"completed"}\n')
+    assert "no invocation" in _bad(["replay", str(path), "--policy", "lru"])
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    assert "No such file" in _bad(["replay", str(tmp_path / "none.jsonl"), "--policy", "lru"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--policy", "fifo"], "unknown policy fifo"),
+    (["--profile", "tpu"], "unknown hardware profile"),
+    (["--predictor", "noise:x"], "noise lambda"),
+    (["--predictor", "magic"], "unknown predictor"),
+    (["--concurrency", "0"], "concurrency"),
+])
+def test_bad_options_are_clear_errors(trace, args, message):
+    assert message in _bad(["replay", str(trace), *args])
+
+
+def test_synth_rejects_unknown_graph_and_existing_output(tmp_path, trace):
+    assert "unknown graph" in _bad(["synth", "--graph", "nope", "--out", str(tmp_path / "x.jsonl")])
+    assert "exists" in _bad(["synth", "--out", str(trace)])
+
+
+def test_profiles_lists_every_profile_with_its_source():
+    result = runner.invoke(app, ["profiles"])
+    assert result.exit_code == 0
+    for name in ("a6000x2-qwen3-32b-tp2", "a6000-qwen3-14b", "h100-qwen2.5-32b"):
+        assert name in result.output
+    assert "config.json" in result.output

@@ -1,0 +1,152 @@
+"""Prediction providers: oracle, uniform, noise wrapper, online Markov, and the spec factory."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord
+from pbkv_server.predictors import (
+    MarkovPredictor,
+    NoisePredictor,
+    OraclePredictor,
+    UniformPredictor,
+    make_predictor,
+    mix,
+)
+from predictor.api import END_AGENT, PredictionQuery
+
+
+def inv(wid: str, step: int, agent: str, app: str = "app") -> InvocationRecord:
+    return InvocationRecord(app=app, workflow_id=wid, step=step, agent=agent, t_start=float(step),
+                            t_end=step + 0.5, prompt_tokens=10, completion_tokens=2, prefix_hashes=["a"])
+
+
+def q(wid: str, step: int, agent: str, history=(), app: str = "app") -> PredictionQuery:
+    return PredictionQuery(app=app, workflow_id=wid, step=step, history=tuple(history), agent=agent)
+
+
+TRACE = [
+    inv("w1", 0, "planner"), inv("w1", 1, "coder"), inv("w1", 2, "tester"),
+    inv("w1", 3, "analyzer"), inv("w1", 4, "coder"), WorkflowEndRecord("app", "w1", 9.0),
+    inv("w2", 0, "planner"), inv("w2", 1, "coder"),
+]
+
+
+def test_oracle_returns_the_true_next_agents_then_end():
+    oracle = OraclePredictor(TRACE, horizon=3)
+    (p,) = oracle.predict([q("w1", 1, "coder", ["planner"])])
+    assert p.dists == [{"tester": 1.0}, {"analyzer": 1.0}, {"coder": 1.0}]
+    (p,) = oracle.predict([q("w1", 3, "analyzer", ["planner", "coder", "tester"])])
+    assert p.dists == [{"coder": 1.0}, {END_AGENT: 1.0}, {END_AGENT: 1.0}]
+    assert p.survival() == [1.0, 1.0, 0.0]
+
+
+def test_oracle_sorts_steps_even_if_trace_lines_are_out_of_order():
+    oracle = OraclePredictor([inv("w", 2, "c"), inv("w", 0, "a"), inv("w", 1, "b")], horizon=2)
+    assert oracle.predict([q("w", 0, "a")])[0].dists == [{"b": 1.0}, {"c": 1.0}]
+
+
+def test_oracle_unknown_workflow_falls_back_to_uniform_over_trace_agents():
+    oracle = OraclePredictor(TRACE, horizon=2)
+    (p,) = oracle.predict([q("nope", 0, "planner")])
+    assert oracle.unknown_queries == 1
+    # app "app" has planner, coder, tester, analyzer + END = 5 outcomes
+    assert p.dists[0] == pytest.approx({a: 0.2 for a in ["planner", "coder", "tester", "analyzer", END_AGENT]})
+
+
+def test_uniform_is_over_agents_seen_so_far_plus_end():
+    uni = UniformPredictor(horizon=2)
+    (p,) = uni.predict([q("w", 0, "a")])
+    assert p.dists == [{"a": 0.5, END_AGENT: 0.5}] * 2
+    uni.observe(q("w", 1, "b", ["a"]))
+    (p,) = uni.predict([q("x", 0, "c", app="other")])
+    assert p.dists[0] == {"c": 0.5, END_AGENT: 0.5}  # apps keep separate vocabularies
+    (p,) = uni.predict([q("w", 2, "a", ["a", "b"])])
+    assert p.dists[0] == pytest.approx({"a": 1 / 3, "b": 1 / 3, END_AGENT: 1 / 3})
+
+
+def test_noise_mix_is_convex_combination_computed_by_hand():
+    p = {"a": 1.0}
+    u = {"a": 0.25, "b": 0.25, "c": 0.25, END_AGENT: 0.25}
+    m = mix(p, u, 0.4)
+    assert m == pytest.approx({"a": 0.6 + 0.1, "b": 0.1, "c": 0.1, END_AGENT: 0.1})
+    assert math.isclose(sum(m.values()), 1.0)
+
+
+def test_noise_wrapper_lambda_endpoints_and_middle():
+    oracle = OraclePredictor(TRACE, horizon=2)
+    known = {"app": ["planner", "coder", "tester", "analyzer"]}
+    query = q("w1", 1, "coder", ["planner"])
+    zero = NoisePredictor(oracle, 0.0, UniformPredictor(2, known)).predict([query])[0]
+    assert zero.dists[0]["tester"] == 1.0 and zero.dists[0]["coder"] == 0.0
+    one = NoisePredictor(oracle, 1.0, UniformPredictor(2, known)).predict([query])[0]
+    assert one.dists[0] == pytest.approx({a: 0.2 for a in known["app"] + [END_AGENT]})
+    half = NoisePredictor(oracle, 0.5, UniformPredictor(2, known)).predict([query])[0]
+    # k=2: oracle says analyzer -> 0.5 * 1 + 0.5 * 0.2 = 0.6; others 0.5 * 0.2 = 0.1
+    assert half.dists[1] == pytest.approx({"analyzer": 0.6, "planner": 0.1, "coder": 0.1, "tester": 0.1, END_AGENT: 0.1})
+
+
+def test_noise_rejects_lambda_outside_unit_interval():
+    with pytest.raises(ValueError, match="lambda"):
+        NoisePredictor(UniformPredictor(), 1.5)
+
+
+def feed(markov: MarkovPredictor, wid: str, agents: list[str], end: bool = True) -> None:
+    for i, a in enumerate(agents):
+        markov.observe(q(wid, i, a, agents[:i]))
+    if end:
+        markov.workflow_ended("app", wid)
+
+
+def test_markov_cold_start_is_uniform():
+    m = MarkovPredictor(horizon=2)
+    (p,) = m.predict([q("w", 0, "a")])
+    assert p.dists[0] == {"a": 0.5, END_AGENT: 0.5}
+
+
+def test_markov_counts_match_hand_computation():
+    m = MarkovPredictor(horizon=3)
+    feed(m, "w1", ["p", "c", "t"])              # p->c, c->t, t->END
+    feed(m, "w2", ["p", "c", "t", "a", "c", "t"])  # p->c, c->t, t->a, a->c, c->t, t->END
+    # Counts: p->c 2; c->t 3; t->END 2, t->a 1; a->c 1.
+    assert m.transition_row("app", "t") == pytest.approx({END_AGENT: 2 / 3, "a": 1 / 3})
+    (p,) = m.predict([q("w3", 2, "t", ["p", "c"])])
+    assert p.dists[0] == pytest.approx({END_AGENT: 2 / 3, "a": 1 / 3})
+    # k=2: END stays END (2/3); a -> c (1/3)
+    assert p.dists[1] == pytest.approx({END_AGENT: 2 / 3, "c": 1 / 3})
+    # k=3: c -> t
+    assert p.dists[2] == pytest.approx({END_AGENT: 2 / 3, "t": 1 / 3})
+
+
+def test_markov_ignores_duplicate_observations_and_repeated_ends():
+    m = MarkovPredictor(horizon=1)
+    feed(m, "w", ["p", "c"], end=False)
+    m.observe(q("w", 1, "c", ["p"]))  # duplicate of step 1
+    m.workflow_ended("app", "w")
+    m.workflow_ended("app", "w")  # idempotent
+    assert m.transition_row("app", "p") == {"c": 1.0}
+    assert m.transition_row("app", "c") == {END_AGENT: 1.0}
+
+
+def test_markov_smoothing_adds_alpha_to_every_outcome():
+    m = MarkovPredictor(horizon=1, alpha=1.0)
+    feed(m, "w", ["p", "c"])
+    # vocabulary {p, c, END}; row p: counts c=1 -> (1+1)/(1+3) for c, 1/4 for p and END
+    assert m.transition_row("app", "p") == pytest.approx({"c": 0.5, "p": 0.25, END_AGENT: 0.25})
+
+
+def test_factory_builds_each_spec():
+    assert isinstance(make_predictor("uniform", 3), UniformPredictor)
+    assert isinstance(make_predictor("markov", 3), MarkovPredictor)
+    assert isinstance(make_predictor("oracle", 3, TRACE), OraclePredictor)
+    noisy = make_predictor("noise:0.25", 2, TRACE)
+    assert isinstance(noisy, NoisePredictor) and noisy.lam == 0.25 and noisy.horizon == 2
+
+
+@pytest.mark.parametrize("spec,match", [("oracle", "trace"), ("noise:abc", "lambda"), ("noise:2", "lambda"),
+                                        ("/no/such/model.pt", "unknown predictor")])
+def test_factory_rejects_bad_specs_clearly(spec, match):
+    with pytest.raises(ValueError, match=match):
+        make_predictor(spec, 3, None if spec == "oracle" else TRACE)

@@ -1,0 +1,130 @@
+"""Fixtures of the SGLang plugin tests (run in .venv-sglang: ``.venv-sglang/bin/python -m pytest tests/sglang``).
+
+Each test module starts with ``pytest.importorskip("sglang")``, so this directory skips cleanly
+where SGLang is not installed (the main .venv); nothing here imports SGLang at module level.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from array import array
+
+import pytest
+
+from predictor.api import Prediction, Predictor
+
+HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
+
+
+def pytest_report_header(config):
+    return f"sglang importable: {HAVE_SGLANG}" + ("" if HAVE_SGLANG else " (tests/sglang are skipped)")
+
+
+@pytest.fixture(scope="session")
+def plugins_loaded():
+    """SGLang's own ``load_plugins()`` (entry point discovery), once, plus scheduler-side server args."""
+    pytest.importorskip("sglang")
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+    load_plugins()
+    set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=1))
+    return True
+
+
+class CacheHarness:
+    """A real ``PBKVRadixCache`` on CPU pools (``MHATokenToKVPool(device="cpu")``), page size 1."""
+
+    def __init__(self, policy: str, kv_tokens: int = 256, policy_config: dict | None = None):
+        import torch
+        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+
+        from pbkv_server.sglang.cache import PBKVRadixCache
+
+        kv = MHATokenToKVPool(size=kv_tokens, page_size=1, dtype=torch.float16, head_num=1, head_dim=4,
+                              layer_num=1, device="cpu", enable_memory_saver=False)
+        self.allocator = TokenToKVPoolAllocator(size=kv_tokens, dtype=torch.float16, device="cpu",
+                                                kvcache=kv, need_sort=False)
+        req_pool = ReqToTokenPool(size=8, max_context_len=kv_tokens, device="cpu", enable_memory_saver=False)
+        params = CacheInitParams(disable=False, req_to_token_pool=req_pool,
+                                 token_to_kv_pool_allocator=self.allocator, page_size=1,
+                                 eviction_policy=policy, eviction_policy_config=policy_config,
+                                 tree_components=(ComponentType.FULL,), tree_core_backend="pbkv")
+        self.cache = PBKVRadixCache(params)
+        self._rid = 0
+
+    def insert(self, tokens):
+        """Insert ``tokens`` with freshly allocated KV slots (what a finished prefill does)."""
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        value = self.allocator.alloc(len(tokens))
+        return self.cache.insert(InsertParams(key=RadixKey(array("q", tokens)), value=value))
+
+    def request(self, tokens, hints: dict | None):
+        """A real SGLang ``Req`` whose sampling params carry ``custom_params.pbkv = hints``."""
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        self._rid += 1
+        custom = {"pbkv": hints} if hints is not None else None
+        return Req(f"r{self._rid}", "", array("q", tokens), SamplingParams(max_new_tokens=1, custom_params=custom))
+
+    def serve(self, tokens, hints: dict | None):
+        """Insert the prompt, then match it with the request (invocation + path touch)."""
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        self.insert(tokens)
+        req = self.request(tokens, hints)
+        return self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens)), req=req))
+
+    def nodes(self):
+        """Live nodes except the root: first token of the node's key -> node."""
+        tree = self.cache.tree_core
+        return {node.key.token_ids[0]: node for node in tree._node_arena.values()
+                if node is not tree.root_node and node.key is not None and len(node.key) > 0}
+
+    def evict_one(self):
+        """Evict one leaf through SGLang's own eviction walk; returns its first token."""
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        before = set(self.nodes())
+        self.cache.evict(EvictParams(num_tokens=1))
+        gone = before - set(self.nodes())
+        assert len(gone) == 1, f"expected one victim, got {gone}"
+        return gone.pop()
+
+    def eviction_order(self):
+        """Evict everything evictable, one leaf at a time; the first tokens in eviction order."""
+        order = []
+        while self.cache.evictable_size() > 0:
+            order.append(self.evict_one())
+        return order
+
+
+@pytest.fixture
+def harness(plugins_loaded):
+    """Factory: ``harness(policy, kv_tokens=256, policy_config=None)`` -> :class:`CacheHarness`."""
+    return CacheHarness
+
+
+class TablePredictor(Predictor):
+    """A fixed predictor for tests: the K distributions depend only on the current agent."""
+
+    TABLE = {
+        "plan": [{"code": 0.6, "plan": 0.3, "<END>": 0.1}, {"test": 0.5, "code": 0.3, "<END>": 0.2},
+                 {"plan": 0.4, "<END>": 0.6}],
+        "code": [{"test": 0.7, "code": 0.2, "<END>": 0.1}, {"plan": 0.6, "<END>": 0.4},
+                 {"code": 0.5, "<END>": 0.5}],
+        "test": [{"plan": 0.2, "<END>": 0.8}, {"<END>": 1.0}, {"<END>": 1.0}],
+    }
+
+    horizon = 3
+
+    def predict(self, queries):
+        return [Prediction([dict(d) for d in self.TABLE[q.agent]]) for q in queries]
+

@@ -1,0 +1,77 @@
+"""The plugin loads through SGLang's own ``load_plugins()`` and its flags parse."""
+
+import pytest
+
+pytest.importorskip("sglang")
+
+
+def test_load_plugins_registers_policies_backends_and_hooks(plugins_loaded):
+    from sglang.srt.arg_groups.choices import RADIX_EVICTION_POLICY_CHOICES
+    from sglang.srt.mem_cache.registry import registered_radix_cache_backends
+    from sglang.srt.mem_cache.unified_cache.tree_core_registry import registered_tree_core_backends
+    from sglang.srt.mem_cache.utils import get_eviction_strategy
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from pbkv_server.sglang.plugin import SCHEDULER_BATCH_TARGET, SCHEDULER_DISPATCH_TARGET
+    from pbkv_server.sglang.strategy import PBKVHEStrategy, PBKVLAEStrategy, PBKVStrategy
+
+    for name in ("pbkv", "pbkv-he", "pbkv-lae"):
+        assert name in RADIX_EVICTION_POLICY_CHOICES
+    assert type(get_eviction_strategy("pbkv")) is PBKVStrategy
+    assert type(get_eviction_strategy("pbkv-he")) is PBKVHEStrategy
+    assert type(get_eviction_strategy("pbkv-lae")) is PBKVLAEStrategy
+    assert "pbkv" in registered_radix_cache_backends()
+    assert "pbkv" in registered_tree_core_backends()
+    assert {SCHEDULER_BATCH_TARGET, SCHEDULER_DISPATCH_TARGET} <= HookRegistry._patched
+
+
+def test_loading_twice_registers_each_policy_once(plugins_loaded):
+    from sglang.srt.arg_groups.choices import RADIX_EVICTION_POLICY_CHOICES
+
+    from pbkv_server.sglang.plugin import register
+
+    register()
+    register()
+    assert RADIX_EVICTION_POLICY_CHOICES.count("pbkv") == 1
+
+
+def test_server_flags_parse_policy_backend_and_config(plugins_loaded):
+    from sglang.srt.server_args import prepare_server_args
+
+    args = prepare_server_args([
+        "--model-path", "dummy", "--radix-eviction-policy", "pbkv-he", "--radix-cache-backend", "pbkv",
+        "--radix-eviction-policy-config", '{"gamma": 0.5, "horizon": 2, "predictor": "uniform"}',
+    ])
+    assert args.radix_eviction_policy == "pbkv-he"
+    assert args.radix_cache_backend == "pbkv"
+    assert args.radix_eviction_policy_config == {"gamma": 0.5, "horizon": 2, "predictor": "uniform"}
+
+
+def test_unknown_policy_name_is_rejected_by_the_parser(plugins_loaded):
+    from sglang.srt.server_args import prepare_server_args
+
+    with pytest.raises(SystemExit):
+        prepare_server_args(["--model-path", "dummy", "--radix-eviction-policy", "pbkv-nope"])
+
+
+def test_policy_config_reaches_the_strategy_and_bad_keys_fail(plugins_loaded):
+    from sglang.srt.mem_cache.utils import get_eviction_strategy
+
+    strategy = get_eviction_strategy("pbkv", {"gamma": 0.5, "horizon": 2, "prefetch": False})
+    assert (strategy.settings.gamma, strategy.settings.horizon, strategy.prefetch) == (0.5, 2, False)
+    assert get_eviction_strategy("pbkv").prefetch is True
+    assert get_eviction_strategy("pbkv-he").prefetch is False
+    with pytest.raises(ValueError, match="unknown key"):
+        get_eviction_strategy("pbkv", {"gama": 0.5})
+    with pytest.raises(ValueError, match="gamma"):
+        get_eviction_strategy("pbkv-he", {"gamma": 1.5})
+
+
+def test_backend_factory_forces_the_pbkv_python_tree_core(harness):
+    from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
+
+    from pbkv_server.sglang.tree_core import PBKVTreeCore
+
+    h = harness("pbkv-he", kv_tokens=32)
+    assert isinstance(h.cache.tree_core, PBKVTreeCore)
+    assert isinstance(h.cache.tree_core, UnifiedTreeCore)  # SGLang's Python core, not the Rust one
