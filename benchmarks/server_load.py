@@ -49,15 +49,16 @@ def main() -> None:
         console.print(f"pbkv-server pid {proc.pid}, policy {args.policy}, pace 0, "
                       f"{args.clients} clients x {args.requests} requests per round")
         for rnd in range(args.rounds):
-            rss_before = _rss_mib(proc.pid)
+            rss_before, cpu_before = _rss_mib(proc.pid), _cpu_s(proc.pid)
             stats = asyncio.run(_round(url, args.clients, args.requests, rnd))
-            rss_after = _rss_mib(proc.pid)
+            rss_after, cpu = _rss_mib(proc.pid), _cpu_s(proc.pid) - cpu_before
             lat = sorted(stats["latencies"])
             console.print(
                 f"round {rnd + 1}: {stats['ok']} ok, {stats['errors']} errors in {stats['wall']:.1f} s = "
                 f"{stats['ok'] / stats['wall']:.0f} requests/s; latency p50 {_pct(lat, 50) * 1e3:.1f} ms, "
                 f"p99 {_pct(lat, 99) * 1e3:.1f} ms; cached-token share {stats['cached'] / max(1, stats['prompt']):.1%}; "
-                f"server RSS {rss_before:.1f} -> {rss_after:.1f} MiB"
+                f"server RSS {rss_before:.1f} -> {rss_after:.1f} MiB; server CPU {cpu:.1f} s "
+                f"({cpu / max(1, stats['ok']) * 1e3:.2f} ms per request)"
             )
     finally:
         proc.send_signal(signal.SIGINT)
@@ -123,6 +124,13 @@ def _rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _cpu_s(pid: int) -> float:
+    # utime + stime of the server process (fields 14 and 15 of /proc/PID/stat), in seconds.
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:

@@ -23,7 +23,7 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--profile", default="h100-qwen2.5-32b")
-    parser.add_argument("--device-tokens", type=int, default=300_000)
+    parser.add_argument("--device-tokens", type=int, default=500_000)
     parser.add_argument("--predictor", default="oracle")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

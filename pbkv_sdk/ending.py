@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
 import threading
 import time
@@ -25,14 +26,15 @@ log = logging.getLogger(__name__)
 EXIT_FLUSH_S = 2.0
 
 
-def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str, timeout_s: float = 0.5) -> None:
+def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str | None = None, timeout_s: float = 0.5) -> None:
     """Queue the end signal of ``workflow_id``; returns at once (never blocks, never raises on I/O).
 
     Args:
         workflow_id: the workflow to end.
         status: ``completed``, ``failed`` or ``cancelled``.
         server_url: base URL of the PBKV server, e.g. ``http://127.0.0.1:30000`` (a trailing
-            ``/v1`` is stripped, so the LLM ``base_url`` works too).
+            ``/v1`` is stripped, so the LLM ``base_url`` works too); default ``$PBKV_SERVER_URL``.
+            With neither, nothing is sent and one warning is logged.
         timeout_s: time budget of the POST (connect + write + read), seconds.
 
     Raises:
@@ -40,6 +42,12 @@ def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str
     """
     if status not in END_STATUSES:
         raise ValueError(f"status must be one of {END_STATUSES}, got {status!r}")
+    server_url = server_url or os.environ.get("PBKV_SERVER_URL")
+    if not server_url:
+        if "<no server>" not in _NO_SERVER_WARNED:
+            _NO_SERVER_WARNED.add("<no server>")
+            log.warning("PBKV end signal not sent: no server_url and PBKV_SERVER_URL is unset")
+        return
     _sender().put(end_url(server_url, workflow_id), status, timeout_s)
 
 
@@ -106,6 +114,7 @@ class _Sender:
 
 
 _SENDER: _Sender | None = None
+_NO_SERVER_WARNED: set[str] = set()
 _SENDER_LOCK = threading.Lock()
 
 

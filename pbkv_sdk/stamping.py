@@ -16,6 +16,7 @@ any error in it logs one warning and the request goes out unstamped.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import logging
@@ -44,6 +45,10 @@ log = logging.getLogger(__name__)
 
 #: Request paths treated as LLM calls (OpenAI chat/completions, SGLang native).
 LLM_PATH_SUFFIXES = ("/chat/completions", "/completions", "/generate")
+# Printable ASCII except '%': kept as is in header names (same rule as protocol.encode_name).
+_SAFE_CHARS = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+#: Header of the OpenAI SDKs counting retries of one request ("0" on the first attempt).
+RETRY_COUNT_HEADER = "x-stainless-retry-count"
 #: Agent name sent when a workflow is active but no agent was set.
 DEFAULT_AGENT = "unknown"
 
@@ -196,7 +201,7 @@ def fit_name(name: str) -> str:
 
 def encode_name_unchecked(name: str) -> str:
     """Percent-encoded form of ``name`` without the length check of :func:`protocol.encode_name`."""
-    return urllib.parse.quote(name, safe="".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%"))
+    return urllib.parse.quote(name, safe=_SAFE_CHARS)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -205,7 +210,7 @@ def encode_name_unchecked(name: str) -> str:
 def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[httpx.Request, PendingCall | None]:
     agent = fit_name(current_agent() or DEFAULT_AGENT)
     app = fit_name(wf.app)
-    hints = Hints(workflow_id=wf.workflow_id, agent=agent, step=wf.next_step(), app=app)
+    hints = Hints(workflow_id=wf.workflow_id, agent=agent, step=_step_for(request, wf), app=app)
     if wf.llm_origin is None:
         wf.llm_origin = f"{request.url.scheme}://{request.url.netloc.decode('ascii')}"
     headers = request.headers
@@ -222,6 +227,18 @@ def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[http
         if recorder is not None:
             return request, PendingCall(hints, recorder, time.time(), body)
     return request, None
+
+
+def _step_for(request: httpx.Request, wf: Workflow) -> int:
+    # The OpenAI SDKs resend a failed request from the same context with a retry counter > 0:
+    # a retry is the same invocation, so it keeps the step of the attempt it repeats.
+    last = _last_step_var.get()
+    retry = request.headers.get(RETRY_COUNT_HEADER, "0")
+    if retry != "0" and last is not None and last[0] is wf:
+        return last[1]
+    step = wf.next_step()
+    _last_step_var.set((wf, step))
+    return step
 
 
 @functools.lru_cache(maxsize=4096)
@@ -323,6 +340,7 @@ def _body_hints_default(value: bool | None) -> bool:
 
 
 _WARNED: set[str] = set()
+_last_step_var: contextvars.ContextVar[tuple[Workflow, int] | None] = contextvars.ContextVar("pbkv_last_step", default=None)
 
 
 def _warn_once(kind: str, msg: str, *args: Any) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from pbkv_sdk.protocol import END_AGENT
-from pbkv_sdk.trace import InvocationRecord, TraceFormatError, TraceRecord, WorkflowEndRecord, group_workflows, parse_record
+from pbkv_sdk.trace import TraceFormatError, TraceRecord, WorkflowEndRecord, group_workflows, parse_record
 
 
 @dataclass

@@ -14,24 +14,29 @@ long or rare words and symbol runs into a few pieces. The figure comparing these
 byte-level BPE tokenizer is printed by ``benchmarks/tokenizer_accuracy.py`` (see README,
 "Running pbkv-server").
 
-A token belongs to the block that holds its first character, so per-block counts sum exactly to
-the prompt's token count, and two prompts that share their leading blocks (and the piece
-boundaries inside them) get the same counts for those blocks.
+Chat prompts are tokenized message by message (chat templates separate messages with special
+tokens), with a bounded cache of recent messages so that shared system prompts and history are
+not re-tokenized. A token belongs to the block that holds its first character, so per-block
+counts sum exactly to the prompt's token count, and two prompts that share their leading
+messages get the same counts for the blocks inside them.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
-from pbkv_sdk.trace import DEFAULT_BLOCK_CHARS, canonical_prompt
+from pbkv_sdk.trace import DEFAULT_BLOCK_CHARS, canonical_prompt, message_text
 
 __all__ = [
     "LETTER_BYTES_PER_TOKEN",
     "OTHER_BYTES_PER_TOKEN",
     "count_tokens",
     "token_starts",
+    "prompt_token_starts",
+    "prompt_tokens",
     "block_tokens",
     "truncate_to_tokens",
 ]
@@ -64,14 +69,47 @@ def token_starts(text: str) -> list[int]:
         one offset per token; ``len(result)`` is the token count.
     """
     starts: list[int] = []
+    append = starts.append
     for piece, (begin, end) in _splitter().pre_tokenize_str(text):
-        n = _piece_tokens(piece)
-        if n == 1:
-            starts.append(begin)
+        # Letter pieces end with a letter (the split puts at most one non-letter in front);
+        # digit, punctuation and whitespace pieces contain no letter at all.
+        width = LETTER_BYTES_PER_TOKEN if piece[-1].isalpha() else OTHER_BYTES_PER_TOKEN
+        nbytes = len(piece) if piece.isascii() else len(piece.encode("utf-8"))
+        if nbytes <= width:  # the common case: one token
+            append(begin)
             continue
-        width = end - begin
-        starts.extend(begin + (j * width) // n for j in range(n))
+        n = -(-nbytes // width)
+        span = end - begin
+        starts.extend(begin + (j * span) // n for j in range(n))
     return starts
+
+
+def prompt_token_starts(prompt: Sequence[Mapping[str, Any]] | str) -> list[int]:
+    """Token start offsets in the canonical prompt (:func:`pbkv_sdk.trace.canonical_prompt`).
+
+    A chat prompt is tokenized message by message (each ``<|role|>content<|end|>`` segment on
+    its own, as chat templates put special tokens between messages), which also lets repeated
+    messages (system prompts, tool descriptions, earlier turns) reuse a cached result: only new
+    messages cost tokenization. A plain string is tokenized whole.
+
+    Returns:
+        ascending offsets; ``len(result)`` is the prompt's token count.
+    """
+    if isinstance(prompt, str):
+        return token_starts(prompt)
+    starts: list[int] = []
+    offset = 0
+    for message in prompt:
+        segment = f"<|{message.get('role', 'user')}|>{message_text(message)}<|end|>"
+        seg_starts = _segment_starts(segment)
+        starts.extend([offset + s for s in seg_starts] if offset else seg_starts)
+        offset += len(segment)
+    return starts
+
+
+def prompt_tokens(prompt: Sequence[Mapping[str, Any]] | str) -> int:
+    """Token count of a chat or completion prompt (the sum of :func:`block_tokens`)."""
+    return len(prompt_token_starts(prompt))
 
 
 def block_tokens(
@@ -87,18 +125,19 @@ def block_tokens(
         block_chars: characters per block (>= 1).
 
     Returns:
-        ``ceil(len(text) / block_chars)`` non-negative ints summing to the prompt's token count.
+        ``ceil(len(text) / block_chars)`` non-negative ints summing to :func:`prompt_tokens`.
 
     Raises:
         ValueError: ``block_chars`` < 1.
     """
     if block_chars < 1:
         raise ValueError("block_chars must be >= 1")
-    text = canonical_prompt(prompt)
-    counts = [0] * math.ceil(len(text) / block_chars)
-    for start in token_starts(text):
-        counts[start // block_chars] += 1
-    return counts
+    n_chars = len(canonical_prompt(prompt))
+    starts = prompt_token_starts(prompt)
+    # Tokens of block b = starts in [b * block_chars, (b + 1) * block_chars): differences of bisects.
+    edges = [bisect.bisect_left(starts, b * block_chars) for b in range(1, math.ceil(n_chars / block_chars))]
+    edges = [0, *edges, len(starts)] if n_chars else [0]
+    return [hi - lo for lo, hi in zip(edges, edges[1:])]
 
 
 def truncate_to_tokens(text: str, max_tokens: int) -> tuple[str, int]:
@@ -120,15 +159,15 @@ def truncate_to_tokens(text: str, max_tokens: int) -> tuple[str, int]:
     return cut, count_tokens(cut)
 
 
+@lru_cache(maxsize=2048)
+def _segment_starts(segment: str) -> list[int]:
+    # Shared, never mutated by callers (they copy when shifting offsets). Bounded: 2,048 segments.
+    return token_starts(segment)
+
+
 @lru_cache(maxsize=1)
 def _splitter() -> Any:
     # Imported lazily: the SDK side never needs the tokenizers package.
     from tokenizers import Regex, pre_tokenizers
 
     return pre_tokenizers.Split(Regex(_SPLIT_PATTERN), behavior="isolated")
-
-
-def _piece_tokens(piece: str) -> int:
-    nbytes = len(piece.encode("utf-8"))
-    width = LETTER_BYTES_PER_TOKEN if any(c.isalpha() for c in piece) else OTHER_BYTES_PER_TOKEN
-    return max(1, -(-nbytes // width))

@@ -1,12 +1,16 @@
 """The device KV capacity of a replay, derived from the trace's working set (not tuned per policy).
 
-Rule (documented in README, "Results"): let ``S`` be the tokens of prefix blocks that two or more
-workflows share (agent system prompts, worked examples), ``F_w`` the tokens of the blocks only
-workflow ``w`` uses (its growing context, over its whole life), and ``C`` the replay concurrency.
-Keeping every live workflow's cache needs about ``W = S + min(C, n) * mean(F_w)`` tokens. The
-device gets ``pressure * W`` tokens (default ``pressure = 0.5``: half of what the live workflows
-could reuse, the regime where the eviction choice matters), but never less than
-``min_requests`` of the largest prompt, so the largest requests can still be admitted together.
+Rule (documented in README, "Results"): only blocks that are used again can ever hit, so the
+working set counts reusable blocks. Let ``S`` be the tokens of prefix blocks that two or more
+workflows share (agent system prompts, worked examples), ``R_w`` the tokens of the blocks that
+only workflow ``w`` uses, but in two or more of its requests (its growing context, reused from
+one round to the next), and ``C`` the replay concurrency. Keeping the reusable cache of every
+live workflow needs about ``W = S + min(C, n) * mean(R_w)`` tokens. Besides, the requests in
+flight need their own KV: each live workflow has at most one request running, so
+``A = min(C, n) * mean prompt tokens`` lets all of them run at once. The device gets
+``A + pressure * W`` tokens (default ``pressure = 0.5``: the requests run unhindered, but only
+half of what the live workflows could reuse stays cached, the regime where the eviction choice
+matters), and never less than ``min_requests`` times the largest prompt.
 The host tier gets ``host_ratio`` times the device (SGLang HiCache's default ratio 2.0).
 """
 
@@ -31,20 +35,29 @@ class WorkingSet:
     Attributes:
         workflows: number of workflows.
         shared_tokens: ``S``, tokens of blocks used by >= 2 workflows.
-        mean_private_tokens: mean ``F_w``, tokens of blocks used by one workflow only.
+        mean_private_tokens: mean ``R_w``, tokens of blocks used by one workflow only, in >= 2 of
+            its requests.
+        single_use_tokens: tokens of blocks used by one request only (can never hit).
         max_prompt_tokens: the largest prompt of the trace, tokens.
         total_prompt_tokens: sum of all prompts' tokens (what a cache-less server prefills).
+        requests: number of invocations.
     """
 
     workflows: int
     shared_tokens: int
     mean_private_tokens: float
+    single_use_tokens: int
     max_prompt_tokens: int
     total_prompt_tokens: int
+    requests: int
 
     def live_tokens(self, concurrency: int) -> float:
-        """``W = S + min(C, n) * mean(F_w)``: tokens to keep every live workflow's cache at concurrency C."""
+        """``W = S + min(C, n) * mean(R_w)``: tokens to keep every live workflow's cache at concurrency C."""
         return self.shared_tokens + min(concurrency, self.workflows) * self.mean_private_tokens
+
+    def in_flight_tokens(self, concurrency: int) -> float:
+        """``A = min(C, n) * mean prompt``: KV of one running request per live workflow."""
+        return min(concurrency, self.workflows) * self.total_prompt_tokens / max(1, self.requests)
 
 
 def working_set(records: Iterable[TraceRecord]) -> WorkingSet:
@@ -54,26 +67,30 @@ def working_set(records: Iterable[TraceRecord]) -> WorkingSet:
         ValueError: the records hold no invocation.
     """
     users: dict[str, set[str]] = defaultdict(set)
+    uses: dict[str, int] = defaultdict(int)
     tokens: dict[str, int] = {}
-    max_prompt = total = 0
+    max_prompt = total = n_requests = 0
     for rec in records:
         if not isinstance(rec, InvocationRecord):
             continue
         max_prompt = max(max_prompt, rec.prompt_tokens)
         total += rec.prompt_tokens
+        n_requests += 1
         for key, n in zip(rec.prefix_hashes, rec.tokens_per_block()):
             users[key].add(rec.workflow_id)
+            uses[key] += 1
             tokens.setdefault(key, n)
     workflows = {w for ws in users.values() for w in ws}
     if not workflows:
         raise ValueError("the trace holds no invocation records")
     shared = sum(tokens[k] for k, ws in users.items() if len(ws) >= 2)
-    private = sum(tokens[k] for k, ws in users.items() if len(ws) == 1)
-    return WorkingSet(len(workflows), shared, private / len(workflows), max_prompt, total)
+    private = sum(tokens[k] for k, ws in users.items() if len(ws) == 1 and uses[k] >= 2)
+    single = sum(tokens[k] for k in users if uses[k] == 1)
+    return WorkingSet(len(workflows), shared, private / len(workflows), single, max_prompt, total, n_requests)
 
 
 def device_capacity(ws: WorkingSet, concurrency: int, pressure: float = DEFAULT_PRESSURE, min_requests: int = 4) -> int:
-    """Device KV tokens for a replay: ``max(ceil(pressure * W), min_requests * max_prompt)``.
+    """Device KV tokens for a replay: ``max(ceil(A + pressure * W), min_requests * max_prompt)``.
 
     Raises:
         ValueError: ``pressure`` not in (0, 1] or ``concurrency`` < 1.
@@ -82,4 +99,5 @@ def device_capacity(ws: WorkingSet, concurrency: int, pressure: float = DEFAULT_
         raise ValueError("pressure must be in (0, 1]")
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    return max(math.ceil(pressure * ws.live_tokens(concurrency)), min_requests * ws.max_prompt_tokens)
+    need = ws.in_flight_tokens(concurrency) + pressure * ws.live_tokens(concurrency)
+    return max(math.ceil(need), min_requests * ws.max_prompt_tokens)

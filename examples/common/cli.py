@@ -37,6 +37,8 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
     ) -> None:
         """Run the example end to end: app -> traces -> predictor -> replay under every policy -> table, plots."""
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        # CrewAI warns on every call that the sim model has no native token counter.
+        logging.getLogger("crewai.llms.base_llm").setLevel(logging.ERROR)
         # Piped output (CI logs, README capture) keeps the full table width instead of 80 columns.
         console = Console() if sys.stdout.isatty() else Console(width=160)
         opts = RunOptions(quick=quick, n_train=train, n_test=test, app_concurrency=app_concurrency,

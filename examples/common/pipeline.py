@@ -141,8 +141,9 @@ def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = N
     ws = cap.working_set(records)
     device = cap.device_capacity(ws, concurrency, opts.pressure)
     console.print(
-        f"working set: shared {ws.shared_tokens} tok + {concurrency} x {ws.mean_private_tokens:.0f} tok private "
-        f"= {ws.live_tokens(concurrency):.0f} tok; device capacity {device} tok (pressure {opts.pressure}), "
+        f"reusable working set W: shared {ws.shared_tokens} tok + {min(concurrency, ws.workflows)} x "
+        f"{ws.mean_private_tokens:.0f} tok per workflow = {ws.live_tokens(concurrency):.0f} tok; in flight A = "
+        f"{ws.in_flight_tokens(concurrency):.0f} tok; device capacity A + {opts.pressure} W = {device} tok, "
         f"host {2 * device} tok; profile {opts.profile}"
     )
     policies = list(BASE_POLICIES) + list(spec.extra_policies) + (["belady"] if opts.belady else [])

@@ -8,7 +8,7 @@ KVFlow assumes; the crew's result records whether the reviewer approved.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from examples.finance_crewai import prompts as P
 from examples.finance_crewai.data import FinanceQuestion
@@ -16,12 +16,13 @@ from examples.finance_crewai.data import FinanceQuestion
 __all__ = ["build_crew", "reviewer_approved"]
 
 
-def build_crew(llm: Any, question: FinanceQuestion) -> Any:
+def build_crew(llm: Any, question: FinanceQuestion, examples: Sequence[FinanceQuestion] = ()) -> Any:
     """Build the crew for one question.
 
     Args:
         llm: a ``crewai.LLM`` (pointed at pbkv-server) shared by the four agents.
         question: the FinanceBench question.
+        examples: held-out questions rendered as worked examples in every agent's backstory.
 
     Returns:
         a ``crewai.Crew``; ``crew.kickoff()`` returns a ``CrewOutput`` whose ``raw`` is the
@@ -30,9 +31,9 @@ def build_crew(llm: Any, question: FinanceQuestion) -> Any:
     from crewai import Agent, Crew, Process, Task
 
     agents = {
-        role: Agent(role=role, goal=goal, backstory=backstory, llm=llm, allow_delegation=False,
+        role: Agent(role=role, goal=goal, backstory=P.backstory(role, examples), llm=llm, allow_delegation=False,
                     verbose=False, max_iter=2)
-        for role, (goal, backstory) in P.PROFILES.items()
+        for role, (goal, _) in P.PROFILES.items()
     }
     descriptions = P.task_descriptions(question)
     expected = {

@@ -7,6 +7,8 @@ the previous tasks' outputs (CrewAI passes them as task context).
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from examples.finance_crewai.data import FinanceQuestion
 
 APP = "finance"
@@ -48,6 +50,20 @@ PROFILES = {
 }
 
 
+def backstory(role: str, examples: Sequence[FinanceQuestion]) -> str:
+    """The role's fixed backstory: its profile plus worked examples from held-out real questions.
+
+    The examples (question, the quoted evidence, the reference answer) are the same for every
+    workflow, so each agent's prompt starts with a long prefix that all workflows share, as in
+    few-shot agent prompts.
+    """
+    parts = [PROFILES[role][1], "", "Worked examples from earlier filings:"]
+    for n, ex in enumerate(examples, start=1):
+        quotes = " ".join(p.quote.strip() for p in ex.evidence)
+        parts.append(f"Example {n} ({ex.company}, {ex.doc_name}): {ex.question}\nEvidence: {quotes}\nAnswer: {ex.answer}")
+    return "\n".join(parts)
+
+
 def evidence_text(q: FinanceQuestion) -> str:
     """The real evidence pages of a question, each headed by filing name and page number."""
     return "\n\n".join(f"[{p.doc_name}, page {p.page}]\n{p.page_text.strip()}" for p in q.evidence)
@@ -56,13 +72,15 @@ def evidence_text(q: FinanceQuestion) -> str:
 def task_descriptions(q: FinanceQuestion) -> dict[str, str]:
     """The four task descriptions for question ``q`` (each names the question on a ``Question:`` line).
 
-    Braces are doubled because CrewAI formats task descriptions with ``str.format``-style inputs.
+    Used verbatim: the crew is kicked off without ``inputs``, so CrewAI does not interpolate
+    ``{placeholders}`` (filing pages may contain braces).
     """
-    head = f"{QUESTION_LABEL}: {q.question}\nCompany: {q.company}\nFiling: {q.doc_name}"
+    # The header line keeps "Question:" at the start of a line after CrewAI's "Current Task: ".
+    head = f"FinanceBench question about {q.company}.\n{QUESTION_LABEL}: {q.question}\nFiling: {q.doc_name}"
     out = {
         RESEARCHER: f"{head}\n\nExtract every figure and statement from the evidence pages below that the question needs.\n\nEvidence pages:\n{evidence_text(q)}",
         ANALYST: f"{head}\n\nUsing the researcher's extracted facts, compute or reason out what the question asks for.",
         WRITER: f"{head}\n\nWrite the final answer from the analysis.",
         REVIEWER: f"{head}\n\nReview the drafted answer against the evidence pages below; answer {APPROVED} or {REVISE} with reasons.\n\nEvidence pages:\n{evidence_text(q)}",
     }
-    return {k: v.replace("{", "{{").replace("}", "}}") for k, v in out.items()}
+    return out

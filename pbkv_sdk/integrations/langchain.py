@@ -27,7 +27,6 @@ import contextvars
 import logging
 import os
 import threading
-from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler

@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Engine", "Workflow"]
 
-_perf = time.perf_counter
 
 
 @dataclass(slots=True)
@@ -98,6 +97,10 @@ class Engine:
         policy: the :class:`~pbkv_server.engine.policies.Policy` in use.
         device_capacity, host_capacity: KV capacities, tokens.
     """
+
+    #: Clock of the latency samples in :attr:`stats` (seconds). Wall time by default; a benchmark
+    #: on a shared machine may use ``time.thread_time`` so other processes' load does not count.
+    latency_clock = staticmethod(time.perf_counter)
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -257,9 +260,9 @@ class Engine:
                 k = min(k, max(1, math.ceil((until - self.clock) / dt - 1e-9)))
             k = max(1, k)
             if self.policy.prefetches:
-                t0 = _perf()
+                t0 = self.latency_clock()
                 self.policy.prefetch(dt * k)
-                self._stats.prefetch_decision_s.append(_perf() - t0)
+                self._stats.prefetch_decision_s.append(self.latency_clock() - t0)
             self.clock += dt * k
             self._iters += k
         elif self._waiting:  # cannot happen: submit() rejects requests larger than the device
@@ -281,20 +284,20 @@ class Engine:
             if node.lock == 0 and node.n_dev_children == 0:
                 node.ver += 1
                 heapq.heappush(self._dev_heap, (self.policy.priority(node), next(self._seq), node.ver, node))
-                if len(self._dev_heap) > 4 * self.tree.n_nodes + 4096:
+                if len(self._dev_heap) > self._heap_limit():
                     self._dev_heap = self._compact(self._dev_heap, self._dev_valid)
         else:
             if node.lock == 0 and not node.children:
                 node.ver += 1
                 heapq.heappush(self._host_heap, (self.policy.priority(node), next(self._seq), node.ver, node))
-                if len(self._host_heap) > 4 * self.tree.n_nodes + 4096:
+                if len(self._host_heap) > self._heap_limit():
                     self._host_heap = self._compact(self._host_heap, self._host_valid)
             if self.policy.prefetches and node.parent.tier == DEVICE:
                 value = self.policy.prefetch_value(node)
                 node.pver += 1  # invalidates an entry holding an outdated (maybe now zero) value
                 if value > 0:
                     heapq.heappush(self._pf_heap, (-value, next(self._seq), node.pver, node))
-                    if len(self._pf_heap) > 4 * self.tree.n_nodes + 4096:
+                    if len(self._pf_heap) > self._heap_limit():
                         self._pf_heap = self._compact(self._pf_heap, self._pf_valid)
 
     # ================================================================ primitives for policies
@@ -323,7 +326,7 @@ class Engine:
         Returns:
             Tokens freed (may be less than asked when nothing else is evictable).
         """
-        t0 = _perf()
+        t0 = self.latency_clock()
         freed = 0
         while freed < tokens:
             node = self.peek_victim()
@@ -332,7 +335,7 @@ class Engine:
             heapq.heappop(self._dev_heap)
             freed += node.tokens
             self._evict(node)
-        self._stats.eviction_decision_s.append(_perf() - t0)
+        self._stats.eviction_decision_s.append(self.latency_clock() - t0)
         return freed
 
     def peek_prefetch(self) -> Node | None:
@@ -345,9 +348,16 @@ class Engine:
             heapq.heappop(heap)
         return None
 
-    def pop_prefetch(self) -> None:
-        """Drop the top of the prefetch heap (after :meth:`peek_prefetch`)."""
-        heapq.heappop(self._pf_heap)
+    def pop_prefetch(self) -> tuple | None:
+        """Remove and return the best valid prefetch entry ``(-value, seq, version, node)``, or None.
+        Hand an entry that was not used back with :meth:`push_prefetch`."""
+        if self.peek_prefetch() is None:
+            return None
+        return heapq.heappop(self._pf_heap)
+
+    def push_prefetch(self, entry: tuple) -> None:
+        """Put back an entry taken with :meth:`pop_prefetch` (it stays valid if the node is unchanged)."""
+        heapq.heappush(self._pf_heap, entry)
 
     def load(self, node: Node) -> None:
         """Copy host node ``node`` to the device as a prefetch (caller checked space; parent on device)."""
@@ -396,16 +406,19 @@ class Engine:
             try:
                 predictor.observe(query)
                 if self.policy.uses_predictions:
-                    t0 = _perf()
+                    t0 = self.latency_clock()
                     prediction = predictor.predict([query])[0]
-                    t1 = _perf()
+                    t1 = self.latency_clock()
                     self._stats.predictor_call_s.append(t1 - t0)
                     changed = self.board.set_prediction(wf.workflow_id, prediction)
                     for rec in changed:
                         self.refresh(rec.owner)
                     n = self.board.node_count(wf.workflow_id)
                     if n:
-                        self._stats.score_update_s.append((_perf() - t1) / n)
+                        elapsed = self.latency_clock() - t1
+                        self._stats.score_update_s.append(elapsed / n)
+                        self._stats.score_update_total_s += elapsed
+                        self._stats.score_update_nodes += n
             except Exception:  # a predictor failure degrades scores, never the request
                 self._warn_predictor()
         wf.history.append(hints.agent)
@@ -548,6 +561,7 @@ class Engine:
         # locked/tier token totals are unchanged: the tokens only moved between the two halves
         self.policy.on_split(top, bottom)
         self.refresh(bottom)  # its first key changed (belady) and its entry must stay current
+        self.refresh(top)  # a host-tier top is the new prefetch frontier in place of bottom
 
     def _retire_idle(self) -> None:
         idle = self.config.idle_retire_s
@@ -577,6 +591,10 @@ class Engine:
     def _pf_valid(self, entry) -> bool:
         node = entry[3]
         return entry[2] == node.pver and node.attached and node.tier == HOST and node.parent.tier == DEVICE
+
+    def _heap_limit(self) -> int:
+        # stale entries may pile up to a few per node before a rebuild: amortised O(1) per push
+        return 4 * self.tree.n_nodes + 4096
 
     @staticmethod
     def _compact(heap: list, valid) -> list:

@@ -60,21 +60,25 @@ def greedy_prefetch(engine: "Engine", budget: int, displace_tokens: int = 0) -> 
         Tokens loaded to the device.
     """
     policy = engine.policy
-    skipped: list[Node] = []
+    skipped: list[tuple] = []
     loaded = displaced = 0
+    exhausted = False  # set once eviction could not make room: later candidates use free space only
     for _ in range(MAX_CANDIDATES):
         if budget <= 0:
             break
-        node = engine.peek_prefetch()
-        if node is None:
+        entry = engine.pop_prefetch()
+        if entry is None:
             break
-        engine.pop_prefetch()
+        node = entry[3]
         size = node.tokens
         if size > budget:
-            skipped.append(node)
+            skipped.append(entry)
             continue
         short = size - engine.device_free()
         if short > 0:
+            if exhausted:
+                skipped.append(entry)
+                continue
             score = node.sc.score if node.sc is not None else 0.0
 
             def may_evict(victim: "Node") -> bool:
@@ -88,15 +92,22 @@ def greedy_prefetch(engine: "Engine", budget: int, displace_tokens: int = 0) -> 
                 return False
 
             parent = node.parent
-            engine.lock(parent)  # never evict the candidate's own parent to make room for it
+            # pin the candidate (else demotions could drop it from a full host tier) and its
+            # parent (never evict the node it hangs from to make room for it)
+            engine.lock(parent)
+            engine.lock(node)
             engine.evict_device(short, may_evict)
+            engine.unlock(node)
             engine.unlock(parent)
             if engine.device_free() < size:
-                skipped.append(node)
+                # The victims come in policy order (retired first, then ascending score), so a
+                # refusal means no allowed victim is left for this round.
+                exhausted = True
+                skipped.append(entry)
                 continue
         engine.load(node)
         loaded += size
         budget -= size
-    for node in skipped:
-        engine.refresh(node)
+    for entry in skipped:
+        engine.push_prefetch(entry)
     return loaded

@@ -86,7 +86,7 @@ class NodeScore:
 
     Attributes:
         owner: the node object this state belongs to (engine node, SGLang ``TreeNode``...).
-        access: active workflow id -> agents that touched the node (``A_w(c)``).
+        access: active workflow id -> frozenset of agents that touched the node (``A_w(c)``).
         contrib: active workflow id -> (score part, one-step value part).
         score: current Score(c) (PBKV Eq. 2), >= 0.
         value: current one-step prefetch value, >= 0.
@@ -97,7 +97,7 @@ class NodeScore:
 
     def __init__(self, owner: Any) -> None:
         self.owner = owner
-        self.access: dict[Hashable, set[str]] = {}
+        self.access: dict[Hashable, frozenset[str]] = {}
         self.contrib: dict[Hashable, tuple[float, float]] = {}
         self.score = 0.0
         self.value = 0.0
@@ -143,8 +143,18 @@ class ScoreBoard:
         else:
             self._weights[wf] = workflow_weights(prediction, self.gamma, self.horizon)
         changed = []
+        weights = self._weights.get(wf)
+        memo: dict[frozenset, tuple[float, float]] = {}  # nodes of one workflow share agent sets
         for rec in self._nodes.get(wf, ()):
-            if self._rescore(rec, wf):
+            agents = rec.access[wf]
+            new = memo.get(agents)
+            if new is None:
+                new = memo[agents] = self._contribution(weights, agents)
+            old = rec.contrib[wf]
+            if new != old:
+                rec.contrib[wf] = new
+                rec.score = max(0.0, rec.score + new[0] - old[0])
+                rec.value = max(0.0, rec.value + new[1] - old[1])
                 changed.append(rec)
         return changed
 
@@ -152,7 +162,7 @@ class ScoreBoard:
         """Record that ``agent`` of active workflow ``wf`` used the node; True if its state changed."""
         agents = rec.access.get(wf)
         if agents is None:
-            rec.access[wf] = {agent}
+            rec.access[wf] = frozenset((agent,))
             rec.contrib[wf] = (0.0, 0.0)
             rec.n_ever += 1
             self._nodes.setdefault(wf, set()).add(rec)
@@ -160,7 +170,7 @@ class ScoreBoard:
             return True
         if agent in agents:
             return False
-        agents.add(agent)
+        rec.access[wf] = agents | {agent}
         self._rescore(rec, wf)
         return True
 
@@ -187,7 +197,7 @@ class ScoreBoard:
     def copy(self, src: NodeScore, owner: Any) -> NodeScore:
         """A new record for ``owner`` with ``src``'s state (a radix node split in two)."""
         rec = NodeScore(owner)
-        rec.access = {wf: set(agents) for wf, agents in src.access.items()}
+        rec.access = dict(src.access)  # agent sets are immutable frozensets: sharing is safe
         rec.contrib = dict(src.contrib)
         rec.score, rec.value, rec.n_ever = src.score, src.value, src.n_ever
         for wf in rec.access:
@@ -204,14 +214,19 @@ class ScoreBoard:
         rec.contrib.clear()
         rec.score = rec.value = 0.0
 
-    def _rescore(self, rec: NodeScore, wf: Hashable) -> bool:
-        weights = self._weights.get(wf)
+    @staticmethod
+    def _contribution(weights, agents: frozenset) -> tuple[float, float]:
         if weights is None:
-            new = (0.0, 0.0)
-        else:
-            wk, w1 = weights
-            agents = rec.access[wf]
-            new = (sum([wk.get(a, 0.0) for a in agents]), sum([w1.get(a, 0.0) for a in agents]))
+            return (0.0, 0.0)
+        wk, w1 = weights
+        s = v = 0.0
+        for a in agents:
+            s += wk.get(a, 0.0)
+            v += w1.get(a, 0.0)
+        return (s, v)
+
+    def _rescore(self, rec: NodeScore, wf: Hashable) -> bool:
+        new = self._contribution(self._weights.get(wf), rec.access[wf])
         old = rec.contrib[wf]
         if new == old:
             return False

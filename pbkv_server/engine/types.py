@@ -86,7 +86,8 @@ class EngineStats:
     Latency sample deques keep the newest :data:`MAX_SAMPLES` wall-clock measurements:
     ``eviction_decision_s`` per eviction call (choosing and applying victims),
     ``score_update_s`` per rescored node, ``prefetch_decision_s`` per prefetch round,
-    ``predictor_call_s`` per predictor call.
+    ``predictor_call_s`` per predictor call. ``score_update_total_s`` / ``score_update_nodes``
+    is the node-weighted mean score-update time (small updates weigh less than in the sample mean).
     """
 
     prompt_tokens: int = 0
@@ -103,6 +104,8 @@ class EngineStats:
     queue_depth: int = 0
     running: int = 0
     requests_finished: int = 0
+    score_update_total_s: float = 0.0
+    score_update_nodes: int = 0
     eviction_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     score_update_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     prefetch_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))

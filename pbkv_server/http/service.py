@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import itertools
 import logging
 import random
 import time
@@ -34,7 +35,7 @@ from pbkv_server.http.metrics import ServerMetrics
 from pbkv_server.http.workflows import RETIRED_IDLE, WorkflowTable
 from pbkv_server.scenario import Scenario, ScenarioRequest, get_scenario, load_scenario
 from pbkv_server.scenarios.default import DefaultScenario
-from pbkv_server.tokenizer import block_tokens, count_tokens
+from pbkv_server.tokenizer import block_tokens, count_tokens, truncate_to_tokens
 
 __all__ = ["PbkvService", "Prepared", "Completion", "engine_config_from", "figure_headers"]
 
@@ -185,6 +186,8 @@ class PbkvService:
         # Unix time of engine clock 0: trace times are epoch + engine seconds (see README).
         self.epoch = time.time()
         self._logged_reasons: set[str] = set()
+        self._id_base = uuid.uuid4().hex[:12]
+        self._ids = itertools.count()
         self._sweeper: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -241,8 +244,7 @@ class PbkvService:
         prompt: Any = messages if kind == "chat" else messages[0]["content"]
         keys = prefix_hashes(prompt, self.config.block_chars)
         tokens = block_tokens(prompt, self.config.block_chars)
-        text = self._reply(hints, messages, max_tokens, body, prompt)
-        completion_tokens = count_tokens(text)
+        text, completion_tokens = self._reply(hints, messages, max_tokens, body, prompt)
         # The engine emits the first token after prefill, so even an empty reply costs one token.
         output_tokens = max(1, completion_tokens)
         prompt_tokens = sum(tokens)
@@ -255,7 +257,8 @@ class PbkvService:
                 "messages",
             )
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
-        request_id = prefix + uuid.uuid4().hex
+        # A per-server random part plus a counter: unique without an os.urandom call per request.
+        request_id = f"{prefix}{self._id_base}{next(self._ids):x}"
         engine_request = EngineRequest(
             request_id=request_id,
             blocks=keys,
@@ -348,7 +351,7 @@ class PbkvService:
     # ------------------------------------------------------------------ helpers
 
     def _reply(self, hints: Hints | None, messages: list[dict[str, Any]], max_tokens: int | None,
-               body: Mapping[str, Any], prompt: Any) -> str:
+               body: Mapping[str, Any], prompt: Any) -> tuple[str, int]:
         app = hints.app if hints else None
         scenario = self._scenario(app)
         if hints is not None:
@@ -372,11 +375,10 @@ class PbkvService:
             text = DefaultScenario().reply(request, random.Random(seed))
         if not isinstance(text, str):
             text = str(text)
-        if max_tokens is not None and count_tokens(text) > max_tokens:
-            from pbkv_server.tokenizer import truncate_to_tokens
-
-            text, _ = truncate_to_tokens(text, max_tokens)
-        return text
+        # App scenarios may ignore max_tokens: the cap is enforced here, as a real server would.
+        if max_tokens is not None:
+            return truncate_to_tokens(text, max_tokens)
+        return text, count_tokens(text)
 
     def _scenario(self, app: str | None) -> Scenario:
         if app is None:

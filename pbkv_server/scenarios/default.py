@@ -57,12 +57,13 @@ class DefaultScenario(Scenario):
             target = min(target, max(1, request.max_tokens))
         words = _prompt_words(request) or _FILLER
         if _wants_json(request):
+            # JSON is not cut to the drawn length (a cut object is useless); only max_tokens cuts it.
             text = _json_reply(request, words, target, rng)
+            cap = request.max_tokens
         else:
             text = _text_reply(_role(request.agent), words, target, rng)
-        if request.max_tokens is not None:
-            text, _ = truncate_to_tokens(text, max(1, request.max_tokens))
-        return text
+            cap = target
+        return truncate_to_tokens(text, max(1, cap))[0] if cap is not None else text
 
 
 def _draw_length(rng: random.Random) -> int:
@@ -106,10 +107,11 @@ def _opening(role: str, rng: random.Random) -> str:
 
 
 def _text_reply(role: str, words: list[str], target: int, rng: random.Random) -> str:
+    """Sentences of prompt and filler words until about ``target`` tokens; the caller cuts to size."""
     parts = [_opening(role, rng)]
     sentence: list[str] = []
-    # Grow in sentences until the token target is met; counting the whole text each time would
-    # be quadratic, so track an estimate and check the true count only near the end.
+    # Counting the whole text after each word would be quadratic: estimate one token per word
+    # (words average slightly more, so the text overshoots and the caller's cut is exact).
     estimate = count_tokens(parts[0])
     # Few distinct prompt words would repeat too often: lean on the filler then.
     p_prompt = min(0.6, len(set(words)) / 50)
@@ -121,8 +123,7 @@ def _text_reply(role: str, words: list[str], target: int, rng: random.Random) ->
             sentence = []
     if sentence:
         parts.append(" ".join(sentence).capitalize() + ".")
-    text = "".join(parts).strip()
-    return truncate_to_tokens(text, target)[0] if count_tokens(text) > target else text
+    return "".join(parts).strip()
 
 
 def _json_reply(request: ScenarioRequest, words: list[str], target: int, rng: random.Random) -> str:

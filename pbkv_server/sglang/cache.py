@@ -73,16 +73,17 @@ class PBKVRadixCache(UnifiedRadixCache):
         result = super().match_prefix(params)
         req = params.req
         if req is not None:
-            self._observe(req, result.best_match_node)
+            self.observe_request(req, result.best_match_node)
         return result
 
     def checkpoint_into_tree(self, req: Any, *, up_to: int, **kwargs) -> None:
         """SGLang's insert of the request's KV; the inserted path then records the agent."""
         super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
-        self._observe(req, getattr(req, "last_node", None))
+        self.observe_request(req, getattr(req, "last_node", None))
 
-    # ------------------------------------------------------------------ helpers
-    def _observe(self, req: Any, node_id: Any) -> None:
+    def observe_request(self, req: Any, node_id: Any) -> None:
+        """Register ``req``'s invocation (first call only) and record its agent on the path from
+        ``node_id`` to the root. Anonymous or malformed hints change nothing; never raises."""
         try:
             hints = self.book.begin_request(req)
             if hints is not None and node_id is not None:

@@ -4,7 +4,7 @@
 (:class:`~pbkv_server.engine.scoring.NodeScore`: A_w(c), Score(c), one-step value, retired state)
 and ``last_access`` (SGLang's access counter) — exactly what the engine-core policies read.
 :class:`PBKVTreeCore` keeps those records consistent with the tree: a split copies the record to
-the new upper node, a node leaving the tree (or a flush) drops its record, and it owns the
+the new upper node (and a split does not count as an access), a node leaving the tree (or a flush) drops its record, and it owns the
 process's :class:`~pbkv_server.sglang.workflows.WorkflowBook`.
 """
 
@@ -66,7 +66,11 @@ class PBKVTreeCore(UnifiedTreeCore):
         return node
 
     def _split_node(self, key, child, split_len):
+        # A split is not an access: both halves keep the node's last access, as in the engine core
+        # (SGLang's core stamps the suffix as just used, which would reorder LRU tie-breaks).
+        last_access = child.last_access_time
         new_node, action = super()._split_node(key, child, split_len)
+        child.last_access_time = new_node.last_access_time = last_access
         self.book.split(new_node, child)
         return new_node, action
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 from typing import Any, Mapping
 
 from rich.table import Table
@@ -62,7 +63,7 @@ def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.8))
     for name, s in results.items():
         timeline = s.get("timeline") or []
         if not timeline:
@@ -75,9 +76,9 @@ def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[s
     ax.set_ylabel("device hit rate (token level)")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), title="policy (hit rate)")
     if title:
-        ax.set_title(title)
+        ax.set_title(textwrap.fill(title, 90), fontsize="small")
     parent = os.path.dirname(os.fspath(path))
     if parent:
         os.makedirs(parent, exist_ok=True)

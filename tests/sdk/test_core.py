@@ -134,3 +134,36 @@ def test_app_completes_with_one_warning_when_the_hint_endpoint_fails(fake_llm: F
 def test_invalid_end_status_is_a_clear_error():
     with pytest.raises(ValueError, match="status must be one of"):
         pbkv_sdk.Workflow("demo").end("done")
+
+
+def test_a_retried_request_keeps_the_step_of_the_attempt_it_repeats(fake_llm: FakeOpenAI):
+    import httpx
+
+    attempts: list[httpx.Request] = []
+    inner = httpx.HTTPTransport()
+
+    class FlakyOnce(httpx.BaseTransport):
+        def handle_request(self, request):
+            attempts.append(request)
+            if len(attempts) == 1:
+                return httpx.Response(503, json={"error": {"message": "busy"}}, request=request)
+            return inner.handle_request(request)
+
+    client = openai.OpenAI(
+        base_url=fake_llm.base_url, api_key="x", max_retries=2, http_client=httpx.Client(transport=pbkv_sdk.PBKVTransport(FlakyOnce()))
+    )
+    with pbkv_sdk.workflow(app="demo", workflow_id="wf-retry", server_url=fake_llm.url), pbkv_sdk.agent("a"):
+        _chat(client, "first")
+        _chat(client, "second")
+    assert [(r.headers["x-stainless-retry-count"], r.headers["x-pbkv-step"]) for r in attempts] == [
+        ("0", "0"), ("1", "0"), ("0", "1")
+    ]
+
+
+def test_end_workflow_uses_the_server_url_from_the_environment(fake_llm: FakeOpenAI, monkeypatch):
+    monkeypatch.setenv("PBKV_SERVER_URL", fake_llm.base_url)  # the /v1 suffix is dropped
+    t0 = time.perf_counter()
+    pbkv_sdk.end_workflow("wf-env", "cancelled")
+    assert time.perf_counter() - t0 < 0.05
+    assert ending.flush(5.0)
+    assert [(w, s) for w, s, _ in fake_llm.ends] == [("wf-env", "cancelled")]

@@ -116,3 +116,45 @@ def test_crew_completes_with_one_warning_when_pbkv_server_is_down(fake_llm, free
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("pbkv_sdk")]
     assert len(warnings) == 1 and "end signal" in warnings[0].getMessage()
     assert len(fake_llm.requests) == 4
+
+
+def test_native_akickoff_runs_are_one_workflow_each(fake_llm):
+    crews = [build_crewai_crew(fake_llm.base_url, server_url=fake_llm.url, streaming=i == 1) for i in range(3)]
+
+    async def main():
+        await asyncio.gather(*(c.akickoff(inputs={"question": f"question-{i}"}) for i, c in enumerate(crews)))
+
+    asyncio.run(main())
+    runs = wire(fake_llm)
+    assert sorted(q for q, _ in runs.values()) == ["0", "1", "2"]
+    assert all(roles == list(CREWAI_ROLES) for _, roles in runs.values())
+    assert ends_after_flush(fake_llm, 3) == sorted((w, "completed") for w in runs)
+
+
+def test_the_async_interceptor_path_stamps_and_records(fake_llm, tmp_path):
+    """CrewAI's async transport calls aon_outbound/aon_inbound (used by LLM.acall)."""
+    import httpx
+    from crewai.llms.hooks.transport import AsyncHTTPTransport
+
+    import pbkv_sdk
+    from pbkv_sdk.integrations.crewai import PBKVInterceptor
+
+    trace = tmp_path / "t.jsonl"
+
+    async def main():
+        async with httpx.AsyncClient(transport=AsyncHTTPTransport(interceptor=PBKVInterceptor())) as client:
+            with pbkv_sdk.workflow(app="finance", workflow_id="wf-async", server_url=fake_llm.url, trace_path=trace):
+                with pbkv_sdk.agent("Report Writer"):
+                    for stream in (False, True):
+                        body = {"model": "m", "stream": stream, "messages": [{"role": "user", "content": "question-1"}]}
+                        async with client.stream("POST", fake_llm.base_url + "/chat/completions", json=body) as r:
+                            await r.aread()
+
+    asyncio.run(main())
+    assert [fake_llm.hints_of(r) for r in fake_llm.requests] == [
+        ("wf-async", "Report Writer", 0, "finance"), ("wf-async", "Report Writer", 1, "finance")
+    ]
+    assert flush_all(10.0)
+    records = list(iter_trace(trace, strict=True))
+    # JSON: server usage (6 reply words); SSE without usage: 5 content chunks counted
+    assert [(r.step, r.completion_tokens) for r in records if isinstance(r, InvocationRecord)] == [(0, 6), (1, 5)]

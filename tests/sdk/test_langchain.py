@@ -178,3 +178,12 @@ def test_app_completes_with_one_warning_when_pbkv_server_is_down(fake_llm, free_
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "end signal" in warnings[0].getMessage()
     assert len(fake_llm.requests) == 12
+
+
+def test_body_hints_repeat_the_headers_for_sglang(fake_llm, instrumented):
+    graph = build_langgraph_app(fake_llm.base_url, body_hints=True, streaming=True)
+    graph.invoke({"claim": "b1", "max_rounds": 1})
+    assert len(fake_llm.requests) == 6
+    for req in fake_llm.requests:
+        wf, agent, step, app = fake_llm.hints_of(req)
+        assert req.body["custom_params"]["pbkv"] == {"workflow_id": wf, "agent": agent, "step": step, "app": app}

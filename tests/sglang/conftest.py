@@ -74,13 +74,17 @@ class CacheHarness:
         return Req(f"r{self._rid}", "", array("q", tokens), SamplingParams(max_new_tokens=1, custom_params=custom))
 
     def serve(self, tokens, hints: dict | None):
-        """Insert the prompt, then match it with the request (invocation + path touch)."""
+        """What the scheduler does with one request: match the prompt (SGLang's ``match_prefix``
+        with the request: invocation + matched path), insert it after prefill, then record the
+        inserted path as ``checkpoint_into_tree`` does (``observe_request`` on the new last node)."""
         from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
-        self.insert(tokens)
         req = self.request(tokens, hints)
-        return self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens)), req=req))
+        self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens)), req=req))
+        result = self.insert(tokens)
+        self.cache.observe_request(req, result.last_device_node)
+        return result
 
     def nodes(self):
         """Live nodes except the root: first token of the node's key -> node."""

@@ -138,8 +138,13 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
                 hints = Hints(f"wf{wf}", agent, steps.get(wf, 0), "app")
                 steps[wf] = steps.get(wf, 0) + 1
             rid = f"r{n}"
-            keys = chain(labels)
-            eng.submit(EngineRequest(rid, keys, [block_tokens(x) for x in labels], out, hints))
+            toks = [block_tokens(x) for x in labels]
+            req = EngineRequest(rid, chain(labels), toks, out, hints)
+            if sum(toks) + out > eng.device_capacity:
+                with pytest.raises(ValueError, match="tokens of KV cache"):
+                    eng.submit(req)
+                continue
+            eng.submit(req)
             submitted.add(rid)
         elif op[0] == "step":
             for e in eng.step():

@@ -7,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pbkv_sdk.trace import canonical_prompt, prefix_hashes
-from pbkv_server.tokenizer import block_tokens, count_tokens, token_starts, truncate_to_tokens
+from pbkv_server.tokenizer import (
+    block_tokens,
+    count_tokens,
+    prompt_token_starts,
+    prompt_tokens,
+    token_starts,
+    truncate_to_tokens,
+)
 
 
 def test_count_tokens_matches_hand_count_of_pieces():
@@ -33,7 +40,26 @@ def test_block_tokens_align_with_prefix_hashes_and_sum_to_prompt_tokens():
                 {"role": "user", "content": "Check the claim about the 1998 film."}]
     counts = block_tokens(messages, 64)
     assert len(counts) == len(prefix_hashes(messages, 64))
-    assert sum(counts) == count_tokens(canonical_prompt(messages))
+    # Chat prompts are tokenized per message segment: the total is the sum over segments.
+    segments = [f"<|{m['role']}|>{m['content']}<|end|>" for m in messages]
+    assert sum(counts) == prompt_tokens(messages) == sum(count_tokens(seg) for seg in segments)
+
+
+def test_block_counts_match_a_direct_count_of_token_starts_per_block():
+    messages = [{"role": "system", "content": "Rules: " + "be exact; " * 40},
+                {"role": "user", "content": "Compute 12345 + 678 and explain."}]
+    text = canonical_prompt(messages)
+    offsets = []
+    position = 0
+    for m in messages:  # independent recomputation: tokenize each segment, shift, bucket by hand
+        seg = f"<|{m['role']}|>{m['content']}<|end|>"
+        offsets += [position + s for s in token_starts(seg)]
+        position += len(seg)
+    assert position == len(text) and prompt_token_starts(messages) == offsets
+    expected = [0] * -(-len(text) // 50)
+    for o in offsets:
+        expected[o // 50] += 1
+    assert block_tokens(messages, 50) == expected
 
 
 def test_shared_prefix_blocks_get_the_same_counts():

@@ -113,3 +113,32 @@ def test_profiles_lists_every_profile_with_its_source():
     for name in ("a6000x2-qwen3-32b-tp2", "a6000-qwen3-14b", "h100-qwen2.5-32b"):
         assert name in result.output
     assert "config.json" in result.output
+
+
+def test_live_replay_subcommand_is_registered_when_its_module_exists(monkeypatch):
+    import importlib.machinery
+    import types
+
+    import pbkv_server.bench_cli as cli
+
+    calls = []
+    module = types.ModuleType("pbkv_server.live_replay")
+    module.__spec__ = importlib.machinery.ModuleSpec("pbkv_server.live_replay", loader=None)
+
+    def command(target: str) -> None:
+        """Fake live replay."""
+        calls.append(target)
+
+    module.command = command
+    monkeypatch.setitem(sys.modules, "pbkv_server.live_replay", module)
+    monkeypatch.setattr(cli.app, "registered_commands", list(cli.app.registered_commands))
+    cli._register_live_replay()
+    result = runner.invoke(cli.app, ["live-replay", "http://127.0.0.1:1"])
+    assert result.exit_code == 0, result.output
+    assert calls == ["http://127.0.0.1:1"]
+
+
+def test_a_file_that_is_not_a_model_is_a_clear_error(trace, tmp_path):
+    junk = tmp_path / "model.pt"
+    junk.write_bytes(b"not a model")
+    _bad(["replay", str(trace), "--policy", "lru", "--predictor", str(junk)])
