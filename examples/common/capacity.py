@@ -6,8 +6,9 @@ workflows share (agent system prompts, worked examples), ``R_w`` the tokens of t
 only workflow ``w`` uses, but in two or more of its requests (its growing context, reused from
 one round to the next), and ``C`` the replay concurrency. Keeping the reusable cache of every
 live workflow needs about ``W = S + min(C, n) * mean(R_w)`` tokens. Besides, the requests in
-flight need their own KV: each live workflow has at most one request running, so
-``A = min(C, n) * mean prompt tokens`` lets all of them run at once. The device gets
+flight need their own KV beyond the shared blocks: each live workflow has at most one request
+running, so ``A = min(C, n) * mean(prompt tokens outside shared blocks)`` lets all of them run
+at once. The device gets
 ``A + pressure * W`` tokens (default ``pressure = 0.5``: the requests run unhindered, but only
 half of what the live workflows could reuse stays cached, the regime where the eviction choice
 matters), and never less than ``min_requests`` times the largest prompt.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Sequence
 
 from pbkv_sdk.trace import InvocationRecord, TraceRecord
 
@@ -41,6 +42,7 @@ class WorkingSet:
         max_prompt_tokens: the largest prompt of the trace, tokens.
         total_prompt_tokens: sum of all prompts' tokens (what a cache-less server prefills).
         requests: number of invocations.
+        unshared_prompt_tokens: sum over invocations of their tokens outside shared blocks.
     """
 
     workflows: int
@@ -50,29 +52,29 @@ class WorkingSet:
     max_prompt_tokens: int
     total_prompt_tokens: int
     requests: int
+    unshared_prompt_tokens: int
 
     def live_tokens(self, concurrency: int) -> float:
         """``W = S + min(C, n) * mean(R_w)``: tokens to keep every live workflow's cache at concurrency C."""
         return self.shared_tokens + min(concurrency, self.workflows) * self.mean_private_tokens
 
     def in_flight_tokens(self, concurrency: int) -> float:
-        """``A = min(C, n) * mean prompt``: KV of one running request per live workflow."""
-        return min(concurrency, self.workflows) * self.total_prompt_tokens / max(1, self.requests)
+        """``A = min(C, n) * mean unshared prompt``: KV of one running request per live workflow."""
+        return min(concurrency, self.workflows) * self.unshared_prompt_tokens / max(1, self.requests)
 
 
-def working_set(records: Iterable[TraceRecord]) -> WorkingSet:
+def working_set(records: Sequence[TraceRecord]) -> WorkingSet:
     """Measure the working set of a trace's invocations (block tokens as the replay charges them).
 
     Raises:
         ValueError: the records hold no invocation.
     """
+    invocations = [r for r in records if isinstance(r, InvocationRecord)]
     users: dict[str, set[str]] = defaultdict(set)
     uses: dict[str, int] = defaultdict(int)
     tokens: dict[str, int] = {}
     max_prompt = total = n_requests = 0
-    for rec in records:
-        if not isinstance(rec, InvocationRecord):
-            continue
+    for rec in invocations:
         max_prompt = max(max_prompt, rec.prompt_tokens)
         total += rec.prompt_tokens
         n_requests += 1
@@ -86,7 +88,9 @@ def working_set(records: Iterable[TraceRecord]) -> WorkingSet:
     shared = sum(tokens[k] for k, ws in users.items() if len(ws) >= 2)
     private = sum(tokens[k] for k, ws in users.items() if len(ws) == 1 and uses[k] >= 2)
     single = sum(tokens[k] for k in users if uses[k] == 1)
-    return WorkingSet(len(workflows), shared, private / len(workflows), single, max_prompt, total, n_requests)
+    unshared = sum(n for rec in invocations for key, n in zip(rec.prefix_hashes, rec.tokens_per_block())
+                   if len(users[key]) == 1)
+    return WorkingSet(len(workflows), shared, private / len(workflows), single, max_prompt, total, n_requests, unshared)
 
 
 def device_capacity(ws: WorkingSet, concurrency: int, pressure: float = DEFAULT_PRESSURE, min_requests: int = 4) -> int:

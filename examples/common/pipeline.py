@@ -33,6 +33,8 @@ from examples.common.results import PolicyResult, compare, to_json
 __all__ = ["ExampleSpec", "RunOptions", "run_example"]
 
 BASE_POLICIES = ("lru", "lae", "he", "pbkv")
+#: Predictor epochs of a --quick run (the CLI default, 60 with early stopping, is for full runs).
+QUICK_EPOCHS = 15
 
 
 @dataclass
@@ -83,7 +85,8 @@ class RunOptions:
         out_dir: where traces, model, plots and JSON go.
         json_out: path of the JSON summary, or ``None``.
         belady: also replay the offline Belady reference.
-        epochs: predictor training epochs (``None`` = the predictor's default).
+        epochs: predictor training epochs (``None``: :data:`QUICK_EPOCHS` with ``quick``, else
+            the predictor's default).
     """
 
     quick: bool = False
@@ -132,7 +135,8 @@ def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = N
 
     t = time.perf_counter()
     model_path = out / "predictor.pt"
-    integ.train_predictor([traces["train"]], model_path, app=spec.app, seed=opts.seed, epochs=opts.epochs)
+    epochs = opts.epochs or (QUICK_EPOCHS if opts.quick else None)
+    integ.train_predictor([traces["train"]], model_path, app=spec.app, seed=opts.seed, epochs=epochs)
     timings["train_s"] = time.perf_counter() - t
     console.print(f"predictor trained on {len(train)} workflows -> {model_path}")
 

@@ -411,14 +411,16 @@ class Engine:
                     t1 = self.latency_clock()
                     self._stats.predictor_call_s.append(t1 - t0)
                     changed = self.board.set_prediction(wf.workflow_id, prediction)
+                    t2 = self.latency_clock()
                     for rec in changed:
                         self.refresh(rec.owner)
                     n = self.board.node_count(wf.workflow_id)
                     if n:
-                        elapsed = self.latency_clock() - t1
-                        self._stats.score_update_s.append(elapsed / n)
-                        self._stats.score_update_total_s += elapsed
-                        self._stats.score_update_nodes += n
+                        stats = self._stats
+                        stats.score_update_s.append((t2 - t1) / n)
+                        stats.score_update_total_s += t2 - t1
+                        stats.score_refile_total_s += self.latency_clock() - t2
+                        stats.score_update_nodes += n
             except Exception:  # a predictor failure degrades scores, never the request
                 self._warn_predictor()
         wf.history.append(hints.agent)

@@ -145,16 +145,20 @@ class ScoreBoard:
         changed = []
         weights = self._weights.get(wf)
         memo: dict[frozenset, tuple[float, float]] = {}  # nodes of one workflow share agent sets
+        contribution = self._contribution
         for rec in self._nodes.get(wf, ()):
             agents = rec.access[wf]
             new = memo.get(agents)
             if new is None:
-                new = memo[agents] = self._contribution(weights, agents)
-            old = rec.contrib[wf]
+                new = memo[agents] = contribution(weights, agents)
+            contrib = rec.contrib
+            old = contrib[wf]
             if new != old:
-                rec.contrib[wf] = new
-                rec.score = max(0.0, rec.score + new[0] - old[0])
-                rec.value = max(0.0, rec.value + new[1] - old[1])
+                contrib[wf] = new
+                score = rec.score + new[0] - old[0]
+                value = rec.value + new[1] - old[1]
+                rec.score = score if score > 0.0 else 0.0
+                rec.value = value if value > 0.0 else 0.0
                 changed.append(rec)
         return changed
 

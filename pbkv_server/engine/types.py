@@ -85,9 +85,11 @@ class EngineStats:
 
     Latency sample deques keep the newest :data:`MAX_SAMPLES` wall-clock measurements:
     ``eviction_decision_s`` per eviction call (choosing and applying victims),
-    ``score_update_s`` per rescored node, ``prefetch_decision_s`` per prefetch round,
-    ``predictor_call_s`` per predictor call. ``score_update_total_s`` / ``score_update_nodes``
-    is the node-weighted mean score-update time (small updates weigh less than in the sample mean).
+    ``score_update_s`` per node of a workflow whose prediction changed (recomputing Score(c)
+    and the prefetch value), ``prefetch_decision_s`` per prefetch round, ``predictor_call_s``
+    per predictor call. Totals: ``score_update_total_s`` and ``score_refile_total_s`` (re-filing
+    the changed nodes in the eviction/prefetch heaps) over ``score_update_nodes`` nodes give the
+    node-weighted means (small updates weigh less than in the sample mean).
     """
 
     prompt_tokens: int = 0
@@ -105,6 +107,7 @@ class EngineStats:
     running: int = 0
     requests_finished: int = 0
     score_update_total_s: float = 0.0
+    score_refile_total_s: float = 0.0
     score_update_nodes: int = 0
     eviction_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     score_update_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))

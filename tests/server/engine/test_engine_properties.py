@@ -78,6 +78,22 @@ class CheckedEngine(Engine):
         super()._evict(node)
 
 
+def check_scores(eng: Engine, last_step: dict[str, int]) -> None:
+    """Every node's incrementally kept Score(c) and one-step value equal PBKV Eq. 2 recomputed
+    from scratch over the active workflows' latest predictions (policies that use predictions)."""
+    if not eng.policy.uses_predictions:
+        return
+    from predictor.api import PredictionQuery
+    from pbkv_server.engine import lookahead_score, one_step_value
+    preds = {}
+    for wf, step in last_step.items():
+        if eng.workflow(wf) is not None:
+            preds[wf] = HashPredictor().predict([PredictionQuery("app", wf, step, (), "x")])[0]
+    for n in eng.tree.nodes():
+        assert n.sc.score == pytest.approx(lookahead_score(n.sc.access, preds, eng.config.gamma), abs=1e-9)
+        assert n.sc.value == pytest.approx(one_step_value(n.sc.access, preds), abs=1e-9)
+
+
 def check_invariants(eng: Engine) -> None:
     """Token accounting, capacities, prefix closure, child counts and lock counts."""
     nodes = list(eng.tree.nodes())
@@ -121,12 +137,13 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
     """Device 100 tokens, blocks of 2-11 tokens (fixed per block), prompts of 4-13 blocks
     (shared system and agent blocks, per-workflow history, fresh blocks); workflow 3 means anonymous. After every operation
     the invariants of check_invariants hold; evictions obey CheckedEngine's rules; everything
-    submitted finishes and every FirstToken splits its prompt into cached + prefilled tokens."""
+    submitted finishes and every FirstToken splits its prompt into cached + prefilled tokens;
+    scores stay equal to Eq. 2 recomputed from scratch (check_scores)."""
     cfg = EngineConfig(profile=PROFILE, policy=policy, device_tokens=100, host_tokens=host,
                        predictor=HashPredictor(), future=HashOracle(), rho=0.3, idle_retire_s=0.5)
     eng = CheckedEngine(cfg)
     eng.set_app_graph("app", {"plan": ["code"], "code": ["test"], "test": ["code", "plan"]})
-    steps = {}
+    steps, last_step = {}, {}
     submitted, first, finished = set(), set(), set()
     for n, op in enumerate(ops):
         if op[0] == "submit":
@@ -136,6 +153,7 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
             hints = None
             if wf < 3:
                 hints = Hints(f"wf{wf}", agent, steps.get(wf, 0), "app")
+                last_step[f"wf{wf}"] = steps.get(wf, 0)
                 steps[wf] = steps.get(wf, 0) + 1
             rid = f"r{n}"
             toks = [block_tokens(x) for x in labels]
@@ -158,6 +176,7 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
         else:
             eng.advance_to(eng.clock + op[1] / 100)
         check_invariants(eng)
+        check_scores(eng, last_step)
     while eng.busy:
         for e in eng.step():
             (first if type(e).__name__ == "FirstToken" else finished).add(e.request_id)

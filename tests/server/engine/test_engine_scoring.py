@@ -155,3 +155,20 @@ def test_scoreboard_rejects_bad_parameters():
         ScoreBoard(gamma=0.0)
     with pytest.raises(ValueError):
         ScoreBoard(gamma=0.7, horizon=0)
+
+
+def test_new_prediction_rescores_only_that_workflows_nodes():
+    """Node n1 is touched by w1 only, n2 by w2 only, n3 by both. A new prediction for w1 returns
+    n1 and n3 as changed and leaves n2's score as it was."""
+    board = ScoreBoard(0.7, 3)
+    n1, n2, n3 = (board.copy(_empty(board), owner=i) for i in range(3))
+    board.set_prediction("w1", Prediction([{"a": 0.5, "b": 0.5}] * 3))
+    board.set_prediction("w2", Prediction([{"a": 1.0}] * 3))
+    for rec, wfs in ((n1, ["w1"]), (n2, ["w2"]), (n3, ["w1", "w2"])):
+        for wf in wfs:
+            board.touch(rec, wf, "a")
+    before = n2.score
+    changed = board.set_prediction("w1", Prediction([{"a": 1.0}] * 3))
+    assert {rec.owner for rec in changed} == {0, 2}
+    assert n2.score == before == pytest.approx(2.19)
+    assert n3.score == pytest.approx(2 * 2.19)

@@ -1,4 +1,4 @@
-"""Fixtures of the simulator tests: tiny hand-made traces and a round-number hardware profile."""
+"""Helpers of the simulator tests: tiny hand-made trace records and a round-number hardware profile."""
 
 from __future__ import annotations
 

@@ -1,0 +1,97 @@
+"""``pbkv-server --engine sglang``: run ``python -m sglang.launch_server`` with the PBKV plugin.
+
+The plugin loads itself in the launched server through the ``sglang.srt.plugins`` entry point;
+this module only picks the interpreter of the SGLang environment, adds the policy and backend
+flags, and waits for the server (forwarding Ctrl-C / SIGTERM). It imports no SGLang, so the main
+environment's ``pbkv-server`` can call :func:`main`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .settings import POLICIES
+
+__all__ = ["main", "build_command", "resolve_policy", "sglang_python", "LaunchError"]
+
+#: Engine-core names accepted as aliases of the plugin's policy names.
+_ALIASES = {"he": "pbkv-he", "lae": "pbkv-lae"}
+_OWN_FLAGS = ("--radix-eviction-policy", "--radix-cache-backend")
+
+
+class LaunchError(ValueError):
+    """The launch request is inconsistent (e.g. a flag this launcher sets is also given)."""
+
+
+def resolve_policy(policy: str) -> tuple[str, bool]:
+    """Map a policy name to SGLang's flag value and whether the PBKV backend is needed.
+
+    ``pbkv``, ``pbkv-he``, ``pbkv-lae`` (or the engine names ``he``, ``lae``) use the PBKV radix
+    cache; any other name (``lru``, ``lfu``, ...) is passed to SGLang as a built-in policy.
+    """
+    name = _ALIASES.get(policy, policy)
+    return name, name in POLICIES
+
+
+def sglang_python() -> str:
+    """Interpreter of the SGLang environment: ``$PBKV_SGLANG_PYTHON``, else the checkout's
+    ``.venv-sglang/bin/python`` if present, else the current interpreter."""
+    env = os.environ.get("PBKV_SGLANG_PYTHON")
+    if env:
+        return env
+    local = Path(__file__).resolve().parents[2] / ".venv-sglang" / "bin" / "python"
+    return str(local) if local.exists() else sys.executable
+
+
+def build_command(policy: str, sglang_args: Sequence[str], python: str | None = None) -> list[str]:
+    """The server command line.
+
+    Raises:
+        LaunchError: ``sglang_args`` already sets ``--radix-eviction-policy`` or
+            ``--radix-cache-backend`` (this launcher owns them).
+    """
+    for arg in sglang_args:
+        if arg.split("=", 1)[0] in _OWN_FLAGS:
+            raise LaunchError(f"{arg.split('=', 1)[0]} is set by --policy; remove it from the SGLang arguments")
+    name, needs_backend = resolve_policy(policy)
+    cmd = [python or sglang_python(), "-m", "sglang.launch_server", *sglang_args, "--radix-eviction-policy", name]
+    if needs_backend:
+        cmd += ["--radix-cache-backend", "pbkv"]
+    return cmd
+
+
+def main(policy: str, sglang_args: list[str]) -> int:
+    """Launch SGLang with ``policy`` and the plugin; block until it exits.
+
+    Args:
+        policy: ``pbkv`` | ``pbkv-he`` | ``pbkv-lae`` | ``he`` | ``lae`` | an SGLang built-in policy.
+        sglang_args: arguments for ``sglang.launch_server`` (``--model-path`` etc.).
+
+    Returns:
+        The server's exit status (2 for a :class:`LaunchError`, printed to stderr).
+    """
+    try:
+        cmd = build_command(policy, sglang_args)
+    except LaunchError as exc:
+        print(f"pbkv-server: {exc}", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    allowed = env.get("SGLANG_PLUGINS")
+    if allowed and "pbkv" not in {p.strip() for p in allowed.split(",")}:
+        env["SGLANG_PLUGINS"] = allowed + ",pbkv"  # a whitelist without pbkv would silently drop it
+    proc = subprocess.Popen(cmd, env=env)
+
+    def forward(signum, _frame):
+        proc.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
