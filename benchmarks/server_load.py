@@ -16,7 +16,6 @@ import asyncio
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -49,16 +48,18 @@ def main() -> None:
         console.print(f"pbkv-server pid {proc.pid}, policy {args.policy}, pace 0, "
                       f"{args.clients} clients x {args.requests} requests per round")
         for rnd in range(args.rounds):
-            rss_before, cpu_before = _rss_mib(proc.pid), _cpu_s(proc.pid)
+            rss_before, cpu_before, srv_before = _rss_mib(proc.pid), _cpu_s(proc.pid), _server_latency(url)
             stats = asyncio.run(_round(url, args.clients, args.requests, rnd))
-            rss_after, cpu = _rss_mib(proc.pid), _cpu_s(proc.pid) - cpu_before
+            rss_after, cpu, srv_after = _rss_mib(proc.pid), _cpu_s(proc.pid) - cpu_before, _server_latency(url)
+            srv_mean = (srv_after[0] - srv_before[0]) / max(1, srv_after[1] - srv_before[1])
             lat = sorted(stats["latencies"])
             console.print(
                 f"round {rnd + 1}: {stats['ok']} ok, {stats['errors']} errors in {stats['wall']:.1f} s = "
                 f"{stats['ok'] / stats['wall']:.0f} requests/s; latency p50 {_pct(lat, 50) * 1e3:.1f} ms, "
                 f"p99 {_pct(lat, 99) * 1e3:.1f} ms; cached-token share {stats['cached'] / max(1, stats['prompt']):.1%}; "
                 f"server RSS {rss_before:.1f} -> {rss_after:.1f} MiB; server CPU {cpu:.1f} s "
-                f"({cpu / max(1, stats['ok']) * 1e3:.2f} ms per request)"
+                f"({cpu / max(1, stats['ok']) * 1e3:.2f} ms per request); server-side mean latency "
+                f"{srv_mean * 1e3:.1f} ms"
             )
     finally:
         proc.send_signal(signal.SIGINT)
@@ -124,6 +125,20 @@ def _rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _server_latency(url: str) -> tuple[float, float]:
+    """(sum, count) of the server's own request-latency histogram (arrival to response start)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = count = 0.0
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
+        for sample in family.samples:
+            if sample.name == "pbkv_request_latency_seconds_sum":
+                total = sample.value
+            elif sample.name == "pbkv_request_latency_seconds_count":
+                count = sample.value
+    return total, count
 
 
 def _cpu_s(pid: int) -> float:

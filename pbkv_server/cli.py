@@ -94,4 +94,6 @@ def _launch_sglang(policy: str, sglang_args: list[str]) -> None:
             err=True,
         )
         raise typer.Exit(2) from None
-    launch(policy, sglang_args)
+    code = launch(policy, sglang_args)
+    if code:  # the SGLang server's exit status (2 for a launch error it already printed)
+        raise typer.Exit(code)

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, build_samples, build_vocab, load_workflows, split_workflows
+from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, build_samples, build_vocab, holdout_split, load_workflows
 from predictor.model import count_parameters
 from predictor.store import save_model
 from predictor.train import MODEL_NAMES, TrainConfig, fit, predict_proba, run_experiment, top1_accuracy
@@ -68,11 +68,7 @@ def train(
     _threads(threads)
     workflows = _load(traces, app_name)
     t0 = time.perf_counter()
-    if len(workflows) >= 3:
-        split = split_workflows(workflows, seed, fractions=(0.9, 0.1 - 1e-9))
-        train_wfs, val_wfs = split.train + split.test, split.val
-    else:
-        train_wfs, val_wfs = workflows, []
+    train_wfs, val_wfs = holdout_split(workflows, seed, 0.1)
     vocab = build_vocab(workflows[0].app, train_wfs)
     tr = build_samples(train_wfs, vocab, k, DEFAULT_MAX_PREFIX)
     va = build_samples(val_wfs, vocab, k, DEFAULT_MAX_PREFIX) if val_wfs else None

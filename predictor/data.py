@@ -188,6 +188,15 @@ def split_workflows(workflows: Sequence[Workflow], seed: int, fractions: tuple[f
     return Split(pick(order[:n_train]), pick(order[n_train : n_train + n_val]), pick(order[n_train + n_val :]))
 
 
+def holdout_split(workflows: Sequence[Workflow], seed: int, val_fraction: float = 0.1) -> tuple[list[Workflow], list[Workflow]]:
+    """Seeded (train, validation) split by workflow for final training: ``round(val_fraction * n)``
+    workflows (at least 1 when n >= 2) validate, the rest train. One workflow: it trains, none validates."""
+    n = len(workflows)
+    n_val = 0 if n < 2 else max(1, int(round(val_fraction * n)))
+    order = np.random.default_rng(seed).permutation(n)
+    return [workflows[i] for i in order[n_val:]], [workflows[i] for i in order[:n_val]]
+
+
 def build_vocab(app: str, workflows: Iterable[Workflow]) -> Vocab:
     """Vocabulary of the agents seen in ``workflows`` (use the training split only)."""
     return Vocab(app, (a for wf in workflows for a in wf.agents))

@@ -164,9 +164,10 @@ def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = N
         kv = compare(results, baseline="kvflow", reference=None)
         pb = next(c for c in kv if c.policy == "pbkv")
         console.print(f"pbkv over kvflow: latency {pb.latency_speedup:.2f}x, hit rate {pb.hit_rate_ratio:.2f}x")
+    plot_title = f"{spec.title}\nsimulated timing, profile {opts.profile}, concurrency {concurrency}"
     plots = {
-        "hit_rate_over_time": plot_hit_rate_over_time(results, str(out / "hit_rate_over_time.png"), title),
-        "bars": plot_bars(results, str(out / "bars.png"), title),
+        "hit_rate_over_time": plot_hit_rate_over_time(results, str(out / "hit_rate_over_time.png"), plot_title),
+        "bars": plot_bars(results, str(out / "bars.png"), plot_title),
     }
     timings["total_s"] = time.perf_counter() - t0
     console.print(f"plots: {plots['hit_rate_over_time']}, {plots['bars']}; total {timings['total_s']:.0f} s")

@@ -66,7 +66,7 @@ def plot_hit_rate_over_time(results: Sequence[PolicyResult], path: str, title: s
             ax.plot(xs, [100 * y for y in ys], label=r.policy, linestyle="--" if r.policy == "belady" else "-")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("device hit rate (%)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -96,7 +96,7 @@ def plot_bars(results: Sequence[PolicyResult], path: str, title: str) -> str:
     for ax in (ax1, ax2):
         ax.tick_params(axis="x", rotation=30)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(title)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -21,7 +21,7 @@ import math
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from predictor.api import PredictionQuery
 
@@ -263,7 +263,10 @@ class Engine:
                 t0 = self.latency_clock()
                 self.policy.prefetch(dt * k)
                 self._stats.prefetch_decision_s.append(self.latency_clock() - t0)
-            self.clock += dt * k
+            clock = self.clock + dt * k
+            if until is not None and clock < until <= clock + 1e-9 * max(1.0, until):
+                clock = until  # the boundary is ``until`` itself; keep float rounding from landing before it
+            self.clock = clock
             self._iters += k
         elif self._waiting:  # cannot happen: submit() rejects requests larger than the device
             raise RuntimeError("engine stalled: a waiting request does not fit an idle device")
@@ -570,11 +573,14 @@ class Engine:
         if idle is None or not self._workflows:
             return
         horizon = self.clock - idle
-        for wf in list(self._workflows.values()):
+        expired = []
+        for wf in self._workflows.values():  # ordered by last activity: stop at the first recent one
             if wf.last_activity > horizon:
                 break
             if wf.inflight == 0:
-                self.end_workflow(wf.workflow_id, "cancelled")
+                expired.append(wf.workflow_id)
+        for workflow_id in expired:
+            self.end_workflow(workflow_id, "cancelled")
 
     def _warn_predictor(self) -> None:
         if not self._predictor_warned:

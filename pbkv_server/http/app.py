@@ -13,8 +13,6 @@ Routes (DESIGN.md sections 2 and 6):
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable
@@ -25,16 +23,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pbkv_server.engine import EngineConfig
 from pbkv_server.http.config import ServerConfig
 from pbkv_server.http.driver import EngineFailure
-from pbkv_server.http.errors import ApiError, error_body, install_error_handlers, read_json_body
+from pbkv_server.http.errors import ApiError, install_error_handlers, read_json_body
 from pbkv_server.http.metrics import CONTENT_TYPE
-from pbkv_server.http.service import Completion, PbkvService, Prepared, figure_headers
+from pbkv_server.http.exchange import figure_headers
+from pbkv_server.http.responses import full_response, model_card, stream_events
+from pbkv_server.http.service import PbkvService
 from pbkv_sdk.protocol import END_PATH, GRAPH_PATH
 
 __all__ = ["create_app"]
-
-# Words per streamed content chunk: real servers stream a token or a few per chunk.
-_WORDS_PER_CHUNK = 4
-_CHUNK_RE = re.compile(r"\S+\s*|\s+")
 
 
 def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConfig] | None = None) -> FastAPI:
@@ -79,11 +75,11 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
                     first.prompt_tokens, first.device_cached_tokens, first.host_cached_tokens, ttft, prep.hint_status
                 )
                 headers["Cache-Control"] = "no-cache"
-                return StreamingResponse(_stream(service, prep, sub), media_type="text/event-stream", headers=headers)
+                return StreamingResponse(stream_events(service, prep, sub), media_type="text/event-stream", headers=headers)
             result = await service.finish(prep, sub)
         except EngineFailure as exc:
             raise ApiError(500, str(exc), "engine_failure") from None
-        return JSONResponse(_full_response(prep, result), headers=result.headers(prep.hint_status))
+        return JSONResponse(full_response(prep, result), headers=result.headers(prep.hint_status))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -95,11 +91,11 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [_model_card(config.model_name)]}
+        return {"object": "list", "data": [model_card(config.model_name)]}
 
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str) -> dict[str, Any]:
-        return _model_card(model_id)
+        return model_card(model_id)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -191,73 +187,3 @@ async def _optional_json(request: Request, max_bytes: int) -> Any:
         if exc.code == "invalid_json" and "empty" in exc.message:
             return None
         raise
-
-
-def _model_card(model_id: str) -> dict[str, Any]:
-    return {"id": model_id, "object": "model", "created": 0, "owned_by": "pbkv"}
-
-
-def _full_response(prep: Prepared, result: Completion) -> dict[str, Any]:
-    created = int(time.time())
-    if prep.kind == "chat":
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": {"role": "assistant", "content": prep.text},
-            "logprobs": None,
-            "finish_reason": prep.finish_reason,
-        }
-        obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": prep.text, "logprobs": None, "finish_reason": prep.finish_reason}
-        obj = "text_completion"
-    return {
-        "id": prep.request_id,
-        "object": obj,
-        "created": created,
-        "model": prep.model,
-        "choices": [choice],
-        "usage": result.usage(),
-        "system_fingerprint": "pbkv-sim",
-    }
-
-
-def _chunk(prep: Prepared, created: int, content: str | None, finish: str | None, role: bool = False) -> str:
-    if prep.kind == "chat":
-        delta: dict[str, Any] = {}
-        if role:
-            delta["role"] = "assistant"
-        if content is not None:
-            delta["content"] = content
-        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        obj = "chat.completion.chunk"
-    else:
-        choice = {"index": 0, "text": content or "", "logprobs": None, "finish_reason": finish}
-        obj = "text_completion"
-    data = {"id": prep.request_id, "object": obj, "created": created, "model": prep.model, "choices": [choice]}
-    if prep.include_usage:
-        data["usage"] = None  # OpenAI sends usage: null on every chunk but the last when asked for usage
-    return "data: " + json.dumps(data, separators=(",", ":")) + "\n\n"
-
-
-async def _stream(service: PbkvService, prep: Prepared, sub: Any) -> AsyncIterator[str]:
-    created = int(time.time())
-    pieces = _CHUNK_RE.findall(prep.text)
-    chunks = ["".join(pieces[i : i + _WORDS_PER_CHUNK]) for i in range(0, len(pieces), _WORDS_PER_CHUNK)]
-    # First token has arrived: send the role and the first chunk now, the rest when decoding ends.
-    yield _chunk(prep, created, "" if prep.kind == "chat" else None, None, role=True)
-    if chunks:
-        yield _chunk(prep, created, chunks[0], None)
-    try:
-        result = await service.finish(prep, sub)
-    except EngineFailure as exc:
-        yield "data: " + json.dumps(error_body(500, str(exc), "engine_failure")) + "\n\n"
-        return
-    for piece in chunks[1:]:
-        yield _chunk(prep, created, piece, None)
-    yield _chunk(prep, created, None, prep.finish_reason)
-    if prep.include_usage:
-        obj = "chat.completion.chunk" if prep.kind == "chat" else "text_completion"
-        usage = {"id": prep.request_id, "object": obj, "created": created, "model": prep.model,
-                 "choices": [], "usage": result.usage()}
-        yield "data: " + json.dumps(usage, separators=(",", ":")) + "\n\n"
-    yield "data: [DONE]\n\n"

@@ -8,6 +8,7 @@ wrappers inside LangChain, AutoGen, CrewAI) raise their usual exception types.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,6 +16,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 __all__ = ["ApiError", "error_body", "install_error_handlers", "read_json_body"]
+
+log = logging.getLogger(__name__)
 
 _TYPES = {
     400: "invalid_request_error",
@@ -63,6 +66,12 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(
             error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
         )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # A bug must still answer in the client's error format (and be logged with its traceback).
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return JSONResponse(error_body(500, f"internal error: {type(exc).__name__}", "internal_error"), status_code=500)
 
 
 async def read_json_body(request: Request, max_bytes: int) -> Any:

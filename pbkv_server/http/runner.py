@@ -74,7 +74,11 @@ def run_in_thread(
     config = config or ServerConfig(port=0)
     sock = _bind(config.host, config.port)
     config = replace(config, port=sock.getsockname()[1])
-    app = create_app(config, make_engine_config)
+    try:
+        app = create_app(config, make_engine_config)
+    except BaseException:
+        sock.close()
+        raise
     server = uvicorn.Server(_uvicorn_config(app, config))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), name="pbkv-server",
                               daemon=True)

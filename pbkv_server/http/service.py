@@ -15,116 +15,30 @@ import logging
 import random
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from pbkv_sdk.protocol import END_STATUSES, Hints, parse_hints
-from pbkv_sdk.trace import (
-    InvocationRecord,
-    TraceWriter,
-    WorkflowEndRecord,
-    canonical_prompt,
-    prefix_hashes,
-    request_features,
-)
+from pbkv_sdk.trace import canonical_prompt, prefix_hashes, request_features
 from pbkv_server.engine import EngineConfig, EngineRequest
 from pbkv_server.http.config import ServerConfig
 from pbkv_server.http.driver import SimDriver, Submission
 from pbkv_server.http.errors import ApiError
+from pbkv_server.http.exchange import Completion, Prepared, request_max_tokens, request_messages
 from pbkv_server.http.metrics import ServerMetrics
+from pbkv_server.http.served_trace import ServedTrace
 from pbkv_server.http.workflows import RETIRED_IDLE, WorkflowTable
 from pbkv_server.scenario import Scenario, ScenarioRequest, get_scenario, load_scenario
 from pbkv_server.scenarios.default import DefaultScenario
 from pbkv_server.tokenizer import block_tokens, count_tokens, truncate_to_tokens
 
-__all__ = ["PbkvService", "Prepared", "Completion", "engine_config_from", "figure_headers"]
+__all__ = ["PbkvService", "engine_config_from", "HEADER_HINT_TOKEN"]
 
 log = logging.getLogger(__name__)
 
-#: Header names of the per-request figures the server reports.
-HEADER_PROMPT_TOKENS = "X-PBKV-Prompt-Tokens"
-HEADER_CACHED_TOKENS = "X-PBKV-Cached-Tokens"
-HEADER_HOST_CACHED_TOKENS = "X-PBKV-Host-Cached-Tokens"
-HEADER_TTFT = "X-PBKV-TTFT-S"
-HEADER_HINTS = "X-PBKV-Hints"
-#: Headers accepted for the hint-endpoint secret (besides ``Authorization: Bearer``).
+#: Header accepted for the hint-endpoint secret (besides ``Authorization: Bearer``).
 HEADER_HINT_TOKEN = "X-PBKV-Hint-Token"
-
 # Distinct malformed-hint reasons logged at warning level (later repeats only counted).
 _LOGGED_REASONS_MAX = 64
-
-
-@dataclass(slots=True)
-class Prepared:
-    """A validated LLM request, ready for the engine.
-
-    Attributes:
-        kind: ``"chat"`` or ``"completion"``.
-        request_id: id of the response (``chatcmpl-...`` / ``cmpl-...``).
-        model: model name echoed back.
-        stream: answer as server-sent events.
-        include_usage: streaming only: send a final usage chunk.
-        hints: the request's valid hints, or ``None`` (anonymous or malformed).
-        hint_status: ``"ok"``, ``"anonymous"`` or ``"ignored"`` (malformed).
-        engine_request: blocks, block tokens, output tokens, hints, features.
-        text: the reply the scenario wrote (already cut to ``max_tokens``).
-        completion_tokens: tokens of ``text``.
-        finish_reason: ``"stop"`` or ``"length"``.
-        arrival: wall time (monotonic seconds) the request arrived.
-    """
-
-    kind: str
-    request_id: str
-    model: str
-    stream: bool
-    include_usage: bool
-    hints: Hints | None
-    hint_status: str
-    engine_request: EngineRequest
-    text: str
-    completion_tokens: int
-    finish_reason: str
-    arrival: float
-
-
-@dataclass(slots=True)
-class Completion:
-    """The outcome of one request, in tokens and engine seconds."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-    device_cached_tokens: int
-    host_cached_tokens: int
-    ttft_s: float
-
-    def usage(self) -> dict[str, Any]:
-        """OpenAI ``usage`` object; ``cached_tokens`` counts device and host prefix hits."""
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-        }
-
-    def headers(self, hint_status: str) -> dict[str, str]:
-        """Response headers reporting this request's figures (:func:`figure_headers`)."""
-        return figure_headers(
-            self.prompt_tokens, self.device_cached_tokens, self.host_cached_tokens, self.ttft_s, hint_status
-        )
-
-
-def figure_headers(prompt_tokens: int, device_cached: int, host_cached: int, ttft_s: float,
-                   hint_status: str) -> dict[str, str]:
-    """Response headers of one request: prompt tokens, cached tokens (device + host), host part,
-    simulated TTFT in engine seconds, and how its hints were treated (ok | anonymous | ignored)."""
-    return {
-        HEADER_PROMPT_TOKENS: str(int(prompt_tokens)),
-        HEADER_CACHED_TOKENS: str(int(device_cached) + int(host_cached)),
-        HEADER_HOST_CACHED_TOKENS: str(int(host_cached)),
-        HEADER_TTFT: f"{ttft_s:.6f}",
-        HEADER_HINTS: hint_status,
-    }
 
 
 def engine_config_from(config: ServerConfig) -> EngineConfig:
@@ -182,9 +96,7 @@ class PbkvService:
                 "device_tokens": str(self.driver.device_capacity),
             },
         )
-        self.trace = TraceWriter(config.trace_out) if config.trace_out else None
-        # Unix time of engine clock 0: trace times are epoch + engine seconds (see README).
-        self.epoch = time.time()
+        self.trace = ServedTrace(config.trace_out) if config.trace_out else None
         self._logged_reasons: set[str] = set()
         self._id_base = uuid.uuid4().hex[:12]
         self._ids = itertools.count()
@@ -221,8 +133,8 @@ class PbkvService:
         arrival = time.monotonic()
         if not isinstance(body, dict):
             raise ApiError(400, "request body must be a JSON object", "invalid_request")
-        messages = _messages(body, kind)
-        max_tokens = _max_tokens(body)
+        messages = request_messages(body, kind)
+        max_tokens = request_max_tokens(body)
         n = body.get("n", 1)
         if n not in (1, None):
             raise ApiError(400, "only n=1 is supported", "unsupported_value", "n")
@@ -270,11 +182,18 @@ class PbkvService:
         finish = "length" if max_tokens is not None and completion_tokens >= max_tokens else "stop"
         model = body.get("model") if isinstance(body.get("model"), str) else self.config.model_name
         return Prepared(kind, request_id, model, stream, include_usage, hints, hint_status,
-                        engine_request, text, completion_tokens, finish, arrival)
+                        engine_request, text, completion_tokens, finish, arrival, self.config.block_chars)
 
     def submit(self, prep: Prepared) -> Submission:
-        """Queue the prepared request in the engine."""
-        return self.driver.submit(prep.engine_request)
+        """Queue the prepared request in the engine.
+
+        Raises:
+            ApiError: 400 when the engine rejects the request (its message says why).
+        """
+        try:
+            return self.driver.submit(prep.engine_request)
+        except ValueError as exc:
+            raise ApiError(400, str(exc), "invalid_request") from None
 
     async def first_token(self, sub: Submission) -> float:
         """Wait for the first token; returns the simulated TTFT in seconds."""
@@ -301,8 +220,8 @@ class PbkvService:
         )
         self.metrics.ttft.observe(result.ttft_s)
         self.metrics.cached_tokens.inc(result.cached_tokens)
-        if self.trace is not None and prep.hints is not None:
-            self._trace_invocation(prep, sub, result, done.time)
+        if self.trace is not None:
+            self.trace.invocation(prep, sub, result, done.time)
         return result
 
     # ------------------------------------------------------------------ hint endpoints
@@ -404,8 +323,7 @@ class PbkvService:
         if was_active:
             self.metrics.workflow_ends.labels(status, source).inc()
             if self.trace is not None:
-                app = state.app if state is not None and state.app else "unknown"
-                self.trace.write(WorkflowEndRecord(app, workflow_id, self.epoch + self.driver.engine.clock, status))
+                self.trace.workflow_end(state.app if state else None, workflow_id, self.driver.engine.clock, status)
         return was_active
 
     async def _sweep(self) -> None:
@@ -421,55 +339,4 @@ class PbkvService:
         self.driver.end_workflow(workflow_id, RETIRED_IDLE)
         self.metrics.workflow_ends.labels(RETIRED_IDLE, "idle").inc()
         if self.trace is not None:
-            self.trace.write(WorkflowEndRecord("unknown", workflow_id, self.epoch + self.driver.engine.clock, RETIRED_IDLE))
-
-    def _trace_invocation(self, prep: Prepared, sub: Submission, result: Completion, t_end: float) -> None:
-        assert prep.hints is not None
-        req = prep.engine_request
-        assert self.trace is not None
-        self.trace.write(
-            InvocationRecord(
-                app=prep.hints.app or "unknown",
-                workflow_id=prep.hints.workflow_id,
-                step=prep.hints.step,
-                agent=prep.hints.agent,
-                t_start=self.epoch + sub.submit_time,
-                t_end=self.epoch + t_end,
-                prompt_tokens=result.prompt_tokens,
-                completion_tokens=result.completion_tokens,
-                prefix_hashes=list(req.blocks),
-                ttft_s=result.ttft_s,
-                cached_tokens=result.cached_tokens,
-                block_chars=self.config.block_chars,
-                features=list(req.features),
-                block_tokens=list(req.block_tokens),
-            )
-        )
-
-
-def _messages(body: Mapping[str, Any], kind: str) -> list[dict[str, Any]]:
-    if kind == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ApiError(400, "messages must be a non-empty array", "invalid_type", "messages")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise ApiError(400, f"messages[{i}] must be an object with a role", "invalid_type", f"messages[{i}]")
-        return messages
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise ApiError(400, "prompt must be a string (batched prompts are not supported)", "invalid_type", "prompt")
-    return [{"role": "user", "content": prompt}]
-
-
-def _max_tokens(body: Mapping[str, Any]) -> int | None:
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ApiError(400, f"{name} must be a positive integer", "invalid_value", name)
-        return value
-    return None
+            self.trace.workflow_end(None, workflow_id, self.driver.engine.clock, RETIRED_IDLE)

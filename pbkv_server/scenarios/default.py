@@ -4,6 +4,9 @@ Used when no scenario is registered for the request's app and none was given wit
 ``--scenario``. It knows nothing about the task, so it writes a reply that is shaped like what
 the agent's role suggests (a verdict for verifiers/critics, a plan for planners, code for coders,
 JSON when ``response_format`` asks for it) from words of the prompt, with a realistic length.
+It also speaks the two protocols frameworks parse: a speaker-selection prompt ("select the next
+role from [a, b]") gets one listed role, and a ReAct prompt (one that mentions ``Final Answer:``,
+as CrewAI's do) gets a ``Thought: ... Final Answer: ...`` reply.
 
 Lengths: agent replies in the multi-agent traces of the PBKV and KVFlow evaluations are a few
 tens to a few hundred tokens; we draw ``exp(N(ln 120, 0.6))`` tokens, clipped to [12, 600], and
@@ -43,6 +46,9 @@ _ROLES = (
     (("test", "qa"), "test"),
     (("summar", "writer", "report", "analy", "answer"), "summary"),
 )
+# "... select the next role from ['planner', 'coder'] to play" (AutoGen's selector prompt shape).
+_SELECT_RE = re.compile(r"select the next (?:role|speaker|agent) from \[([^\]]*)\]", re.IGNORECASE)
+_REACT_PREFIX = "Thought: I now can give a great answer\nFinal Answer: "
 _VERDICTS = ("verified", "needs more evidence", "not supported")
 _TEST_RESULTS = ("all tests passed", "tests failed")
 
@@ -52,11 +58,20 @@ class DefaultScenario(Scenario):
 
     def reply(self, request: ScenarioRequest, rng: random.Random) -> str:
         """Return the reply text, at most ``request.max_tokens`` tokens (when given)."""
+        roles = _candidate_roles(request)
+        if roles:  # a speaker-selection call (e.g. AutoGen SelectorGroupChat): name one role
+            return rng.choice(roles)
         target = _draw_length(rng)
         if request.max_tokens is not None:
             target = min(target, max(1, request.max_tokens))
         words = _prompt_words(request) or _FILLER
-        if _wants_json(request):
+        if _wants_react(request):
+            # ReAct-style agents (CrewAI) parse a "Final Answer:" line; tools are never called.
+            text = _REACT_PREFIX + _text_reply(_role(request.agent), words, target, rng)
+            cap = target + count_tokens(_REACT_PREFIX)
+            if request.max_tokens is not None:
+                cap = min(cap, max(1, request.max_tokens))
+        elif _wants_json(request):
             # JSON is not cut to the drawn length (a cut object is useless); only max_tokens cuts it.
             text = _json_reply(request, words, target, rng)
             cap = request.max_tokens
@@ -64,6 +79,18 @@ class DefaultScenario(Scenario):
             text = _text_reply(_role(request.agent), words, target, rng)
             cap = target
         return truncate_to_tokens(text, max(1, cap))[0] if cap is not None else text
+
+
+def _candidate_roles(request: ScenarioRequest) -> list[str]:
+    for message in reversed(request.messages):
+        match = _SELECT_RE.search(message_text(message))
+        if match:
+            return [r.strip().strip("'\"") for r in match.group(1).split(",") if r.strip().strip("'\"")]
+    return []
+
+
+def _wants_react(request: ScenarioRequest) -> bool:
+    return any("Final Answer:" in message_text(m) for m in request.messages)
 
 
 def _draw_length(rng: random.Random) -> int:

@@ -16,4 +16,5 @@ Modules (only :mod:`launch` and :mod:`settings` import without SGLang installed)
 - :mod:`prefetch`: conservative prefetch from a scheduler hook via ``load_back``.
 - :mod:`ipc`: the workflow-end route on SGLang's HTTP app and its scheduler handler.
 - :mod:`plugin`: registration; :mod:`launch`: ``pbkv-server --engine sglang``.
+- :mod:`cpu_cache`: a real cache on CPU pools (tests, ``benchmarks/sglang_plugin_overhead.py``).
 """

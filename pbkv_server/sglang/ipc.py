@@ -23,7 +23,7 @@ from pbkv_sdk.protocol import BODY_KEY, END_PATH, END_STATUSES, HintError, parse
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PBKVEndWorkflowReq", "install_http_routes", "extend_scheduler_dispatcher",
+__all__ = ["PBKVEndWorkflowReq", "install_http_routes", "dispatch_to_scheduler", "extend_scheduler_dispatcher",
            "handle_end_workflow", "headers_to_custom_params", "END_ROUTE"]
 
 #: FastAPI path of the end route.

@@ -22,6 +22,8 @@ __all__ = ["main", "build_command", "resolve_policy", "sglang_python", "LaunchEr
 #: Engine-core names accepted as aliases of the plugin's policy names.
 _ALIASES = {"he": "pbkv-he", "lae": "pbkv-lae"}
 _OWN_FLAGS = ("--radix-eviction-policy", "--radix-cache-backend")
+#: Engine-core policies that exist only in the simulator and the sim server.
+_SIM_ONLY = frozenset({"pbkv-aggressive", "kvflow", "belady"})
 
 
 class LaunchError(ValueError):
@@ -33,7 +35,14 @@ def resolve_policy(policy: str) -> tuple[str, bool]:
 
     ``pbkv``, ``pbkv-he``, ``pbkv-lae`` (or the engine names ``he``, ``lae``) use the PBKV radix
     cache; any other name (``lru``, ``lfu``, ...) is passed to SGLang as a built-in policy.
+
+    Raises:
+        LaunchError: a policy that only the simulator implements (``pbkv-aggressive``, ``kvflow``,
+            ``belady``).
     """
+    if policy in _SIM_ONLY:
+        raise LaunchError(f"policy {policy!r} runs in the simulator / sim engine only; with SGLang use "
+                          f"one of {sorted(POLICIES)} or an SGLang built-in such as lru")
     name = _ALIASES.get(policy, policy)
     return name, name in POLICIES
 
@@ -53,7 +62,7 @@ def build_command(policy: str, sglang_args: Sequence[str], python: str | None = 
 
     Raises:
         LaunchError: ``sglang_args`` already sets ``--radix-eviction-policy`` or
-            ``--radix-cache-backend`` (this launcher owns them).
+            ``--radix-cache-backend`` (this launcher owns them), or a simulator-only policy.
     """
     for arg in sglang_args:
         if arg.split("=", 1)[0] in _OWN_FLAGS:

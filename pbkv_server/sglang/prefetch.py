@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Candidate", "plan_prefetch", "PrefetchRound", "Prefetcher", "after_next_batch"]
+__all__ = ["Candidate", "plan_prefetch", "scan_tree", "PrefetchRound", "Prefetcher", "after_next_batch"]
 
 #: Most candidates loaded per round (bounds the decision time).
 MAX_LOADS_PER_ROUND = 16

@@ -28,8 +28,8 @@ def hover_rows(n_per_hops: int = 20, seed: int = 0) -> list[dict]:
     return rows
 
 
-def swe_rows() -> list[dict]:
-    """Two instances: a one-line fix and a 60-line fix over three files."""
+def swe_rows(extra: int = 0) -> list[dict]:
+    """A one-line fix and a 60-line fix over three files, then ``extra`` instances of mixed sizes."""
     def patch(files: int, lines: int) -> str:
         out = []
         for f in range(files):
@@ -37,7 +37,7 @@ def swe_rows() -> list[dict]:
             out.extend(f"-    old_{f}_{k}()\n+    new_{f}_{k}()\n" for k in range(lines // (2 * files)))
         return "".join(out)
 
-    return [
+    rows = [
         {"repo": "acme/pkg", "instance_id": "acme__pkg-1", "problem_statement": "Calling f raises TypeError when x is None.",
          "patch": patch(1, 2)[:-len("+    new_0_0()\n")], "FAIL_TO_PASS": json.dumps(["test_f_none (tests.test_m.T)"]),
          "test_patch": "", "hints_text": ""},
@@ -45,14 +45,22 @@ def swe_rows() -> list[dict]:
          "patch": patch(3, 60), "FAIL_TO_PASS": json.dumps(["test_export_unicode", "test_export_rows"]),
          "test_patch": "", "hints_text": ""},
     ]
+    for i in range(extra):
+        files, lines = 1 + i % 3, 2 * (1 + i % 12) * (1 + i % 3)
+        rows.append({"repo": "acme/pkg", "instance_id": f"acme__pkg-{i + 3}",
+                     "problem_statement": f"Issue {i}: the parser mishandles case {i} with nested input.",
+                     "patch": patch(files, lines), "FAIL_TO_PASS": json.dumps([f"test_case_{i}"]),
+                     "test_patch": "", "hints_text": ""})
+    return rows
 
 
-def finance_rows() -> list[dict]:
-    """One question per type, each with one evidence page."""
+def finance_rows(n: int = 3) -> list[dict]:
+    """``n`` questions cycling through the three types, each with one evidence page."""
     rows = []
-    for i, (qtype, reasoning) in enumerate([("metrics-generated", "Numerical reasoning"),
-                                            ("domain-relevant", None),
-                                            ("novel-generated", "Information extraction")]):
+    kinds = [("metrics-generated", "Numerical reasoning"), ("domain-relevant", None),
+             ("novel-generated", "Information extraction")]
+    for i in range(n):
+        qtype, reasoning = kinds[i % 3]
         rows.append({
             "financebench_id": f"fb{i}", "company": "Acme", "doc_name": "ACME_2020_10K", "question_type": qtype,
             "question_reasoning": reasoning, "domain_question_num": None,
@@ -64,13 +72,18 @@ def finance_rows() -> list[dict]:
     return rows
 
 
-def write_data_dir(root: Path) -> Path:
-    """Write all three fixture data sets under ``root`` in the shared-data layout; returns ``root``."""
+def write_data_dir(root: Path, *, quick_sizes: bool = False) -> Path:
+    """Write all three fixture data sets under ``root`` in the shared-data layout; returns ``root``.
+
+    ``quick_sizes`` writes enough tasks for the runners' ``--quick`` sizes (90 claims, 50
+    instances, 54 questions); otherwise 60 claims, 2 instances, 3 questions.
+    """
     (root / "hover").mkdir(parents=True, exist_ok=True)
-    (root / "hover" / "hover_dev_release_v1.1.json").write_text(json.dumps(hover_rows()), encoding="utf-8")
+    (root / "hover" / "hover_dev_release_v1.1.json").write_text(
+        json.dumps(hover_rows(30 if quick_sizes else 20)), encoding="utf-8")
     (root / "swebench").mkdir(parents=True, exist_ok=True)
-    (root / "swebench" / "swe-bench-lite.json").write_text(json.dumps(swe_rows()), encoding="utf-8")
+    (root / "swebench" / "swe-bench-lite.json").write_text(json.dumps(swe_rows(48 if quick_sizes else 0)), encoding="utf-8")
     (root / "financebench").mkdir(parents=True, exist_ok=True)
     (root / "financebench" / "financebench_open_source.jsonl").write_text(
-        "".join(json.dumps(r) + "\n" for r in finance_rows()), encoding="utf-8")
+        "".join(json.dumps(r) + "\n" for r in finance_rows(54 if quick_sizes else 3)), encoding="utf-8")
     return root

@@ -36,24 +36,9 @@ class CacheHarness:
     """A real ``PBKVRadixCache`` on CPU pools (``MHATokenToKVPool(device="cpu")``), page size 1."""
 
     def __init__(self, policy: str, kv_tokens: int = 256, policy_config: dict | None = None):
-        import torch
-        from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
-        from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+        from pbkv_server.sglang.cpu_cache import build_cpu_cache
 
-        from pbkv_server.sglang.cache import PBKVRadixCache
-
-        kv = MHATokenToKVPool(size=kv_tokens, page_size=1, dtype=torch.float16, head_num=1, head_dim=4,
-                              layer_num=1, device="cpu", enable_memory_saver=False)
-        self.allocator = TokenToKVPoolAllocator(size=kv_tokens, dtype=torch.float16, device="cpu",
-                                                kvcache=kv, need_sort=False)
-        req_pool = ReqToTokenPool(size=8, max_context_len=kv_tokens, device="cpu", enable_memory_saver=False)
-        params = CacheInitParams(disable=False, req_to_token_pool=req_pool,
-                                 token_to_kv_pool_allocator=self.allocator, page_size=1,
-                                 eviction_policy=policy, eviction_policy_config=policy_config,
-                                 tree_components=(ComponentType.FULL,), tree_core_backend="pbkv")
-        self.cache = PBKVRadixCache(params)
+        self.cache, self.allocator = build_cpu_cache(policy, kv_tokens, policy_config, pbkv=policy != "lru")
         self._rid = 0
 
     def insert(self, tokens):
@@ -83,8 +68,29 @@ class CacheHarness:
         req = self.request(tokens, hints)
         self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens)), req=req))
         result = self.insert(tokens)
-        self.cache.observe_request(req, result.last_device_node)
+        if hasattr(self.cache, "observe_request"):  # SGLang's plain cache (lru baseline) has none
+            self.cache.observe_request(req, result.last_device_node)
         return result
+
+    def run_request(self, prompt, output, hints: dict | None):
+        """A request through the scheduler's cache calls: ``match_prefix`` at admission, a
+        req_to_token row with KV slots for prompt + output, then SGLang's ``checkpoint`` (the insert
+        done on finish / chunk end). Returns the request."""
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        req = self.request(prompt, hints)
+        match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", prompt)), req=req))
+        req.last_node = match.last_device_node
+        req.lock = self.cache.lock(match.last_device_node)
+        pool = self.cache.req_to_token_pool
+        pool.alloc([req])
+        n = len(prompt) + len(output)
+        pool.write((req.kv.req_pool_idx, slice(0, n)), self.allocator.alloc(n))
+        req.kv.kv_allocated_len = n
+        req.full_untruncated_fill_ids = array("q", list(prompt) + list(output))
+        self.cache.checkpoint(req, up_to=n)
+        return req
 
     def nodes(self):
         """Live nodes except the root: first token of the node's key -> node."""

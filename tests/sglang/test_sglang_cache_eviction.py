@@ -72,6 +72,16 @@ def test_a_split_node_keeps_the_workflow_access_on_both_halves(harness):
     assert h.cache.book.counters["anonymous"] == 1
 
 
+def test_sglang_checkpoint_records_the_agent_on_prompt_and_output_nodes(harness):
+    h = harness("pbkv-he", kv_tokens=64)
+    h.run_request([1, 2, 3, 4], [7, 8], _hint("wfA", "plan", 0))
+    nodes = h.nodes()
+    # SGLang splits the inserted sequence at the prompt boundary; both parts carry A_w(c)
+    assert list(nodes[1].key.token_ids) == [1, 2, 3, 4] and list(nodes[7].key.token_ids) == [7, 8]
+    assert nodes[1].sc.access == {"wfA": {"plan"}} and nodes[7].sc.access == {"wfA": {"plan"}}
+    assert h.cache.book.counters["invocations"] == 1  # match and checkpoint: one invocation
+
+
 def test_lae_evicts_retired_nodes_used_by_fewer_workflows_first(harness):
     h = harness("pbkv-lae", kv_tokens=64)
     h.serve([1, 2, 3], _hint("wfA", "plan", 0))

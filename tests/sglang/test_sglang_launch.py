@@ -21,6 +21,8 @@ def test_flags_owned_by_the_launcher_are_refused():
     with pytest.raises(LaunchError):
         build_command("pbkv", ["--radix-eviction-policy=lru"], python="py")
     assert main("pbkv", ["--radix-cache-backend", "x"]) == 2
+    with pytest.raises(LaunchError, match="simulator"):
+        build_command("kvflow", [], python="py")
 
 
 def test_launched_sglang_lists_the_plugin_policies(capfd, monkeypatch):

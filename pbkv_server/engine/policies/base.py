@@ -39,6 +39,9 @@ def available_policies() -> list[str]:
 def make_policy(name: str, engine: "Engine") -> "Policy":
     """Instantiate policy ``name`` for ``engine``.
 
+    ``engine`` may be ``None`` when only :meth:`Policy.priority` is needed (the SGLang plugin
+    orders its own tree nodes with it); ``belady`` and the prefetching/graph hooks need an engine.
+
     Raises:
         ValueError: unknown name (the message lists the known ones).
     """

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pbkv_sdk.protocol import END_AGENT, Hints
-from pbkv_server.engine import Engine, EngineConfig, EngineRequest, available_policies
+from pbkv_server.engine import Engine, EngineConfig, EngineRequest, HardwareProfile, available_policies
 from pbkv_server.engine.radix import DEVICE, HOST
 from predictor.api import Prediction, Predictor
 
@@ -153,8 +153,6 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
             hints = None
             if wf < 3:
                 hints = Hints(f"wf{wf}", agent, steps.get(wf, 0), "app")
-                last_step[f"wf{wf}"] = steps.get(wf, 0)
-                steps[wf] = steps.get(wf, 0) + 1
             rid = f"r{n}"
             toks = [block_tokens(x) for x in labels]
             req = EngineRequest(rid, chain(labels), toks, out, hints)
@@ -164,6 +162,9 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
                 continue
             eng.submit(req)
             submitted.add(rid)
+            if hints is not None:  # only an accepted request is an invocation
+                last_step[hints.workflow_id] = hints.step
+                steps[wf] = hints.step + 1
         elif op[0] == "step":
             for e in eng.step():
                 if type(e).__name__ == "FirstToken":
@@ -188,3 +189,47 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
     # with no workflow left, every node that any workflow touched is retired
     assert all(eng.policy.is_retired(n) or n.sc.n_ever == 0 for n in eng.tree.nodes())
     assert all(n.lock == 0 for n in eng.tree.nodes())
+
+
+@pytest.mark.parametrize("policy", ["lru", "he", "lae"])
+@settings(max_examples=30, deadline=None)
+@given(reqs=st.lists(st.tuples(st.integers(0, 5), st.integers(1, 6), st.integers(1, 30)), min_size=1, max_size=25),
+       arrivals=st.lists(st.integers(0, 40), min_size=25, max_size=25))
+def test_decode_stretches_give_the_same_events_as_single_iterations(policy, reqs, arrivals):
+    """Requests (shared prefix p, n fresh blocks of 10 tokens, output o) arrive at random times
+    on a 100-token device. Advancing decode-only stretches in one go (step(until=next arrival))
+    must give exactly the events, in order and time, of stepping one iteration at a time.
+    Times are binary fractions (DYADIC profile, arrivals in 1/64 s) so float sums are exact in
+    both modes and the comparison tests the batching, not rounding."""
+    def replay(single: bool):
+        eng = make_engine_for(policy)
+        pending = sorted((arrivals[i] / 64, i) for i in range(len(reqs)))
+        events = []
+        while pending or eng.busy:
+            while pending and pending[0][0] <= eng.clock:
+                _, i = pending.pop(0)
+                p, n, out = reqs[i]
+                labels = [f"p{p}"] + [f"r{i}-{j}" for j in range(n)]
+                eng.submit(EngineRequest(f"r{i}", chain(labels), [10] * len(labels), out,
+                                         Hints(f"w{p}", "a", i, "app")))
+            if not eng.busy:
+                eng.advance_to(pending[0][0])
+                continue
+            nxt = pending[0][0] if pending else None
+            events += [(type(e).__name__, e.request_id, round(e.time, 9))
+                       for e in eng.step(eng.clock if single else nxt)]
+        return events
+
+    assert replay(False) == replay(True)
+
+
+#: Every duration is a binary fraction: prefill 1/1024 s per token, decode 1/64 + batch/1024 s,
+#: load 1/1024 s per token.
+DYADIC = HardwareProfile(name="dyadic", description="exact-float test profile", source="tests",
+                         prefill_tokens_per_s=1024.0, decode_base_s=1 / 64, decode_per_seq_s=1 / 1024,
+                         pcie_bytes_per_s=1024.0 * 1024, kv_bytes_per_token=1024,
+                         device_kv_tokens=100, host_kv_tokens=50)
+
+
+def make_engine_for(policy: str) -> Engine:
+    return Engine(EngineConfig(profile=DYADIC, policy=policy, predictor=HashPredictor()))

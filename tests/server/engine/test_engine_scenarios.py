@@ -9,7 +9,7 @@ import math
 import pytest
 
 from pbkv_sdk.protocol import END_AGENT, Hints
-from pbkv_server.engine import Finished, FirstToken
+from pbkv_server.engine import FirstToken
 
 from engine_helpers import (TablePredictor, chain, device_keys, host_keys, make_engine, request, run)
 
@@ -273,3 +273,18 @@ def test_aggressive_prefetch_respects_rho():
     run(agg)
     assert agg.stats.prefetched_tokens == 0
     assert set(chain(["A1", "A2"])) <= host_keys(agg)
+
+
+@pytest.mark.parametrize("host,host_after,dropped", [(20, {"A1", "A2"}, 10), (15, set(), 30)])
+def test_demotion_makes_room_on_host_or_drops_the_whole_subtree(host, host_after, dropped):
+    """Device 40, LRU. A(20), then A+A3 (A3: 10), then B(10)+1 evicts the only leaf A3 to host.
+    C(20)+1 needs 21 with 10 free: the LRU leaf is now A (20). With host 20, A3 (host leaf) is
+    dropped to make room and A is demoted: host holds A, 10 tokens dropped. With host 15, A does
+    not fit the host at all, so A is dropped together with its host child A3: 30 tokens dropped."""
+    eng = make_engine("lru", device=40, host=host)
+    for rid, labels in [("r1", "A1 A2"), ("r2", "A1 A2 A3"), ("r3", "B1"), ("r4", "C1 C2")]:
+        eng.submit(request(rid, labels.split()))
+        run(eng)
+    assert host_keys(eng) == set(chain(sorted(host_after)))
+    assert device_keys(eng) == set(chain(["B1"])) | set(chain(["C1", "C2"]))
+    assert (eng.stats.evictions, eng.stats.evicted_tokens, eng.stats.dropped_tokens) == (2, 30, dropped)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from pbkv_sdk.protocol import Hints
+from pbkv_server.scenario import Scenario, ScenarioRequest
 from pbkv_server.tokenizer import count_tokens
 
 
@@ -35,3 +37,10 @@ def metric(text: str, name: str, labels: dict[str, str] | None = None) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
                 return sample.value
     raise KeyError(name)
+
+
+class EchoScenario(Scenario):
+    """Test scenario: replies ``echo <agent> step <step>`` (loaded with ``--scenario``)."""
+
+    def reply(self, request: ScenarioRequest, rng: random.Random) -> str:
+        return f"echo {request.agent} step {request.step}"

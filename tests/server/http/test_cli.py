@@ -37,11 +37,13 @@ def test_unknown_policy_exits_2_with_a_clear_message():
 def test_sglang_engine_hands_over_policy_and_extra_args(monkeypatch):
     calls = []
     fake = types.ModuleType("pbkv_server.sglang.launch")
-    fake.main = lambda policy, args: calls.append((policy, args))
+    fake.main = lambda policy, args: calls.append((policy, args)) or (3 if policy == "kvflow" else 0)
     monkeypatch.setitem(sys.modules, "pbkv_server.sglang.launch", fake)
     result = CliRunner().invoke(app, ["--engine", "sglang", "--policy", "lae", "--", "--model-path", "Qwen/Qwen3-14B"])
     assert result.exit_code == 0, result.output
     assert calls == [("lae", ["--model-path", "Qwen/Qwen3-14B"])]
+    # The launcher's exit status (the SGLang server's) becomes the command's.
+    assert CliRunner().invoke(app, ["--engine", "sglang", "--policy", "kvflow"]).exit_code == 3
 
 
 def test_sglang_engine_without_plugin_is_a_clear_error(monkeypatch):

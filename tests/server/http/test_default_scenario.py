@@ -51,3 +51,19 @@ def test_json_schema_response_format_gets_matching_json():
     data = json.loads(DefaultScenario().reply(_req(extra=extra), random.Random(0)))
     assert set(data) == {"verdict", "score", "ok"}
     assert isinstance(data["score"], int) and isinstance(data["ok"], bool) and isinstance(data["verdict"], str)
+
+
+def test_speaker_selection_prompt_gets_one_listed_role():
+    prompt = ("You are in a role play game. Read the conversation. Then select the next role from "
+              "['planner', 'coder', 'tester'] to play. Only return the role.")
+    req = ScenarioRequest("swe", "selector", "w", 1, [{"role": "user", "content": prompt}], None, {})
+    picks = {DefaultScenario().reply(req, random.Random(i)) for i in range(30)}
+    assert picks == {"planner", "coder", "tester"}
+
+
+def test_react_prompt_gets_a_final_answer_line():
+    system = "Use the format:\nThought: ...\nFinal Answer: the final answer to the original input question"
+    req = ScenarioRequest("finance", "Financial Analyst", "w", 0,
+                          [{"role": "system", "content": system}, {"role": "user", "content": "Revenue of 3M?"}], 50, {})
+    text = DefaultScenario().reply(req, random.Random(0))
+    assert text.startswith("Thought: I now can give a great answer\nFinal Answer: ") and count_tokens(text) <= 50

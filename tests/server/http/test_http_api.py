@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import random
 import time
 
 import httpx
+import pytest
 
 from pbkv_sdk.protocol import Hints
+from pbkv_server.http import ServerConfig, run_in_thread
+from pbkv_server.scenario import Scenario, ScenarioRequest, register_scenario
 from pbkv_server.tokenizer import count_tokens
 
 from server_http_fixtures import chat, metric, text_of_tokens
@@ -93,3 +97,23 @@ def test_idle_workflows_are_retired_after_the_configured_time(start_server):
             time.sleep(0.05)
     assert metric(text, "pbkv_active_workflows") == 0
     assert metric(text, "pbkv_workflow_ends_total", {"source": "idle"}) == 1
+
+
+@register_scenario("registered-app-for-http-test")
+class _ShoutScenario(Scenario):
+    def reply(self, request: ScenarioRequest, rng: random.Random) -> str:
+        return f"{request.agent.upper()} SAYS HI"
+
+
+def test_registered_app_scenario_answers_and_scenario_flag_covers_other_apps(start_server):
+    server = start_server(scenario="server_http_fixtures:EchoScenario")
+    with httpx.Client(base_url=server.url) as client:
+        own = chat(client, [{"role": "user", "content": "x"}], Hints("w1", "critic", 0, "registered-app-for-http-test"))
+        other = chat(client, [{"role": "user", "content": "x"}], Hints("w2", "coder", 3, "some-other-app"))
+    assert own.json()["choices"][0]["message"]["content"] == "CRITIC SAYS HI"
+    assert other.json()["choices"][0]["message"]["content"] == "echo coder step 3"
+
+
+def test_bad_scenario_flag_is_a_clear_error():
+    with pytest.raises(ValueError, match="module:ClassName"):
+        run_in_thread(ServerConfig(port=0, scenario="no-colon-here"))

@@ -113,3 +113,21 @@ def test_wrong_hint_token_is_401_on_hint_endpoints_only(start_server):
                                 400)["code"] == "invalid_graph"
     assert server.service.driver.engine.app_graphs["demo"] == {"planner": ("coder",), "coder": ("tester",),
                                                                "tester": ("coder",)}
+
+
+def test_engine_failure_answers_500_and_the_server_keeps_serving(start_server):
+    server = start_server(policy="lru")
+    driver = server.service.driver
+    real_engine = driver.engine
+
+    def broken_step(until=None):
+        raise RuntimeError("injected fault")
+
+    real_engine.step = broken_step  # the next step raises: fault injection on the live engine
+    with httpx.Client(base_url=server.url) as client:
+        err = _is_openai_error(chat(client, USER), 500)
+        assert err["code"] == "engine_failure" and "injected fault" in err["message"]
+        # The driver rebuilt a fresh engine: requests are served again.
+        assert driver.engine is not real_engine and driver.engine_failures == 1
+        assert chat(client, USER).status_code == 200
+        assert client.get("/health").json()["engine_failures"] == 1

@@ -1,0 +1,72 @@
+"""The server-side trace (``--trace-out``): what the server served, in trace format v1.
+
+One ``invocation`` record per hinted request (anonymous requests belong to no workflow and are
+not recorded) with the server's cache keys (``prefix_hashes``) and per-block token counts
+(``block_tokens``), so that ``pbkv-bench replay`` rebuilds exactly the server's radix-tree
+sharing; one ``workflow_end`` record per end signal or retirement.
+
+Times are ``epoch + engine seconds``, where ``epoch`` is the Unix time the server started: the
+engine clock is virtual (at ``--pace 0`` it runs faster than the wall clock), and replaying the
+recorded virtual gaps reproduces the server's schedule.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pbkv_sdk.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
+from pbkv_server.http.driver import Submission
+from pbkv_server.http.exchange import Completion, Prepared
+
+__all__ = ["ServedTrace", "UNKNOWN_APP"]
+
+#: App name recorded for workflows whose hints carried no app.
+UNKNOWN_APP = "unknown"
+
+
+class ServedTrace:
+    """Appends served requests and workflow ends to a v1 trace file.
+
+    Args:
+        path: the JSONL file (appended to; parent directories are created).
+
+    Raises:
+        OSError: the file cannot be opened.
+    """
+
+    def __init__(self, path: str):
+        self._writer = TraceWriter(path)
+        self.epoch = time.time()
+
+    def invocation(self, prep: Prepared, sub: Submission, result: Completion, t_end: float) -> None:
+        """Record one finished hinted request (``t_end`` in engine seconds); no-op for anonymous ones."""
+        hints = prep.hints
+        if hints is None:
+            return
+        req = prep.engine_request
+        self._writer.write(
+            InvocationRecord(
+                app=hints.app or UNKNOWN_APP,
+                workflow_id=hints.workflow_id,
+                step=hints.step,
+                agent=hints.agent,
+                t_start=self.epoch + sub.submit_time,
+                t_end=self.epoch + t_end,
+                prompt_tokens=result.prompt_tokens,
+                completion_tokens=result.completion_tokens,
+                prefix_hashes=[str(b) for b in req.blocks],
+                ttft_s=result.ttft_s,
+                cached_tokens=result.cached_tokens,
+                block_chars=prep.block_chars,
+                features=list(req.features),
+                block_tokens=list(req.block_tokens),
+            )
+        )
+
+    def workflow_end(self, app: str | None, workflow_id: str, t: float, status: str) -> None:
+        """Record the end of a workflow at engine time ``t`` seconds."""
+        self._writer.write(WorkflowEndRecord(app or UNKNOWN_APP, workflow_id, self.epoch + t, status))
+
+    def close(self) -> None:
+        """Flush and close (idempotent)."""
+        self._writer.close()

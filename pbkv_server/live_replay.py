@@ -1,0 +1,393 @@
+"""``pbkv-bench live-replay TRACE --target URL --concurrency C``: replay a trace against a live server.
+
+Each workflow of the trace replays its invocations in step order (closed loop: at most C workflows
+in flight; a new one starts when one ends), with its hints, then sends the workflow-end signal.
+Prompts are rebuilt deterministically from the trace's ``prefix_hashes`` so that the server's
+radix tree sees exactly the recorded prefix sharing:
+
+- ``--api generate`` (SGLang's native ``/generate``): ``input_ids``; each block of a prompt becomes
+  token ids drawn from a PRNG seeded by the block's chained hash, with one token count per hash
+  (:class:`PromptBook`), so equal hash chains give equal token prefixes; ``max_new_tokens`` =
+  recorded completion tokens, ``ignore_eos``; hints in ``sampling_params.custom_params.pbkv``.
+- ``--api chat`` (OpenAI ``/v1/chat/completions``, e.g. ``pbkv-server``): one user message whose
+  text is built block by block the same way (one 4-character word per recorded token); hints as
+  ``X-PBKV-*`` headers and ``custom_params.pbkv``; ``max_tokens`` = recorded completion tokens.
+- ``--api auto`` picks ``generate`` when ``GET /get_model_info`` answers (SGLang), else ``chat``.
+
+Measured per request (streaming): TTFT (send -> first streamed token, seconds), latency (send ->
+end), prompt and cached tokens as the server reports them. Printed: a summary table; ``--json``
+writes the summary and every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pbkv_sdk.protocol import END_PATH, Hints
+from pbkv_sdk.trace import InvocationRecord, TraceFormatError, WorkflowEndRecord, group_workflows, read_trace
+
+__all__ = ["command", "replay", "block_token_ids", "PromptBook", "RequestResult", "ReplaySummary"]
+
+console = Console()
+err_console = Console(stderr=True)
+
+#: Token ids are drawn from [TOKEN_ID_LOW, vocab_size): clear of the special tokens at the start
+#: of common vocabularies.
+TOKEN_ID_LOW = 1000
+_WORD_ALPHABET = "abcdefghijklmnopqrstuvwxyz"
+
+
+# ---------------------------------------------------------------------------- prompts
+
+
+def block_token_ids(block_hash: str, n_tokens: int, vocab_size: int) -> list[int]:
+    """``n_tokens`` token ids determined by one chained block hash (same hash -> same ids).
+
+    Raises:
+        ValueError: ``vocab_size`` <= :data:`TOKEN_ID_LOW`.
+    """
+    if vocab_size <= TOKEN_ID_LOW:
+        raise ValueError(f"vocab_size must exceed {TOKEN_ID_LOW}")
+    rng = random.Random(block_hash)
+    return [rng.randrange(TOKEN_ID_LOW, vocab_size) for _ in range(n_tokens)]
+
+
+class PromptBook:
+    """Rebuilds prompts from prefix hashes with one fixed token count per block hash.
+
+    A block's token count is taken from the first record that uses its hash (``block_tokens`` if
+    recorded, else the even spread of ``prompt_tokens``) and reused for every later record, so two
+    prompts that share ``n`` leading hashes share exactly the same leading tokens (or text). A
+    prompt's length then matches its recorded ``prompt_tokens`` up to the spread of its blocks.
+    Build prompts in trace order for a deterministic result.
+
+    Args:
+        vocab_size: token ids are drawn from ``[TOKEN_ID_LOW, vocab_size)``.
+    """
+
+    def __init__(self, vocab_size: int = 32000) -> None:
+        if vocab_size <= TOKEN_ID_LOW:
+            raise ValueError(f"vocab_size must exceed {TOKEN_ID_LOW}")
+        self.vocab_size = vocab_size
+        self.counts: dict[str, int] = {}
+
+    def block_counts(self, rec: InvocationRecord) -> list[int]:
+        """Tokens of each block of ``rec`` (fixed per hash, see the class docstring)."""
+        return [self.counts.setdefault(h, n) for h, n in zip(rec.prefix_hashes, rec.tokens_per_block())]
+
+    def token_ids(self, rec: InvocationRecord) -> list[int]:
+        """The prompt as token ids (at least one)."""
+        ids: list[int] = []
+        for block_hash, n in zip(rec.prefix_hashes, self.block_counts(rec)):
+            ids.extend(block_token_ids(block_hash, n, self.vocab_size))
+        return ids or [TOKEN_ID_LOW]
+
+    def text(self, rec: InvocationRecord) -> str:
+        """The prompt as text: one pseudo-word of 4 letters and a space per token, drawn from a PRNG
+        seeded by each block's hash."""
+        parts: list[str] = []
+        for block_hash, n in zip(rec.prefix_hashes, self.block_counts(rec)):
+            rng = random.Random(block_hash)
+            parts.append("".join("".join(rng.choice(_WORD_ALPHABET) for _ in range(4)) + " " for _ in range(n)))
+        return "".join(parts) or "empty "
+
+
+# ---------------------------------------------------------------------------- results
+
+
+@dataclass(slots=True)
+class RequestResult:
+    """One replayed invocation. Times in seconds (wall clock of this client); tokens as reported."""
+
+    workflow_id: str
+    step: int
+    agent: str
+    ok: bool
+    ttft_s: float | None = None
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ReplaySummary:
+    """Aggregates of a replay (seconds, tokens; ``hit_rate`` = cached / prompt tokens)."""
+
+    api: str
+    target: str
+    concurrency: int
+    workflows: int
+    requests: int
+    errors: int
+    wall_s: float
+    ttft_mean_s: float | None
+    ttft_p50_s: float | None
+    ttft_p90_s: float | None
+    latency_mean_s: float | None
+    workflow_latency_mean_s: float | None
+    prompt_tokens: int
+    cached_tokens: int
+    hit_rate: float
+    end_signals: int = 0
+    results: list[RequestResult] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as JSON-ready data (``results`` included)."""
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------- replay
+
+
+async def replay(records: Sequence[Any], target: str, concurrency: int, api: str = "auto", vocab_size: int = 32000,
+                 gap_scale: float = 0.0, model: str = "default", timeout_s: float = 600.0,
+                 progress: Optional[Progress] = None, max_output_tokens: int | None = None) -> ReplaySummary:
+    """Replay ``records`` (trace records) against ``target``; see the module docstring.
+
+    Args:
+        records: v1 trace records (invocations and workflow ends).
+        target: server base URL, e.g. ``http://127.0.0.1:30000``.
+        concurrency: most workflows in flight (>= 1).
+        api: ``generate`` | ``chat`` | ``auto``.
+        vocab_size: token ids are drawn below this (``generate`` only).
+        gap_scale: sleep ``gap_scale`` x the recorded gap between a workflow's invocations (0 = none).
+        model: ``model`` field of chat requests.
+        timeout_s: per-request timeout, seconds.
+        max_output_tokens: cap on each request's output length (``None`` = as recorded).
+        progress: optional rich progress bar (one tick per request).
+
+    Raises:
+        ValueError: bad ``api`` or ``concurrency``, or a trace without invocations.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    if api not in ("auto", "generate", "chat"):
+        raise ValueError(f"api must be auto, generate or chat, got {api!r}")
+    workflows = group_workflows(records)
+    if not workflows:
+        raise ValueError("the trace holds no invocations")
+    end_status = {r.workflow_id: r.status for r in records if isinstance(r, WorkflowEndRecord)}
+    book = PromptBook(vocab_size)
+    if api != "chat":
+        ids = {id(r): book.token_ids(r) for invs in workflows.values() for r in invs}
+    texts = {id(r): book.text(r) for invs in workflows.values() for r in invs} if api != "generate" else {}
+    target = target.rstrip("/")
+    limits = httpx.Limits(max_connections=concurrency * 2 + 4)
+    async with httpx.AsyncClient(base_url=target, timeout=timeout_s, limits=limits) as client:
+        if api == "auto":
+            api = await _detect_api(client)
+        task_id = progress.add_task("live replay", total=sum(len(v) for v in workflows.values())) if progress else None
+        sem = asyncio.Semaphore(concurrency)
+        results: list[RequestResult] = []
+        wf_latencies: list[float] = []
+        ends = 0
+
+        async def run_workflow(wf_id: str, invocations: list[InvocationRecord]) -> None:
+            nonlocal ends
+            async with sem:
+                start = time.perf_counter()
+                prev_end: float | None = None
+                for rec in invocations:
+                    if gap_scale > 0 and prev_end is not None and rec.t_start > prev_end:
+                        await asyncio.sleep(gap_scale * (rec.t_start - prev_end))
+                    prompt = ids[id(rec)] if api == "generate" else texts[id(rec)]
+                    results.append(await _send(client, api, rec, prompt, model, max_output_tokens))
+                    prev_end = rec.t_end
+                    if progress is not None:
+                        progress.advance(task_id)
+                status = end_status.get(wf_id, "completed")
+                try:
+                    r = await client.post(END_PATH.format(workflow_id=wf_id), json={"status": status})
+                    ends += r.status_code == 204
+                except httpx.HTTPError:
+                    pass
+                wf_latencies.append(time.perf_counter() - start)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(run_workflow(wf, invs) for wf, invs in workflows.items()))
+        wall = time.perf_counter() - t0
+    return _summarise(api, target, concurrency, len(workflows), results, wf_latencies, wall, ends)
+
+
+async def _detect_api(client: httpx.AsyncClient) -> str:
+    try:
+        r = await client.get("/get_model_info")
+        return "generate" if r.status_code == 200 else "chat"
+    except httpx.HTTPError:
+        return "chat"
+
+
+async def _send(client: httpx.AsyncClient, api: str, rec: InvocationRecord, prompt: Any,
+                model: str, max_output_tokens: int | None = None) -> RequestResult:
+    hints = Hints(rec.workflow_id, rec.agent, rec.step, rec.app)
+    out = RequestResult(rec.workflow_id, rec.step, rec.agent, ok=False)
+    max_new = max(1, rec.completion_tokens)
+    if max_output_tokens is not None:
+        max_new = max(1, min(max_new, max_output_tokens))
+    if api == "generate":
+        path, headers = "/generate", {}
+        body: dict[str, Any] = {
+            "input_ids": prompt,
+            "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True, "temperature": 0.0,
+                                "custom_params": {"pbkv": hints.to_body()}},
+            "stream": True,
+        }
+    else:
+        path, headers = "/v1/chat/completions", hints.to_headers()
+        body = {"model": model, "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": max_new, "stream": True, "stream_options": {"include_usage": True},
+                "custom_params": {"pbkv": hints.to_body()}}
+    t0 = time.perf_counter()
+    try:
+        async with client.stream("POST", path, json=body, headers=headers) as resp:
+            if resp.status_code != 200:
+                out.error = f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}"
+                out.latency_s = time.perf_counter() - t0
+                return out
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except json.JSONDecodeError:
+                    continue
+                if out.ttft_s is None and _has_output(api, chunk):
+                    out.ttft_s = time.perf_counter() - t0
+                _read_usage(api, chunk, out)
+        out.ok = True
+    except httpx.HTTPError as exc:
+        out.error = f"{type(exc).__name__}: {exc}"
+    out.latency_s = time.perf_counter() - t0
+    return out
+
+
+def _has_output(api: str, chunk: dict) -> bool:
+    if api == "generate":
+        meta = chunk.get("meta_info") or {}
+        return bool(chunk.get("text")) or bool(chunk.get("output_ids")) or meta.get("completion_tokens", 0) > 0
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("reasoning_content"):
+            return True
+    return False
+
+
+def _read_usage(api: str, chunk: dict, out: RequestResult) -> None:
+    if api == "generate":
+        meta = chunk.get("meta_info") or {}
+        out.prompt_tokens = int(meta.get("prompt_tokens", out.prompt_tokens) or 0)
+        out.cached_tokens = int(meta.get("cached_tokens", out.cached_tokens) or 0)
+        out.completion_tokens = int(meta.get("completion_tokens", out.completion_tokens) or 0)
+        return
+    usage = chunk.get("usage")
+    if usage:
+        out.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        out.completion_tokens = int(usage.get("completion_tokens") or 0)
+        details = usage.get("prompt_tokens_details") or {}
+        out.cached_tokens = int(details.get("cached_tokens") or 0)
+
+
+def _summarise(api: str, target: str, concurrency: int, n_wf: int, results: list[RequestResult],
+               wf_latencies: list[float], wall: float, ends: int) -> ReplaySummary:
+    ok = [r for r in results if r.ok]
+    ttfts = sorted(r.ttft_s for r in ok if r.ttft_s is not None)
+    prompt = sum(r.prompt_tokens for r in ok)
+    cached = sum(r.cached_tokens for r in ok)
+    return ReplaySummary(
+        api=api, target=target, concurrency=concurrency, workflows=n_wf, requests=len(results),
+        errors=len(results) - len(ok), wall_s=wall,
+        ttft_mean_s=statistics.fmean(ttfts) if ttfts else None,
+        ttft_p50_s=_quantile(ttfts, 0.5), ttft_p90_s=_quantile(ttfts, 0.9),
+        latency_mean_s=statistics.fmean(r.latency_s for r in ok) if ok else None,
+        workflow_latency_mean_s=statistics.fmean(wf_latencies) if wf_latencies else None,
+        prompt_tokens=prompt, cached_tokens=cached, hit_rate=cached / prompt if prompt else 0.0,
+        end_signals=ends, results=results)
+
+
+def _quantile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank quantile of an ascending list (None if empty)."""
+    if not sorted_values:
+        return None
+    index = min(len(sorted_values) - 1, max(0, int(round(q * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[index]
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def command(
+    trace: list[Path] = typer.Argument(..., help="trace file(s) (JSONL, v1)"),
+    target: str = typer.Option(..., "--target", help="server base URL, e.g. http://127.0.0.1:30000"),
+    concurrency: int = typer.Option(8, "--concurrency", help="most workflows in flight (closed loop)"),
+    api: str = typer.Option("auto", "--api", help="generate (SGLang /generate) | chat (OpenAI) | auto"),
+    vocab_size: int = typer.Option(32000, "--vocab-size", help="token ids are drawn below this (generate)"),
+    gap_scale: float = typer.Option(0.0, "--gap-scale", help="replay recorded gaps x this (0 = back to back)"),
+    model: str = typer.Option("default", "--model", help="model field of chat requests"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="replay only the first N workflows"),
+    max_output_tokens: Optional[int] = typer.Option(None, "--max-output-tokens",
+                                                    help="cap each request's output length (default: as recorded)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="write the summary and every request here"),
+    timeout_s: float = typer.Option(600.0, "--timeout", help="per-request timeout, seconds"),
+) -> None:
+    """Replay a trace against a live server (SGLang or pbkv-server) and measure TTFT, latency, cached tokens."""
+    try:
+        records = read_trace([str(p) for p in trace])
+    except (OSError, TraceFormatError) as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(code=2) from None
+    if limit is not None:
+        keep = set(list(group_workflows(records))[:max(0, limit)])
+        records = [r for r in records if r.workflow_id in keep]
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    try:
+        with Progress(*columns, console=err_console, transient=True) as progress:
+            summary = asyncio.run(replay(records, target, concurrency, api, vocab_size, gap_scale, model,
+                                         timeout_s, progress, max_output_tokens))
+    except ValueError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(code=2) from None
+    _print_summary(summary)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(summary.to_json(), indent=1))
+    if summary.requests and summary.errors == summary.requests:
+        err_console.print("[bold red]error:[/] every request failed (see --json for the reasons)")
+        raise typer.Exit(code=1)
+
+
+def _print_summary(s: ReplaySummary) -> None:
+    def fmt(v: float | None, scale: float = 1e3, unit: str = " ms") -> str:
+        return "-" if v is None else f"{v * scale:.1f}{unit}"
+
+    table = Table(title=f"live replay: {s.target} ({s.api}, concurrency {s.concurrency})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("workflows", str(s.workflows)), ("requests", str(s.requests)), ("errors", str(s.errors)),
+        ("wall time", f"{s.wall_s:.2f} s"), ("TTFT mean", fmt(s.ttft_mean_s)), ("TTFT p50", fmt(s.ttft_p50_s)),
+        ("TTFT p90", fmt(s.ttft_p90_s)), ("request latency mean", fmt(s.latency_mean_s)),
+        ("workflow latency mean", fmt(s.workflow_latency_mean_s, 1.0, " s")),
+        ("prompt tokens", str(s.prompt_tokens)), ("cached tokens", str(s.cached_tokens)),
+        ("hit rate (cached/prompt)", f"{s.hit_rate:.3f}"), ("end signals accepted", str(s.end_signals)),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)

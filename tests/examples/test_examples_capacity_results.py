@@ -1,0 +1,70 @@
+"""The device-capacity rule on a hand-built trace, and the Table-1 comparisons on hand-made results."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from examples.common.capacity import device_capacity, working_set
+from examples.common.results import PolicyResult, compare
+from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord
+
+
+def _inv(wf: str, step: int, blocks: list[str], tokens: list[int]) -> InvocationRecord:
+    return InvocationRecord(app="t", workflow_id=wf, step=step, agent="a", t_start=0.0, t_end=1.0,
+                            prompt_tokens=sum(tokens), completion_tokens=5, prefix_hashes=blocks, block_tokens=tokens)
+
+
+def test_working_set_separates_shared_reusable_and_single_use_blocks() -> None:
+    # "sys" is shared by both workflows; w1 reuses "c1" across its two calls; "x", "y", "z" are single-use.
+    records = [
+        _inv("w1", 0, ["sys", "c1", "x"], [100, 40, 10]),
+        _inv("w1", 1, ["sys", "c1", "y"], [100, 40, 20]),
+        _inv("w2", 0, ["sys", "z"], [100, 30]),
+        WorkflowEndRecord(app="t", workflow_id="w1", t=2.0),
+    ]
+    ws = working_set(records)
+    assert ws.workflows == 2 and ws.requests == 3
+    assert ws.shared_tokens == 100
+    assert ws.mean_private_tokens == pytest.approx(40 / 2)  # only c1 is private and reused
+    assert ws.single_use_tokens == 10 + 20 + 30
+    assert ws.unshared_prompt_tokens == (40 + 10) + (40 + 20) + 30
+    assert ws.max_prompt_tokens == 160 and ws.total_prompt_tokens == 150 + 160 + 130
+    # C = 8 > n = 2 workflows: W = 100 + 2 * 20 = 140; A = 2 * 140 / 3; device = A + 0.5 W
+    assert ws.live_tokens(8) == 140
+    assert ws.in_flight_tokens(8) == pytest.approx(2 * 140 / 3)
+    assert device_capacity(ws, 8, 0.5, min_requests=1) == math.ceil(2 * 140 / 3 + 70)
+    # The floor: never below min_requests times the largest prompt.
+    assert device_capacity(ws, 8, 0.5, min_requests=4) == 4 * 160
+
+
+def test_device_capacity_rejects_bad_pressure_and_concurrency() -> None:
+    ws = working_set([_inv("w", 0, ["b"], [10])])
+    with pytest.raises(ValueError, match="pressure"):
+        device_capacity(ws, 4, 0.0)
+    with pytest.raises(ValueError, match="concurrency"):
+        device_capacity(ws, 0, 0.5)
+
+
+def _result(policy: str, latency: float, ttft: float, hit: float) -> PolicyResult:
+    return PolicyResult(policy, latency, 2 * latency, ttft, {}, hit, 0.0, 10.0)
+
+
+def test_compare_gives_speedups_over_baseline_and_gap_to_reference() -> None:
+    results = [_result("lru", 10.0, 0.8, 0.2), _result("pbkv", 5.0, 0.4, 0.5), _result("belady", 4.0, 0.2, 0.6)]
+    by = {c.policy: c for c in compare(results)}
+    assert by["lru"].latency_speedup == 1.0 and by["lru"].hit_rate_ratio == 1.0
+    assert by["pbkv"].latency_speedup == 2.0 and by["pbkv"].ttft_speedup == 2.0
+    assert by["pbkv"].hit_rate_ratio == pytest.approx(2.5)
+    assert by["pbkv"].hit_rate_gap_to_ref == pytest.approx(0.1)
+    assert by["pbkv"].latency_vs_ref == pytest.approx(1.25)
+
+
+def test_compare_without_reference_and_with_zero_baseline_hits() -> None:
+    results = [_result("lru", 10.0, 1.0, 0.0), _result("he", 10.0, 1.0, 0.3)]
+    he = compare(results, reference=None)[1]
+    assert he.hit_rate_gap_to_ref is None and he.latency_vs_ref is None
+    assert he.hit_rate_ratio == math.inf
+    with pytest.raises(KeyError, match="baseline policy 'kvflow'"):
+        compare(results, baseline="kvflow")
