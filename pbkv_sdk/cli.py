@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
-from pbkv_sdk.stats import TraceSummary, summarize, validate_file
+from pbkv_sdk.stats import TraceSummary, ValidationReport, summarize, validate_file
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV client SDK tools.")
 import_app = typer.Typer(no_args_is_help=True, help="Convert other systems' logs to PBKV traces.")
@@ -43,18 +43,27 @@ def record(
     server_url: Optional[str] = typer.Option(None, "--server-url", help="PBKV server for end signals."),
     body_hints: bool = typer.Option(False, "--body-hints", help="Also send hints in custom_params.pbkv."),
     append: bool = typer.Option(False, "--append", help="Append to an existing trace instead of starting anew."),
-    top: int = typer.Option(5, "--top", help="How many transitions to list in the summary."),
+    top: int = typer.Option(5, "--top", min=0, help="How many transitions to list in the summary."),
 ) -> None:
     """Run COMMAND with trace recording switched on by environment, then print a summary.
 
     The app must already use a PBKV callback (instrument(...) / instrument_team(...)); it
     reads PBKV_TRACE_PATH, PBKV_APP, PBKV_SERVER_URL and PBKV_BODY_HINTS. CrewAI telemetry is
-    switched off. Exits with the app's exit status.
+    switched off. Exits with the app's exit status (127: command not found, 126: not
+    executable, 2: the trace file cannot be created).
     """
     out = out.resolve()
-    if out.exists() and not append:
-        out.unlink()
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if out.is_dir():
+            raise IsADirectoryError(f"{out} is a directory")
+        if out.exists() and not append:
+            out.unlink()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "a", encoding="utf-8"):  # fail here, not inside the app, if it cannot be written
+            pass
+    except OSError as exc:
+        err_console.print(f"[red]cannot write the trace file {out}: {_os_reason(exc)}[/red]", highlight=False)
+        raise typer.Exit(2)
     env = dict(os.environ, **TELEMETRY_OFF)
     env[ENV_TRACE_PATH] = str(out)
     for name, value in ((ENV_APP, app_name), (ENV_SERVER_URL, server_url), (ENV_BODY_HINTS, "1" if body_hints else None)):
@@ -63,9 +72,12 @@ def record(
     try:
         status = subprocess.call(command, env=env)
     except FileNotFoundError:
-        err_console.print(f"[red]command not found: {command[0]}[/red]")
+        err_console.print(f"[red]command not found: {command[0]}[/red]", highlight=False)
         raise typer.Exit(127)
-    if not out.exists():
+    except OSError as exc:  # not executable, bad interpreter line, ...
+        err_console.print(f"[red]cannot run {command[0]}: {_os_reason(exc)}[/red]", highlight=False)
+        raise typer.Exit(126)
+    if not out.exists() or out.stat().st_size == 0:
         err_console.print(
             f"[yellow]no trace was written to {out}: does the app call a PBKV instrument function?[/yellow]"
         )
@@ -81,10 +93,16 @@ def record(
 def stats(
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Trace file."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    top: int = typer.Option(10, "--top", help="How many transitions to list."),
+    top: int = typer.Option(10, "--top", min=0, help="How many transitions to list."),
 ) -> None:
-    """Summarise a trace: workflows, invocations, agents, tokens, most common transitions."""
-    report = validate_file(file)
+    """Summarise a trace: workflows, invocations, agents, tokens, most common transitions.
+
+    Invalid lines are skipped with a note; a file without any valid record exits 1.
+    """
+    report = _read_report(file)
+    if not report.records:
+        err_console.print(_no_records_message(file, report), highlight=False)
+        raise typer.Exit(1)
     summary = summarize(report.records)
     if as_json:
         print(json.dumps({**summary.to_json(), "invalid_lines": len(report.invalid)}, indent=2))
@@ -96,14 +114,17 @@ def stats(
 
 @app.command()
 def validate(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Trace file.")) -> None:
-    """Check every line of a trace; list invalid ones and exit 1 if there are any."""
-    report = validate_file(file)
+    """Check every line of a trace; list invalid ones and exit 1 if there are any (or no record at all)."""
+    report = _read_report(file)
     for lineno, reason in report.invalid[:50]:
         console.print(f"{file}:{lineno}: {reason}", markup=False, highlight=False)
     if len(report.invalid) > 50:
         console.print(f"... and {len(report.invalid) - 50} more")
     console.print(f"{report.valid} valid, {len(report.invalid)} invalid line(s)")
     if report.invalid:
+        raise typer.Exit(1)
+    if not report.records:
+        err_console.print(_no_records_message(file, report), highlight=False)
         raise typer.Exit(1)
 
 
@@ -128,6 +149,28 @@ def import_chatdev_cmd(
         f"{summary.files} log file(s): {summary.workflows} workflows, {summary.invocations} invocations, "
         f"{len(summary.skipped)} skipped -> {out}"
     )
+
+
+def _read_report(file: Path) -> ValidationReport:
+    """``validate_file(file)``, or a clear message and exit 2 when the file cannot be read."""
+    try:
+        return validate_file(file)
+    except OSError as exc:
+        err_console.print(f"[red]cannot read {file}: {_os_reason(exc)}[/red]", highlight=False)
+        raise typer.Exit(2)
+
+
+def _os_reason(exc: OSError) -> str:
+    """``"Permission denied: 'x'"``: the OS reason and the path it is about, without errno noise."""
+    if exc.strerror and exc.filename:
+        return f"{exc.strerror}: {exc.filename!r}"
+    return exc.strerror or str(exc)
+
+
+def _no_records_message(file: Path, report: ValidationReport) -> str:
+    if report.invalid:
+        return f"[red]{file}: no valid trace record ({len(report.invalid)} invalid line(s); run `pbkv-sdk validate`)[/red]"
+    return f"[red]{file}: empty trace (no records)[/red]"
 
 
 def _print_summary(summary: TraceSummary, top: int) -> None:

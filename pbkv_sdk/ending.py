@@ -1,9 +1,12 @@
 """Workflow end signal (hint protocol v1, DESIGN.md section 2), sent without blocking the app.
 
-``POST {server}/pbkv/v1/workflows/{id}/end`` with ``{"status": ...}`` runs on one background
-daemon thread with a short timeout. The app never waits for it and never sees its errors: a
-failure is logged as one warning per server (later failures at debug level), because the server
-also retires idle workflows by itself. :func:`flush` lets tests and ``atexit`` wait for delivery.
+``POST {server}/pbkv/v1/workflows/{id}/end`` with ``{"status": ...}`` runs on a few background
+daemon threads (:data:`SENDER_THREADS`, so one hanging server delays a burst of ends by about one
+timeout, not one timeout per workflow) with a short timeout. The app never waits for it and never
+sees its errors: a failure, or a malformed ``server_url``, is logged as one warning per server
+(later ones at debug level), because the server also retires idle workflows by itself.
+:func:`flush` lets tests wait for delivery; at interpreter exit the SDK waits at most the largest
+end timeout in use (capped at :data:`EXIT_FLUSH_S`).
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ from pbkv_sdk.protocol import END_PATH, END_STATUSES
 
 log = logging.getLogger(__name__)
 
-#: Longest time ``atexit`` waits for undelivered end signals, seconds.
+#: Longest time ``atexit`` waits for undelivered end signals, seconds (the largest end timeout
+#: in use bounds it further, so exit is never held longer than one end signal's budget).
 EXIT_FLUSH_S = 2.0
+#: Threads that send end signals concurrently.
+SENDER_THREADS = 4
 
 
 def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str | None = None, timeout_s: float = 0.5) -> None:
@@ -34,8 +40,9 @@ def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str
         status: ``completed``, ``failed`` or ``cancelled``.
         server_url: base URL of the PBKV server, e.g. ``http://127.0.0.1:30000`` (a trailing
             ``/v1`` is stripped, so the LLM ``base_url`` works too); default ``$PBKV_SERVER_URL``.
-            With neither, nothing is sent and one warning is logged.
-        timeout_s: time budget of the POST (connect + write + read), seconds.
+            With neither, or with a URL that is not ``http(s)://host[:port][/path]``, nothing is
+            sent and one warning per URL is logged.
+        timeout_s: time budget of each phase of the POST (connect, write, read), seconds.
 
     Raises:
         ValueError: ``status`` is invalid (a programming error, so it is raised, not swallowed).
@@ -44,15 +51,30 @@ def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str
         raise ValueError(f"status must be one of {END_STATUSES}, got {status!r}")
     server_url = server_url or os.environ.get("PBKV_SERVER_URL")
     if not server_url:
-        if "<no server>" not in _NO_SERVER_WARNED:
-            _NO_SERVER_WARNED.add("<no server>")
-            log.warning("PBKV end signal not sent: no server_url and PBKV_SERVER_URL is unset")
+        _warn_once_about("<no server>", "PBKV end signal not sent: no server_url and PBKV_SERVER_URL is unset")
         return
-    _sender().put(end_url(server_url, workflow_id), status, timeout_s)
+    try:
+        url = end_url(server_url, workflow_id)
+    except ValueError as exc:
+        _warn_once_about(server_url, "PBKV end signals not sent: %s; the app continues", exc)
+        return
+    _sender().put(url, status, timeout_s)
 
 
 def end_url(server_url: str, workflow_id: str) -> str:
-    """Full URL of the end endpoint of ``workflow_id`` on ``server_url`` (``/v1`` suffix dropped)."""
+    """Full URL of the end endpoint of ``workflow_id`` on ``server_url`` (``/v1`` suffix dropped).
+
+    Raises:
+        ValueError: ``server_url`` is not an ``http://`` or ``https://`` URL with a host
+            (``"localhost:30000"`` without a scheme, ``"http://[bad"``, ...).
+    """
+    try:
+        parts = urllib.parse.urlsplit(server_url)
+        parts.port  # noqa: B018 - raises ValueError for a non-numeric or out-of-range port
+    except ValueError as exc:
+        raise ValueError(f"malformed server_url {server_url!r} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"malformed server_url {server_url!r} (expected http://host:port)")
     base = server_url.rstrip("/")
     if base.endswith("/v1"):
         base = base[: -len("/v1")]
@@ -66,17 +88,27 @@ def flush(timeout_s: float = 5.0) -> bool:
 
 
 class _Sender:
-    """One daemon thread draining a queue of end signals with a pooled httpx client."""
+    """:data:`SENDER_THREADS` daemon threads draining a queue of end signals with one pooled httpx client."""
 
     def __init__(self) -> None:
         self._queue: queue.Queue[tuple[str, str, float] | None] = queue.Queue()
         self._warned: set[str] = set()
         self._client = httpx.Client()
-        self._thread = threading.Thread(target=self._run, name="pbkv-end-signal", daemon=True)
-        self._thread.start()
+        #: Largest timeout of any signal queued so far, seconds (bounds the wait at exit).
+        self.max_timeout_s = 0.0
+        self._threads = [
+            threading.Thread(target=self._run, name=f"pbkv-end-signal-{i}", daemon=True) for i in range(SENDER_THREADS)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def put(self, url: str, status: str, timeout_s: float) -> None:
+        self.max_timeout_s = max(self.max_timeout_s, timeout_s)
         self._queue.put((url, status, timeout_s))
+
+    def alive(self) -> int:
+        """Number of sender threads still running (all of them, unless something is badly wrong)."""
+        return sum(t.is_alive() for t in self._threads)
 
     def flush(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -92,6 +124,8 @@ class _Sender:
             try:
                 if item is not None:
                     self._send(*item)
+            except Exception:  # never let one bad signal stop the thread that sends all others
+                log.debug("PBKV end signal: unexpected error", exc_info=True)
             finally:
                 self._queue.task_done()
 
@@ -101,7 +135,10 @@ class _Sender:
             if response.status_code >= 400:
                 raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
         except Exception as exc:  # fail open: the server retires idle workflows anyway
-            origin = urllib.parse.urlsplit(url).netloc
+            try:
+                origin = urllib.parse.urlsplit(url).netloc
+            except ValueError:
+                origin = url
             if origin not in self._warned:
                 self._warned.add(origin)
                 log.warning(
@@ -123,5 +160,21 @@ def _sender() -> _Sender:
     with _SENDER_LOCK:
         if _SENDER is None:
             _SENDER = _Sender()
-            atexit.register(flush, EXIT_FLUSH_S)
+            atexit.register(_flush_at_exit)
         return _SENDER
+
+
+def _flush_at_exit() -> None:
+    # Give queued ends one timeout's worth of time (plus thread wake-up slack), never more than
+    # EXIT_FLUSH_S: exit must not hang on a dead server, which retires idle workflows itself.
+    sender = _SENDER
+    if sender is not None:
+        sender.flush(min(EXIT_FLUSH_S, sender.max_timeout_s + 0.1))
+
+
+def _warn_once_about(key: str, msg: str, *args: object) -> None:
+    if key in _NO_SERVER_WARNED:
+        log.debug(msg, *args)
+    else:
+        _NO_SERVER_WARNED.add(key)
+        log.warning(msg, *args)

@@ -83,7 +83,8 @@ def wrap_client(client: httpx.Client | httpx.AsyncClient, *, body_hints: bool | 
         ``True`` if the client was wrapped now, ``False`` if it already stamped.
 
     Raises:
-        TypeError: ``client`` is not an httpx client.
+        TypeError: ``client`` is not an httpx client, or is one without the ``_transport``
+            attribute this relies on (an httpx release that renamed it).
     """
     if isinstance(client, httpx.AsyncClient):
         cls: type = AsyncPBKVTransport
@@ -92,6 +93,8 @@ def wrap_client(client: httpx.Client | httpx.AsyncClient, *, body_hints: bool | 
     else:
         raise TypeError(f"expected an httpx client, got {type(client).__name__}")
     # httpx has no public setter for the transport; _transport is stable across 0.2x releases.
+    if not hasattr(client, "_transport"):
+        raise TypeError(f"this httpx {httpx.__version__} client has no _transport to wrap")
     if isinstance(client._transport, cls):
         return False
     client._transport = cls(client._transport, body_hints=body_hints)

@@ -23,10 +23,14 @@ messages get the same counts for the blocks inside them.
 
 from __future__ import annotations
 
-import bisect
+import hashlib
 import math
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from pbkv_sdk.trace import DEFAULT_BLOCK_CHARS, canonical_prompt, message_text
 
@@ -95,21 +99,12 @@ def prompt_token_starts(prompt: Sequence[Mapping[str, Any]] | str) -> list[int]:
     Returns:
         ascending offsets; ``len(result)`` is the prompt's token count.
     """
-    if isinstance(prompt, str):
-        return token_starts(prompt)
-    starts: list[int] = []
-    offset = 0
-    for message in prompt:
-        segment = f"<|{message.get('role', 'user')}|>{message_text(message)}<|end|>"
-        seg_starts = _segment_starts(segment)
-        starts.extend([offset + s for s in seg_starts] if offset else seg_starts)
-        offset += len(segment)
-    return starts
+    return _prompt_starts(prompt).tolist()
 
 
 def prompt_tokens(prompt: Sequence[Mapping[str, Any]] | str) -> int:
     """Token count of a chat or completion prompt (the sum of :func:`block_tokens`)."""
-    return len(prompt_token_starts(prompt))
+    return int(_prompt_starts(prompt).size)
 
 
 def block_tokens(
@@ -132,12 +127,13 @@ def block_tokens(
     """
     if block_chars < 1:
         raise ValueError("block_chars must be >= 1")
-    n_chars = len(canonical_prompt(prompt))
-    starts = prompt_token_starts(prompt)
-    # Tokens of block b = starts in [b * block_chars, (b + 1) * block_chars): differences of bisects.
-    edges = [bisect.bisect_left(starts, b * block_chars) for b in range(1, math.ceil(n_chars / block_chars))]
-    edges = [0, *edges, len(starts)] if n_chars else [0]
-    return [hi - lo for lo, hi in zip(edges, edges[1:])]
+    n_blocks = math.ceil(len(canonical_prompt(prompt)) / block_chars)
+    starts = _prompt_starts(prompt)
+    # Tokens of block b = starts in [b * block_chars, (b + 1) * block_chars): differences of the
+    # sorted positions of the block edges.
+    edges = np.searchsorted(starts, np.arange(n_blocks + 1, dtype=np.int64) * block_chars, side="left")
+    edges[-1] = starts.size
+    return np.diff(edges).tolist()
 
 
 def truncate_to_tokens(text: str, max_tokens: int) -> tuple[str, int]:
@@ -159,10 +155,47 @@ def truncate_to_tokens(text: str, max_tokens: int) -> tuple[str, int]:
     return cut, count_tokens(cut)
 
 
-@lru_cache(maxsize=2048)
-def _segment_starts(segment: str) -> list[int]:
-    # Shared, never mutated by callers (they copy when shifting offsets). Bounded: 2,048 segments.
-    return token_starts(segment)
+def _prompt_starts(prompt: Sequence[Mapping[str, Any]] | str) -> np.ndarray:
+    if isinstance(prompt, str):
+        return np.asarray(token_starts(prompt), dtype=np.int64)
+    parts: list[np.ndarray] = []
+    offset = 0
+    for message in prompt:
+        segment = f"<|{message.get('role', 'user')}|>{message_text(message)}<|end|>"
+        parts.append(_SEGMENTS.starts(segment) + offset)
+        offset += len(segment)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+class _SegmentCache:
+    """LRU of message segments -> token starts (int32 arrays), keyed by a 16-byte digest.
+
+    Keys are digests, not the text, and values are packed arrays, so 4,096 entries of long
+    messages cost a few MiB, not the tens of MiB that strings and lists of ints would.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self._map: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()  # several servers (event-loop threads) may share the cache
+
+    def starts(self, segment: str) -> np.ndarray:
+        key = hashlib.blake2b(segment.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        with self._lock:
+            found = self._map.get(key)
+            if found is not None:
+                self._map.move_to_end(key)
+                return found
+        # int32 offsets: request bodies are capped far below 2**31 characters.
+        found = np.asarray(token_starts(segment), dtype=np.int32)
+        with self._lock:
+            self._map[key] = found
+            if len(self._map) > self.size:
+                self._map.popitem(last=False)
+        return found
+
+
+_SEGMENTS = _SegmentCache(4096)
 
 
 @lru_cache(maxsize=1)

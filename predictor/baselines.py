@@ -118,7 +118,7 @@ class TransformerNet(nn.Module):
     linear layer with K heads. Uses agents only (no request features).
     """
 
-    def __init__(self, vocab_size: int, k: int, max_prefix: int, dim: int = 128, heads: int = 4, dropout: float = 0.1):
+    def __init__(self, vocab_size: int, k: int, max_prefix: int, dim: int = 64, heads: int = 4, dropout: float = 0.1):
         super().__init__()
         self.vocab_size, self.k = vocab_size, k
         self.embed = nn.Embedding(vocab_size, dim)

@@ -147,11 +147,15 @@ class GraphSagePredictorNet(nn.Module):
         seq = torch.cat([prefix, current[:, None]], dim=1)  # [B, L+1]
         length = seq.shape[1]
         rec = torch.arange(length - 1, -1, -1, device=seq.device)  # recency of each column
-        tokens = g[seq] + self.pos(rec)[None]
+        # Keys/values of token (agent a, recency r) are W (g_a + p_r) + b = (W g)_a + (W p)_r + b:
+        # projecting the V agents and L+1 positions once and gathering is exact and ~B*L/V cheaper.
+        pos = self.pos(rec)  # [L+1, d]
+        keys = self.k(g)[seq] + (pos @ self.k.weight.T)[None]  # [B, L+1, d]
+        values = self.v(g)[seq] + (pos @ self.v.weight.T)[None]
         valid = rec[None, :] <= prefix_len[:, None]  # current (rec 0) always valid
-        scores = (self.q(g_cur)[:, None, :] * self.k(tokens)).sum(-1) / math.sqrt(c.dim)  # [B, L+1]
+        scores = (self.q(g_cur)[:, None, :] * keys).sum(-1) / math.sqrt(c.dim)  # [B, L+1]
         scores = scores.masked_fill(~valid, float("-inf"))
-        ctx = (torch.softmax(scores, dim=1)[:, :, None] * self.v(tokens)).sum(1)  # [B, d]
+        ctx = (torch.softmax(scores, dim=1)[:, :, None] * values).sum(1)  # [B, d]
         parts = [g_cur, ctx, self.step_embed(step.clamp(max=MAX_STEP_EMBED))]
         if self.txt is not None:
             parts.append(F.relu(self.txt(features)))

@@ -31,6 +31,7 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
         concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="replay concurrency (default: the paper's)"),
         profile: str = typer.Option("a6000-qwen3-14b", "--profile", help="hardware profile (pbkv_server.sim.profiles)"),
         pressure: float = typer.Option(0.5, "--pressure", min=0.01, max=1.0, help="device capacity / live working set"),
+        host_ratio: float = typer.Option(2.0, "--host-ratio", min=0.0, help="host KV tier / device (2 = HiCache default, 0 = none)"),
         seed: int = typer.Option(0, "--seed", help="task split, scenario and training seed"),
         epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="predictor training epochs"),
         no_belady: bool = typer.Option(False, "--no-belady", help="skip the offline Belady reference"),
@@ -42,7 +43,7 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
         # Piped output (CI logs, README capture) keeps the full table width instead of 80 columns.
         console = Console() if sys.stdout.isatty() else Console(width=160)
         opts = RunOptions(quick=quick, n_train=train, n_test=test, app_concurrency=app_concurrency,
-                          replay_concurrency=concurrency, profile=profile, pressure=pressure, seed=seed,
+                          replay_concurrency=concurrency, profile=profile, pressure=pressure, host_ratio=host_ratio, seed=seed,
                           out_dir=out_dir, json_out=json_out, belady=not no_belady, epochs=epochs)
         try:
             run_example(spec_factory(), opts, console)

@@ -16,10 +16,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
@@ -28,7 +27,7 @@ from rich.console import Console
 from examples.common import capacity as cap
 from examples.common import integration as integ
 from examples.common.report import plot_bars, plot_hit_rate_over_time, print_results
-from examples.common.results import PolicyResult, compare, to_json
+from examples.common.results import compare, to_json
 
 __all__ = ["ExampleSpec", "RunOptions", "run_example"]
 
@@ -81,6 +80,8 @@ class RunOptions:
         replay_concurrency: override of the paper's replay concurrency.
         profile: hardware profile name (``pbkv_server.sim.profiles``).
         pressure: device capacity as a fraction of the live working set (``capacity`` module).
+        host_ratio: host-tier KV capacity / device capacity (2.0 = SGLang HiCache's default
+            ``--hicache-ratio``; 0 = no host tier: every evicted block must be recomputed).
         seed: seeds task split, scenario and training.
         out_dir: where traces, model, plots and JSON go.
         json_out: path of the JSON summary, or ``None``.
@@ -96,6 +97,7 @@ class RunOptions:
     replay_concurrency: int | None = None
     profile: str = "a6000-qwen3-14b"
     pressure: float = cap.DEFAULT_PRESSURE
+    host_ratio: float = 2.0
     seed: int = 0
     out_dir: Path = Path("runs")
     json_out: Path | None = None
@@ -144,27 +146,28 @@ def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = N
     records = integ.read_records(traces["test"])
     ws = cap.working_set(records)
     device = cap.device_capacity(ws, concurrency, opts.pressure)
+    host = round(opts.host_ratio * device)
     console.print(
         f"reusable working set W: shared {ws.shared_tokens} tok + {min(concurrency, ws.workflows)} x "
         f"{ws.mean_private_tokens:.0f} tok per workflow = {ws.live_tokens(concurrency):.0f} tok; in flight A = "
         f"{ws.in_flight_tokens(concurrency):.0f} tok; device capacity A + {opts.pressure} W = {device} tok, "
-        f"host {2 * device} tok; profile {opts.profile}"
+        f"host {host} tok; profile {opts.profile}"
     )
     policies = list(BASE_POLICIES) + list(spec.extra_policies) + (["belady"] if opts.belady else [])
     t = time.perf_counter()
     results = integ.replay(
         traces["test"], policies, model_path=model_path, concurrency=concurrency, profile=opts.profile,
-        device_tokens=device, host_tokens=2 * device, static_graph=spec.static_graph, app=spec.app, console=console,
+        device_tokens=device, host_tokens=host, static_graph=spec.static_graph, app=spec.app, console=console,
     )
     timings["replay_s"] = time.perf_counter() - t
     comparisons = compare(results, baseline="lru", reference="belady" if opts.belady else None)
-    title = f"{spec.title}: simulated timing, profile {opts.profile}, concurrency {concurrency}"
+    title = f"{spec.title}: simulated timing, profile {opts.profile}, concurrency {concurrency}, host tier {opts.host_ratio:g}x device"
     print_results(title, results, comparisons, console)
     if "kvflow" in policies:
         kv = compare(results, baseline="kvflow", reference=None)
         pb = next(c for c in kv if c.policy == "pbkv")
         console.print(f"pbkv over kvflow: latency {pb.latency_speedup:.2f}x, hit rate {pb.hit_rate_ratio:.2f}x")
-    plot_title = f"{spec.title}\nsimulated timing, profile {opts.profile}, concurrency {concurrency}"
+    plot_title = f"{spec.title}\nsimulated timing, profile {opts.profile}, concurrency {concurrency}, host {opts.host_ratio:g}x device"
     plots = {
         "hit_rate_over_time": plot_hit_rate_over_time(results, str(out / "hit_rate_over_time.png"), plot_title),
         "bars": plot_bars(results, str(out / "bars.png"), plot_title),
@@ -175,7 +178,7 @@ def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = N
         "example": spec.name, "app": spec.app, "quick": opts.quick, "profile": opts.profile,
         "replay_concurrency": concurrency, "app_concurrency": opts.app_concurrency, "seed": opts.seed,
         "train_tasks": len(train), "test_tasks": len(test),
-        "working_set": asdict(ws), "pressure": opts.pressure, "device_tokens": device, "host_tokens": 2 * device,
+        "working_set": asdict(ws), "pressure": opts.pressure, "device_tokens": device, "host_tokens": host, "host_ratio": opts.host_ratio,
         "app_outcomes": app_summary, "timings_s": timings, "plots": plots, "traces": {k: str(v) for k, v in traces.items()},
         "model": str(model_path), **to_json(results, comparisons),
     }

@@ -29,6 +29,7 @@ import logging
 import os
 from typing import Any, AsyncGenerator, Mapping, Sequence
 
+from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.base import TaskResult
 from autogen_core.models import ChatCompletionClient
 
@@ -65,8 +66,30 @@ def instrument_team(
         An :class:`InstrumentedTeam` with the team's ``run`` / ``run_stream`` signatures; other
         attributes are the team's own.
     """
-    for participant in getattr(team, "_participants", []):
-        _name_model_client(participant, "_model_client", participant.name, body_hints)
+    # AgentChat has no public accessor for a team's participants or an agent's model client, so
+    # these private attributes are read defensively: if a release renames them, the run still
+    # works (workflow ids, steps and ends still flow), its calls are just named "unknown", and
+    # one warning says so.
+    participants = getattr(team, "_participants", None)
+    if participants is None:
+        _warn_once(
+            "participants",
+            "PBKV: cannot list the participants of %s (no _participants attribute in this autogen-agentchat); "
+            "its LLM calls are stamped with agent 'unknown'",
+            type(team).__name__,
+        )
+        participants = []
+    for participant in participants:
+        if not hasattr(participant, "_model_client"):
+            if isinstance(participant, AssistantAgent):  # other agent kinds make no LLM calls of their own
+                _warn_once(
+                    "agent-client",
+                    "PBKV: cannot reach the model client of agent %r (no _model_client attribute); "
+                    "its LLM calls are stamped with agent 'unknown'",
+                    getattr(participant, "name", participant),
+                )
+            continue
+        _name_model_client(participant, "_model_client", getattr(participant, "name", "unknown"), body_hints)
     if hasattr(team, "_model_client"):  # SelectorGroupChat (and MagenticOne's orchestrator client)
         if getattr(team, "_initialized", False):
             log.warning("PBKV: team already ran once; its speaker-selection calls stay unnamed")
@@ -198,7 +221,15 @@ def _name_model_client(holder: Any, attr: str, agent_name: str, body_hints: bool
     if isinstance(client, NamedModelClient):
         client = client.inner
     _stamp_transport(client, body_hints)
-    setattr(holder, attr, NamedModelClient(client, agent_name))
+    try:
+        setattr(holder, attr, NamedModelClient(client, agent_name))
+    except Exception as exc:  # a read-only attribute in some release: run on, unnamed
+        _warn_once(
+            "set-client",
+            "PBKV: cannot wrap the model client of %r (%s); its LLM calls are stamped with agent 'unknown'",
+            agent_name,
+            exc,
+        )
 
 
 def _stamp_transport(client: Any, body_hints: bool | None) -> None:
@@ -207,10 +238,24 @@ def _stamp_transport(client: Any, body_hints: bool | None) -> None:
     try:
         wrap_client(httpx_client, body_hints=body_hints)
     except TypeError:
-        log.warning(
-            "PBKV: cannot reach the HTTP client of %s; pass http_client=pbkv_sdk.async_http_client() to it",
+        _warn_once(
+            "transport",
+            "PBKV: cannot reach the HTTP client of %s; pass http_client=pbkv_sdk.async_http_client() to it "
+            "(until then its requests go out without hints)",
             type(client).__name__,
         )
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(kind: str, msg: str, *args: Any) -> None:
+    """One warning per kind of trouble per process (every team of an app would repeat it)."""
+    if kind in _WARNED:
+        log.debug(msg, *args)
+    else:
+        _WARNED.add(kind)
+        log.warning(msg, *args)
 
 
 def _reset(token: contextvars.Token) -> None:

@@ -77,6 +77,8 @@ class PBKVCallbackHandler(BaseCallbackHandler):
         self._root_of: dict[UUID, UUID] = {}  # run id -> root run id (live runs only)
         self._workflows: dict[UUID, Workflow] = {}  # root run id -> workflow
         self._tokens: dict[UUID, tuple[contextvars.Token, contextvars.Token]] = {}  # LLM run -> var tokens
+        #: False once :func:`uninstrument` could not detach the handler: new runs are then ignored.
+        self.enabled = True
 
     # ----------------------------------------------------------------- public helpers
 
@@ -137,6 +139,8 @@ class PBKVCallbackHandler(BaseCallbackHandler):
     # ----------------------------------------------------------------- internals
 
     def _enter(self, run_id: UUID, parent_run_id: UUID | None, metadata: dict | None) -> Workflow | None:
+        if not self.enabled:
+            return None
         with self._lock:
             root = self._root_of.get(parent_run_id) if parent_run_id is not None else None
             if root is not None:
@@ -158,6 +162,8 @@ class PBKVCallbackHandler(BaseCallbackHandler):
 
     def _llm_start(self, run_id: UUID, parent_run_id: UUID | None, metadata: dict | None, kwargs: dict) -> None:
         wf = self._enter(run_id, parent_run_id, metadata)
+        if wf is None:  # disabled handler
+            return
         agent = (metadata or {}).get("langgraph_node") or kwargs.get("name") or DEFAULT_AGENT
         # Set in the LLM run's own context: the HTTP request is sent from this same context.
         self._tokens[run_id] = (set_workflow(wf), set_agent(str(agent)))
@@ -196,29 +202,45 @@ def instrument(
     Calling it again replaces the previous handler. Arguments as :class:`PBKVCallbackHandler`.
 
     Returns:
-        The installed handler (pass it to :func:`uninstrument` to remove it).
+        The installed handler. If this langchain-core has no configure hook, one warning is
+        logged and the handler is returned unattached: pass it as ``config={"callbacks": [handler]}``.
     """
-    from langchain_core.tracers.context import register_configure_hook
-
     uninstrument()
     handler = PBKVCallbackHandler(app, server_url, trace_path, end_timeout_s=end_timeout_s)
+    try:
+        from langchain_core.tracers.context import register_configure_hook
+    except ImportError as exc:  # fail open: the app runs, unstamped
+        log.warning("PBKV: cannot attach the callback to every run (%s); pass it as config={'callbacks': [handler]}", exc)
+        return handler
     var: contextvars.ContextVar[PBKVCallbackHandler | None] = contextvars.ContextVar("pbkv_langchain_handler", default=handler)
     register_configure_hook(var, inheritable=True)
-    _INSTALLED.append(var)
+    _INSTALLED.append((var, handler))
     return handler
 
 
 def uninstrument() -> None:
-    """Remove the handler installed by :func:`instrument` (no-op if none)."""
+    """Remove the handler installed by :func:`instrument` (no-op if none).
+
+    LangChain offers no public way to unregister a configure hook, so this edits its private
+    hook list. Should that list be gone in some release, the handler stays attached but is
+    switched off (runs started afterwards are not workflows) and one warning is logged.
+    """
     from langchain_core.tracers import context as lc_context
 
     while _INSTALLED:
-        var = _INSTALLED.pop()
-        # LangChain offers no unregister; the hook list is a plain module-level list.
-        lc_context._configure_hooks[:] = [hook for hook in lc_context._configure_hooks if hook[0] is not var]
+        var, handler = _INSTALLED.pop()
+        hooks = getattr(lc_context, "_configure_hooks", None)
+        if isinstance(hooks, list):
+            hooks[:] = [hook for hook in hooks if hook[0] is not var]
+            continue
+        handler.enabled = False
+        if "uninstrument" not in _WARNED:
+            _WARNED.add("uninstrument")
+            log.warning("PBKV: cannot detach the LangChain callback in this langchain-core; it is switched off instead")
 
 
-_INSTALLED: list[contextvars.ContextVar] = []
+_INSTALLED: list[tuple[contextvars.ContextVar, PBKVCallbackHandler]] = []
+_WARNED: set[str] = set()
 
 
 def _status_of(error: BaseException) -> str:

@@ -126,7 +126,7 @@ class Prefetcher:
         cache = self.cache
         tree = cache.tree_core
         policy = tree.eviction_strategy.engine_policy
-        cands, retired = scan_tree(tree, policy)
+        cands, retired = scan_tree(tree, policy, self.settings.min_prefetch_tokens)
         free = int(cache.token_to_kv_pool_allocator.available_size())
         bw_tokens = int(self.settings.pcie_bytes_per_s * self.step_s / self._kv_bytes)
         plan = plan_prefetch(cands, free, retired, bw_tokens)
@@ -148,8 +148,8 @@ class Prefetcher:
         return rnd
 
 
-def scan_tree(tree: Any, policy: Any) -> tuple[list[Candidate], int]:
-    """One pass over a PBKV tree core.
+def scan_tree(tree: Any, policy: Any, min_tokens: int = 1) -> tuple[list[Candidate], int]:
+    """One pass over a PBKV tree core (O(nodes)); host nodes under ``min_tokens`` are not candidates.
 
     Returns:
         ``(candidates, retired_tokens)``: host-tier nodes under a device parent with their one-step
@@ -172,7 +172,7 @@ def scan_tree(tree: Any, policy: Any) -> tuple[list[Candidate], int]:
             continue
         if node.evicted:
             parent = node.parent
-            if node.backuped and (parent is root or not parent.evicted):
+            if node.backuped and len(node.key) >= min_tokens and (parent is root or not parent.evicted):
                 value = policy.prefetch_value(node) if getattr(node, "sc", None) is not None else 0.0
                 if value > 0:
                     cands.append(Candidate(node.id, len(node.key), value))

@@ -1,7 +1,9 @@
 """Fixtures of the SGLang plugin tests (run in .venv-sglang: ``.venv-sglang/bin/python -m pytest tests/sglang``).
 
-Each test module starts with ``pytest.importorskip("sglang")``, so this directory skips cleanly
-where SGLang is not installed (the main .venv); nothing here imports SGLang at module level.
+Each test module starts with ``pytest.importorskip("sglang.srt.plugins")``, so this directory skips
+cleanly where SGLang is not installed (the main .venv); nothing here imports SGLang at module level.
+(Plain ``importorskip("sglang")`` would not do: with ``tests/`` on ``sys.path`` this very directory
+imports as a namespace package named ``sglang``.)
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import pytest
 
 from predictor.api import Prediction, Predictor
 
-HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
+_SPEC = importlib.util.find_spec("sglang")
+HAVE_SGLANG = _SPEC is not None and _SPEC.origin is not None  # a namespace package is this directory
 
 
 def pytest_report_header(config):
@@ -23,7 +26,7 @@ def pytest_report_header(config):
 @pytest.fixture(scope="session")
 def plugins_loaded():
     """SGLang's own ``load_plugins()`` (entry point discovery), once, plus scheduler-side server args."""
-    pytest.importorskip("sglang")
+    pytest.importorskip("sglang.srt.plugins")
     from sglang.srt.plugins import load_plugins
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 

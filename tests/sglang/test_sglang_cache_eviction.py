@@ -5,7 +5,7 @@ Token ids are chosen unique per branch, so a node is named by its first token.
 
 import pytest
 
-pytest.importorskip("sglang")
+pytest.importorskip("sglang.srt.plugins")  # the real SGLang, not this tests/sglang directory
 
 from conftest import TablePredictor  # noqa: E402
 

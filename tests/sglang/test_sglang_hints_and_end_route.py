@@ -6,7 +6,7 @@ from unittest import mock
 
 import pytest
 
-pytest.importorskip("sglang")
+pytest.importorskip("sglang.srt.plugins")  # the real SGLang, not this tests/sglang directory
 
 HINT = {"workflow_id": "wf-1", "agent": "planner", "step": 2, "app": "hover"}
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("sglang")
+pytest.importorskip("sglang.srt.plugins")  # the real SGLang, not this tests/sglang directory
 
 from pbkv_server.sglang.launch import LaunchError, build_command, main  # noqa: E402
 

@@ -7,7 +7,7 @@ engine core (:class:`pbkv_server.engine.Engine`, one token per block) and to a r
 
 import pytest
 
-pytest.importorskip("sglang")
+pytest.importorskip("sglang.srt.plugins")  # the real SGLang, not this tests/sglang directory
 
 from conftest import TablePredictor  # noqa: E402
 

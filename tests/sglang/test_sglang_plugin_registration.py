@@ -2,7 +2,7 @@
 
 import pytest
 
-pytest.importorskip("sglang")
+pytest.importorskip("sglang.srt.plugins")  # the real SGLang, not this tests/sglang directory
 
 
 def test_load_plugins_registers_policies_backends_and_hooks(plugins_loaded):
@@ -75,3 +75,23 @@ def test_backend_factory_forces_the_pbkv_python_tree_core(harness):
     h = harness("pbkv-he", kv_tokens=32)
     assert isinstance(h.cache.tree_core, PBKVTreeCore)
     assert isinstance(h.cache.tree_core, UnifiedTreeCore)  # SGLang's Python core, not the Rust one
+
+
+def test_pbkv_cache_refuses_a_tree_core_without_node_records(plugins_loaded):
+    import torch
+    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+    from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+
+    from pbkv_server.sglang.cache import PBKVRadixCache
+
+    kv = MHATokenToKVPool(size=16, page_size=1, dtype=torch.float16, head_num=1, head_dim=4, layer_num=1,
+                          device="cpu", enable_memory_saver=False)
+    alloc = TokenToKVPoolAllocator(size=16, dtype=torch.float16, device="cpu", kvcache=kv, need_sort=False)
+    params = CacheInitParams(disable=False, req_to_token_pool=ReqToTokenPool(size=2, max_context_len=16, device="cpu",
+                                                                             enable_memory_saver=False),
+                             token_to_kv_pool_allocator=alloc, page_size=1, eviction_policy="pbkv",
+                             tree_components=(ComponentType.FULL,), tree_core_backend="python")
+    with pytest.raises(TypeError, match="tree core backend 'pbkv'"):
+        PBKVRadixCache(params)

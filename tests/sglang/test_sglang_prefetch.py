@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("sglang")
+pytest.importorskip("sglang.srt.plugins")  # the real SGLang, not this tests/sglang directory
 
 
 def test_plan_takes_highest_value_first_within_min_of_space_and_bandwidth(plugins_loaded):
@@ -53,3 +53,33 @@ def test_scheduler_hook_skips_caches_without_a_host_tier(harness):
     decode = SimpleNamespace(batch_to_run=SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: True)))
     after_next_batch(decode, SimpleNamespace(tree_cache=h.cache))
     assert getattr(h.cache, "_pbkv_prefetcher", None) is None  # HiCache off: nothing to load from
+
+
+def test_scan_offers_host_nodes_under_device_parents_with_their_one_step_value(harness):
+    from predictor.api import Prediction
+    from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
+
+    from conftest import TablePredictor
+    from pbkv_server.engine.scoring import one_step_value
+    from pbkv_server.sglang.prefetch import scan_tree
+
+    h = harness("pbkv", kv_tokens=64)
+    h.cache.book.predictor = TablePredictor()
+    h.serve([1, 2, 3], {"workflow_id": "A", "agent": "plan", "step": 0})
+    h.serve([1, 2, 4, 5], {"workflow_id": "A", "agent": "code", "step": 1})
+    leaf = h.nodes()[4]
+    # what a HiCache demotion leaves behind: KV on host only (the copy itself needs a GPU)
+    data = leaf.component_data[ComponentType.FULL]
+    data.host_value, data.value = data.value.clone(), None
+    assert leaf.evicted and leaf.backuped
+    tree = h.cache.tree_core
+    policy = tree.eviction_strategy.engine_policy
+    # after "code" the next agent is test 0.7 / code 0.2 / END 0.1; the leaf was used by "code"
+    value = one_step_value({"A": {"code"}}, {"A": Prediction(TablePredictor.TABLE["code"])})
+    assert value == pytest.approx(0.2)
+    cands, _ = scan_tree(tree, policy)
+    assert [(c.node_id, c.tokens) for c in cands] == [(leaf.id, 2)]
+    assert cands[0].value == pytest.approx(value)
+    assert scan_tree(tree, policy, min_tokens=3)[0] == []  # smaller than min_prefetch_tokens
+    h.serve([1, 2, 3, 7], {"workflow_id": "A", "agent": "test", "step": 2})  # next: plan 0.2 / END 0.8
+    assert scan_tree(tree, policy)[0] == []  # value 0 now: never prefetched

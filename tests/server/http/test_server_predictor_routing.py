@@ -1,0 +1,56 @@
+"""--predictor APP=SPEC routing: each app's queries reach its own predictor, in order."""
+
+from __future__ import annotations
+
+import pytest
+
+from pbkv_server.http.routing import AppRoutedPredictor, build_predictor, parse_predictor_flags
+from pbkv_server.predictors import MarkovPredictor
+from predictor.api import Prediction, PredictionQuery, Predictor
+
+
+class _Fixed(Predictor):
+    """Always predicts ``agent`` next; records what it was asked and told."""
+
+    def __init__(self, agent: str):
+        self.agent, self.asked, self.ended = agent, [], []
+        self.horizon = 2
+
+    def predict(self, queries):
+        self.asked.extend(q.workflow_id for q in queries)
+        return [Prediction([{self.agent: 1.0}, {"<END>": 1.0}]) for _ in queries]
+
+    def workflow_ended(self, app, workflow_id, status="completed"):
+        self.ended.append(workflow_id)
+
+
+def _q(app, wid):
+    return PredictionQuery(app, wid, 0, (), "a")
+
+
+def test_queries_are_routed_by_app_and_answers_keep_query_order():
+    hover, rest = _Fixed("retriever"), _Fixed("coder")
+    router = AppRoutedPredictor({"hover": hover, "*": rest}, horizon=2)
+    out = router.predict([_q("swe", "w1"), _q("hover", "w2"), _q(None, "w3"), _q("hover", "w4")])
+    assert [p.dists[0] for p in out] == [{"coder": 1.0}, {"retriever": 1.0}, {"coder": 1.0}, {"retriever": 1.0}]
+    assert hover.asked == ["w2", "w4"] and rest.asked == ["w1", "w3"]
+    router.workflow_ended("hover", "w2")
+    assert hover.ended == ["w2"] and rest.ended == []
+
+
+def test_app_without_predictor_and_no_fallback_gets_empty_distributions():
+    router = AppRoutedPredictor({"hover": _Fixed("x")}, horizon=2)
+    (pred,) = router.predict([_q("swe", "w1")])
+    assert pred.dists == [{}, {}]
+
+
+def test_flags_parse_and_build():
+    assert parse_predictor_flags(["hover=model.pt", "markov"]) == {"hover": "model.pt", "*": "markov"}
+    with pytest.raises(ValueError):
+        parse_predictor_flags(["=markov"])
+    assert isinstance(build_predictor({"*": "markov"}, 3), MarkovPredictor)  # one spec: no router
+    router = build_predictor({"a": "markov", "b": "markov", "*": "uniform"}, 3)
+    assert router.by_app["a"] is router.by_app["b"]  # one online model shared by apps naming it
+    assert build_predictor({}, 3) is None
+    with pytest.raises(ValueError):
+        build_predictor({"*": "/no/such/model.pt"}, 3)
