@@ -53,21 +53,26 @@ PROFILE = HardwareProfile(
 
 
 class GraphPredictor(Predictor):
-    """The graph's exact K-step next-agent distributions (END absorbing)."""
+    """The graph's exact K-step next-agent distributions, each conditional on the workflow still
+    running (the convention of PBKV Eq. 2, which multiplies by the survival probability)."""
 
     horizon = 3
 
     def predict(self, queries):
         out = []
         for q in queries:
-            dist, dists = {q.agent: 1.0}, []
+            alive, dists = {q.agent: 1.0}, []
             for _ in range(self.horizon):
+                if not alive:
+                    dists.append({END_AGENT: 1.0})
+                    continue
                 nxt: dict[str, float] = {}
-                for a, p in dist.items():
-                    for b, t in (GRAPH.get(a, {END_AGENT: 1.0}) if a != END_AGENT else {END_AGENT: 1.0}).items():
+                for a, p in alive.items():
+                    for b, t in GRAPH.get(a, {END_AGENT: 1.0}).items():
                         nxt[b] = nxt.get(b, 0.0) + p * t
                 dists.append(nxt)
-                dist = nxt
+                running = 1.0 - nxt.get(END_AGENT, 0.0)
+                alive = {a: p / running for a, p in nxt.items() if a != END_AGENT} if running > 1e-12 else {}
             out.append(Prediction(dists))
         return out
 

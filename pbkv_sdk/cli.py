@@ -70,7 +70,7 @@ def record(
         if value:
             env[name] = value
     try:
-        status = subprocess.call(command, env=env)
+        status = _run_app(command, env)
     except FileNotFoundError:
         err_console.print(f"[red]command not found: {command[0]}[/red]", highlight=False)
         raise typer.Exit(127)
@@ -149,6 +149,20 @@ def import_chatdev_cmd(
         f"{summary.files} log file(s): {summary.workflows} workflows, {summary.invocations} invocations, "
         f"{len(summary.skipped)} skipped -> {out}"
     )
+
+
+def _run_app(command: List[str], env: dict) -> int:
+    """Run the app to its end; its exit status in shell terms (128 + N when killed by signal N).
+
+    Ctrl-C reaches the app too (same process group); we wait for it to finish writing, so the
+    summary of what was recorded still prints.
+    """
+    with subprocess.Popen(command, env=env) as proc:
+        try:
+            status = proc.wait()
+        except KeyboardInterrupt:
+            status = proc.wait()
+    return 128 - status if status < 0 else status
 
 
 def _read_report(file: Path) -> ValidationReport:

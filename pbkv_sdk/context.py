@@ -75,9 +75,7 @@ class Workflow:
         self.workflow_id = validate_workflow_id(workflow_id) if workflow_id is not None else uuid.uuid4().hex
         self.server_url = server_url or os.environ.get(ENV_SERVER_URL) or None
         self.trace_path = os.fspath(trace_path) if trace_path is not None else None
-        if end_timeout_s is None:
-            end_timeout_s = float(os.environ.get(ENV_END_TIMEOUT, DEFAULT_END_TIMEOUT_S))
-        self.end_timeout_s = end_timeout_s
+        self.end_timeout_s = end_timeout_s if end_timeout_s is not None else _env_end_timeout()
         self.t_start = time.time()
         #: Origin (``scheme://host:port``) of the first stamped request; fallback end-signal target.
         self.llm_origin: str | None = None
@@ -186,8 +184,12 @@ def workflow(
 ) -> Iterator[Workflow]:
     """Run the block as one workflow; it ends ``completed`` on exit, ``failed`` on an exception.
 
-    ``app`` defaults to ``$PBKV_APP`` (else ``"default"``); ``trace_path`` to ``$PBKV_TRACE_PATH``.
-    Other arguments as :class:`Workflow`. The exception, if any, propagates unchanged.
+    ``app``: ``$PBKV_APP`` wins when set, then ``app``, else ``"default"``; ``trace_path``
+    defaults to ``$PBKV_TRACE_PATH``. Other arguments as :class:`Workflow`. The exception, if
+    any, propagates unchanged.
+
+    Raises:
+        HintError: ``workflow_id`` is malformed (before the block runs).
     """
     wf = Workflow(
         resolve_app(app),
@@ -216,6 +218,26 @@ def agent(name: str) -> Iterator[None]:
         yield
     finally:
         _agent_var.reset(token)
+
+
+def _env_end_timeout() -> float:
+    """``$PBKV_END_TIMEOUT_S`` in seconds; a value that is not a positive number warns once and gives the default."""
+    raw = os.environ.get(ENV_END_TIMEOUT)
+    if raw is None:
+        return DEFAULT_END_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if value > 0 and value != float("inf"):
+        return value
+    if raw not in _BAD_TIMEOUTS_WARNED:
+        _BAD_TIMEOUTS_WARNED.add(raw)
+        log.warning("PBKV: %s=%r is not a positive number of seconds; using %s", ENV_END_TIMEOUT, raw, DEFAULT_END_TIMEOUT_S)
+    return DEFAULT_END_TIMEOUT_S
+
+
+_BAD_TIMEOUTS_WARNED: set[str] = set()
 
 
 def resolve_app(app: str | None) -> str:

@@ -93,7 +93,10 @@ class _Sender:
     def __init__(self) -> None:
         self._queue: queue.Queue[tuple[str, str, float] | None] = queue.Queue()
         self._warned: set[str] = set()
-        self._client = httpx.Client()
+        # Built by the first sending thread, not here: httpx.Client() loads the TLS trust store
+        # (about 0.1-0.2 s), which must not land on the app thread that ends the first workflow.
+        self._client: httpx.Client | None = None
+        self._client_lock = threading.Lock()
         #: Largest timeout of any signal queued so far, seconds (bounds the wait at exit).
         self.max_timeout_s = 0.0
         self._threads = [
@@ -129,9 +132,15 @@ class _Sender:
             finally:
                 self._queue.task_done()
 
+    def _http(self) -> httpx.Client:
+        with self._client_lock:
+            if self._client is None:
+                self._client = httpx.Client()
+            return self._client
+
     def _send(self, url: str, status: str, timeout_s: float) -> None:
         try:
-            response = self._client.post(url, json={"status": status}, timeout=httpx.Timeout(timeout_s))
+            response = self._http().post(url, json={"status": status}, timeout=httpx.Timeout(timeout_s))
             if response.status_code >= 400:
                 raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
         except Exception as exc:  # fail open: the server retires idle workflows anyway

@@ -76,6 +76,9 @@ class TraceRecorder:
         path: JSONL trace file (appended to; parent directories created).
         block_chars: characters per prefix-hash block (trace v1 ``block_chars``).
         store_text: keep the canonical prompt text in each record (default ``$PBKV_TRACE_TEXT``).
+
+    Raises:
+        OSError: the file cannot be created or opened for appending.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, block_chars: int = DEFAULT_BLOCK_CHARS, store_text: bool | None = None):
@@ -85,6 +88,7 @@ class TraceRecorder:
         self._writer = TraceWriter(self.path)
         self._queue: queue.Queue[CallCapture | TraceRecord | None] = queue.Queue()
         self._closed = False
+        self._warned = False
         self._thread = threading.Thread(target=self._run, name=f"pbkv-trace-{os.path.basename(self.path)}", daemon=True)
         self._thread.start()
 
@@ -125,8 +129,15 @@ class TraceRecorder:
                 record = item if not isinstance(item, CallCapture) else self._to_record(item)
                 if record is not None:
                     self._writer.write(record)
-            except Exception:  # a bad call must not stop recording of the others
-                log.warning("PBKV trace: could not record a call", exc_info=True)
+            except Exception as exc:  # a bad call must not stop recording of the others
+                if self._warned:  # one warning per file: a server that always answers oddly would flood the log
+                    log.debug("PBKV trace: could not record a call", exc_info=True)
+                else:
+                    self._warned = True
+                    log.warning(
+                        "PBKV trace: could not record a call to %s (%s: %s); further failures at debug level",
+                        self.path, type(exc).__name__, exc,
+                    )
             finally:
                 self._queue.task_done()
 
@@ -165,7 +176,11 @@ class TraceRecorder:
 
 
 def get_recorder(path: str | os.PathLike[str]) -> TraceRecorder:
-    """The process-wide recorder of ``path`` (created on first use, closed at exit)."""
+    """The process-wide recorder of ``path`` (created on first use, closed at exit).
+
+    Raises:
+        OSError: the file cannot be created or opened (callers in the SDK catch it and record nothing).
+    """
     key = os.path.abspath(os.fspath(path))
     with _REGISTRY_LOCK:
         recorder = _REGISTRY.get(key)

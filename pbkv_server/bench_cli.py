@@ -6,8 +6,8 @@
     pbkv-bench profiles
 
 Bad input never ends in a traceback: malformed trace lines are skipped with a warning naming the
-line; an unknown trace version, a trace without invocations, or a bad option is an error message
-and exit status 2.
+line; an unknown trace version, a trace without invocations, a bad option or an output path that
+cannot be written is an error message and exit status 2, given before any replay starts.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
@@ -31,7 +33,8 @@ ALL_POLICIES = ("lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "belady
 
 
 def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    # soft_wrap: no newlines inserted at the console width, so paths in messages stay whole
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
@@ -55,10 +58,15 @@ def synth(
 
     if out.exists():
         raise _fail(f"{out} exists; refusing to append a second workload to it")
+    problem = _output_problem(out)
+    if problem:
+        raise _fail(f"--out {out}: {problem}")
     try:
         n_wf, n_inv = write_trace(str(out), graph=graph, workflows=workflows, seed=seed, block_chars=block_chars)
     except ValueError as exc:
         raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"cannot write {out}: {exc}") from None
     console.print(f"wrote {n_wf} workflows, {n_inv} invocations to {out}")
 
 
@@ -92,6 +100,21 @@ def replay(
         raise _fail(f"unknown policy {', '.join(unknown) or '(none given)'}; known: {', '.join(available_policies())}")
     if concurrency < 1:
         raise _fail("--concurrency must be >= 1")
+    # Engine settings are checked by the engine too, but only when a run reaches them (rho at the
+    # first prefetch): check them here so a study does not fail after its first policies.
+    if not 0.0 < gamma <= 1.0:
+        raise _fail(f"--gamma must be in (0, 1], got {gamma}")
+    if not 0.0 <= rho <= 1.0:
+        raise _fail(f"--rho must be in [0, 1], got {rho}")
+    if horizon < 1 or timeline_bins < 1:
+        raise _fail("--horizon and --timeline-bins must be >= 1")
+    if (device_tokens is not None and device_tokens < 1) or (host_tokens is not None and host_tokens < 0):
+        raise _fail("--device-tokens must be >= 1 and --host-tokens >= 0")
+    # Check outputs before the runs: a bad path must not cost a whole study.
+    for option, path in (("--json", json_out), ("--plot", plot)):
+        problem = _output_problem(path)
+        if problem:
+            raise _fail(f"{option} {path}: {problem}")
     try:
         hw = get_profile(profile)
     except KeyError as exc:
@@ -124,12 +147,37 @@ def replay(
     title = (f"{trace.name}: {len(workload.workflows)} workflows, {workload.invocations} invocations, "
              f"predictor {predictor}, C={concurrency}, {hw.name}, device {results[policies[0]]['device_tokens']} tok")
     console.print(results_table(results, title))
-    if json_out is not None:
-        write_json(json_out, results)
-        console.print(f"wrote {json_out}")
-    if plot is not None:
-        plot_timelines(plot, results, title)
-        console.print(f"wrote {plot}")
+    try:
+        if json_out is not None:
+            write_json(json_out, results)
+            console.print(f"wrote {json_out}")
+        if plot is not None:
+            plot_timelines(plot, results, title)
+            console.print(f"wrote {plot}")
+    except OSError as exc:
+        raise _fail(f"cannot write the results: {exc}") from None
+
+
+def _output_problem(path: Optional[Path]) -> str | None:
+    """Why ``path`` cannot be written as an output file (``None`` if it looks writable).
+
+    Missing parent folders are fine (the writers create them) as long as the nearest existing
+    ancestor is a writable folder.
+    """
+    if path is None:
+        return None
+    if path.is_dir():
+        return "is a directory"
+    ancestor = path.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a directory"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"{ancestor} is not writable"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "is not writable"
+    return None
 
 
 @app.command()

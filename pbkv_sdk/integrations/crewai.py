@@ -147,6 +147,8 @@ class CrewAIInstrumentation:
             return None
         with self._lock:
             entry = self._active.pop(id(crew), None)
+            if entry is not None:  # forget it: ids of ended workflows get reused by new objects
+                self._kickoff_of.pop(id(entry[0]), None)
         if entry is None:
             return None
         wf, token = entry
@@ -179,6 +181,7 @@ class CrewAIInstrumentation:
             if entry is None or self._kickoff_of.get(id(entry[0])) != getattr(event, "started_event_id", None):
                 return
             self._active.pop(id(source))
+            self._kickoff_of.pop(id(entry[0]), None)
         entry[0].end("failed" if isinstance(event, CrewKickoffFailedEvent) else "completed")
 
     def _new_workflow(self, workflow_id: Any) -> Workflow:

@@ -2,9 +2,18 @@
 
 Transition counts ``n(a -> b)`` per app are updated on every observed invocation (previous agent of
 the workflow -> current agent) and on workflow end (last agent -> END). The k-step distributions
-follow the chain: ``P^(1) = T[a]`` for the current agent a, ``P^(k+1) = sum_b P^(k)(b) T[b]`` with
-END absorbing, where ``T[b](c) = (n(b -> c) + alpha) / (sum_c' n(b -> c') + alpha |V|)`` over the
-vocabulary V = agents seen so far + END. A row with no counts (and alpha = 0) is uniform over V.
+follow the chain, each conditional on the workflow not having ended before step k, which is the
+convention of PBKV Eq. 2 (the score multiplies ``P^(k)`` by the survival probability
+``s^(k) = prod_{j<k} (1 - P^(j)(END))``) and of the trained model (its head k learns only from
+workflows still running at step k):
+
+    P^(1) = T[a] for the current agent a,
+    P^(k+1) = sum_b L^(k)(b) T[b],   L^(k)(b) = P^(k)(b) / (1 - P^(k)(END)) for agents b,
+
+so ``s^(k) P^(k)(c)`` is the chain's probability that the k-th next invocation is c. Here
+``T[b](c) = (n(b -> c) + alpha) / (sum_c' n(b -> c') + alpha |V|)`` over the vocabulary
+V = agents seen so far + END; a row with no counts (and alpha = 0) is uniform over V. After a
+certain END the distributions are ``{END: 1}``.
 """
 
 from __future__ import annotations
@@ -90,21 +99,27 @@ class MarkovPredictor(Predictor):
         return {c: ((row or {}).get(c, 0) + self.alpha) / denom for c in support if (row or {}).get(c, 0) + self.alpha > 0}
 
     def predict(self, queries: Sequence[PredictionQuery]) -> list[Prediction]:
-        """K chained distributions per query, starting from the query's current agent."""
+        """K chained distributions per query, starting from the query's current agent, each
+        conditional on the workflow still running (see the module docstring)."""
         out = []
         for query in queries:
             self.vocab.add_query(query)
             rows: dict[str, dict[str, float]] = {}
-            dist = {query.agent: 1.0}
+            alive = {query.agent: 1.0}  # L^(k): where the workflow is, given it is still running
             dists = []
             for _ in range(self.horizon):
+                if not alive:  # END was certain: later steps are END by convention
+                    dists.append({END_AGENT: 1.0})
+                    continue
                 nxt: dict[str, float] = {}
-                for src, p in dist.items():
+                for src, p in alive.items():
                     if src not in rows:
                         rows[src] = self.transition_row(query.app, src)
                     for dst, q in rows[src].items():
                         nxt[dst] = nxt.get(dst, 0.0) + p * q
                 dists.append(nxt)
-                dist = nxt
+                running = 1.0 - nxt.get(END_AGENT, 0.0)
+                alive = ({a: p / running for a, p in nxt.items() if a != END_AGENT and p > 0.0}
+                         if running > 1e-12 else {})
             out.append(Prediction(dists))
         return out

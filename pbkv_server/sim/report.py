@@ -8,28 +8,34 @@ import os
 import textwrap
 from typing import Any, Mapping
 
+from rich import box
 from rich.table import Table
 
 __all__ = ["results_table", "write_json", "plot_timelines", "jsonable"]
 
 
 def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -> Table:
-    """One row per policy: hit rates, latencies, TTFT, evictions, prefetch, eviction-decision latency."""
-    table = Table(title=title or None)
-    for col in ("policy", "hit rate", "host hit", "mean lat s", "p99 lat s", "mean TTFT s",
-                "evictions", "prefetched tok", "evict ms (mean)"):
-        table.add_column(col, justify="left" if col == "policy" else "right")
+    """One row per policy: hit rates, latencies, TTFT, evictions, prefetch, eviction-decision latency.
+
+    Laid out to fit an 80-column console without cutting any figure (rich shortens cells that do
+    not fit with an ellipsis): two-line headers, no outer borders, token counts in k/M units.
+    The JSON file keeps every figure at full precision.
+    """
+    table = Table(title=title or None, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    for col in ("policy", "hit\nrate", "host\nhit", "mean\nlat s", "p99\nlat s", "mean\nTTFT s",
+                "evic-\ntions", "pre-\nfetch", "evict\nms"):
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for name, s in results.items():
         evict = (s.get("latency_ms") or {}).get("eviction_decision", {}).get("mean_ms", math.nan)
         table.add_row(
             name,
             f"{s['hit_rate']:.3f}",
             f"{s['host_hit_rate']:.3f}",
-            _num(s["mean_latency_s"], 2),
-            _num(s.get("p99_latency_s", math.nan), 2),
+            _seconds(s["mean_latency_s"]),
+            _seconds(s.get("p99_latency_s", math.nan)),
             _num(s["mean_ttft_s"], 3),
             str(s.get("evictions", "")),
-            str(s.get("prefetched_tokens", "")),
+            _tokens(s.get("prefetched_tokens")),
             _num(evict, 3),
         )
     return table
@@ -64,14 +70,19 @@ def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[s
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(10, 4.8))
-    for name, s in results.items():
+    # Seven policies, some nearly equal (kvflow and lru on dynamic workloads): besides colour,
+    # vary line style and marker so overlapping curves stay tell-apart in print and greyscale.
+    styles = ("-", "--", "-.", ":")
+    markers = ("o", "s", "^", "D", "v", "P", "X")
+    for i, (name, s) in enumerate(results.items()):
         timeline = s.get("timeline") or []
         if not timeline:
             continue
         t0 = timeline[0]["t_start"]
         xs = [(b["t_start"] + b["t_end"]) / 2 - t0 for b in timeline]
         ys = [b["hit_rate"] if b["hit_rate"] is not None else math.nan for b in timeline]
-        ax.plot(xs, ys, marker=".", label=f"{name} ({s['hit_rate']:.2f})")
+        ax.plot(xs, ys, linestyle=styles[i % len(styles)], marker=markers[i % len(markers)], markersize=3.5,
+                linewidth=1.4, alpha=0.9, label=f"{name} ({s['hit_rate']:.2f})")
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("device hit rate (token level)")
     ax.set_ylim(0, 1)
@@ -83,9 +94,30 @@ def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[s
     if parent:
         os.makedirs(parent, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    # An explicit format writes exactly ``path`` (matplotlib would append ".png" to a bare name).
+    suffix = os.path.splitext(os.fspath(path))[1].lstrip(".").lower()
+    fmt = suffix if suffix in fig.canvas.get_supported_filetypes() else "png"
+    fig.savefig(path, dpi=120, format=fmt)
     plt.close(fig)
 
 
 def _num(value: Any, digits: int) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _seconds(value: Any) -> str:
+    """Two decimals below 100 s, one up to 10,000 s, none above (keeps the column narrow)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return _num(value, 2 if value < 100 else 1 if value < 10_000 else 0)
+
+
+def _tokens(value: Any) -> str:
+    """A token count in at most 6 characters: 950, 12.3k, 1.11M."""
+    if value is None or value == "":
+        return ""
+    if value < 10_000:
+        return str(value)
+    if value < 1_000_000:
+        return f"{value / 1e3:.1f}k"
+    return f"{value / 1e6:.2f}M"

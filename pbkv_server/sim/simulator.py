@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -25,6 +26,8 @@ from predictor.api import Predictor
 from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, FirstToken, HardwareProfile
 from pbkv_server.sim.future import TraceFuture, reference_order
 from pbkv_server.sim.metrics import MetricsCollector
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Workload", "WorkflowReplay", "SimResult", "SimulationError", "load_workload", "simulate"]
 
@@ -40,7 +43,8 @@ class WorkflowReplay:
     Attributes:
         workflow_id: the id.
         app: its app.
-        requests: one engine request per invocation, in step order (ids ``"<workflow>#<step>"``).
+        requests: one engine request per invocation, in step order (ids ``"<workflow>#<step>"``;
+            a repeated step number gets ``"~<position>"`` appended).
         agents: agent of each request.
         gaps_s: tool gap after each invocation, seconds (the last: before the workflow end).
         durations_s: recorded duration of each invocation, seconds (for belady's reference order).
@@ -101,11 +105,21 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
     workflows = []
     for wid, recs in invs.items():
         recs.sort(key=lambda r: (r.step, r.t_start))
-        requests, gaps = [], []
+        requests, gaps, ids, warned = [], [], set(), False
         for j, r in enumerate(recs):
+            # Ids must be unique: the driver and the metrics key on them. A step number that
+            # repeats (a client that restarts its count) gets its position appended.
+            rid = f"{wid}#{r.step}"
+            if rid in ids:
+                if not warned:
+                    log.warning("workflow %s repeats step %d; replaying its invocations in (step, t_start) order",
+                                wid, r.step)
+                    warned = True
+                rid = f"{wid}#{r.step}~{j}"
+            ids.add(rid)
             requests.append(
                 EngineRequest(
-                    request_id=f"{wid}#{r.step}",
+                    request_id=rid,
                     blocks=list(r.prefix_hashes),
                     block_tokens=r.tokens_per_block(),
                     output_tokens=max(1, r.completion_tokens),

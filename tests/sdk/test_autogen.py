@@ -132,3 +132,72 @@ def test_team_completes_with_one_warning_when_pbkv_server_is_down(fake_llm, free
         assert ending.flush(10.0)
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("pbkv_sdk")]
     assert len(warnings) == 1 and "end signal" in warnings[0].getMessage()
+
+
+class _TeamWithRenamedInternals:
+    """A real team seen through a proxy that hides ``_participants`` / ``_model_client``, as a
+    future autogen-agentchat that renamed them would."""
+
+    def __init__(self, team):
+        self._team = team
+
+    def __getattr__(self, name):
+        if name in ("_participants", "_model_client"):
+            raise AttributeError(name)
+        return getattr(self._team, name)
+
+
+def test_a_team_without_the_private_attributes_runs_with_one_warning_and_unnamed_agents(fake_llm, caplog):
+    import pbkv_sdk
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    from pbkv_sdk.integrations.autogen import instrument_team
+
+    info = {"vision": False, "function_calling": False, "json_output": False, "structured_output": False, "family": "unknown"}
+    client = OpenAIChatCompletionClient(
+        model="m", base_url=fake_llm.base_url, api_key="x", max_retries=0, model_info=info,
+        http_client=pbkv_sdk.async_http_client(),  # what the warning tells users to do
+    )
+    agents = [AssistantAgent(n, model_client=client) for n in ("planner", "coder")]
+
+    async def main():
+        for i in range(2):  # two teams: still one warning
+            team = RoundRobinGroupChat(agents, termination_condition=MaxMessageTermination(3))
+            wrapped = instrument_team(_TeamWithRenamedInternals(team), app="swe", server_url=fake_llm.url)
+            assert len((await wrapped.run(task=f"fix bug {i}")).messages) == 3
+            await team.reset()
+
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        asyncio.run(main())
+        assert ending.flush(5.0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("pbkv_sdk")]
+    assert len(warnings) == 1 and "_participants" in warnings[0]
+    runs = wire(fake_llm)  # workflow ids and steps still flow; agents are 'unknown'
+    assert sorted(t for t, _ in runs.values()) == ["0", "1"]
+    assert all(agents == ["unknown", "unknown"] for _, agents in runs.values())
+    assert sorted((w, s) for w, s, _ in fake_llm.ends) == sorted((w, "completed") for w in runs)
+
+
+def test_agents_whose_model_client_cannot_be_reached_give_one_warning_not_an_error(caplog):
+    from types import SimpleNamespace
+
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    from pbkv_sdk.integrations.autogen import NamedModelClient, instrument_team
+
+    replay = ReplayChatCompletionClient(["ok"])  # no httpx client inside
+    named = AssistantAgent("a", model_client=replay)
+    hidden = AssistantAgent("b", model_client=replay)
+    del hidden._model_client  # as if renamed
+    team = SimpleNamespace(_participants=[named, hidden, AssistantAgent("c", model_client=replay)])
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        instrument_team(team, app="swe")
+    messages = sorted(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+    assert len(messages) == 2  # one for the unreachable HTTP client (2 agents), one for agent 'b'
+    assert "cannot reach the HTTP client of ReplayChatCompletionClient" in messages[0]
+    assert "model client of agent 'b'" in messages[1]
+    assert isinstance(named._model_client, NamedModelClient) and named._model_client.agent_name == "a"

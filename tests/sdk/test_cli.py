@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from pbkv_sdk.cli import app
@@ -23,22 +24,33 @@ def _inv(wid: str, step: int, agent: str, **kw) -> InvocationRecord:
     return InvocationRecord(workflow_id=wid, step=step, agent=agent, **fields)
 
 
-def test_record_runs_an_app_with_recording_on_and_summarises_it(fake_llm: FakeOpenAI, tmp_path):
+#: framework -> (invocations of 2 tasks, agents that must appear in the summary)
+RECORDED = {
+    "langgraph": (6 + 12, ("summarizer", "judge")),  # task 0: 1 round of 6 calls, task 1: 2 rounds
+    "autogen": (4 + 4, ("speaker_selector", "planner", "coder")),
+    "crewai": (2 + 2, ("Financial Analyst", "Report Writer")),
+}
+
+
+@pytest.mark.parametrize("framework", sorted(RECORDED))
+def test_record_runs_an_app_with_recording_on_and_summarises_it(fake_llm: FakeOpenAI, tmp_path, framework):
     out = tmp_path / "rec" / "run.jsonl"
     result = runner.invoke(
         app,
-        ["record", "--out", str(out), "--app", "claims-rec", "--server-url", fake_llm.url, "--",
-         sys.executable, str(TARGET), fake_llm.base_url, "2"],
+        ["record", "--out", str(out), "--app", "rec-app", "--server-url", fake_llm.url, "--",
+         sys.executable, str(TARGET), framework, fake_llm.base_url, "2"],
     )
     assert result.exit_code == 0, result.output
+    n_invocations, agents = RECORDED[framework]
     records = list(iter_trace(out, strict=True))
     invs = [r for r in records if isinstance(r, InvocationRecord)]
-    assert len(invs) == 6 + 12  # claim0: 1 round of 6 calls, claim1: 2 rounds
-    assert {r.app for r in invs} == {"claims-rec"}  # --app overrides the app's own name
+    assert len(invs) == n_invocations
+    assert {r.app for r in invs} == {"rec-app"}  # --app overrides the app's own name
     assert sum(isinstance(r, WorkflowEndRecord) for r in records) == 2
-    assert "2 workflows (2 completed ended), 18 invocations" in " ".join(result.output.split())
-    assert "summarizer" in result.output and "judge" in result.output
-    assert len(fake_llm.ends) == 2  # --server-url reached the app
+    assert f"2 workflows (2 completed ended), {n_invocations} invocations" in " ".join(result.output.split())
+    assert all(agent in result.output for agent in agents)
+    assert sorted(w for w, _, _ in fake_llm.ends) == sorted({r.workflow_id for r in invs})  # --server-url reached the app
+    assert [fake_llm.hints_of(r)[3] for r in fake_llm.requests] == ["rec-app"] * n_invocations
 
 
 def test_record_passes_the_app_exit_status_through(tmp_path):
@@ -96,3 +108,89 @@ def test_import_chatdev_runs_the_importer_and_prints_its_summary(tmp_path):
     result = runner.invoke(app, ["import", "chatdev", str(src), "--out", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 0, result.output
     assert "1 log file(s): 0 workflows, 0 invocations, 1 skipped" in result.output
+
+
+def _one_line(output: str) -> str:
+    return " ".join(output.split())  # rich wraps long messages at the terminal width
+
+
+def test_record_of_a_command_that_cannot_run_is_a_clear_error(tmp_path):
+    script = tmp_path / "app.py"
+    script.write_text("print('hi')\n")  # not executable
+    out = tmp_path / "x.jsonl"
+    missing = runner.invoke(app, ["record", "--out", str(out), "--", str(tmp_path / "nope")])
+    denied = runner.invoke(app, ["record", "--out", str(out), "--", str(script)])
+    assert (missing.exit_code, denied.exit_code) == (127, 126)
+    assert "command not found" in missing.output
+    assert "cannot run" in _one_line(denied.output) and "Permission denied" in _one_line(denied.output)
+    assert not isinstance(missing.exception, OSError) and not isinstance(denied.exception, OSError)
+
+
+def test_record_into_an_unwritable_place_fails_before_running_the_app(tmp_path):
+    marker = tmp_path / "ran"
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "adir", tmp_path / "afile" / "t.jsonl"):
+        result = runner.invoke(app, ["record", "--out", str(out), "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"])
+        assert result.exit_code == 2, result.output
+        assert "cannot write the trace file" in _one_line(result.output)
+        assert not isinstance(result.exception, OSError)
+    assert not marker.exists()
+
+
+def test_stats_and_validate_reject_a_trace_without_records(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    future = tmp_path / "v2.jsonl"
+    record = _inv("A", 0, "x").to_json()
+    future.write_text(json.dumps({**record, "v": 2}) + "\n")
+    for cmd in ("stats", "validate"):
+        assert runner.invoke(app, [cmd, str(empty)]).exit_code == 1
+        assert "empty trace" in _one_line(runner.invoke(app, [cmd, str(empty)]).output)
+        result = runner.invoke(app, [cmd, str(future)])
+        assert result.exit_code == 1
+    assert "no valid trace record (1 invalid line(s)" in _one_line(runner.invoke(app, ["stats", str(future)]).output)
+    assert "unsupported trace version 2" in _one_line(runner.invoke(app, ["validate", str(future)]).output)
+
+
+def test_stats_of_an_unreadable_file_is_a_clear_error(tmp_path, monkeypatch):
+    import pbkv_sdk.cli as cli
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("{}\n")
+
+    def deny(p):
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(cli, "validate_file", deny)  # root ignores chmod 000, so simulate the OS error
+    for cmd in ("stats", "validate"):
+        result = runner.invoke(app, [cmd, str(path)])
+        assert result.exit_code == 2 and "cannot read" in _one_line(result.output)
+        assert "Permission denied" in _one_line(result.output)
+
+
+def test_a_negative_top_is_rejected_by_the_cli(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path) as w:
+        w.write(_inv("A", 0, "x"))
+    assert runner.invoke(app, ["stats", str(path), "--top", "-1"]).exit_code == 2
+
+
+def test_record_switches_crewai_telemetry_off_and_recording_on_for_the_app(tmp_path, monkeypatch):
+    monkeypatch.setenv("CREWAI_DISABLE_TELEMETRY", "false")  # the user's shell says otherwise: record wins
+    seen = tmp_path / "env.json"
+    names = ["CREWAI_DISABLE_TELEMETRY", "OTEL_SDK_DISABLED", "CREWAI_TRACING_ENABLED", "PBKV_TRACE_PATH", "PBKV_APP", "PBKV_BODY_HINTS"]
+    code = f"import json, os; open({str(seen)!r}, 'w').write(json.dumps({{k: os.environ.get(k) for k in {names!r}}}))"
+    out = tmp_path / "t.jsonl"
+    result = runner.invoke(app, ["record", "--out", str(out), "--app", "fin", "--body-hints", "--", sys.executable, "-c", code])
+    assert result.exit_code == 0, result.output
+    assert json.loads(seen.read_text()) == {
+        "CREWAI_DISABLE_TELEMETRY": "true", "OTEL_SDK_DISABLED": "true", "CREWAI_TRACING_ENABLED": "false",
+        "PBKV_TRACE_PATH": str(out.resolve()), "PBKV_APP": "fin", "PBKV_BODY_HINTS": "1",
+    }
+
+
+def test_record_reports_an_app_killed_by_a_signal_as_128_plus_the_signal(tmp_path):
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    result = runner.invoke(app, ["record", "--out", str(tmp_path / "x.jsonl"), "--", sys.executable, "-c", code])
+    assert result.exit_code == 128 + 15

@@ -16,6 +16,12 @@ from pbkv_sdk.protocol import decode_name, parse_hints
 from .fake_openai import FakeOpenAI
 
 
+def _warm_sender() -> None:
+    """Start the end-signal threads and build their HTTP client now, so that timing assertions
+    measure the app-side call, not a sender thread loading the TLS store on a loaded machine."""
+    ending._sender()._http()
+
+
 def _chat(client: openai.OpenAI, text: str, stream: bool = False) -> str:
     if not stream:
         return client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}]).choices[0].message.content
@@ -102,7 +108,8 @@ def test_failed_block_ends_the_workflow_as_failed_and_reraises(fake_llm: FakeOpe
 
 
 def test_end_signal_never_blocks_the_app_and_gives_up_after_its_timeout(fake_llm: FakeOpenAI, caplog):
-    fake_llm.end_delay_s = 3.0
+    fake_llm.end_delay_s = 2.0
+    _warm_sender()
     t0 = time.perf_counter()
     with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
         pbkv_sdk.Workflow("demo", "wf-slow", server_url=fake_llm.url, end_timeout_s=0.3).end()
@@ -110,7 +117,7 @@ def test_end_signal_never_blocks_the_app_and_gives_up_after_its_timeout(fake_llm
         assert ending.flush(5.0)
         attempt_done_after = time.perf_counter() - t0
     assert returned_after < 0.05
-    assert attempt_done_after < 0.3 + 0.7  # timeout plus scheduling slack, far below the 3 s delay
+    assert attempt_done_after < 0.3 + 0.7  # timeout plus scheduling slack, far below the 2 s delay
     assert len([r for r in caplog.records if "end signal" in r.getMessage()]) == 1
 
 
@@ -162,8 +169,61 @@ def test_a_retried_request_keeps_the_step_of_the_attempt_it_repeats(fake_llm: Fa
 
 def test_end_workflow_uses_the_server_url_from_the_environment(fake_llm: FakeOpenAI, monkeypatch):
     monkeypatch.setenv("PBKV_SERVER_URL", fake_llm.base_url)  # the /v1 suffix is dropped
+    _warm_sender()
     t0 = time.perf_counter()
     pbkv_sdk.end_workflow("wf-env", "cancelled")
     assert time.perf_counter() - t0 < 0.05
     assert ending.flush(5.0)
     assert [(w, s) for w, s, _ in fake_llm.ends] == [("wf-env", "cancelled")]
+
+
+@pytest.mark.parametrize("bad_url", ["localhost:30000", "http://[bad", "ftp://host", "http://host:99999", "not a url"])
+def test_a_malformed_server_url_warns_once_and_later_end_signals_still_arrive(fake_llm: FakeOpenAI, caplog, bad_url):
+    client = openai.OpenAI(base_url=fake_llm.base_url, api_key="x", http_client=pbkv_sdk.http_client())
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        for i in range(2):
+            t0 = time.perf_counter()
+            with pbkv_sdk.workflow(app="demo", workflow_id=f"wf-bad-{i}", server_url=bad_url):
+                assert _chat(client, "hello").startswith("Thought:")
+            assert time.perf_counter() - t0 < 5.0
+        # the sender threads survived the bad URL: a good one is still delivered
+        pbkv_sdk.Workflow("demo", "wf-good", server_url=fake_llm.url).end()
+        assert ending.flush(5.0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "malformed server_url" in warnings[0] and repr(bad_url) in warnings[0]
+    assert [(w, s) for w, s, _ in fake_llm.ends] == [("wf-good", "completed")]
+    assert [fake_llm.hints_of(r)[:3] for r in fake_llm.requests] == [("wf-bad-0", "unknown", 0), ("wf-bad-1", "unknown", 0)]
+    assert ending._SENDER.alive() == ending.SENDER_THREADS
+
+
+def test_a_burst_of_ends_to_a_hanging_server_is_sent_in_parallel_and_exit_waits_one_timeout(fake_llm: FakeOpenAI):
+    fake_llm.end_delay_s = 2.0  # the hint endpoint hangs far longer than the end timeout
+    n, timeout_s = 8, 0.3
+    _warm_sender()
+    t0 = time.perf_counter()
+    for i in range(n):
+        pbkv_sdk.Workflow("demo", f"wf-hang-{i}", server_url=fake_llm.url, end_timeout_s=timeout_s).end()
+    assert time.perf_counter() - t0 < 0.1  # the app never waits
+    assert ending.flush(5.0)
+    drained = time.perf_counter() - t0
+    # 8 ends on 4 threads = 2 rounds of one timeout each (0.6 s); one thread would need 8 x 0.3 = 2.4 s
+    assert drained < 1.8, drained
+    assert sorted(w for w, _, _ in fake_llm.ends) == sorted(f"wf-hang-{i}" for i in range(n))
+    # at interpreter exit the SDK waits at most the largest end timeout (+0.1 s), not EXIT_FLUSH_S
+    for i in range(12):
+        pbkv_sdk.Workflow("demo", f"wf-exit-{i}", server_url=fake_llm.url, end_timeout_s=timeout_s).end()
+    t1 = time.perf_counter()
+    ending._flush_at_exit()
+    assert time.perf_counter() - t1 < timeout_s + 0.1 + 0.3  # 3 rounds (0.9 s) would be needed to drain all
+
+
+@pytest.mark.parametrize("raw, expected", [("1.5", 1.5), ("abc", 0.5), ("-1", 0.5), ("0", 0.5), ("inf", 0.5)])
+def test_end_timeout_comes_from_the_environment_and_a_bad_value_falls_back_to_the_default(monkeypatch, caplog, raw, expected):
+    from pbkv_sdk import context
+
+    context._BAD_TIMEOUTS_WARNED.clear()
+    monkeypatch.setenv("PBKV_END_TIMEOUT_S", raw)
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        timeouts = [pbkv_sdk.Workflow("demo").end_timeout_s for _ in range(2)]
+    assert timeouts == [expected, expected]
+    assert len(caplog.records) == (0 if raw == "1.5" else 1)

@@ -187,3 +187,38 @@ def test_body_hints_repeat_the_headers_for_sglang(fake_llm, instrumented):
     for req in fake_llm.requests:
         wf, agent, step, app = fake_llm.hints_of(req)
         assert req.body["custom_params"]["pbkv"] == {"workflow_id": wf, "agent": agent, "step": step, "app": app}
+
+
+def test_uninstrument_without_langchains_private_hook_list_switches_the_handler_off_with_one_warning(
+    fake_llm, monkeypatch, caplog
+):
+    from langchain_core.tracers import context as lc_context
+
+    hooks = lc_context._configure_hooks
+    handler = instrument(app="claims", server_url=fake_llm.url)
+    try:
+        monkeypatch.delattr(lc_context, "_configure_hooks")  # a langchain-core that renamed it
+        with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+            uninstrument()
+        monkeypatch.undo()  # LangChain itself needs the list to run
+        assert not handler.enabled
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1 and "switched off" in warnings[0]
+        graph = build_langgraph_app(fake_llm.base_url)
+        assert graph.invoke({"claim": "off", "max_rounds": 1})["round"] == 1  # the app runs normally
+        assert ending.flush(5.0)
+        assert len(fake_llm.requests) == 6
+        assert all(fake_llm.hints_of(r) == (None, None, None, None) for r in fake_llm.requests)
+        assert fake_llm.ends == [] and handler.active_workflows == 0
+    finally:
+        hooks[:] = [h for h in hooks if h[0].get() is not handler]  # detach it for the tests that follow
+
+
+def test_instrument_then_uninstrument_leaves_runs_unstamped(fake_llm):
+    instrument(app="claims", server_url=fake_llm.url)
+    uninstrument()
+    graph = build_langgraph_app(fake_llm.base_url)
+    graph.invoke({"claim": "plain", "max_rounds": 1})
+    assert ending.flush(5.0)
+    assert len(fake_llm.requests) == 6 and fake_llm.ends == []
+    assert all(fake_llm.hints_of(r) == (None, None, None, None) for r in fake_llm.requests)

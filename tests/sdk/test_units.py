@@ -80,3 +80,16 @@ def test_non_llm_requests_are_neither_stamped_nor_counted_as_steps():
         assert wf.steps == 2
     assert [r.headers.get("x-pbkv-step") for r in seen] == [None, "0", "1"]
     flush_all(1.0)
+
+
+def test_unparseable_responses_are_skipped_with_one_warning_and_good_calls_still_recorded(tmp_path, caplog):
+    recorder = TraceRecorder(tmp_path / "t.jsonl")
+    request = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+    good = json.dumps({"usage": {"prompt_tokens": 5, "completion_tokens": 1}, "choices": []}).encode()
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        for step, body in enumerate([b"{not json", good, b"{also not json", good]):
+            recorder.submit(CallCapture("a", "w", step, "x", 1.0, None, 2.0, request, body))
+        recorder.close()
+    assert [r.step for r in iter_trace(tmp_path / "t.jsonl", strict=True)] == [1, 3]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "could not record a call" in warnings[0]

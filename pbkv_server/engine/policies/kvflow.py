@@ -13,6 +13,14 @@ host-tier parts of next-step agents' fixed prompts are loaded into free device s
 
 The common prefix is found by binary search, which is exact for chained block keys (equal key
 at position i implies equal prefix up to i), as the engine's :class:`EngineRequest` requires.
+
+What it can and cannot gain: on static pipelines whose agents have large fixed prompts, kvflow
+keeps the prompts of the next agents where LRU evicts exactly those (see the engine scenario
+tests). On dynamic workflows whose reuse lies in each workflow's own growing history (task,
+earlier outputs), that history is dynamic suffix by KVFlow's definition and leaves in LRU order,
+while the fixed prompts are hot enough that LRU keeps them anyway: kvflow then orders almost
+exactly like LRU (measured on the synthetic codegen workload: LRU evicts fixed-prompt tokens in
+under 1 % of its evicted tokens).
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ class KVFlowPolicy(Policy):
 
     # ----------------------------------------------------------------- graph and workflow state
     def on_graph(self, app: str) -> None:
+        """Precompute graph distances of ``app`` (BFS from every agent) and refresh steps."""
         graph = self.engine.app_graphs[app]
         nodes = set(graph) | {b for nexts in graph.values() for b in nexts}
         dist: dict[str, dict[str, int]] = {}
@@ -78,6 +87,7 @@ class KVFlowPolicy(Policy):
         self._recompute(app)
 
     def on_invocation(self, wf, previous_agent) -> None:
+        """Move the workflow's position from ``previous_agent`` to ``wf.agent``; refresh steps."""
         if wf.app is None:
             return
         at = self._at.setdefault(wf.app, Counter())
@@ -88,6 +98,7 @@ class KVFlowPolicy(Policy):
         self._recompute(wf.app)
 
     def on_workflow_end(self, wf) -> None:
+        """The workflow no longer sits at its last agent; refresh steps."""
         if wf.app is None or wf.agent is None:
             return
         self._at[wf.app][wf.agent] -= 1
@@ -113,6 +124,8 @@ class KVFlowPolicy(Policy):
 
     # ----------------------------------------------------------------- fixed prompts
     def on_admit(self, req, path) -> None:
+        """Shrink the agent's fixed prompt to the common prefix with this request and re-mark its
+        nodes (the fixed prompt's last node is split off where the prefix ends inside a node)."""
         wf = req.wf
         if wf is None or wf.app is None or not path:
             return
@@ -163,9 +176,11 @@ class KVFlowPolicy(Policy):
             node = node.parent
 
     def on_split(self, top, bottom) -> None:
+        """The upper part lies in every fixed prompt the lower part lies in."""
         top.extra = set(bottom.extra) if bottom.extra else None
 
     def on_drop(self, node) -> None:
+        """A dropped fixed-prompt end moves the fixed prompt's end to its parent."""
         for key in node.extra or ():
             if self._fixed.get(key) is node:  # the fixed prompt now ends at the parent
                 parent = node.parent

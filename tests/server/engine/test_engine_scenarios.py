@@ -228,6 +228,36 @@ def test_kvflow_prefetches_next_step_agent_fixed_prompt():
     assert eng.stats.prefetched_tokens == 20
 
 
+def _pipeline_hits(policy: str) -> list[list[int]]:
+    """Static sequential pipeline A -> B -> C -> D, five workflows one after another. Each prompt is
+    the agent's 100-token system prompt (10 blocks) + a 10-token workflow block; device 331 tokens
+    = three prompts + the running request's 1 reserved output token. Returns the device-cached
+    tokens of each request, per workflow."""
+    eng = make_engine(policy, device=331)
+    eng.set_app_graph("app", {"A": ["B"], "B": ["C"], "C": ["D"], "D": []})
+    hits = []
+    for w in range(5):
+        row = []
+        for step, agent in enumerate("ABCD"):
+            labels = [f"{agent}-sys{i}" for i in range(10)] + [f"w{w}-{agent}"]
+            eng.submit(request(f"w{w}-{agent}", labels, hints=Hints(f"w{w}", agent, step, "app")))
+            row.append(sum(e.device_cached_tokens for e in run(eng) if isinstance(e, FirstToken)))
+        eng.end_workflow(f"w{w}")
+        hits.append(row)
+    return hits
+
+
+def test_kvflow_beats_lru_on_a_static_sequential_pipeline():
+    """The workload KVFlow is built for. LRU cycles through four 110-token prompts with room for
+    three, so it always evicts the prompt needed next: no hit ever. kvflow, from w1 on: A misses
+    (its prompt went at D of the previous workflow, when A was unreachable) and evicts the
+    dynamic suffixes, then D's prompt (3 steps away); B and C find their system prompts (100
+    tokens each), kept because the previous D evicted unreachable A instead of them; D misses
+    (its prompt was evicted at A). w0 is cold (each agent's first prompt): all miss."""
+    assert _pipeline_hits("lru") == [[0, 0, 0, 0]] * 5
+    assert _pipeline_hits("kvflow") == [[0, 0, 0, 0]] + [[0, 100, 100, 0]] * 4
+
+
 def _prefetch_setup(policy, device, output, rho=0.1):
     """w1 (agent a, predicted next: a with p=1) caches A(20); an anonymous B((device-20)) pushes
     A to host; an anonymous C(10) with ``output`` tokens then decodes."""

@@ -142,3 +142,57 @@ def test_a_file_that_is_not_a_model_is_a_clear_error(trace, tmp_path):
     junk = tmp_path / "model.pt"
     junk.write_bytes(b"not a model")
     _bad(["replay", str(trace), "--policy", "lru", "--predictor", str(junk)])
+
+
+def test_output_paths_are_checked_before_any_run(trace, tmp_path):
+    # A directory or a path under a regular file cannot be written: exit 2 up front (the error
+    # comes before the table, so no policy was run).
+    for option, path in (("--json", tmp_path), ("--plot", tmp_path), ("--json", trace / "o.json")):
+        text = _bad(["replay", str(trace), "--policy", "lru", option, str(path)])
+        assert f"{option} {path}" in text and "lru " not in text.split("error")[0]
+
+
+def test_engine_settings_are_checked_before_any_run(trace):
+    # pbkv-aggressive checks rho only at its first prefetch; the CLI rejects it before lru runs.
+    assert "--rho must be in [0, 1]" in _bad(["replay", str(trace), "--policy", "lru,pbkv-aggressive", "--rho", "2"])
+    assert "--gamma" in _bad(["replay", str(trace), "--policy", "he", "--gamma", "0"])
+    assert "--device-tokens" in _bad(["replay", str(trace), "--policy", "lru", "--device-tokens", "0"])
+
+
+def test_synth_with_bad_arguments_creates_no_file(tmp_path):
+    out = tmp_path / "x.jsonl"
+    for args in (["--workflows", "0"], ["--block-chars", "3"], ["--graph", "nope"]):
+        _bad(["synth", "--out", str(out), *args])
+        assert not out.exists(), args  # a later good call must not be refused with "exists"
+    assert runner.invoke(app, ["synth", "--out", str(out), "--workflows", "2"]).exit_code == 0
+
+
+def test_synth_to_an_unwritable_place_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert "is not a directory" in _bad(["synth", "--out", str(blocker / "x.jsonl"), "--workflows", "2"])
+
+
+def test_table_fits_80_columns_without_cutting_figures():
+    from rich.console import Console
+
+    from pbkv_server.sim.report import results_table
+
+    row = {"hit_rate": 0.2441, "host_hit_rate": 0.2735, "mean_latency_s": 1364.12, "p99_latency_s": 4321.5,
+           "mean_ttft_s": 70.025, "evictions": 123456, "prefetched_tokens": 3_869_610,
+           "latency_ms": {"eviction_decision": {"mean_ms": 0.0312}}}
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
+    console.print(results_table({"pbkv-aggressive": row, "lru": dict(row, prefetched_tokens=0)}))
+    text = console.export_text()
+    assert "…" not in text
+    for cell in ("pbkv-aggressive", "0.244", "0.274", "1364.1", "4321.5", "70.025", "123456", "3.87M", "0.031"):
+        assert cell in text, cell
+
+
+def test_plot_is_written_at_exactly_the_given_path(tmp_path):
+    from pbkv_server.sim.report import plot_timelines
+
+    timeline = [{"t_start": 0.0, "t_end": 1.0, "hit_rate": 0.5}, {"t_start": 1.0, "t_end": 2.0, "hit_rate": None}]
+    path = tmp_path / "chart"  # no extension: matplotlib alone would write chart.png
+    plot_timelines(path, {"lru": {"hit_rate": 0.5, "timeline": timeline}})
+    assert path.read_bytes()[:4] == b"\x89PNG" and not (tmp_path / "chart.png").exists()

@@ -114,10 +114,45 @@ def test_markov_counts_match_hand_computation():
     assert m.transition_row("app", "t") == pytest.approx({END_AGENT: 2 / 3, "a": 1 / 3})
     (p,) = m.predict([q("w3", 2, "t", ["p", "c"])])
     assert p.dists[0] == pytest.approx({END_AGENT: 2 / 3, "a": 1 / 3})
-    # k=2: END stays END (2/3); a -> c (1/3)
-    assert p.dists[1] == pytest.approx({END_AGENT: 2 / 3, "c": 1 / 3})
-    # k=3: c -> t
-    assert p.dists[2] == pytest.approx({END_AGENT: 2 / 3, "t": 1 / 3})
+    # k=2, given the workflow is still running (it is at a): a -> c; k=3: c -> t
+    assert p.dists[1] == pytest.approx({"c": 1.0})
+    assert p.dists[2] == pytest.approx({"t": 1.0})
+    # s^(2) P^(2)(c) = (1 - 2/3) * 1 = 1/3, the chance that the 2nd next invocation is c
+    assert p.survival() == pytest.approx([1.0, 1 / 3, 1 / 3])
+
+
+def test_markov_survival_times_prediction_is_the_chains_path_probability():
+    """PBKV Eq. 2 weighs P^(k) by s^(k) = prod_{j<k} (1 - P^(j)(END)), so the Markov provider must
+    give P^(k) conditional on the workflow still running: then s^(k) P^(k)(c) equals the chance
+    that the k-th next invocation is c, computed here independently by enumerating every path of
+    the learned chain (END ends a path)."""
+    m = MarkovPredictor(horizon=4)
+    feed(m, "w1", ["p", "c", "t"])
+    feed(m, "w2", ["p", "c", "t", "a", "c", "t"])
+    feed(m, "w3", ["p", "a", "p", "c"])
+    feed(m, "w4", ["p", "c", "a"])
+    (pred,) = m.predict([q("w5", 0, "p")])
+    paths = {("p",): 1.0}
+    for k in range(4):
+        by_agent: dict[str, float] = {}
+        grown = {}
+        for path, prob in paths.items():
+            for nxt, t in m.transition_row("app", path[-1]).items():
+                if nxt != END_AGENT:
+                    grown[path + (nxt,)] = prob * t
+                    by_agent[nxt] = by_agent.get(nxt, 0.0) + prob * t
+        paths = grown
+        s = pred.survival()[k]
+        for agent in ("p", "c", "t", "a"):
+            assert s * pred.dists[k].get(agent, 0.0) == pytest.approx(by_agent.get(agent, 0.0), abs=1e-12)
+        assert sum(pred.dists[k].values()) == pytest.approx(1.0)
+
+
+def test_markov_after_certain_end_predicts_end():
+    m = MarkovPredictor(horizon=3)
+    feed(m, "w1", ["p", "c"])  # p -> c -> END always
+    (pred,) = m.predict([q("w2", 1, "c", ["p"])])
+    assert pred.dists == [{END_AGENT: 1.0}] * 3
 
 
 def test_markov_ignores_duplicate_observations_and_repeated_ends():

@@ -118,3 +118,18 @@ def test_trace_future_skips_served_requests_and_the_one_being_admitted():
     assert future.next_use("a") == 5.0
     future.consume("r1")
     assert future.next_use("a") == math.inf
+
+
+def test_repeated_step_numbers_still_replay_every_invocation(unit_profile, caplog):
+    """A workflow whose client restarted its step count (steps 0, 1, 0): all three invocations are
+    replayed in (step, t_start) order, with distinct request ids, and a warning names it."""
+    records = [make_inv("w", 0, "a", ["x"], [5], t_start=0.0, t_end=1.0),
+               make_inv("w", 1, "b", ["y"], [5], t_start=2.0, t_end=3.0),
+               make_inv("w", 0, "c", ["z"], [5], t_start=4.0, t_end=5.0)]
+    workload = load_workload(records)
+    wf = workload.workflows[0]
+    assert wf.agents == ["a", "c", "b"]
+    assert len({r.request_id for r in wf.requests}) == 3
+    assert "repeats step 0" in caplog.text
+    result = simulate(workload, "lru", unit_profile, concurrency=1)
+    assert result.summary["requests"] == 3 and result.engine.stats.prompt_tokens == 15
