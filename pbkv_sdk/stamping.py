@@ -114,11 +114,16 @@ class PBKVTransport(httpx.BaseTransport):
         self.body_hints = _body_hints_default(body_hints)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Stamp ``request`` (if an LLM request inside a workflow), send it, watch the response for the trace.
+
+        Raises only what ``inner`` raises (network errors); stamping itself never raises.
+        """
         request, pending = prepare_request(request, body_hints=self.body_hints)
         response = self.inner.handle_request(request)
         return observe_response(response, pending, is_async=False)
 
     def close(self) -> None:
+        """Close the inner transport."""
         self.inner.close()
 
 
@@ -130,11 +135,13 @@ class AsyncPBKVTransport(httpx.AsyncBaseTransport):
         self.body_hints = _body_hints_default(body_hints)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Async twin of :meth:`PBKVTransport.handle_request`."""
         request, pending = prepare_request(request, body_hints=self.body_hints)
         response = await self.inner.handle_async_request(request)
         return observe_response(response, pending, is_async=True)
 
     async def aclose(self) -> None:
+        """Close the inner transport."""
         await self.inner.aclose()
 
 

@@ -173,6 +173,7 @@ class NamedModelClient(ChatCompletionClient):
         self.agent_name = agent_name
 
     async def create(self, messages: Sequence[Any], **kwargs: Any) -> Any:
+        """``inner.create`` with the agent context variable set to :attr:`agent_name`."""
         token = set_agent(self.agent_name)
         try:
             return await self.inner.create(messages, **kwargs)
@@ -180,6 +181,7 @@ class NamedModelClient(ChatCompletionClient):
             _reset(token)
 
     async def create_stream(self, messages: Sequence[Any], **kwargs: Any) -> AsyncGenerator[Any, None]:
+        """``inner.create_stream`` with the agent context variable set while it streams."""
         token = set_agent(self.agent_name)
         try:
             async for chunk in self.inner.create_stream(messages, **kwargs):

@@ -61,11 +61,13 @@ class PBKVInterceptor(BaseInterceptor[httpx.Request, httpx.Response]):
         self.body_hints = os.environ.get(ENV_BODY_HINTS) == "1" if body_hints is None else body_hints
 
     def on_outbound(self, message: httpx.Request) -> httpx.Request:
+        """Stamp an outgoing request (never raises: on trouble it goes out unstamped)."""
         request, pending = prepare_request(message, body_hints=self.body_hints)
         _pending_var.set(pending)
         return request
 
     def on_inbound(self, message: httpx.Response) -> httpx.Response:
+        """Attach trace recording to the response of the request this thread just stamped."""
         return self._inbound(message, is_async=False)
 
     async def aon_outbound(self, message: httpx.Request) -> httpx.Request:

@@ -196,3 +196,19 @@ def test_plot_is_written_at_exactly_the_given_path(tmp_path):
     path = tmp_path / "chart"  # no extension: matplotlib alone would write chart.png
     plot_timelines(path, {"lru": {"hit_rate": 0.5, "timeline": timeline}})
     assert path.read_bytes()[:4] == b"\x89PNG" and not (tmp_path / "chart.png").exists()
+
+
+def test_truncated_last_line_is_skipped_and_the_rest_replayed(trace, tmp_path):
+    """A recorder killed mid-write leaves half a last line: it is skipped with a warning naming it,
+    and every complete invocation is still replayed."""
+    text = trace.read_text()
+    lines = text.splitlines()
+    n_inv = sum('"type":"invocation"' in line for line in lines)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(text + lines[1][: len(lines[1]) // 2])  # no newline: the writer died mid-line
+    out = tmp_path / "o.json"
+    proc = subprocess.run([sys.executable, "-m", "pbkv_server.bench_cli", "replay", str(cut), "--policy", "lru",
+                           "--device-tokens", "30000", "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{cut}:{len(lines) + 1}" in proc.stderr and "Traceback" not in proc.stderr
+    assert json.loads(out.read_text())["lru"]["requests"] == n_inv
