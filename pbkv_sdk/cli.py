@@ -50,12 +50,16 @@ def record(
     The app must already use a PBKV callback (instrument(...) / instrument_team(...)); it
     reads PBKV_TRACE_PATH, PBKV_APP, PBKV_SERVER_URL and PBKV_BODY_HINTS. CrewAI telemetry is
     switched off. Exits with the app's exit status (127: command not found, 126: not
-    executable, 2: the trace file cannot be created).
+    executable, 2: the trace file cannot be created, or exists and is not a trace: a typo in
+    --out must not delete the app's own files).
     """
     out = out.resolve()
     try:
         if out.is_dir():
             raise IsADirectoryError(f"{out} is a directory")
+        if out.exists() and not _looks_like_trace(out):
+            err_console.print(f"[red]refusing to overwrite {out}: it is not a PBKV trace[/red]", highlight=False)
+            raise typer.Exit(2)
         if out.exists() and not append:
             out.unlink()
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -163,6 +167,19 @@ def _run_app(command: List[str], env: dict) -> int:
         except KeyboardInterrupt:
             status = proc.wait()
     return 128 - status if status < 0 else status
+
+
+def _looks_like_trace(path: Path) -> bool:
+    """Empty, or its first non-blank line is a JSON object with the trace keys ``type`` and ``v``."""
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    first = json.loads(line)
+                except ValueError:
+                    return False
+                return isinstance(first, dict) and "type" in first and "v" in first
+    return True
 
 
 def _read_report(file: Path) -> ValidationReport:

@@ -194,3 +194,16 @@ def test_record_reports_an_app_killed_by_a_signal_as_128_plus_the_signal(tmp_pat
     code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
     result = runner.invoke(app, ["record", "--out", str(tmp_path / "x.jsonl"), "--", sys.executable, "-c", code])
     assert result.exit_code == 128 + 15
+
+
+def test_record_refuses_to_overwrite_a_file_that_is_not_a_trace(tmp_path):
+    script = tmp_path / "my_app.py"
+    script.write_text("print('my precious app')\n")
+    result = runner.invoke(app, ["record", "--out", str(script), "--", sys.executable, "-c", "pass"])
+    assert result.exit_code == 2 and "refusing to overwrite" in _one_line(result.output)
+    assert script.read_text() == "print('my precious app')\n"
+    old = tmp_path / "old.jsonl"  # an earlier trace is replaced (or appended to with --append)
+    with TraceWriter(old) as w:
+        w.write(_inv("A", 0, "x"))
+    result = runner.invoke(app, ["record", "--out", str(old), "--", sys.executable, "-c", "pass"])
+    assert result.exit_code == 0 and old.read_text() == ""
