@@ -36,12 +36,17 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=50, help="requests per client per round")
     parser.add_argument("--policy", default="pbkv")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--device-tokens", type=int, default=None, help="device KV capacity (default: profile)")
+    parser.add_argument("--host-tokens", type=int, default=None, help="host KV capacity (default: profile)")
     args = parser.parse_args()
 
     port = _free_port()
     exe = os.path.join(os.path.dirname(sys.executable), "pbkv-server")
-    proc = subprocess.Popen([exe, "--port", str(port), "--policy", args.policy, "--log-level", "warning"],
-                            stdout=subprocess.DEVNULL)
+    cmd = [exe, "--port", str(port), "--policy", args.policy, "--log-level", "warning"]
+    for flag, value in (("--device-tokens", args.device_tokens), ("--host-tokens", args.host_tokens)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(url, proc)
@@ -52,6 +57,7 @@ def main() -> None:
             stats = asyncio.run(_round(url, args.clients, args.requests, rnd))
             rss_after, cpu, srv_after = _rss_mib(proc.pid), _cpu_s(proc.pid) - cpu_before, _server_latency(url)
             srv_mean = (srv_after[0] - srv_before[0]) / max(1, srv_after[1] - srv_before[1])
+            fill = _gauges(url, ("pbkv_device_used_tokens", "pbkv_host_used_tokens"))
             lat = sorted(stats["latencies"])
             console.print(
                 f"round {rnd + 1}: {stats['ok']} ok, {stats['errors']} errors in {stats['wall']:.1f} s = "
@@ -59,7 +65,7 @@ def main() -> None:
                 f"p99 {_pct(lat, 99) * 1e3:.1f} ms; cached-token share {stats['cached'] / max(1, stats['prompt']):.1%}; "
                 f"server RSS {rss_before:.1f} -> {rss_after:.1f} MiB; server CPU {cpu:.1f} s "
                 f"({cpu / max(1, stats['ok']) * 1e3:.2f} ms per request); server-side mean latency "
-                f"{srv_mean * 1e3:.1f} ms"
+                f"{srv_mean * 1e3:.1f} ms; KV cache after: device {fill[0]:.0f}, host {fill[1]:.0f} tokens"
             )
     finally:
         proc.send_signal(signal.SIGINT)
@@ -139,6 +145,14 @@ def _server_latency(url: str) -> tuple[float, float]:
             elif sample.name == "pbkv_request_latency_seconds_count":
                 count = sample.value
     return total, count
+
+
+def _gauges(url: str, names: tuple[str, ...]) -> list[float]:
+    """Current values of the named server gauges (NaN when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found = {s.name: s.value for f in text_string_to_metric_families(httpx.get(url + "/metrics").text) for s in f.samples}
+    return [found.get(n, float("nan")) for n in names]
 
 
 def _cpu_s(pid: int) -> float:
