@@ -57,9 +57,8 @@ def main(
         )
         from pbkv_server.http.runner import serve_forever
 
-        typer.echo(f"pbkv-server ({config.policy}, predictors {config.predictors or 'none'}) on "
-                   f"http://{config.host}:{config.port}/v1")
-        serve_forever(config)
+        serve_forever(config, announce=lambda url: typer.echo(
+            f"pbkv-server ({config.policy}, predictors {config.predictors or 'none'}) on {url}/v1", err=False))
     except (ValueError, ImportError) as exc:
         typer.echo(f"pbkv-server: {exc}", err=True)
         raise typer.Exit(2) from None

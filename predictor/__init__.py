@@ -1,5 +1,13 @@
 """Workflow predictor: which agents will each active workflow call in its next K steps.
 
-``predictor.api`` holds the serving interface (no torch import); the GraphSAGE model, the
-baselines and the train/eval CLI live in the other modules and import torch.
+``predictor.api`` holds the serving interface (no torch import); the other modules import torch:
+
+- ``data``: samples from v1 traces (prefix, current agent, features, next K agents, END mask),
+  per-app vocabulary, seeded split by workflow.
+- ``model``: the GraphSAGE + attention + h_txt network of PBKV Appendix B.
+- ``baselines``: Markov order n with back-off, MLP, 1-layer Transformer.
+- ``train``: training loop, accuracy, one-seed experiments.
+- ``store``: model files (weights + metadata, versioned).
+- ``serving``: ``load_predictor(path)`` -> batched ``predictor.api.Predictor``.
+- ``cli``: ``pbkv-predictor train | eval | curve``.
 """

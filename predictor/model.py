@@ -142,7 +142,8 @@ class GraphSagePredictorNet(nn.Module):
     def forward(self, prefix, prefix_len, step, current, features):  # noqa: D102 (class docstring)
         c = self.config
         g = self.sage2(self.sage1(self.embed.weight, self.adj), self.adj)  # [V, d]
-        g_cur = g[current]  # [B, d]
+        # F.embedding gathers rows like g[idx] but its backward is a fast dense scatter-add.
+        g_cur = F.embedding(current, g)  # [B, d]
         # Keys/values: prefix agents (right-aligned) followed by the current agent.
         seq = torch.cat([prefix, current[:, None]], dim=1)  # [B, L+1]
         length = seq.shape[1]
@@ -150,8 +151,8 @@ class GraphSagePredictorNet(nn.Module):
         # Keys/values of token (agent a, recency r) are W (g_a + p_r) + b = (W g)_a + (W p)_r + b:
         # projecting the V agents and L+1 positions once and gathering is exact and ~B*L/V cheaper.
         pos = self.pos(rec)  # [L+1, d]
-        keys = self.k(g)[seq] + (pos @ self.k.weight.T)[None]  # [B, L+1, d]
-        values = self.v(g)[seq] + (pos @ self.v.weight.T)[None]
+        keys = F.embedding(seq, self.k(g)) + (pos @ self.k.weight.T)[None]  # [B, L+1, d]
+        values = F.embedding(seq, self.v(g)) + (pos @ self.v.weight.T)[None]
         valid = rec[None, :] <= prefix_len[:, None]  # current (rec 0) always valid
         scores = (self.q(g_cur)[:, None, :] * keys).sum(-1) / math.sqrt(c.dim)  # [B, L+1]
         scores = scores.masked_fill(~valid, float("-inf"))

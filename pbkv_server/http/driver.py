@@ -82,6 +82,7 @@ class SimDriver:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle_since = time.monotonic()
+        self._parked = False  # the loop waits for work (the engine is idle and its time is slept off)
         self.steps = 0
         self.engine_failures = 0
 
@@ -121,9 +122,11 @@ class SimDriver:
         """
         if request.request_id in self._inflight:
             raise ValueError(f"request id {request.request_id!r} already in flight")
-        if not self.engine.busy and self.pace > 0:
+        if self._parked and self.pace > 0:
             # Idle wall time is simulated time too when pacing (the clock tracks the wall clock / pace).
+            # Only while parked: right after a step the loop is still sleeping off that step's time.
             self.engine.advance_to(self.engine.clock + (time.monotonic() - self._idle_since) / self.pace)
+            self._idle_since = time.monotonic()
         loop = asyncio.get_running_loop()
         sub = Submission(request, self.engine.clock, loop.create_future(), loop.create_future())
         self.engine.submit(request)
@@ -156,12 +159,20 @@ class SimDriver:
     async def _run(self) -> None:
         assert self._wake is not None
         stalled = 0
+        idle = False
         while True:
             if not self.engine.busy:
-                self._idle_since = time.monotonic()
+                if not idle:  # busy -> idle: idle wall time counts from here (see submit)
+                    self._idle_since = time.monotonic()
+                    idle = True
                 self._wake.clear()
-                await self._wake.wait()
+                self._parked = True
+                try:
+                    await self._wake.wait()
+                finally:
+                    self._parked = False
                 continue
+            idle = False
             before = self.engine.clock
             until = before + _PACED_QUANTUM_S / self.pace if self.pace > 0 else None
             try:
@@ -170,17 +181,15 @@ class SimDriver:
                 self._recover(exc)
                 continue
             self.steps += 1
+            elapsed = self.engine.clock - before
+            stalled = 0 if (events or elapsed > 0) else stalled + 1
+            if self.pace > 0:
+                # Sleep before answering: a paced client sees each event when its time has come.
+                await asyncio.sleep(self.pace * elapsed)
             for event in events:
                 self._dispatch(event)
-            elapsed = self.engine.clock - before
-            if self.pace > 0 and elapsed > 0:
-                await asyncio.sleep(self.pace * elapsed)
-            elif events or elapsed > 0:
-                stalled = 0
-                await asyncio.sleep(0)  # let handlers run between steps
-            else:
-                stalled += 1
-                await asyncio.sleep(_STALL_SLEEP_S if stalled >= _STALL_STEPS else 0)
+            # Yield to the HTTP handlers between steps; back off if the engine stalls.
+            await asyncio.sleep(_STALL_SLEEP_S if stalled >= _STALL_STEPS else 0)
 
     def _dispatch(self, event: FirstToken | Finished) -> None:
         sub = self._inflight.get(event.request_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time
@@ -80,8 +79,7 @@ def run_in_thread(
         sock.close()
         raise
     server = uvicorn.Server(_uvicorn_config(app, config))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), name="pbkv-server",
-                              daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="pbkv-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_timeout_s
     while not server.started:
@@ -92,10 +90,26 @@ def run_in_thread(
     return ServerHandle(server, thread, config, app)
 
 
-def serve_forever(config: ServerConfig) -> None:
-    """Run the server in the foreground until interrupted (the CLI's ``--engine sim``)."""
-    app = create_app(config)
-    uvicorn.Server(_uvicorn_config(app, config)).run()
+def serve_forever(config: ServerConfig, announce: Callable[[str], None] | None = None) -> None:
+    """Run the server in the foreground until interrupted (the CLI's ``--engine sim``).
+
+    Args:
+        config: settings; ``port == 0`` binds a free port.
+        announce: called with the base URL once the port is bound (the CLI prints it).
+
+    Raises:
+        ValueError: invalid configuration. OSError: the address cannot be bound.
+    """
+    sock = _bind(config.host, config.port)
+    config = replace(config, port=sock.getsockname()[1])
+    try:
+        app = create_app(config)
+    except BaseException:
+        sock.close()
+        raise
+    if announce is not None:
+        announce(f"http://{_url_host(config.host)}:{config.port}")
+    uvicorn.Server(_uvicorn_config(app, config)).run(sockets=[sock])
 
 
 def _uvicorn_config(app: object, config: ServerConfig) -> uvicorn.Config:

@@ -149,9 +149,6 @@ class PbkvService:
         if reason is not None:
             hint_status = "ignored"
             self._malformed(reason)
-        if hints is not None:
-            for old in self.table.touch(hints, arrival):
-                self._end(old, "cancelled", source="table_full")
 
         prompt: Any = messages if kind == "chat" else messages[0]["content"]
         keys = prefix_hashes(prompt, self.config.block_chars)
@@ -168,6 +165,9 @@ class PbkvService:
                 "context_length_exceeded",
                 "messages",
             )
+        if hints is not None:  # only requests that will be served make a workflow active
+            for old in self.table.touch(hints, arrival):
+                self._end(old, "cancelled", source="table_full")
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         # A per-server random part plus a counter: unique without an os.urandom call per request.
         request_id = f"{prefix}{self._id_base}{next(self._ids):x}"
@@ -317,8 +317,10 @@ class PbkvService:
             log.warning("malformed PBKV hints ignored (request served anonymously): %s", reason)
 
     def _end(self, workflow_id: str, status: str, source: str) -> bool:
+        """End a workflow in the table and the engine; ``source`` is ``client`` (end signal),
+        ``idle`` or ``table_full`` (the table already retired it). Returns whether it was active."""
         state = self.table.get(workflow_id)
-        was_active = self.table.end(workflow_id, status) if source != "table_full" else True
+        was_active = self.table.end(workflow_id, status) if source == "client" else True
         self.driver.end_workflow(workflow_id, status)
         if was_active:
             self.metrics.workflow_ends.labels(status, source).inc()
@@ -332,11 +334,4 @@ class PbkvService:
         while True:
             await asyncio.sleep(period)
             for wid in self.table.retire_idle(time.monotonic()):
-                self._end_retired(wid)
-
-    def _end_retired(self, workflow_id: str) -> None:
-        # The table already moved it to the ended map; tell the engine and record it.
-        self.driver.end_workflow(workflow_id, RETIRED_IDLE)
-        self.metrics.workflow_ends.labels(RETIRED_IDLE, "idle").inc()
-        if self.trace is not None:
-            self.trace.workflow_end(None, workflow_id, self.driver.engine.clock, RETIRED_IDLE)
+                self._end(wid, RETIRED_IDLE, source="idle")

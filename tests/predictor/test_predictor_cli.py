@@ -46,3 +46,25 @@ def test_traces_mixing_apps_without_app_option_exit_with_an_error(tmp_path):
     write_workflows(tmp_path / "b.jsonl", "two", [("w2", ["a", "b"])])
     result = runner.invoke(app, ["train", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--out", str(tmp_path / "m.pt")])
     assert result.exit_code == 2 and "mix apps" in result.output
+
+
+def test_curve_caps_training_workflows_per_size(tmp_path, monkeypatch):
+    import predictor.train as train_mod
+
+    seen = []
+    real_fit = train_mod.fit
+
+    def spy(name, vocab, train_wfs, *args, **kwargs):
+        seen.append(len(train_wfs))
+        return real_fit(name, vocab, train_wfs, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "fit", spy)
+    wfs, feats = loop_workflows(30, seed=4)
+    write_workflows(tmp_path / "t.jsonl", "loopy", wfs, features=feats)
+    out = tmp_path / "c.json"
+    result = runner.invoke(app, ["curve", str(tmp_path / "t.jsonl"), "--sizes", "2,10", "--models", "markov1",
+                                 "--seeds", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert set(data["results"]) == {"markov1 @ 2", "markov1 @ 10"}
+    assert seen == [2, 10]

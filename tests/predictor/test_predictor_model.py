@@ -58,6 +58,6 @@ def test_model_overfits_a_tiny_deterministic_trace_to_full_accuracy(tmp_path):
     wfs = load_workflows([tmp_path / "t.jsonl"])
     vocab = build_vocab("app", wfs)
     samples = build_samples(wfs, vocab, k=3)
-    net = fit("graphsage", vocab, wfs, samples, None, seed=0, config=TrainConfig(epochs=150, batch_size=64, patience=150))
+    net = fit("graphsage", vocab, wfs, samples, None, seed=0, config=TrainConfig(epochs=40, batch_size=64, patience=40))
     acc = top1_accuracy(predict_proba(net, samples), samples)
     assert acc.tolist() == [1.0, 1.0, 1.0]

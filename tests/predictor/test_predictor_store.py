@@ -82,3 +82,17 @@ def test_query_for_another_app_gets_uniform_distributions(trained):
     pred = load_predictor(trained[0])
     (p,) = pred.predict([PredictionQuery("other", "w", 0, (), "x", ())])
     assert all(abs(v - 1 / 6) < 1e-12 for v in p.dists[0].values())
+
+
+def test_odd_queries_never_raise_long_history_big_step_bad_features(trained):
+    pred = load_predictor(trained[0])
+    long_hist = tuple(["retriever", "summarizer", "verifier"] * 30)
+    queries = [
+        PredictionQuery("loopy", "w", 90, long_hist, "retriever", (0.5, 0.5)),  # features of the wrong length
+        PredictionQuery(None, "w", 0, (), "planner", ()),  # no app: served by this model
+        PredictionQuery("loopy", "w", 10_000, ("x", "y"), "z", tuple([float("nan")] * 0)),
+    ]
+    out = pred.predict(queries)
+    assert [p.horizon for p in out] == [3, 3, 3]
+    assert all(abs(sum(d.values()) - 1) < 1e-9 for p in out for d in p.dists)
+    assert pred.predict([]) == []

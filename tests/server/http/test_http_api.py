@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from pbkv_sdk.protocol import Hints
+from pbkv_sdk.trace import InvocationRecord, read_trace
 from pbkv_server.http import ServerConfig, run_in_thread
 from pbkv_server.scenario import Scenario, ScenarioRequest, register_scenario
 from pbkv_server.tokenizer import count_tokens
@@ -117,3 +118,22 @@ def test_registered_app_scenario_answers_and_scenario_flag_covers_other_apps(sta
 def test_bad_scenario_flag_is_a_clear_error():
     with pytest.raises(ValueError, match="module:ClassName"):
         run_in_thread(ServerConfig(port=0, scenario="no-colon-here"))
+
+
+def _gap_between_two_calls(server, trace, idle_s: float) -> float:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        chat(client, [{"role": "user", "content": "one"}], Hints("wf-gap", "a", 0, "demo"), max_tokens=2)
+        client.post("/pbkv/v1/workflows/unrelated/end", json={})  # wakes the idle engine loop
+        time.sleep(idle_s)
+        chat(client, [{"role": "user", "content": "two"}], Hints("wf-gap", "a", 1, "demo"), max_tokens=2)
+    first, second = [r for r in read_trace(trace) if isinstance(r, InvocationRecord)]
+    return second.t_start - first.t_end
+
+
+def test_paced_clock_counts_idle_wall_time_and_pace_zero_does_not(start_server, tmp_path):
+    paced = _gap_between_two_calls(start_server(pace=1.0, trace_out=str(tmp_path / "p1.jsonl")),
+                                   tmp_path / "p1.jsonl", 0.5)
+    assert 0.45 <= paced <= 3.0
+    fast = _gap_between_two_calls(start_server(pace=0.0, trace_out=str(tmp_path / "p0.jsonl")),
+                                  tmp_path / "p0.jsonl", 0.5)
+    assert abs(fast) < 1e-3  # virtual time stands still while the server is idle at pace 0

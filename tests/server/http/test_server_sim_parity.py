@@ -14,7 +14,7 @@ import random
 import httpx
 import pytest
 
-from pbkv_sdk.protocol import END_PATH, Hints
+from pbkv_sdk.protocol import END_PATH, GRAPH_PATH, Hints
 from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord, prefix_hashes, read_trace
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
@@ -23,7 +23,7 @@ from pbkv_server.tokenizer import block_tokens
 
 from server_http_fixtures import chat, metric, text_of_tokens
 
-DEVICE, HOST = 9_000, 6_000
+DEVICE, HOST = 3_500, 3_000
 
 
 def _run_workload(server, n_workflows: int, seed: int) -> list[list[dict]]:
@@ -53,11 +53,17 @@ def _run_workload(server, n_workflows: int, seed: int) -> list[list[dict]]:
     return sent, text
 
 
-@pytest.mark.parametrize("policy", ["lru", "lae", "pbkv"])
+GRAPH = {"planner": ["coder"], "coder": ["tester"], "tester": ["coder"]}
+
+
+@pytest.mark.parametrize("policy", ["lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow"])
 def test_simulator_replay_of_server_trace_gives_the_same_hit_rate(start_server, tmp_path, policy):
     trace = tmp_path / "served.jsonl"
     server = start_server(policy=policy, device_tokens=DEVICE, host_tokens=HOST, trace_out=str(trace),
                           predictors={"*": "markov"})
+    graphs = {"codegen": GRAPH} if policy == "kvflow" else {}
+    for app, edges in graphs.items():  # kvflow's static graph reaches both through the same call
+        assert httpx.put(server.url + GRAPH_PATH.format(app=app), json={"edges": edges}).status_code == 204
     sent, text = _run_workload(server, n_workflows=8, seed=3)
     server.stop()
     live_hit, live_host = metric(text, "pbkv_hit_rate"), metric(text, "pbkv_host_hit_rate")
@@ -74,7 +80,8 @@ def test_simulator_replay_of_server_trace_gives_the_same_hit_rate(start_server, 
     uses_predictor = policy in ("he", "pbkv", "pbkv-aggressive")
     result = simulate(load_workload(records), policy, get_profile(DEFAULT_PROFILE), concurrency=1,
                       predictor=make_predictor("markov", 3) if uses_predictor else None,
-                      device_tokens=DEVICE, host_tokens=HOST, app_graphs={})
+                      device_tokens=DEVICE, host_tokens=HOST, app_graphs=graphs)
+    print(f"{policy}: live hit rate {live_hit:.4f} (host {live_host:.4f}), simulator {result.summary['hit_rate']:.4f}")
     assert 0.2 < live_hit < 0.95
     assert result.summary["hit_rate"] == pytest.approx(live_hit, abs=1e-12)
     assert result.summary["host_hit_rate"] == pytest.approx(live_host, abs=1e-12)
