@@ -1,6 +1,7 @@
 """``he``: hierarchical eviction (PBKV section 4): retired first, then ascending lookahead score.
 
-Active nodes are ordered by Score(c) of PBKV Eq. 2 (:mod:`pbkv_server.engine.scoring`), which
+Retired nodes leave in ``lae``'s order (fewest workflows that ever used them first, then the
+older ones), so ``he`` refines lifecycle-aware eviction rather than replacing it. Active nodes are ordered by Score(c) of PBKV Eq. 2 (:mod:`pbkv_server.engine.scoring`), which
 the engine keeps current incrementally; LRU breaks ties (equal scores, e.g. 0 for anonymous-only
 nodes or without a predictor).
 """
@@ -12,7 +13,7 @@ from .base import Policy, register_policy
 
 @register_policy("he")
 class HierarchicalPolicy(Policy):
-    """Retired ``(0, 0.0, last_access)`` before active ``(1, Score(c), last_access)``."""
+    """Retired ``(0, workflows ever, last_access)`` before active ``(1, Score(c), last_access)``."""
 
     uses_predictions = True
 
@@ -22,5 +23,5 @@ class HierarchicalPolicy(Policy):
         if sc is None:
             return (1, 0.0, node.last_access)
         if sc.n_ever > 0 and not sc.access:
-            return (0, 0.0, node.last_access)
+            return (0, sc.n_ever, node.last_access)
         return (1, sc.score, node.last_access)
