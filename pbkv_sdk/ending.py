@@ -21,7 +21,7 @@ import urllib.parse
 
 import httpx
 
-from pbkv_sdk.protocol import END_PATH, END_STATUSES
+from pbkv_sdk.protocol import END_PATH, END_STATUSES, HEADER_HINT_TOKEN
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,9 @@ def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str
             With neither, or with a URL that is not ``http(s)://host[:port][/path]``, nothing is
             sent and one warning per URL is logged.
         timeout_s: time budget of each phase of the POST (connect, write, read), seconds.
+
+    The shared secret of a server started with ``--hint-token`` is read from
+    ``$PBKV_HINT_TOKEN`` and sent as the ``X-PBKV-Hint-Token`` header.
 
     Raises:
         ValueError: ``status`` is invalid (a programming error, so it is raised, not swallowed).
@@ -140,7 +143,9 @@ class _Sender:
 
     def _send(self, url: str, status: str, timeout_s: float) -> None:
         try:
-            response = self._http().post(url, json={"status": status}, timeout=httpx.Timeout(timeout_s))
+            token = os.environ.get("PBKV_HINT_TOKEN")
+            headers = {HEADER_HINT_TOKEN: token} if token else None
+            response = self._http().post(url, json={"status": status}, headers=headers, timeout=httpx.Timeout(timeout_s))
             if response.status_code >= 400:
                 raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
         except Exception as exc:  # fail open: the server retires idle workflows anyway

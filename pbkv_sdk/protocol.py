@@ -31,6 +31,8 @@ HEADER_AGENT = "X-PBKV-Agent"
 HEADER_STEP = "X-PBKV-Step"
 HEADER_APP = "X-PBKV-App"
 HEADERS = (HEADER_WORKFLOW_ID, HEADER_AGENT, HEADER_STEP, HEADER_APP)
+#: Shared secret for the hint endpoints (the server also accepts ``Authorization: Bearer``).
+HEADER_HINT_TOKEN = "X-PBKV-Hint-Token"
 
 #: Key under ``custom_params`` in an OpenAI-style JSON body.
 BODY_KEY = "pbkv"

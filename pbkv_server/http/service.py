@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any, Callable, Mapping
 
-from pbkv_sdk.protocol import END_STATUSES, Hints, parse_hints
+from pbkv_sdk.protocol import END_STATUSES, HEADER_HINT_TOKEN, Hints, parse_hints
 from pbkv_sdk.trace import canonical_prompt, prefix_hashes, request_features
 from pbkv_server.engine import EngineConfig, EngineRequest
 from pbkv_server.http.config import ServerConfig
@@ -35,8 +35,6 @@ __all__ = ["PbkvService", "engine_config_from", "HEADER_HINT_TOKEN"]
 
 log = logging.getLogger(__name__)
 
-#: Header accepted for the hint-endpoint secret (besides ``Authorization: Bearer``).
-HEADER_HINT_TOKEN = "X-PBKV-Hint-Token"
 # Distinct malformed-hint reasons logged at warning level (later repeats only counted).
 _LOGGED_REASONS_MAX = 64
 

@@ -131,3 +131,18 @@ def test_engine_failure_answers_500_and_the_server_keeps_serving(start_server):
         assert driver.engine is not real_engine and driver.engine_failures == 1
         assert chat(client, USER).status_code == 200
         assert client.get("/health").json()["engine_failures"] == 1
+
+
+def test_sdk_end_signal_carries_hint_token_from_environment(start_server, monkeypatch):
+    """An app whose server runs with --hint-token ends its workflows via $PBKV_HINT_TOKEN."""
+    from pbkv_sdk import ending
+
+    server = start_server(hint_token="s3cret")
+    with httpx.Client(base_url=server.url) as client:
+        assert chat(client, USER, Hints("wf-tok", "planner", 0, "demo")).status_code == 200
+    table = server.service.table
+    assert table.get("wf-tok") is not None
+    monkeypatch.setenv("PBKV_HINT_TOKEN", "s3cret")
+    ending.end_workflow("wf-tok", "completed", server_url=server.url, timeout_s=2.0)
+    assert ending.flush(5.0)
+    assert table.get("wf-tok") is None and table.ended_status("wf-tok") == "completed"
