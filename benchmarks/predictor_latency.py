@@ -37,15 +37,16 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    path = args.model
-    if path is None:
-        vocab = Vocab("bench", [f"agent{i}" for i in range(args.agents)])
-        v = len(vocab)
-        adj = torch.softmax(torch.randn(v, v), dim=1).numpy()
-        net = GraphSagePredictorNet(ModelConfig(vocab_size=v), adj).eval()
-        path = tempfile.NamedTemporaryFile(suffix=".pt", delete=False).name
-        save_model(path, net, vocab)
-    pred = load_predictor(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.model
+        if path is None:
+            vocab = Vocab("bench", [f"agent{i}" for i in range(args.agents)])
+            v = len(vocab)
+            adj = torch.softmax(torch.randn(v, v), dim=1).numpy()
+            net = GraphSagePredictorNet(ModelConfig(vocab_size=v), adj).eval()
+            path = f"{tmp}/fresh.pt"
+            save_model(path, net, vocab)
+        pred = load_predictor(path)
     net, cfg, vocab = pred._net, pred._cfg, pred._vocab
     agents = vocab.tokens[3:]
     print(f"model: {path}  agents: {len(agents)}  K: {cfg.k}  parameters: {count_parameters(net):,}  torch threads: {torch.get_num_threads()}")

@@ -55,6 +55,7 @@ class GraphSagePredictor(Predictor):
         self.info = loaded.info
         # Output columns kept: END and every real agent (indices 2..V-1 minus UNK, which is 1).
         self._keep = np.arange(END, len(self._vocab))
+        assert UNK < END and self._keep[0] == END  # layout fixed by predictor.data
         self._names = [self._vocab.tokens[i] for i in self._keep]
         self._warned_apps: set[str] = set()
 
@@ -90,5 +91,4 @@ class GraphSagePredictor(Predictor):
         with torch.no_grad():
             probs = torch.softmax(self._net(*batch).double(), dim=-1).numpy()
         kept = probs[:, :, self._keep]
-        assert UNK not in self._keep
         return kept / np.maximum(kept.sum(axis=-1, keepdims=True), 1e-12)

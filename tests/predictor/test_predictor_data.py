@@ -1,6 +1,5 @@
 """Samples, masking after END, vocabulary and workflow split (predictor.data)."""
 
-import numpy as np
 import pytest
 from predictor_fixtures import write_workflows
 

@@ -1,7 +1,6 @@
 """GraphSAGE model: layer formula, transition matrix, masked loss, and that training fits."""
 
 import numpy as np
-import pytest
 import torch
 from predictor_fixtures import write_workflows
 
