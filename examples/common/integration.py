@@ -51,7 +51,7 @@ def embedded_server(app: str, *, seed: int = 0, profile: str | None = None) -> I
 
 
 def train_predictor(traces: Sequence[Path], out: Path, *, app: str, seed: int = 0, epochs: int | None = None,
-                    threads: int = 2) -> None:
+                    threads: int = 1) -> None:
     """Train the GraphSAGE predictor with ``pbkv-predictor train TRACES --out MODEL``.
 
     Raises:
