@@ -24,7 +24,7 @@ import time
 import uuid
 from typing import Iterator
 
-from pbkv_sdk.protocol import END_STATUSES, validate_workflow_id
+from pbkv_sdk.protocol import END_STATUSES, HintError, validate_workflow_id
 from pbkv_sdk.trace import WorkflowEndRecord
 
 log = logging.getLogger(__name__)
@@ -250,3 +250,34 @@ def resolve_trace_path(trace_path: str | os.PathLike[str] | None) -> str | None:
     if trace_path is not None:
         return os.fspath(trace_path)
     return os.environ.get(ENV_TRACE_PATH) or None
+
+
+def workflow_or_fresh(
+    app: str | None,
+    workflow_id: object,
+    *,
+    server_url: str | None = None,
+    trace_path: str | os.PathLike[str] | None = None,
+    end_timeout_s: float | None = None,
+) -> Workflow:
+    """A :class:`Workflow` with the user-chosen ``workflow_id``, or a fresh random id if it is bad.
+
+    Framework integrations use it: a malformed user-chosen id (not 1-128 chars of
+    ``[A-Za-z0-9._:-]``, or not a string) must not break the user's run, so it is logged as a
+    warning and replaced (the SDK fails open).
+
+    Args:
+        app: app name, resolved with :func:`resolve_app` (``$PBKV_APP`` wins).
+        workflow_id: the user's id; ``None`` for a fresh one.
+        server_url, end_timeout_s: as for :class:`Workflow`.
+        trace_path: resolved with :func:`resolve_trace_path` (``$PBKV_TRACE_PATH`` if ``None``).
+
+    Returns:
+        The new workflow. Never raises :class:`~pbkv_sdk.protocol.HintError`.
+    """
+    kwargs = dict(server_url=server_url, trace_path=resolve_trace_path(trace_path), end_timeout_s=end_timeout_s)
+    try:
+        return Workflow(resolve_app(app), workflow_id, **kwargs)  # type: ignore[arg-type]
+    except HintError as exc:  # a bad user-chosen id must not break the run: use a fresh one
+        log.warning("PBKV: ignoring workflow id %r (%s)", workflow_id, exc)
+        return Workflow(resolve_app(app), None, **kwargs)

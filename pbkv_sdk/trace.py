@@ -161,7 +161,9 @@ def prefix_hashes(prompt: Sequence[Mapping[str, Any]] | str, block_chars: int = 
     out: list[str] = []
     prev = b""
     for i in range(0, len(text), block_chars):
-        prev = hashlib.sha256(prev + text[i : i + block_chars].encode("utf-8")).hexdigest()[:HASH_HEX].encode()
+        # surrogatepass: JSON may carry lone surrogates ("\ud800"); they must hash, not crash.
+        block = text[i : i + block_chars].encode("utf-8", "surrogatepass")
+        prev = hashlib.sha256(prev + block).hexdigest()[:HASH_HEX].encode()
         out.append(prev.decode())
     return out
 
@@ -207,7 +209,7 @@ def request_features(messages: Sequence[Mapping[str, Any]] | str, dim: int = FEA
         counts[g] = counts.get(g, 0) + 1
     vec = [0.0] * dim
     for gram, c in counts.items():
-        digest = hashlib.sha1(gram.encode("utf-8")).digest()
+        digest = hashlib.sha1(gram.encode("utf-8", "surrogatepass")).digest()
         index = int.from_bytes(digest[:4], "little") % dim
         sign = 1.0 if digest[4] & 1 else -1.0
         vec[index] += sign * (1.0 + math.log(c))

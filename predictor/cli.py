@@ -29,11 +29,30 @@ app = typer.Typer(help="PBKV workflow predictor: train, evaluate, learning curve
 console = Console()
 
 
+@app.callback()
+def _main(ctx: typer.Context) -> None:
+    """PBKV workflow predictor: train, evaluate, learning curves."""
+    # The CPU settings below are process-wide; undo them when the command ends, so that a caller
+    # running the CLI in-process (tests, notebooks) gets its own settings back.
+    ctx.call_on_close(_restore_cpu_settings)
+
+
+_SAVED_THREADS: list[int] = []
+
+
 def _threads(n: int) -> None:
+    if not _SAVED_THREADS:
+        _SAVED_THREADS.append(torch.get_num_threads())
     # The machines this runs on are shared; a small model gains nothing from more threads.
     torch.set_num_threads(max(1, n))
     # Near-converged training produces denormal floats, which are very slow on x86 CPUs.
     torch.set_flush_denormal(True)
+
+
+def _restore_cpu_settings() -> None:
+    torch.set_flush_denormal(False)
+    if _SAVED_THREADS:
+        torch.set_num_threads(_SAVED_THREADS.pop())
 
 
 def _progress() -> Progress:

@@ -37,8 +37,7 @@ from crewai.hooks.dispatch import InterceptionPoint, register, unregister
 from crewai.hooks.llm_hooks import register_before_llm_call_hook, unregister_before_llm_call_hook
 from crewai.llms.hooks.base import BaseInterceptor
 
-from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, resolve_app, resolve_trace_path, set_agent, set_workflow
-from pbkv_sdk.protocol import HintError
+from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, set_agent, set_workflow, workflow_or_fresh
 from pbkv_sdk.stamping import PendingCall, observe_response, prepare_request
 
 log = logging.getLogger(__name__)
@@ -135,7 +134,10 @@ class CrewAIInstrumentation:
         if crew is None:  # a Flow, not a crew: its crews' kickoffs are the workflows
             return None
         try:
-            wf = self._new_workflow((getattr(ctx, "inputs", None) or {}).get(WORKFLOW_ID_INPUT_KEY))
+            chosen = (getattr(ctx, "inputs", None) or {}).get(WORKFLOW_ID_INPUT_KEY)
+            # a non-string input is not a choice of id: a fresh id without a warning
+            wf = workflow_or_fresh(self.app, chosen if isinstance(chosen, str) else None, server_url=self.server_url,
+                                   trace_path=self.trace_path, end_timeout_s=self.end_timeout_s)
             token = set_workflow(wf)  # the kickoff's own thread/task: its sequential LLM calls see it
             with self._lock:
                 self._active[id(crew)] = (wf, token)
@@ -185,14 +187,6 @@ class CrewAIInstrumentation:
             self._active.pop(id(source))
             self._kickoff_of.pop(id(entry[0]), None)
         entry[0].end("failed" if isinstance(event, CrewKickoffFailedEvent) else "completed")
-
-    def _new_workflow(self, workflow_id: Any) -> Workflow:
-        kwargs = dict(server_url=self.server_url, trace_path=resolve_trace_path(self.trace_path), end_timeout_s=self.end_timeout_s)
-        try:
-            return Workflow(resolve_app(self.app), workflow_id if isinstance(workflow_id, str) else None, **kwargs)
-        except HintError as exc:
-            log.warning("PBKV: ignoring workflow id %r (%s)", workflow_id, exc)
-            return Workflow(resolve_app(self.app), None, **kwargs)
 
 
 def instrument(

@@ -31,8 +31,7 @@ from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
-from pbkv_sdk.context import Workflow, resolve_app, resolve_trace_path, set_agent, set_workflow
-from pbkv_sdk.protocol import HintError
+from pbkv_sdk.context import Workflow, set_agent, set_workflow, workflow_or_fresh
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +146,8 @@ class PBKVCallbackHandler(BaseCallbackHandler):
                 self._root_of[run_id] = root
                 return self._workflows.get(root)
         # A run whose parent we do not track (none, or a LangSmith parent) is a workflow root.
-        wf = self._new_workflow(metadata)
+        wf = workflow_or_fresh(self.app, (metadata or {}).get(WORKFLOW_ID_METADATA_KEY), server_url=self.server_url,
+                               trace_path=self.trace_path, end_timeout_s=self.end_timeout_s)
         with self._lock:
             self._root_of[run_id] = run_id
             self._workflows[run_id] = wf
@@ -177,15 +177,6 @@ class PBKVCallbackHandler(BaseCallbackHandler):
                 except ValueError:  # ended from another context (rare executor hop): clear instead
                     token.var.set(None)
         self._exit(run_id, status)
-
-    def _new_workflow(self, metadata: dict | None) -> Workflow:
-        workflow_id = (metadata or {}).get(WORKFLOW_ID_METADATA_KEY)
-        kwargs = dict(server_url=self.server_url, trace_path=resolve_trace_path(self.trace_path), end_timeout_s=self.end_timeout_s)
-        try:
-            return Workflow(resolve_app(self.app), workflow_id, **kwargs)
-        except HintError as exc:  # a bad user-chosen id must not break the run: use a fresh one
-            log.warning("PBKV: ignoring workflow id %r (%s)", workflow_id, exc)
-            return Workflow(resolve_app(self.app), None, **kwargs)
 
 
 def instrument(

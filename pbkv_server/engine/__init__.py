@@ -10,10 +10,11 @@ from .types import EngineConfig, EngineRequest, EngineStats, Finished, FirstToke
 from .engine import Engine, Workflow
 from .policies import Policy, available_policies, make_policy, register_policy
 from .scoring import NodeScore, ScoreBoard, lookahead_score, one_step_value, workflow_weights
+from .workflows import WorkflowTracker
 
 __all__ = [
     "Engine", "EngineConfig", "EngineRequest", "HardwareProfile", "FirstToken", "Finished",
     "EngineStats", "FutureOracle", "Workflow", "Policy", "available_policies", "make_policy",
     "register_policy", "NodeScore", "ScoreBoard", "lookahead_score", "one_step_value",
-    "workflow_weights",
+    "workflow_weights", "WorkflowTracker",
 ]

@@ -16,48 +16,20 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import logging
 import math
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
-
-from predictor.api import PredictionQuery
 
 from .radix import DEVICE, HOST, Node, RadixTree
 from .scoring import NodeScore, ScoreBoard
 from .types import EngineConfig, EngineRequest, EngineStats, Finished, FirstToken
+from .workflows import Workflow, WorkflowTracker
 from .policies import make_policy
-
-log = logging.getLogger(__name__)
 
 __all__ = ["Engine", "Workflow"]
 
-
-
-@dataclass(slots=True)
-class Workflow:
-    """Engine-side state of one active workflow.
-
-    Attributes:
-        workflow_id: the id from the hints.
-        app: application name (``None`` if the client sent none).
-        history: agents of its invocations so far, oldest first.
-        last_activity: engine time of its latest submission or completion, seconds.
-        inflight: its requests waiting or running.
-    """
-
-    workflow_id: str
-    app: str | None
-    history: list[str] = field(default_factory=list)
-    last_activity: float = 0.0
-    inflight: int = 0
-
-    @property
-    def agent(self) -> str | None:
-        """Agent of the latest invocation."""
-        return self.history[-1] if self.history else None
 
 
 @dataclass(slots=True, eq=False)
@@ -130,10 +102,13 @@ class Engine:
         self._reserved = 0
         self._locked_dev = 0
         self._submitted = 0
-        self._workflows: OrderedDict[str, Workflow] = OrderedDict()
         self._stats = EngineStats()
-        self._predictor_warned = False
+        # workflow table, predictor calls and their latency samples: shared with the SGLang plugin
+        self._flows = WorkflowTracker(self.board, config.predictor, stats=self._stats,
+                                      latency_clock=self.latency_clock, on_end=self._on_workflow_end)
+        self._workflows = self._flows.workflows  # the same OrderedDict, read on the hot path
         self.policy = make_policy(config.policy, self)
+        self._flows.predict = self.policy.uses_predictions
         self._horizon = config.horizon
         if config.predictor is not None:
             self._horizon = min(config.horizon, getattr(config.predictor, "horizon", config.horizon))
@@ -192,19 +167,7 @@ class Engine:
 
     def end_workflow(self, workflow_id: str, status: str = "completed") -> None:
         """The workflow ended: its nodes lose it (retired if it was their last). Idempotent."""
-        wf = self._workflows.pop(workflow_id, None)
-        if wf is None:
-            return
-        for rec in self.board.end_workflow(workflow_id):
-            self.refresh(rec.owner)
-        self._stats.retired_workflows += 1
-        self.policy.on_workflow_end(wf)
-        predictor = self.config.predictor
-        if predictor is not None:
-            try:
-                predictor.workflow_ended(wf.app, workflow_id, status)
-            except Exception:  # a predictor bug must not break serving
-                self._warn_predictor()
+        self._flows.end(workflow_id, status)
 
     def set_app_graph(self, app: str, edges: Mapping[str, Sequence[str]]) -> None:
         """Set ``app``'s static agent graph (agent -> possible next agents), used by ``kvflow``."""
@@ -394,41 +357,23 @@ class Engine:
 
     # ================================================================ internals
     def _invocation(self, hints, features: tuple[float, ...]) -> tuple[Workflow, str]:
-        wf = self._workflows.get(hints.workflow_id)
-        if wf is None:
-            wf = Workflow(hints.workflow_id, hints.app)
-            self._workflows[hints.workflow_id] = wf
-        else:
-            self._workflows.move_to_end(hints.workflow_id)
-        wf.last_activity = self.clock
+        wf, changed = self._flows.invocation(hints, features, self.clock)
         wf.inflight += 1
-        previous = wf.agent
-        predictor = self.config.predictor
-        if predictor is not None:
-            query = PredictionQuery(wf.app, wf.workflow_id, hints.step, tuple(wf.history), hints.agent, features)
-            try:
-                predictor.observe(query)
-                if self.policy.uses_predictions:
-                    t0 = self.latency_clock()
-                    prediction = predictor.predict([query])[0]
-                    t1 = self.latency_clock()
-                    self._stats.predictor_call_s.append(t1 - t0)
-                    changed = self.board.set_prediction(wf.workflow_id, prediction)
-                    t2 = self.latency_clock()
-                    for rec in changed:
-                        self.refresh(rec.owner)
-                    n = self.board.node_count(wf.workflow_id)
-                    if n:
-                        stats = self._stats
-                        stats.score_update_s.append((t2 - t1) / n)
-                        stats.score_update_total_s += t2 - t1
-                        stats.score_refile_total_s += self.latency_clock() - t2
-                        stats.score_update_nodes += n
-            except Exception:  # a predictor failure degrades scores, never the request
-                self._warn_predictor()
-        wf.history.append(hints.agent)
-        self.policy.on_invocation(wf, previous)
+        if changed:  # re-file the nodes whose score the new prediction changed
+            t0 = self.latency_clock()
+            for rec in changed:
+                self.refresh(rec.owner)
+            self._stats.score_refile_total_s += self.latency_clock() - t0
+        history = wf.history
+        self.policy.on_invocation(wf, history[-2] if len(history) > 1 else None)
         return wf, hints.agent
+
+    def _on_workflow_end(self, wf: Workflow, changed: list) -> None:
+        # called by the tracker between the board's retirement and the predictor's notification
+        for rec in changed:
+            self.refresh(rec.owner)
+        self._stats.retired_workflows += 1
+        self.policy.on_workflow_end(wf)
 
     def _admit(self, r: _Request) -> bool:
         tree = self.tree
@@ -504,12 +449,8 @@ class Engine:
             self.unlock(node)
             node = parent
         self._stats.requests_finished += 1
-        wf = r.wf
-        if wf is not None:
-            wf.inflight -= 1
-            wf.last_activity = self.clock
-            if wf.workflow_id in self._workflows:
-                self._workflows.move_to_end(wf.workflow_id)
+        if r.wf is not None:
+            self._flows.finished(r.wf, self.clock)
 
     def _evict(self, node: Node) -> None:
         """Move device node ``node`` to the host tier, or drop it (and its host subtree) if the
@@ -569,23 +510,8 @@ class Engine:
         self.refresh(top)  # a host-tier top is the new prefetch frontier in place of bottom
 
     def _retire_idle(self) -> None:
-        idle = self.config.idle_retire_s
-        if idle is None or not self._workflows:
-            return
-        horizon = self.clock - idle
-        expired = []
-        for wf in self._workflows.values():  # ordered by last activity: stop at the first recent one
-            if wf.last_activity > horizon:
-                break
-            if wf.inflight == 0:
-                expired.append(wf.workflow_id)
-        for workflow_id in expired:
-            self.end_workflow(workflow_id, "cancelled")
-
-    def _warn_predictor(self) -> None:
-        if not self._predictor_warned:
-            log.exception("predictor failed; scores fall back to the last prediction (logged once)")
-            self._predictor_warned = True
+        if self._workflows and self.config.idle_retire_s is not None:
+            self._flows.retire_idle(self.clock, self.config.idle_retire_s)
 
     def _dev_valid(self, entry) -> bool:
         node = entry[3]

@@ -1,12 +1,12 @@
 """Workflows, predictions and node scores of one SGLang scheduler process.
 
-Each scheduler process owns one :class:`WorkflowBook` (held by its PBKV tree core). It mirrors the
-engine core's bookkeeping (:class:`pbkv_server.engine.Engine`): at each invocation (the first time
-the cache sees a hinted request) the predictor observes it and predicts the workflow's next K
-agents, and the engine core's :class:`~pbkv_server.engine.scoring.ScoreBoard` rescores the nodes
-that workflow touched; nodes a request uses record ``(workflow, agent)`` in their A_w(c); a
-workflow end (or idleness) retires the workflow. Score arithmetic lives only in
-:mod:`pbkv_server.engine.scoring`.
+Each scheduler process owns one :class:`WorkflowBook` (held by its PBKV tree core). Its workflow
+bookkeeping is the engine core's own :class:`~pbkv_server.engine.workflows.WorkflowTracker`, the
+one :class:`pbkv_server.engine.Engine` uses: at each invocation (the first time the cache sees a
+hinted request) the predictor observes it and predicts the workflow's next K agents, and the
+engine core's :class:`~pbkv_server.engine.scoring.ScoreBoard` rescores the nodes that workflow
+touched; nodes a request uses record ``(workflow, agent)`` in their A_w(c); a workflow end (or
+idleness) retires the workflow. Score arithmetic lives only in :mod:`pbkv_server.engine.scoring`.
 
 Hints arrive as ``req.sampling_params.custom_params["pbkv"]`` (hint protocol v1, body form).
 A malformed hint is counted, logged once, and the request is served anonymously.
@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from pbkv_sdk.protocol import BODY_KEY, END_STATUSES, Hints, parse_hints
 from pbkv_server.engine.scoring import NodeScore, ScoreBoard
-from predictor.api import PredictionQuery, Predictor
+from pbkv_server.engine.workflows import Workflow, WorkflowTracker
+from predictor.api import Predictor
 
 from .settings import PluginSettings
 
@@ -60,23 +59,9 @@ def hints_of_request(req: Any) -> tuple[Hints | None, str | None]:
     return result
 
 
-@dataclass(slots=True)
-class ActiveWorkflow:
-    """Scheduler-side state of one active workflow.
-
-    Attributes:
-        workflow_id: id from the hints.
-        app: app name (``None`` if not sent).
-        history: agents of its invocations so far, oldest first.
-        last_seen: ``time.monotonic()`` of its latest invocation, seconds.
-        last_step: step of its latest invocation (-1 before any).
-    """
-
-    workflow_id: str
-    app: str | None
-    history: list[str] = field(default_factory=list)
-    last_seen: float = 0.0
-    last_step: int = -1
+#: Scheduler-side state of one active workflow: the engine core's workflow record (``last_seen``
+#: is its ``last_activity``, ``time.monotonic()`` seconds of the latest invocation).
+ActiveWorkflow = Workflow
 
 
 class WorkflowBook:
@@ -91,20 +76,44 @@ class WorkflowBook:
 
     Attributes:
         board: the :class:`~pbkv_server.engine.scoring.ScoreBoard` (A_w(c), Score(c), values).
-        counters: ``invocations``, ``anonymous``, ``malformed``, ``ended``, ``retired_idle``,
-            ``predictor_errors``.
+        tracker: the engine core's :class:`~pbkv_server.engine.workflows.WorkflowTracker`
+            (active workflows, predictor calls, ends and idle retirement).
+        workflows: ``tracker.workflows``; predictor: ``tracker.predictor`` (settable).
+        counters: a dict snapshot of ``invocations``, ``anonymous``, ``malformed``, ``ended``,
+            ``retired_idle``, ``predictor_errors``.
     """
 
     def __init__(self, settings: PluginSettings, predictor: Predictor | None = None, clock=time.monotonic):
         self.settings = settings
         self.board = ScoreBoard(settings.gamma, settings.horizon)
-        self.predictor = predictor if predictor is not None else _build_predictor(settings)
+        self.tracker = WorkflowTracker(self.board, predictor if predictor is not None else _build_predictor(settings),
+                                       follow_app=True)
         self.clock = clock
-        self.workflows: OrderedDict[str, ActiveWorkflow] = OrderedDict()
-        self.counters = dict.fromkeys(
-            ("invocations", "anonymous", "malformed", "ended", "retired_idle", "predictor_errors"), 0)
+        self._anonymous = 0
+        self._malformed = 0
         self._malformed_logged = False
-        self._predictor_logged = False
+
+    @property
+    def predictor(self) -> Predictor | None:
+        """The predictor in use (settable; ``None``: scores stay 0)."""
+        return self.tracker.predictor
+
+    @predictor.setter
+    def predictor(self, value: Predictor | None) -> None:
+        self.tracker.predictor = value
+
+    @property
+    def workflows(self):
+        """Active workflows: ``OrderedDict`` id -> :class:`ActiveWorkflow`, least recently seen first."""
+        return self.tracker.workflows
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """A snapshot of ``invocations``, ``anonymous``, ``malformed``, ``ended``, ``retired_idle``,
+        ``predictor_errors``."""
+        t = self.tracker
+        return {"invocations": t.invocations, "anonymous": self._anonymous, "malformed": self._malformed,
+                "ended": t.ended, "retired_idle": t.retired_idle, "predictor_errors": t.predictor_errors}
 
     # ------------------------------------------------------------------ requests
     def begin_request(self, req: Any) -> Hints | None:
@@ -122,9 +131,9 @@ class WorkflowBook:
             pass
         if hints is None:
             if reason is None:
-                self.counters["anonymous"] += 1
+                self._anonymous += 1
             else:
-                self.counters["malformed"] += 1
+                self._malformed += 1
                 if not self._malformed_logged:
                     log.warning("PBKV: malformed hint served anonymously (%s); further ones are counted only",
                                 reason)
@@ -140,30 +149,7 @@ class WorkflowBook:
             The workflow's state after the invocation.
         """
         self.retire_idle()
-        wf = self.workflows.get(hints.workflow_id)
-        if wf is None:
-            wf = ActiveWorkflow(hints.workflow_id, hints.app)
-            self.workflows[hints.workflow_id] = wf
-        else:
-            self.workflows.move_to_end(hints.workflow_id)
-            if hints.app is not None:
-                wf.app = hints.app
-        wf.last_seen = self.clock()
-        self.counters["invocations"] += 1
-        if self.predictor is not None:
-            query = PredictionQuery(wf.app, wf.workflow_id, hints.step, tuple(wf.history), hints.agent, features)
-            try:
-                self.predictor.observe(query)
-                prediction = self.predictor.predict([query])[0]
-                self.board.set_prediction(wf.workflow_id, prediction)
-            except Exception:  # a predictor failure degrades scores, never the request
-                self.counters["predictor_errors"] += 1
-                if not self._predictor_logged:
-                    log.exception("PBKV: predictor failed; scores keep the last prediction (logged once)")
-                    self._predictor_logged = True
-        wf.history.append(hints.agent)
-        wf.last_step = hints.step
-        return wf
+        return self.tracker.invocation(hints, features, self.clock())[0]
 
     def touch(self, nodes: Iterable[Any], hints: Hints) -> int:
         """Record that ``hints.agent`` of ``hints.workflow_id`` used each of ``nodes``.
@@ -198,33 +184,13 @@ class WorkflowBook:
         """
         if status not in END_STATUSES:
             raise ValueError(f"status must be one of {END_STATUSES}, got {status!r}")
-        wf = self.workflows.pop(workflow_id, None)
-        if wf is None:
-            return False
-        self.board.end_workflow(workflow_id)
-        self.counters["ended"] += 1
-        if self.predictor is not None:
-            try:
-                self.predictor.workflow_ended(wf.app, workflow_id, status)
-            except Exception:
-                self.counters["predictor_errors"] += 1
-        return True
+        return self.tracker.end(workflow_id, status) is not None
 
     def retire_idle(self) -> int:
         """Retire workflows idle for ``settings.idle_retire_s``; returns how many."""
-        idle = self.settings.idle_retire_s
-        if idle is None or not self.workflows:
+        if self.settings.idle_retire_s is None or not self.tracker.workflows:
             return 0
-        horizon = self.clock() - idle
-        retired = 0
-        while self.workflows:
-            wf = next(iter(self.workflows.values()))
-            if wf.last_seen > horizon:
-                break
-            self.end_workflow(wf.workflow_id, "cancelled")
-            self.counters["retired_idle"] += 1
-            retired += 1
-        return retired
+        return len(self.tracker.retire_idle(self.clock(), self.settings.idle_retire_s))
 
     def forget(self, node: Any) -> None:
         """A node left the tree: drop its score record."""

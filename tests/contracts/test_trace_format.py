@@ -120,3 +120,11 @@ def test_concurrent_writers_never_interleave_lines(tmp_path):
     lines = path.read_text().splitlines()
     assert len(lines) == 400
     assert all(json.loads(line)["type"] == "invocation" for line in lines)
+
+
+def test_lone_surrogates_from_json_hash_instead_of_crashing():
+    # json.loads('"\\ud800 x"') yields a lone surrogate; a live server must still hash the prompt.
+    text = json.loads('"\\ud800 x"')
+    hashes = prefix_hashes([{"role": "user", "content": text}], block_chars=8)
+    assert len(hashes) == math.ceil(len("<|user|>" + text + "<|end|>") / 8)
+    assert hashes != prefix_hashes([{"role": "user", "content": "\udc00 x"}], block_chars=8)
