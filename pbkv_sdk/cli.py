@@ -19,6 +19,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
@@ -138,7 +139,12 @@ def import_chatdev_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Trace file to write."),
     agent_key: str = typer.Option("role", "--agent-key", help="Agent naming: role, phase or phase_role."),
 ) -> None:
-    """Import ChatDev execution logs as a trace (one workflow per log file)."""
+    """Import ChatDev execution logs as a trace (one workflow per log file).
+
+    Exits 2 when the logs cannot be read or OUT cannot be written (no ``.partial`` file is left),
+    and 1 when no log held a usable workflow (then nothing is written, as ``stats`` and
+    ``validate`` refuse an empty trace).
+    """
     try:
         from pbkv_sdk.importers.chatdev import import_chatdev
     except ImportError as exc:
@@ -146,9 +152,24 @@ def import_chatdev_cmd(
         raise typer.Exit(2)
     try:
         summary = import_chatdev(src, out, agent_key=agent_key)
-    except (ValueError, FileNotFoundError) as exc:
-        err_console.print(f"[red]{exc}[/red]")
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        err_console.print(f"[red]cannot import: {escape(where + (exc.strerror or str(exc)))}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
+    except ValueError as exc:
+        err_console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    if summary.workflows == 0:
+        if summary.skipped:
+            name, reason = summary.skipped[0]
+            why = f"{summary.files} log file(s), none usable (first skipped: {os.path.basename(name)}: {reason})"
+        else:
+            why = "no .log file found"
+        err_console.print(
+            f"[red]{escape(str(src))}: no ChatDev workflow imported: {escape(why)}; nothing written to {escape(str(out))}[/red]",
+            highlight=False, soft_wrap=True,
+        )
+        raise typer.Exit(1)
     console.print(
         f"{summary.files} log file(s): {summary.workflows} workflows, {summary.invocations} invocations, "
         f"{len(summary.skipped)} skipped -> {out}"

@@ -47,7 +47,7 @@ def _main() -> None:
 
 @app.command()
 def synth(
-    out: Path = typer.Option(..., "--out", help="output trace file (JSONL, appended to if it exists)"),
+    out: Path = typer.Option(..., "--out", help="output trace file (JSONL); must not exist yet (synth never appends a second workload)"),
     graph: str = typer.Option("codegen", help="call graph: codegen, research, finance or mixed"),
     workflows: int = typer.Option(200, help="number of workflows"),
     seed: int = typer.Option(0, help="random seed"),
@@ -74,7 +74,9 @@ def synth(
 def replay(
     trace: Path = typer.Argument(..., help="trace file (JSONL, v1)"),
     policy: str = typer.Option(",".join(ALL_POLICIES), help="policy name or comma-separated list"),
-    predictor: str = typer.Option("markov", help="oracle | uniform | markov | noise:LAMBDA | PATH"),
+    predictor: str = typer.Option(
+        "markov", help="oracle | uniform | markov | noise:LAMBDA | PATH (a trained model; it must be for the "
+                       "trace's app when the trace holds one app)"),
     concurrency: int = typer.Option(32, help="most workflows in flight (closed loop)"),
     profile: str = typer.Option("a6000-qwen3-14b", help="hardware profile (pbkv-bench profiles)"),
     device_tokens: Optional[int] = typer.Option(None, help="device KV capacity in tokens (default: the profile's)"),
@@ -87,7 +89,7 @@ def replay(
     timeline_bins: int = typer.Option(40, help="bins of the hit-rate timeline"),
 ) -> None:
     """Replay a trace under each policy; print a table, optionally write JSON and a plot."""
-    from pbkv_sdk.trace import TraceFormatError, read_trace
+    from pbkv_sdk.trace import InvocationRecord, TraceFormatError, read_trace
     from pbkv_server.engine import available_policies
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.profiles import get_profile
@@ -122,7 +124,11 @@ def replay(
     try:
         records = read_trace(trace)
         workload = load_workload(records)
-        make_predictor(predictor, horizon, records)  # validate the spec before the first run
+        # A trained model must belong to the trace's app (when it holds one): a model for another
+        # app would silently predict uniform distributions for every query.
+        apps = {rec.app for rec in records if isinstance(rec, InvocationRecord)}
+        trace_app = next(iter(apps)) if len(apps) == 1 else None
+        make_predictor(predictor, horizon, records, app=trace_app)  # validate the spec before the first run
     except (TraceFormatError, OSError, ValueError, ImportError) as exc:
         raise _fail(str(exc)) from None
 
@@ -134,7 +140,7 @@ def replay(
             try:
                 result = simulate(
                     workload, name, hw, concurrency=concurrency,
-                    predictor=make_predictor(predictor, horizon, records),
+                    predictor=make_predictor(predictor, horizon, records, app=trace_app),
                     device_tokens=device_tokens, host_tokens=host_tokens, horizon=horizon, gamma=gamma, rho=rho,
                     timeline_bins=timeline_bins,
                     on_workflow_end=lambda done, task=task: progress.update(task, completed=done),
@@ -183,17 +189,20 @@ def _output_problem(path: Optional[Path]) -> str | None:
 @app.command()
 def profiles() -> None:
     """List the hardware profiles and where their numbers come from."""
+    from rich import box
     from rich.table import Table
 
     from pbkv_server.sim.profiles import PROFILES
 
-    table = Table()
-    for col in ("name", "prefill tok/s", "decode ms (base + per seq)", "PCIe GB/s", "KV B/tok", "device tok",
-                "host tok"):
-        table.add_column(col)
+    # Fits 80 columns with whole names: light box, two-line headers, the name column never
+    # wrapped or cut (the numeric columns are narrow enough to take what is left).
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("name", no_wrap=True, min_width=max((len(n) for n in PROFILES), default=4))
+    for col in ("prefill\ntok/s", "decode ms\nbase+/seq", "PCIe\nGB/s", "KV\nB/tok", "device\ntok", "host\ntok"):
+        table.add_column(col, justify="right")
     for p in PROFILES.values():
         table.add_row(p.name, f"{p.prefill_tokens_per_s:.0f}",
-                      f"{p.decode_base_s * 1e3:.1f} + {p.decode_per_seq_s * 1e3:.2f}",
+                      f"{p.decode_base_s * 1e3:.1f}+{p.decode_per_seq_s * 1e3:.2f}",
                       f"{p.pcie_bytes_per_s / 1e9:.1f}", str(p.kv_bytes_per_token), str(p.device_kv_tokens),
                       str(p.host_kv_tokens))
     console.print(table)

@@ -8,7 +8,7 @@ answers from a scenario; ``--engine sglang`` hands over to the SGLang plugin's l
 from __future__ import annotations
 
 import logging
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import typer
 
@@ -40,15 +40,24 @@ def main(
     seed: int = typer.Option(0, help="Seed of the scenario's replies."),
     log_level: str = typer.Option("info", help="Python log level."),
 ) -> None:
-    """Start the server; extra arguments after ``--`` go to SGLang (``--engine sglang``)."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """Start the server; extra arguments after ``--`` go to SGLang (``--engine sglang``).
+
+    Every startup failure (bad flag value, unknown profile or predictor, address not bindable,
+    unwritable trace) is one ``pbkv-server: ...`` line on stderr and exit status 2.
+    """
+    level = _log_level(log_level)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if engine == "sglang":
         _launch_sglang(policy, list(ctx.args))
         return
     if engine != "sim":
-        raise typer.BadParameter(f"unknown engine {engine!r}: expected sim or sglang", param_hint="--engine")
+        _fail(f"unknown engine {engine!r}: expected sim or sglang")
     if ctx.args:
-        raise typer.BadParameter(f"unexpected arguments {ctx.args} (only --engine sglang takes extra arguments)")
+        _fail(f"unexpected arguments {ctx.args} (only --engine sglang takes extra arguments)")
+    if idle_retire_s < 0:
+        _fail(f"--idle-retire-s must be >= 0 (0 = never retire), got {idle_retire_s:g}")
+    if hint_token is not None and not hint_token.strip():
+        _fail("--hint-token (or PBKV_HINT_TOKEN) is empty; give a secret or leave it unset")
     try:
         config = build_config(
             policy=policy, profile=profile, predictor=predictor, scenario=scenario, host=host, port=port,
@@ -60,8 +69,21 @@ def main(
         serve_forever(config, announce=lambda url: typer.echo(
             f"pbkv-server ({config.policy}, predictors {config.predictors or 'none'}) on {url}/v1", err=False))
     except (ValueError, ImportError) as exc:
-        typer.echo(f"pbkv-server: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _fail(str(exc))
+    except OSError as exc:  # the runner's bind error already names the address
+        _fail(exc.strerror or str(exc))
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"pbkv-server: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _log_level(name: str) -> int:
+    level = logging.getLevelNamesMapping().get(name.strip().upper())
+    if level is None:
+        _fail(f"unknown --log-level {name!r}; expected one of debug, info, warning, error, critical")
+    return level
 
 
 def build_config(*, policy: str, predictor: List[str], idle_retire_s: float, **fields: object) -> ServerConfig:
@@ -78,7 +100,7 @@ def build_config(*, policy: str, predictor: List[str], idle_retire_s: float, **f
     return ServerConfig(
         policy=policy,
         predictors=parse_predictor_flags(predictor),
-        idle_retire_s=idle_retire_s if idle_retire_s > 0 else None,
+        idle_retire_s=idle_retire_s if idle_retire_s != 0 else None,  # 0 = never; ServerConfig rejects < 0
         **fields,  # type: ignore[arg-type]
     )
 

@@ -9,24 +9,32 @@ Commands:
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import numpy as np
 import torch
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, build_samples, build_vocab, holdout_split, load_workflows
+from pbkv_sdk.trace import read_trace
+from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, build_samples, build_vocab, holdout_split, workflows_from_records
 from predictor.model import count_parameters
 from predictor.store import save_model
 from predictor.train import MODEL_NAMES, TrainConfig, fit, predict_proba, run_experiment, top1_accuracy
 
 app = typer.Typer(help="PBKV workflow predictor: train, evaluate, learning curves.", no_args_is_help=True)
 console = Console()
+err_console = Console(stderr=True)
+
+#: eval and curve split each app's workflows by workflow into train, validation and test sets.
+MIN_SPLIT_WORKFLOWS = 3
 
 
 @app.callback()
@@ -61,18 +69,91 @@ def _progress() -> Progress:
 
 def _parse_models(models: str) -> list[str]:
     names = [m.strip() for m in models.split(",") if m.strip()]
+    if not names:
+        _fail("--models names no model")
     bad = [m for m in names if m not in MODEL_NAMES and not (m.startswith("markov") and m[6:].isdigit())]
     if bad:
         raise typer.BadParameter(f"unknown model(s) {bad}; choose from {', '.join(MODEL_NAMES)}")
     return names
 
 
-def _load(traces: list[Path], app_name: Optional[str]):
+def _fail(message: str) -> NoReturn:
+    """Print ``error: message`` on one line (no rich wrapping) to stderr and exit with status 2."""
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _check_at_least_one(**options: Optional[int]) -> None:
+    """Exit 2 naming the first option (keyword = flag name without dashes) that is below 1."""
+    for name, value in options.items():
+        if value is not None and value < 1:
+            _fail(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+
+
+def _parse_sizes(sizes: str) -> list[int]:
+    """``"100,300"`` -> ``[100, 300]``; exit 2 on a non-integer, a size below 1, a repeat or no size."""
+    out: list[int] = []
+    for part in (p.strip() for p in sizes.split(",")):
+        if not part:
+            continue
+        try:
+            size = int(part)
+        except ValueError:
+            _fail(f"--sizes must be comma-separated whole numbers of workflows, got {part!r}")
+        if size < 1:
+            _fail(f"--sizes must all be at least 1, got {size}")
+        if size in out:
+            _fail(f"--sizes lists {size} twice")
+        out.append(size)
+    if not out:
+        _fail("--sizes names no training-set size")
+    return out
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """Exit 2 now, before any training, if ``path`` cannot be written later.
+
+    ``path`` must not be a directory, and a file must be creatable in its nearest existing
+    ancestor directory (probed with a temporary file, which also catches read-only file systems
+    and root-owned places where ``os.access`` says yes). Nothing is left behind.
+    """
+    if path.is_dir():
+        _fail(f"{flag} {path} is a directory; give a file path")
+    if path.exists() and not os.access(path, os.W_OK):
+        _fail(f"{flag} {path} is not writable")
+    ancestor = path.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        _fail(f"{flag} {path} cannot be created: {ancestor} is not a directory")
     try:
-        return load_workflows(traces, app=app_name)
-    except (ValueError, OSError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".pbkv-probe-"):
+            pass
+    except OSError as exc:
+        _fail(f"{flag} {path} cannot be created: {ancestor} is not writable ({exc.strerror or exc})")
+
+
+def _load(traces: list[Path], app_name: Optional[str], min_workflows: int = 1):
+    """Workflows of one app from ``traces``; exit 2 with the reason when there is no usable set."""
+    try:
+        records = read_trace(traces)
+    except (ValueError, OSError) as exc:  # TraceFormatError is a ValueError
+        _fail(str(exc))
+    apps = sorted({r.app for r in records})
+    if app_name is None and len(apps) > 1:
+        _fail(f"traces mix apps {apps}; choose one with --app")
+    if app_name is not None and app_name not in apps:
+        _fail(f"no workflows of app {app_name!r}; the traces hold {apps}")
+    try:
+        workflows = workflows_from_records(records, app=app_name)
+    except ValueError as exc:
+        _fail(str(exc))
+    if len(workflows) < min_workflows:
+        _fail(
+            f"need at least {min_workflows} workflows (split by workflow into train, validation and test), "
+            f"the traces hold {len(workflows)}"
+        )
+    return workflows
 
 
 @app.command()
@@ -85,9 +166,15 @@ def train(
     seed: int = typer.Option(0, help="seed of the validation split and the initialisation"),
     threads: int = typer.Option(1, help="torch CPU threads (more only on an idle machine: OpenMP threads spin when cores are shared)"),
 ) -> None:
-    """Train the GraphSAGE predictor on TRACES and save it to one file with its metadata."""
-    _threads(threads)
+    """Train the GraphSAGE predictor on TRACES and save it to one file with its metadata.
+
+    Exits 2 with a one-line message, before any training, on a bad option (K, epochs or threads
+    below 1), an --out that cannot be written, or traces without a usable set of workflows.
+    """
+    _check_at_least_one(k=k, epochs=epochs, threads=threads)
+    _check_writable(out, "--out")
     workflows = _load(traces, app_name)
+    _threads(threads)
     t0 = time.perf_counter()
     train_wfs, val_wfs = holdout_split(workflows, seed, 0.1)
     vocab = build_vocab(workflows[0].app, train_wfs)
@@ -111,7 +198,10 @@ def train(
     if va is not None and va.mask.any():
         acc = top1_accuracy(predict_proba(net, va), va)
         info["val_top1"] = [None if np.isnan(a) else round(float(a), 4) for a in acc]
-    save_model(out, net, vocab, info)  # type: ignore[arg-type]
+    try:
+        save_model(out, net, vocab, info)  # type: ignore[arg-type]
+    except (OSError, RuntimeError) as exc:  # torch.save reports an unopenable file as RuntimeError
+        _fail(f"cannot write the model to {out}: {exc}")
     console.print(f"saved {out} (app {vocab.app!r}, {len(vocab) - 3} agents, K={k}): {json.dumps(info)}")
 
 
@@ -127,10 +217,17 @@ def evaluate(
     json_out: Optional[Path] = typer.Option(None, "--json", help="also write the results as JSON"),
     threads: int = typer.Option(1, help="torch CPU threads (more only on an idle machine: OpenMP threads spin when cores are shared)"),
 ) -> None:
-    """Top-1 accuracy at k = 1..K on held-out workflows, mean +- std over seeds (PBKV Table 3 layout)."""
-    _threads(threads)
+    """Top-1 accuracy at k = 1..K on held-out workflows, mean +- std over seeds (PBKV Table 3 layout).
+
+    Exits 2 with a one-line message on a bad option (seeds, K, train size, epochs or threads
+    below 1), a --json that cannot be written, or fewer than 3 workflows of the app.
+    """
+    _check_at_least_one(seeds=seeds, k=k, train_size=train_size, epochs=epochs, threads=threads)
     names = _parse_models(models)
-    workflows = _load(traces, app_name)
+    if json_out is not None:
+        _check_writable(json_out, "--json")
+    workflows = _load(traces, app_name, MIN_SPLIT_WORKFLOWS)
+    _threads(threads)
     results = _run_seeds(workflows, names, seeds, k, train_size, TrainConfig(epochs=epochs))
     title = f"top-1 accuracy, app {workflows[0].app!r}, {len(workflows)} workflows, {seeds} seeds"
     _print_table(title, {n: results[n] for n in names}, k)
@@ -150,12 +247,20 @@ def curve(
     json_out: Optional[Path] = typer.Option(None, "--json", help="also write the results as JSON"),
     threads: int = typer.Option(1, help="torch CPU threads (more only on an idle machine: OpenMP threads spin when cores are shared)"),
 ) -> None:
-    """Learning curve: accuracy at k = 1..K versus the number of training workflows."""
-    _threads(threads)
+    """Learning curve: accuracy at k = 1..K versus the number of training workflows.
+
+    Exits 2 with a one-line message on a bad option (a size, seeds, K, epochs or threads below
+    1), a --json that cannot be written, or fewer than 3 workflows of the app.
+    """
+    _check_at_least_one(seeds=seeds, k=k, epochs=epochs, threads=threads)
+    size_list = _parse_sizes(sizes)
     names = _parse_models(models)
-    workflows = _load(traces, app_name)
+    if json_out is not None:
+        _check_writable(json_out, "--json")
+    workflows = _load(traces, app_name, MIN_SPLIT_WORKFLOWS)
+    _threads(threads)
     all_rows: dict[str, list[np.ndarray]] = {}
-    for size in [int(s) for s in sizes.split(",") if s.strip()]:
+    for size in size_list:
         results = _run_seeds(workflows, names, seeds, k, size, TrainConfig(epochs=epochs))
         for n in names:
             all_rows[f"{n} @ {size}"] = results[n]
@@ -197,8 +302,11 @@ def _print_table(title: str, results: dict[str, list[np.ndarray]], k: int) -> No
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1))
+    except OSError as exc:  # checked before the run; this is the rare race (disk full, removed dir)
+        _fail(f"cannot write {path}: {exc.strerror or exc}")
     console.print(f"wrote {path}")
 
 

@@ -9,6 +9,7 @@ from typing import Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from examples.common.data import DataError
 from examples.common.pipeline import ExampleSpec, RunOptions, run_example
@@ -48,7 +49,9 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
         try:
             run_example(spec_factory(), opts, console)
         except (DataError, ValueError, KeyError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            # str(KeyError) wraps its message in quotes; args[0] is the message itself.
+            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+            console.print("[red]error:[/red] " + escape(str(message)))
             raise typer.Exit(2) from None
 
     return app

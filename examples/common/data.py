@@ -16,11 +16,16 @@ to fix it.
 from __future__ import annotations
 
 import json
+import logging
 import os
+from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-__all__ = ["DataError", "resolve_data_file", "default_data_dir", "cache_dir", "download", "read_json", "read_jsonl"]
+__all__ = ["DataError", "TaskList", "resolve_data_file", "default_data_dir", "cache_dir", "download", "read_json",
+           "read_jsonl", "require_fields", "require_text", "skip_row", "describe_tasks", "workflow_id_for"]
+
+log = logging.getLogger(__name__)
 
 #: Repository root (``examples/common/data.py`` -> two levels up from ``examples``).
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +33,41 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 class DataError(RuntimeError):
     """A data file is missing, cannot be downloaded, or is malformed; the message says which and why."""
+
+
+class TaskList(list):  # type: ignore[type-arg]
+    """The usable rows of one data file (a plain list of tasks) plus where they came from.
+
+    Attributes:
+        source: the data file.
+        rows_read: rows in the file (usable or not).
+        skipped: rows left out, counted per reason (``{"empty claim": 2, "duplicate uid": 1}``).
+    """
+
+    def __init__(self, items: Iterable[Any], source: Path, rows_read: int, skipped: Counter[str] | None = None):
+        super().__init__(items)
+        self.source = source
+        self.rows_read = rows_read
+        self.skipped: Counter[str] = skipped if skipped is not None else Counter()
+
+    def describe(self) -> str:
+        """One line such as ``"hover.json: 3 rows read, 1 usable, 2 skipped (2 duplicate uid)"``."""
+        line = f"{self.source}: {self.rows_read} rows read, {len(self)} usable"
+        if self.skipped:
+            why = ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items()))
+            line += f", {sum(self.skipped.values())} skipped ({why})"
+        return line
+
+
+def describe_tasks(tasks: Any) -> str:
+    """:meth:`TaskList.describe` of ``tasks``, or ``"<n> tasks"`` for any other sequence."""
+    return tasks.describe() if isinstance(tasks, TaskList) else f"{len(tasks)} tasks"
+
+
+def skip_row(path: Path, index: int, reason: str, detail: str, skipped: Counter[str]) -> None:
+    """Count row ``index`` of ``path`` as skipped for ``reason`` and log a warning naming file and row."""
+    skipped[reason] += 1
+    log.warning("%s: row %d skipped: %s", path, index, detail)
 
 
 def default_data_dir() -> Path:
@@ -146,8 +186,47 @@ def require_fields(path: Path, index: int, row: Any, fields: dict[str, type | tu
     """
     if not isinstance(row, dict):
         raise DataError(f"{path}: row {index} is not a JSON object")
+    require_text(path, index, row)
     for name, kind in fields.items():
         if name not in row:
             raise DataError(f"{path}: row {index} lacks field {name!r}")
         if not isinstance(row[name], kind) or isinstance(row[name], bool) and kind is not bool:
             raise DataError(f"{path}: row {index} field {name!r} has type {type(row[name]).__name__}")
+
+
+def require_text(path: Path, index: int, value: Any, where: str = "") -> None:
+    """Check that every string inside ``value`` (nested lists/objects too) can be encoded as UTF-8.
+
+    JSON may escape lone surrogates (``"\\ud800"``); Python decodes them into strings that fail
+    later, far from the data file (prompt hashing, HTTP bodies), so they are caught here.
+
+    Raises:
+        DataError: naming the file, the row index and the field path, e.g. ``evidence[0].evidence_text``.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            field = f" field {where}" if where else ""
+            raise DataError(f"{path}: row {index}{field} holds text that is not valid Unicode "
+                            f"(lone surrogate {value[exc.start]!r} at character {exc.start})") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            require_text(path, index, key, where)
+            require_text(path, index, item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for j, item in enumerate(value):
+            require_text(path, index, item, f"{where}[{j}]")
+
+
+def workflow_id_for(task_id: str) -> str:
+    """A valid hint workflow id derived from a task's id (same task, same id in every run).
+
+    The embedded server seeds each scenario reply with the workflow id; a random id per run would
+    make the app's behaviour (rounds, retries) and hence every figure change from run to run.
+    Characters outside ``[A-Za-z0-9._:-]`` become ``_``; at most 128 characters (protocol v1).
+    """
+    import re
+
+    clean = re.sub(r"[^A-Za-z0-9._:-]", "_", task_id)[:128]
+    return clean or "task"

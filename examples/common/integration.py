@@ -23,9 +23,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from rich.console import Console
 
 from examples.common.results import PolicyResult
-from pbkv_sdk.trace import TraceRecord, read_trace
+from pbkv_sdk.trace import InvocationRecord, TraceRecord, TraceWriter, read_trace
 
-__all__ = ["embedded_server", "train_predictor", "replay", "read_records", "summary_to_result"]
+__all__ = ["embedded_server", "train_predictor", "replay", "read_records", "canonicalise_trace", "summary_to_result"]
 
 #: Policies whose engine uses the trained predictor.
 PREDICTIVE = frozenset({"he", "pbkv", "pbkv-aggressive"})
@@ -69,6 +69,35 @@ def train_predictor(traces: Sequence[Path], out: Path, *, app: str, seed: int = 
 def read_records(path: Path) -> list[TraceRecord]:
     """All records of one trace file (malformed lines skipped with a warning by the reader)."""
     return read_trace(path)
+
+
+def canonicalise_trace(path: Path) -> int:
+    """Rewrite the trace at ``path`` with its records grouped per workflow, in workflow-id order.
+
+    Concurrent workflows append their records in whatever order the scheduler runs them; the
+    simulator admits workflows in order of first appearance and the predictor shuffles its
+    training set from the file order, so both would change from run to run. Within a workflow
+    the invocations are ordered by ``(step, t_start)`` and its end record comes last. The file is
+    replaced atomically (written to ``path.tmp`` first).
+
+    Returns:
+        the number of records written.
+    """
+    records = read_records(path)
+
+    def key(rec: TraceRecord) -> tuple[str, int, int, float]:
+        if isinstance(rec, InvocationRecord):
+            return (rec.workflow_id, 0, rec.step, rec.t_start)
+        return (rec.workflow_id, 1, 0, 0.0)
+
+    records.sort(key=key)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)  # the writer appends
+    with TraceWriter(tmp) as writer:
+        for rec in records:
+            writer.write(rec)
+    os.replace(tmp, path)
+    return len(records)
 
 
 def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrency: int, profile: str,

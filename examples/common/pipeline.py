@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,10 +28,11 @@ from rich.console import Console
 
 from examples.common import capacity as cap
 from examples.common import integration as integ
+from examples.common.data import DataError, describe_tasks
 from examples.common.report import plot_bars, plot_hit_rate_over_time, print_results
 from examples.common.results import compare, to_json
 
-__all__ = ["ExampleSpec", "RunOptions", "run_example"]
+__all__ = ["ExampleSpec", "RunOptions", "run_example", "check_outputs", "OutputPathError", "seeded_split", "RESULT_FILES"]
 
 BASE_POLICIES = ("lru", "lae", "he", "pbkv")
 #: Predictor epochs of a --quick run (the CLI default, 60 with early stopping, is for full runs).
@@ -105,26 +108,103 @@ class RunOptions:
     epochs: int | None = None
 
 
+class OutputPathError(ValueError):
+    """An output path of the run (``--json``, ``--out-dir`` and the files under it) cannot be written."""
+
+
+#: Files one run leaves in ``OUT_DIR/<example>`` (all replaced together, only when the run succeeds).
+RESULT_FILES = ("train.jsonl", "test.jsonl", "predictor.pt", "hit_rate_over_time.png", "bars.png")
+
+
+def check_outputs(spec: ExampleSpec, opts: RunOptions) -> None:
+    """Check, before any work, that every output path of the run can be written.
+
+    Checked: ``--json`` is not a directory and its folder exists or can be created; ``--out-dir``
+    and ``OUT_DIR/<example>`` are directories or can be created; no result file name
+    (:data:`RESULT_FILES`) is taken by a directory. "Can be created" means the nearest existing
+    ancestor is a writable directory.
+
+    Raises:
+        OutputPathError: naming the path and the reason.
+    """
+    out = Path(opts.out_dir) / spec.name
+    for folder, flag in ((Path(opts.out_dir), "--out-dir"), (out, "--out-dir"), (_staging_dir(out), "--out-dir")):
+        if folder.exists() and not folder.is_dir():
+            raise OutputPathError(f"{flag}: {folder} exists and is not a directory")
+    _check_creatable(out, "--out-dir")
+    for name in RESULT_FILES:
+        if (out / name).is_dir():
+            raise OutputPathError(f"--out-dir: {out / name} is a directory; the run writes a file there")
+    if opts.json_out is not None:
+        path = Path(opts.json_out)
+        if path.is_dir():
+            raise OutputPathError(f"--json: {path} is a directory; give a file path such as {path / (spec.name + '.json')}")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise OutputPathError(f"--json: {path} is not writable")
+        _check_creatable(path.parent, "--json")
+
+
 def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = None) -> dict[str, Any]:
     """Run the whole main job of one example and return its JSON summary.
 
+    Results are written only when the run succeeds: every file goes to a staging folder
+    ``OUT_DIR/<example>.partial`` first, and only a finished run moves the whole set
+    (:data:`RESULT_FILES`) into ``OUT_DIR/<example>`` and writes the ``--json`` summary. A failed
+    run removes its staging folder, so ``OUT_DIR/<example>`` keeps the previous complete run
+    (traces, model and plots that belong together) and never a mix of old and new files.
+
     Raises:
-        examples.common.data.DataError: the data set is missing or malformed.
+        OutputPathError: an output path cannot be written (checked before the run starts).
+        ValueError: unknown hardware profile (checked before the run starts).
+        examples.common.data.DataError: the data set is missing, malformed or too small.
         RuntimeError: a stage failed (the message names the stage).
     """
+    from pbkv_server.sim.profiles import get_profile
+
     console = console or Console()
     t0 = time.perf_counter()
-    out = Path(opts.out_dir) / spec.name
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        get_profile(opts.profile)
+    except KeyError as exc:
+        raise ValueError(exc.args[0]) from None
+    check_outputs(spec, opts)
     n_train, n_test = spec.sizes["quick" if opts.quick else "full"]
     n_train, n_test = opts.n_train or n_train, opts.n_test or n_test
-    train, test = spec.split(spec.load_tasks(), n_train, n_test, opts.seed)
+    # Load and split before creating any folder: a missing data set leaves nothing behind.
+    tasks = spec.load_tasks()
+    try:
+        train, test = spec.split(tasks, n_train, n_test, opts.seed)
+    except ValueError as exc:
+        raise DataError(f"{exc}; {describe_tasks(tasks)}") from None
+
+    out = Path(opts.out_dir) / spec.name
+    stage = _staging_dir(out)
+    shutil.rmtree(stage, ignore_errors=True)  # leftovers of a killed run
+    stage.mkdir(parents=True)
+    try:
+        summary = _run_stages(spec, opts, console, train, test, stage, out, t0)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in RESULT_FILES:
+            if (stage / name).is_file():
+                os.replace(stage / name, out / name)
+        if opts.json_out:
+            _write_json_atomic(Path(opts.json_out), summary)
+            console.print(f"JSON summary: {opts.json_out}")
+    except BaseException:
+        console.print(f"[yellow]run failed: nothing of it was kept; {out} still holds the previous complete run, if any[/yellow]")
+        raise
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return summary
+
+
+def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: list[Any], test: list[Any],
+                stage: Path, out: Path, t0: float) -> dict[str, Any]:
+    """Stages 1-5 of the main job, writing into ``stage``; the summary names the final paths under ``out``."""
     console.rule(f"[bold]{spec.title}")
     console.print(f"{len(train)} training tasks, {len(test)} test tasks; app concurrency {opts.app_concurrency}")
 
-    traces = {"train": out / "train.jsonl", "test": out / "test.jsonl"}
-    for path in traces.values():
-        path.unlink(missing_ok=True)  # traces append: start each run clean
+    traces = {"train": stage / "train.jsonl", "test": stage / "test.jsonl"}
     outcomes: dict[str, list[dict[str, Any]]] = {}
     timings: dict[str, float] = {}
     with integ.embedded_server(spec.app, seed=opts.seed, profile=opts.profile) as url:
@@ -133,14 +213,17 @@ def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = N
             t = time.perf_counter()
             outcomes[split_name] = _run_with_progress(spec, tasks, url, traces[split_name], opts, console, split_name)
             timings[f"app_{split_name}_s"] = time.perf_counter() - t
+    for path in traces.values():
+        # Workflows finish in scheduling order; training and replay must not depend on it.
+        integ.canonicalise_trace(path)
     app_summary = spec.summarise_outcomes(outcomes["train"] + outcomes["test"]) if spec.summarise_outcomes else {}
 
     t = time.perf_counter()
-    model_path = out / "predictor.pt"
+    model_path = stage / "predictor.pt"
     epochs = opts.epochs or (QUICK_EPOCHS if opts.quick else None)
     integ.train_predictor([traces["train"]], model_path, app=spec.app, seed=opts.seed, epochs=epochs)
     timings["train_s"] = time.perf_counter() - t
-    console.print(f"predictor trained on {len(train)} workflows -> {model_path}")
+    console.print(f"predictor trained on {len(train)} workflows -> {out / model_path.name}")
 
     concurrency = opts.replay_concurrency or spec.replay_concurrency
     records = integ.read_records(traces["test"])
@@ -168,25 +251,45 @@ def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = N
         pb = next(c for c in kv if c.policy == "pbkv")
         console.print(f"pbkv over kvflow: latency {pb.latency_speedup:.2f}x, hit rate {pb.hit_rate_ratio:.2f}x")
     plot_title = f"{spec.title}\nsimulated timing, profile {opts.profile}, concurrency {concurrency}, host {opts.host_ratio:g}x device"
-    plots = {
-        "hit_rate_over_time": plot_hit_rate_over_time(results, str(out / "hit_rate_over_time.png"), plot_title),
-        "bars": plot_bars(results, str(out / "bars.png"), plot_title),
-    }
+    plot_hit_rate_over_time(results, str(stage / "hit_rate_over_time.png"), plot_title)
+    plot_bars(results, str(stage / "bars.png"), plot_title)
+    plots = {"hit_rate_over_time": str(out / "hit_rate_over_time.png"), "bars": str(out / "bars.png")}
     timings["total_s"] = time.perf_counter() - t0
     console.print(f"plots: {plots['hit_rate_over_time']}, {plots['bars']}; total {timings['total_s']:.0f} s")
-    summary = {
+    return {
         "example": spec.name, "app": spec.app, "quick": opts.quick, "profile": opts.profile,
         "replay_concurrency": concurrency, "app_concurrency": opts.app_concurrency, "seed": opts.seed,
         "train_tasks": len(train), "test_tasks": len(test),
         "working_set": asdict(ws), "pressure": opts.pressure, "device_tokens": device, "host_tokens": host, "host_ratio": opts.host_ratio,
-        "app_outcomes": app_summary, "timings_s": timings, "plots": plots, "traces": {k: str(v) for k, v in traces.items()},
-        "model": str(model_path), **to_json(results, comparisons),
+        "app_outcomes": app_summary, "timings_s": timings, "plots": plots,
+        "traces": {k: str(out / v.name) for k, v in traces.items()},
+        "model": str(out / model_path.name), **to_json(results, comparisons),
     }
-    if opts.json_out:
-        Path(opts.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(opts.json_out).write_text(json.dumps(_finite(summary), indent=2), encoding="utf-8")
-        console.print(f"JSON summary: {opts.json_out}")
-    return summary
+
+
+def _staging_dir(out: Path) -> Path:
+    return out.with_name(out.name + ".partial")
+
+
+def _check_creatable(folder: Path, flag: str) -> None:
+    """``folder`` is a directory, or its nearest existing ancestor is a writable directory."""
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutputPathError(f"{flag}: cannot create {folder}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputPathError(f"{flag}: cannot write under {probe} (permission denied)")
+
+
+def _write_json_atomic(path: Path, summary: dict[str, Any]) -> None:
+    """Write the summary to ``path`` through a temporary file, so a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_finite(summary), indent=2), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _run_with_progress(spec: ExampleSpec, tasks: list[Any], url: str, trace: Path, opts: RunOptions,
@@ -211,15 +314,21 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def seeded_split(tasks: list[Any], n_train: int, n_test: int, seed: int, reserve: int = 0) -> tuple[list[Any], list[Any], list[Any]]:
+def seeded_split(tasks: list[Any], n_train: int, n_test: int, seed: int, reserve: int = 0,
+                 note: str = "") -> tuple[list[Any], list[Any], list[Any]]:
     """Shuffle ``tasks`` with ``seed`` and cut ``(reserved, train, test)`` of sizes reserve/n_train/n_test.
+
+    Args:
+        note: why ``tasks`` may be fewer than the data file's rows (added to the error message).
 
     Raises:
         ValueError: not enough tasks for the requested sizes.
     """
     need = reserve + n_train + n_test
     if need > len(tasks):
-        raise ValueError(f"need {need} tasks (reserve {reserve} + train {n_train} + test {n_test}), data set has {len(tasks)}")
+        why = f" ({note})" if note else ""
+        raise ValueError(f"need {need} tasks (reserve {reserve} + train {n_train} + test {n_test}), "
+                         f"only {len(tasks)} usable{why}")
     order = list(tasks)
     random.Random(seed).shuffle(order)
     return order[:reserve], order[reserve:reserve + n_train], order[reserve + n_train:need]

@@ -6,6 +6,7 @@ import asyncio
 from collections import defaultdict
 from typing import Any, Callable
 
+from examples.common.data import workflow_id_for
 from examples.common.pipeline import ExampleSpec, seeded_split
 from examples.finance_crewai import prompts as P
 from examples.finance_crewai import scenario as _scenario  # noqa: F401  (registers the scenario)
@@ -25,7 +26,8 @@ def worked_examples(qs: list[FinanceQuestion]) -> list[FinanceQuestion]:
 
 
 def _split(qs: list[FinanceQuestion], n_train: int, n_test: int, seed: int) -> tuple[list[FinanceQuestion], list[FinanceQuestion]]:
-    _, train, test = seeded_split(qs[:-N_EXAMPLES], n_train, n_test, seed)
+    _, train, test = seeded_split(qs[:-N_EXAMPLES], n_train, n_test, seed,
+                                  note=f"the last {N_EXAMPLES} rows are kept back as worked examples")
     return train, test
 
 
@@ -52,7 +54,9 @@ async def run_questions(questions: list[FinanceQuestion], server_url: str, trace
 
         async def one(q: FinanceQuestion) -> dict[str, Any]:
             async with gate:
-                output = await build_crew(llm, q, examples).kickoff_async()
+                # A fixed workflow id per question keeps the seeded scenario replies the same in every run.
+                output = await build_crew(llm, q, examples).kickoff_async(
+                    inputs={"pbkv_workflow_id": workflow_id_for(q.qid)})
             on_done()
             return {"qid": q.qid, "question_type": q.question_type, "approved": reviewer_approved(output)}
 

@@ -6,6 +6,7 @@ import asyncio
 from collections import defaultdict
 from typing import Any, Callable
 
+from examples.common.data import workflow_id_for
 from examples.common.pipeline import ExampleSpec, seeded_split
 from examples.hover_langchain import prompts as P
 from examples.hover_langchain import scenario as _scenario  # noqa: F401  (registers the scenario)
@@ -29,7 +30,8 @@ def worked_examples(claims: list[HoverClaim]) -> list[HoverClaim]:
 
 
 def _split(claims: list[HoverClaim], n_train: int, n_test: int, seed: int) -> tuple[list[HoverClaim], list[HoverClaim]]:
-    _, train, test = seeded_split(claims[:-N_EXAMPLES], n_train, n_test, seed)
+    _, train, test = seeded_split(claims[:-N_EXAMPLES], n_train, n_test, seed,
+                                  note=f"the last {N_EXAMPLES} rows are kept back as worked examples")
     return train, test
 
 
@@ -63,7 +65,9 @@ async def run_claims(claims: list[HoverClaim], server_url: str, trace_path: str,
 
         async def one(claim: HoverClaim) -> dict[str, Any]:
             async with gate:
-                state = await graph.ainvoke({"claim": claim}, config={"recursion_limit": 100})
+                # A fixed workflow id per claim keeps the seeded scenario replies the same in every run.
+                state = await graph.ainvoke({"claim": claim}, config={
+                    "recursion_limit": 100, "metadata": {"pbkv_workflow_id": workflow_id_for(claim.uid)}})
             on_done()
             return {"uid": claim.uid, "num_hops": claim.num_hops, "label": claim.label,
                     "rounds": state.get("rounds", 0), "verdict": state.get("verdict", "")}

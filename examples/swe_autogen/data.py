@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from examples.common.data import DataError, read_json, require_fields, resolve_data_file
+from collections import Counter
+
+from examples.common.data import DataError, TaskList, read_json, require_fields, resolve_data_file, skip_row
 
 __all__ = ["SweTask", "load_swebench", "split_hunks", "patch_size", "LITE_FILE", "ROWS_URL"]
 
@@ -47,8 +49,11 @@ class SweTask:
     fail_to_pass: tuple[str, ...]
 
 
-def load_swebench(data_dir: str | os.PathLike[str] | None = None) -> list[SweTask]:
+def load_swebench(data_dir: str | os.PathLike[str] | None = None) -> TaskList:
     """Load the 300 SWE-bench Lite test instances in file order.
+
+    Rows with an empty problem statement and rows repeating an earlier instance_id are skipped
+    with a warning naming file and row; the returned :class:`TaskList` counts them.
 
     Raises:
         DataError: the file is missing and cannot be downloaded, or is malformed (not a list,
@@ -100,13 +105,19 @@ def _fetch(dest: Path) -> None:
 
 
 @lru_cache(maxsize=4)
-def _load(path: Path, _mtime: int) -> list[SweTask]:
+def _load(path: Path, _mtime: int) -> TaskList:
     rows = read_json(path)
     if not isinstance(rows, list) or not rows:
         raise DataError(f"{path}: expected a non-empty JSON list of SWE-bench instances")
-    out = []
+    out, seen, skipped = [], set(), Counter()
     for i, row in enumerate(rows):
         require_fields(path, i, row, {"instance_id": str, "repo": str, "problem_statement": str, "patch": str})
+        if not row["problem_statement"].strip():
+            skip_row(path, i, "empty problem statement", f"{row['instance_id']!r} has an empty problem statement", skipped)
+            continue
+        if row["instance_id"] in seen:
+            skip_row(path, i, "duplicate instance_id", f"{row['instance_id']!r} repeats an earlier row (the first is kept)", skipped)
+            continue
         hunks = split_hunks(row["patch"])
         if not hunks:
             raise DataError(f"{path}: row {i} ({row['instance_id']}) has an empty patch")
@@ -117,6 +128,7 @@ def _load(path: Path, _mtime: int) -> list[SweTask]:
             raise DataError(f"{path}: row {i} FAIL_TO_PASS is not a JSON list") from None
         if not isinstance(tests, list):
             raise DataError(f"{path}: row {i} FAIL_TO_PASS is not a list")
+        seen.add(row["instance_id"])
         out.append(SweTask(row["instance_id"], row["repo"], row["problem_statement"], row["patch"], tuple(hunks),
                            len(hunks), patch_size(row["patch"]), tuple(map(str, tests))))
-    return out
+    return TaskList(out, path, len(rows), skipped)

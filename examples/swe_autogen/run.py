@@ -6,6 +6,7 @@ import asyncio
 from collections import defaultdict
 from typing import Any, Callable
 
+from examples.common.data import workflow_id_for
 from examples.common.pipeline import ExampleSpec, seeded_split
 from examples.swe_autogen import prompts as P
 from examples.swe_autogen import scenario as _scenario  # noqa: F401  (registers the scenario)
@@ -47,7 +48,8 @@ async def run_issues(tasks: list[SweTask], server_url: str, trace_path: str, con
                                                 model_info=MODEL_INFO, max_tokens=1024, temperature=0.0)
             try:
                 team = instrument_team(build_team(client), app=P.APP, server_url=server_url, trace_path=trace_path)
-                result = await team.run(task=P.task_message(task))
+                # A fixed workflow id per issue keeps the seeded scenario replies the same in every run.
+                result = await team.run(task=P.task_message(task), workflow_id=workflow_id_for(task.instance_id))
             finally:
                 await client.close()
         on_done()

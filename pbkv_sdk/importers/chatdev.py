@@ -29,6 +29,7 @@ without token counts are skipped with a warning, as are unreadable files; nothin
 from __future__ import annotations
 
 import calendar
+import errno
 import logging
 import os
 import re
@@ -95,7 +96,10 @@ def import_chatdev(
     Args:
         src_path: a ``.tar.gz``/``.tar`` of the logs (read in place with :mod:`tarfile`), a
             directory searched recursively for ``*.log``, or one ``.log`` file.
-        out_path: trace file to write (replaced atomically when the import is done).
+        out_path: trace file to write, through ``out_path + ".partial"``, which replaces it
+            atomically when the import is done and is removed on any failure. When no workflow
+            could be imported (``summary.workflows == 0``) nothing is written and an existing
+            ``out_path`` is left as it was.
         agent_key: one of :data:`AGENT_KEYS`.
         block_chars: characters per prefix-hash block.
 
@@ -105,15 +109,35 @@ def import_chatdev(
     Raises:
         ValueError: unknown ``agent_key``.
         FileNotFoundError: ``src_path`` does not exist.
+        IsADirectoryError: ``out_path`` (or its ``.partial`` file) is a directory.
+        OSError: the output cannot be written, or a single ``.log`` source cannot be read.
     """
     if agent_key not in AGENT_KEYS:
         raise ValueError(f"agent_key must be one of {AGENT_KEYS}, got {agent_key!r}")
     if not os.path.exists(src_path):
-        raise FileNotFoundError(src_path)
-    summary = ImportSummary()
-    tmp = os.fspath(out_path) + ".partial"
+        raise FileNotFoundError(errno.ENOENT, "no such file or directory", os.fspath(src_path))
+    out = os.fspath(out_path)
+    tmp = out + ".partial"
+    for path in (out, tmp):
+        # Checked before reading anything: a directory here would only fail after the whole import.
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, "is a directory; give a trace file path", path)
     if os.path.exists(tmp):
         os.remove(tmp)
+    try:
+        summary = _write_trace(src_path, tmp, agent_key, block_chars)
+        if summary.workflows:
+            os.replace(tmp, out)
+    finally:
+        # Whatever happened (no workflow, an error, Ctrl-C), no half-written file stays behind.
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return summary
+
+
+def _write_trace(src_path: str | os.PathLike[str], tmp: str, agent_key: str, block_chars: int) -> ImportSummary:
+    """The import proper: every usable log of ``src_path`` as one workflow in the trace ``tmp``."""
+    summary = ImportSummary()
     used_ids: set[str] = set()
     with TraceWriter(tmp) as writer:
         for name, text in _iter_logs(src_path, summary):
@@ -143,7 +167,6 @@ def import_chatdev(
             writer.write(WorkflowEndRecord(app=APP_NAME, workflow_id=wid, t=max(c.t_end for c in calls), status="completed"))
             summary.workflows += 1
             summary.invocations += len(calls)
-    os.replace(tmp, out_path)
     return summary
 
 

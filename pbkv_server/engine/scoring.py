@@ -14,6 +14,13 @@ one-step prefetch value (DESIGN.md section 4) is the same sum with ``K = 1``.
 
 This module is pure Python with no engine dependency: the SGLang plugin reuses it on its own
 tree nodes (any object can own a :class:`NodeScore`).
+
+Determinism: the board's results never depend on memory addresses or on string hashing, so a
+replay is reproducible in one process and across processes. A workflow's records are kept in an
+insertion-ordered dict, not a set (a set of records iterates in address order, and that order
+decides the order in which the engine re-files nodes, hence its heap tie-breaks); sums over an
+agent set of more than two agents run in sorted order (float addition of three or more terms
+depends on the order, and a frozenset of strings iterates in hash order).
 """
 
 from __future__ import annotations
@@ -122,7 +129,8 @@ class ScoreBoard:
         self.gamma = gamma
         self.horizon = horizon
         self._weights: dict[Hashable, tuple[dict[str, float], dict[str, float]]] = {}
-        self._nodes: dict[Hashable, set[NodeScore]] = {}
+        # workflow -> its records, insertion-ordered (a dict used as an ordered set; see module doc)
+        self._nodes: dict[Hashable, dict[NodeScore, None]] = {}
 
     def active_workflows(self) -> int:
         """Number of workflows with at least one touched node or a prediction."""
@@ -136,7 +144,8 @@ class ScoreBoard:
         """Install ``wf``'s new prediction (``None`` = no prediction, weights 0) and rescore its nodes.
 
         Returns:
-            The records whose score or value changed.
+            The records whose score or value changed, in the order the workflow first touched
+            them (records copied by a split come after).
         """
         if prediction is None:
             self._weights.pop(wf, None)
@@ -169,7 +178,10 @@ class ScoreBoard:
             rec.access[wf] = frozenset((agent,))
             rec.contrib[wf] = (0.0, 0.0)
             rec.n_ever += 1
-            self._nodes.setdefault(wf, set()).add(rec)
+            nodes = self._nodes.get(wf)
+            if nodes is None:
+                nodes = self._nodes[wf] = {}
+            nodes[rec] = None
             self._rescore(rec, wf)
             return True
         if agent in agents:
@@ -185,9 +197,10 @@ class ScoreBoard:
             rec.n_ever = 1
 
     def end_workflow(self, wf: Hashable) -> list[NodeScore]:
-        """Drop ``wf`` from every node it touched (idempotent); returns the records it left."""
+        """Drop ``wf`` from every node it touched (idempotent); returns the records it left, in
+        the order of :meth:`set_prediction`."""
         self._weights.pop(wf, None)
-        recs = self._nodes.pop(wf, set())
+        recs = self._nodes.pop(wf, {})
         for rec in recs:
             rec.access.pop(wf, None)
             s, v = rec.contrib.pop(wf, (0.0, 0.0))
@@ -205,7 +218,7 @@ class ScoreBoard:
         rec.contrib = dict(src.contrib)
         rec.score, rec.value, rec.n_ever = src.score, src.value, src.n_ever
         for wf in rec.access:
-            self._nodes[wf].add(rec)
+            self._nodes[wf][rec] = None
         return rec
 
     def forget(self, rec: NodeScore) -> None:
@@ -213,7 +226,7 @@ class ScoreBoard:
         for wf in rec.access:
             nodes = self._nodes.get(wf)
             if nodes is not None:
-                nodes.discard(rec)
+                nodes.pop(rec, None)
         rec.access.clear()
         rec.contrib.clear()
         rec.score = rec.value = 0.0
@@ -224,7 +237,8 @@ class ScoreBoard:
             return (0.0, 0.0)
         wk, w1 = weights
         s = v = 0.0
-        for a in agents:
+        # two terms add the same in either order; more need a fixed order (hash order varies)
+        for a in (agents if len(agents) < 3 else sorted(agents)):
             s += wk.get(a, 0.0)
             v += w1.get(a, 0.0)
         return (s, v)

@@ -29,8 +29,9 @@ class ServerConfig:
         port: TCP port; 0 picks a free one (see ``ServerHandle.url``).
         pace: 0 = answer as fast as the engine steps; p > 0 = sleep p x the simulated step time.
         trace_out: path of a server-side v1 trace (JSONL, with ``block_tokens``) of hinted requests.
-        hint_token: shared secret required on the hint endpoints (``Authorization: Bearer`` or
-            ``X-PBKV-Hint-Token``); ``None`` = no check.
+        hint_token: shared secret required on the hint endpoints that change server state (workflow
+            end, app graph), sent as ``Authorization: Bearer`` or ``X-PBKV-Hint-Token``; ``None`` =
+            no check. An empty or blank token is rejected (it would read as "auth on" but check nothing).
         device_tokens: device KV capacity in tokens (overrides the profile).
         host_tokens: host KV capacity in tokens (overrides the profile).
         idle_retire_s: wall seconds without a request after which a workflow is retired;
@@ -72,6 +73,10 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if not self.predictors and self.policy in PREDICTIVE_POLICIES:
             self.predictors = {"*": "markov"}
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535 (0 = any free port), got {self.port}")
+        if self.hint_token is not None and not self.hint_token.strip():
+            raise ValueError("hint_token must not be empty (leave it unset to accept hints without a token)")
         if self.pace < 0:
             raise ValueError("pace must be >= 0")
         if self.idle_retire_s is not None and self.idle_retire_s <= 0:

@@ -119,10 +119,21 @@ def _uvicorn_config(app: object, config: ServerConfig) -> uvicorn.Config:
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    """A listening-ready socket on ``host:port``.
+
+    Raises:
+        OSError: the address cannot be bound (in use, not local, unresolvable, port out of
+            range); its ``strerror`` is one readable line naming the address.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except (OSError, OverflowError) as exc:
+        sock.close()
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise OSError(getattr(exc, "errno", None), f"cannot listen on {host}:{port}: {reason}") from None
     sock.set_inheritable(True)
     return sock
 

@@ -31,11 +31,15 @@ class ServedTrace:
         path: the JSONL file (appended to; parent directories are created).
 
     Raises:
-        OSError: the file cannot be opened.
+        ValueError: the file cannot be opened (a directory, an unwritable or impossible path);
+            the message names the path and the reason.
     """
 
     def __init__(self, path: str):
-        self._writer = TraceWriter(path)
+        try:
+            self._writer = TraceWriter(path)
+        except OSError as exc:  # a startup setting error, reported like the other bad flags
+            raise ValueError(f"cannot write the trace {path!r}: {exc.strerror or exc}") from None
         self.epoch = time.time()
 
     def invocation(self, prep: Prepared, sub: Submission, result: Completion, t_end: float) -> None:

@@ -28,7 +28,7 @@ from pbkv_server.http.metrics import ServerMetrics
 from pbkv_server.http.served_trace import ServedTrace
 from pbkv_server.http.workflows import RETIRED_IDLE, WorkflowTable
 from pbkv_server.scenario import Scenario, ScenarioRequest, get_scenario, load_scenario
-from pbkv_server.scenarios.default import DefaultScenario
+from pbkv_server.scenarios.default import DefaultScenario, answers_selection, selection_candidates
 from pbkv_server.tokenizer import block_tokens, count_tokens, truncate_to_tokens
 
 __all__ = ["PbkvService", "engine_config_from", "HEADER_HINT_TOKEN"]
@@ -53,7 +53,10 @@ def engine_config_from(config: ServerConfig) -> EngineConfig:
         raise ValueError(f"unknown policy {config.policy!r}; available: {', '.join(available_policies())}")
     if config.policy == "belady":
         raise ValueError("policy 'belady' needs the whole future; it exists in the simulator only")
-    profile = get_profile(config.profile or DEFAULT_PROFILE)
+    try:
+        profile = get_profile(config.profile or DEFAULT_PROFILE)
+    except KeyError as exc:  # get_profile's message lists the known names
+        raise ValueError(exc.args[0]) from None
     return EngineConfig(
         policy=config.policy,
         profile=profile,
@@ -292,6 +295,12 @@ class PbkvService:
             text = DefaultScenario().reply(request, random.Random(seed))
         if not isinstance(text, str):
             text = str(text)
+        candidates = selection_candidates(messages)
+        if candidates and not answers_selection(text, candidates):
+            # A speaker-selection call (AutoGen SelectorGroupChat) the app's scenario did not answer
+            # with one listed name alone: the framework would retry and then give up, so the
+            # default scenario's answer (one listed name) keeps the app's run going.
+            text = DefaultScenario().reply(request, random.Random(seed))
         # App scenarios may ignore max_tokens: the cap is enforced here, as a real server would.
         if max_tokens is not None:
             return truncate_to_tokens(text, max_tokens)

@@ -22,7 +22,13 @@ log = logging.getLogger(__name__)
 PREDICTOR_SPECS = "oracle | uniform | markov | noise:LAMBDA | PATH (trained model file)"
 
 
-def make_predictor(spec: str, horizon: int = 3, trace_records: Sequence[TraceRecord] | None = None) -> Predictor:
+def make_predictor(
+    spec: str,
+    horizon: int = 3,
+    trace_records: Sequence[TraceRecord] | None = None,
+    *,
+    app: str | None = None,
+) -> Predictor:
     """Build the predictor named by ``spec``.
 
     * ``oracle``: the true future from ``trace_records`` (simulator only).
@@ -30,11 +36,23 @@ def make_predictor(spec: str, horizon: int = 3, trace_records: Sequence[TraceRec
     * ``markov``: online Markov chain learned from the stream.
     * ``noise:LAMBDA``: the oracle blended with uniform, ``(1 - LAMBDA) P + LAMBDA U``, where U is
       over every agent the trace holds for the app + END.
-    * anything else is a path to a trained model, loaded with ``predictor.serving.load_predictor``.
+    * anything else is a path to a trained model (``~`` expanded), loaded with
+      ``predictor.serving.load_predictor(path, app=app)``.
+
+    Args:
+        spec: one of the forms above (:data:`PREDICTOR_SPECS`).
+        horizon: K, distributions per prediction.
+        trace_records: the replayed trace (``oracle`` and ``noise`` read its future).
+        app: the app the predictor will serve; a model file trained for another app is then an
+            error. ``None`` accepts a model of any app. Ignored by the built-in predictors.
 
     Raises:
-        ValueError: ``oracle``/``noise`` without trace records, a bad lambda, or a spec that is
-            neither a known name nor an existing file.
+        ValueError: ``oracle``/``noise`` without trace records, a bad lambda; a spec that looks
+            like a path (holds a path separator or a file extension, or starts with ``~``) naming
+            no file ("predictor model file not found: PATH"); any other spec that is neither a
+            known name nor an existing file (the message says both).
+        predictor.store.ModelFileError: (a ``ValueError``) the file is not a model file, has
+            another format version, or was trained for an app other than ``app``.
         ImportError: the trained-model loader is not installed.
     """
     spec = spec.strip()
@@ -58,11 +76,21 @@ def make_predictor(spec: str, horizon: int = 3, trace_records: Sequence[TraceRec
             if isinstance(rec, InvocationRecord):
                 known.setdefault(rec.app, []).append(rec.agent)
         return NoisePredictor(oracle, lam, UniformPredictor(horizon, known))
-    if not os.path.exists(spec):
-        raise ValueError(f"unknown predictor {spec!r}: expected {PREDICTOR_SPECS}")
+    path = os.path.expanduser(spec)
+    if not os.path.exists(path):
+        missing = f"predictor model file not found: {spec}"
+        if _looks_like_path(spec):
+            raise ValueError(missing)
+        raise ValueError(f"unknown predictor {spec!r} (expected {PREDICTOR_SPECS}), and {missing}")
     from predictor.serving import load_predictor  # lazy: pulls in torch
 
-    model = load_predictor(spec)
+    model = load_predictor(path, app=app)
     if getattr(model, "horizon", horizon) != horizon:
         log.warning("model %s predicts %s steps ahead, not the requested %d", spec, model.horizon, horizon)
     return model
+
+
+def _looks_like_path(spec: str) -> bool:
+    # A name typo ("markof") gets both readings; "models/m.pt" or "m.pt" can only be a file.
+    seps = [os.sep] + ([os.altsep] if os.altsep else [])
+    return spec.startswith("~") or any(sep in spec for sep in seps) or bool(os.path.splitext(spec)[1])

@@ -24,7 +24,7 @@ from pbkv_server.scenario import Scenario, ScenarioRequest
 from pbkv_server.tokenizer import count_tokens, truncate_to_tokens
 from pbkv_sdk.trace import message_text
 
-__all__ = ["DefaultScenario", "MEDIAN_REPLY_TOKENS"]
+__all__ = ["DefaultScenario", "MEDIAN_REPLY_TOKENS", "selection_candidates", "answers_selection"]
 
 #: Median reply length in tokens of the log-normal draw.
 MEDIAN_REPLY_TOKENS = 120
@@ -46,8 +46,12 @@ _ROLES = (
     (("test", "qa"), "test"),
     (("summar", "writer", "report", "analy", "answer"), "summary"),
 )
-# "... select the next role from ['planner', 'coder'] to play" (AutoGen's selector prompt shape).
-_SELECT_RE = re.compile(r"select the next (?:role|speaker|agent) from \[([^\]]*)\]", re.IGNORECASE)
+# "... select the next role from ['planner', 'coder'] to play" (AutoGen's selector prompt shape),
+# and the feedback AutoGen sends after an invalid answer ("Please select from: [...]", "select only
+# one from: [...]", "select a different name from: [...]"): the newest such list is the candidates.
+_SELECT_RE = re.compile(
+    r"select (?:the next (?:role|speaker|agent) |only one |a different name )?from:? \[([^\]]*)\]", re.IGNORECASE
+)
 _REACT_PREFIX = "Thought: I now can give a great answer\nFinal Answer: "
 _VERDICTS = ("verified", "needs more evidence", "not supported")
 _TEST_RESULTS = ("all tests passed", "tests failed")
@@ -58,7 +62,7 @@ class DefaultScenario(Scenario):
 
     def reply(self, request: ScenarioRequest, rng: random.Random) -> str:
         """Return the reply text, at most ``request.max_tokens`` tokens (when given)."""
-        roles = _candidate_roles(request)
+        roles = selection_candidates(request.messages)
         if roles:  # a speaker-selection call (e.g. AutoGen SelectorGroupChat): name one role
             return rng.choice(roles)
         target = _draw_length(rng)
@@ -81,12 +85,30 @@ class DefaultScenario(Scenario):
         return truncate_to_tokens(text, max(1, cap))[0] if cap is not None else text
 
 
-def _candidate_roles(request: ScenarioRequest) -> list[str]:
-    for message in reversed(request.messages):
-        match = _SELECT_RE.search(message_text(message))
-        if match:
-            return [r.strip().strip("'\"") for r in match.group(1).split(",") if r.strip().strip("'\"")]
+def selection_candidates(messages: list[dict]) -> list[str]:
+    """The participant names a speaker-selection prompt asks to choose from; ``[]`` if it is none.
+
+    Recognises AutoGen ``SelectorGroupChat``'s default prompt ("select the next role from
+    ['a', 'b']") and its retry feedback; the newest message with such a list wins (the feedback
+    after a repeated speaker lists the allowed names only).
+    """
+    for message in reversed(messages):
+        text = message_text(message)
+        found = list(_SELECT_RE.finditer(text))
+        if found:  # the prompt repeats the list; the last occurrence is the one answered
+            names = (n.strip().strip("'\"") for n in found[-1].group(1).split(","))
+            return [n for n in names if n]
     return []
+
+
+def answers_selection(text: str, candidates: list[str]) -> bool:
+    """Whether ``text`` is a usable answer to a speaker-selection prompt: one candidate name alone.
+
+    Surrounding whitespace, quotes and a final period are allowed. Anything longer is refused even
+    if it names one candidate: AutoGen counts mentions of *every* participant (also the previous
+    speaker, who is not a candidate), so prose that names two agents makes it retry and give up.
+    """
+    return text.strip().strip("'\"`").rstrip(".").strip() in candidates
 
 
 def _wants_react(request: ScenarioRequest) -> bool:

@@ -222,3 +222,42 @@ def test_damaged_archive_keeps_what_was_read_and_does_not_crash(tmp_path):
 def test_parse_log_of_text_without_calls_is_empty():
     assert parse_log("") == []
     assert parse_log(OLD_LOG) == []
+
+
+def test_an_output_path_that_is_a_directory_is_refused_before_reading(tmp_path, monkeypatch):
+    src, out = tmp_path / "logs.tar.gz", tmp_path / "outdir"
+    _tar(src, {"a.log": LOG})
+    out.mkdir()
+    read = []
+    monkeypatch.setattr("pbkv_sdk.importers.chatdev.parse_log", lambda text: read.append(text) or [])
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        import_chatdev(src, out)
+    assert read == [] and not (tmp_path / "outdir.partial").exists()
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), KeyboardInterrupt()])
+def test_a_failure_mid_import_removes_the_partial_file_and_keeps_the_old_output(tmp_path, monkeypatch, error):
+    src, out = tmp_path / "logs.tar.gz", tmp_path / "chatdev.jsonl"
+    _tar(src, {"a.log": LOG})
+    out.write_text("previous trace\n")
+
+    def fail(messages):
+        raise error
+
+    monkeypatch.setattr("pbkv_sdk.importers.chatdev.request_features", fail)
+    with pytest.raises(type(error)):
+        import_chatdev(src, out)
+    assert not (tmp_path / "chatdev.jsonl.partial").exists()
+    assert out.read_text() == "previous trace\n"
+
+
+def test_an_import_without_workflows_writes_nothing_and_keeps_the_old_output(tmp_path):
+    src, out = tmp_path / "noise.bin", tmp_path / "chatdev.jsonl"
+    src.write_bytes(bytes(range(256)) * 4)
+    out.write_text("previous trace\n")
+    summary = import_chatdev(src, out)
+    assert (summary.files, summary.workflows, summary.invocations) == (1, 0, 0)
+    assert summary.skipped == [("noise.bin", "no LLM calls with token counts (older or truncated log format)")]
+    assert out.read_text() == "previous trace\n" and not (tmp_path / "chatdev.jsonl.partial").exists()
+    fresh = tmp_path / "fresh.jsonl"
+    assert import_chatdev(tmp_path / "noise.bin", fresh).workflows == 0 and not fresh.exists()

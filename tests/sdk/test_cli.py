@@ -101,13 +101,64 @@ def test_import_chatdev_reports_a_missing_importer_clearly(tmp_path, monkeypatch
     assert result.exit_code == 2 and "importer is not available" in result.output
 
 
+#: The smallest ChatDev v1 log the importer turns into a workflow: one role-play, one LLM call.
+CHATDEV_LOG = """[2023-18-09 11:05:25 INFO] System: **[RolePlaying]**
+
+| Parameter | Value |
+| --- | --- |
+| **assistant_role_name** | Programmer |
+| **user_role_name** | Chief Technology Officer |
+
+[2023-18-09 11:05:29 INFO] **[OpenAI_Usage_Info Send]**
+num_tokens: 40
+
+[2023-18-09 11:05:33 INFO] **[OpenAI_Usage_Info Receive]**
+prompt_tokens: 40
+completion_tokens: 4
+"""
+
+
 def test_import_chatdev_runs_the_importer_and_prints_its_summary(tmp_path):
     src = tmp_path / "logs"
     src.mkdir()
+    (src / "a.log").write_text(CHATDEV_LOG)
     (src / "empty.log").write_text("no calls here\n")
-    result = runner.invoke(app, ["import", "chatdev", str(src), "--out", str(tmp_path / "o.jsonl")])
+    out = tmp_path / "o.jsonl"
+    result = runner.invoke(app, ["import", "chatdev", str(src), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "1 log file(s): 0 workflows, 0 invocations, 1 skipped" in result.output
+    assert "2 log file(s): 1 workflows, 1 invocations, 1 skipped" in _one_line(result.output)
+    assert [(r.agent, r.prompt_tokens) for r in iter_trace(out) if isinstance(r, InvocationRecord)] == [("Programmer", 40)]
+
+
+def test_import_chatdev_without_any_usable_log_exits_1_and_writes_nothing(tmp_path):
+    (tmp_path / "random.bin").write_bytes(bytes(range(256)) * 8)
+    (tmp_path / "empty.log").write_text("")
+    (tmp_path / "nologs").mkdir()
+    (tmp_path / "nologs" / "readme.txt").write_text("x")
+    for src, why in (("random.bin", "none usable"), ("empty.log", "none usable"), ("nologs", "no .log file found")):
+        out = tmp_path / f"{src}.jsonl"
+        result = runner.invoke(app, ["import", "chatdev", str(tmp_path / src), "--out", str(out)])
+        assert result.exit_code == 1, result.output
+        assert "no ChatDev workflow imported" in _one_line(result.output) and why in _one_line(result.output)
+        assert not out.exists() and not Path(f"{out}.partial").exists()
+
+
+def test_import_chatdev_into_a_directory_is_a_clear_error_and_leaves_no_partial_file(tmp_path):
+    (tmp_path / "a.log").write_text(CHATDEV_LOG)
+    (tmp_path / "outdir").mkdir()
+    result = runner.invoke(app, ["import", "chatdev", str(tmp_path / "a.log"), "--out", str(tmp_path / "outdir")])
+    assert result.exit_code == 2 and not isinstance(result.exception, OSError)
+    assert "is a directory" in _one_line(result.output)
+    assert not (tmp_path / "outdir.partial").exists() and not list((tmp_path / "outdir").iterdir())
+
+
+def test_import_chatdev_into_an_uncreatable_place_is_a_clear_error(tmp_path):
+    (tmp_path / "a.log").write_text(CHATDEV_LOG)
+    (tmp_path / "afile").write_text("x")
+    result = runner.invoke(app, ["import", "chatdev", str(tmp_path / "a.log"), "--out", str(tmp_path / "afile" / "o.jsonl")])
+    assert result.exit_code == 2 and not isinstance(result.exception, OSError)
+    assert "cannot import" in _one_line(result.output)
+    assert (tmp_path / "afile").read_text() == "x"
 
 
 def _one_line(output: str) -> str:

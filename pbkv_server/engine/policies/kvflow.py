@@ -48,7 +48,9 @@ class KVFlowPolicy(Policy):
         self._ref: dict[tuple[str, str], list] = {}
         self._lcp: dict[tuple[str, str], int] = {}
         self._fixed: dict[tuple[str, str], object] = {}
-        self._agents: dict[str, set[str]] = {}
+        # app -> agents in first-seen order (a dict, not a set: _recompute re-files nodes in this
+        # order, which decides heap tie-breaks; a set of strings iterates in per-process hash order)
+        self._agents: dict[str, dict[str, None]] = {}
 
     def steps(self, app: str, agent: str) -> int:
         """Steps-to-execution of ``agent`` in ``app`` (:data:`INF_STEPS` if unreachable)."""
@@ -70,7 +72,7 @@ class KVFlowPolicy(Policy):
     def on_graph(self, app: str) -> None:
         """Precompute graph distances of ``app`` (BFS from every agent) and refresh steps."""
         graph = self.engine.app_graphs[app]
-        nodes = set(graph) | {b for nexts in graph.values() for b in nexts}
+        nodes = dict.fromkeys([*graph, *(b for nexts in graph.values() for b in nexts)])
         dist: dict[str, dict[str, int]] = {}
         for src in nodes:  # BFS from every agent; graphs have tens of agents
             d = {src: 0}
@@ -83,7 +85,7 @@ class KVFlowPolicy(Policy):
                         queue.append(b)
             dist[src] = d
         self._dist[app] = dist
-        self._agents.setdefault(app, set()).update(nodes)
+        self._agents.setdefault(app, {}).update(nodes)
         self._recompute(app)
 
     def on_invocation(self, wf, previous_agent) -> None:
@@ -94,7 +96,7 @@ class KVFlowPolicy(Policy):
         if previous_agent is not None:
             at[previous_agent] -= 1
         at[wf.agent] += 1
-        self._agents.setdefault(wf.app, set()).add(wf.agent)
+        self._agents.setdefault(wf.app, {})[wf.agent] = None
         self._recompute(wf.app)
 
     def on_workflow_end(self, wf) -> None:

@@ -137,3 +137,25 @@ def test_paced_clock_counts_idle_wall_time_and_pace_zero_does_not(start_server, 
     fast = _gap_between_two_calls(start_server(pace=0.0, trace_out=str(tmp_path / "p0.jsonl")),
                                   tmp_path / "p0.jsonl", 0.5)
     assert abs(fast) < 1e-3  # virtual time stands still while the server is idle at pace 0
+
+
+@register_scenario("prose-app-for-selector-test")
+class _ProseScenario(Scenario):
+    """An app scenario that ignores speaker selection (as the SWE example's does)."""
+
+    def reply(self, request: ScenarioRequest, rng: random.Random) -> str:
+        # Names one candidate (tester) and the previous speaker: AutoGen would reject it.
+        return "tester next; the planner should think again"
+
+
+def test_selector_call_gets_one_listed_name_even_when_the_app_scenario_ignores_selection(start_server):
+    prompt = "You are in a role play game. Then select the next role from ['coder', 'tester'] to play. Only return the role."
+    with httpx.Client(base_url=start_server().url) as client:
+        for step in range(10):
+            hints = Hints("wf-sel", "speaker_selector", step, "prose-app-for-selector-test")
+            reply = chat(client, [{"role": "user", "content": prompt}], hints).json()["choices"][0]["message"]["content"]
+            assert reply in ("coder", "tester")
+        # An ordinary call of the same app still gets the app scenario's reply.
+        plain = chat(client, [{"role": "user", "content": "hi"}], Hints("wf-sel", "coder", 10, "prose-app-for-selector-test"))
+    assert plain.json()["choices"][0]["message"]["content"].startswith("tester next")
+

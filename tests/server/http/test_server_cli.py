@@ -77,3 +77,68 @@ def test_console_script_serves_until_interrupted(free_port):
     output = proc.stdout.read()
     assert code in (0, 130) and "Traceback" not in output, output
     assert f"http://127.0.0.1:{free_port}/v1" in output
+
+
+def _startup_error(args: list[str]) -> str:
+    """Run the CLI in-process; assert exit 2 with one ``pbkv-server:`` line and no traceback."""
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("pbkv-server: "), result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_unknown_profile_is_one_line_listing_known_profiles():
+    from pbkv_server.sim.profiles import DEFAULT_PROFILE
+
+    line = _startup_error(["--profile", "nope", "--port", "0"])
+    assert "unknown hardware profile 'nope'" in line and DEFAULT_PROFILE in line
+
+
+@pytest.mark.parametrize("port", ["-1", "70000"])
+def test_port_out_of_range_is_one_line(port):
+    assert f"port must be in 0..65535 (0 = any free port), got {port}" in _startup_error(["--port", port])
+
+
+def test_port_in_use_is_one_line_naming_the_address():
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        line = _startup_error(["--port", str(port), "--policy", "lru"])
+    assert f"cannot listen on 127.0.0.1:{port}" in line and "in use" in line
+
+
+def test_host_not_on_this_machine_is_one_line():
+    line = _startup_error(["--host", "192.0.2.1", "--port", "0", "--policy", "lru"])  # TEST-NET-1
+    assert "cannot listen on 192.0.2.1:0" in line
+
+
+@pytest.mark.parametrize("target", ["dir", "/proc/nope/x"])
+def test_unwritable_trace_out_is_one_line(tmp_path, target):
+    path = str(tmp_path) if target == "dir" else target
+    line = _startup_error(["--port", "0", "--policy", "lru", "--trace-out", path])
+    assert f"cannot write the trace {path!r}" in line
+
+
+def test_unknown_log_level_is_one_line():
+    assert "unknown --log-level 'banana'" in _startup_error(["--log-level", "banana", "--port", "0"])
+
+
+def test_negative_idle_retire_is_rejected():
+    assert "--idle-retire-s must be >= 0" in _startup_error(["--idle-retire-s", "-5", "--port", "0"])
+    with pytest.raises(ValueError, match="idle_retire_s must be > 0"):
+        build_config(policy="lru", predictor=[], idle_retire_s=-5)
+
+
+@pytest.mark.parametrize("token", ["", "  "])
+def test_empty_hint_token_is_rejected_not_silently_disabled(token, monkeypatch):
+    assert "--hint-token (or PBKV_HINT_TOKEN) is empty" in _startup_error(["--hint-token", token, "--port", "0"])
+    monkeypatch.setenv("PBKV_HINT_TOKEN", token)
+    assert "is empty" in _startup_error(["--port", "0"])
+    with pytest.raises(ValueError, match="hint_token must not be empty"):
+        build_config(policy="lru", predictor=[], idle_retire_s=1, hint_token=token)

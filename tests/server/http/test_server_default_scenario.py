@@ -67,3 +67,54 @@ def test_react_prompt_gets_a_final_answer_line():
                           [{"role": "system", "content": system}, {"role": "user", "content": "Revenue of 3M?"}], 50, {})
     text = DefaultScenario().reply(req, random.Random(0))
     assert text.startswith("Thought: I now can give a great answer\nFinal Answer: ") and count_tokens(text) <= 50
+
+
+def _autogen_selector_prompt(participants: list[str], history: str) -> str:
+    # SelectorGroupChat's own default template (autogen-agentchat 0.7.5), formatted as it does.
+    import inspect
+
+    from autogen_agentchat.teams import SelectorGroupChat
+
+    template = inspect.signature(SelectorGroupChat.__init__).parameters["selector_prompt"].default
+    roles = "\n".join(f"{n}: An agent that provides assistance." for n in ("planner", "coder", "tester"))
+    return template.format(roles=roles, participants=str(participants), history=history)
+
+
+def test_autogen_default_selector_prompt_gets_exactly_one_allowed_name_for_every_seed():
+    from pbkv_server.scenarios.default import answers_selection
+
+    # The previous speaker (planner) is left out of {participants}; the history names every agent.
+    history = "user: fix bug 17\n\nplanner: coder should patch it, then tester runs the tests.\n\n"
+    prompt = _autogen_selector_prompt(["coder", "tester"], history)
+    seen = set()
+    for seed in range(200):
+        req = ScenarioRequest("swe", "speaker_selector", "w", seed, [{"role": "user", "content": prompt}], None, {})
+        reply = DefaultScenario().reply(req, random.Random(seed))
+        assert reply in ("coder", "tester")
+        assert answers_selection(reply, ["coder", "tester"])
+        seen.add(reply)
+    assert seen == {"coder", "tester"}
+
+
+def test_autogen_retry_feedback_restricts_the_answer_to_its_list():
+    prompt = _autogen_selector_prompt(["planner", "coder", "tester"], "user: go\n\n")
+    messages = [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": "coder"},
+        {"role": "user", "content": "Repeated speaker is not allowed, please select a different name from: ['tester']."},
+    ]
+    for seed in range(20):
+        req = ScenarioRequest("swe", "speaker_selector", "w", seed, messages, None, {})
+        assert DefaultScenario().reply(req, random.Random(seed)) == "tester"
+
+
+def test_answers_selection_accepts_one_bare_candidate_name_only():
+    from pbkv_server.scenarios.default import answers_selection
+
+    names = ["coder", "tester"]
+    assert answers_selection("coder", names)
+    assert answers_selection(" 'tester'.\n", names)
+    # Prose naming one candidate is refused: AutoGen also counts the (excluded) previous speaker.
+    assert not answers_selection("tester, since the planner is done", names)
+    assert not answers_selection("planner", names)  # not a candidate (the previous speaker)
+    assert not answers_selection("", names)

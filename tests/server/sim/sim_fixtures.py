@@ -27,3 +27,20 @@ def make_inv(wid, step, agent, blocks, tokens, out=3, t_start=0.0, t_end=1.0, ap
 
 def make_end(wid, t, app="app"):
     return WorkflowEndRecord(app=app, workflow_id=wid, t=t)
+
+
+def write_model(path, app: str, agents) -> None:
+    """Save an untrained (randomly initialised) GraphSAGE predictor model file for ``app``: enough
+    for the loader's checks, which look at the file's app, not at its weights."""
+    import numpy as np
+    import torch
+
+    from predictor.data import Vocab
+    from predictor.model import GraphSagePredictorNet, ModelConfig
+    from predictor.store import save_model
+
+    torch.manual_seed(0)
+    vocab = Vocab(app, agents)
+    net = GraphSagePredictorNet(ModelConfig(vocab_size=len(vocab), dim=16, hidden=16, feature_dim=8),
+                                np.zeros((len(vocab), len(vocab)), dtype=np.float32))
+    save_model(path, net, vocab)

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pbkv_server.bench_cli import ALL_POLICIES, app
+from sim_fixtures import write_model
 
 runner = CliRunner()
 REQUIRED = {"hit_rate", "host_hit_rate", "mean_latency_s", "mean_ttft_s", "evictions", "timeline"}
@@ -96,6 +97,7 @@ def test_missing_file_is_a_clear_error(tmp_path):
     (["--profile", "tpu"], "unknown hardware profile"),
     (["--predictor", "noise:x"], "noise lambda"),
     (["--predictor", "magic"], "unknown predictor"),
+    (["--predictor", "/no/such/model.pt"], "predictor model file not found: /no/such/model.pt"),
     (["--concurrency", "0"], "concurrency"),
 ])
 def test_bad_options_are_clear_errors(trace, args, message):
@@ -105,6 +107,46 @@ def test_bad_options_are_clear_errors(trace, args, message):
 def test_synth_rejects_unknown_graph_and_existing_output(tmp_path, trace):
     assert "unknown graph" in _bad(["synth", "--graph", "nope", "--out", str(tmp_path / "x.jsonl")])
     assert "exists" in _bad(["synth", "--out", str(trace)])
+
+
+def test_synth_help_says_an_existing_output_is_refused_as_synth_does(tmp_path, trace):
+    result = runner.invoke(app, ["synth", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    assert "appended" not in result.output and "must not exist" in result.output
+    before = trace.read_bytes()
+    assert "exists" in _bad(["synth", "--out", str(trace)])
+    assert trace.read_bytes() == before  # refused, and nothing was appended
+
+
+def test_profiles_table_fits_80_columns_with_whole_names():
+    from pbkv_server.sim.profiles import PROFILES
+
+    result = runner.invoke(app, ["profiles"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert "…" not in result.output
+    assert max(len(line) for line in lines) <= 80
+    for name, p in PROFILES.items():  # each row starts with the whole name and ends with host tokens
+        row = [line for line in lines if line.split() and line.split()[0] == name]
+        assert len(row) == 1, name
+        assert row[0].split()[-1] == str(p.host_kv_tokens)
+
+
+def test_replay_with_a_model_for_another_app_is_a_clear_error(trace, tmp_path):
+    model = tmp_path / "hover.pt"
+    write_model(model, "hover", ["claim", "verify"])
+    text = _bad(["replay", str(trace), "--policy", "lru", "--predictor", str(model)])
+    assert "trained for app 'hover', not 'codegen'" in text
+
+
+def test_replay_with_a_model_for_the_traces_app_runs(trace, tmp_path):
+    model = tmp_path / "codegen.pt"
+    write_model(model, "codegen", ["planner", "coder", "tester", "analyzer"])
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["replay", str(trace), "--policy", "he", "--predictor", str(model),
+                                 "--device-tokens", "30000", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["he"]["predictor"] == str(model)
 
 
 def test_profiles_lists_every_profile_with_its_source():

@@ -16,6 +16,7 @@ from pbkv_server.predictors import (
     mix,
 )
 from predictor.api import END_AGENT, PredictionQuery
+from sim_fixtures import write_model
 
 
 def inv(wid: str, step: int, agent: str, app: str = "app") -> InvocationRecord:
@@ -180,8 +181,45 @@ def test_factory_builds_each_spec():
     assert isinstance(noisy, NoisePredictor) and noisy.lam == 0.25 and noisy.horizon == 2
 
 
-@pytest.mark.parametrize("spec,match", [("oracle", "trace"), ("noise:abc", "lambda"), ("noise:2", "lambda"),
-                                        ("/no/such/model.pt", "unknown predictor")])
+@pytest.mark.parametrize("spec,match", [("oracle", "trace"), ("noise:abc", "lambda"), ("noise:2", "lambda")])
 def test_factory_rejects_bad_specs_clearly(spec, match):
     with pytest.raises(ValueError, match=match):
         make_predictor(spec, 3, None if spec == "oracle" else TRACE)
+
+
+@pytest.mark.parametrize("spec", ["/no/such/model.pt", "models/m.pt", "m.pt", "~/no-such-pbkv-model"])
+def test_factory_missing_model_path_says_file_not_found_not_unknown_predictor(spec):
+    with pytest.raises(ValueError) as info:
+        make_predictor(spec, 3, TRACE)
+    assert str(info.value) == f"predictor model file not found: {spec}"
+
+
+def test_factory_spec_that_is_neither_a_name_nor_a_file_names_both_readings():
+    with pytest.raises(ValueError) as info:
+        make_predictor("markof", 3, TRACE)
+    text = str(info.value)
+    assert "unknown predictor 'markof'" in text and "markov" in text  # the known names are listed
+    assert "predictor model file not found: markof" in text
+
+
+def test_factory_loads_a_model_file_for_its_app_and_rejects_one_for_another_app(tmp_path):
+    from predictor.store import ModelFileError
+
+    path = tmp_path / "m.pt"
+    write_model(path, "codegen", ["planner", "coder"])
+    model = make_predictor(str(path), 3, app="codegen")
+    assert model.app == "codegen" and model.horizon == 3
+    assert make_predictor(str(path), 3).app == "codegen"  # no app given: any app's model loads
+    with pytest.raises(ModelFileError, match="trained for app 'codegen', not 'hover'"):
+        make_predictor(str(path), 3, app="hover")
+
+
+def test_factory_expands_home_in_model_paths(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    write_model(tmp_path / "m.pt", "codegen", ["planner"])
+    assert make_predictor("~/m.pt", 3, app="codegen").app == "codegen"
+
+
+def test_factory_builtin_specs_ignore_the_app():
+    assert isinstance(make_predictor("markov", 3, app="anything"), MarkovPredictor)
+    assert isinstance(make_predictor("oracle", 3, TRACE, app="anything"), OraclePredictor)
