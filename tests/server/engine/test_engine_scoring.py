@@ -172,3 +172,40 @@ def test_new_prediction_rescores_only_that_workflows_nodes():
     assert {rec.owner for rec in changed} == {0, 2}
     assert n2.score == before == pytest.approx(2.19)
     assert n3.score == pytest.approx(2 * 2.19)
+
+
+def test_rescored_and_released_records_come_in_touch_order_not_address_order():
+    # The engine re-files nodes in the order these lists give, and that order breaks heap ties:
+    # it must be the order the workflow touched its nodes (a set would give address order).
+    from pbkv_server.engine.scoring import NodeScore
+
+    board = ScoreBoard(gamma=0.5, horizon=2)
+    recs = [NodeScore(f"node{i}") for i in range(64)]
+    order = recs[1::2] + recs[::2]  # touch order unrelated to creation (address) order
+    for rec in order:
+        board.touch(rec, "w", "a")
+    board.forget(order[5])  # a forgotten record leaves the list, the rest keep their order
+    expected = [rec for rec in order if rec is not order[5]]
+    assert board.set_prediction("w", Prediction([{"a": 1.0}, {"a": 1.0}])) == expected
+    assert all(rec.score == pytest.approx(1.5) for rec in expected)  # 1.0 + 0.5 * 1.0 (survival 1)
+    assert board.end_workflow("w") == expected
+
+
+def test_score_of_three_or_more_agents_is_summed_in_sorted_order():
+    # Float sums of three terms depend on their order ((0.1 + 0.2) + 0.3 != (0.3 + 0.2) + 0.1), and
+    # a frozenset of agent names iterates in string-hash order, which changes with PYTHONHASHSEED:
+    # the board adds a node's agents in sorted order, so a score is the same in every process.
+    from pbkv_server.engine.scoring import NodeScore
+
+    weights = {"c": 0.3, "a": 0.1, "b": 0.2, "d": 1e-17}
+    sorted_sum = 0.0
+    for agent in sorted(weights):
+        sorted_sum += weights[agent]
+    assert sorted_sum != 0.3 + 0.2 + 0.1 + 1e-17  # the test would check nothing if order did not matter
+    for touch_order in (["a", "b", "c", "d"], ["d", "c", "b", "a"], ["c", "a", "d", "b"]):
+        board = ScoreBoard(gamma=1.0, horizon=1)
+        rec = NodeScore(None)
+        for agent in touch_order:  # no prediction yet: the contribution stays 0 while touching
+            board.touch(rec, "w", agent)
+        board.set_prediction("w", Prediction([dict(weights)]))  # one from-scratch sum over A_w(c)
+        assert rec.score == sorted_sum and rec.value == sorted_sum
