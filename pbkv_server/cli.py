@@ -8,6 +8,7 @@ answers from a scenario; ``--engine sglang`` hands over to the SGLang plugin's l
 from __future__ import annotations
 
 import logging
+import os
 from typing import List, NoReturn, Optional
 
 import typer
@@ -56,6 +57,8 @@ def main(
         _fail(f"unexpected arguments {ctx.args} (only --engine sglang takes extra arguments)")
     if idle_retire_s < 0:
         _fail(f"--idle-retire-s must be >= 0 (0 = never retire), got {idle_retire_s:g}")
+    if hint_token is None and "PBKV_HINT_TOKEN" in os.environ:
+        hint_token = os.environ["PBKV_HINT_TOKEN"]  # click reads an empty variable as unset
     if hint_token is not None and not hint_token.strip():
         _fail("--hint-token (or PBKV_HINT_TOKEN) is empty; give a secret or leave it unset")
     try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import statistics
 import time
@@ -39,7 +40,7 @@ from rich.table import Table
 from pbkv_sdk.protocol import END_PATH, Hints
 from pbkv_sdk.trace import InvocationRecord, TraceFormatError, WorkflowEndRecord, group_workflows, read_trace
 
-__all__ = ["command", "replay", "block_token_ids", "PromptBook", "RequestResult", "ReplaySummary"]
+__all__ = ["command", "replay", "check_arguments", "block_token_ids", "PromptBook", "RequestResult", "ReplaySummary"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -154,6 +155,40 @@ class ReplaySummary:
 # ---------------------------------------------------------------------------- replay
 
 
+def check_arguments(*, target: str, concurrency: int = 1, api: str = "auto", gap_scale: float = 0.0,
+                    timeout_s: float = 600.0, max_output_tokens: int | None = None, limit: int | None = None) -> None:
+    """Check replay settings before any request is sent (bad ones would make every request fail).
+
+    Args:
+        target: base URL with an ``http``/``https`` scheme and a host.
+        concurrency: >= 1 workflows in flight. api: ``auto`` | ``generate`` | ``chat``.
+        gap_scale: >= 0 (a factor on recorded gaps). timeout_s: > 0 seconds per request.
+        max_output_tokens: ``None`` or >= 1 tokens. limit: ``None`` or >= 1 workflows.
+
+    Raises:
+        ValueError: the first bad setting, named by its CLI flag.
+    """
+    try:
+        url = httpx.URL(target)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise ValueError(f"--target {target!r} is not a URL ({exc})") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"--target {target!r} is not an http(s) URL; give the scheme and host, "
+                         "e.g. http://127.0.0.1:30000")
+    if concurrency < 1:
+        raise ValueError(f"--concurrency must be >= 1, got {concurrency}")
+    if api not in ("auto", "generate", "chat"):
+        raise ValueError(f"--api must be auto, generate or chat, got {api!r}")
+    if not gap_scale >= 0 or math.isinf(gap_scale):  # "not >=" also catches NaN
+        raise ValueError(f"--gap-scale must be a finite number >= 0 (0 = back to back), got {gap_scale:g}")
+    if not timeout_s > 0 or math.isinf(timeout_s):
+        raise ValueError(f"--timeout must be a finite number of seconds > 0, got {timeout_s:g}")
+    if max_output_tokens is not None and max_output_tokens < 1:
+        raise ValueError(f"--max-output-tokens must be >= 1, got {max_output_tokens}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be >= 1 workflows, got {limit}")
+
+
 async def replay(records: Sequence[Any], target: str, concurrency: int, api: str = "auto", vocab_size: int = 32000,
                  gap_scale: float = 0.0, model: str = "default", timeout_s: float = 600.0,
                  progress: Optional[Progress] = None, max_output_tokens: int | None = None) -> ReplaySummary:
@@ -172,12 +207,10 @@ async def replay(records: Sequence[Any], target: str, concurrency: int, api: str
         progress: optional rich progress bar (one tick per request).
 
     Raises:
-        ValueError: bad ``api`` or ``concurrency``, or a trace without invocations.
+        ValueError: a bad argument (see :func:`check_arguments`) or a trace without invocations.
     """
-    if concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
-    if api not in ("auto", "generate", "chat"):
-        raise ValueError(f"api must be auto, generate or chat, got {api!r}")
+    check_arguments(target=target, concurrency=concurrency, api=api, gap_scale=gap_scale, timeout_s=timeout_s,
+                    max_output_tokens=max_output_tokens)
     workflows = group_workflows(records)
     if not workflows:
         raise ValueError("the trace holds no invocations")
@@ -349,12 +382,18 @@ def command(
 ) -> None:
     """Replay a trace against a live server (SGLang or pbkv-server) and measure TTFT, latency, cached tokens."""
     try:
+        check_arguments(target=target, concurrency=concurrency, api=api, gap_scale=gap_scale, timeout_s=timeout_s,
+                        max_output_tokens=max_output_tokens, limit=limit)
+    except ValueError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(code=2) from None
+    try:
         records = read_trace([str(p) for p in trace])
     except (OSError, TraceFormatError) as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=2) from None
     if limit is not None:
-        keep = set(list(group_workflows(records))[:max(0, limit)])
+        keep = set(list(group_workflows(records))[:limit])
         records = [r for r in records if r.workflow_id in keep]
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:

@@ -14,6 +14,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
 __all__ = ["ApiError", "error_body", "install_error_handlers", "read_json_body"]
 
@@ -67,6 +69,25 @@ def install_error_handlers(app: FastAPI) -> None:
             error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
         )
 
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_: Request, exc: RecursionError) -> JSONResponse:
+        # Deeply nested JSON exhausts the parser's (or a later walker's) recursion: the client's fault.
+        return JSONResponse(error_body(400, "request body is nested too deeply", "invalid_json"), status_code=400)
+
+    @app.exception_handler(UnicodeError)
+    async def _bad_text(_: Request, exc: UnicodeError) -> JSONResponse:
+        # E.g. a JSON-escaped lone surrogate ("\ud800") reaching a UTF-8 encoder (hashing, tokenizer).
+        message = f"request text cannot be encoded as UTF-8 ({exc.__class__.__name__}: {exc.reason}); " \
+                  "lone surrogates are not allowed"
+        return JSONResponse(error_body(400, message, "invalid_text"), status_code=400)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, _: ClientDisconnect) -> Response:
+        # The client closed the connection while sending its body: nobody reads an answer, and it
+        # is not a server fault, so no traceback. 499 is nginx's "client closed request".
+        log.debug("client disconnected while sending %s %s", request.method, request.url.path)
+        return Response(status_code=499)
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # A bug must still answer in the client's error format (and be logged with its traceback).
@@ -82,7 +103,9 @@ async def read_json_body(request: Request, max_bytes: int) -> Any:
 
     Raises:
         ApiError: 413 (``request_too_large``) when the declared or actual size exceeds
-            ``max_bytes``; 400 (``invalid_json``) when the body is not UTF-8 JSON.
+            ``max_bytes``; 400 (``invalid_json``) when the body is not UTF-8 JSON or is nested
+            deeper than the parser's recursion limit.
+        ClientDisconnect: the client went away mid-body (answered by a quiet handler).
     """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
@@ -101,3 +124,5 @@ async def read_json_body(request: Request, max_bytes: int) -> Any:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
+    except RecursionError:
+        raise ApiError(400, "request body is nested too deeply", "invalid_json") from None

@@ -93,23 +93,38 @@ def build_predictor(specs: Mapping[str, str], horizon: int) -> Predictor | None:
     """Build the engine's predictor from ``{app: spec}``; ``None`` when ``specs`` is empty.
 
     Specs are those of :func:`pbkv_server.predictors.make_predictor` that work live (``markov``,
-    ``uniform``, a model PATH); ``oracle``/``noise`` need a trace and raise there.
+    ``uniform``, a model PATH); ``oracle``/``noise`` need a trace and raise there. A model file
+    bound to an app (``APP=PATH``) must have been trained for that app; one bound to ``"*"``
+    may belong to any app.
 
     Raises:
-        ValueError: a spec is unknown or needs a trace.
+        ValueError: a spec is unknown or needs a trace, a model file is missing ("file not
+            found"), unreadable, or trained for another app; the message starts with the flag
+            (``--predictor APP=SPEC``).
     """
     if not specs:
         return None
     from pbkv_server.predictors import make_predictor
 
     built: dict[str, Predictor] = {}
-    cache: dict[str, Predictor] = {}
+    cache: dict[tuple[str, str | None], Predictor] = {}
     for app, spec in specs.items():
+        own_app = None if app == ANY_APP else app
         # Apps naming the same online spec share one model: it learns every app's transitions
-        # under their own app keys, so sharing loses nothing and saves memory.
-        if spec not in cache:
-            cache[spec] = make_predictor(spec, horizon)
-        built[app] = cache[spec]
+        # under their own app keys, so sharing loses nothing and saves memory. A model file is
+        # loaded per app, because each load checks the file's app against the one it serves.
+        key = (spec, None) if spec.strip() in _SHARED_SPECS else (spec, own_app)
+        if key not in cache:
+            try:
+                cache[key] = make_predictor(spec, horizon, app=own_app)
+            except ValueError as exc:
+                flag = spec if own_app is None else f"{app}={spec}"
+                raise ValueError(f"--predictor {flag}: {exc}") from None
+        built[app] = cache[key]
     if list(built) == [ANY_APP]:
         return built[ANY_APP]
     return AppRoutedPredictor(built, horizon)
+
+
+#: Online specs whose one instance can serve many apps (they key what they learn by app).
+_SHARED_SPECS = frozenset({"markov", "uniform"})

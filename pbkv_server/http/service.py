@@ -17,7 +17,9 @@ import time
 import uuid
 from typing import Any, Callable, Mapping
 
-from pbkv_sdk.protocol import END_STATUSES, HEADER_HINT_TOKEN, Hints, parse_hints
+from pbkv_sdk.protocol import (
+    END_STATUSES, HEADER_HINT_TOKEN, HintError, Hints, encode_name, parse_hints, validate_workflow_id,
+)
 from pbkv_sdk.trace import canonical_prompt, prefix_hashes, request_features
 from pbkv_server.engine import EngineConfig, EngineRequest
 from pbkv_server.http.config import ServerConfig
@@ -243,8 +245,14 @@ class PbkvService:
         """Handle ``POST .../workflows/{id}/end``; returns whether the workflow was active.
 
         Raises:
-            ApiError: 400 for a body that is not an object or a status outside ``END_STATUSES``.
+            ApiError: 400 for an id the protocol calls invalid (``validate_workflow_id``: 1-128 of
+                ``[A-Za-z0-9._:-]``), a body that is not an object, or a status outside
+                ``END_STATUSES``. A valid id the server never saw is fine (idempotent end).
         """
+        try:
+            validate_workflow_id(workflow_id)
+        except HintError as exc:
+            raise ApiError(400, str(exc), "invalid_workflow_id", "workflow_id") from None
         status = "completed"
         if body is not None:
             if not isinstance(body, dict):
@@ -258,9 +266,15 @@ class PbkvService:
         """Handle ``PUT .../apps/{app}/graph``: ``{"edges": {agent: [next agents]}}`` (or the map itself).
 
         Raises:
-            ApiError: 400 for a graph that is not a map of agent name to list of agent names.
+            ApiError: 400 for an invalid app name (empty, over 128 encoded characters, control
+                characters, or bytes that are not UTF-8 in the path), or a graph that is not a
+                non-empty map of agent name to list of agent names.
         """
+        _check_app_name(app)
         edges = body.get("edges", body) if isinstance(body, dict) else None
+        if isinstance(edges, dict) and not edges:
+            raise ApiError(400, "graph has no edges: expected {\"edges\": {agent: [next agent, ...]}}",
+                           "invalid_graph", "edges")
         if not isinstance(edges, dict) or not all(
             isinstance(k, str) and isinstance(v, list) and all(isinstance(x, str) for x in v)
             for k, v in edges.items()
@@ -342,3 +356,14 @@ class PbkvService:
             await asyncio.sleep(period)
             for wid in self.table.retire_idle(time.monotonic()):
                 self._end(wid, RETIRED_IDLE, source="idle")
+
+
+def _check_app_name(app: str) -> None:
+    """Raise a 400 :class:`ApiError` unless ``app`` is a name the hint protocol can carry."""
+    # The path is percent-decoded with replacement: U+FFFD marks bytes that were not UTF-8 (%FF).
+    if "\ufffd" in app or any(ord(c) < 0x20 or ord(c) == 0x7F for c in app):
+        raise ApiError(400, "app name must be UTF-8 text without control characters", "invalid_app", "app")
+    try:
+        encode_name(app)
+    except HintError as exc:
+        raise ApiError(400, f"invalid app name: {exc}", "invalid_app", "app") from None

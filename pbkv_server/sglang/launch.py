@@ -82,10 +82,12 @@ def main(policy: str, sglang_args: list[str]) -> int:
         sglang_args: arguments for ``sglang.launch_server`` (``--model-path`` etc.).
 
     Returns:
-        The server's exit status (2 for a :class:`LaunchError`, printed to stderr).
+        The server's exit status (2 for a :class:`LaunchError`, printed to stderr, which includes
+        an interpreter without SGLang: the message says to run ``scripts/setup_sglang.sh``).
     """
     try:
         cmd = build_command(policy, sglang_args)
+        _check_sglang_installed(cmd[0])
     except LaunchError as exc:
         print(f"pbkv-server: {exc}", file=sys.stderr)
         return 2
@@ -104,3 +106,25 @@ def main(policy: str, sglang_args: list[str]) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _check_sglang_installed(python: str) -> None:
+    """Fail early, with the fix, when ``python`` is missing or cannot import sglang.
+
+    Without this the launched server dies with a bare "No module named 'sglang'".
+
+    Raises:
+        LaunchError: the interpreter does not run or has no ``sglang`` package.
+    """
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 3)"
+    try:
+        code = subprocess.run([python, "-c", probe], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=60).returncode
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        code, why = None, f"cannot run {python} ({exc})"
+    if code == 0:
+        return
+    if code is not None:
+        why = f"sglang is not installed for {python}"
+    raise LaunchError(f"{why}; run scripts/setup_sglang.sh (creates .venv-sglang) or set PBKV_SGLANG_PYTHON "
+                      "to an interpreter that has SGLang")

@@ -131,3 +131,34 @@ def test_unreadable_trace_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(app, ["live-replay", str(bad), "--target", "http://127.0.0.1:9"])
     assert result.exit_code == 2
     assert "version" in result.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--target", "notaurl"], "--target 'notaurl' is not an http(s) URL"),
+        (["--target", "localhost:18311"], "--target 'localhost:18311' is not an http(s) URL"),
+        (["--timeout", "0"], "--timeout must be a finite number of seconds > 0, got 0"),
+        (["--timeout", "-1"], "--timeout must be a finite number of seconds > 0, got -1"),
+        (["--limit", "-1"], "--limit must be >= 1 workflows, got -1"),
+        (["--limit", "0"], "--limit must be >= 1 workflows, got 0"),
+        (["--gap-scale", "-1"], "--gap-scale must be a finite number >= 0"),
+        (["--max-output-tokens", "0"], "--max-output-tokens must be >= 1, got 0"),
+        (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
+    ],
+)
+def test_bad_arguments_are_refused_before_the_trace_is_read(tmp_path, flags, message):
+    from pbkv_server.bench_cli import app
+
+    missing = tmp_path / "not-read.jsonl"  # never opened: the argument check comes first
+    args = ["live-replay", str(missing), "--target", "http://127.0.0.1:9", *flags]
+    result = CliRunner().invoke(app, args, terminal_width=400)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "No such file" not in result.output
+
+
+def test_replay_function_checks_its_arguments_too():
+    with pytest.raises(ValueError, match="--timeout must be"):
+        asyncio.run(replay([], "http://127.0.0.1:9", concurrency=1, timeout_s=0))
+    with pytest.raises(ValueError, match="is not an http"):
+        asyncio.run(replay([], "127.0.0.1:9", concurrency=1))

@@ -146,3 +146,74 @@ def test_sdk_end_signal_carries_hint_token_from_environment(start_server, monkey
     ending.end_workflow("wf-tok", "completed", server_url=server.url, timeout_s=2.0)
     assert ending.flush(5.0)
     assert table.get("wf-tok") is None and table.ended_status("wf-tok") == "completed"
+
+
+def test_deeply_nested_body_is_400_not_500(start_server):
+    server = start_server(policy="lru")
+    deep = b'{"messages": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    with httpx.Client(base_url=server.url) as client:
+        resp = client.post("/v1/chat/completions", content=deep, headers={"content-type": "application/json"})
+        err = _is_openai_error(resp, 400)
+        assert err["code"] == "invalid_json" and "nested too deeply" in err["message"]
+        assert chat(client, USER).status_code == 200  # the server keeps serving
+
+
+def test_unicode_encode_error_anywhere_in_a_request_is_400(start_server, monkeypatch):
+    server = start_server(policy="lru")
+
+    def tokenizer_chokes(*args, **kwargs):
+        "\ud800".encode("utf-8")  # raises the real UnicodeEncodeError a lone surrogate causes
+
+    monkeypatch.setattr(server.service, "prepare", tokenizer_chokes)
+    with httpx.Client(base_url=server.url) as client:
+        raw = b'{"messages": [{"role": "user", "content": "\\ud800 x"}]}'  # JSON-escaped lone surrogate
+        resp = client.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+        err = _is_openai_error(resp, 400)
+    assert err["code"] == "invalid_text" and "surrogate" in err["message"]
+
+
+def test_end_signal_with_an_invalid_workflow_id_is_400_and_valid_unknown_ids_stay_204(start_server):
+    server = start_server(policy="lru")
+    with httpx.Client(base_url=server.url) as client:
+        for raw in ("a%20b", "x" * 500, "%FF", "a%2Fb"):
+            resp = client.post(f"/pbkv/v1/workflows/{raw}/end", json={})
+            err = _is_openai_error(resp, 400)
+            assert err["code"] == "invalid_workflow_id" and err["param"] == "workflow_id", raw
+        ok = "x" * 128  # the protocol's longest id, never seen by this server
+        assert client.post(END_PATH.format(workflow_id=ok), json={}).status_code == 204
+        assert client.post(END_PATH.format(workflow_id="never.seen:1-2_3"), json={}).status_code == 204
+
+
+def test_graph_without_edges_or_with_a_bad_app_name_is_400(start_server):
+    server = start_server(policy="kvflow")
+    edges = {"edges": {"planner": ["coder"]}}
+    with httpx.Client(base_url=server.url) as client:
+        for body in ({}, {"edges": {}}):
+            err = _is_openai_error(client.put(GRAPH_PATH.format(app="demo"), json=body), 400)
+            assert err["code"] == "invalid_graph" and "no edges" in err["message"]
+        for raw in ("%FF", "a%09b", "y" * 200):
+            err = _is_openai_error(client.put(f"/pbkv/v1/apps/{raw}/graph", json=edges), 400)
+            assert err["code"] == "invalid_app" and err["param"] == "app", raw
+        # A non-ASCII name, percent-encoded as UTF-8, is a valid app.
+        assert client.put("/pbkv/v1/apps/caf%C3%A9/graph", json=edges).status_code == 204
+    assert set(server.service.driver.engine.app_graphs) == {"café"}
+
+
+def test_client_disconnect_mid_body_is_logged_at_debug_not_as_unhandled(start_server, caplog):
+    import logging
+    import socket
+    import time
+
+    server = start_server(policy="lru")
+    caplog.set_level(logging.DEBUG, logger="pbkv_server.http.errors")
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"messages\": [")
+        time.sleep(0.2)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any("disconnected" in r.message for r in caplog.records):
+        time.sleep(0.05)
+    messages = [(r.levelno, r.message) for r in caplog.records if r.name == "pbkv_server.http.errors"]
+    assert (logging.DEBUG, "client disconnected while sending POST /v1/chat/completions") in messages
+    assert not any(level >= logging.ERROR for level, _ in messages)

@@ -142,3 +142,18 @@ def test_empty_hint_token_is_rejected_not_silently_disabled(token, monkeypatch):
     assert "is empty" in _startup_error(["--port", "0"])
     with pytest.raises(ValueError, match="hint_token must not be empty"):
         build_config(policy="lru", predictor=[], idle_retire_s=1, hint_token=token)
+
+
+def test_sglang_engine_without_sglang_env_says_to_run_setup_script(monkeypatch, tmp_path):
+    # An interpreter that exists but has no sglang (a bare venv-less python with an empty path).
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -I -S \"$@\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PBKV_SGLANG_PYTHON", str(fake))
+    result = CliRunner().invoke(app, ["--engine", "sglang", "--", "--model-path", "m"])
+    assert result.exit_code == 2, result.output
+    assert f"sglang is not installed for {fake}" in result.output
+    assert "scripts/setup_sglang.sh" in result.output
+    monkeypatch.setenv("PBKV_SGLANG_PYTHON", str(tmp_path / "missing-python"))
+    result = CliRunner().invoke(app, ["--engine", "sglang"])
+    assert result.exit_code == 2 and "cannot run" in result.output and "setup_sglang.sh" in result.output

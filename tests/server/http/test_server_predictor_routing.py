@@ -54,3 +54,40 @@ def test_flags_parse_and_build():
     assert build_predictor({}, 3) is None
     with pytest.raises(ValueError):
         build_predictor({"*": "/no/such/model.pt"}, 3)
+
+
+def _model_for(tmp_path, app: str):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "sim_fixtures_for_routing", Path(__file__).resolve().parents[1] / "sim" / "sim_fixtures.py")
+    fixtures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixtures)
+    path = tmp_path / f"{app}.pt"
+    fixtures.write_model(path, app, ["planner", "coder"])
+    return str(path)
+
+
+def test_model_trained_for_another_app_is_refused_at_startup(tmp_path):
+    path = _model_for(tmp_path, "research")
+    with pytest.raises(ValueError, match=rf"--predictor codegen={path}: .*trained for app 'research', not 'codegen'"):
+        build_predictor({"codegen": path}, 3)
+    # Bound to its own app, or to every app ("*"), the same file loads.
+    assert build_predictor({"research": path}, 3) is not None
+    assert build_predictor({"*": path}, 3) is not None
+
+
+def test_wrong_app_model_and_missing_file_are_one_line_cli_errors(tmp_path):
+    from typer.testing import CliRunner
+
+    from pbkv_server.cli import app
+
+    path = _model_for(tmp_path, "research")
+    result = CliRunner().invoke(app, ["--port", "0", "--predictor", f"codegen={path}"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "trained for app 'research', not 'codegen'" in result.output
+    missing = str(tmp_path / "runs" / "hover" / "predictor.pt")
+    result = CliRunner().invoke(app, ["--port", "0", "--predictor", f"hover={missing}"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "file not found" in result.output and missing in result.output
