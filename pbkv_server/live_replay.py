@@ -173,8 +173,7 @@ def check_arguments(*, target: str, concurrency: int = 1, api: str = "auto", gap
     except (httpx.InvalidURL, TypeError) as exc:
         raise ValueError(f"--target {target!r} is not a URL ({exc})") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError(f"--target {target!r} is not an http(s) URL; give the scheme and host, "
-                         "e.g. http://127.0.0.1:30000")
+        raise ValueError(f"--target {target!r} is not an http(s) URL (e.g. http://127.0.0.1:30000)")
     if concurrency < 1:
         raise ValueError(f"--concurrency must be >= 1, got {concurrency}")
     if api not in ("auto", "generate", "chat"):

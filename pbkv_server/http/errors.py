@@ -77,8 +77,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(UnicodeError)
     async def _bad_text(_: Request, exc: UnicodeError) -> JSONResponse:
         # E.g. a JSON-escaped lone surrogate ("\ud800") reaching a UTF-8 encoder (hashing, tokenizer).
-        message = f"request text cannot be encoded as UTF-8 ({exc.__class__.__name__}: {exc.reason}); " \
-                  "lone surrogates are not allowed"
+        message = f"request text is not valid UTF-8 ({exc.reason}); lone surrogates are not allowed"
         return JSONResponse(error_body(400, message, "invalid_text"), status_code=400)
 
     @app.exception_handler(ClientDisconnect)

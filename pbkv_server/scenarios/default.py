@@ -108,7 +108,7 @@ def answers_selection(text: str, candidates: list[str]) -> bool:
     if it names one candidate: AutoGen counts mentions of *every* participant (also the previous
     speaker, who is not a candidate), so prose that names two agents makes it retry and give up.
     """
-    return text.strip().strip("'\"`").rstrip(".").strip() in candidates
+    return text.strip(" \t\r\n'\"`.") in candidates
 
 
 def _wants_react(request: ScenarioRequest) -> bool:
