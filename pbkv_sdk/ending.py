@@ -16,12 +16,12 @@ import logging
 import os
 import queue
 import threading
-import time
 import urllib.parse
 
 import httpx
 
 from pbkv_sdk.protocol import END_PATH, END_STATUSES, HEADER_HINT_TOKEN
+from pbkv_sdk.queues import wait_done
 
 log = logging.getLogger(__name__)
 
@@ -117,12 +117,7 @@ class _Sender:
         return sum(t.is_alive() for t in self._threads)
 
     def flush(self, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while self._queue.unfinished_tasks:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-        return True
+        return wait_done(self._queue, timeout_s)
 
     def _run(self) -> None:
         while True:

@@ -18,11 +18,11 @@ import os
 import queue
 import re
 import threading
-import time
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from pbkv_sdk.queues import wait_done
 from pbkv_sdk.trace import (
     DEFAULT_BLOCK_CHARS,
     InvocationRecord,
@@ -104,12 +104,7 @@ class TraceRecorder:
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every queued item is on disk; ``True`` if that happened within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while self._queue.unfinished_tasks:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-        return True
+        return wait_done(self._queue, timeout_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Flush, stop the thread and close the file; idempotent."""
