@@ -49,13 +49,15 @@ def _main() -> None:
 def synth(
     out: Path = typer.Option(..., "--out", help="output trace file (JSONL); must not exist yet (synth never appends a second workload)"),
     graph: str = typer.Option("codegen", help="call graph: codegen, research, finance or mixed"),
-    workflows: int = typer.Option(200, help="number of workflows"),
+    workflows: int = typer.Option(200, min=1, max=1_000_000, help="number of workflows (at most 1,000,000)"),
     seed: int = typer.Option(0, help="random seed"),
     block_chars: int = typer.Option(256, help="characters per prefix-hash block (multiple of 4)"),
 ) -> None:
     """Write a seeded synthetic multi-agent workload as a v1 trace."""
     from pbkv_server.sim.synth import write_trace
 
+    if out.is_dir():
+        raise _fail(f"--out {out} is a directory; give a file path")
     if out.exists():
         raise _fail(f"{out} exists; refusing to append a second workload to it")
     problem = _output_problem(out)

@@ -8,6 +8,7 @@ answers from a scenario; ``--engine sglang`` hands over to the SGLang plugin's l
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import List, NoReturn, Optional
 
@@ -55,8 +56,10 @@ def main(
         _fail(f"unknown engine {engine!r}: expected sim or sglang")
     if ctx.args:
         _fail(f"unexpected arguments {ctx.args} (only --engine sglang takes extra arguments)")
-    if idle_retire_s < 0:
-        _fail(f"--idle-retire-s must be >= 0 (0 = never retire), got {idle_retire_s:g}")
+    if not math.isfinite(idle_retire_s) or idle_retire_s < 0:
+        _fail(f"--idle-retire-s must be a finite number >= 0 (0 = never retire), got {idle_retire_s:g}")
+    if not host.strip():
+        _fail("--host is empty; give an address such as 127.0.0.1 (an empty host would listen on all interfaces)")
     if hint_token is None and "PBKV_HINT_TOKEN" in os.environ:
         hint_token = os.environ["PBKV_HINT_TOKEN"]  # click reads an empty variable as unset
     if hint_token is not None and not hint_token.strip():

@@ -84,10 +84,20 @@ def _fail(message: str) -> NoReturn:
 
 
 def _check_at_least_one(**options: Optional[int]) -> None:
-    """Exit 2 naming the first option (keyword = flag name without dashes) that is below 1."""
+    """Exit 2 naming the first option (keyword = flag name without dashes) that is below 1.
+
+    ``threads`` is also capped at :data:`MAX_THREADS` (an absurd count makes torch abort).
+    """
     for name, value in options.items():
         if value is not None and value < 1:
             _fail(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    threads = options.get("threads")
+    if threads is not None and threads > MAX_THREADS:
+        _fail(f"--threads must be at most {MAX_THREADS}, got {threads}")
+
+
+#: Most torch CPU threads the CLI accepts.
+MAX_THREADS = 256
 
 
 def _parse_sizes(sizes: str) -> list[int]:
@@ -163,7 +173,7 @@ def train(
     app_name: Optional[str] = typer.Option(None, "--app", help="app to train for (needed when traces mix apps)"),
     k: int = typer.Option(DEFAULT_K, help="horizon K"),
     epochs: int = typer.Option(60, help="maximum epochs (early stopping on a 10% validation split)"),
-    seed: int = typer.Option(0, help="seed of the validation split and the initialisation"),
+    seed: int = typer.Option(0, min=0, max=2**32 - 1, help="seed of the validation split and the initialisation"),
     threads: int = typer.Option(1, help="torch CPU threads (more only on an idle machine: OpenMP threads spin when cores are shared)"),
 ) -> None:
     """Train the GraphSAGE predictor on TRACES and save it to one file with its metadata.

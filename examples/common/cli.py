@@ -32,8 +32,8 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
         concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="replay concurrency (default: the paper's)"),
         profile: str = typer.Option("a6000-qwen3-14b", "--profile", help="hardware profile (pbkv_server.sim.profiles)"),
         pressure: float = typer.Option(0.5, "--pressure", min=0.01, max=1.0, help="device capacity / live working set"),
-        host_ratio: float = typer.Option(2.0, "--host-ratio", min=0.0, help="host KV tier / device (2 = HiCache default, 0 = none)"),
-        seed: int = typer.Option(0, "--seed", help="task split, scenario and training seed"),
+        host_ratio: float = typer.Option(2.0, "--host-ratio", min=0.0, max=64.0, help="host KV tier / device (2 = HiCache default, 0 = none)"),
+        seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="task split, scenario and training seed"),
         epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="predictor training epochs"),
         no_belady: bool = typer.Option(False, "--no-belady", help="skip the offline Belady reference"),
     ) -> None:

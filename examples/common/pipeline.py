@@ -19,6 +19,7 @@ import math
 import os
 import random
 import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -280,8 +281,11 @@ def _check_creatable(folder: Path, flag: str) -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise OutputPathError(f"{flag}: cannot create {folder}: {probe} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputPathError(f"{flag}: cannot write under {probe} (permission denied)")
+    # A real probe, not os.access: for root, os.access says "writable" even under /proc.
+    try:
+        tempfile.TemporaryDirectory(dir=probe, prefix=".pbkv-probe-").cleanup()
+    except OSError as exc:
+        raise OutputPathError(f"{flag}: cannot write under {probe} ({exc.strerror or exc})") from None
 
 
 def _write_json_atomic(path: Path, summary: dict[str, Any]) -> None:

@@ -206,3 +206,16 @@ def test_canonicalise_trace_groups_workflows_in_id_order_and_steps_in_order(tmp_
 def test_workflow_id_for_is_a_valid_stable_hint_id(task_id: str, expected: str) -> None:
     assert workflow_id_for(task_id) == expected
     validate_workflow_id(workflow_id_for(task_id))
+
+
+def test_unwritable_json_location_is_found_by_a_real_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # /proc refuses new files even to root, although os.access reports it writable for root.
+    monkeypatch.setenv("PBKV_DATA_DIR", str(tmp_path / "no-data"))
+    code, out = _invoke("hover_langchain", "--quick", "--json", "/proc/pbkv-nope/x.json", "--out-dir", str(tmp_path / "runs"))
+    assert code == 2 and "--json" in out and "cannot write under /proc" in out
+
+
+@pytest.mark.parametrize("args", [["--seed", "-1"], ["--host-ratio", "inf"]])
+def test_seed_and_host_ratio_are_checked_before_the_run(args: list[str], tmp_path: Path) -> None:
+    code, out = _invoke("hover_langchain", "--quick", *args, "--out-dir", str(tmp_path / "runs"))
+    assert code == 2 and args[0] in out

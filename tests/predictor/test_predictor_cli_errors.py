@@ -145,3 +145,13 @@ def test_an_app_not_in_the_traces_lists_the_apps_there(trace, tmp_path, no_train
 @pytest.mark.parametrize("command", ["eval", "curve"])
 def test_an_empty_model_list_is_rejected(trace, no_training, command):
     assert _error_line(runner.invoke(app, [command, str(trace), "--models", " , "])) == "error: --models names no model"
+
+
+def test_absurd_thread_count_is_refused_before_torch_sees_it(trace, tmp_path, no_training):
+    line = _error_line(runner.invoke(app, ["train", str(trace), "--out", str(tmp_path / "m.pt"), "--threads", "100000"]))
+    assert f"--threads must be at most {cli.MAX_THREADS}, got 100000" in line
+
+
+def test_negative_training_seed_is_a_usage_error(trace, tmp_path, no_training):
+    result = runner.invoke(app, ["train", str(trace), "--out", str(tmp_path / "m.pt"), "--seed", "-1"])
+    assert result.exit_code == 2 and "--seed" in result.output and "Traceback" not in result.output

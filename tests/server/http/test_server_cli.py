@@ -130,7 +130,7 @@ def test_unknown_log_level_is_one_line():
 
 
 def test_negative_idle_retire_is_rejected():
-    assert "--idle-retire-s must be >= 0" in _startup_error(["--idle-retire-s", "-5", "--port", "0"])
+    assert "--idle-retire-s must be a finite number >= 0" in _startup_error(["--idle-retire-s", "-5", "--port", "0"])
     with pytest.raises(ValueError, match="idle_retire_s must be > 0"):
         build_config(policy="lru", predictor=[], idle_retire_s=-5)
 
@@ -157,3 +157,12 @@ def test_sglang_engine_without_sglang_env_says_to_run_setup_script(monkeypatch, 
     monkeypatch.setenv("PBKV_SGLANG_PYTHON", str(tmp_path / "missing-python"))
     result = CliRunner().invoke(app, ["--engine", "sglang"])
     assert result.exit_code == 2 and "cannot run" in result.output and "setup_sglang.sh" in result.output
+
+
+def test_empty_host_is_refused_rather_than_listening_on_all_interfaces():
+    assert "--host is empty" in _startup_error(["--host", "", "--port", "0"])
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_idle_retire_must_be_finite(value):
+    assert "--idle-retire-s must be a finite number" in _startup_error(["--idle-retire-s", value, "--port", "0"])

@@ -260,3 +260,10 @@ def test_truncated_last_line_is_skipped_and_the_rest_replayed(trace, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"{cut}:{len(lines) + 1}" in proc.stderr and "Traceback" not in proc.stderr
     assert json.loads(out.read_text())["lru"]["requests"] == n_inv
+
+
+def test_synth_rejects_a_directory_and_an_unbounded_workflow_count(tmp_path):
+    result = runner.invoke(app, ["synth", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "is a directory" in result.output
+    huge = runner.invoke(app, ["synth", "--workflows", "100000000000", "--out", str(tmp_path / "x.jsonl")])
+    assert huge.exit_code == 2 and not (tmp_path / "x.jsonl").exists()
