@@ -48,7 +48,7 @@ def _main() -> None:
 @app.command()
 def synth(
     out: Path = typer.Option(..., "--out", help="output trace file (JSONL); must not exist yet (synth never appends a second workload)"),
-    graph: str = typer.Option("codegen", help="call graph: codegen, research, finance or mixed"),
+    graph: str = typer.Option("codegen", help="call graph: codegen, research, finance, supervisor (routed) or mixed"),
     workflows: int = typer.Option(200, min=1, max=1_000_000, help="number of workflows (at most 1,000,000)"),
     seed: int = typer.Option(0, help="random seed"),
     block_chars: int = typer.Option(256, help="characters per prefix-hash block (multiple of 4)"),

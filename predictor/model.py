@@ -3,10 +3,15 @@
 Forward pass, for a batch of B samples over a vocabulary of V tokens (agents + PAD/UNK/END):
 
 1. Agent embeddings ``E`` [V, d] are refined by two GraphSAGE layers over the row-normalised
-   transition matrix ``T`` estimated from the training traces (Eq. 3): ``G = SAGE2(SAGE1(E))``.
-2. Scaled dot-product attention over the prefix with the current agent as query (Eq. 4):
-   ``c = softmax(q K^T / sqrt(d)) V`` with ``q = W_q g_cur`` and keys/values from the prefix
-   agents' refined embeddings plus a recency position embedding.
+   transition matrix ``T`` estimated from the training traces (Eq. 3): ``G = E + SAGE2(SAGE1(E))``.
+   The skip term keeps agents with the same successors apart: mean aggregation alone maps two
+   alternative tools that both hand back to the coder to nearly the same vector, and the model
+   then failed, on some seeds, to tell which of them a workflow used (synthetic ``supervisor``).
+2. Scaled dot-product attention over the prefix with the current agent as query (Eq. 4), in H
+   heads of width d/H: ``c_h = softmax(q_h K_h^T / sqrt(d/H)) V_h`` with ``q = W_q g_cur`` and
+   keys/values from the prefix agents' refined embeddings plus a recency position embedding.
+   With one head, training locked onto a recency pattern on some seeds and missed the agent that
+   decides the route (validation loss 0.27 instead of 0.23); four heads learned it on all 10 seeds tried.
 3. ``h_txt = ReLU(W_txt x)`` from the request features ``x`` (the stand-in of the prefill hidden
    state).
 4. ``[g_cur, c, h_txt, e_step]`` -> two-layer MLP with dropout -> K heads of logits over the V
@@ -41,6 +46,7 @@ class ModelConfig:
         dim: d, embedding width.
         hidden: width of the two MLP layers.
         dropout: dropout probability in the MLP.
+        heads: attention heads H (``dim`` must be a multiple of H).
         use_text: ``False`` drops h_txt (the ablation without the semantic stream).
     """
 
@@ -51,7 +57,12 @@ class ModelConfig:
     dim: int = 128
     hidden: int = 288
     dropout: float = 0.1
+    heads: int = 4
     use_text: bool = True
+
+    def __post_init__(self):
+        if self.heads < 1 or self.dim % self.heads:
+            raise ValueError(f"dim {self.dim} is not a multiple of heads {self.heads}")
 
     def to_json(self) -> dict:
         """Plain dict (stored in model files)."""
@@ -141,7 +152,8 @@ class GraphSagePredictorNet(nn.Module):
 
     def forward(self, prefix, prefix_len, step, current, features):  # noqa: D102 (class docstring)
         c = self.config
-        g = self.sage2(self.sage1(self.embed.weight, self.adj), self.adj)  # [V, d]
+        e = self.embed.weight
+        g = e + self.sage2(self.sage1(e, self.adj), self.adj)  # [V, d]
         # F.embedding gathers rows like g[idx] but its backward is a fast dense scatter-add.
         g_cur = F.embedding(current, g)  # [B, d]
         # Keys/values: prefix agents (right-aligned) followed by the current agent.
@@ -154,9 +166,14 @@ class GraphSagePredictorNet(nn.Module):
         keys = F.embedding(seq, self.k(g)) + (pos @ self.k.weight.T)[None]  # [B, L+1, d]
         values = F.embedding(seq, self.v(g)) + (pos @ self.v.weight.T)[None]
         valid = rec[None, :] <= prefix_len[:, None]  # current (rec 0) always valid
-        scores = (self.q(g_cur)[:, None, :] * keys).sum(-1) / math.sqrt(c.dim)  # [B, L+1]
-        scores = scores.masked_fill(~valid, float("-inf"))
-        ctx = (torch.softmax(scores, dim=1)[:, :, None] * values).sum(1)  # [B, d]
+        # H heads of width d/H: scores [B, H, L+1], context [B, H, d/H] -> [B, d].
+        b, h = seq.shape[0], c.heads
+        q = self.q(g_cur).view(b, h, 1, -1)
+        keys = keys.view(b, length, h, -1).transpose(1, 2)  # [B, H, L+1, d/H]
+        values = values.view(b, length, h, -1).transpose(1, 2)
+        scores = (q * keys).sum(-1) / math.sqrt(c.dim // h)  # [B, H, L+1]
+        scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+        ctx = (torch.softmax(scores, dim=-1)[..., None] * values).sum(2).reshape(b, -1)  # [B, d]
         parts = [g_cur, ctx, self.step_embed(step.clamp(max=MAX_STEP_EMBED))]
         if self.txt is not None:
             parts.append(F.relu(self.txt(features)))

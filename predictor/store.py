@@ -18,7 +18,7 @@ from predictor.model import GraphSagePredictorNet, ModelConfig
 
 FORMAT_NAME = "pbkv-predictor"
 #: Bump when the file layout or the network changes incompatibly.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class ModelFileError(ValueError):

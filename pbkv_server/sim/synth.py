@@ -1,8 +1,9 @@
 """Seeded synthetic multi-agent workloads written as v1 traces (DESIGN.md section 5; issue 2 item 7).
 
 A workflow walks a call graph: a prologue of agents, then a loop body repeated a number of times,
-then END. The loop count depends on a hidden per-workflow property (task difficulty, claim hop
-count, ...) that also chooses the words of the task and of the newest messages, so the request
+then END; in a routed graph (``supervisor``) the first agent also picks one of several
+(prologue, loop) routes, which every later round repeats. The loop count depends on a hidden
+per-workflow property (task difficulty, claim hop count, ...) that also chooses the words of the task and of the newest messages, so the request
 features (:func:`pbkv_sdk.trace.request_features` of the newest message) carry a learnable signal.
 The "signal" agent's output (a test log, an evidence summary) additionally says whether another
 round follows (truthfully with probability 0.9), as a real tool result would.
@@ -35,6 +36,7 @@ __all__ = [
     "DEFAULT_SYNTH_BLOCK_CHARS",
     "AgentSpec",
     "HiddenProperty",
+    "Route",
     "GraphSpec",
     "generate",
     "write_trace",
@@ -82,6 +84,9 @@ class HiddenProperty:
         min_loops: loops always done.
         p_continue: probability of each further loop (geometric), capped by the graph's max.
         words: words of the task and of messages about it.
+        route_weights: sampling weights of the graph's :class:`Route` s for workflows with this
+            value (same order as ``GraphSpec.routes``; empty: uniform). Harder tasks favour longer
+            strategies, so the route an agent history shows also hints at the loop count.
     """
 
     label: str
@@ -89,6 +94,28 @@ class HiddenProperty:
     min_loops: int
     p_continue: float
     words: tuple[str, ...]
+    route_weights: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Route:
+    """A strategy the first agent picks once per workflow and every repair round repeats.
+
+    Models a supervisor-style app (a LangGraph supervisor, an AutoGen selector) whose planner
+    decides, from the task, whether to reproduce the bug first, look up code and docs first, or go
+    straight to a patch: the choice shows in which agents run, and rounds of different routes have
+    different lengths, so the next agents depend on the workflow's earlier agents, not only on the
+    current agent and the step.
+
+    Attributes:
+        name: route name (recorded nowhere in the trace).
+        prologue: agents of the first round.
+        loop: agents of each repair round.
+    """
+
+    name: str
+    prologue: tuple[str, ...]
+    loop: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -107,6 +134,8 @@ class GraphSpec:
         max_loops: cap on further rounds.
         common_words: filler vocabulary of the app.
         continue_words / stop_words: outcome words of the signal agent's message.
+        routes: alternative (prologue, loop) strategies drawn per workflow with the hidden
+            property's ``route_weights``; when set they replace ``prologue`` and ``loop``.
     """
 
     app: str
@@ -121,6 +150,7 @@ class GraphSpec:
     common_words: tuple[str, ...] = ()
     continue_words: tuple[str, ...] = ()
     stop_words: tuple[str, ...] = ()
+    routes: tuple[Route, ...] = ()
 
 
 def _w(text: str) -> tuple[str, ...]:
@@ -204,8 +234,41 @@ FINANCE = GraphSpec(
     common_words=_w("company question financial statement the of"),
 )
 
+# A supervisor-routed coding app: the planner picks a route from the task and each repair round
+# repeats it, so which agent follows the analyzer (and how long a round is) depends on an agent
+# that ran many steps earlier. CODEGEN's agents plus a bug reproducer and a code/docs searcher.
+SUPERVISOR = GraphSpec(
+    app="supervisor",
+    preamble_tokens=900,
+    agents={
+        **CODEGEN.agents,
+        "reproducer": AgentSpec("reproducer", (800, 1100), (150, 400), (300, 1200), (2.0, 10.0),
+                                _w("reproduce script minimal example observed output run")),
+        "searcher": AgentSpec("searcher", (600, 900), (80, 200), (800, 2000), (0.5, 3.0),
+                              _w("grep definition usage docs reference symbol")),
+    },
+    prologue=CODEGEN.prologue,
+    loop=CODEGEN.loop,
+    routes=(
+        Route("direct", ("planner", "coder", "tester"), ("analyzer", "coder", "tester")),
+        Route("reproduce", ("planner", "reproducer", "coder", "tester"), ("analyzer", "reproducer", "coder", "tester")),
+        Route("lookup", ("planner", "searcher", "coder", "tester"), ("analyzer", "searcher", "coder", "tester")),
+    ),
+    properties=(
+        HiddenProperty("easy", 0.3, 0, 0.3, _w("typo rename docstring comment spelling readme label string"), (0.6, 0.1, 0.3)),
+        HiddenProperty("medium", 0.4, 0, 0.6, _w("parser validation edge case argument option default config"), (0.3, 0.3, 0.4)),
+        HiddenProperty("hard", 0.3, 1, 0.75, _w("concurrency race deadlock migration refactor async cache protocol"), (0.1, 0.6, 0.3)),
+    ),
+    task_tokens=(1500, 6000),
+    signal_agent="coder",
+    max_loops=6,
+    common_words=CODEGEN.common_words,
+    continue_words=CODEGEN.continue_words,
+    stop_words=CODEGEN.stop_words,
+)
+
 #: Built-in graphs by name; ``"mixed"`` in :func:`generate` draws one per workflow.
-GRAPHS: dict[str, GraphSpec] = {g.app: g for g in (CODEGEN, RESEARCH, FINANCE)}
+GRAPHS: dict[str, GraphSpec] = {g.app: g for g in (CODEGEN, RESEARCH, FINANCE, SUPERVISOR)}
 
 
 # --------------------------------------------------------------------------- public API
@@ -306,8 +369,12 @@ def _workflow(spec: GraphSpec, roles: dict[str, int], wid: str, t0: float, rng: 
         loops += 1
     if not spec.loop:
         loops = 0
-    sequence = list(spec.prologue) + list(spec.loop) * loops
-    rounds = [0] * len(spec.prologue) + [r + 1 for r in range(loops) for _ in spec.loop]
+    prologue, loop = spec.prologue, spec.loop
+    if spec.routes:  # drawn only for routed graphs, so the other graphs' traces stay as they were
+        route = rng.choices(spec.routes, weights=prop.route_weights or None)[0]
+        prologue, loop = route.prologue, route.loop
+    sequence = list(prologue) + list(loop) * loops
+    rounds = [0] * len(prologue) + [r + 1 for r in range(loops) for _ in loop]
 
     task_tokens = _loguniform(rng, *spec.task_tokens)
     task_text = _words(rng, spec.common_words, 6) + _words(rng, prop.words, 5)

@@ -60,6 +60,42 @@ def test_codegen_walks_the_call_graph_with_loops():
     assert len(lengths) >= 3  # loops vary between workflows
 
 
+def test_supervisor_repeats_the_planners_route_in_every_repair_round():
+    # Routes: planner [X] coder tester ( analyzer [X] coder tester )*, X in {reproducer, searcher}
+    # or absent, and the same X (or none) in every round of one workflow.
+    walk = re.compile(r"^planner( reproducer| searcher)? coder tester( analyzer\1? coder tester)*$")
+    routes, lengths = set(), set()
+    for invs in group_workflows(generate("supervisor", 120, seed=2)).values():
+        agents = " ".join(r.agent for r in invs)
+        m = walk.match(agents)
+        assert m, agents
+        assert [r.step for r in invs] == list(range(len(invs)))
+        routes.add(m.group(1))
+        lengths.add(len(invs))
+    assert routes == {None, " reproducer", " searcher"}
+    assert {3, 4} <= lengths and max(lengths) >= 12  # routes and repair rounds both vary
+
+
+def test_supervisor_route_depends_on_the_hidden_difficulty():
+    # Hard tasks (min_loops 1: at least one repair round) pick "reproduce" with weight 0.6, easy
+    # ones with 0.1, so workflows with repair rounds use the reproducer more often than the others.
+    flows = list(group_workflows(generate("supervisor", 600, seed=9)).values())
+    def share(group):
+        return sum(invs[1].agent == "reproducer" for invs in group) / len(group)
+    no_repair = [f for f in flows if len(f) <= 4]
+    repaired = [f for f in flows if len(f) > 4]
+    assert share(repaired) > share(no_repair) + 0.1
+
+
+def test_routed_graph_leaves_the_other_graphs_traces_unchanged():
+    # Routes are drawn only for routed graphs: a codegen walk still follows its fixed loop and the
+    # generator's random stream is untouched (first workflow's agents and token counts below were
+    # produced before routes existed, seed 3).
+    first = next(iter(group_workflows(generate("codegen", 1, seed=3)).values()))
+    assert [r.agent for r in first] == ["planner", "coder", "tester"] + ["analyzer", "coder", "tester"] * 8
+    assert [r.prompt_tokens for r in first][:6] == [6611, 8016, 9321, 9432, 10422, 11165]
+
+
 def test_prompt_sharing_structure():
     spec = GRAPHS["codegen"]
     block = 256
