@@ -11,7 +11,8 @@ Forward pass, for a batch of B samples over a vocabulary of V tokens (agents + P
    heads of width d/H: ``c_h = softmax(q_h K_h^T / sqrt(d/H)) V_h`` with ``q = W_q g_cur`` and
    keys/values from the prefix agents' refined embeddings plus a recency position embedding.
    With one head, training locked onto a recency pattern on some seeds and missed the agent that
-   decides the route (validation loss 0.27 instead of 0.23); four heads learned it on all 10 seeds tried.
+   decides the route (validation loss 0.27 instead of 0.23); four heads learned it on all 10
+   seeds tried.
 3. ``h_txt = ReLU(W_txt x)`` from the request features ``x`` (the stand-in of the prefill hidden
    state).
 4. ``[g_cur, c, h_txt, e_step]`` -> two-layer MLP with dropout -> K heads of logits over the V
