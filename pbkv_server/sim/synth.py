@@ -4,9 +4,9 @@ A workflow walks a call graph: a prologue of agents, then a loop body repeated a
 then END; in a routed graph (``supervisor``) the first agent also picks one of several
 (prologue, loop) routes, which every later round repeats. The loop count depends on a hidden
 per-workflow property (task difficulty, claim hop count, ...) that also chooses the words of the
-task and of the newest messages, so the request features (:func:`pbkv_sdk.trace.request_features` of the newest message) carry a learnable signal.
-The "signal" agent's output (a test log, an evidence summary) additionally says whether another
-round follows (truthfully with probability 0.9), as a real tool result would.
+task and of the newest messages, so the request features (:func:`pbkv_sdk.trace.request_features`
+of the newest message) carry a learnable signal. The "signal" agent's output (a test log, an
+evidence summary) additionally says whether another round follows (truthfully with probability 0.9), as a real tool result would.
 
 Prompt layout of agent X at step i of workflow w (chat order, as group-chat frameworks build it)::
 
