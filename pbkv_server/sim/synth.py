@@ -6,7 +6,8 @@ then END; in a routed graph (``supervisor``) the first agent also picks one of s
 per-workflow property (task difficulty, claim hop count, ...) that also chooses the words of the
 task and of the newest messages, so the request features (:func:`pbkv_sdk.trace.request_features`
 of the newest message) carry a learnable signal. The "signal" agent's output (a test log, an
-evidence summary) additionally says whether another round follows (truthfully with probability 0.9), as a real tool result would.
+evidence summary) additionally says whether another round follows (truthfully with probability
+0.9), as a real tool result would.
 
 Prompt layout of agent X at step i of workflow w (chat order, as group-chat frameworks build it)::
 
