@@ -61,7 +61,8 @@ def load_model(path: str | os.PathLike[str], app: str | None = None) -> LoadedMo
     Raises:
         FileNotFoundError: no such file.
         ModelFileError: not a PBKV predictor file, a format version other than
-            :data:`FORMAT_VERSION`, or an app other than ``app``.
+            :data:`FORMAT_VERSION`, an app other than ``app``, or damaged contents (a
+            configuration or weights that do not fit together).
     """
     try:
         payload = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
@@ -78,9 +79,14 @@ def load_model(path: str | os.PathLike[str], app: str | None = None) -> LoadedMo
         )
     if app is not None and payload.get("app") != app:
         raise ModelFileError(f"{path}: model was trained for app {payload.get('app')!r}, not {app!r}")
-    vocab = Vocab.from_json({"app": payload["app"], "tokens": payload["vocab"]})
-    config = ModelConfig(**payload["config"])
-    state = payload["state_dict"]
-    net = GraphSagePredictorNet(config, state["adj"])
-    net.load_state_dict(state)
+    try:
+        vocab = Vocab.from_json({"app": payload["app"], "tokens": payload["vocab"]})
+        config = ModelConfig(**payload["config"])
+        state = payload["state_dict"]
+        net = GraphSagePredictorNet(config, state["adj"])
+        net.load_state_dict(state)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        # A file with the right header but damaged contents (edited config, missing or
+        # mis-shaped weights): one clear error instead of a torch traceback.
+        raise ModelFileError(f"{path}: damaged PBKV predictor model file ({exc.__class__.__name__}: {exc})"[:300]) from None
     return LoadedModel(net.eval(), vocab, dict(payload.get("info", {})))

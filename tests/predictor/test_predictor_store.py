@@ -46,6 +46,24 @@ def test_other_format_version_is_a_clear_error(trained, tmp_path):
         load_model(tmp_path / "v2.pt")
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda p: p["config"].update(heads=3),  # 128 does not split into 3 heads
+        lambda p: p["config"].update(dim=64),  # weights of width 128 in a width-64 network
+        lambda p: p["state_dict"].pop("heads.weight"),
+        lambda p: p.pop("vocab"),
+    ],
+    ids=["heads", "dim", "missing-weight", "missing-vocab"],
+)
+def test_damaged_contents_are_one_clear_error(trained, tmp_path, damage):
+    payload = torch.load(trained[0], weights_only=True)
+    damage(payload)
+    torch.save(payload, tmp_path / "bad.pt")
+    with pytest.raises(ModelFileError, match="damaged PBKV predictor model file"):
+        load_model(tmp_path / "bad.pt")
+
+
 def test_other_app_is_a_clear_error(trained):
     with pytest.raises(ModelFileError, match="trained for app 'loopy', not 'hover'"):
         load_predictor(trained[0], app="hover")
