@@ -15,6 +15,7 @@ does not depend on the weights). Prints the parameter count and one line per (pa
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 
@@ -25,16 +26,22 @@ from predictor.api import PredictionQuery
 from predictor.data import Vocab
 from predictor.model import GraphSagePredictorNet, ModelConfig, count_parameters
 from predictor.serving import load_predictor
-from predictor.store import save_model
+from predictor.store import ModelFileError, save_model
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="model file (default: a fresh default-size model)")
     ap.add_argument("--agents", type=int, default=20, help="agents of the fresh model")
-    ap.add_argument("--reps", type=int, default=200, help="timed repetitions per measurement")
+    ap.add_argument("--reps", type=int, default=200,
+                    help="timed repetitions per measurement (serving at batch 1024: reps/10, at least 20)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = ap.parse_args()
+    for flag, value in (("--reps", args.reps), ("--agents", args.agents), ("--threads", args.threads)):
+        if value < 1:
+            ap.error(f"{flag} must be >= 1, got {value}")
+    if args.model is not None and not os.path.isfile(args.model):
+        ap.error(f"--model {args.model}: no such file")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -46,7 +53,10 @@ def main() -> None:
             net = GraphSagePredictorNet(ModelConfig(vocab_size=v), adj).eval()
             path = f"{tmp}/fresh.pt"
             save_model(path, net, vocab)
-        pred = load_predictor(path)
+        try:
+            pred = load_predictor(path)
+        except ModelFileError as exc:
+            ap.error(str(exc))
     net, cfg, vocab = pred._net, pred._cfg, pred._vocab
     agents = vocab.tokens[3:]
     print(f"model: {path}  agents: {len(agents)}  K: {cfg.k}  parameters: {count_parameters(net):,}  torch threads: {torch.get_num_threads()}")

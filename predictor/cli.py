@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pbkv_sdk.trace import read_trace
-from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, build_samples, build_vocab, holdout_split, workflows_from_records
+from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, build_samples, build_vocab, holdout_split, split_workflows, workflows_from_records
 from predictor.model import count_parameters
 from predictor.store import save_model
 from predictor.train import MODEL_NAMES, TrainConfig, fit, predict_proba, run_experiment, top1_accuracy
@@ -260,7 +260,8 @@ def curve(
     """Learning curve: accuracy at k = 1..K versus the number of training workflows.
 
     Exits 2 with a one-line message on a bad option (a size, seeds, K, epochs or threads below
-    1), a --json that cannot be written, or fewer than 3 workflows of the app.
+    1, or a size above the trace's training split), a --json that cannot be written, or fewer
+    than 3 workflows of the app.
     """
     _check_at_least_one(seeds=seeds, k=k, epochs=epochs, threads=threads)
     size_list = _parse_sizes(sizes)
@@ -268,6 +269,13 @@ def curve(
     if json_out is not None:
         _check_writable(json_out, "--json")
     workflows = _load(traces, app_name, MIN_SPLIT_WORKFLOWS)
+    # The training split has the same size for every seed; a larger size would silently train on
+    # fewer workflows than its row label says.
+    available = len(split_workflows(workflows, 0).train)
+    too_big = [size for size in size_list if size > available]
+    if too_big:
+        _fail(f"--sizes {too_big[0]} is more than the {available} training workflows of this trace "
+              f"({len(workflows)} workflows, 70% train)")
     _threads(threads)
     all_rows: dict[str, list[np.ndarray]] = {}
     for size in size_list:

@@ -72,10 +72,15 @@ def load_model(path: str | os.PathLike[str], app: str | None = None) -> LoadedMo
         raise ModelFileError(f"{path}: not a PBKV predictor model file ({exc.__class__.__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT_NAME:
         raise ModelFileError(f"{path}: not a PBKV predictor model file")
-    if payload.get("version") != FORMAT_VERSION:
+    version = payload.get("version")
+    if version != FORMAT_VERSION:
+        if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+            advice = "it was written by a newer PBKV: upgrade this installation"
+        else:
+            advice = "retrain with `pbkv-predictor train`"
+        shown = version if isinstance(version, int) else repr(version)
         raise ModelFileError(
-            f"{path}: model file format version {payload.get('version')!r}, this code reads version "
-            f"{FORMAT_VERSION}; retrain with `pbkv-predictor train`"
+            f"{path}: model file format version {shown}, this code reads version {FORMAT_VERSION}; {advice}"
         )
     if app is not None and payload.get("app") != app:
         raise ModelFileError(f"{path}: model was trained for app {payload.get('app')!r}, not {app!r}")
@@ -83,6 +88,11 @@ def load_model(path: str | os.PathLike[str], app: str | None = None) -> LoadedMo
         vocab = Vocab.from_json({"app": payload["app"], "tokens": payload["vocab"]})
         config = ModelConfig(**payload["config"])
         state = payload["state_dict"]
+        v = config.vocab_size
+        if len(vocab) != v:
+            raise ValueError(f"vocabulary of {len(vocab)} tokens for a network over {v}")
+        if tuple(state["adj"].shape) != (v, v):
+            raise ValueError(f"transition matrix of shape {tuple(state['adj'].shape)}, expected {(v, v)}")
         net = GraphSagePredictorNet(config, state["adj"])
         net.load_state_dict(state)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:

@@ -155,3 +155,9 @@ def test_absurd_thread_count_is_refused_before_torch_sees_it(trace, tmp_path, no
 def test_negative_training_seed_is_a_usage_error(trace, tmp_path, no_training):
     result = runner.invoke(app, ["train", str(trace), "--out", str(tmp_path / "m.pt"), "--seed", "-1"])
     assert result.exit_code == 2 and "--seed" in result.output and "Traceback" not in result.output
+
+
+def test_curve_size_above_the_training_split_is_refused(trace, no_training):
+    # 12 workflows -> round(0.7 * 12) = 8 in the training split; a row "@ 9" would train on 8.
+    line = _error_line(runner.invoke(app, ["curve", str(trace), "--models", "markov1", "--sizes", "4,9"]))
+    assert line == "error: --sizes 9 is more than the 8 training workflows of this trace (12 workflows, 70% train)"

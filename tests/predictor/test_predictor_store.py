@@ -53,8 +53,12 @@ def test_other_format_version_is_a_clear_error(trained, tmp_path):
         lambda p: p["config"].update(dim=64),  # weights of width 128 in a width-64 network
         lambda p: p["state_dict"].pop("heads.weight"),
         lambda p: p.pop("vocab"),
+        lambda p: p.pop("state_dict"),
+        lambda p: p.update(config={}),
+        lambda p: p.update(vocab=p["vocab"][:-1]),  # one agent short: predictions would be mislabelled
+        lambda p: p["state_dict"].update(adj=p["state_dict"]["adj"][:1]),  # would broadcast silently
     ],
-    ids=["heads", "dim", "missing-weight", "missing-vocab"],
+    ids=["heads", "dim", "missing-weight", "missing-vocab", "missing-state", "empty-config", "short-vocab", "adj-shape"],
 )
 def test_damaged_contents_are_one_clear_error(trained, tmp_path, damage):
     payload = torch.load(trained[0], weights_only=True)
@@ -62,6 +66,23 @@ def test_damaged_contents_are_one_clear_error(trained, tmp_path, damage):
     torch.save(payload, tmp_path / "bad.pt")
     with pytest.raises(ModelFileError, match="damaged PBKV predictor model file"):
         load_model(tmp_path / "bad.pt")
+
+
+@pytest.mark.parametrize(
+    "version, message",
+    [
+        (FORMAT_VERSION + 1, f"format version {FORMAT_VERSION + 1}, this code reads version {FORMAT_VERSION}; it was written by a newer PBKV"),
+        (FORMAT_VERSION - 1, f"format version {FORMAT_VERSION - 1}, this code reads version {FORMAT_VERSION}; retrain"),
+        (str(FORMAT_VERSION), f"format version '{FORMAT_VERSION}', this code reads version {FORMAT_VERSION}; retrain"),
+    ],
+)
+def test_version_errors_say_which_side_to_fix(trained, tmp_path, version, message):
+    payload = torch.load(trained[0], weights_only=True)
+    payload["version"] = version
+    torch.save(payload, tmp_path / "v.pt")
+    with pytest.raises(ModelFileError) as err:
+        load_model(tmp_path / "v.pt")
+    assert message in str(err.value)
 
 
 def test_other_app_is_a_clear_error(trained):
