@@ -95,8 +95,9 @@ def load_model(path: str | os.PathLike[str], app: str | None = None) -> LoadedMo
             raise ValueError(f"transition matrix of shape {tuple(state['adj'].shape)}, expected {(v, v)}")
         net = GraphSagePredictorNet(config, state["adj"])
         net.load_state_dict(state)
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        info = dict(payload.get("info", {}))
+    except (AttributeError, KeyError, TypeError, ValueError, RuntimeError) as exc:
         # A file with the right header but damaged contents (edited config, missing or
         # mis-shaped weights): one clear error instead of a torch traceback.
         raise ModelFileError(f"{path}: damaged PBKV predictor model file ({exc.__class__.__name__}: {exc})"[:300]) from None
-    return LoadedModel(net.eval(), vocab, dict(payload.get("info", {})))
+    return LoadedModel(net.eval(), vocab, info)

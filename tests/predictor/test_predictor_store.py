@@ -57,8 +57,11 @@ def test_other_format_version_is_a_clear_error(trained, tmp_path):
         lambda p: p.update(config={}),
         lambda p: p.update(vocab=p["vocab"][:-1]),  # one agent short: predictions would be mislabelled
         lambda p: p["state_dict"].update(adj=p["state_dict"]["adj"][:1]),  # would broadcast silently
+        lambda p: p["state_dict"].update(adj=[[1.0]]),
+        lambda p: p.update(info=7),
     ],
-    ids=["heads", "dim", "missing-weight", "missing-vocab", "missing-state", "empty-config", "short-vocab", "adj-shape"],
+    ids=["heads", "dim", "missing-weight", "missing-vocab", "missing-state", "empty-config", "short-vocab",
+         "adj-shape", "adj-not-tensor", "info-not-dict"],
 )
 def test_damaged_contents_are_one_clear_error(trained, tmp_path, damage):
     payload = torch.load(trained[0], weights_only=True)
