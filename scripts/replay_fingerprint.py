@@ -1,0 +1,164 @@
+"""Replay fingerprint: the figures a refactor must not change, recorded and compared.
+
+A refactor of the engine core, the simulator or the policies must leave every replay figure as it
+was. This script records those figures through the public CLI (``pbkv-bench synth`` and
+``pbkv-bench replay --json``), so the same command works before and after any internal change:
+
+    python scripts/replay_fingerprint.py record before.json [--example runs/hover_langchain.json ...]
+    ... refactor ...
+    python scripts/replay_fingerprint.py record after.json  [--example runs/hover_langchain.json ...]
+    python scripts/replay_fingerprint.py compare before.json after.json   # exit 1 on any difference
+
+Cases recorded:
+
+* a fixed synthetic trace (``synth --graph codegen --workflows 200 --seed 11``) under every
+  registered policy, with the ``oracle`` and ``markov`` predictors, at two device capacities
+  (host tier given explicitly, so defaults that change later do not move the figures);
+* each ``--example SUMMARY.json`` (the ``--json`` file of an example run): its recorded test trace
+  replayed with its trained predictor, concurrency, device and host capacity. The example's app
+  run is not repeated: its traces keep wall-clock tool gaps, so a second app run is a slightly
+  different workload, while a replay of the same trace is deterministic.
+
+Figures kept per run: device and host hit rate, evictions, evicted/prefetched tokens, mean/p50/p99
+workflow latency, mean/p99 TTFT, request and workflow counts, per-agent TTFT and the hit-rate
+timeline. Wall-clock decision latencies are left out (they are measurements of this machine).
+``compare`` requires exact equality (floats compared as written by JSON), and reports each
+difference with its path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+#: Figures of one replay that a behaviour-preserving change keeps exactly.
+KEPT = ("hit_rate", "host_hit_rate", "evictions", "evicted_tokens", "prefetched_tokens", "mean_latency_s",
+        "p50_latency_s", "p99_latency_s", "mean_ttft_s", "p99_ttft_s", "per_agent_ttft_s", "workflows",
+        "requests", "timeline")
+
+SYNTH = {"graph": "codegen", "workflows": 200, "seed": 11}
+SYNTH_REPLAY = {"profile": "h100-qwen2.5-32b", "concurrency": 16}
+#: (device tokens, host tokens) of the synthetic cases: a tight and a looser device.
+SYNTH_CAPACITIES = ((120_000, 240_000), (200_000, 400_000))
+SYNTH_PREDICTORS = ("oracle", "markov")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status (0 ok, 1 differences, 2 usage/run error)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    rec = sub.add_parser("record", help="replay every case and write the fingerprint JSON")
+    rec.add_argument("out", type=Path)
+    rec.add_argument("--example", type=Path, action="append", default=[],
+                     help="an example run's --json summary (repeatable)")
+    rec.add_argument("--policies", default=None, help="comma-separated policies (default: every registered one)")
+    rec.add_argument("--workflows", type=int, default=SYNTH["workflows"], help="workflows of the synthetic trace")
+    cmp_ = sub.add_parser("compare", help="exit 1 if two fingerprints differ")
+    cmp_.add_argument("before", type=Path)
+    cmp_.add_argument("after", type=Path)
+    args = parser.parse_args(argv)
+    if args.cmd == "record":
+        return record(args.out, args.example, args.policies, args.workflows)
+    return compare(args.before, args.after)
+
+
+def record(out: Path, examples: list[Path], policies: str | None, workflows: int = SYNTH["workflows"]) -> int:
+    """Replay every case and write ``{case: {policy: figures}}`` to ``out``.
+
+    Args:
+        out: the fingerprint JSON to write.
+        examples: ``--json`` summaries of example runs whose test traces are replayed too.
+        policies: comma-separated policy names (``None``: every registered policy).
+        workflows: workflows of the synthetic trace.
+    """
+    policy_list = policies or ",".join(_registered_policies())
+    cases: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="pbkv-fingerprint-") as tmp:
+        trace = Path(tmp) / "synth.jsonl"
+        _bench("synth", "--graph", SYNTH["graph"], "--workflows", str(workflows),
+               "--seed", str(SYNTH["seed"]), "--out", str(trace))
+        for device, host in SYNTH_CAPACITIES:
+            for pred in SYNTH_PREDICTORS:
+                name = f"synth-{SYNTH['graph']}/{pred}/device{device}"
+                cases[name] = _replay(trace, policy_list, pred, SYNTH_REPLAY["concurrency"],
+                                      SYNTH_REPLAY["profile"], device, host, Path(tmp))
+                print(f"recorded {name}", file=sys.stderr)
+        for summary_path in examples:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+            ex_policies = ",".join(p for p in summary["policies"])
+            name = f"example-{summary['example']}"
+            cases[name] = _replay(Path(summary["traces"]["test"]), ex_policies, summary["model"],
+                                  summary["replay_concurrency"], summary["profile"], summary["device_tokens"],
+                                  summary["host_tokens"], Path(tmp))
+            print(f"recorded {name}", file=sys.stderr)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(cases, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {out}: {len(cases)} cases")
+    return 0
+
+
+def compare(before: Path, after: Path) -> int:
+    """Print every difference between two fingerprints; 0 if identical, 1 otherwise."""
+    a = json.loads(before.read_text(encoding="utf-8"))
+    b = json.loads(after.read_text(encoding="utf-8"))
+    diffs = list(_diff(a, b, ""))
+    for line in diffs[:200]:
+        print(line)
+    if diffs:
+        print(f"{len(diffs)} difference(s)")
+        return 1
+    n_runs = sum(len(v) for v in a.values())
+    print(f"identical: {len(a)} cases, {n_runs} policy runs")
+    return 0
+
+
+def _diff(a: Any, b: Any, path: str):
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(a.keys() | b.keys()):
+            if key not in a:
+                yield f"{path}/{key}: only after"
+            elif key not in b:
+                yield f"{path}/{key}: only before"
+            else:
+                yield from _diff(a[key], b[key], f"{path}/{key}")
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            yield from _diff(x, y, f"{path}[{i}]")
+    elif a != b:
+        yield f"{path}: {a!r} -> {b!r}"
+
+
+def _replay(trace: Path, policies: str, predictor: str, concurrency: int, profile: str, device: int, host: int,
+            tmp: Path) -> dict[str, Any]:
+    out = tmp / "replay.json"
+    _bench("replay", str(trace), "--policy", policies, "--predictor", str(predictor),
+           "--concurrency", str(concurrency), "--profile", profile, "--device-tokens", str(device),
+           "--host-tokens", str(host), "--json", str(out))
+    results = json.loads(out.read_text(encoding="utf-8"))
+    return {policy: {k: s.get(k) for k in KEPT} for policy, s in results.items()}
+
+
+def _bench(*args: str) -> None:
+    exe = Path(sys.executable).with_name("pbkv-bench")
+    env = {**os.environ, "COLUMNS": "120"}
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+        raise SystemExit(f"pbkv-bench {' '.join(args[:2])} failed with exit status {proc.returncode}")
+
+
+def _registered_policies() -> list[str]:
+    """Every policy the simulator can replay (those that need no live server)."""
+    from pbkv_server.engine import available_policies
+
+    return list(available_policies())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
