@@ -27,9 +27,9 @@ import random
 import statistics
 import time
 
-from pbkv_sdk.protocol import END_AGENT, Hints
+from pbkv_contract.hints import END_AGENT, Hints
 from pbkv_server.engine import Engine, EngineConfig, EngineRequest, HardwareProfile
-from predictor.api import Prediction, Predictor
+from pbkv_contract.prediction import Prediction, Predictor
 
 #: Transition probabilities of the benchmark's agent graph.
 GRAPH = {

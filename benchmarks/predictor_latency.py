@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from predictor.api import PredictionQuery
+from pbkv_contract.prediction import PredictionQuery
 from predictor.data import Vocab
 from predictor.model import GraphSagePredictorNet, ModelConfig, count_parameters
 from predictor.serving import load_predictor

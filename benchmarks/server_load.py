@@ -24,7 +24,7 @@ import httpx
 from rich.console import Console
 from rich.progress import Progress
 
-from pbkv_sdk.protocol import END_PATH, Hints
+from pbkv_contract.hints import END_PATH, Hints
 
 AGENTS = ("planner", "coder", "tester", "coder", "tester")
 console = Console()

@@ -47,7 +47,7 @@ def run(policy: str, args) -> dict:
     from sglang.srt.mem_cache.radix_cache import RadixKey
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    from pbkv_server.sglang.cpu_cache import build_cpu_cache
+    from pbkv_server.backends.sglang.cpu_cache import build_cpu_cache
 
     pbkv = policy != "lru"
     cache, allocator = build_cpu_cache(policy, args.kv_tokens, {"predictor": "markov"} if pbkv else None, pbkv=pbkv)

@@ -6,16 +6,11 @@ The core of this package depends on httpx only; framework integrations under
 
 from pbkv_sdk.context import Workflow, agent, current_agent, current_workflow, workflow
 from pbkv_sdk.ending import end_workflow
-from pbkv_sdk.protocol import END_AGENT, Hints, HintError, parse_hints
+from pbkv_contract.hints import END_AGENT, Hints, HintError, parse_hints
 from pbkv_sdk.stamping import AsyncPBKVTransport, PBKVTransport, async_http_client, http_client, wrap_client
-from pbkv_sdk.trace import (
-    InvocationRecord,
-    TraceFormatError,
-    WorkflowEndRecord,
-    prefix_hashes,
-    read_trace,
-    request_features,
-)
+from pbkv_contract.trace import InvocationRecord, TraceFormatError, WorkflowEndRecord, read_trace
+from pbkv_contract.blocks import prefix_hashes
+from pbkv_contract.features import request_features
 
 __all__ = [
     "Workflow",

@@ -24,8 +24,8 @@ import time
 import uuid
 from typing import Iterator
 
-from pbkv_sdk.protocol import END_STATUSES, HintError, validate_workflow_id
-from pbkv_sdk.trace import WorkflowEndRecord
+from pbkv_contract.hints import END_STATUSES, HintError, validate_workflow_id
+from pbkv_contract.trace import WorkflowEndRecord
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ def workflow_or_fresh(
         trace_path: resolved with :func:`resolve_trace_path` (``$PBKV_TRACE_PATH`` if ``None``).
 
     Returns:
-        The new workflow. Never raises :class:`~pbkv_sdk.protocol.HintError`.
+        The new workflow. Never raises :class:`~pbkv_contract.hints.HintError`.
     """
     kwargs = dict(server_url=server_url, trace_path=resolve_trace_path(trace_path), end_timeout_s=end_timeout_s)
     try:

@@ -20,7 +20,7 @@ import urllib.parse
 
 import httpx
 
-from pbkv_sdk.protocol import END_PATH, END_STATUSES, HEADER_HINT_TOKEN
+from pbkv_contract.hints import END_PATH, END_STATUSES, HEADER_HINT_TOKEN
 from pbkv_sdk.queues import wait_done
 
 log = logging.getLogger(__name__)

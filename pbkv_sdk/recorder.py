@@ -3,7 +3,7 @@
 The stamping transport hands each finished call to :meth:`TraceRecorder.submit` as a
 :class:`CallCapture` (raw request body, raw response bytes, timestamps). A background thread
 parses it (usage tokens, prefix hashes, features) and appends one whole, flushed line through
-:class:`pbkv_sdk.trace.TraceWriter`. One recorder per file is shared by every workflow, thread and
+:class:`pbkv_contract.trace.TraceWriter`. One recorder per file is shared by every workflow, thread and
 event loop of the process (:func:`get_recorder`), so lines never interleave and order is the
 order in which calls finished.
 """
@@ -23,15 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pbkv_sdk.queues import wait_done
-from pbkv_sdk.trace import (
-    DEFAULT_BLOCK_CHARS,
-    InvocationRecord,
-    TraceRecord,
-    TraceWriter,
-    canonical_prompt,
-    prefix_hashes,
-    request_features,
-)
+from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter
+from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, canonical_prompt, prefix_hashes
+from pbkv_contract.features import request_features
 
 log = logging.getLogger(__name__)
 

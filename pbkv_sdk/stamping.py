@@ -29,7 +29,7 @@ from typing import Any, AsyncIterator, Iterator
 import httpx
 
 from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, current_agent, current_workflow
-from pbkv_sdk.protocol import (
+from pbkv_contract.hints import (
     BODY_KEY,
     HEADER_AGENT,
     HEADER_APP,

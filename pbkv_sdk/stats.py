@@ -8,8 +8,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from pbkv_sdk.protocol import END_AGENT
-from pbkv_sdk.trace import TraceFormatError, TraceRecord, WorkflowEndRecord, group_workflows, parse_record
+from pbkv_contract.hints import END_AGENT
+from pbkv_contract.trace import (
+    TraceFormatError,
+    TraceRecord,
+    WorkflowEndRecord,
+    group_workflows,
+    parse_record,
+)
 
 
 @dataclass
@@ -102,7 +108,7 @@ class ValidationReport:
 def validate_file(path: str | os.PathLike[str]) -> ValidationReport:
     """Check every non-blank line of a trace: JSON object, version 1, valid record fields.
 
-    Unlike :func:`pbkv_sdk.trace.iter_trace`, nothing is skipped silently: each bad line
+    Unlike :func:`pbkv_contract.trace.iter_trace`, nothing is skipped silently: each bad line
     (truncated, malformed, unknown type or version) is reported with its 1-based number.
 
     Raises:

@@ -91,7 +91,7 @@ def replay(
     timeline_bins: int = typer.Option(40, help="bins of the hit-rate timeline"),
 ) -> None:
     """Replay a trace under each policy; print a table, optionally write JSON and a plot."""
-    from pbkv_sdk.trace import InvocationRecord, TraceFormatError, read_trace
+    from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace
     from pbkv_server.engine import available_policies
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.profiles import get_profile

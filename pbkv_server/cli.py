@@ -2,7 +2,7 @@
 
 ``--engine sim`` (default) serves from the embedded engine core with the hardware cost model and
 answers from a scenario; ``--engine sglang`` hands over to the SGLang plugin's launcher
-(``pbkv_server.sglang.launch:main``), passing everything after ``--`` to SGLang.
+(``pbkv_server.backends.sglang.launch:main``), passing everything after ``--`` to SGLang.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def build_config(*, policy: str, predictor: List[str], idle_retire_s: float, **f
 
 def _launch_sglang(policy: str, sglang_args: list[str]) -> None:
     try:
-        from pbkv_server.sglang.launch import main as launch
+        from pbkv_server.backends.sglang.launch import main as launch
     except ImportError as exc:
         typer.echo(
             f"pbkv-server: --engine sglang needs the SGLang plugin and sglang installed "

@@ -37,8 +37,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pbkv_sdk.protocol import END_PATH, Hints
-from pbkv_sdk.trace import InvocationRecord, TraceFormatError, WorkflowEndRecord, group_workflows, read_trace
+from pbkv_contract.hints import END_PATH, Hints
+from pbkv_contract.trace import (
+    InvocationRecord,
+    TraceFormatError,
+    WorkflowEndRecord,
+    group_workflows,
+    read_trace,
+)
 
 __all__ = ["command", "replay", "check_arguments", "block_token_ids", "PromptBook", "RequestResult", "ReplaySummary"]
 

@@ -2,7 +2,7 @@
 
 The sim engine never runs a model, so it needs token *counts*, not token ids: prompt length for
 prefill cost and cache accounting, and per-block counts so that the radix cache keyed on
-``pbkv_sdk.trace.prefix_hashes`` blocks charges each block what it would cost on a real server.
+``pbkv_contract.blocks.prefix_hashes`` blocks charges each block what it would cost on a real server.
 
 Approximation (documented, deterministic, no downloads): the text is split with the
 ``tokenizers`` package's regex pre-tokenizer using a cl100k-style split pattern (letters with
@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from pbkv_sdk.trace import DEFAULT_BLOCK_CHARS, canonical_prompt, message_text
+from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, canonical_prompt, message_text
 
 __all__ = [
     "LETTER_BYTES_PER_TOKEN",
@@ -89,7 +89,7 @@ def token_starts(text: str) -> list[int]:
 
 
 def prompt_token_starts(prompt: Sequence[Mapping[str, Any]] | str) -> list[int]:
-    """Token start offsets in the canonical prompt (:func:`pbkv_sdk.trace.canonical_prompt`).
+    """Token start offsets in the canonical prompt (:func:`pbkv_contract.blocks.canonical_prompt`).
 
     A chat prompt is tokenized message by message (each ``<|role|>content<|end|>`` segment on
     its own, as chat templates put special tokens between messages), which also lets repeated
@@ -112,7 +112,7 @@ def block_tokens(
 ) -> list[int]:
     """Tokens of each ``block_chars``-character block of the canonical prompt.
 
-    The blocks are those of :func:`pbkv_sdk.trace.prefix_hashes` (same canonical text, same
+    The blocks are those of :func:`pbkv_contract.blocks.prefix_hashes` (same canonical text, same
     cut), so ``zip(prefix_hashes(p), block_tokens(p))`` pairs each cache key with its cost.
 
     Args:

@@ -1,6 +1,7 @@
 """Workflow predictor: which agents will each active workflow call in its next K steps.
 
-``predictor.api`` holds the serving interface (no torch import); the other modules import torch:
+The serving interface it implements is :mod:`pbkv_contract.prediction` (no torch import); the
+modules here import torch:
 
 - ``data``: samples from v1 traces (prefix, current agent, features, next K agents, END mask),
   per-app vocabulary, seeded split by workflow.
@@ -8,6 +9,6 @@
 - ``baselines``: Markov order n with back-off, MLP, 1-layer Transformer.
 - ``train``: training loop, accuracy, one-seed experiments.
 - ``store``: model files (weights + metadata, versioned).
-- ``serving``: ``load_predictor(path)`` -> batched ``predictor.api.Predictor``.
+- ``serving``: ``load_predictor(path)`` -> batched ``pbkv_contract.prediction.Predictor``.
 - ``cli``: ``pbkv-predictor train | eval | curve``.
 """

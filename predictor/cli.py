@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pbkv_sdk.trace import read_trace
+from pbkv_contract.trace import read_trace
 from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, build_samples, build_vocab, holdout_split, split_workflows, workflows_from_records
 from predictor.model import count_parameters
 from predictor.store import save_model

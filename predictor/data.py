@@ -20,8 +20,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from pbkv_sdk.protocol import END_AGENT, UNKNOWN_AGENT
-from pbkv_sdk.trace import FEATURE_DIM, InvocationRecord, TraceRecord, WorkflowEndRecord, read_trace
+from pbkv_contract.hints import END_AGENT, UNKNOWN_AGENT
+from pbkv_contract.trace import InvocationRecord, TraceRecord, WorkflowEndRecord, read_trace
+from pbkv_contract.features import FEATURE_DIM
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ def load_workflows(paths: Sequence[str | os.PathLike[str]], app: str | None = No
     """Read trace files and group them into workflows (see :func:`workflows_from_records`).
 
     Raises:
-        pbkv_sdk.trace.TraceFormatError: unknown trace version or no invocation at all.
+        pbkv_contract.trace.TraceFormatError: unknown trace version or no invocation at all.
         ValueError: mixed apps without ``app``, or no workflow of ``app``.
     """
     return workflows_from_records(read_trace(list(paths)), app=app)

@@ -1,4 +1,4 @@
-"""Serving side of the trained predictor: :func:`load_predictor` -> :class:`predictor.api.Predictor`.
+"""Serving side of the trained predictor: :func:`load_predictor` -> :class:`pbkv_contract.prediction.Predictor`.
 
 ``pbkv-server --predictor PATH`` calls :func:`load_predictor` lazily. One call to
 :meth:`GraphSagePredictor.predict` runs one batched forward pass for all queries.
@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from predictor.api import Prediction, PredictionQuery, Predictor
+from pbkv_contract.prediction import Prediction, PredictionQuery, Predictor
 from predictor.data import END, UNK, encode_query
 from predictor.store import LoadedModel, load_model
 
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def load_predictor(path: str | os.PathLike[str], app: str | None = None) -> "GraphSagePredictor":
-    """Load a model file as a batched :class:`~predictor.api.Predictor`.
+    """Load a model file as a batched :class:`~pbkv_contract.prediction.Predictor`.
 
     Args:
         path: file written by ``pbkv-predictor train``.

@@ -66,7 +66,7 @@ if [ ! -f "$TRACE" ]; then
 fi
 DEVICE_TOKENS=${GPU_CHECK_DEVICE_TOKENS:-$("$PY" - "$TRACE" <<'PYEOF'
 import sys
-from pbkv_sdk.trace import InvocationRecord, read_trace
+from pbkv_contract.trace import InvocationRecord, read_trace
 seen = {}
 for r in read_trace(sys.argv[1]):
     if isinstance(r, InvocationRecord):

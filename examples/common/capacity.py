@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from pbkv_sdk.trace import InvocationRecord, TraceRecord
+from pbkv_contract.trace import InvocationRecord, TraceRecord
 
 __all__ = ["WorkingSet", "working_set", "device_capacity", "DEFAULT_PRESSURE"]
 

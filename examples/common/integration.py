@@ -23,7 +23,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from rich.console import Console
 
 from examples.common.results import PolicyResult
-from pbkv_sdk.trace import InvocationRecord, TraceRecord, TraceWriter, read_trace
+from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter, read_trace
 
 __all__ = ["embedded_server", "train_predictor", "replay", "read_records", "canonicalise_trace", "summary_to_result"]
 

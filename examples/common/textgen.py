@@ -11,7 +11,7 @@ import random
 import re
 from typing import Any, Mapping, Sequence
 
-from pbkv_sdk.trace import message_text
+from pbkv_contract.blocks import message_text
 
 __all__ = ["find_field", "non_system_text", "prose", "words_of", "count_in_prompt", "lognormal_tokens"]
 

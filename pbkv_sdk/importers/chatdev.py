@@ -38,14 +38,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO, Iterator
 
-from pbkv_sdk.trace import (
-    DEFAULT_BLOCK_CHARS,
-    InvocationRecord,
-    TraceWriter,
-    WorkflowEndRecord,
-    prefix_hashes,
-    request_features,
-)
+from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
+from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, prefix_hashes
+from pbkv_contract.features import request_features
 
 log = logging.getLogger(__name__)
 

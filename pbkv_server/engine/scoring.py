@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Iterable, Mapping
 
-from predictor.api import END_AGENT, Prediction
+from pbkv_contract.prediction import END_AGENT, Prediction
 
 __all__ = ["lookahead_score", "one_step_value", "workflow_weights", "NodeScore", "ScoreBoard"]
 
@@ -43,7 +43,7 @@ def lookahead_score(
     Args:
         access: workflow id -> agents of that workflow that touched the node (``A_w(c)``).
             Workflows without an entry in ``predictions`` are not active and add nothing.
-        predictions: workflow id -> :class:`~predictor.api.Prediction` (K distributions).
+        predictions: workflow id -> :class:`~pbkv_contract.prediction.Prediction` (K distributions).
         gamma: decay per future step, in (0, 1].
         horizon: use only the first ``horizon`` distributions (``None`` = all of them).
 

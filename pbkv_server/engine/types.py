@@ -6,12 +6,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Hashable, Protocol, Sequence, runtime_checkable
 
-from pbkv_sdk.protocol import Hints
+from pbkv_contract.hints import Hints
 
 from .cost import HardwareProfile
 
-if TYPE_CHECKING:  # predictor.api imports no torch, but keep the engine import graph minimal
-    from predictor.api import Predictor
+if TYPE_CHECKING:  # the prediction interface imports no torch; keep the engine import graph minimal
+    from pbkv_contract.prediction import Predictor
 
 __all__ = ["EngineRequest", "FirstToken", "Finished", "EngineStats", "FutureOracle", "EngineConfig"]
 

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from predictor.api import PredictionQuery, Predictor
+from pbkv_contract.prediction import PredictionQuery, Predictor
 
 from .scoring import NodeScore, ScoreBoard
 
@@ -63,7 +63,7 @@ class WorkflowTracker:
 
     Args:
         board: the :class:`~pbkv_server.engine.scoring.ScoreBoard` holding A_w(c) and Score(c).
-        predictor: a :class:`~predictor.api.Predictor`, or ``None`` (no predictions; scores stay 0).
+        predictor: a :class:`~pbkv_contract.prediction.Predictor`, or ``None`` (no predictions; scores stay 0).
         predict: ask for a prediction at each invocation (``False``: the predictor only observes,
             for policies that do not use scores).
         follow_app: a later invocation that names an app replaces the workflow's app (plugin);
@@ -116,7 +116,7 @@ class WorkflowTracker:
         """One invocation of ``hints.workflow_id`` at time ``now`` (seconds): observe, predict, rescore.
 
         Args:
-            hints: :class:`pbkv_sdk.protocol.Hints` (``workflow_id``, ``app``, ``agent``, ``step``).
+            hints: :class:`pbkv_contract.hints.Hints` (``workflow_id``, ``app``, ``agent``, ``step``).
             features: the request's numeric features for the predictor.
             now: the owner's clock, seconds.
 

@@ -28,7 +28,7 @@ from pbkv_server.http.metrics import CONTENT_TYPE
 from pbkv_server.http.exchange import figure_headers
 from pbkv_server.http.responses import full_response, model_card, stream_events
 from pbkv_server.http.service import PbkvService
-from pbkv_sdk.protocol import END_PATH, GRAPH_PATH
+from pbkv_contract.hints import END_PATH, GRAPH_PATH
 
 __all__ = ["create_app"]
 

@@ -41,7 +41,7 @@ class ServerConfig:
         max_body_bytes: larger request bodies are answered 413.
         max_active_workflows: active-workflow table bound; the least recently seen is retired beyond it.
         max_ended_ids: how many ended workflow ids are remembered (LRU) for idempotent end signals.
-        block_chars: characters per cache block (``pbkv_sdk.trace.prefix_hashes``).
+        block_chars: characters per cache block (``pbkv_contract.blocks.prefix_hashes``).
         seed: seeds the scenario's random source (replies are a function of seed, workflow, step, agent).
         model_name: the model id reported by ``/v1/models``.
     """

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from pbkv_sdk.protocol import Hints
+from pbkv_contract.hints import Hints
 from pbkv_server.engine import EngineRequest
 from pbkv_server.http.errors import ApiError
 

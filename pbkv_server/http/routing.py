@@ -1,6 +1,6 @@
 """Per-app predictor routing for ``pbkv-server --predictor APP=SPEC`` (repeatable).
 
-The engine takes one :class:`predictor.api.Predictor`; a server may hold a trained model per app
+The engine takes one :class:`pbkv_contract.prediction.Predictor`; a server may hold a trained model per app
 plus an online Markov model for the rest. :class:`AppRoutedPredictor` is that one predictor: it
 splits each batch of queries by app, asks the app's predictor, and returns the predictions in the
 original order.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from predictor.api import Prediction, PredictionQuery, Predictor
+from pbkv_contract.prediction import Prediction, PredictionQuery, Predictor
 
 __all__ = ["AppRoutedPredictor", "parse_predictor_flags", "build_predictor"]
 

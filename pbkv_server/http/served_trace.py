@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from pbkv_sdk.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
+from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
 from pbkv_server.http.driver import Submission
 from pbkv_server.http.exchange import Completion, Prepared
 

@@ -17,10 +17,17 @@ import time
 import uuid
 from typing import Any, Callable, Mapping
 
-from pbkv_sdk.protocol import (
-    END_STATUSES, HEADER_HINT_TOKEN, HintError, Hints, encode_name, parse_hints, validate_workflow_id,
+from pbkv_contract.hints import (
+    END_STATUSES,
+    HEADER_HINT_TOKEN,
+    HintError,
+    Hints,
+    encode_name,
+    parse_hints,
+    validate_workflow_id,
 )
-from pbkv_sdk.trace import canonical_prompt, prefix_hashes, request_features
+from pbkv_contract.blocks import canonical_prompt, prefix_hashes
+from pbkv_contract.features import request_features
 from pbkv_server.engine import EngineConfig, EngineRequest
 from pbkv_server.http.config import ServerConfig
 from pbkv_server.http.driver import SimDriver, Submission

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from pbkv_sdk.protocol import Hints
+from pbkv_contract.hints import Hints
 
 __all__ = ["WorkflowState", "WorkflowTable", "RETIRED_IDLE", "RETIRED_EVICTED"]
 

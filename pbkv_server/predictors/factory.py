@@ -6,8 +6,8 @@ import logging
 import os
 from typing import Sequence
 
-from pbkv_sdk.trace import InvocationRecord, TraceRecord
-from predictor.api import Predictor
+from pbkv_contract.trace import InvocationRecord, TraceRecord
+from pbkv_contract.prediction import Predictor
 
 from pbkv_server.predictors.markov import MarkovPredictor
 from pbkv_server.predictors.noise import NoisePredictor

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from predictor.api import END_AGENT, Prediction, PredictionQuery, Predictor
+from pbkv_contract.prediction import END_AGENT, Prediction, PredictionQuery, Predictor
 
 from pbkv_server.predictors.vocab import AgentVocabulary, app_key, uniform_dist
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from predictor.api import Prediction, PredictionQuery, Predictor
+from pbkv_contract.prediction import Prediction, PredictionQuery, Predictor
 
 from pbkv_server.predictors.uniform import UniformPredictor
 

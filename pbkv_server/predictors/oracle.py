@@ -8,8 +8,8 @@ from __future__ import annotations
 import bisect
 from typing import Iterable, Sequence
 
-from pbkv_sdk.trace import InvocationRecord, TraceRecord, group_workflows
-from predictor.api import END_AGENT, Prediction, PredictionQuery, Predictor
+from pbkv_contract.trace import InvocationRecord, TraceRecord, group_workflows
+from pbkv_contract.prediction import END_AGENT, Prediction, PredictionQuery, Predictor
 
 from pbkv_server.predictors.uniform import UniformPredictor
 

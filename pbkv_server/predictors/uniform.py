@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from predictor.api import Prediction, PredictionQuery, Predictor
+from pbkv_contract.prediction import Prediction, PredictionQuery, Predictor
 
 from pbkv_server.predictors.vocab import AgentVocabulary, uniform_dist
 

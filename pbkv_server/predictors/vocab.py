@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from predictor.api import END_AGENT, PredictionQuery
+from pbkv_contract.prediction import END_AGENT, PredictionQuery
 
 __all__ = ["AgentVocabulary", "app_key", "uniform_dist"]
 

@@ -22,7 +22,7 @@ import re
 
 from pbkv_server.scenario import Scenario, ScenarioRequest
 from pbkv_server.tokenizer import count_tokens, truncate_to_tokens
-from pbkv_sdk.trace import message_text
+from pbkv_contract.blocks import message_text
 
 __all__ = ["DefaultScenario", "MEDIAN_REPLY_TOKENS", "selection_candidates", "answers_selection"]
 

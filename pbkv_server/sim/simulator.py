@@ -19,9 +19,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from pbkv_sdk.protocol import Hints
-from pbkv_sdk.trace import InvocationRecord, TraceFormatError, TraceRecord, WorkflowEndRecord
-from predictor.api import Predictor
+from pbkv_contract.hints import Hints
+from pbkv_contract.trace import InvocationRecord, TraceFormatError, TraceRecord, WorkflowEndRecord
+from pbkv_contract.prediction import Predictor
 
 from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, FirstToken, HardwareProfile
 from pbkv_server.sim.future import TraceFuture, reference_order

@@ -4,7 +4,7 @@ A workflow walks a call graph: a prologue of agents, then a loop body repeated a
 then END; in a routed graph (``supervisor``) the first agent also picks one of several
 (prologue, loop) routes, which every later round repeats. The loop count depends on a hidden
 per-workflow property (task difficulty, claim hop count, ...) that also chooses the words of the
-task and of the newest messages, so the request features (:func:`pbkv_sdk.trace.request_features`
+task and of the newest messages, so the request features (:func:`pbkv_contract.features.request_features`
 of the newest message) carry a learnable signal. The "signal" agent's output (a test log, an
 evidence summary) additionally says whether another round follows (truthfully with probability
 0.9), as a real tool result would.
@@ -29,7 +29,9 @@ import random
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from pbkv_sdk.trace import HASH_HEX, InvocationRecord, TraceRecord, TraceWriter, WorkflowEndRecord, request_features
+from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter, WorkflowEndRecord
+from pbkv_contract.blocks import HASH_HEX
+from pbkv_contract.features import request_features
 
 __all__ = [
     "GRAPHS",
@@ -346,7 +348,7 @@ def segment_hashes(segments: Sequence[tuple[str, int]], block_chars: int) -> lis
     Block b holds characters ``[b * block_chars, (b + 1) * block_chars)``; its hash is
     ``sha256(h_{b-1} || pieces)`` truncated to 16 hex digits, where ``pieces`` names the
     (segment, offset, length) runs in the block. Two prompts share their first n hashes exactly when
-    their first n blocks hold the same pieces, as with :func:`pbkv_sdk.trace.prefix_hashes` on text.
+    their first n blocks hold the same pieces, as with :func:`pbkv_contract.blocks.prefix_hashes` on text.
 
     Returns:
         ``ceil(total characters / block_chars)`` hex strings.

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pbkv_sdk.protocol import (
+from pbkv_contract.hints import (
     HEADER_AGENT,
     HEADER_APP,
     HEADER_STEP,

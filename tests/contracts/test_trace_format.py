@@ -8,18 +8,16 @@ import threading
 
 import pytest
 
-from pbkv_sdk.trace import (
+from pbkv_contract.trace import (
     InvocationRecord,
     TraceFormatError,
     TraceWriter,
     WorkflowEndRecord,
-    block_token_counts,
-    canonical_prompt,
     group_workflows,
-    prefix_hashes,
     read_trace,
-    request_features,
 )
+from pbkv_contract.blocks import block_token_counts, canonical_prompt, prefix_hashes
+from pbkv_contract.features import request_features
 
 
 def _inv(wf="w", step=0, agent="planner", hashes=("a",), **kw):

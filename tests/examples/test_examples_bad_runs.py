@@ -25,8 +25,8 @@ from examples.hover_langchain import run as hover_run
 from examples.hover_langchain.data import load_hover
 from examples.swe_autogen import run as swe_run
 from examples.swe_autogen.data import load_swebench
-from pbkv_sdk.protocol import validate_workflow_id
-from pbkv_sdk.trace import InvocationRecord, TraceWriter, WorkflowEndRecord, read_trace
+from pbkv_contract.hints import validate_workflow_id
+from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord, read_trace
 
 SPECS = {"hover_langchain": hover_run.spec, "swe_autogen": swe_run.spec, "finance_crewai": finance_run.spec}
 HOVER_FILE = "hover/hover_dev_release_v1.1.json"

@@ -8,7 +8,7 @@ import pytest
 
 from examples.common.capacity import device_capacity, working_set
 from examples.common.results import PolicyResult, compare
-from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord
 
 
 def _inv(wf: str, step: int, blocks: list[str], tokens: list[int]) -> InvocationRecord:

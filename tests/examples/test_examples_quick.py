@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from examples_fixtures import write_data_dir
 
-from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord, read_trace
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
 
 REPO = Path(__file__).resolve().parents[2]
 

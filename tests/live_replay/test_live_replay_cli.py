@@ -12,7 +12,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from typer.testing import CliRunner
 
-from pbkv_sdk.trace import InvocationRecord, TraceWriter, WorkflowEndRecord, block_token_counts, prefix_hashes
+from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
+from pbkv_contract.blocks import block_token_counts, prefix_hashes
 from pbkv_server.live_replay import PromptBook, block_token_ids, replay
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pbkv_sdk.trace import FEATURE_DIM, InvocationRecord, TraceWriter, WorkflowEndRecord
+from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
+from pbkv_contract.features import FEATURE_DIM
 
 
 def invocation(app: str, wid: str, step: int, agent: str, features=()) -> InvocationRecord:

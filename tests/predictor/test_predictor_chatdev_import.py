@@ -8,7 +8,9 @@ import tarfile
 import pytest
 
 from pbkv_sdk.importers.chatdev import import_chatdev, parse_log
-from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord, prefix_hashes, read_trace, request_features
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
+from pbkv_contract.blocks import prefix_hashes
+from pbkv_contract.features import request_features
 
 CEO_SYS = "ChatDev is a software company.\nYou are Chief Executive Officer. Decide on policy."
 CPO_SYS = "ChatDev is a software company.\nYou are Chief Product Officer. Own the product."

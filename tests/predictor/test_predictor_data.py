@@ -3,7 +3,7 @@
 import pytest
 from predictor_fixtures import write_workflows
 
-from pbkv_sdk.protocol import END_AGENT, UNKNOWN_AGENT
+from pbkv_contract.hints import END_AGENT, UNKNOWN_AGENT
 from predictor.data import END, PAD, UNK, Vocab, build_samples, build_vocab, load_workflows, split_workflows
 
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 from predictor_fixtures import loop_workflows, write_workflows
 
-from pbkv_sdk.protocol import END_AGENT
-from predictor.api import PredictionQuery
+from pbkv_contract.hints import END_AGENT
+from pbkv_contract.prediction import PredictionQuery
 from predictor.data import build_samples, build_vocab, load_workflows
 from predictor.serving import load_predictor
 from predictor.store import FORMAT_VERSION, ModelFileError, load_model, save_model

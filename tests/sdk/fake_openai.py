@@ -66,7 +66,7 @@ class FakeOpenAI:
 
     def hints_of(self, request: Recorded) -> tuple[str | None, str | None, int | None, str | None]:
         """``(workflow_id, agent (percent-decoded), step, app)`` headers of a recorded request."""
-        from pbkv_sdk.protocol import decode_name
+        from pbkv_contract.hints import decode_name
 
         h = request.headers
         agent = h.get("x-pbkv-agent")

@@ -11,7 +11,7 @@ from autogen_agentchat.base import TaskResult
 
 from pbkv_sdk import ending
 from pbkv_sdk.recorder import flush_all
-from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord, iter_trace
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, iter_trace
 
 from .apps import build_autogen_team
 from .fake_openai import FakeOpenAI

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pbkv_sdk.cli import app
-from pbkv_sdk.trace import InvocationRecord, TraceWriter, WorkflowEndRecord, iter_trace
+from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord, iter_trace
 
 from .fake_openai import FakeOpenAI
 

@@ -11,7 +11,7 @@ import pytest
 
 import pbkv_sdk
 from pbkv_sdk import ending
-from pbkv_sdk.protocol import decode_name, parse_hints
+from pbkv_contract.hints import decode_name, parse_hints
 
 from .fake_openai import FakeOpenAI
 

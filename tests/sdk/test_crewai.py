@@ -13,7 +13,7 @@ import pytest
 from pbkv_sdk import ending
 from pbkv_sdk.integrations.crewai import uninstrument
 from pbkv_sdk.recorder import flush_all
-from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord, iter_trace
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, iter_trace
 
 from .apps import CREWAI_ROLES, build_crewai_crew
 from .fake_openai import FakeOpenAI

@@ -12,7 +12,7 @@ import pytest
 from pbkv_sdk import ending
 from pbkv_sdk.integrations.langchain import instrument, uninstrument
 from pbkv_sdk.recorder import flush_all
-from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord, group_workflows, iter_trace
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, group_workflows, iter_trace
 
 from .apps import LANGGRAPH_ROUND, build_langgraph_app
 from .fake_openai import FakeOpenAI

@@ -11,7 +11,9 @@ import openai
 
 import pbkv_sdk
 from pbkv_sdk.recorder import flush_all
-from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord, iter_trace, prefix_hashes, request_features
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, iter_trace
+from pbkv_contract.blocks import prefix_hashes
+from pbkv_contract.features import request_features
 
 from .fake_openai import FakeOpenAI
 
@@ -155,7 +157,7 @@ def test_a_trace_cut_mid_line_reads_with_one_warning(fake_llm: FakeOpenAI, tmp_p
     assert len(lines) == 4 and all(json.loads(line) for line in lines)  # whole lines only
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(b"".join(lines[:3]) + lines[3][: len(lines[3]) // 2])
-    with caplog.at_level(logging.WARNING, logger="pbkv_sdk.trace"):
+    with caplog.at_level(logging.WARNING, logger="pbkv_contract.trace"):
         records = list(iter_trace(cut))
     assert [r.step for r in records] == [0, 1, 2]
     assert len(caplog.records) == 1 and "cut.jsonl:4" in caplog.records[0].getMessage()

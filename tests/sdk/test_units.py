@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pbkv_sdk
-from pbkv_sdk.protocol import MAX_FIELD_CHARS, decode_name, encode_name
+from pbkv_contract.hints import MAX_FIELD_CHARS, decode_name, encode_name
 from pbkv_sdk.recorder import CallCapture, TraceRecorder, flush_all
 from pbkv_sdk.stamping import fit_name
-from pbkv_sdk.trace import iter_trace
+from pbkv_contract.trace import iter_trace
 
 from .fake_openai import FakeOpenAI
 

@@ -13,7 +13,7 @@ from array import array
 
 import pytest
 
-from predictor.api import Prediction, Predictor
+from pbkv_contract.prediction import Prediction, Predictor
 
 _SPEC = importlib.util.find_spec("sglang")
 HAVE_SGLANG = _SPEC is not None and _SPEC.origin is not None  # a namespace package is this directory
@@ -39,7 +39,7 @@ class CacheHarness:
     """A real ``PBKVRadixCache`` on CPU pools (``MHATokenToKVPool(device="cpu")``), page size 1."""
 
     def __init__(self, policy: str, kv_tokens: int = 256, policy_config: dict | None = None):
-        from pbkv_server.sglang.cpu_cache import build_cpu_cache
+        from pbkv_server.backends.sglang.cpu_cache import build_cpu_cache
 
         self.cache, self.allocator = build_cpu_cache(policy, kv_tokens, policy_config, pbkv=policy != "lru")
         self._rid = 0

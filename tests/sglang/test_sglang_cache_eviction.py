@@ -28,7 +28,7 @@ def test_ended_workflows_private_nodes_are_evicted_before_older_active_ones(harn
 
 
 def test_among_active_nodes_the_lowest_lookahead_score_goes_first(harness):
-    from predictor.api import Prediction
+    from pbkv_contract.prediction import Prediction
 
     from pbkv_server.engine.scoring import lookahead_score
 

@@ -34,7 +34,7 @@ def _scheduler_hints(adapted):
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    from pbkv_server.sglang.workflows import hints_of_request
+    from pbkv_server.backends.sglang.workflows import hints_of_request
 
     params = SamplingParams(**{k: v for k, v in adapted.sampling_params.items() if v is not None})
     req = Req("r1", "", adapted.input_ids, params)
@@ -99,7 +99,7 @@ def test_end_route_answers_204_and_dispatches_to_the_scheduler(plugins_loaded):
     from fastapi.testclient import TestClient
     from sglang.srt.entrypoints import http_server
 
-    from pbkv_server.sglang.ipc import PBKVEndWorkflowReq
+    from pbkv_server.backends.sglang.ipc import PBKVEndWorkflowReq
 
     tm = _FakeTokenizerManager()
     with mock.patch.object(http_server, "_global_state", SimpleNamespace(tokenizer_manager=tm)):
@@ -117,7 +117,7 @@ def test_end_message_crosses_sglangs_msgpack_ipc_and_retires_the_workflow(harnes
     from sglang.srt.managers.io_struct import msgpack_decode, msgpack_encode
     from sglang.utils import TypeBasedDispatcher
 
-    from pbkv_server.sglang.ipc import PBKVEndWorkflowReq, extend_scheduler_dispatcher
+    from pbkv_server.backends.sglang.ipc import PBKVEndWorkflowReq, extend_scheduler_dispatcher
 
     h = harness("pbkv-he", kv_tokens=64)
     h.serve([1, 2], {"workflow_id": "wf-9", "agent": "a", "step": 0})

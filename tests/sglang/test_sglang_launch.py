@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("sglang.srt.plugins")  # the real SGLang, not this tests/sglang directory
 
-from pbkv_server.sglang.launch import LaunchError, build_command, main  # noqa: E402
+from pbkv_server.backends.sglang.launch import LaunchError, build_command, main  # noqa: E402
 
 
 def test_pbkv_policies_add_the_backend_flag_and_builtins_do_not():

@@ -26,7 +26,7 @@ ENDED = ["wfB"]
 
 
 def _engine_order(policy):
-    from pbkv_sdk.protocol import Hints
+    from pbkv_contract.hints import Hints
     from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, HardwareProfile
 
     profile = HardwareProfile(name="test", description="unit test", source="made up", prefill_tokens_per_s=1e3,

@@ -12,8 +12,8 @@ def test_load_plugins_registers_policies_backends_and_hooks(plugins_loaded):
     from sglang.srt.mem_cache.utils import get_eviction_strategy
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from pbkv_server.sglang.plugin import SCHEDULER_BATCH_TARGET, SCHEDULER_DISPATCH_TARGET
-    from pbkv_server.sglang.strategy import PBKVHEStrategy, PBKVLAEStrategy, PBKVStrategy
+    from pbkv_server.backends.sglang.plugin import SCHEDULER_BATCH_TARGET, SCHEDULER_DISPATCH_TARGET
+    from pbkv_server.backends.sglang.strategy import PBKVHEStrategy, PBKVLAEStrategy, PBKVStrategy
 
     for name in ("pbkv", "pbkv-he", "pbkv-lae"):
         assert name in RADIX_EVICTION_POLICY_CHOICES
@@ -28,7 +28,7 @@ def test_load_plugins_registers_policies_backends_and_hooks(plugins_loaded):
 def test_loading_twice_registers_each_policy_once(plugins_loaded):
     from sglang.srt.arg_groups.choices import RADIX_EVICTION_POLICY_CHOICES
 
-    from pbkv_server.sglang.plugin import register
+    from pbkv_server.backends.sglang.plugin import register
 
     register()
     register()
@@ -70,7 +70,7 @@ def test_policy_config_reaches_the_strategy_and_bad_keys_fail(plugins_loaded):
 def test_backend_factory_forces_the_pbkv_python_tree_core(harness):
     from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
 
-    from pbkv_server.sglang.tree_core import PBKVTreeCore
+    from pbkv_server.backends.sglang.tree_core import PBKVTreeCore
 
     h = harness("pbkv-he", kv_tokens=32)
     assert isinstance(h.cache.tree_core, PBKVTreeCore)
@@ -84,7 +84,7 @@ def test_pbkv_cache_refuses_a_tree_core_without_node_records(plugins_loaded):
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
     from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 
-    from pbkv_server.sglang.cache import PBKVRadixCache
+    from pbkv_server.backends.sglang.cache import PBKVRadixCache
 
     kv = MHATokenToKVPool(size=16, page_size=1, dtype=torch.float16, head_num=1, head_dim=4, layer_num=1,
                           device="cpu", enable_memory_saver=False)

@@ -8,7 +8,7 @@ pytest.importorskip("sglang.srt.plugins")  # the real SGLang, not this tests/sgl
 
 
 def test_plan_takes_highest_value_first_within_min_of_space_and_bandwidth(plugins_loaded):
-    from pbkv_server.sglang.prefetch import Candidate, plan_prefetch
+    from pbkv_server.backends.sglang.prefetch import Candidate, plan_prefetch
 
     cands = [Candidate("a", 40, 0.9), Candidate("b", 30, 0.5), Candidate("c", 20, 0.7), Candidate("d", 10, 0.0)]
     # S_a = 30 free + 40 retired = 70, S_bw = 100: a (40) then c (20); b (30) no longer fits; d has no value
@@ -20,7 +20,7 @@ def test_plan_takes_highest_value_first_within_min_of_space_and_bandwidth(plugin
 
 
 def test_scan_counts_only_fully_retired_unlocked_device_subtrees(harness):
-    from pbkv_server.sglang.prefetch import scan_tree
+    from pbkv_server.backends.sglang.prefetch import scan_tree
 
     h = harness("pbkv", kv_tokens=64)
     h.serve([1, 2, 3, 4], {"workflow_id": "A", "agent": "a", "step": 0})
@@ -35,7 +35,7 @@ def test_scan_counts_only_fully_retired_unlocked_device_subtrees(harness):
 
 
 def test_prefetcher_measures_decode_step_time_and_rate_limits_rounds(harness):
-    from pbkv_server.sglang.prefetch import MIN_ROUND_INTERVAL_S, Prefetcher
+    from pbkv_server.backends.sglang.prefetch import MIN_ROUND_INTERVAL_S, Prefetcher
 
     h = harness("pbkv", kv_tokens=64, policy_config={"default_step_s": 0.05, "kv_bytes_per_token": 1000})
     p = Prefetcher(h.cache)
@@ -47,7 +47,7 @@ def test_prefetcher_measures_decode_step_time_and_rate_limits_rounds(harness):
 
 
 def test_scheduler_hook_skips_caches_without_a_host_tier(harness):
-    from pbkv_server.sglang.prefetch import after_next_batch
+    from pbkv_server.backends.sglang.prefetch import after_next_batch
 
     h = harness("pbkv", kv_tokens=64)
     decode = SimpleNamespace(batch_to_run=SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: True)))
@@ -56,12 +56,12 @@ def test_scheduler_hook_skips_caches_without_a_host_tier(harness):
 
 
 def test_scan_offers_host_nodes_under_device_parents_with_their_one_step_value(harness):
-    from predictor.api import Prediction
+    from pbkv_contract.prediction import Prediction
     from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 
     from conftest import TablePredictor
     from pbkv_server.engine.scoring import one_step_value
-    from pbkv_server.sglang.prefetch import scan_tree
+    from pbkv_server.backends.sglang.prefetch import scan_tree
 
     h = harness("pbkv", kv_tokens=64)
     h.cache.book.predictor = TablePredictor()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 from typing import Iterable, Sequence
 
-from pbkv_sdk.protocol import END_AGENT, Hints
+from pbkv_contract.hints import END_AGENT, Hints
 from pbkv_server.engine import Engine, EngineConfig, EngineRequest, HardwareProfile
-from predictor.api import Prediction, PredictionQuery, Predictor
+from pbkv_contract.prediction import Prediction, PredictionQuery, Predictor
 
 #: Round numbers so timings can be worked out by hand: prefill 1000 tok/s, decode step
 #: 0.01 s + 0.001 s per sequence, 1000 bytes/token over a 1e6 B/s link (load = 1 ms per token).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pbkv_sdk.protocol import Hints
+from pbkv_contract.hints import Hints
 from pbkv_server.engine import (Engine, EngineConfig, EngineRequest, Finished, FirstToken, HardwareProfile,
                                 available_policies)
 

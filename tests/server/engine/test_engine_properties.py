@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pbkv_sdk.protocol import END_AGENT, Hints
+from pbkv_contract.hints import END_AGENT, Hints
 from pbkv_server.engine import Engine, EngineConfig, EngineRequest, HardwareProfile, available_policies
 from pbkv_server.engine.radix import DEVICE, HOST
-from predictor.api import Prediction, Predictor
+from pbkv_contract.prediction import Prediction, Predictor
 
 from engine_helpers import PROFILE, chain
 
@@ -83,7 +83,7 @@ def check_scores(eng: Engine, last_step: dict[str, int]) -> None:
     from scratch over the active workflows' latest predictions (policies that use predictions)."""
     if not eng.policy.uses_predictions:
         return
-    from predictor.api import PredictionQuery
+    from pbkv_contract.prediction import PredictionQuery
     from pbkv_server.engine import lookahead_score, one_step_value
     preds = {}
     for wf, step in last_step.items():

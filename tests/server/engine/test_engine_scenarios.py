@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from pbkv_sdk.protocol import END_AGENT, Hints
+from pbkv_contract.hints import END_AGENT, Hints
 from pbkv_server.engine import FirstToken
 
 from engine_helpers import (TablePredictor, chain, device_keys, host_keys, make_engine, request, run)

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pbkv_sdk.protocol import END_AGENT
+from pbkv_contract.hints import END_AGENT
 from pbkv_server.engine import ScoreBoard, lookahead_score, one_step_value, workflow_weights
-from predictor.api import Prediction
+from pbkv_contract.prediction import Prediction
 
 AGENTS = ("a", "b", "c", "d")
 SYMBOLS = AGENTS + (END_AGENT,)

@@ -7,11 +7,11 @@ import logging
 
 import pytest
 
-from pbkv_sdk.protocol import Hints
+from pbkv_contract.hints import Hints
 from pbkv_server.engine.scoring import NodeScore, ScoreBoard
 from pbkv_server.engine.types import EngineStats
 from pbkv_server.engine.workflows import WorkflowTracker
-from predictor.api import END_AGENT, Prediction
+from pbkv_contract.prediction import END_AGENT, Prediction
 
 
 class RecordingPredictor:

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from pbkv_sdk.protocol import Hints
+from pbkv_contract.hints import Hints
 from pbkv_server.scenario import Scenario, ScenarioRequest
 from pbkv_server.tokenizer import count_tokens
 

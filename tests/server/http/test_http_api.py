@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from pbkv_sdk.protocol import Hints
-from pbkv_sdk.trace import InvocationRecord, read_trace
+from pbkv_contract.hints import Hints
+from pbkv_contract.trace import InvocationRecord, read_trace
 from pbkv_server.http import ServerConfig, run_in_thread
 from pbkv_server.scenario import Scenario, ScenarioRequest, register_scenario
 from pbkv_server.tokenizer import count_tokens

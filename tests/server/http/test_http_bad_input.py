@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from pbkv_sdk.protocol import END_PATH, GRAPH_PATH, Hints
+from pbkv_contract.hints import END_PATH, GRAPH_PATH, Hints
 
 from server_http_fixtures import chat, metric
 

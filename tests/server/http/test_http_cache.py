@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from pbkv_sdk.protocol import END_PATH, Hints
+from pbkv_contract.hints import END_PATH, Hints
 
 from server_http_fixtures import chat, metric, text_of_tokens
 

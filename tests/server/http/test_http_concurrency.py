@@ -7,8 +7,9 @@ import json
 
 import httpx
 
-from pbkv_sdk.protocol import END_PATH, Hints
-from pbkv_sdk.trace import InvocationRecord, prefix_hashes, read_trace
+from pbkv_contract.hints import END_PATH, Hints
+from pbkv_contract.trace import InvocationRecord, read_trace
+from pbkv_contract.blocks import prefix_hashes
 
 from server_http_fixtures import metric, text_of_tokens
 

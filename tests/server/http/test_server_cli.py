@@ -36,9 +36,9 @@ def test_unknown_policy_exits_2_with_a_clear_message():
 
 def test_sglang_engine_hands_over_policy_and_extra_args(monkeypatch):
     calls = []
-    fake = types.ModuleType("pbkv_server.sglang.launch")
+    fake = types.ModuleType("pbkv_server.backends.sglang.launch")
     fake.main = lambda policy, args: calls.append((policy, args)) or (3 if policy == "kvflow" else 0)
-    monkeypatch.setitem(sys.modules, "pbkv_server.sglang.launch", fake)
+    monkeypatch.setitem(sys.modules, "pbkv_server.backends.sglang.launch", fake)
     result = CliRunner().invoke(app, ["--engine", "sglang", "--policy", "lae", "--", "--model-path", "Qwen/Qwen3-14B"])
     assert result.exit_code == 0, result.output
     assert calls == [("lae", ["--model-path", "Qwen/Qwen3-14B"])]
@@ -47,7 +47,7 @@ def test_sglang_engine_hands_over_policy_and_extra_args(monkeypatch):
 
 
 def test_sglang_engine_without_plugin_is_a_clear_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pbkv_server.sglang.launch", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "pbkv_server.backends.sglang.launch", None)  # import raises ImportError
     result = CliRunner().invoke(app, ["--engine", "sglang"])
     assert result.exit_code == 2 and "needs the SGLang plugin" in result.output
 

@@ -6,7 +6,7 @@ import pytest
 
 from pbkv_server.http.routing import AppRoutedPredictor, build_predictor, parse_predictor_flags
 from pbkv_server.predictors import MarkovPredictor
-from predictor.api import Prediction, PredictionQuery, Predictor
+from pbkv_contract.prediction import Prediction, PredictionQuery, Predictor
 
 
 class _Fixed(Predictor):

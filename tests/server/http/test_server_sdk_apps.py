@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from pbkv_sdk import ending
-from pbkv_sdk.trace import InvocationRecord, group_workflows, read_trace
+from pbkv_contract.trace import InvocationRecord, group_workflows, read_trace
 
 from server_http_fixtures import metric
 

@@ -14,8 +14,9 @@ import random
 import httpx
 import pytest
 
-from pbkv_sdk.protocol import END_PATH, GRAPH_PATH, Hints
-from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord, prefix_hashes, read_trace
+from pbkv_contract.hints import END_PATH, GRAPH_PATH, Hints
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
+from pbkv_contract.blocks import prefix_hashes
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
 from pbkv_server.sim.simulator import load_workload, simulate

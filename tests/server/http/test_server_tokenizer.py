@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pbkv_sdk.trace import canonical_prompt, prefix_hashes
+from pbkv_contract.blocks import canonical_prompt, prefix_hashes
 from pbkv_server.tokenizer import (
     block_tokens,
     count_tokens,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pbkv_sdk.protocol import Hints
+from pbkv_contract.hints import Hints
 from pbkv_server.http.workflows import RETIRED_IDLE, WorkflowTable
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord
 from pbkv_server.engine import HardwareProfile
 
 

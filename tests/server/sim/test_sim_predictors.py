@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord
 from pbkv_server.predictors import (
     MarkovPredictor,
     NoisePredictor,
@@ -15,7 +15,7 @@ from pbkv_server.predictors import (
     make_predictor,
     mix,
 )
-from predictor.api import END_AGENT, PredictionQuery
+from pbkv_contract.prediction import END_AGENT, PredictionQuery
 from sim_fixtures import write_model
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from sim_fixtures import make_end, make_inv, unit_profile  # noqa: F401 (fixture)
-from pbkv_sdk.trace import TraceFormatError
+from pbkv_contract.trace import TraceFormatError
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.future import TraceFuture, reference_order
 from pbkv_server.sim.simulator import SimulationError, load_workload, simulate, static_graphs

@@ -8,7 +8,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pbkv_sdk.trace import InvocationRecord, WorkflowEndRecord, group_workflows, prefix_hashes, read_trace
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, group_workflows, read_trace
+from pbkv_contract.blocks import prefix_hashes
 from pbkv_server.sim.synth import CHARS_PER_TOKEN, GRAPHS, generate, segment_hashes, write_trace
 
 

@@ -18,10 +18,10 @@ import logging
 import time
 from typing import Any, Iterable
 
-from pbkv_sdk.protocol import BODY_KEY, END_STATUSES, Hints, parse_hints
+from pbkv_contract.hints import BODY_KEY, END_STATUSES, Hints, parse_hints
 from pbkv_server.engine.scoring import NodeScore, ScoreBoard
 from pbkv_server.engine.workflows import Workflow, WorkflowTracker
-from predictor.api import Predictor
+from pbkv_contract.prediction import Predictor
 
 from .settings import PluginSettings
 
@@ -69,7 +69,7 @@ class WorkflowBook:
 
     Args:
         settings: plugin settings (gamma, horizon, predictor spec, idle retirement).
-        predictor: a ready :class:`~predictor.api.Predictor`; ``None`` builds one from
+        predictor: a ready :class:`~pbkv_contract.prediction.Predictor`; ``None`` builds one from
             ``settings.predictor`` (a build failure is logged and leaves every score 0, so
             ``pbkv-he`` degrades to the ``pbkv-lae`` order).
         clock: time source in seconds (tests pass a fake one).

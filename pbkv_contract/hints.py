@@ -1,4 +1,4 @@
-"""Hint protocol v1 (DESIGN.md section 2): the fields that tie an LLM request to a workflow.
+"""Hint protocol v1: the fields that tie an LLM request to a workflow (``docs/architecture.md``).
 
 A request carries four fields, either as HTTP headers or inside the JSON body as
 ``custom_params.pbkv`` (the route that survives SGLang's OpenAI endpoint):

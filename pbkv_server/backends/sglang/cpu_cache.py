@@ -20,7 +20,7 @@ def build_cpu_cache(policy: str, kv_tokens: int, policy_config: dict | None = No
         policy: ``--radix-eviction-policy`` value (``pbkv``, ``pbkv-he``, ``pbkv-lae``, ``lru``, ...).
         kv_tokens: device KV slots, tokens.
         policy_config: the ``--radix-eviction-policy-config`` object.
-        pbkv: True = :class:`~pbkv_server.sglang.cache.PBKVRadixCache` on the PBKV tree core;
+        pbkv: True = :class:`~pbkv_server.backends.sglang.cache.PBKVRadixCache` on the PBKV tree core;
             False = SGLang's plain ``UnifiedRadixCache`` on its Python tree core.
         max_requests: rows of the request-to-token pool.
 

@@ -2,7 +2,7 @@
 
 SGLang has no prefetch-policy hook, so :func:`after_next_batch` (an AFTER hook on
 ``Scheduler.get_next_batch_to_run``) runs one round whenever the batch about to run is decode-only
-and the cache is a HiCache-enabled :class:`~pbkv_server.sglang.cache.PBKVRadixCache` under policy
+and the cache is a HiCache-enabled :class:`~pbkv_server.backends.sglang.cache.PBKVRadixCache` under policy
 ``pbkv``. A round:
 
 1. candidates: host-tier nodes (evicted from the GPU, backed up on host) whose parent is on the
@@ -90,7 +90,7 @@ class Prefetcher:
     """Per-scheduler prefetch state: decode-step timing and round counters.
 
     Args:
-        cache: the scheduler's :class:`~pbkv_server.sglang.cache.PBKVRadixCache`.
+        cache: the scheduler's :class:`~pbkv_server.backends.sglang.cache.PBKVRadixCache`.
 
     Attributes:
         step_s: exponential moving average of the decode-step time, seconds.

@@ -6,7 +6,7 @@ first, from a heap). Each PBKV strategy delegates to the engine core's policy of
 (:mod:`pbkv_server.engine.policies`: ``he`` = retired first, then ascending Score(c) of PBKV
 Eq. 2, LRU tie-break; ``lae`` = retired first by fewest workflows ever, then LRU), so SGLang and
 the simulator rank nodes by one implementation. The node's ``sc`` record and ``last_access`` come
-from :class:`~pbkv_server.sglang.tree_core.PBKVTreeNode`.
+from :class:`~pbkv_server.backends.sglang.tree_core.PBKVTreeNode`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class _EnginePolicyStrategy(EvictionStrategy):
 
     Args:
         **config: the ``--radix-eviction-policy-config`` object (see
-            :class:`~pbkv_server.sglang.settings.PluginSettings`).
+            :class:`~pbkv_server.backends.sglang.settings.PluginSettings`).
 
     Raises:
         ValueError: an unknown config key or a value out of range.

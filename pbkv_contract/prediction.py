@@ -1,10 +1,11 @@
-"""The prediction interface between the cache manager and any predictor (DESIGN.md section 4).
+"""The prediction interface between the cache manager and any predictor.
 
 Given a workflow's state (app, agents so far, current agent, request features), a predictor
 returns K distributions over the app's agents plus END: ``P_w^(k)`` of PBKV Eq. 2 for
 k = 1..K. Implementations: the trained GraphSAGE model (``predictor``), and in ``pbkv_server``
 an online Markov model, an oracle that reads the future from a trace, a uniform predictor and a
-noise wrapper. This module imports no torch so the engine core can load it anywhere.
+noise wrapper. This module imports no torch so the engine core can load it anywhere. See
+``docs/architecture.md``, "Prediction interface".
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from pbkv_sdk.protocol import END_AGENT
+from .hints import END_AGENT
 
 __all__ = ["END_AGENT", "PredictionQuery", "Prediction", "Predictor"]
 
@@ -28,7 +29,7 @@ class PredictionQuery:
         step: 0-based step of the current invocation.
         history: agents of the workflow's earlier invocations, oldest first (excludes ``agent``).
         agent: the agent making the current invocation.
-        features: request feature vector (``pbkv_sdk.trace.request_features``), may be empty.
+        features: request feature vector (``pbkv_contract.features.request_features``), may be empty.
     """
 
     app: str | None

@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import Request
 from sglang.srt.managers.io_struct import BaseReq
 
-from pbkv_sdk.protocol import BODY_KEY, END_PATH, END_STATUSES, HintError, parse_hints, validate_workflow_id
+from pbkv_contract.hints import BODY_KEY, END_PATH, END_STATUSES, HintError, parse_hints, validate_workflow_id
 
 log = logging.getLogger(__name__)
 

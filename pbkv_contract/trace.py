@@ -1,4 +1,4 @@
-"""Trace format v1 (DESIGN.md section 3): records, prefix hashing, request features, reader.
+"""Trace format v1: records, reader and writer (see ``docs/architecture.md``, "Trace format").
 
 A trace is a JSONL file with one object per line, of two types:
 
@@ -8,32 +8,28 @@ ttft_s, prompt/completion/cached tokens, ``prefix_hashes`` of the prompt, ``bloc
 
 ``workflow_end``: the end of a workflow (app, workflow_id, t, status).
 
-The same functions are used by the SDK (writing traces), the server (computing hashes and
-features of live requests) and the simulator/predictor (reading traces), so a replayed trace
-rebuilds exactly the radix-tree sharing of the live run.
+Block hashes come from :mod:`pbkv_contract.blocks`, features from :mod:`pbkv_contract.features`.
+Writers append whole lines and flush; readers skip a malformed or truncated line with a warning
+and stop with :class:`TraceFormatError` on an unknown version.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import math
 import os
-import re
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, Iterable, Iterator, Mapping, Sequence
+from typing import IO, Any, Iterable, Iterator
+
+from .blocks import DEFAULT_BLOCK_CHARS, block_token_counts
 
 log = logging.getLogger(__name__)
 
+__all__ = ["TRACE_VERSION", "TraceFormatError", "InvocationRecord", "WorkflowEndRecord", "TraceRecord",
+           "parse_record", "iter_trace", "read_trace", "group_workflows", "TraceWriter"]
+
 TRACE_VERSION = 1
-#: Default number of characters per prefix-hash block.
-DEFAULT_BLOCK_CHARS = 64
-#: Dimension of the request feature vector (feature hashing).
-FEATURE_DIM = 64
-#: Hex digits kept of each chained block hash (64 bits: collisions are negligible per trace).
-HASH_HEX = 16
 
 
 class TraceFormatError(ValueError):
@@ -58,7 +54,7 @@ class InvocationRecord:
         prefix_hashes: chained block hashes of the canonical prompt (:func:`prefix_hashes`).
         block_chars: characters per hashed block.
         features: L2-normalised feature vector of the newest non-system message
-            (:func:`request_features`), length :data:`FEATURE_DIM`; may be empty.
+            (:func:`pbkv_contract.features.request_features`), length ``FEATURE_DIM``; may be empty.
         text: raw prompt text, only when the user asked for it.
         block_tokens: tokens of each prefix-hash block when the writer knew them (the live server
             does); ``None`` means replay spreads ``prompt_tokens`` with :func:`block_token_counts`.
@@ -110,111 +106,6 @@ class WorkflowEndRecord:
 
 
 TraceRecord = InvocationRecord | WorkflowEndRecord
-
-
-# --------------------------------------------------------------------------- hashing
-
-
-def canonical_prompt(messages: Sequence[Mapping[str, Any]] | str) -> str:
-    """Canonical serialisation of a prompt: each message as ``<|role|>content<|end|>`` in order.
-
-    A plain string (completions API) is taken as is. Non-string content (OpenAI content parts)
-    keeps only its text parts, in order.
-    """
-    if isinstance(messages, str):
-        return messages
-    parts = []
-    for message in messages:
-        parts.append(f"<|{message.get('role', 'user')}|>{message_text(message)}<|end|>")
-    return "".join(parts)
-
-
-def message_text(message: Mapping[str, Any]) -> str:
-    """Text of one chat message; OpenAI content-part lists are joined by newlines."""
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
-    return str(content)
-
-
-def prefix_hashes(prompt: Sequence[Mapping[str, Any]] | str, block_chars: int = DEFAULT_BLOCK_CHARS) -> list[str]:
-    """Chained hashes of the canonical prompt cut into blocks of ``block_chars`` characters.
-
-    ``h_i = sha256(h_{i-1} || block_i)`` truncated to 16 hex digits, with ``h_{-1}`` empty. The
-    last block may be shorter than ``block_chars``. Two prompts share their first ``n`` hashes
-    exactly when their canonical texts share the first ``n`` full blocks, so the radix tree built
-    from hashes has the sharing of the tree built from text.
-
-    Returns:
-        ``ceil(len(text) / block_chars)`` hex strings.
-
-    Raises:
-        ValueError: ``block_chars`` < 1.
-    """
-    if block_chars < 1:
-        raise ValueError("block_chars must be >= 1")
-    text = canonical_prompt(prompt)
-    out: list[str] = []
-    prev = b""
-    for i in range(0, len(text), block_chars):
-        # surrogatepass: JSON may carry lone surrogates ("\ud800"); they must hash, not crash.
-        block = text[i : i + block_chars].encode("utf-8", "surrogatepass")
-        prev = hashlib.sha256(prev + block).hexdigest()[:HASH_HEX].encode()
-        out.append(prev.decode())
-    return out
-
-
-def block_token_counts(prompt_tokens: int, n_blocks: int) -> list[int]:
-    """Spread ``prompt_tokens`` over ``n_blocks`` blocks: block i gets floor((i+1)T/n) - floor(iT/n).
-
-    Used when replaying a trace, whose blocks carry no token counts of their own. The counts sum
-    to ``prompt_tokens`` exactly.
-    """
-    if n_blocks <= 0:
-        return []
-    return [((i + 1) * prompt_tokens) // n_blocks - (i * prompt_tokens) // n_blocks for i in range(n_blocks)]
-
-
-# --------------------------------------------------------------------------- features
-
-_WORD_RE = re.compile(r"[a-z0-9]+")
-
-
-def request_features(messages: Sequence[Mapping[str, Any]] | str, dim: int = FEATURE_DIM) -> list[float]:
-    """Semantic signal of a request: feature hashing of its newest non-system message.
-
-    Unigrams and bigrams of the lower-cased alphanumeric words are hashed (sha1) to an index in
-    ``[0, dim)`` and a sign; counts are log-scaled (1 + log c) and the vector L2-normalised. It is
-    the stand-in for the prefill hidden state h_txt of PBKV Appendix B when no model runs.
-
-    Returns:
-        ``dim`` floats with unit L2 norm, or all zeros when the message has no words.
-    """
-    if isinstance(messages, str):
-        text = messages
-    else:
-        text = ""
-        for message in reversed(messages):
-            if message.get("role") != "system":
-                text = message_text(message)
-                break
-    words = _WORD_RE.findall(text.lower())
-    grams = words + [a + " " + b for a, b in zip(words, words[1:])]
-    counts: dict[str, int] = {}
-    for g in grams:
-        counts[g] = counts.get(g, 0) + 1
-    vec = [0.0] * dim
-    for gram, c in counts.items():
-        digest = hashlib.sha1(gram.encode("utf-8", "surrogatepass")).digest()
-        index = int.from_bytes(digest[:4], "little") % dim
-        sign = 1.0 if digest[4] & 1 else -1.0
-        vec[index] += sign * (1.0 + math.log(c))
-    norm = math.sqrt(sum(v * v for v in vec))
-    return [v / norm for v in vec] if norm > 0 else vec
 
 
 # --------------------------------------------------------------------------- reading

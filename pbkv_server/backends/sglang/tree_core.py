@@ -5,7 +5,7 @@
 and ``last_access`` (SGLang's access counter) — exactly what the engine-core policies read.
 :class:`PBKVTreeCore` keeps those records consistent with the tree: a split copies the record to
 the new upper node (and a split does not count as an access), a node leaving the tree (or a flush) drops its record, and it owns the
-process's :class:`~pbkv_server.sglang.workflows.WorkflowBook`.
+process's :class:`~pbkv_server.backends.sglang.workflows.WorkflowBook`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class PBKVTreeCore(UnifiedTreeCore):
     """``UnifiedTreeCore`` whose nodes are :class:`PBKVTreeNode` and whose records follow the tree.
 
     Attributes:
-        book: the scheduler process's :class:`~pbkv_server.sglang.workflows.WorkflowBook`, built
+        book: the scheduler process's :class:`~pbkv_server.backends.sglang.workflows.WorkflowBook`, built
             from the eviction strategy's settings (defaults when the policy is not a PBKV one).
     """
 

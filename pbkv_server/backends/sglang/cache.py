@@ -1,6 +1,6 @@
 """``--radix-cache-backend pbkv``: SGLang's ``UnifiedRadixCache`` fed with workflow hints.
 
-:class:`PBKVRadixCache` runs on :class:`~pbkv_server.sglang.tree_core.PBKVTreeCore` (SGLang's
+:class:`PBKVRadixCache` runs on :class:`~pbkv_server.backends.sglang.tree_core.PBKVTreeCore` (SGLang's
 Python tree core plus PBKV node records; the Rust core accepts only built-in policies). Hints are
 read from ``req.sampling_params.custom_params["pbkv"]``:
 
@@ -37,7 +37,7 @@ class PBKVRadixCache(UnifiedRadixCache):
     "pbkv"`` (tests); any other tree core raises ``TypeError``.
 
     Attributes:
-        book: the process's :class:`~pbkv_server.sglang.workflows.WorkflowBook`.
+        book: the process's :class:`~pbkv_server.backends.sglang.workflows.WorkflowBook`.
     """
 
     def __init__(self, params):
