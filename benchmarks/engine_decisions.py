@@ -29,6 +29,7 @@ import time
 
 from pbkv_contract.hints import END_AGENT, Hints
 from pbkv_server.engine import Engine, EngineConfig, EngineRequest, HardwareProfile
+from pbkv_server.engine.policies import DEFAULT_POLICY
 from pbkv_contract.prediction import Prediction, Predictor
 
 #: Transition probabilities of the benchmark's agent graph.
@@ -157,7 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workflows", type=int, default=72)
     parser.add_argument("--invocations", type=int, default=4000)
-    parser.add_argument("--policy", default="pbkv")
+    parser.add_argument("--policy", default=DEFAULT_POLICY)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device-tokens", type=int, default=None,
                         help="device KV capacity (host = 2x); default: the profile's 240k/480k")

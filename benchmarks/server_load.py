@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from pbkv_contract.hints import END_PATH, Hints
+from pbkv_server.engine.policies import DEFAULT_POLICY
 
 AGENTS = ("planner", "coder", "tester", "coder", "tester")
 console = Console()
@@ -34,7 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--requests", type=int, default=50, help="requests per client per round")
-    parser.add_argument("--policy", default="pbkv")
+    parser.add_argument("--policy", default=DEFAULT_POLICY)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device-tokens", type=int, default=None, help="device KV capacity (default: profile)")
     parser.add_argument("--host-tokens", type=int, default=None, help="host KV capacity (default: profile)")

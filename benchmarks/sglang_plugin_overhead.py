@@ -20,6 +20,9 @@ import random
 import time
 from array import array
 
+from pbkv_contract.hints import BODY_KEY
+from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, sglang_policy_names
+
 
 def workload(n_workflows: int, seed: int):
     """Yield per workflow: list of (agent, prompt tokens) in step order."""
@@ -49,7 +52,7 @@ def run(policy: str, args) -> dict:
 
     from pbkv_server.backends.sglang.cpu_cache import build_cpu_cache
 
-    pbkv = policy != "lru"
+    pbkv = policy != BASELINE_POLICY
     cache, allocator = build_cpu_cache(policy, args.kv_tokens, {"predictor": "markov"} if pbkv else None, pbkv=pbkv)
     flows = list(workload(args.workflows, args.seed))
     active: list[tuple[str, list, int]] = []
@@ -69,7 +72,7 @@ def run(policy: str, args) -> dict:
         agent, tokens = steps[i]
         rid += 1
         hints = {"workflow_id": wf, "agent": agent, "step": i, "app": "bench"}
-        req = Req(f"r{rid}", "", array("q", tokens), SamplingParams(max_new_tokens=1, custom_params={"pbkv": hints}))
+        req = Req(f"r{rid}", "", array("q", tokens), SamplingParams(max_new_tokens=1, custom_params={BODY_KEY: hints}))
         key = RadixKey(array("q", tokens))
         t0 = time.perf_counter()
         match = cache.match_prefix(MatchPrefixParams(key=key, req=req))
@@ -120,7 +123,9 @@ def main() -> None:
     print(f"workflows={args.workflows} concurrency={args.concurrency} kv_tokens={args.kv_tokens} seed={args.seed}")
     print(f"{'policy':10} {'requests':>8} {'hit rate':>9} {'evicted':>9} {'us/request':>11} {'evict calls':>11} "
           f"{'us/evict':>9}")
-    for policy in ("lru", "pbkv-lae", "pbkv-he"):
+    # the baseline and every plugin policy that needs no host tier (prefetch needs a GPU)
+    plugin = [n for n, engine_name in sglang_policy_names().items() if not policy_info(engine_name).prefetches]
+    for policy in (BASELINE_POLICY, *plugin):
         r = run(policy, args)
         print(f"{r['policy']:10} {r['requests']:8d} {r['hit_rate']:9.3f} {r['evicted_tokens']:9d} {r['req_us']:11.1f} "
               f"{r['evict_calls']:11d} {r['evict_us']:9.1f}")

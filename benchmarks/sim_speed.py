@@ -14,7 +14,7 @@ import argparse
 import os
 import time
 
-from pbkv_server.bench_cli import ALL_POLICIES
+from pbkv_server.engine.policies import REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
@@ -39,7 +39,7 @@ def main() -> None:
           f"({workload.invocations / len(workload.workflows):.1f}/workflow) in {t_gen:.1f} s")
     profile = get_profile(args.profile)
     total = total_cpu = 0.0
-    for policy in ALL_POLICIES:
+    for policy in available_policies(REPLAY):
         predictor = make_predictor(args.predictor, 3, records)
         t0, c0 = time.perf_counter(), time.process_time()
         result = simulate(workload, policy, profile, concurrency=args.concurrency, predictor=predictor,

@@ -28,10 +28,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-d
 console = Console()
 err_console = Console(stderr=True)
 
-#: Every policy in the order of the study's table.
-ALL_POLICIES = ("lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "belady")
-
-
 def _fail(message: str) -> typer.Exit:
     # soft_wrap: no newlines inserted at the console width, so paths in messages stay whole
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
@@ -75,7 +71,9 @@ def synth(
 @app.command()
 def replay(
     trace: Path = typer.Argument(..., help="trace file (JSONL, v1)"),
-    policy: str = typer.Option(",".join(ALL_POLICIES), help="policy name or comma-separated list"),
+    policy: Optional[str] = typer.Option(
+        None, help="policy name or comma-separated list (default: every policy replay can run; "
+                   "see pbkv-bench policies)"),
     predictor: str = typer.Option(
         "markov", help="oracle | uniform | markov | noise:LAMBDA | PATH (a trained model; it must be for the "
                        "trace's app when the trace holds one app)"),
@@ -92,16 +90,17 @@ def replay(
 ) -> None:
     """Replay a trace under each policy; print a table, optionally write JSON and a plot."""
     from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace
-    from pbkv_server.engine import available_policies
+    from pbkv_server.engine.policies import REPLAY, available_policies
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.profiles import get_profile
     from pbkv_server.sim.report import plot_timelines, results_table, write_json
     from pbkv_server.sim.simulator import SimulationError, load_workload, simulate
 
-    policies = [p.strip() for p in policy.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in available_policies()]
+    known = available_policies(REPLAY)
+    policies = known if policy is None else [p.strip() for p in policy.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in known]
     if not policies or unknown:
-        raise _fail(f"unknown policy {', '.join(unknown) or '(none given)'}; known: {', '.join(available_policies())}")
+        raise _fail(f"unknown policy {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
     if concurrency < 1:
         raise _fail("--concurrency must be >= 1")
     # Engine settings are checked by the engine too, but only when a run reaches them (rho at the
@@ -186,6 +185,28 @@ def _output_problem(path: Optional[Path]) -> str | None:
     if path.exists() and not os.access(path, os.W_OK):
         return "is not writable"
     return None
+
+
+@app.command()
+def policies() -> None:
+    """List the registered cache policies: what each needs and does, and where it runs."""
+    from rich import box
+    from rich.table import Table
+
+    from pbkv_server.engine.policies import available_policies, policy_info
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("name", "predictive", "prefetch", "offline", "runs on", "SGLang name", "rule"):
+        table.add_column(col, no_wrap=col != "rule")
+    for name in available_policies():
+        info = policy_info(name)
+        table.add_row(name, _yes(info.predictive), _yes(info.prefetches), _yes(info.offline),
+                      ",".join(sorted(info.backends)), info.sglang_name or "-", info.summary)
+    console.print(table)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "-"
 
 
 @app.command()

@@ -14,6 +14,7 @@ from typing import List, NoReturn, Optional
 
 import typer
 
+from pbkv_server.engine.policies import DEFAULT_POLICY
 from pbkv_server.http.config import ServerConfig
 
 __all__ = ["app", "build_config"]
@@ -25,7 +26,7 @@ app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False)
 def main(
     ctx: typer.Context,
     engine: str = typer.Option("sim", help="sim (embedded engine core, CPU) | sglang (SGLang + PBKV plugin)."),
-    policy: str = typer.Option("pbkv", help="Eviction policy: lru, lae, he, pbkv, pbkv-aggressive, kvflow."),
+    policy: str = typer.Option(DEFAULT_POLICY, help="Cache policy (list them with: pbkv-bench policies)."),
     profile: Optional[str] = typer.Option(None, help="Hardware profile (pbkv_server.sim.profiles); default: its DEFAULT_PROFILE."),
     predictor: List[str] = typer.Option(
         [], help="APP=SPEC or SPEC (all other apps); SPEC = markov | uniform | PATH (trained model). Repeatable."

@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pbkv_contract.hints import END_PATH, Hints
+from pbkv_contract.hints import BODY_KEY, END_PATH, Hints
 from pbkv_contract.trace import (
     InvocationRecord,
     TraceFormatError,
@@ -282,14 +282,14 @@ async def _send(client: httpx.AsyncClient, api: str, rec: InvocationRecord, prom
         body: dict[str, Any] = {
             "input_ids": prompt,
             "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True, "temperature": 0.0,
-                                "custom_params": {"pbkv": hints.to_body()}},
+                                "custom_params": {BODY_KEY: hints.to_body()}},
             "stream": True,
         }
     else:
         path, headers = "/v1/chat/completions", hints.to_headers()
         body = {"model": model, "messages": [{"role": "user", "content": prompt}],
                 "max_tokens": max_new, "stream": True, "stream_options": {"include_usage": True},
-                "custom_params": {"pbkv": hints.to_body()}}
+                "custom_params": {BODY_KEY: hints.to_body()}}
     t0 = time.perf_counter()
     try:
         async with client.stream("POST", path, json=body, headers=headers) as resp:

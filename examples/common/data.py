@@ -76,10 +76,13 @@ def default_data_dir() -> Path:
     return Path(env).expanduser() if env else (REPO_ROOT.parent / "shared" / "data")
 
 
+#: Folder under ``~/.cache`` of the downloaded data sets.
+CACHE_DIR_NAME = "pbkv"
+
 def cache_dir() -> Path:
     """Download cache for data sets: ``$PBKV_CACHE_DIR/data`` or ``~/.cache/pbkv/data``."""
     base = os.environ.get("PBKV_CACHE_DIR")
-    return (Path(base).expanduser() if base else Path.home() / ".cache" / "pbkv") / "data"
+    return (Path(base).expanduser() if base else Path.home() / ".cache" / CACHE_DIR_NAME) / "data"
 
 
 def resolve_data_file(

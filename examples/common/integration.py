@@ -27,8 +27,6 @@ from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter, read
 
 __all__ = ["embedded_server", "train_predictor", "replay", "read_records", "canonicalise_trace", "summary_to_result"]
 
-#: Policies whose engine uses the trained predictor.
-PREDICTIVE = frozenset({"he", "pbkv", "pbkv-aggressive"})
 
 
 @contextlib.contextmanager
@@ -112,11 +110,13 @@ def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrenc
         concurrency: workflows in flight.
         profile: hardware profile name.
         device_tokens / host_tokens: capacities in tokens.
-        static_graph: the app's declared agent graph for ``kvflow`` (``None``: learned from the trace).
+        static_graph: the app's declared agent graph for graph-reading policies such as kvflow
+            (``None``: learned from the trace).
         app: the trace's app name.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pbkv_server.engine.policies import policy_info
     from pbkv_server.sim.profiles import get_profile
     from pbkv_server.sim.simulator import load_workload, simulate
     from predictor.serving import load_predictor
@@ -134,7 +134,7 @@ def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrenc
                   console=console or Console()) as progress:
         for policy in policies:
             bar = progress.add_task(f"replay {policy}", total=len(workload.workflows))
-            predictor = load_predictor(model_path, app=app) if policy in PREDICTIVE else None
+            predictor = load_predictor(model_path, app=app) if policy_info(policy).predictive else None
             sim = simulate(workload, policy, hw, concurrency=concurrency, predictor=predictor,
                            device_tokens=device_tokens, host_tokens=host_tokens, app_graphs=graphs,
                            on_workflow_end=lambda n, bar=bar: progress.update(bar, completed=n))

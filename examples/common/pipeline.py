@@ -32,10 +32,13 @@ from examples.common import integration as integ
 from examples.common.data import DataError, describe_tasks
 from examples.common.report import plot_bars, plot_hit_rate_over_time, print_results
 from examples.common.results import compare, to_json
+from pbkv_server.engine.policies import (
+    BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info,
+)
 
-__all__ = ["ExampleSpec", "RunOptions", "run_example", "check_outputs", "OutputPathError", "seeded_split", "RESULT_FILES"]
+__all__ = ["ExampleSpec", "RunOptions", "run_example", "check_outputs", "OutputPathError", "seeded_split",
+           "RESULT_FILES", "replay_policies"]
 
-BASE_POLICIES = ("lru", "lae", "he", "pbkv")
 #: Predictor epochs of a --quick run (the CLI default, 60 with early stopping, is for full runs).
 QUICK_EPOCHS = 15
 
@@ -55,8 +58,8 @@ class ExampleSpec:
             runs the real app over ``tasks`` with at most ``concurrency`` in flight, recording a
             trace; ``on_done()`` is called once per finished task. Outcomes are JSON-ready dicts.
         sizes: ``{"full": (n_train, n_test), "quick": (n_train, n_test)}``.
-        extra_policies: policies beyond lru/lae/he/pbkv (``"kvflow"`` for static workflows).
-        static_graph: the app's static agent graph for kvflow, or ``None``.
+        static_graph: the app's declared static agent graph (for policies that read one, such as
+            kvflow), or ``None`` (they learn it from the trace).
         summarise_outcomes: ``outcomes -> dict`` of app-level figures (loops per task property, ...).
     """
 
@@ -68,7 +71,6 @@ class ExampleSpec:
     split: Callable[[list[Any], int, int, int], tuple[list[Any], list[Any]]]
     run_tasks: Callable[..., Awaitable[list[dict[str, Any]]]]
     sizes: Mapping[str, tuple[int, int]]
-    extra_policies: tuple[str, ...] = ()
     static_graph: Mapping[str, Sequence[str]] | None = None
     summarise_outcomes: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None
 
@@ -89,7 +91,7 @@ class RunOptions:
         seed: seeds task split, scenario and training.
         out_dir: where traces, model, plots and JSON go.
         json_out: path of the JSON summary, or ``None``.
-        belady: also replay the offline Belady reference.
+        belady: also replay the offline reference policy (``REFERENCE_POLICY``).
         epochs: predictor training epochs (``None``: :data:`QUICK_EPOCHS` with ``quick``, else
             the predictor's default).
     """
@@ -237,20 +239,21 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
         f"{ws.in_flight_tokens(concurrency):.0f} tok; device capacity A + {opts.pressure} W = {device} tok, "
         f"host {host} tok; profile {opts.profile}"
     )
-    policies = list(BASE_POLICIES) + list(spec.extra_policies) + (["belady"] if opts.belady else [])
+    policies = replay_policies(reference=opts.belady)
     t = time.perf_counter()
     results = integ.replay(
         traces["test"], policies, model_path=model_path, concurrency=concurrency, profile=opts.profile,
         device_tokens=device, host_tokens=host, static_graph=spec.static_graph, app=spec.app, console=console,
     )
     timings["replay_s"] = time.perf_counter() - t
-    comparisons = compare(results, baseline="lru", reference="belady" if opts.belady else None)
+    comparisons = compare(results, baseline=BASELINE_POLICY, reference=REFERENCE_POLICY if opts.belady else None)
     title = f"{spec.title}: simulated timing, profile {opts.profile}, concurrency {concurrency}, host tier {opts.host_ratio:g}x device"
     print_results(title, results, comparisons, console)
-    if "kvflow" in policies:
-        kv = compare(results, baseline="kvflow", reference=None)
-        pb = next(c for c in kv if c.policy == "pbkv")
-        console.print(f"pbkv over kvflow: latency {pb.latency_speedup:.2f}x, hit rate {pb.hit_rate_ratio:.2f}x")
+    for graph_policy in (p for p in policies if spec.static_graph is not None and policy_info(p).uses_app_graph):
+        # the app declared its graph: compare PBKV with the graph-based baseline (the paper's KVFlow row)
+        pb = next(c for c in compare(results, baseline=graph_policy, reference=None) if c.policy == DEFAULT_POLICY)
+        console.print(f"{DEFAULT_POLICY} over {graph_policy}: latency {pb.latency_speedup:.2f}x, "
+                      f"hit rate {pb.hit_rate_ratio:.2f}x")
     plot_title = f"{spec.title}\nsimulated timing, profile {opts.profile}, concurrency {concurrency}, host {opts.host_ratio:g}x device"
     plot_hit_rate_over_time(results, str(stage / "hit_rate_over_time.png"), plot_title)
     plot_bars(results, str(stage / "bars.png"), plot_title)
@@ -266,6 +269,13 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
         "traces": {k: str(out / v.name) for k, v in traces.items()},
         "model": str(out / model_path.name), **to_json(results, comparisons),
     }
+
+
+def replay_policies(reference: bool = True) -> list[str]:
+    """Policies an example replays: every registered policy the simulator runs online, in
+    registration order, then the offline :data:`REFERENCE_POLICY` if ``reference``."""
+    online = [p for p in available_policies(REPLAY) if not policy_info(p).offline]
+    return online + ([REFERENCE_POLICY] if reference else [])
 
 
 def _staging_dir(out: Path) -> Path:

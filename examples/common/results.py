@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY
+
 __all__ = ["PolicyResult", "Comparison", "compare", "to_json"]
 
 
@@ -69,7 +71,8 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den > 0 else (float("inf") if num > 0 else 1.0)
 
 
-def compare(results: Sequence[PolicyResult], baseline: str = "lru", reference: str | None = "belady") -> list[Comparison]:
+def compare(results: Sequence[PolicyResult], baseline: str = BASELINE_POLICY,
+            reference: str | None = REFERENCE_POLICY) -> list[Comparison]:
     """Compare every result with the ``baseline`` policy and the ``reference`` policy.
 
     Raises:

@@ -78,5 +78,5 @@ def spec() -> ExampleSpec:
     return ExampleSpec(
         name="finance_crewai", app=P.APP, title="FinanceBench + CrewAI", replay_concurrency=48,
         load_tasks=load_financebench, split=_split, run_tasks=run_questions, sizes=_SIZES,
-        extra_policies=("kvflow",), static_graph=P.STATIC_GRAPH, summarise_outcomes=summarise,
+        static_graph=P.STATIC_GRAPH, summarise_outcomes=summarise,
     )

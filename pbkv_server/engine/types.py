@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Hashable, Protocol, Sequence, runtime_checkabl
 from pbkv_contract.hints import Hints
 
 from .cost import HardwareProfile
+from .policies.base import BASELINE_POLICY
 
 if TYPE_CHECKING:  # the prediction interface imports no torch; keep the engine import graph minimal
     from pbkv_contract.prediction import Predictor
@@ -144,7 +145,7 @@ class EngineConfig:
     """
 
     profile: HardwareProfile
-    policy: str = "lru"
+    policy: str = BASELINE_POLICY
     device_tokens: int | None = None
     host_tokens: int | None = None
     horizon: int = 3

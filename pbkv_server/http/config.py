@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ServerConfig", "DEFAULT_MAX_BODY_BYTES", "PREDICTIVE_POLICIES"]
+from pbkv_server.engine.policies import DEFAULT_POLICY, policy_info
 
-#: Policies that score cache by predictions (the others ignore the predictor).
-PREDICTIVE_POLICIES = ("he", "pbkv", "pbkv-aggressive")
+__all__ = ["ServerConfig", "DEFAULT_MAX_BODY_BYTES"]
 
 #: Largest accepted request body: 16 MiB holds a ~4M-character prompt, far beyond any context window.
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -22,8 +21,8 @@ class ServerConfig:
         policy: eviction policy name (``pbkv_server.engine.available_policies()``).
         profile: hardware profile name (``pbkv_server.sim.profiles``); ``None`` = that module's default.
         predictors: app name -> predictor spec (``markov``, ``uniform``, or a model PATH); the key
-            ``"*"`` applies to every app without its own entry. Left empty, the predictive
-            policies (:data:`PREDICTIVE_POLICIES`) get ``{"*": "markov"}`` (online, cold start).
+            ``"*"`` applies to every app without its own entry. Left empty, a predictive policy
+            (``policy_info(policy).predictive``) gets ``{"*": "markov"}`` (online, cold start).
         scenario: ``module:ClassName`` of the scenario used for apps without a registered one.
         host: bind address (loopback by default: the server has no authentication on LLM routes).
         port: TCP port; 0 picks a free one (see ``ServerHandle.url``).
@@ -47,7 +46,7 @@ class ServerConfig:
     """
 
     engine: str = "sim"
-    policy: str = "pbkv"
+    policy: str = DEFAULT_POLICY
     profile: str | None = None
     predictors: dict[str, str] = field(default_factory=dict)
     scenario: str | None = None
@@ -71,7 +70,7 @@ class ServerConfig:
     model_name: str = "pbkv-sim"
 
     def __post_init__(self) -> None:
-        if not self.predictors and self.policy in PREDICTIVE_POLICIES:
+        if not self.predictors and _predictive(self.policy):
             self.predictors = {"*": "markov"}
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535 (0 = any free port), got {self.port}")
@@ -84,3 +83,11 @@ class ServerConfig:
         for name in ("max_body_bytes", "max_active_workflows", "max_ended_ids", "block_chars", "max_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+
+
+def _predictive(policy: str) -> bool:
+    """Whether ``policy`` uses predictions (an unknown name is reported later, by the engine config)."""
+    try:
+        return policy_info(policy).predictive
+    except ValueError:
+        return False

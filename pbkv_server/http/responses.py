@@ -24,9 +24,12 @@ _WORDS_PER_CHUNK = 4
 _CHUNK_RE = re.compile(r"\S+\s*|\s+")
 
 
+#: ``owned_by`` of the models this server lists.
+MODEL_OWNER = "pbkv"
+
 def model_card(model_id: str) -> dict[str, Any]:
     """The ``model`` object of ``/v1/models``."""
-    return {"id": model_id, "object": "model", "created": 0, "owned_by": "pbkv"}
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": MODEL_OWNER}
 
 
 def full_response(prep: Prepared, result: Completion) -> dict[str, Any]:

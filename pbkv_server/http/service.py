@@ -54,14 +54,14 @@ def engine_config_from(config: ServerConfig) -> EngineConfig:
     Raises:
         ValueError: unknown profile, policy or predictor spec.
     """
-    from pbkv_server.engine import available_policies
+    from pbkv_server.engine.policies import SERVER, available_policies, policy_info
     from pbkv_server.http.routing import build_predictor
     from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
 
-    if config.policy not in available_policies():
-        raise ValueError(f"unknown policy {config.policy!r}; available: {', '.join(available_policies())}")
-    if config.policy == "belady":
-        raise ValueError("policy 'belady' needs the whole future; it exists in the simulator only")
+    info = policy_info(config.policy)  # raises for an unknown name, listing the known ones
+    if SERVER not in info.backends:
+        why = "it needs the whole future and exists in the simulator only" if info.offline else "not a server policy"
+        raise ValueError(f"policy {config.policy!r}: {why}; the server runs {', '.join(available_policies(SERVER))}")
     try:
         profile = get_profile(config.profile or DEFAULT_PROFILE)
     except KeyError as exc:  # get_profile's message lists the known names

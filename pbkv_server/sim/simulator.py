@@ -7,7 +7,7 @@ radix cache and the eviction policy; this module only drives it:
   trace order) starts when one ends;
 * inside a workflow, invocation j+1 is sent when invocation j finished plus the recorded tool gap
   (``t_start[j+1] - t_end[j]``), and ``end_workflow`` is sent after the recorded trailing gap;
-* ``belady`` gets a :class:`~pbkv_server.sim.future.TraceFuture` built from the trace;
+* offline policies (``belady``) get a :class:`~pbkv_server.sim.future.TraceFuture` built from the trace;
 * metrics follow :mod:`pbkv_server.sim.metrics`.
 """
 
@@ -24,6 +24,7 @@ from pbkv_contract.trace import InvocationRecord, TraceFormatError, TraceRecord,
 from pbkv_contract.prediction import Predictor
 
 from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, FirstToken, HardwareProfile
+from pbkv_server.engine.policies import policy_info
 from pbkv_server.sim.future import TraceFuture, reference_order
 from pbkv_server.sim.metrics import MetricsCollector
 
@@ -200,7 +201,7 @@ def simulate(
     """
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    future = build_future(workload, concurrency) if policy == "belady" else None
+    future = build_future(workload, concurrency) if policy_info(policy).offline else None
     engine = Engine(
         EngineConfig(
             profile=profile, policy=policy, device_tokens=device_tokens, host_tokens=host_tokens,

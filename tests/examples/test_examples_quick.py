@@ -16,15 +16,17 @@ import pytest
 from examples_fixtures import write_data_dir
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
+from pbkv_server.engine.policies import REFERENCE_POLICY, REPLAY, available_policies, policy_info
 
 REPO = Path(__file__).resolve().parents[2]
 
 CASES = {
-    "hover_langchain": ({"decomposer", "query_writer", "summarizer", "verifier"}, ["lru", "lae", "he", "pbkv", "belady"], 72),
-    "swe_autogen": ({"planner", "coder", "tester", "analyzer"}, ["lru", "lae", "he", "pbkv", "belady"], 24),
-    "finance_crewai": ({"Filing Researcher", "Financial Analyst", "Answer Writer", "Answer Reviewer"},
-                       ["lru", "lae", "he", "pbkv", "kvflow", "belady"], 48),
+    "hover_langchain": ({"decomposer", "query_writer", "summarizer", "verifier"}, 72),
+    "swe_autogen": ({"planner", "coder", "tester", "analyzer"}, 24),
+    "finance_crewai": ({"Filing Researcher", "Financial Analyst", "Answer Writer", "Answer Reviewer"}, 48),
 }
+#: Every registered policy that replays online, in registration order, then the offline reference.
+POLICIES = [p for p in available_policies(REPLAY) if not policy_info(p).offline] + [REFERENCE_POLICY]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def quick_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("example", sorted(CASES))
 def test_quick_run_writes_traces_table_plots_and_json(example: str, quick_data: Path, tmp_path: Path) -> None:
-    agents, policies, concurrency = CASES[example]
+    agents, concurrency = CASES[example]
     out_json = tmp_path / "summary.json"
     env = {**os.environ, "PBKV_DATA_DIR": str(quick_data), "CREWAI_DISABLE_TELEMETRY": "true",
            "OTEL_SDK_DISABLED": "true", "CREWAI_TRACING_ENABLED": "false"}
@@ -49,7 +51,8 @@ def test_quick_run_writes_traces_table_plots_and_json(example: str, quick_data: 
 
     summary = json.loads(out_json.read_text())
     assert summary["quick"] is True and summary["replay_concurrency"] == concurrency
-    assert list(summary["policies"]) == policies
+    assert list(summary["policies"]) == POLICIES
+    assert {"lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "belady"} <= set(POLICIES)
     assert summary["comparison"]["lru"]["latency_speedup"] == 1.0
     assert summary["comparison"]["lru"]["hit_rate_ratio"] == 1.0
     for name, result in summary["policies"].items():

@@ -29,4 +29,4 @@ def test_launched_sglang_lists_the_plugin_policies(capfd, monkeypatch):
     monkeypatch.setenv("PBKV_SGLANG_PYTHON", sys.executable)
     assert main("pbkv-lae", ["--help"]) == 0
     out = capfd.readouterr().out
-    assert "{lru,lfu,slru,priority,tlru,pbkv,pbkv-he,pbkv-lae}" in out
+    assert "{lru,lfu,slru,priority,tlru,pbkv-lae,pbkv-he,pbkv}" in out

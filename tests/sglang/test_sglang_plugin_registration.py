@@ -13,13 +13,15 @@ def test_load_plugins_registers_policies_backends_and_hooks(plugins_loaded):
     from sglang.srt.plugins.hook_registry import HookRegistry
 
     from pbkv_server.backends.sglang.plugin import SCHEDULER_BATCH_TARGET, SCHEDULER_DISPATCH_TARGET
-    from pbkv_server.backends.sglang.strategy import PBKVHEStrategy, PBKVLAEStrategy, PBKVStrategy
+    from pbkv_server.backends.sglang.strategy import strategy_class
 
-    for name in ("pbkv", "pbkv-he", "pbkv-lae"):
+    # each plugin policy is an SGLang choice whose strategy ranks like the engine policy it names
+    for name, engine_name in (("pbkv", "pbkv"), ("pbkv-he", "he"), ("pbkv-lae", "lae")):
         assert name in RADIX_EVICTION_POLICY_CHOICES
-    assert type(get_eviction_strategy("pbkv")) is PBKVStrategy
-    assert type(get_eviction_strategy("pbkv-he")) is PBKVHEStrategy
-    assert type(get_eviction_strategy("pbkv-lae")) is PBKVLAEStrategy
+        strategy = get_eviction_strategy(name)
+        assert type(strategy) is strategy_class(name)
+        assert strategy.engine_policy.name == engine_name
+    assert get_eviction_strategy("pbkv").prefetch and not get_eviction_strategy("pbkv-he").prefetch
     assert "pbkv" in registered_radix_cache_backends()
     assert "pbkv" in registered_tree_core_backends()
     assert {SCHEDULER_BATCH_TARGET, SCHEDULER_DISPATCH_TARGET} <= HookRegistry._patched
@@ -33,6 +35,33 @@ def test_loading_twice_registers_each_policy_once(plugins_loaded):
     register()
     register()
     assert RADIX_EVICTION_POLICY_CHOICES.count("pbkv") == 1
+
+
+def test_a_policy_registered_in_the_registry_becomes_an_sglang_choice(plugins_loaded):
+    # One class and its registration, nothing else: the plugin's choices follow the registry.
+    from sglang.srt.mem_cache.utils import get_eviction_strategy
+    from sglang.srt.server_args import prepare_server_args
+
+    from pbkv_server.backends.sglang.plugin import register
+    from pbkv_server.engine.policies import Policy, register_policy, unregister_policy
+
+    @register_policy("toy-largest")
+    class ToyLargestFirst(Policy):
+        """Largest node first, LRU among equals."""
+
+        sglang_name = "pbkv-toy-largest"
+
+        def priority(self, node) -> tuple:
+            return (-node.tokens, node.last_access)
+
+    try:
+        register()
+        args = prepare_server_args(["--model-path", "dummy", "--radix-eviction-policy", "pbkv-toy-largest"])
+        assert args.radix_eviction_policy == "pbkv-toy-largest"
+        strategy = get_eviction_strategy("pbkv-toy-largest")
+        assert strategy.engine_policy.name == "toy-largest" and not strategy.prefetch
+    finally:
+        unregister_policy("toy-largest")
 
 
 def test_server_flags_parse_policy_backend_and_config(plugins_loaded):

@@ -19,6 +19,7 @@ from typing import Any
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams, MatchResult
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+from .settings import BACKEND_NAME
 from .tree_core import TREE_CORE_NAME, PBKVTreeCore
 from .workflows import WorkflowBook
 
@@ -26,8 +27,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["PBKVRadixCache", "make_pbkv_cache", "BACKEND_NAME"]
 
-#: Name registered with ``register_radix_cache_backend`` (``--radix-cache-backend pbkv``).
-BACKEND_NAME = "pbkv"
 
 
 class PBKVRadixCache(UnifiedRadixCache):

@@ -15,15 +15,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .settings import POLICIES
+from pbkv_server.engine.policies import BASELINE_POLICY, available_policies, policy_info, sglang_policy_names
+
+from .settings import BACKEND_NAME, PLUGIN_NAME
 
 __all__ = ["main", "build_command", "resolve_policy", "sglang_python", "LaunchError"]
 
-#: Engine-core names accepted as aliases of the plugin's policy names.
-_ALIASES = {"he": "pbkv-he", "lae": "pbkv-lae"}
 _OWN_FLAGS = ("--radix-eviction-policy", "--radix-cache-backend")
-#: Engine-core policies that exist only in the simulator and the sim server.
-_SIM_ONLY = frozenset({"pbkv-aggressive", "kvflow", "belady"})
 
 
 class LaunchError(ValueError):
@@ -33,18 +31,25 @@ class LaunchError(ValueError):
 def resolve_policy(policy: str) -> tuple[str, bool]:
     """Map a policy name to SGLang's flag value and whether the PBKV backend is needed.
 
-    ``pbkv``, ``pbkv-he``, ``pbkv-lae`` (or the engine names ``he``, ``lae``) use the PBKV radix
-    cache; any other name (``lru``, ``lfu``, ...) is passed to SGLang as a built-in policy.
+    A plugin policy (``pbkv``, ``pbkv-he``, ``pbkv-lae``, ..., or its engine name such as ``he``)
+    uses the PBKV radix cache; a name the registry does not know (``lru``, ``lfu``, ...) is passed
+    to SGLang as a built-in policy. The registry's baseline ``lru`` is SGLang's own ``lru``.
 
     Raises:
-        LaunchError: a policy that only the simulator implements (``pbkv-aggressive``, ``kvflow``,
-            ``belady``).
+        LaunchError: a registered policy that the plugin does not run (the simulator's
+            ``pbkv-aggressive``, ``kvflow``, ``belady``, ...).
     """
-    if policy in _SIM_ONLY:
-        raise LaunchError(f"policy {policy!r} runs in the simulator / sim engine only; with SGLang use "
-                          f"one of {sorted(POLICIES)} or an SGLang built-in such as lru")
-    name = _ALIASES.get(policy, policy)
-    return name, name in POLICIES
+    plugin = sglang_policy_names()
+    if policy in plugin:
+        return policy, True
+    if policy in available_policies():
+        name = policy_info(policy).sglang_name
+        if name is not None:
+            return name, True
+        if policy != BASELINE_POLICY:  # SGLang's own lru is the baseline; the others are ours
+            raise LaunchError(f"policy {policy!r} runs in the simulator / sim engine only; with SGLang use "
+                              f"one of {sorted(plugin)} or an SGLang built-in such as lru")
+    return policy, False
 
 
 def sglang_python() -> str:
@@ -70,7 +75,7 @@ def build_command(policy: str, sglang_args: Sequence[str], python: str | None = 
     name, needs_backend = resolve_policy(policy)
     cmd = [python or sglang_python(), "-m", "sglang.launch_server", *sglang_args, "--radix-eviction-policy", name]
     if needs_backend:
-        cmd += ["--radix-cache-backend", "pbkv"]
+        cmd += ["--radix-cache-backend", BACKEND_NAME]
     return cmd
 
 
@@ -93,8 +98,8 @@ def main(policy: str, sglang_args: list[str]) -> int:
         return 2
     env = dict(os.environ)
     allowed = env.get("SGLANG_PLUGINS")
-    if allowed and "pbkv" not in {p.strip() for p in allowed.split(",")}:
-        env["SGLANG_PLUGINS"] = allowed + ",pbkv"  # a whitelist without pbkv would silently drop it
+    if allowed and PLUGIN_NAME not in {p.strip() for p in allowed.split(",")}:
+        env["SGLANG_PLUGINS"] = f"{allowed},{PLUGIN_NAME}"  # a whitelist without us would silently drop it
     proc = subprocess.Popen(cmd, env=env)
 
     def forward(signum, _frame):

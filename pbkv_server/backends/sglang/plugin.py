@@ -3,8 +3,9 @@
 SGLang calls :func:`register` via ``load_plugins()`` in the launcher (before argument parsing) and
 again in every scheduler process. It is idempotent and adds:
 
-- eviction policies ``pbkv``, ``pbkv-he``, ``pbkv-lae`` (choices of ``--radix-eviction-policy`` and
-  factories in ``_EVICTION_POLICY_FACTORIES``);
+- one eviction policy per registered policy with an ``sglang_name`` (``pbkv``, ``pbkv-he``,
+  ``pbkv-lae``, ...: choices of ``--radix-eviction-policy`` and factories in
+  ``_EVICTION_POLICY_FACTORIES``);
 - tree-core backend ``pbkv`` and radix-cache backend ``pbkv`` (``--radix-cache-backend pbkv``);
 - the IPC message for workflow end, a scheduler dispatcher hook for it, and the decode-batch
   prefetch hook (HookRegistry AFTER hooks on ``Scheduler``);
@@ -19,7 +20,7 @@ import multiprocessing
 
 log = logging.getLogger(__name__)
 
-__all__ = ["register", "SCHEDULER_DISPATCH_TARGET", "SCHEDULER_BATCH_TARGET", "OPENAI_CONVERT_TARGETS"]
+__all__ = ["register", "register_policies", "SCHEDULER_DISPATCH_TARGET", "SCHEDULER_BATCH_TARGET", "OPENAI_CONVERT_TARGETS"]
 
 SCHEDULER_DISPATCH_TARGET = "sglang.srt.managers.scheduler.Scheduler.init_request_dispatcher"
 SCHEDULER_BATCH_TARGET = "sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run"
@@ -32,13 +33,17 @@ _registered = False
 
 
 def register() -> None:
-    """Register PBKV's policies, backends, IPC type and hooks with SGLang (idempotent)."""
+    """Register PBKV's policies, backends, IPC type and hooks with SGLang (idempotent).
+
+    Policies are synchronised with the registry on every call, so a policy registered after the
+    first call (a test, a late-loaded module) becomes an SGLang choice at the next one; backends
+    and hooks are installed once.
+    """
     global _registered
+    names = register_policies()
     if _registered:
         return
-    from sglang.srt.arg_groups.choices import RADIX_EVICTION_POLICY_CHOICES, add_radix_eviction_policy_choices
     from sglang.srt.managers.io_struct import hook_custom_types
-    from sglang.srt.mem_cache import utils as cache_utils
     from sglang.srt.mem_cache.registry import register_radix_cache_backend, registered_radix_cache_backends
     from sglang.srt.mem_cache.unified_cache.tree_core_registry import (
         register_tree_core_backend,
@@ -49,12 +54,8 @@ def register() -> None:
     from .cache import BACKEND_NAME, make_pbkv_cache
     from .ipc import PBKVEndWorkflowReq, extend_scheduler_dispatcher, headers_to_custom_params
     from .prefetch import after_next_batch
-    from .strategy import STRATEGIES
     from .tree_core import TREE_CORE_NAME, make_tree_core
 
-    add_radix_eviction_policy_choices([n for n in STRATEGIES if n not in RADIX_EVICTION_POLICY_CHOICES])
-    for name, cls in STRATEGIES.items():
-        cache_utils._EVICTION_POLICY_FACTORIES.setdefault(name, cls)
     if TREE_CORE_NAME not in registered_tree_core_backends():
         register_tree_core_backend(TREE_CORE_NAME, make_tree_core)
     if BACKEND_NAME not in registered_radix_cache_backends():
@@ -72,4 +73,19 @@ def register() -> None:
         for target in OPENAI_CONVERT_TARGETS:
             HookRegistry.register(target, headers_to_custom_params, HookType.AFTER)
     _registered = True
-    log.info("PBKV plugin registered: policies %s, --radix-cache-backend %s", list(STRATEGIES), BACKEND_NAME)
+    log.info("PBKV plugin registered: policies %s, --radix-cache-backend %s", names, BACKEND_NAME)
+
+
+def register_policies() -> list[str]:
+    """Make every plugin policy of the registry an SGLang ``--radix-eviction-policy`` choice with its
+    strategy factory (idempotent). Returns the plugin policy names."""
+    from sglang.srt.arg_groups.choices import RADIX_EVICTION_POLICY_CHOICES, add_radix_eviction_policy_choices
+    from sglang.srt.mem_cache import utils as cache_utils
+
+    from .strategy import strategies
+
+    plugin_strategies = strategies()
+    add_radix_eviction_policy_choices([n for n in plugin_strategies if n not in RADIX_EVICTION_POLICY_CHOICES])
+    for name, cls in plugin_strategies.items():
+        cache_utils._EVICTION_POLICY_FACTORIES.setdefault(name, cls)
+    return list(plugin_strategies)

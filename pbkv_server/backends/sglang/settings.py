@@ -11,13 +11,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["PluginSettings", "POLICIES", "PREFETCH_POLICIES"]
+from pbkv_server.engine.policies import policy_info
 
-#: Eviction policy names the plugin adds to ``--radix-eviction-policy``, and the engine-core
-#: policy each one ranks nodes like (DESIGN.md section 4).
-POLICIES = {"pbkv": "pbkv", "pbkv-he": "he", "pbkv-lae": "lae"}
-#: Policies that also run conservative prefetch.
-PREFETCH_POLICIES = frozenset({"pbkv"})
+__all__ = ["PluginSettings", "PLUGIN_NAME", "BACKEND_NAME"]
+
+#: Name of the plugin's ``sglang.srt.plugins`` entry point (pyproject.toml), for ``SGLANG_PLUGINS``.
+PLUGIN_NAME = "pbkv"
+#: Name of the plugin's radix-cache and tree-core backends (``--radix-cache-backend pbkv``).
+BACKEND_NAME = "pbkv"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +32,8 @@ class PluginSettings:
             (see :func:`pbkv_server.predictors.factory.make_predictor`).
         idle_retire_s: seconds without a request after which a workflow is retired (client crash);
             ``None`` = never.
-        prefetch: run conservative prefetch; ``None`` = on for policy ``pbkv`` only.
+        prefetch: run conservative prefetch; ``None`` = on for the policies that declare prefetch
+            (``policy_info(name).prefetches``).
         pcie_bytes_per_s: host->device copy bandwidth used for the prefetch budget, bytes/s.
         kv_bytes_per_token: KV bytes of one token; ``None`` = read from the device KV pool.
         default_step_s: decode-step time assumed until one is measured, seconds.
@@ -67,8 +69,8 @@ class PluginSettings:
         return settings
 
     def prefetch_enabled(self, policy: str) -> bool:
-        """Whether prefetch runs under eviction policy ``policy``."""
-        return policy in PREFETCH_POLICIES if self.prefetch is None else bool(self.prefetch)
+        """Whether prefetch runs under eviction policy ``policy`` (an SGLang or engine name)."""
+        return policy_info(policy).prefetches if self.prefetch is None else bool(self.prefetch)
 
     def _check(self) -> None:
         if not 0.0 < float(self.gamma) <= 1.0:

@@ -1,11 +1,10 @@
-"""SGLang eviction strategies ``pbkv``, ``pbkv-he`` and ``pbkv-lae``.
+"""SGLang eviction strategies of the plugin policies (``pbkv``, ``pbkv-he``, ``pbkv-lae``, ...).
 
 SGLang's tree core builds one strategy per scheduler process from ``--radix-eviction-policy`` and
 ``--radix-eviction-policy-config`` and orders evictable leaves by ``get_priority(node)`` (lowest
-first, from a heap). Each PBKV strategy delegates to the engine core's policy of the same rule
-(:mod:`pbkv_server.engine.policies`: ``he`` = retired first, then ascending Score(c) of PBKV
-Eq. 2, LRU tie-break; ``lae`` = retired first by fewest workflows ever, then LRU), so SGLang and
-the simulator rank nodes by one implementation. The node's ``sc`` record and ``last_access`` come
+first, from a heap). There is one strategy per registered policy that declares an ``sglang_name``
+(:mod:`pbkv_server.engine.policies`); each delegates to that engine-core policy's ``priority``, so
+SGLang and the simulator rank nodes by one implementation. The node's ``sc`` record and ``last_access`` come
 from :class:`~pbkv_server.backends.sglang.tree_core.PBKVTreeNode`.
 """
 
@@ -16,13 +15,13 @@ from typing import Any
 
 from sglang.srt.mem_cache.evict_policy import EvictionStrategy
 
-from pbkv_server.engine.policies import make_policy
+from pbkv_server.engine.policies import make_policy, policy_info, sglang_policy_names
 
-from .settings import POLICIES, PluginSettings
+from .settings import PluginSettings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PBKVStrategy", "PBKVHEStrategy", "PBKVLAEStrategy", "STRATEGIES"]
+__all__ = ["strategy_class", "strategies"]
 
 
 class _NodeView:
@@ -51,7 +50,7 @@ class _EnginePolicyStrategy(EvictionStrategy):
 
     def __init__(self, **config: Any) -> None:
         self.settings = PluginSettings.from_kwargs(self.sglang_name, config)
-        self.engine_policy = make_policy(POLICIES[self.sglang_name], None)  # priority() needs no engine
+        self.engine_policy = make_policy(sglang_policy_names()[self.sglang_name], None)  # priority() needs no engine
         self.prefetch = self.settings.prefetch_enabled(self.sglang_name)
         self._warned = False
 
@@ -66,23 +65,31 @@ class _EnginePolicyStrategy(EvictionStrategy):
         return self.engine_policy.priority(node)
 
 
-class PBKVStrategy(_EnginePolicyStrategy):
-    """``pbkv``: hierarchical eviction (engine policy ``pbkv`` = ``he``) plus conservative prefetch."""
+def strategy_class(sglang_name: str) -> type[_EnginePolicyStrategy]:
+    """The SGLang ``EvictionStrategy`` class of plugin policy ``sglang_name`` (one class per name,
+    made once: SGLang compares factories by identity).
 
-    sglang_name = "pbkv"
+    Raises:
+        ValueError: ``sglang_name`` is not a plugin policy of the registry.
+    """
+    cls = _CLASSES.get(sglang_name)
+    if cls is None:
+        engine_name = sglang_policy_names().get(sglang_name)
+        if engine_name is None:
+            raise ValueError(f"{sglang_name!r} is not a PBKV plugin policy; known: {', '.join(sglang_policy_names())}")
+        info = policy_info(engine_name)
+        cls = type(f"PBKVStrategy[{sglang_name}]", (_EnginePolicyStrategy,), {
+            "sglang_name": sglang_name, "__module__": __name__,
+            "__doc__": f"``{sglang_name}``: engine-core policy ``{engine_name}`` ({info.summary}).",
+        })
+        _CLASSES[sglang_name] = cls
+    return cls
 
 
-class PBKVHEStrategy(_EnginePolicyStrategy):
-    """``pbkv-he``: hierarchical eviction (engine policy ``he``), no prefetch."""
-
-    sglang_name = "pbkv-he"
-
-
-class PBKVLAEStrategy(_EnginePolicyStrategy):
-    """``pbkv-lae``: lifecycle-aware eviction (engine policy ``lae``)."""
-
-    sglang_name = "pbkv-lae"
+def strategies() -> dict[str, type[_EnginePolicyStrategy]]:
+    """SGLang policy name -> strategy class, for every plugin policy of the registry (factories for
+    SGLang's ``_EVICTION_POLICY_FACTORIES``)."""
+    return {name: strategy_class(name) for name in sglang_policy_names()}
 
 
-#: SGLang policy name -> strategy class (factories for ``_EVICTION_POLICY_FACTORIES``).
-STRATEGIES = {cls.sglang_name: cls for cls in (PBKVStrategy, PBKVHEStrategy, PBKVLAEStrategy)}
+_CLASSES: dict[str, type[_EnginePolicyStrategy]] = {}

@@ -14,13 +14,14 @@ from typing import Any
 
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore, UnifiedTreeNode
 
+from .settings import BACKEND_NAME
 from .settings import PluginSettings
 from .workflows import WorkflowBook
 
 __all__ = ["PBKVTreeNode", "PBKVTreeCore", "TREE_CORE_NAME", "make_tree_core"]
 
 #: Name under which :func:`make_tree_core` is registered with ``register_tree_core_backend``.
-TREE_CORE_NAME = "pbkv"
+TREE_CORE_NAME = BACKEND_NAME
 
 
 class PBKVTreeNode(UnifiedTreeNode):

@@ -1,29 +1,95 @@
-"""Policy interface and name registry (style of SGLang's ``evict_policy.py``: one small class per rule).
+"""Policy interface and the self-describing policy registry (style of SGLang's ``evict_policy.py``).
 
 A policy orders evictable nodes: :meth:`Policy.priority` returns a tuple, and the node with the
 lowest tuple leaves first. The engine keeps one lazy heap per tier keyed by these tuples and asks
 for a node's priority again whenever something it depends on changes (access, score, retirement),
 so a priority must depend only on the node's state and on state the policy reports through
 ``engine.refresh(node)``. Hooks default to doing nothing.
+
+Each policy class also declares what it needs and does (:class:`PolicyInfo`): whether it uses
+predictions, whether it prefetches, whether it needs the trace's future (offline, replay only),
+and which backends run it (``replay``: ``pbkv-bench``; ``server``: ``pbkv-server``'s sim engine;
+``sglang``: the SGLang plugin, under its ``sglang_name``). Every list of policies in the CLIs, the
+server, the plugin and the examples is derived from this registry, so a new policy is one module
+plus its :func:`register_policy` line. Policies outside this package register through the
+``pbkv.policies`` entry-point group (each entry point names a module to import). See
+``docs/architecture.md``, "Adding a policy".
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     from ..engine import Engine, Workflow, _Request
     from ..radix import Node
 
-__all__ = ["Policy", "register_policy", "available_policies", "make_policy"]
+__all__ = [
+    "Policy", "PolicyInfo", "register_policy", "unregister_policy", "available_policies", "policy_info",
+    "make_policy", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
+    "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "ENTRY_POINT_GROUP",
+]
 
-_REGISTRY: dict[str, Callable[["Engine"], "Policy"]] = {}
+log = logging.getLogger(__name__)
+
+#: Backends: trace replay (``pbkv-bench``), the live sim-engine server, the SGLang plugin.
+REPLAY, SERVER, SGLANG = "replay", "server", "sglang"
+#: Policy every comparison is made against: SGLang's default radix-cache rule.
+BASELINE_POLICY = "lru"
+#: Policy ``pbkv-server`` serves with unless told otherwise.
+DEFAULT_POLICY = "pbkv"
+#: Offline reference that tables report the gap to (replay only).
+REFERENCE_POLICY = "belady"
+#: Entry-point group of out-of-tree policy modules.
+ENTRY_POINT_GROUP = "pbkv.policies"
+
+_REGISTRY: dict[str, type["Policy"]] = {}
+_entry_points_loaded = False
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInfo:
+    """What a registered policy needs and does.
+
+    Attributes:
+        name: registry name (``pbkv-bench --policy``, ``pbkv-server --policy``).
+        summary: one line for help texts and tables.
+        predictive: uses next-agent predictions (the engine calls the predictor and keeps scores).
+        prefetches: loads host-tier cache to the device on decode-only steps.
+        offline: needs the whole trace's future; runs in replay only.
+        backends: where it runs, a subset of ``{"replay", "server", "sglang"}``.
+        sglang_name: its ``--radix-eviction-policy`` value in the SGLang plugin, or ``None``.
+        uses_app_graph: reads the apps' declared static agent graphs (``PUT .../graph``).
+    """
+
+    name: str
+    summary: str
+    predictive: bool
+    prefetches: bool
+    offline: bool
+    backends: frozenset[str]
+    sglang_name: str | None
+    uses_app_graph: bool
 
 
 def register_policy(name: str) -> Callable[[type], type]:
-    """Class decorator: make the policy constructible by ``name`` in :func:`make_policy`."""
+    """Class decorator: make the policy constructible by ``name`` and listed everywhere it can run.
+
+    Raises:
+        ValueError: ``name`` or the class's ``sglang_name`` is already taken by another policy.
+    """
 
     def deco(cls: type) -> type:
+        old = _REGISTRY.get(name)
+        if old is not None and old is not cls:
+            raise ValueError(f"policy name {name!r} is already registered by {old.__qualname__}")
+        sglang_name = getattr(cls, "sglang_name", None)
+        for other in _REGISTRY.values():
+            if other is not old and sglang_name is not None and other.sglang_name == sglang_name:
+                raise ValueError(f"SGLang policy name {sglang_name!r} is already used by {other.name!r}")
         _REGISTRY[name] = cls
         cls.name = name
         return cls
@@ -31,39 +97,76 @@ def register_policy(name: str) -> Callable[[type], type]:
     return deco
 
 
-def available_policies() -> list[str]:
-    """Names of all registered policies, in registration order."""
-    return list(_REGISTRY)
+def unregister_policy(name: str) -> None:
+    """Remove ``name`` from the registry (tests, plugin reloads); unknown names are ignored."""
+    _REGISTRY.pop(name, None)
+
+
+def available_policies(backend: str | None = None) -> list[str]:
+    """Names of the registered policies in registration order, optionally only those running on
+    ``backend`` (``"replay"``, ``"server"`` or ``"sglang"``)."""
+    _load_entry_points()
+    return [name for name, cls in _REGISTRY.items() if backend is None or backend in _info(cls).backends]
+
+
+def policy_info(name: str) -> PolicyInfo:
+    """The declaration of policy ``name`` (an engine name or an SGLang name such as ``pbkv-he``).
+
+    Raises:
+        ValueError: unknown name (the message lists the known ones).
+    """
+    return _info(_class(resolve_policy_name(name)))
+
+
+def sglang_policy_names() -> dict[str, str]:
+    """SGLang ``--radix-eviction-policy`` value -> engine policy name, for every plugin policy."""
+    _load_entry_points()
+    return {cls.sglang_name: name for name, cls in _REGISTRY.items() if cls.sglang_name is not None}
+
+
+def resolve_policy_name(name: str) -> str:
+    """The engine policy name of ``name``, which may be an engine name or a plugin (SGLang) name;
+    an unknown name is returned unchanged (callers that need a policy then raise)."""
+    _load_entry_points()
+    if name in _REGISTRY:
+        return name
+    return sglang_policy_names().get(name, name)
 
 
 def make_policy(name: str, engine: "Engine") -> "Policy":
     """Instantiate policy ``name`` for ``engine``.
 
     ``engine`` may be ``None`` when only :meth:`Policy.priority` is needed (the SGLang plugin
-    orders its own tree nodes with it); ``belady`` and the prefetching/graph hooks need an engine.
+    orders its own tree nodes with it); offline policies and the prefetching/graph hooks need one.
 
     Raises:
         ValueError: unknown name (the message lists the known ones).
     """
-    try:
-        cls = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; available: {', '.join(_REGISTRY)}") from None
-    return cls(engine)
+    return _class(name)(engine)
 
 
 class Policy:
     """Eviction (and optionally prefetch) rule. Lower :meth:`priority` = evicted first.
 
-    Attributes:
-        name: registry name.
+    Class attributes (the policy's declaration, see :class:`PolicyInfo`):
+        name: registry name (set by :func:`register_policy`).
+        summary: one line for help texts.
         uses_predictions: the engine calls the predictor and maintains scores only if True.
         prefetches: the engine calls :meth:`prefetch` on decode-only steps only if True.
+        offline: needs ``EngineConfig.future`` (the trace's future); replay only.
+        backends: backends besides the SGLang plugin; offline policies run in replay only.
+        sglang_name: the plugin's ``--radix-eviction-policy`` value, or ``None`` (not in SGLang).
+        uses_app_graph: reads static agent graphs (:meth:`Engine.set_app_graph`).
     """
 
     name = "base"
+    summary = ""
     uses_predictions = False
     prefetches = False
+    offline = False
+    backends: frozenset[str] = frozenset({REPLAY, SERVER})
+    sglang_name: str | None = None
+    uses_app_graph = False
 
     def __init__(self, engine: "Engine") -> None:
         self.engine = engine
@@ -102,3 +205,36 @@ class Policy:
 
     def on_graph(self, app: str) -> None:
         """The static agent graph of ``app`` was set or replaced."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _class(name: str) -> type[Policy]:
+    _load_entry_points()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; available: {', '.join(_REGISTRY)}") from None
+
+
+def _info(cls: type[Policy]) -> PolicyInfo:
+    backends = frozenset({REPLAY}) if cls.offline else frozenset(cls.backends)
+    if cls.sglang_name is not None and not cls.offline:
+        backends |= {SGLANG}
+    summary = cls.summary or (cls.__doc__ or "").strip().split("\n")[0]
+    return PolicyInfo(cls.name, summary, bool(cls.uses_predictions), bool(cls.prefetches), bool(cls.offline),
+                      backends, cls.sglang_name, bool(cls.uses_app_graph))
+
+
+def _load_entry_points() -> None:
+    """Import the out-of-tree policy modules of :data:`ENTRY_POINT_GROUP` once (errors are logged)."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception:  # a broken plugin must not take the built-in policies down
+            log.exception("cannot load PBKV policy entry point %r", ep.value)

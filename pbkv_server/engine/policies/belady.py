@@ -22,6 +22,9 @@ class BeladyPolicy(Policy):
         ValueError: at construction, when ``config.future`` is missing.
     """
 
+    summary = "offline reference: farthest next use first (needs the trace's future)"
+    offline = True
+
     def __init__(self, engine) -> None:
         super().__init__(engine)
         if engine.config.future is None:

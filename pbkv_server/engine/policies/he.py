@@ -15,7 +15,9 @@ from .base import Policy, register_policy
 class HierarchicalPolicy(Policy):
     """Retired ``(0, workflows ever, last_access)`` before active ``(1, Score(c), last_access)``."""
 
+    summary = "hierarchical: retired first, then ascending lookahead score (PBKV Eq. 2)"
     uses_predictions = True
+    sglang_name = "pbkv-he"
 
     def priority(self, node) -> tuple:
         """See class docstring."""

@@ -38,7 +38,9 @@ class KVFlowPolicy(Policy):
     """See module docstring. Node state ``node.extra``: set of ``(app, agent)`` whose fixed
     prompt contains the node (``None`` = dynamic suffix)."""
 
+    summary = "KVFlow: steps-to-execution from the static agent graph, next-step prefetch"
     prefetches = True
+    uses_app_graph = True
 
     def __init__(self, engine) -> None:
         super().__init__(engine)

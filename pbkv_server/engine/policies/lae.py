@@ -13,6 +13,9 @@ from .base import Policy, register_policy
 class LifecycleAwarePolicy(Policy):
     """Retired ``(0, workflows ever, last_access)`` before active ``(1, 0, last_access)``."""
 
+    summary = "lifecycle-aware: retired cache first, then LRU"
+    sglang_name = "pbkv-lae"
+
     def priority(self, node) -> tuple:
         """See class docstring; anonymous-only nodes count as active (LRU among actives)."""
         sc = node.sc

@@ -9,6 +9,8 @@ from .base import Policy, register_policy
 class LRUPolicy(Policy):
     """Evict the leaf with the oldest ``last_access``; ties leave in the order they became leaves."""
 
+    summary = "least recently used first (SGLang's default)"
+
     def priority(self, node) -> tuple:
         """``(last_access,)``."""
         return (node.last_access,)

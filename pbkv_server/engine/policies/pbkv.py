@@ -12,7 +12,9 @@ class PBKVPolicy(HierarchicalPolicy):
     """``he`` eviction order; on decode-only steps, loads high-value host cache into free or
     retired device space without touching active cache."""
 
+    summary = "he eviction + conservative prefetch into idle device space"
     prefetches = True
+    sglang_name = "pbkv"
 
     def prefetch_value(self, node) -> float:
         """One-step value ``sum_w A_w(c) . P_w^(1)``."""

@@ -12,6 +12,9 @@ class AggressivePBKVPolicy(PBKVPolicy):
     """Like ``pbkv``, plus up to ``rho`` x device capacity of active cache per prefetch round may
     be evicted for host cache of higher score (``config.rho``)."""
 
+    summary = "pbkv whose prefetch may displace up to rho of the device of lower-score cache"
+    sglang_name = None  # the plugin implements the conservative planner only
+
     def prefetch(self, seconds: float) -> None:
         """See :func:`~pbkv_server.engine.prefetch.aggressive_prefetch`."""
         aggressive_prefetch(self.engine, seconds, self.engine.config.rho)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pbkv_server.bench_cli import ALL_POLICIES, app
+from pbkv_server.bench_cli import app
+from pbkv_server.engine.policies import REPLAY, available_policies
 from sim_fixtures import write_model
 
 runner = CliRunner()
@@ -27,14 +28,15 @@ def trace(tmp_path_factory) -> Path:
     return path
 
 
-def test_replay_writes_every_policy_with_the_contract_keys(trace, tmp_path):
+def test_replay_without_policy_runs_every_replay_policy_with_the_contract_keys(trace, tmp_path):
     out, png = tmp_path / "r.json", tmp_path / "r.png"
-    result = runner.invoke(app, ["replay", str(trace), "--policy", ",".join(ALL_POLICIES), "--predictor", "oracle",
+    result = runner.invoke(app, ["replay", str(trace), "--predictor", "oracle",
                                  "--concurrency", "4", "--profile", "h100-qwen2.5-32b", "--device-tokens", "40000",
                                  "--json", str(out), "--plot", str(png)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    assert list(data) == list(ALL_POLICIES)
+    assert list(data) == available_policies(REPLAY)
+    assert {"lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "belady"} <= set(data)
     for name, summary in data.items():
         assert REQUIRED <= set(summary), name
         assert 0.0 <= summary["hit_rate"] <= 1.0 and summary["device_tokens"] == 40000

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from pbkv_server.bench_cli import ALL_POLICIES
+from pbkv_server.engine.policies import REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
@@ -38,7 +38,7 @@ def trace():
     return records, load_workload(records)
 
 
-@pytest.mark.parametrize("policy", ALL_POLICIES)
+@pytest.mark.parametrize("policy", available_policies(REPLAY))
 def test_three_replays_in_one_process_give_identical_stats(trace, policy):
     records, workload = trace
     runs, ballast = [], []
