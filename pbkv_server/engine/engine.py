@@ -1,15 +1,17 @@
-"""The engine core: continuous batching over a two-tier radix prefix cache (DESIGN.md sections 4-5).
+"""The engine core's scheduler: continuous batching over the two-tier prefix cache (``docs/architecture.md``).
 
-One :class:`Engine` serves the simulator, the live sim server and (through its pieces) the SGLang
-plugin. Time is virtual: :meth:`Engine.step` runs one iteration (or, when nothing can change, a
-run of identical decode iterations) and advances :attr:`Engine.clock` by the modelled duration.
+One :class:`Engine` serves the simulator and the live sim server; its cache
+(:class:`~pbkv_server.engine.cache.PrefixCache`), policies and workflow table
+(:class:`~pbkv_server.engine.workflows.WorkflowTable`) also serve the SGLang plugin. Time is
+virtual: :meth:`Engine.step` runs one iteration (or, when nothing can change, a run of identical
+decode iterations) and advances :attr:`Engine.clock` by the modelled duration.
 
-An iteration: admit waiting requests in FIFO order while their KV fits (evicting per policy);
-load their host-tier hits over PCIe; prefill their uncached tokens; decode one token for every
-request already running. First tokens of admitted requests appear at the end of the iteration.
-When nothing was admitted the iteration is decode-only: the policy may prefetch, and the engine
-advances straight to the next completion (or to ``until``), since no admission can succeed before
-a request finishes and frees memory.
+An iteration: admit waiting requests in FIFO order while their KV fits (the cache evicts per
+policy); load their host-tier hits over PCIe; prefill their uncached tokens; decode one token for
+every request already running. First tokens of admitted requests appear at the end of the
+iteration. When nothing was admitted the iteration is decode-only: the policy may prefetch, and
+the engine advances straight to the next completion (or to ``until``), since no admission can
+succeed before a request finishes and frees memory.
 """
 
 from __future__ import annotations
@@ -20,16 +22,19 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from .radix import DEVICE, HOST, Node, RadixTree
+from .cache import PrefixCache
+from .radix import Node
 from .scoring import NodeScore, ScoreBoard
 from .types import EngineConfig, EngineRequest, EngineStats, Finished, FirstToken
-from .workflows import Workflow, WorkflowTracker
-from .policies import make_policy
+from .workflows import END_CLIENT, Workflow, WorkflowTable
 
-__all__ = ["Engine", "Workflow"]
+__all__ = ["Engine", "Workflow", "EndListener"]
 
+#: ``listener(workflow, status, reason)``: called for every workflow end (reason: client, idle,
+#: table_full), after the cache re-filed the workflow's nodes.
+EndListener = Callable[[Workflow, str, str], None]
 
 
 @dataclass(slots=True, eq=False)
@@ -54,20 +59,20 @@ class _Request:
 
 
 class Engine:
-    """Continuous-batching engine over a two-tier radix cache with a pluggable eviction policy.
+    """Continuous-batching scheduler over a :class:`~pbkv_server.engine.cache.PrefixCache`.
 
     Args:
         config: see :class:`~pbkv_server.engine.EngineConfig`.
 
     Raises:
-        ValueError: unknown policy, ``belady`` without ``config.future``, or bad capacities.
+        ValueError: unknown policy, an offline policy without ``config.future``, or bad capacities.
 
     Attributes:
         clock: engine time, seconds (virtual).
-        tree: the :class:`~pbkv_server.engine.radix.RadixTree`.
+        cache: the :class:`~pbkv_server.engine.cache.PrefixCache` (tree, tiers, heaps, policy).
+        workflows: the :class:`~pbkv_server.engine.workflows.WorkflowTable`.
         board: the :class:`~pbkv_server.engine.scoring.ScoreBoard` (A_w(c), scores, retirement).
-        policy: the :class:`~pbkv_server.engine.policies.Policy` in use.
-        device_capacity, host_capacity: KV capacities, tokens.
+        tree, policy, device_capacity, host_capacity, app_graphs, profile: the cache's.
     """
 
     #: Clock of the latency samples in :attr:`stats` (seconds). Wall time by default; a benchmark
@@ -75,43 +80,33 @@ class Engine:
     latency_clock = staticmethod(time.perf_counter)
 
     def __init__(self, config: EngineConfig) -> None:
-        self.config = config
-        self.profile = config.profile
-        self.device_capacity = int(config.device_tokens if config.device_tokens is not None
-                                   else config.profile.device_kv_tokens)
-        self.host_capacity = int(config.host_tokens if config.host_tokens is not None
-                                 else config.profile.host_kv_tokens)
-        if self.device_capacity <= 0 or self.host_capacity < 0:
-            raise ValueError(f"device capacity must be > 0 and host >= 0 tokens, got "
-                             f"{self.device_capacity} and {self.host_capacity}")
         if config.max_batch < 1:
             raise ValueError("max_batch must be >= 1")
+        self.config = config
+        self.profile = config.profile
         self.clock = 0.0
-        self.tree = RadixTree(on_split=self._on_split)
+        self._stats = EngineStats()
         self.board = ScoreBoard(config.gamma, config.horizon)
-        self.app_graphs: dict[str, dict[str, tuple[str, ...]]] = {}
-        self._seq = itertools.count()
-        self._dev_heap: list = []
-        self._host_heap: list = []
-        self._pf_heap: list = []
+        self.cache = PrefixCache(config, self.board, self._stats, self.latency_clock)
+        self.policy = self.cache.policy
+        self.tree = self.cache.tree
+        self.device_capacity = self.cache.device_capacity
+        self.host_capacity = self.cache.host_capacity
+        self.app_graphs = self.cache.app_graphs
+        # workflow table, predictor calls and their latency samples: shared with the SGLang plugin
+        self.workflows = WorkflowTable(
+            self.board, config.predictor, predict=self.policy.uses_predictions, stats=self._stats,
+            latency_clock=self.latency_clock, on_end=self._on_workflow_end,
+            max_active=config.max_active_workflows, max_ended=config.max_ended_ids)
+        self._active = self.workflows.workflows  # the same OrderedDict, read on the hot path
+        self._lifecycle_clock = config.lifecycle_clock
+        self._end_listeners: list[EndListener] = []
         self._waiting: deque[_Request] = deque()
         self._running: dict[str, _Request] = {}
         self._known_ids: set[str] = set()
         self._finish_heap: list = []
         self._iters = 0
-        self._reserved = 0
-        self._locked_dev = 0
         self._submitted = 0
-        self._stats = EngineStats()
-        # workflow table, predictor calls and their latency samples: shared with the SGLang plugin
-        self._flows = WorkflowTracker(self.board, config.predictor, stats=self._stats,
-                                      latency_clock=self.latency_clock, on_end=self._on_workflow_end)
-        self._workflows = self._flows.workflows  # the same OrderedDict, read on the hot path
-        self.policy = make_policy(config.policy, self)
-        self._flows.predict = self.policy.uses_predictions
-        self._horizon = config.horizon
-        if config.predictor is not None:
-            self._horizon = min(config.horizon, getattr(config.predictor, "horizon", config.horizon))
 
     # ================================================================ public API
     @property
@@ -123,9 +118,9 @@ class Engine:
     def stats(self) -> EngineStats:
         """Counters and latency samples (a live object; gauges are refreshed on each access)."""
         s = self._stats
-        s.device_used_tokens = self.tree.device_tokens + self._reserved
+        s.device_used_tokens = self.tree.device_tokens + self.cache.reserved_tokens
         s.host_used_tokens = self.tree.host_tokens
-        s.active_workflows = len(self._workflows)
+        s.active_workflows = len(self._active)
         s.queue_depth = len(self._waiting)
         s.running = len(self._running)
         return s
@@ -165,20 +160,34 @@ class Engine:
         self._known_ids.add(req.request_id)
         self._waiting.append(r)
 
-    def end_workflow(self, workflow_id: str, status: str = "completed") -> None:
-        """The workflow ended: its nodes lose it (retired if it was their last). Idempotent."""
-        self._flows.end(workflow_id, status)
+    def end_workflow(self, workflow_id: str, status: str = "completed", reason: str = END_CLIENT) -> bool:
+        """The workflow ended: its nodes lose it (retired if it was their last). Idempotent.
+
+        Returns:
+            True if the workflow was active (False for a repeated end or an unknown id).
+        """
+        return self.workflows.end(workflow_id, status, reason) is not None
+
+    def add_end_listener(self, listener: EndListener) -> None:
+        """Call ``listener(workflow, status, reason)`` at every workflow end (see :data:`EndListener`)."""
+        self._end_listeners.append(listener)
+
+    def retire_idle(self) -> list[str]:
+        """Retire workflows idle for ``config.idle_retire_s`` on the lifecycle clock (engine time,
+        or ``config.lifecycle_clock``); returns their ids. Also runs at every :meth:`step`."""
+        if not self._active or self.config.idle_retire_s is None:
+            return []
+        return self.workflows.retire_idle(self._lifecycle_now(), self.config.idle_retire_s)
 
     def set_app_graph(self, app: str, edges: Mapping[str, Sequence[str]]) -> None:
-        """Set ``app``'s static agent graph (agent -> possible next agents), used by ``kvflow``."""
-        self.app_graphs[app] = {str(a): tuple(str(b) for b in nexts) for a, nexts in edges.items()}
-        self.policy.on_graph(app)
+        """Set ``app``'s static agent graph (agent -> possible next agents), used by graph policies."""
+        self.cache.set_app_graph(app, edges)
 
     def advance_to(self, t: float) -> None:
         """Move the clock forward to ``t`` seconds (no-op if ``t <= clock``)."""
         if t > self.clock:
             self.clock = t
-            self._retire_idle()
+            self.retire_idle()
 
     def step(self, until: float | None = None) -> list[FirstToken | Finished]:
         """Run one continuous-batching iteration at :attr:`clock` and return its events.
@@ -192,7 +201,7 @@ class Engine:
         Returns:
             Events in time order; empty if the engine is idle.
         """
-        self._retire_idle()
+        self.retire_idle()
         admitted: list[_Request] = []
         max_batch = self.config.max_batch
         while self._waiting and len(self._running) + len(admitted) < max_batch:
@@ -242,296 +251,66 @@ class Engine:
         return events
 
     def refresh(self, node: Node) -> None:
-        """Re-file ``node`` in the eviction/prefetch heaps after something its priority depends on
-        changed (policies call this for state they own). O(log n)."""
-        if not node.attached or node.parent is None:
-            return
-        if node.tier == DEVICE:
-            if node.lock == 0 and node.n_dev_children == 0:
-                node.ver += 1
-                heapq.heappush(self._dev_heap, (self.policy.priority(node), next(self._seq), node.ver, node))
-                if len(self._dev_heap) > self._heap_limit():
-                    self._dev_heap = self._compact(self._dev_heap, self._dev_valid)
-        else:
-            if node.lock == 0 and not node.children:
-                node.ver += 1
-                heapq.heappush(self._host_heap, (self.policy.priority(node), next(self._seq), node.ver, node))
-                if len(self._host_heap) > self._heap_limit():
-                    self._host_heap = self._compact(self._host_heap, self._host_valid)
-            if self.policy.prefetches and node.parent.tier == DEVICE:
-                value = self.policy.prefetch_value(node)
-                node.pver += 1  # invalidates an entry holding an outdated (maybe now zero) value
-                if value > 0:
-                    heapq.heappush(self._pf_heap, (-value, next(self._seq), node.pver, node))
-                    if len(self._pf_heap) > self._heap_limit():
-                        self._pf_heap = self._compact(self._pf_heap, self._pf_valid)
+        """Re-file ``node`` in the cache's heaps (see :meth:`PrefixCache.refresh`)."""
+        self.cache.refresh(node)
 
-    # ================================================================ primitives for policies
     def device_free(self) -> int:
-        """Unused device tokens (capacity - cached - reserved for running outputs)."""
-        return self.device_capacity - self.tree.device_tokens - self._reserved
+        """Unused device tokens (see :meth:`PrefixCache.device_free`)."""
+        return self.cache.device_free()
 
     def peek_victim(self) -> Node | None:
-        """The device node the policy would evict next (not removed), or ``None``."""
-        heap = self._dev_heap
-        while heap:
-            entry = heap[0]
-            if self._dev_valid(entry):
-                return entry[3]
-            heapq.heappop(heap)
-        return None
+        """The device node the policy would evict next (see :meth:`PrefixCache.peek_victim`)."""
+        return self.cache.peek_victim()
 
     def evict_device(self, tokens: int, limit=None) -> int:
-        """Evict device nodes in policy order until ``tokens`` are freed.
-
-        Args:
-            tokens: tokens to free.
-            limit: optional ``limit(node) -> bool``; eviction stops at the first victim for which
-                it returns False (prefetch uses it to spare active cache).
-
-        Returns:
-            Tokens freed (may be less than asked when nothing else is evictable).
-        """
-        t0 = self.latency_clock()
-        freed = 0
-        while freed < tokens:
-            node = self.peek_victim()
-            if node is None or (limit is not None and not limit(node)):
-                break
-            heapq.heappop(self._dev_heap)
-            freed += node.tokens
-            self._evict(node)
-        self._stats.eviction_decision_s.append(self.latency_clock() - t0)
-        return freed
-
-    def peek_prefetch(self) -> Node | None:
-        """The host node with the highest prefetch value whose parent is on the device, or None."""
-        heap = self._pf_heap
-        while heap:
-            entry = heap[0]
-            if self._pf_valid(entry):
-                return entry[3]
-            heapq.heappop(heap)
-        return None
-
-    def pop_prefetch(self) -> tuple | None:
-        """Remove and return the best valid prefetch entry ``(-value, seq, version, node)``, or None.
-        Hand an entry that was not used back with :meth:`push_prefetch`."""
-        if self.peek_prefetch() is None:
-            return None
-        return heapq.heappop(self._pf_heap)
-
-    def push_prefetch(self, entry: tuple) -> None:
-        """Put back an entry taken with :meth:`pop_prefetch` (it stays valid if the node is unchanged)."""
-        heapq.heappush(self._pf_heap, entry)
-
-    def load(self, node: Node) -> None:
-        """Copy host node ``node`` to the device as a prefetch (caller checked space; parent on device)."""
-        self.tree.set_tier(node, DEVICE)
-        self._stats.prefetched_tokens += node.tokens
-        self.refresh(node)
-        for child in node.children.values():
-            self.refresh(child)
-
-    def lock(self, node: Node) -> None:
-        """Pin ``node`` (one more user); a pinned node is never moved or dropped."""
-        if node.lock == 0 and node.tier == DEVICE:
-            self._locked_dev += node.tokens
-        node.lock += 1
-
-    def unlock(self, node: Node) -> None:
-        """Undo one :meth:`lock`; the node becomes evictable again when its count reaches 0."""
-        node.lock -= 1
-        if node.lock == 0:
-            if node.tier == DEVICE:
-                self._locked_dev -= node.tokens
-            self.refresh(node)
+        """Evict device nodes in policy order (see :meth:`PrefixCache.evict_device`); returns tokens freed."""
+        return self.cache.evict_device(tokens, limit)
 
     def workflow(self, workflow_id: str) -> Workflow | None:
         """State of an active workflow, or None."""
-        return self._workflows.get(workflow_id)
+        return self._active.get(workflow_id)
 
     def active_workflows(self) -> list[Workflow]:
         """All active workflows (oldest activity first)."""
-        return list(self._workflows.values())
+        return list(self._active.values())
 
     # ================================================================ internals
+    def _lifecycle_now(self) -> float:
+        return self.clock if self._lifecycle_clock is None else self._lifecycle_clock()
+
     def _invocation(self, hints, features: tuple[float, ...]) -> tuple[Workflow, str]:
-        wf, changed = self._flows.invocation(hints, features, self.clock)
+        wf, changed, _retired = self.workflows.invocation(hints, features, self._lifecycle_now())
         wf.inflight += 1
         if changed:  # re-file the nodes whose score the new prediction changed
             t0 = self.latency_clock()
-            for rec in changed:
-                self.refresh(rec.owner)
+            self.cache.rescore(changed)
             self._stats.score_refile_total_s += self.latency_clock() - t0
         history = wf.history
         self.policy.on_invocation(wf, history[-2] if len(history) > 1 else None)
         return wf, hints.agent
 
-    def _on_workflow_end(self, wf: Workflow, changed: list) -> None:
-        # called by the tracker between the board's retirement and the predictor's notification
-        for rec in changed:
-            self.refresh(rec.owner)
+    def _on_workflow_end(self, wf: Workflow, changed: list[NodeScore], status: str, reason: str) -> None:
+        # called by the table between the board's retirement and the predictor's notification
+        self.cache.rescore(changed)
         self._stats.retired_workflows += 1
         self.policy.on_workflow_end(wf)
+        for listener in self._end_listeners:
+            listener(wf, status, reason)
 
     def _admit(self, r: _Request) -> bool:
-        tree = self.tree
-        path, n = tree.match(r.blocks)
-        # Hits are counted with the request's own per-block token counts (a replayed trace may
-        # spread tokens over a shared block differently in two prompts); space with the nodes'.
-        cum = r.cum
-        device_hit = host_hit = load = newly_locked = 0
-        i = 0
-        for node in path:
-            j = i + len(node.keys)
-            if node.tier == DEVICE:
-                device_hit += cum[j] - cum[i]
-                if node.lock == 0:
-                    newly_locked += node.tokens
-            else:
-                host_hit += cum[j] - cum[i]
-                load += node.tokens
-            i = j
-        new_tokens = r.prompt_tokens - device_hit - host_hit
-        need = load + new_tokens + r.reserve
-        if self._reserved + self._locked_dev + newly_locked + need > self.device_capacity:
-            return False
-        for node in path:
-            self.lock(node)
-        short = need - self.device_free()
-        if short > 0:
-            self.evict_device(short)
-        prefetches = self.policy.prefetches
-        for node in path:
-            if node.tier == HOST:
-                tree.set_tier(node, DEVICE)
-                self._locked_dev += node.tokens
-                if prefetches:  # its host children became prefetch candidates
-                    for child in node.children.values():
-                        self.refresh(child)
-        parent = path[-1] if path else tree.root
-        if n < len(r.blocks):
-            node = tree.insert(parent, r.blocks[n:], r.toks[n:], DEVICE, self.clock)
-            node.sc = NodeScore(node)
-            self.lock(node)
-            path.append(node)
-        now = self.clock
         wf = r.wf
-        board = self.board
-        if wf is not None and self._workflows.get(wf.workflow_id) is not wf:
-            # the workflow ended while this request waited: its use counts, but as an ended one
-            for node in path:
-                node.last_access = now
-                board.note_ended_use(node.sc)
-        else:
-            for node in path:
-                node.last_access = now
-                if wf is not None:
-                    board.touch(node.sc, wf.workflow_id, r.agent)
-        self._reserved += r.reserve
-        r.end = path[-1] if path else None
-        r.device_hit, r.host_hit, r.new_tokens, r.load = device_hit, host_hit, new_tokens, load
-        s = self._stats
-        s.prompt_tokens += r.prompt_tokens
-        s.device_hit_tokens += device_hit
-        s.host_hit_tokens += host_hit
-        self.policy.on_admit(r, path)
+        active = wf is None or self._active.get(wf.workflow_id) is wf
+        got = self.cache.acquire(r.blocks, r.toks, r.cum, r.reserve, self.clock, wf, r.agent, active, r.index)
+        if got is None:
+            return False
+        r.end = got.end
+        r.device_hit, r.host_hit, r.new_tokens, r.load = got.device_hit, got.host_hit, got.new_tokens, got.load
         return True
 
     def _finish(self, r: _Request) -> None:
         del self._running[r.req.request_id]
         self._known_ids.discard(r.req.request_id)
-        self._reserved -= r.reserve
-        node = r.end
-        while node is not None and node.parent is not None:
-            parent = node.parent
-            self.unlock(node)
-            node = parent
+        self.cache.release(r.end, r.reserve)
         self._stats.requests_finished += 1
         if r.wf is not None:
-            self._flows.finished(r.wf, self.clock)
-
-    def _evict(self, node: Node) -> None:
-        """Move device node ``node`` to the host tier, or drop it (and its host subtree) if the
-        host cannot make room."""
-        s = self._stats
-        s.evictions += 1
-        s.evicted_tokens += node.tokens
-        parent = node.parent
-        if self.host_capacity >= node.tokens:
-            short = node.tokens - (self.host_capacity - self.tree.host_tokens)
-            if short > 0:
-                self._evict_host(short)
-            if self.host_capacity - self.tree.host_tokens >= node.tokens:
-                self.tree.set_tier(node, HOST)
-                self.refresh(node)
-                self.refresh(parent)
-                return
-        self._drop_subtree(node)
-        self.refresh(parent)
-
-    def _evict_host(self, tokens: int) -> int:
-        freed = 0
-        heap = self._host_heap
-        while freed < tokens and heap:
-            entry = heapq.heappop(heap)
-            if not self._host_valid(entry):
-                continue
-            node = entry[3]
-            parent = node.parent
-            freed += node.tokens
-            self._drop(node)
-            self.refresh(parent)
-        return freed
-
-    def _drop_subtree(self, node: Node) -> None:
-        stack, order = [node], []
-        while stack:
-            n = stack.pop()
-            order.append(n)
-            stack.extend(n.children.values())
-        for n in reversed(order):  # children before parents
-            self._drop(n)
-
-    def _drop(self, node: Node) -> None:
-        self._stats.dropped_tokens += node.tokens
-        self.policy.on_drop(node)  # while the node is still attached (policies read its parent)
-        self.tree.remove(node)
-        if node.sc is not None:
-            self.board.forget(node.sc)
-
-    def _on_split(self, top: Node, bottom: Node) -> None:
-        if bottom.sc is not None:
-            top.sc = self.board.copy(bottom.sc, top)
-        # locked/tier token totals are unchanged: the tokens only moved between the two halves
-        self.policy.on_split(top, bottom)
-        self.refresh(bottom)  # its first key changed (belady) and its entry must stay current
-        self.refresh(top)  # a host-tier top is the new prefetch frontier in place of bottom
-
-    def _retire_idle(self) -> None:
-        if self._workflows and self.config.idle_retire_s is not None:
-            self._flows.retire_idle(self.clock, self.config.idle_retire_s)
-
-    def _dev_valid(self, entry) -> bool:
-        node = entry[3]
-        return (entry[2] == node.ver and node.attached and node.tier == DEVICE and node.lock == 0
-                and node.n_dev_children == 0)
-
-    def _host_valid(self, entry) -> bool:
-        node = entry[3]
-        return entry[2] == node.ver and node.attached and node.tier == HOST and node.lock == 0 and not node.children
-
-    def _pf_valid(self, entry) -> bool:
-        node = entry[3]
-        return entry[2] == node.pver and node.attached and node.tier == HOST and node.parent.tier == DEVICE
-
-    def _heap_limit(self) -> int:
-        # stale entries may pile up to a few per node before a rebuild: amortised O(1) per push
-        return 4 * self.tree.n_nodes + 4096
-
-    @staticmethod
-    def _compact(heap: list, valid) -> list:
-        kept = [e for e in heap if valid(e)]
-        heapq.heapify(kept)
-        return kept
+            self.workflows.finished(r.wf, self._lifecycle_now())

@@ -1,41 +1,120 @@
-"""Prefetch from the host tier into idle device space (PBKV, DESIGN.md section 4).
+"""Prefetch from the host tier into idle device space (PBKV section 4): the one planner.
 
-Runs only on decode-only engine steps, when PCIe is otherwise idle. Candidates are host nodes
-whose parent is on the device (so the device tier stays prefix-closed), taken greedily by the
-policy's prefetch value (one-step value ``sum_w A_w(c) . P_w^(1)`` for pbkv); loading a node makes
-its host children candidates in turn. The budget is S = min(S_a, S_bw):
+Prefetch runs only on decode-only steps, when PCIe is otherwise idle. Candidates are host nodes
+whose parent is on the device (so the device tier stays prefix-closed), offered best first by the
+policy's prefetch value (one-step value ``sum_w A_w(c) . P_w^(1)`` for pbkv). The budget is
+S = min(S_a, S_bw):
 
 - S_bw = PCIe bandwidth x the decode time of the stretch (tokens the link can move meanwhile);
 - S_a = free device space + retired device cache: the conservative variant may evict retired
   nodes only, so active cache is never displaced;
 - the aggressive variant may in addition displace up to ``rho`` x device capacity of active
   cache per round, and only nodes whose Score(c) is below the candidate's.
+
+:func:`run_round` is that greedy rule, written once: the engine core drives it over its live
+prefetch heap with a room that evicts (:func:`conservative_prefetch`, :func:`aggressive_prefetch`),
+and an engine backend drives it over the candidates it scanned with a room it counted (the SGLang
+plugin's ``load_back`` rounds). See ``docs/architecture.md``, "Prefetch".
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Generic, Iterator, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .cache import PrefixCache
     from .radix import Node
 
-__all__ = ["conservative_prefetch", "aggressive_prefetch", "greedy_prefetch"]
+__all__ = ["run_round", "RoundResult", "PrefetchRoom", "conservative_prefetch", "aggressive_prefetch",
+           "MAX_CANDIDATES"]
 
-#: Most candidates examined per round (bounds the decision time; skipped ones stay queued).
+#: Most candidates examined per engine round (bounds the decision time; skipped ones stay queued).
 MAX_CANDIDATES = 64
 
+C = TypeVar("C")
 
-def conservative_prefetch(engine: "Engine", seconds: float) -> int:
+
+class PrefetchRoom(Protocol[C]):
+    """Device room for one prefetch round.
+
+    ``free()`` is what a candidate may use without evicting, tokens; ``make_room(short, c)`` may
+    evict (within the round's rules) to free ``short`` more tokens for candidate ``c``. The
+    planner checks ``free()`` again afterwards.
+    """
+
+    def free(self) -> int: ...
+
+    def make_room(self, short: int, candidate: C) -> None: ...
+
+
+@dataclass(slots=True)
+class RoundResult(Generic[C]):
+    """What one round did.
+
+    Attributes:
+        loads: candidates loaded; loaded_tokens: their tokens.
+        examined: candidates taken from the iterator.
+        skipped: examined candidates not loaded (the caller may offer them again later).
+    """
+
+    loads: int
+    loaded_tokens: int
+    examined: int
+    skipped: list
+
+
+def run_round(candidates: Iterator[C], *, size: Callable[[C], int], bandwidth_tokens: int,
+              room: PrefetchRoom[C], load: Callable[[C], bool], max_examined: int = MAX_CANDIDATES,
+              max_loads: int | None = None) -> RoundResult[C]:
+    """Greedy prefetch: take candidates best first while the budget ``min(S_a, S_bw)`` lasts.
+
+    A candidate larger than the bandwidth left is skipped (smaller ones may follow). One that does
+    not fit the free room asks the room to make space; once that fails, later candidates use free
+    room only (the room's victims come in eviction order, so a refusal means none is left).
+
+    Args:
+        candidates: best first; may grow while the round runs (a loaded node's host children).
+        size: tokens of a candidate.
+        bandwidth_tokens: S_bw, tokens PCIe can move in this round.
+        room: the round's device room (S_a).
+        load: loads a candidate; returns False if it could not (it then counts as skipped).
+        max_examined: most candidates taken from ``candidates``.
+        max_loads: most candidates loaded (``None`` = no limit).
+    """
+    budget = bandwidth_tokens
+    loads = loaded = examined = 0
+    skipped: list = []
+    exhausted = False
+    for cand in candidates:
+        examined += 1
+        n = size(cand)
+        if n > budget:
+            skipped.append(cand)
+        elif n > room.free() and (exhausted or _make_room(room, n, cand) < n):
+            exhausted = True
+            skipped.append(cand)
+        elif load(cand):
+            loads += 1
+            loaded += n
+            budget -= n
+        else:
+            skipped.append(cand)
+        if examined >= max_examined or budget <= 0 or (max_loads is not None and loads >= max_loads):
+            break
+    return RoundResult(loads, loaded, examined, skipped)
+
+
+def conservative_prefetch(cache: "PrefixCache", seconds: float) -> int:
     """Prefetch for a decode-only stretch of ``seconds``; never evicts active cache.
 
     Returns:
         Tokens loaded to the device.
     """
-    return greedy_prefetch(engine, engine.profile.load_tokens(seconds), displace_tokens=0)
+    return _engine_round(cache, cache.load_tokens(seconds), displace_tokens=0)
 
 
-def aggressive_prefetch(engine: "Engine", seconds: float, rho: float) -> int:
+def aggressive_prefetch(cache: "PrefixCache", seconds: float, rho: float) -> int:
     """Like :func:`conservative_prefetch`, but may displace up to ``rho`` x device capacity tokens
     of lower-score active cache.
 
@@ -44,70 +123,64 @@ def aggressive_prefetch(engine: "Engine", seconds: float, rho: float) -> int:
     """
     if not 0.0 <= rho <= 1.0:
         raise ValueError(f"rho must be in [0, 1], got {rho}")
-    return greedy_prefetch(engine, engine.profile.load_tokens(seconds),
-                           displace_tokens=int(rho * engine.device_capacity))
+    return _engine_round(cache, cache.load_tokens(seconds), displace_tokens=int(rho * cache.device_capacity))
 
 
-def greedy_prefetch(engine: "Engine", budget: int, displace_tokens: int = 0) -> int:
-    """Load the best candidates until ``budget`` tokens are used (see module docstring).
+# --------------------------------------------------------------------------- engine glue
 
-    Args:
-        engine: the engine whose prefetch heap holds the candidates.
-        budget: S_bw, tokens PCIe can move in this round.
-        displace_tokens: active device tokens this round may evict (0 = conservative).
 
-    Returns:
-        Tokens loaded to the device.
-    """
-    policy = engine.policy
-    skipped: list[tuple] = []
-    loaded = displaced = 0
-    exhausted = False  # set once eviction could not make room: later candidates use free space only
-    for _ in range(MAX_CANDIDATES):
-        if budget <= 0:
-            break
-        entry = engine.pop_prefetch()
-        if entry is None:
-            break
+def _make_room(room: PrefetchRoom, n: int, cand) -> int:
+    room.make_room(n - room.free(), cand)
+    return room.free()
+
+
+class _EvictingRoom:
+    """The engine cache's room: free device tokens, plus victims the round's rule allows."""
+
+    def __init__(self, cache: "PrefixCache", displace_tokens: int) -> None:
+        self.cache = cache
+        self.displace_tokens = displace_tokens
+        self.displaced = 0
+
+    def free(self) -> int:
+        return self.cache.device_free()
+
+    def make_room(self, short: int, entry: tuple) -> None:
+        cache = self.cache
         node = entry[3]
-        size = node.tokens
-        if size > budget:
-            skipped.append(entry)
-            continue
-        short = size - engine.device_free()
-        if short > 0:
-            if exhausted:
-                skipped.append(entry)
-                continue
-            score = node.sc.score if node.sc is not None else 0.0
+        score = node.sc.score if node.sc is not None else 0.0
+        policy = cache.policy
 
-            def may_evict(victim: "Node") -> bool:
-                nonlocal displaced
-                if policy.is_retired(victim):
-                    return True
-                victim_score = victim.sc.score if victim.sc is not None else 0.0
-                if displaced + victim.tokens <= displace_tokens and victim_score < score:
-                    displaced += victim.tokens
-                    return True
-                return False
+        def may_evict(victim: "Node") -> bool:
+            if policy.is_retired(victim):
+                return True
+            victim_score = victim.sc.score if victim.sc is not None else 0.0
+            if self.displaced + victim.tokens <= self.displace_tokens and victim_score < score:
+                self.displaced += victim.tokens
+                return True
+            return False
 
-            parent = node.parent
-            # pin the candidate (else demotions could drop it from a full host tier) and its
-            # parent (never evict the node it hangs from to make room for it)
-            engine.lock(parent)
-            engine.lock(node)
-            engine.evict_device(short, may_evict)
-            engine.unlock(node)
-            engine.unlock(parent)
-            if engine.device_free() < size:
-                # The victims come in policy order (retired first, then ascending score), so a
-                # refusal means no allowed victim is left for this round.
-                exhausted = True
-                skipped.append(entry)
-                continue
-        engine.load(node)
-        loaded += size
-        budget -= size
-    for entry in skipped:
-        engine.push_prefetch(entry)
-    return loaded
+        parent = node.parent
+        # pin the candidate (else demotions could drop it from a full host tier) and its parent
+        # (never evict the node it hangs from to make room for it)
+        cache.lock(parent)
+        cache.lock(node)
+        cache.evict_device(short, may_evict)
+        cache.unlock(node)
+        cache.unlock(parent)
+
+
+def _engine_round(cache: "PrefixCache", budget: int, displace_tokens: int) -> int:
+    """One round over the cache's prefetch heap; skipped entries go back to the heap."""
+    if budget <= 0:
+        return 0
+
+    def load(entry: tuple) -> bool:
+        cache.load(entry[3])
+        return True
+
+    result = run_round(iter(cache.pop_prefetch, None), size=lambda entry: entry[3].tokens,
+                       bandwidth_tokens=budget, room=_EvictingRoom(cache, displace_tokens), load=load)
+    for entry in result.skipped:
+        cache.push_prefetch(entry)
+    return result.loaded_tokens

@@ -1,4 +1,4 @@
-"""Two-tier radix tree over block keys: the prefix cache of the engine (DESIGN.md section 4).
+"""Two-tier radix tree over block keys: the index of the engine core's prefix cache.
 
 Each edge holds a run of block keys (token-id blocks live, trace prefix hashes in replay) with
 their token counts; a node is the KV cache of that run and lives in exactly one tier, device
@@ -16,9 +16,9 @@ The tree knows nothing about policies; the engine decides which node moves where
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Hashable, Iterator, Sequence
+from typing import Any, Callable, Hashable, Iterator, NamedTuple, Sequence
 
-__all__ = ["DEVICE", "HOST", "Node", "RadixTree"]
+__all__ = ["DEVICE", "HOST", "Node", "RadixTree", "Match"]
 
 DEVICE = 0
 HOST = 1
@@ -41,13 +41,12 @@ class Node:
         n_dev_children: children on the device tier.
         ver: version of the node's entry in an eviction heap (stale entries are skipped).
         pver: version of the node's entry in the prefetch heap.
-        sc: the node's :class:`~pbkv_server.engine.scoring.NodeScore` (set by the engine).
+        sc: the node's :class:`~pbkv_server.engine.scoring.NodeScore` (set by the cache).
         attached: False once the node was dropped from the tree.
-        extra: per-policy state (kvflow agents, belady next use).
     """
 
     __slots__ = ("id", "keys", "toks", "tokens", "parent", "children", "tier", "lock", "last_access",
-                 "n_dev_children", "ver", "pver", "sc", "attached", "extra")
+                 "n_dev_children", "ver", "pver", "sc", "attached")
 
     def __init__(self, keys: list, toks: list, parent: "Node | None", tier: int, now: float) -> None:
         self.id = next(_ids)
@@ -64,11 +63,19 @@ class Node:
         self.pver = 0
         self.sc: Any = None
         self.attached = True
-        self.extra: Any = None
 
     def __repr__(self) -> str:
         tier = "dev" if self.tier == DEVICE else "host"
         return f"Node#{self.id}({len(self.keys)} blocks, {self.tokens} tok, {tier}, lock={self.lock})"
+
+
+class Match(NamedTuple):
+    """Result of :meth:`RadixTree.match`: ``path``, the nodes covering ``blocks[:matched]`` from the
+    root down (root excluded; device nodes first, then host nodes, since the device tier is
+    prefix-closed), and ``matched``, the number of leading blocks found."""
+
+    path: list[Node]
+    matched: int
 
 
 class RadixTree:
@@ -88,15 +95,14 @@ class RadixTree:
         self.n_nodes = 0
         self._on_split = on_split
 
-    def match(self, blocks: Sequence[Hashable]) -> tuple[list[Node], int]:
+    def match(self, blocks: Sequence[Hashable]) -> Match:
         """Longest cached prefix of ``blocks`` (either tier), splitting a node where it diverges.
 
         Args:
             blocks: block keys of a prompt, a ``list``.
 
         Returns:
-            ``(path, n)``: the nodes covering ``blocks[:n]`` from the root down (root excluded).
-            Device nodes come first, then host nodes (the device tier is prefix-closed).
+            A :class:`Match` (``path``, ``matched``).
         """
         node, i, n, path = self.root, 0, len(blocks), []
         while i < n:
@@ -116,7 +122,7 @@ class RadixTree:
             path.append(self.split(child, j))
             i += j
             break
-        return path, i
+        return Match(path, i)
 
     def insert(self, parent: Node, keys: list, toks: list, tier: int, now: float) -> Node:
         """Add a new leaf under ``parent`` holding ``keys`` (no child of ``parent`` may start with

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Hashable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Hashable, Protocol, Sequence, runtime_checkable
 
 from pbkv_contract.hints import Hints
 
@@ -14,7 +14,9 @@ from .policies.base import BASELINE_POLICY
 if TYPE_CHECKING:  # the prediction interface imports no torch; keep the engine import graph minimal
     from pbkv_contract.prediction import Predictor
 
-__all__ = ["EngineRequest", "FirstToken", "Finished", "EngineStats", "FutureOracle", "EngineConfig"]
+    from .workflows import Workflow
+
+__all__ = ["EngineRequest", "FirstToken", "Finished", "EngineStats", "FutureOracle", "EngineConfig", "Admission"]
 
 #: Latency samples kept per kind (the newest ones); counts keep growing past it.
 MAX_SAMPLES = 200_000
@@ -64,6 +66,23 @@ class Finished:
     request_id: str
     time: float
     output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A request the cache just admitted, as policies see it (:meth:`Policy.on_admit`).
+
+    Attributes:
+        index: the request's 0-based submission index (order of :meth:`Engine.submit` calls).
+        blocks: its prompt's block keys, in order.
+        workflow: its workflow (``None`` for an anonymous request).
+        agent: the agent that made it (``None`` for an anonymous request).
+    """
+
+    index: int
+    blocks: Sequence[Hashable]
+    workflow: "Workflow | None"
+    agent: str | None
 
 
 @runtime_checkable
@@ -140,8 +159,15 @@ class EngineConfig:
         rho: fraction of device capacity that aggressive prefetch may displace (pbkv-aggressive).
         predictor: next-agent predictor; ``None`` = every score is 0 (he degrades to lae order).
         max_batch: most requests running at once.
-        future: next-use oracle, required by ``belady``.
-        idle_retire_s: retire a workflow with no request for this many engine seconds (None = never).
+        future: next-use oracle, required by offline policies (``belady``).
+        idle_retire_s: retire a workflow with nothing in flight and no activity for this many
+            seconds of the lifecycle clock (None = never).
+        lifecycle_clock: clock of workflow activity and idleness, seconds; ``None`` = the engine's
+            own (virtual) clock. A live server passes ``time.monotonic``: a client that crashed
+            is idle in wall time, whatever the engine's simulated time does.
+        max_active_workflows: most active workflows; beyond it the least recently active one
+            without a request in flight is retired (``None`` = unbounded).
+        max_ended_ids: ended workflow ids remembered for idempotent ends and reuse detection.
     """
 
     profile: HardwareProfile
@@ -155,3 +181,6 @@ class EngineConfig:
     max_batch: int = 256
     future: FutureOracle | None = None
     idle_retire_s: float | None = None
+    lifecycle_clock: Callable[[], float] | None = None
+    max_active_workflows: int | None = None
+    max_ended_ids: int = 100_000

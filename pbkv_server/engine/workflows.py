@@ -1,11 +1,22 @@
-"""Workflow bookkeeping of the engine core: active workflows, predictor calls, predictions on the board.
+"""The workflow lifecycle table of the engine core: active workflows, predictions, ends, retirement.
 
-One :class:`WorkflowTracker` is shared by the :class:`~pbkv_server.engine.Engine` (simulator and
-live sim server) and the SGLang plugin's per-process book, so both run the same invocation order
-(DESIGN.md sections 4-5): at an invocation the predictor observes it and predicts the workflow's
-next K agents (PBKV Eq. 1-2 weights via :meth:`ScoreBoard.set_prediction`), then the agent joins
-the workflow's history; an end (or idleness) retires the workflow on the board and tells the
-predictor. A predictor failure is counted and logged once, and never reaches the request.
+One :class:`WorkflowTable` serves the :class:`~pbkv_server.engine.Engine` (simulator and the live
+sim server) and every engine backend's per-process book (the SGLang plugin), so all of them run
+the same invocation order and the same lifecycle rules (``docs/architecture.md``, "Workflow
+lifecycle"):
+
+- an invocation makes its workflow active (a new one, or a new incarnation of an id that already
+  ended), the predictor observes it and predicts the next K agents (PBKV Eq. 1-2 weights via
+  :meth:`ScoreBoard.set_prediction`), then the agent joins the workflow's history;
+- a workflow ends by the client's end signal, by idleness (no activity for ``idle_s`` seconds;
+  clients crash) or by the table bound (the least recently active goes first); idleness and the
+  bound never retire a workflow with a request in flight;
+- an ended workflow leaves the score board (its nodes retire when it was their last workflow) and
+  its id is remembered (bounded) so that repeated end signals stay idempotent and a reused id is
+  detected.
+
+Times are the owner's clock (engine seconds in the simulator, ``time.monotonic()`` seconds in a
+live server). A predictor failure is counted and logged once, and never reaches the request.
 """
 
 from __future__ import annotations
@@ -14,15 +25,22 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
+from pbkv_contract.hints import Hints
 from pbkv_contract.prediction import PredictionQuery, Predictor
 
 from .scoring import NodeScore, ScoreBoard
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Workflow", "WorkflowTracker"]
+__all__ = ["Workflow", "WorkflowTable", "Invocation", "END_CLIENT", "END_IDLE", "END_TABLE_FULL",
+           "RETIRED_STATUS"]
+
+#: Why a workflow ended: the client's end signal, idleness, or the table bound.
+END_CLIENT, END_IDLE, END_TABLE_FULL = "client", "idle", "table_full"
+#: End status recorded when the server retires a workflow (idle or table bound).
+RETIRED_STATUS = "cancelled"
 
 
 @dataclass(slots=True)
@@ -33,11 +51,13 @@ class Workflow:
         workflow_id: the id from the hints.
         app: application name (``None`` if the client sent none).
         history: agents of its invocations so far, oldest first.
-        last_activity: time of its latest invocation (or, in the Engine, request completion),
-            seconds on the owner's clock (engine time, or ``time.monotonic()`` in the plugin).
-        inflight: its requests waiting or running, kept by the owner (the Engine counts them; the
-            plugin leaves 0). Idle retirement spares a workflow with ``inflight > 0``.
+        last_activity: time of its latest invocation or request completion, seconds on the
+            owner's clock.
+        inflight: its requests waiting or running, kept by the owner (the Engine counts them; a
+            backend that cannot see completions leaves 0). Retirement by idleness or by the table
+            bound spares a workflow with ``inflight > 0``.
         last_step: step of its latest invocation (-1 before any).
+        incarnation: 1 for the first use of the id, n for its n-th use after ending n - 1 times.
     """
 
     workflow_id: str
@@ -46,6 +66,7 @@ class Workflow:
     last_activity: float = 0.0
     inflight: int = 0
     last_step: int = -1
+    incarnation: int = 1
 
     @property
     def agent(self) -> str | None:
@@ -54,30 +75,52 @@ class Workflow:
 
     @property
     def last_seen(self) -> float:
-        """Alias of :attr:`last_activity` (the SGLang plugin's name)."""
+        """Alias of :attr:`last_activity`."""
         return self.last_activity
 
 
-class WorkflowTracker:
+class Invocation(NamedTuple):
+    """Result of :meth:`WorkflowTable.invocation`.
+
+    Attributes:
+        workflow: the workflow after the invocation (its agent appended to the history).
+        changed: board records whose score or value the new prediction changed (the owner
+            re-files them); empty when nothing was predicted or the predictor failed.
+        retired: workflows the table bound retired to make room (already ended).
+    """
+
+    workflow: Workflow
+    changed: list[NodeScore]
+    retired: list[Workflow]
+
+
+class WorkflowTable:
     """Active workflows (least recently active first), their predictions and their retirement.
 
     Args:
         board: the :class:`~pbkv_server.engine.scoring.ScoreBoard` holding A_w(c) and Score(c).
-        predictor: a :class:`~pbkv_contract.prediction.Predictor`, or ``None`` (no predictions; scores stay 0).
+        predictor: a :class:`~pbkv_contract.prediction.Predictor`, or ``None`` (no predictions;
+            scores stay 0).
         predict: ask for a prediction at each invocation (``False``: the predictor only observes,
             for policies that do not use scores).
-        follow_app: a later invocation that names an app replaces the workflow's app (plugin);
-            ``False`` keeps the app of the first invocation (Engine).
-        stats: an :class:`~pbkv_server.engine.EngineStats` that receives ``predictor_call_s``,
-            ``score_update_s`` (per node), ``score_update_total_s`` and ``score_update_nodes``;
-            ``None`` records no latencies.
+        follow_app: a later invocation that names an app replaces the workflow's app (backends
+            that see one request at a time); ``False`` keeps the app of the first invocation.
+        stats: an object with ``predictor_call_s``, ``score_update_s`` (deques),
+            ``score_update_total_s`` and ``score_update_nodes`` (an ``EngineStats``) that receives
+            prediction latencies; ``None`` records none.
         latency_clock: clock of those samples, seconds.
-        on_end: ``on_end(workflow, changed_records)`` called when a workflow ends, after the board
-            dropped it and before the predictor hears of it (the Engine re-files the records).
+        on_end: ``on_end(workflow, changed_records, status, reason)`` called when a workflow ends,
+            after the board dropped it and before the predictor hears of it.
+        max_active: most active workflows (``None`` = unbounded); beyond it the least recently
+            active workflow without a request in flight is retired (reason ``table_full``).
+        max_ended: most ended ids remembered (idempotent ends, reuse detection).
+
+    Raises:
+        ValueError: a bound below 1.
 
     Attributes:
         workflows: ``OrderedDict`` workflow id -> :class:`Workflow`, least recently active first.
-        invocations, ended, retired_idle, predictor_errors: counters.
+        invocations, ended, retired_idle, retired_full, reused_ids, predictor_errors: counters.
     """
 
     def __init__(
@@ -89,8 +132,12 @@ class WorkflowTracker:
         follow_app: bool = False,
         stats=None,
         latency_clock: Callable[[], float] = time.perf_counter,
-        on_end: Callable[[Workflow, list[NodeScore]], None] | None = None,
+        on_end: Callable[[Workflow, list[NodeScore], str, str], None] | None = None,
+        max_active: int | None = None,
+        max_ended: int = 100_000,
     ) -> None:
+        if (max_active is not None and max_active < 1) or max_ended < 1:
+            raise ValueError("table bounds must be >= 1")
         self.board = board
         self.predictor = predictor
         self.predict = predict
@@ -98,12 +145,18 @@ class WorkflowTracker:
         self.stats = stats
         self.latency_clock = latency_clock
         self.on_end = on_end
+        self.max_active = max_active
+        self.max_ended = max_ended
         self.workflows: OrderedDict[str, Workflow] = OrderedDict()
+        self._ended: OrderedDict[str, tuple[str, int]] = OrderedDict()  # id -> (status, incarnation)
         self.invocations = 0
         self.ended = 0
         self.retired_idle = 0
+        self.retired_full = 0
+        self.reused_ids = 0
         self.predictor_errors = 0
         self._predictor_logged = False
+        self._reuse_logged = False
 
     def __len__(self) -> int:
         return len(self.workflows)
@@ -112,24 +165,35 @@ class WorkflowTracker:
         """The active workflow ``workflow_id``, or ``None``."""
         return self.workflows.get(workflow_id)
 
-    def invocation(self, hints, features: tuple[float, ...], now: float) -> tuple[Workflow, list[NodeScore]]:
+    def ended_status(self, workflow_id: str) -> str | None:
+        """End status of a remembered ended workflow (``None``: active, unknown or forgotten)."""
+        entry = self._ended.get(workflow_id)
+        return entry[0] if entry is not None else None
+
+    @property
+    def ended_count(self) -> int:
+        """Ended ids currently remembered (at most ``max_ended``)."""
+        return len(self._ended)
+
+    def invocation(self, hints: Hints, features: tuple[float, ...], now: float) -> Invocation:
         """One invocation of ``hints.workflow_id`` at time ``now`` (seconds): observe, predict, rescore.
 
+        A request for an id that already ended starts a new incarnation of it (its own history
+        and cache lifecycle); it is counted in :attr:`reused_ids` and logged once.
+
         Args:
-            hints: :class:`pbkv_contract.hints.Hints` (``workflow_id``, ``app``, ``agent``, ``step``).
+            hints: the request's hints (``workflow_id``, ``app``, ``agent``, ``step``).
             features: the request's numeric features for the predictor.
             now: the owner's clock, seconds.
-
-        Returns:
-            ``(workflow, changed)``: the workflow after the invocation (its agent appended to the
-            history) and the board records whose score or value the new prediction changed (the
-            caller re-files them; empty when nothing was predicted or the predictor failed).
         """
         workflows = self.workflows
         workflow_id = hints.workflow_id
         wf = workflows.get(workflow_id)
+        retired: list[Workflow] = []
         if wf is None:
-            wf = workflows[workflow_id] = Workflow(workflow_id, hints.app)
+            wf = workflows[workflow_id] = Workflow(workflow_id, hints.app, incarnation=self._next_incarnation(workflow_id))
+            if self.max_active is not None and len(workflows) > self.max_active:
+                retired = self._retire_over_bound(wf)
         else:
             workflows.move_to_end(workflow_id)
             if self.follow_app and hints.app is not None:
@@ -148,22 +212,25 @@ class WorkflowTracker:
                 self._predictor_failed()
         wf.history.append(hints.agent)
         wf.last_step = hints.step
-        return wf, changed
+        return Invocation(wf, changed, retired)
 
-    def end(self, workflow_id: str, status: str = "completed") -> Workflow | None:
+    def end(self, workflow_id: str, status: str = "completed", reason: str = END_CLIENT) -> Workflow | None:
         """The workflow ended (idempotent; an unknown id is fine): the board drops it, ``on_end``
-        runs, the predictor is told.
+        runs, the predictor is told, the id is remembered.
 
         Returns:
             The ended workflow, or ``None`` if it was not active.
         """
         wf = self.workflows.pop(workflow_id, None)
         if wf is None:
+            if workflow_id in self._ended:
+                self._ended.move_to_end(workflow_id)
             return None
         changed = self.board.end_workflow(workflow_id)
         self.ended += 1
+        self._remember(workflow_id, status, wf.incarnation)
         if self.on_end is not None:
-            self.on_end(wf, changed)
+            self.on_end(wf, changed, status, reason)
         predictor = self.predictor
         if predictor is not None:
             try:
@@ -176,12 +243,12 @@ class WorkflowTracker:
         """A request of ``wf`` completed at ``now``: one fewer in flight, and it counts as activity."""
         wf.inflight -= 1
         wf.last_activity = now
-        if wf.workflow_id in self.workflows:
+        if self.workflows.get(wf.workflow_id) is wf:
             self.workflows.move_to_end(wf.workflow_id)
 
     def retire_idle(self, now: float, idle_s: float | None) -> list[str]:
-        """End (status ``cancelled``) every workflow with nothing in flight whose last activity is
-        at least ``idle_s`` seconds before ``now``, least recently active first.
+        """End (status ``cancelled``, reason ``idle``) every workflow with nothing in flight whose
+        last activity is at least ``idle_s`` seconds before ``now``, least recently active first.
 
         Returns:
             The retired ids in retirement order (``[]`` if ``idle_s`` is ``None``).
@@ -196,11 +263,44 @@ class WorkflowTracker:
             if wf.inflight == 0:
                 expired.append(wf.workflow_id)
         for workflow_id in expired:
-            self.end(workflow_id, "cancelled")
+            self.end(workflow_id, RETIRED_STATUS, END_IDLE)
         self.retired_idle += len(expired)
         return expired
 
     # ------------------------------------------------------------------ helpers
+    def _next_incarnation(self, workflow_id: str) -> int:
+        entry = self._ended.pop(workflow_id, None)
+        if entry is None:
+            return 1
+        self.reused_ids += 1
+        if not self._reuse_logged:
+            log.warning("PBKV: workflow id %r was used again after it ended; it starts a new incarnation "
+                        "(further reused ids are counted only)", workflow_id)
+            self._reuse_logged = True
+        return entry[1] + 1
+
+    def _retire_over_bound(self, newest: Workflow) -> list[Workflow]:
+        # least recently active first, never the newcomer or one with a request in flight
+        victims = []
+        excess = len(self.workflows) - self.max_active
+        for wf in self.workflows.values():
+            if excess <= 0:
+                break
+            if wf is not newest and wf.inflight == 0:
+                victims.append(wf)
+                excess -= 1
+        for wf in victims:
+            self.end(wf.workflow_id, RETIRED_STATUS, END_TABLE_FULL)
+        self.retired_full += len(victims)
+        return victims
+
+    def _remember(self, workflow_id: str, status: str, incarnation: int) -> None:
+        ended = self._ended
+        ended[workflow_id] = (status, incarnation)
+        ended.move_to_end(workflow_id)
+        while len(ended) > self.max_ended:
+            ended.popitem(last=False)
+
     def _predict(self, predictor: Predictor, query: PredictionQuery) -> list[NodeScore]:
         board = self.board
         stats = self.stats

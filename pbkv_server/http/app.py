@@ -107,7 +107,7 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
             "profile": driver.engine_config.profile.name,
             "device_tokens": driver.device_capacity,
             "inflight": driver.inflight,
-            "active_workflows": len(service.table),
+            "active_workflows": len(service.workflows),
             "engine_failures": driver.engine_failures,
         }
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, FirstToken
+from pbkv_server.engine import EndListener, Engine, EngineConfig, EngineRequest, Finished, FirstToken
 
 __all__ = ["SimDriver", "Submission", "EngineFailure"]
 
@@ -69,15 +69,19 @@ class SimDriver:
         make_config: builds the :class:`EngineConfig` (called again to rebuild the engine after
             an engine failure).
         pace: see module docstring (>= 0).
+        on_workflow_end: an :data:`~pbkv_server.engine.EndListener` attached to every engine
+            this driver builds (the first and any rebuilt one).
     """
 
-    def __init__(self, make_config: Callable[[], EngineConfig], pace: float = 0.0):
+    def __init__(self, make_config: Callable[[], EngineConfig], pace: float = 0.0,
+                 on_workflow_end: EndListener | None = None):
         if pace < 0:
             raise ValueError("pace must be >= 0")
         self._make_config = make_config
+        self._on_workflow_end = on_workflow_end
         self.pace = pace
         self.engine_config = make_config()
-        self.engine = Engine(self.engine_config)
+        self.engine = self._build_engine()
         self._inflight: dict[str, Submission] = {}
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -135,11 +139,19 @@ class SimDriver:
             self._wake.set()
         return sub
 
-    def end_workflow(self, workflow_id: str, status: str = "completed") -> None:
-        """Tell the engine a workflow ended (idempotent, unknown ids are fine)."""
-        self.engine.end_workflow(workflow_id, status)
+    def end_workflow(self, workflow_id: str, status: str = "completed") -> bool:
+        """Tell the engine a workflow ended (idempotent, unknown ids are fine); True if it was active."""
+        active = self.engine.end_workflow(workflow_id, status)
         if self._wake is not None:
             self._wake.set()  # ending may free memory a waiting request needs
+        return active
+
+    def retire_idle(self) -> list[str]:
+        """Retire the engine's idle workflows now (the server's sweeper calls it); returns their ids."""
+        retired = self.engine.retire_idle()
+        if retired and self._wake is not None:
+            self._wake.set()
+        return retired
 
     def set_app_graph(self, app: str, edges: Mapping[str, Sequence[str]]) -> None:
         """Register an app's static agent graph (used by the ``kvflow`` policy)."""
@@ -210,7 +222,13 @@ class SimDriver:
         log.exception("engine step failed; dropping %d in-flight requests and rebuilding the engine", len(self._inflight))
         self._fail_all(EngineFailure(f"engine failure: {type(exc).__name__}: {exc}"))
         self.engine_config = self._make_config()
-        self.engine = Engine(self.engine_config)
+        self.engine = self._build_engine()
+
+    def _build_engine(self) -> Engine:
+        engine = Engine(self.engine_config)
+        if self._on_workflow_end is not None:
+            engine.add_end_listener(self._on_workflow_end)
+        return engine
 
     def _fail_all(self, exc: Exception) -> None:
         for sub in self._inflight.values():

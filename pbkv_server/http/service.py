@@ -1,6 +1,6 @@
 """What the HTTP routes do, without HTTP: validate, read hints, tokenize, answer, drive the engine.
 
-:class:`PbkvService` ties together the workflow table, the sim engine driver, the scenario that
+:class:`PbkvService` ties together the sim engine driver (whose engine keeps the workflow table), the scenario that
 writes replies, the metrics and the optional server-side trace. Routes in
 :mod:`pbkv_server.http.app` only translate between HTTP and these calls.
 """
@@ -28,14 +28,13 @@ from pbkv_contract.hints import (
 )
 from pbkv_contract.blocks import canonical_prompt, prefix_hashes
 from pbkv_contract.features import request_features
-from pbkv_server.engine import EngineConfig, EngineRequest
+from pbkv_server.engine import EngineConfig, EngineRequest, Workflow, WorkflowTable
 from pbkv_server.http.config import ServerConfig
 from pbkv_server.http.driver import SimDriver, Submission
 from pbkv_server.http.errors import ApiError
 from pbkv_server.http.exchange import Completion, Prepared, request_max_tokens, request_messages
 from pbkv_server.http.metrics import ServerMetrics
 from pbkv_server.http.served_trace import ServedTrace
-from pbkv_server.http.workflows import RETIRED_IDLE, WorkflowTable
 from pbkv_server.scenario import Scenario, ScenarioRequest, get_scenario, load_scenario
 from pbkv_server.scenarios.default import DefaultScenario, answers_selection, selection_candidates
 from pbkv_server.tokenizer import block_tokens, count_tokens, truncate_to_tokens
@@ -76,6 +75,11 @@ def engine_config_from(config: ServerConfig) -> EngineConfig:
         rho=config.rho,
         predictor=build_predictor(config.predictors, config.horizon),
         max_batch=config.max_batch,
+        # workflow lifecycle on the wall clock: a client that crashed is idle in real seconds
+        idle_retire_s=config.idle_retire_s,
+        lifecycle_clock=time.monotonic,
+        max_active_workflows=config.max_active_workflows,
+        max_ended_ids=config.max_ended_ids,
     )
 
 
@@ -92,8 +96,8 @@ class PbkvService:
 
     def __init__(self, config: ServerConfig, make_engine_config: Callable[[], EngineConfig] | None = None):
         self.config = config
-        self.driver = SimDriver(make_engine_config or (lambda: engine_config_from(config)), pace=config.pace)
-        self.table = WorkflowTable(config.idle_retire_s, config.max_active_workflows, config.max_ended_ids)
+        self.driver = SimDriver(make_engine_config or (lambda: engine_config_from(config)), pace=config.pace,
+                                on_workflow_end=self._workflow_ended)
         self.fallback_scenario: Scenario = load_scenario(config.scenario) if config.scenario else DefaultScenario()
         self._scenarios: dict[str, Scenario] = {}
         self.metrics = ServerMetrics(
@@ -175,9 +179,6 @@ class PbkvService:
                 "context_length_exceeded",
                 "messages",
             )
-        if hints is not None:  # only requests that will be served make a workflow active
-            for old in self.table.touch(hints, arrival):
-                self._end(old, "cancelled", source="table_full")
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         # A per-server random part plus a counter: unique without an os.urandom call per request.
         request_id = f"{prefix}{self._id_base}{next(self._ids):x}"
@@ -267,7 +268,12 @@ class PbkvService:
             status = body.get("status", "completed")
             if status not in END_STATUSES:
                 raise ApiError(400, f"status must be one of {', '.join(END_STATUSES)}", "invalid_value", "status")
-        return self._end(workflow_id, status, source="client")
+        return self.driver.end_workflow(workflow_id, status)
+
+    @property
+    def workflows(self) -> WorkflowTable:
+        """The engine's workflow table (active workflows, remembered ends)."""
+        return self.driver.engine.workflows
 
     def set_app_graph(self, app: str, body: Any) -> None:
         """Handle ``PUT .../apps/{app}/graph``: ``{"edges": {agent: [next agents]}}`` (or the map itself).
@@ -344,25 +350,19 @@ class PbkvService:
             self._logged_reasons.add(reason)
             log.warning("malformed PBKV hints ignored (request served anonymously): %s", reason)
 
-    def _end(self, workflow_id: str, status: str, source: str) -> bool:
-        """End a workflow in the table and the engine; ``source`` is ``client`` (end signal),
-        ``idle`` or ``table_full`` (the table already retired it). Returns whether it was active."""
-        state = self.table.get(workflow_id)
-        was_active = self.table.end(workflow_id, status) if source == "client" else True
-        self.driver.end_workflow(workflow_id, status)
-        if was_active:
-            self.metrics.workflow_ends.labels(status, source).inc()
-            if self.trace is not None:
-                self.trace.workflow_end(state.app if state else None, workflow_id, self.driver.engine.clock, status)
-        return was_active
+    def _workflow_ended(self, wf: Workflow, status: str, reason: str) -> None:
+        """Engine end listener: every end (client signal, idleness, table bound) is counted with its
+        reason and written to the served trace."""
+        self.metrics.workflow_ends.labels(status, reason).inc()
+        if self.trace is not None:
+            self.trace.workflow_end(wf.app, wf.workflow_id, self.driver.engine.clock, status)
 
     async def _sweep(self) -> None:
         assert self.config.idle_retire_s is not None
         period = min(5.0, max(0.05, self.config.idle_retire_s / 4))
         while True:
             await asyncio.sleep(period)
-            for wid in self.table.retire_idle(time.monotonic()):
-                self._end(wid, RETIRED_IDLE, source="idle")
+            self.driver.retire_idle()
 
 
 def _check_app_name(app: str) -> None:

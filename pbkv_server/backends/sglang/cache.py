@@ -21,7 +21,7 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
 from .settings import BACKEND_NAME
 from .tree_core import TREE_CORE_NAME, PBKVTreeCore
-from .workflows import WorkflowBook
+from .workflows import SGLangWorkflowBook
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class PBKVRadixCache(UnifiedRadixCache):
     "pbkv"`` (tests); any other tree core raises ``TypeError``.
 
     Attributes:
-        book: the process's :class:`~pbkv_server.backends.sglang.workflows.WorkflowBook`.
+        book: the process's :class:`~pbkv_server.backends.sglang.workflows.SGLangWorkflowBook`.
     """
 
     def __init__(self, params):
@@ -50,7 +50,7 @@ class PBKVRadixCache(UnifiedRadixCache):
 
     # ------------------------------------------------------------------ public API
     @property
-    def book(self) -> WorkflowBook:
+    def book(self) -> SGLangWorkflowBook:
         """Workflows, predictor and score board of this scheduler process."""
         return self.tree_core.book
 

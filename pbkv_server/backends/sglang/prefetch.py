@@ -1,4 +1,4 @@
-"""Conservative prefetch inside SGLang (PBKV, DESIGN.md section 4), issued from a scheduler hook.
+"""Conservative prefetch inside SGLang (PBKV section 4), issued from a scheduler hook.
 
 SGLang has no prefetch-policy hook, so :func:`after_next_batch` (an AFTER hook on
 ``Scheduler.get_next_batch_to_run``) runs one round whenever the batch about to run is decode-only
@@ -11,9 +11,10 @@ and the cache is a HiCache-enabled :class:`~pbkv_server.backends.sglang.cache.PB
 2. budget ``S = min(S_a, S_bw)``: ``S_a`` = free device tokens + retired device cache that can
    leave without touching active cache, ``S_bw`` = PCIe bytes/s x mean decode-step time / KV bytes
    per token;
-3. greedy by value (:func:`plan_prefetch`), each chosen node loaded with ``cache.load_back``; any
-   eviction ``load_back`` needs stays within the retired cache, which the hierarchical order evicts
-   before every active node.
+3. greedy by value with the engine core's one planner
+   (:func:`pbkv_server.engine.prefetch.run_round`), each chosen node loaded with
+   ``cache.load_back``; any eviction ``load_back`` needs stays within the retired cache, which the
+   hierarchical order evicts before every active node.
 
 Host->device copies need a GPU; on CPU pools ``load_back`` returns False and nothing moves.
 """
@@ -24,6 +25,8 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable
+
+from pbkv_server.engine.prefetch import run_round
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +50,8 @@ class Candidate:
 
 def plan_prefetch(candidates: Iterable[Candidate], free_tokens: int, retired_tokens: int,
                   bandwidth_tokens: int, max_loads: int = MAX_LOADS_PER_ROUND) -> list[Candidate]:
-    """Greedy conservative choice: highest value first while ``S = min(S_a, S_bw)`` lasts.
+    """The candidates a round would load, in load order (the engine core's greedy rule,
+    :func:`pbkv_server.engine.prefetch.run_round`, with every load succeeding).
 
     Args:
         candidates: host-tier nodes; only ``value > 0`` ones are considered.
@@ -57,19 +61,18 @@ def plan_prefetch(candidates: Iterable[Candidate], free_tokens: int, retired_tok
         max_loads: most nodes chosen.
 
     Returns:
-        The chosen candidates in load order (descending value; ties by larger size first, then
-        by id for determinism). A node larger than what is left is skipped, smaller ones may follow.
+        Descending value (ties: larger size first, then id); a node larger than what is left of
+        ``min(S_a, S_bw)`` is skipped and smaller ones may follow.
     """
-    budget = min(max(0, free_tokens) + max(0, retired_tokens), max(0, bandwidth_tokens))
     chosen: list[Candidate] = []
-    for cand in sorted((c for c in candidates if c.value > 0 and c.tokens > 0),
-                       key=lambda c: (-c.value, -c.tokens, str(c.node_id))):
-        if len(chosen) >= max_loads or budget <= 0:
-            break
-        if cand.tokens > budget:
-            continue
+    room = _CountedRoom(free_tokens + retired_tokens)
+
+    def accept(cand: Candidate) -> bool:
         chosen.append(cand)
-        budget -= cand.tokens
+        room.left -= cand.tokens
+        return True
+
+    _round(candidates, bandwidth_tokens, room, accept, max_loads)
     return chosen
 
 
@@ -129,19 +132,22 @@ class Prefetcher:
         cands, retired = scan_tree(tree, policy, self.settings.min_prefetch_tokens)
         free = int(cache.token_to_kv_pool_allocator.available_size())
         bw_tokens = int(self.settings.pcie_bytes_per_s * self.step_s / self._kv_bytes)
-        plan = plan_prefetch(cands, free, retired, bw_tokens)
         rnd = PrefetchRound(len(cands), free, retired, bw_tokens)
-        room = free + retired
-        for cand in plan:
+        room = _CountedRoom(free + retired)
+
+        def load_back(cand: Candidate) -> bool:
+            # any eviction load_back needs stays within the retired cache (evicted before all active)
             try:
-                ok = cache.load_back(cand.node_id, mem_quota=room)
+                ok = bool(cache.load_back(cand.node_id, mem_quota=room.left))
             except Exception:
                 log.exception("PBKV prefetch: load_back of node %s failed", cand.node_id)
                 ok = False
             if ok:
-                rnd.loads += 1
-                rnd.loaded_tokens += cand.tokens
-                room -= cand.tokens
+                room.left -= cand.tokens
+            return ok
+
+        done = _round(cands, bw_tokens, room, load_back, MAX_LOADS_PER_ROUND)
+        rnd.loads, rnd.loaded_tokens = done.loads, done.loaded_tokens
         self.loaded_tokens += rnd.loaded_tokens
         self.rounds += 1
         rnd.decision_s = time.perf_counter() - t0
@@ -207,6 +213,28 @@ def after_next_batch(plan: Any, scheduler: Any, *args: Any, **kwargs: Any) -> No
     except Exception:  # prefetch is an optimisation: never break the scheduler loop
         log.exception("PBKV prefetch round failed")
     return None
+
+
+class _CountedRoom:
+    """Room of a round counted up front: free device slots + evictable retired cache, tokens
+    (``load_back`` itself evicts; nothing is evicted here, so ``make_room`` cannot add any)."""
+
+    def __init__(self, tokens: int) -> None:
+        self.left = max(0, tokens)
+
+    def free(self) -> int:
+        return self.left
+
+    def make_room(self, short: int, candidate: Candidate) -> None:
+        return None
+
+
+def _round(candidates: Iterable[Candidate], bandwidth_tokens: int, room: _CountedRoom, load, max_loads: int):
+    """The engine core's greedy round over scanned candidates, best first (value, then size, then id)."""
+    ordered = sorted((c for c in candidates if c.value > 0 and c.tokens > 0),
+                     key=lambda c: (-c.value, -c.tokens, str(c.node_id)))
+    return run_round(iter(ordered), size=lambda c: c.tokens, bandwidth_tokens=max(0, bandwidth_tokens),
+                     room=room, load=load, max_loads=max_loads)
 
 
 def _unlocked(node: Any) -> bool:

@@ -5,7 +5,7 @@
 and ``last_access`` (SGLang's access counter) — exactly what the engine-core policies read.
 :class:`PBKVTreeCore` keeps those records consistent with the tree: a split copies the record to
 the new upper node (and a split does not count as an access), a node leaving the tree (or a flush) drops its record, and it owns the
-process's :class:`~pbkv_server.backends.sglang.workflows.WorkflowBook`.
+process's :class:`~pbkv_server.backends.sglang.workflows.SGLangWorkflowBook`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
 
 from .settings import BACKEND_NAME
 from .settings import PluginSettings
-from .workflows import WorkflowBook
+from .workflows import SGLangWorkflowBook
 
 __all__ = ["PBKVTreeNode", "PBKVTreeCore", "TREE_CORE_NAME", "make_tree_core"]
 
@@ -45,14 +45,14 @@ class PBKVTreeCore(UnifiedTreeCore):
     """``UnifiedTreeCore`` whose nodes are :class:`PBKVTreeNode` and whose records follow the tree.
 
     Attributes:
-        book: the scheduler process's :class:`~pbkv_server.backends.sglang.workflows.WorkflowBook`, built
+        book: the scheduler process's :class:`~pbkv_server.backends.sglang.workflows.SGLangWorkflowBook`, built
             from the eviction strategy's settings (defaults when the policy is not a PBKV one).
     """
 
     def __init__(self, params, components):
         super().__init__(params, components)
         settings = getattr(self.eviction_strategy, "settings", None) or PluginSettings()
-        self.book = WorkflowBook(settings)
+        self.book = SGLangWorkflowBook(settings)
 
     def reset(self) -> None:
         """Rebuild the tree (flush); every node record is dropped first."""

@@ -21,14 +21,16 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from ..engine import Engine, Workflow, _Request
-    from ..radix import Node
+    from ..cache import PrefixCache
+    from ..scoring import NodeScore
+    from ..types import Admission
+    from ..workflows import Workflow
 
 __all__ = [
-    "Policy", "PolicyInfo", "register_policy", "unregister_policy", "available_policies", "policy_info",
+    "Policy", "PolicyInfo", "NodeView", "register_policy", "unregister_policy", "available_policies", "policy_info",
     "make_policy", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
     "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "ENTRY_POINT_GROUP",
 ]
@@ -133,20 +135,40 @@ def resolve_policy_name(name: str) -> str:
     return sglang_policy_names().get(name, name)
 
 
-def make_policy(name: str, engine: "Engine") -> "Policy":
-    """Instantiate policy ``name`` for ``engine``.
+def make_policy(name: str, cache: "PrefixCache | None") -> "Policy":
+    """Instantiate policy ``name`` for ``cache``.
 
-    ``engine`` may be ``None`` when only :meth:`Policy.priority` is needed (the SGLang plugin
+    ``cache`` may be ``None`` when only :meth:`Policy.priority` is needed (the SGLang plugin
     orders its own tree nodes with it); offline policies and the prefetching/graph hooks need one.
 
     Raises:
         ValueError: unknown name (the message lists the known ones).
     """
-    return _class(name)(engine)
+    return _class(name)(cache)
+
+
+class NodeView(Protocol):
+    """What a policy may read of a cache node (engine :class:`~pbkv_server.engine.radix.Node`s and
+    the SGLang plugin's tree nodes both provide it).
+
+    Attributes:
+        tokens: KV tokens the node holds.
+        last_access: time of the latest request that used the node, seconds.
+        sc: the node's score record (A_w(c), Score(c), one-step value, workflows ever), or ``None``.
+    """
+
+    tokens: int
+    last_access: float
+    sc: "NodeScore | None"
 
 
 class Policy:
     """Eviction (and optionally prefetch) rule. Lower :meth:`priority` = evicted first.
+
+    A policy sees the cache through :class:`~pbkv_server.engine.cache.PrefixCache`'s primitives
+    (``refresh``, ``split``, ``evict_device``, ``load``, ``lock``...) and nodes through
+    :class:`NodeView` (plus ``keys``, ``parent`` and ``tier`` of engine nodes in the hooks); state a
+    policy keeps per node lives in the policy, keyed by node, and is dropped in :meth:`on_drop`.
 
     Class attributes (the policy's declaration, see :class:`PolicyInfo`):
         name: registry name (set by :func:`register_policy`).
@@ -168,19 +190,19 @@ class Policy:
     sglang_name: str | None = None
     uses_app_graph = False
 
-    def __init__(self, engine: "Engine") -> None:
-        self.engine = engine
+    def __init__(self, cache: "PrefixCache | None") -> None:
+        self.cache = cache
 
-    def priority(self, node: "Node") -> tuple:
+    def priority(self, node: NodeView) -> tuple:
         """Sort key of an evictable node; the smallest leaves first (device and host tiers)."""
         raise NotImplementedError
 
-    def is_retired(self, node: "Node") -> bool:
+    def is_retired(self, node: NodeView) -> bool:
         """True if all workflows that touched the node have ended (anonymous-only nodes: False)."""
         sc = node.sc
         return sc is not None and sc.n_ever > 0 and not sc.access
 
-    def prefetch_value(self, node: "Node") -> float:
+    def prefetch_value(self, node: NodeView) -> float:
         """Value of loading host node ``node`` to the device; <= 0 means never prefetch it."""
         return 0.0
 
@@ -188,7 +210,7 @@ class Policy:
         """Prefetch during a decode-only stretch of ``seconds`` engine time (PCIe is otherwise idle)."""
 
     # ----------------------------------------------------------------- hooks
-    def on_admit(self, req: "_Request", path: Sequence["Node"]) -> None:
+    def on_admit(self, admission: "Admission", path: Sequence[NodeView]) -> None:
         """A request was admitted; ``path`` are its nodes from the root down (root excluded)."""
 
     def on_invocation(self, wf: "Workflow", previous_agent: str | None) -> None:
@@ -197,10 +219,10 @@ class Policy:
     def on_workflow_end(self, wf: "Workflow") -> None:
         """Workflow ``wf`` ended or was retired for idleness."""
 
-    def on_split(self, top: "Node", bottom: "Node") -> None:
+    def on_split(self, top: NodeView, bottom: NodeView) -> None:
         """``bottom`` was cut; ``top`` is its new upper part (see :meth:`RadixTree.split`)."""
 
-    def on_drop(self, node: "Node") -> None:
+    def on_drop(self, node: NodeView) -> None:
         """``node`` is about to leave the cache for good (still attached when called)."""
 
     def on_graph(self, app: str) -> None:

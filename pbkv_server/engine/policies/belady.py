@@ -25,25 +25,31 @@ class BeladyPolicy(Policy):
     summary = "offline reference: farthest next use first (needs the trace's future)"
     offline = True
 
-    def __init__(self, engine) -> None:
-        super().__init__(engine)
-        if engine.config.future is None:
+    def __init__(self, cache) -> None:
+        super().__init__(cache)
+        if cache is None or cache.config.future is None:
             raise ValueError("policy 'belady' needs EngineConfig.future (a FutureOracle; simulator only)")
-        self.future = engine.config.future
+        self.future = cache.config.future
         self._now = -1
+        # node -> reference position of its next use (absent: not computed yet = never)
+        self._next_use: dict = {}
 
     def priority(self, node) -> tuple:
         """See class docstring."""
-        next_use = node.extra if node.extra is not None else math.inf
-        return (-next_use, node.last_access)
+        return (-self._next_use.get(node, math.inf), node.last_access)
 
-    def on_admit(self, req, path) -> None:
+    def on_admit(self, admission, path) -> None:
         """Recompute the next use of every node the admitted request uses."""
-        self._now = req.index
+        self._now = admission.index
         for node in path:
-            node.extra = self.future.next_use(node.keys[0], req.index)
+            self._next_use[node] = self.future.next_use(node.keys[0], admission.index)
 
     def on_split(self, top, bottom) -> None:
         """``top`` keeps the old first key (and next use); ``bottom`` gets its new one."""
-        top.extra = bottom.extra
-        bottom.extra = self.future.next_use(bottom.keys[0], self._now)
+        if bottom in self._next_use:
+            self._next_use[top] = self._next_use[bottom]
+        self._next_use[bottom] = self.future.next_use(bottom.keys[0], self._now)
+
+    def on_drop(self, node) -> None:
+        """Forget the node's next use."""
+        self._next_use.pop(node, None)

@@ -35,15 +35,16 @@ INF_STEPS = 1 << 30
 
 @register_policy("kvflow")
 class KVFlowPolicy(Policy):
-    """See module docstring. Node state ``node.extra``: set of ``(app, agent)`` whose fixed
-    prompt contains the node (``None`` = dynamic suffix)."""
+    """See module docstring. Per-node state (kept here, keyed by node): the set of ``(app, agent)``
+    whose fixed prompt contains the node (no entry or an empty set = dynamic suffix)."""
 
     summary = "KVFlow: steps-to-execution from the static agent graph, next-step prefetch"
     prefetches = True
     uses_app_graph = True
 
-    def __init__(self, engine) -> None:
-        super().__init__(engine)
+    def __init__(self, cache) -> None:
+        super().__init__(cache)
+        self._marks: dict = {}  # node -> set of (app, agent) whose fixed prompt contains it
         self._dist: dict[str, dict[str, dict[str, int]]] = {}
         self._at: dict[str, Counter] = {}
         self._steps: dict[tuple[str, str], int] = {}
@@ -64,7 +65,7 @@ class KVFlowPolicy(Policy):
 
     def priority(self, node) -> tuple:
         """``(0, 0, last_access)`` for dynamic suffixes, ``(1, -steps, last_access)`` otherwise."""
-        keys = node.extra
+        keys = self._marks.get(node)
         if not keys:
             return (0, 0, node.last_access)
         steps = self._steps
@@ -73,7 +74,7 @@ class KVFlowPolicy(Policy):
     # ----------------------------------------------------------------- graph and workflow state
     def on_graph(self, app: str) -> None:
         """Precompute graph distances of ``app`` (BFS from every agent) and refresh steps."""
-        graph = self.engine.app_graphs[app]
+        graph = self.cache.app_graphs[app]
         nodes = dict.fromkeys([*graph, *(b for nexts in graph.values() for b in nexts)])
         dist: dict[str, dict[str, int]] = {}
         for src in nodes:  # BFS from every agent; graphs have tens of agents
@@ -123,18 +124,18 @@ class KVFlowPolicy(Policy):
 
     def _refresh_path(self, node) -> None:
         while node is not None and node.parent is not None:
-            self.engine.refresh(node)
+            self.cache.refresh(node)
             node = node.parent
 
     # ----------------------------------------------------------------- fixed prompts
-    def on_admit(self, req, path) -> None:
+    def on_admit(self, admission, path) -> None:
         """Shrink the agent's fixed prompt to the common prefix with this request and re-mark its
         nodes (the fixed prompt's last node is split off where the prefix ends inside a node)."""
-        wf = req.wf
+        wf = admission.workflow
         if wf is None or wf.app is None or not path:
             return
-        key = (wf.app, req.agent)
-        blocks = req.blocks
+        key = (wf.app, admission.agent)
+        blocks = admission.blocks
         ref = self._ref.get(key)
         if ref is None:
             self._ref[key] = blocks
@@ -155,17 +156,18 @@ class KVFlowPolicy(Policy):
             width = len(node.keys)
             if depth + width >= lcp:
                 if lcp > depth:
-                    fixed = node if depth + width == lcp else self.engine.tree.split(node, lcp - depth)
+                    fixed = node if depth + width == lcp else self.cache.split(node, lcp - depth)
                 break
             depth += width
         old = self._fixed.get(key)
         if fixed is old:
             return
+        marks = self._marks
         node = old
         while node is not None and node.parent is not None:
-            if node.extra:
-                node.extra.discard(key)
-            self.engine.refresh(node)
+            if marks.get(node):
+                marks[node].discard(key)
+            self.cache.refresh(node)
             node = node.parent
         if fixed is None:
             self._fixed.pop(key, None)
@@ -173,19 +175,18 @@ class KVFlowPolicy(Policy):
         self._fixed[key] = fixed
         node = fixed
         while node.parent is not None:
-            if node.extra is None:
-                node.extra = set()
-            node.extra.add(key)
-            self.engine.refresh(node)
+            marks.setdefault(node, set()).add(key)
+            self.cache.refresh(node)
             node = node.parent
 
     def on_split(self, top, bottom) -> None:
         """The upper part lies in every fixed prompt the lower part lies in."""
-        top.extra = set(bottom.extra) if bottom.extra else None
+        if self._marks.get(bottom):
+            self._marks[top] = set(self._marks[bottom])
 
     def on_drop(self, node) -> None:
         """A dropped fixed-prompt end moves the fixed prompt's end to its parent."""
-        for key in node.extra or ():
+        for key in self._marks.pop(node, ()):
             if self._fixed.get(key) is node:  # the fixed prompt now ends at the parent
                 parent = node.parent
                 if parent is None or parent.parent is None:
@@ -196,8 +197,8 @@ class KVFlowPolicy(Policy):
     # ----------------------------------------------------------------- prefetch
     def prefetch(self, seconds: float) -> None:
         """Load host-tier fixed-prompt nodes of next-step agents into free device space."""
-        engine = self.engine
-        budget = min(engine.profile.load_tokens(seconds), engine.device_free())
+        cache = self.cache
+        budget = min(cache.load_tokens(seconds), cache.device_free())
         for key, steps in self._steps.items():
             if steps != 1 or budget <= 0:
                 continue
@@ -209,5 +210,5 @@ class KVFlowPolicy(Policy):
             for node in reversed(chain):
                 if node.tokens > budget:
                     break
-                engine.load(node)
+                cache.load(node)
                 budget -= node.tokens

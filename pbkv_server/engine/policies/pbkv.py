@@ -22,4 +22,4 @@ class PBKVPolicy(HierarchicalPolicy):
 
     def prefetch(self, seconds: float) -> None:
         """See :func:`~pbkv_server.engine.prefetch.conservative_prefetch`."""
-        conservative_prefetch(self.engine, seconds)
+        conservative_prefetch(self.cache, seconds)

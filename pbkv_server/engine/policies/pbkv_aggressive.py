@@ -17,4 +17,4 @@ class AggressivePBKVPolicy(PBKVPolicy):
 
     def prefetch(self, seconds: float) -> None:
         """See :func:`~pbkv_server.engine.prefetch.aggressive_prefetch`."""
-        aggressive_prefetch(self.engine, seconds, self.engine.config.rho)
+        aggressive_prefetch(self.cache, seconds, self.cache.config.rho)

@@ -101,7 +101,7 @@ def check_invariants(eng: Engine) -> None:
     host = sum(n.tokens for n in nodes if n.tier == HOST)
     assert (eng.tree.device_tokens, eng.tree.host_tokens, eng.tree.n_nodes) == (dev, host, len(nodes))
     assert all(n.tokens == sum(n.toks) and len(n.keys) == len(n.toks) >= 1 for n in nodes)
-    assert eng.stats.device_used_tokens == dev + eng._reserved <= eng.device_capacity
+    assert eng.stats.device_used_tokens == dev + eng.cache.reserved_tokens <= eng.device_capacity
     assert host <= eng.host_capacity
     expected_locks = {}
     for r in eng._running.values():
@@ -115,7 +115,7 @@ def check_invariants(eng: Engine) -> None:
             assert n.parent.tier == DEVICE, "device tier must be prefix-closed"
         assert n.n_dev_children == sum(c.tier == DEVICE for c in n.children.values())
         assert n.lock == expected_locks.get(n.id, 0)
-    assert eng._locked_dev == sum(n.tokens for n in nodes if n.tier == DEVICE and n.lock)
+    assert eng.cache.locked_device_tokens == sum(n.tokens for n in nodes if n.tier == DEVICE and n.lock)
     assert eng.tree.root.n_dev_children == sum(c.tier == DEVICE for c in eng.tree.root.children.values())
 
 

@@ -140,7 +140,7 @@ def test_sdk_end_signal_carries_hint_token_from_environment(start_server, monkey
     server = start_server(hint_token="s3cret")
     with httpx.Client(base_url=server.url) as client:
         assert chat(client, USER, Hints("wf-tok", "planner", 0, "demo")).status_code == 200
-    table = server.service.table
+    table = server.service.workflows
     assert table.get("wf-tok") is not None
     monkeypatch.setenv("PBKV_HINT_TOKEN", "s3cret")
     ending.end_workflow("wf-tok", "completed", server_url=server.url, timeout_s=2.0)

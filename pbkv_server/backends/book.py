@@ -1,0 +1,181 @@
+"""The workflow book every engine backend keeps per process: hints in, scores on its own tree nodes.
+
+An engine backend (SGLang today) runs PBKV's policies inside its own radix cache, on its own tree
+nodes. What it needs besides the policy order is the same for every backend and lives here:
+
+- hint accounting: each request's parsed hints (:func:`pbkv_contract.hints.parse_hints`) are
+  counted as anonymous or malformed (logged once) or become an invocation;
+- the engine core's :class:`~pbkv_server.engine.workflows.WorkflowTable` (invocation order,
+  predictions, ends, idle retirement on the wall clock) and
+  :class:`~pbkv_server.engine.scoring.ScoreBoard` (A_w(c), Score(c), one-step value);
+- node records: a backend node gets an ``sc`` attribute (a
+  :class:`~pbkv_server.engine.scoring.NodeScore`) that the engine-core policies read; the book
+  touches, copies (split) and forgets them.
+
+A backend adds only how hints reach it (for SGLang: ``custom_params`` of a ``Req``), when it sees
+a request, and its tree's hooks. See ``docs/architecture.md``, "Adding an engine backend".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import Any, Callable, Iterable
+
+from pbkv_contract.hints import END_STATUSES, Hints
+from pbkv_contract.prediction import Predictor
+from pbkv_server.engine.scoring import NodeScore, ScoreBoard
+from pbkv_server.engine.workflows import Workflow, WorkflowTable
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WorkflowBook", "build_predictor"]
+
+
+class WorkflowBook:
+    """Active workflows, the predictor and the score board of one backend process.
+
+    Args:
+        gamma: per-step decay of the lookahead score, in (0, 1] (PBKV Eq. 2).
+        horizon: K, future steps scored (>= 1).
+        predictor: a ready :class:`~pbkv_contract.prediction.Predictor` or ``None`` (scores stay 0,
+            so ``he`` orders like ``lae``).
+        idle_retire_s: seconds of the clock without activity after which a workflow is retired
+            (a client that crashed never ends it); ``None`` = never.
+        clock: time source, seconds (``time.monotonic`` by default; tests pass a fake one).
+
+    Attributes:
+        board: the score board; table: the workflow table (``follow_app``: the latest app named
+            by a request wins, as a backend sees one request at a time).
+    """
+
+    def __init__(self, gamma: float, horizon: int, predictor: Predictor | None,
+                 idle_retire_s: float | None = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.board = ScoreBoard(gamma, horizon)
+        self.table = WorkflowTable(self.board, predictor, follow_app=True)
+        self.idle_retire_s = idle_retire_s
+        self.clock = clock
+        self._anonymous = 0
+        self._malformed = 0
+        self._malformed_logged = False
+
+    @property
+    def predictor(self) -> Predictor | None:
+        """The predictor in use (settable; ``None``: scores stay 0)."""
+        return self.table.predictor
+
+    @predictor.setter
+    def predictor(self, value: Predictor | None) -> None:
+        self.table.predictor = value
+
+    @property
+    def workflows(self) -> "OrderedDict[str, Workflow]":
+        """Active workflows: id -> :class:`~pbkv_server.engine.workflows.Workflow`, least recently
+        active first."""
+        return self.table.workflows
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """A snapshot of ``invocations``, ``anonymous``, ``malformed``, ``ended``, ``retired_idle``,
+        ``reused_ids``, ``predictor_errors``."""
+        t = self.table
+        return {"invocations": t.invocations, "anonymous": self._anonymous, "malformed": self._malformed,
+                "ended": t.ended, "retired_idle": t.retired_idle, "reused_ids": t.reused_ids,
+                "predictor_errors": t.predictor_errors}
+
+    # ------------------------------------------------------------------ requests
+    def request(self, hints: Hints | None, reason: str | None, features: tuple[float, ...] = ()) -> Hints | None:
+        """A request was seen for the first time, with ``parse_hints``'s result ``(hints, reason)``.
+
+        Anonymous (no hints) and malformed (``reason`` set; logged once) requests are counted and
+        return ``None``; a hinted request becomes an invocation and returns its hints.
+        """
+        if hints is None:
+            if reason is None:
+                self._anonymous += 1
+            else:
+                self._malformed += 1
+                if not self._malformed_logged:
+                    log.warning("PBKV: malformed hint served anonymously (%s); further ones are counted only",
+                                reason)
+                    self._malformed_logged = True
+            return None
+        self.invocation(hints, features)
+        return hints
+
+    def invocation(self, hints: Hints, features: tuple[float, ...] = ()) -> Workflow:
+        """One invocation of ``hints.workflow_id``: observe, predict, rescore (engine-core order).
+
+        Returns:
+            The workflow's state after the invocation.
+        """
+        self.retire_idle()
+        return self.table.invocation(hints, features, self.clock()).workflow
+
+    def touch(self, nodes: Iterable[Any], hints: Hints) -> int:
+        """Record that ``hints.agent`` of ``hints.workflow_id`` used each of ``nodes``.
+
+        Nodes are visited leaf first (a path walked upward); the walk stops at the first node that
+        already records this agent, since its ancestors were recorded with it. A node without a
+        record gets one (attribute ``sc``).
+
+        Returns:
+            Nodes whose A_w(c) changed.
+        """
+        wf_id, agent = hints.workflow_id, hints.agent
+        if wf_id not in self.table.workflows:  # ended meanwhile: a late request must not revive it
+            return 0
+        changed = 0
+        for node in nodes:
+            rec = node.sc
+            if rec is None:
+                rec = node.sc = NodeScore(node)
+            agents = rec.access.get(wf_id)
+            if agents is not None and agent in agents:
+                break
+            self.board.touch(rec, wf_id, agent)
+            changed += 1
+        return changed
+
+    # ------------------------------------------------------------------ lifecycle
+    def end_workflow(self, workflow_id: str, status: str = "completed") -> bool:
+        """Retire a workflow (idempotent; unknown ids are fine). Returns True if it was active.
+
+        Raises:
+            ValueError: ``status`` is not one of completed / failed / cancelled.
+        """
+        if status not in END_STATUSES:
+            raise ValueError(f"status must be one of {END_STATUSES}, got {status!r}")
+        return self.table.end(workflow_id, status) is not None
+
+    def retire_idle(self) -> int:
+        """Retire workflows idle for ``idle_retire_s``; returns how many."""
+        if self.idle_retire_s is None or not self.table.workflows:
+            return 0
+        return len(self.table.retire_idle(self.clock(), self.idle_retire_s))
+
+    def forget(self, node: Any) -> None:
+        """A node left the tree: drop its score record."""
+        rec = getattr(node, "sc", None)
+        if rec is not None:
+            self.board.forget(rec)
+            node.sc = None
+
+    def split(self, top: Any, bottom: Any) -> None:
+        """``bottom`` was cut and ``top`` is its new upper part: ``top`` inherits its record."""
+        rec = getattr(bottom, "sc", None)
+        if rec is not None:
+            top.sc = self.board.copy(rec, top)
+
+
+def build_predictor(spec: str, horizon: int) -> Predictor | None:
+    """The predictor named by ``spec`` (``markov``, ``uniform`` or a model file), or ``None`` if it
+    cannot be built (logged: the backend then orders by lifecycle only)."""
+    try:
+        from pbkv_server.predictors.factory import make_predictor
+
+        return make_predictor(spec, horizon)
+    except Exception:
+        log.exception("PBKV: cannot build predictor %r; scores stay 0 (lifecycle order only)", spec)
+        return None
