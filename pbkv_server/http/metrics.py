@@ -1,7 +1,8 @@
 """Prometheus metrics of one server (``GET /metrics``).
 
-Each server owns a private :class:`prometheus_client.CollectorRegistry`, so several servers in one
-process (tests, examples) never share or clash over metric names. Engine figures (hit rates,
+Names and definitions come from the metrics vocabulary (:mod:`pbkv_server.metrics`), shared with
+the simulator's summaries. Each server owns a private :class:`prometheus_client.CollectorRegistry`,
+so several servers in one process (tests, examples) never share or clash over metric names. Engine figures (hit rates,
 evictions, prefetches, workflows, queue depth, tier usage, decision latencies) are read from
 ``Engine.stats`` at scrape time by a custom collector; per-request figures (TTFT, latency,
 malformed hints) are observed as requests finish.
@@ -17,6 +18,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pbkv_server.metrics import ENGINE_METRICS, LATENCY_METRICS, REQUEST_METRICS, prometheus_name
+
 __all__ = ["ServerMetrics", "CONTENT_TYPE"]
 
 #: Content type of :meth:`ServerMetrics.render` output.
@@ -27,26 +30,6 @@ _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 
 
 # Latency samples per scrape used for the quantile gauges (newest first).
 _SCRAPE_SAMPLES = 10_000
-
-# EngineStats field -> (metric name, help, kind). Counters are cumulative since engine start.
-_ENGINE_FIELDS = (
-    ("prompt_tokens", "pbkv_prompt_tokens", "Prompt tokens submitted to the engine", "counter"),
-    ("device_hit_tokens", "pbkv_device_hit_tokens", "Prompt tokens served from the device prefix cache", "counter"),
-    ("host_hit_tokens", "pbkv_host_hit_tokens", "Prompt tokens loaded from the host tier", "counter"),
-    ("evictions", "pbkv_evictions", "Radix-tree nodes evicted from the device", "counter"),
-    ("evicted_tokens", "pbkv_evicted_tokens", "Tokens evicted from the device", "counter"),
-    ("prefetched_tokens", "pbkv_prefetched_tokens", "Tokens prefetched from host to device", "counter"),
-    ("hit_rate", "pbkv_hit_rate", "Token-level device hit rate (device hit tokens / prompt tokens)", "gauge"),
-    ("host_hit_rate", "pbkv_host_hit_rate", "Token-level host hit rate", "gauge"),
-    ("device_used_tokens", "pbkv_device_used_tokens", "Device KV tokens in use", "gauge"),
-    ("host_used_tokens", "pbkv_host_used_tokens", "Host KV tokens in use", "gauge"),
-    ("active_workflows", "pbkv_active_workflows", "Workflows the engine considers active", "gauge"),
-    ("retired_workflows", "pbkv_retired_workflows", "Workflows the engine has retired", "gauge"),
-    ("queue_depth", "pbkv_queue_depth", "Requests waiting for admission", "gauge"),
-    ("running", "pbkv_running_requests", "Requests in the running batch", "gauge"),
-    ("dropped_tokens", "pbkv_dropped_tokens", "Tokens evicted from the device and not kept on host", "counter"),
-)
-
 
 class ServerMetrics:
     """The metrics of one server.
@@ -61,12 +44,9 @@ class ServerMetrics:
         self.requests = Counter(
             "pbkv_requests", "HTTP requests by route and status", ["route", "status"], registry=self.registry
         )
-        self.ttft = Histogram(
-            "pbkv_ttft_seconds",
-            "Simulated time to first token (engine seconds: queueing + load + prefill)",
-            buckets=_TTFT_BUCKETS,
-            registry=self.registry,
-        )
+        ttft = REQUEST_METRICS[0]
+        self.ttft = Histogram(prometheus_name(ttft), ttft.help + " (simulated engine seconds)",
+                              buckets=_TTFT_BUCKETS, registry=self.registry)
         self.latency = Histogram(
             "pbkv_request_latency_seconds", "Wall time from request arrival to last byte", registry=self.registry
         )
@@ -102,24 +82,18 @@ class _EngineCollector(Collector):
         stats = self._stats()
         if stats is None:
             return
-        for field, name, doc, kind in _ENGINE_FIELDS:
-            value = getattr(stats, field, None)
+        for metric in ENGINE_METRICS:
+            value = getattr(stats, metric.key, None)
             if value is None:
                 continue
-            if kind == "counter":
-                yield CounterMetricFamily(name, doc, value=float(value))
-            else:
-                yield GaugeMetricFamily(name, doc, value=float(value))
-        for attr, name, doc in (
-            ("eviction_decision_s", "pbkv_eviction_decision_seconds", "Eviction decision latency"),
-            ("score_update_s", "pbkv_score_update_seconds", "Score update latency per node"),
-            ("prefetch_decision_s", "pbkv_prefetch_decision_seconds", "Prefetch decision latency"),
-            ("predictor_call_s", "pbkv_predictor_seconds", "Predictor call latency"),
-        ):
-            samples = getattr(stats, attr, None)
+            family = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
+            yield family(prometheus_name(metric), metric.help, value=float(value))
+        for metric in LATENCY_METRICS:
+            samples = getattr(stats, metric.key, None)
             if samples:
                 # The newest samples only: sorting the engine's whole window on every scrape is too slow.
-                yield _summary(name, doc, list(itertools.islice(reversed(samples), _SCRAPE_SAMPLES)))
+                yield _summary(prometheus_name(metric), metric.help,
+                               list(itertools.islice(reversed(samples), _SCRAPE_SAMPLES)))
 
 
 def _summary(name: str, doc: str, samples: list[float]) -> GaugeMetricFamily:

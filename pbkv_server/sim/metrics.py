@@ -1,4 +1,5 @@
-"""Serving metrics with the definitions of DESIGN.md section 5, shared by the simulator and the server.
+"""Per-request serving metrics of a replay, with the definitions of the metrics vocabulary
+(:mod:`pbkv_server.metrics`, which the server's Prometheus metrics use too).
 
 * workflow latency: from the workflow's first submission to its end (seconds);
 * TTFT of a request: from its arrival to its first output token (queueing + host loads + prefill);
@@ -9,7 +10,7 @@
 * decision latencies: mean and p99 of the engine's eviction-decision, score-update,
   prefetch-decision and predictor-call samples (wall-clock, milliseconds in the summary).
 
-Times are in the caller's clock (engine seconds in the simulator, wall seconds in the server).
+Times are in the caller's clock (engine seconds in a replay).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from pbkv_server.metrics import LATENCY_METRICS
+
 __all__ = ["MetricsCollector", "percentile", "latency_summary"]
 
-#: Engine latency sample fields reported by :meth:`MetricsCollector.summary`.
-LATENCY_FIELDS = ("eviction_decision_s", "score_update_s", "prefetch_decision_s", "predictor_call_s")
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -198,7 +199,7 @@ class MetricsCollector:
             out["prefetched_tokens"] = engine_stats.prefetched_tokens
             out["latency_ms"] = {
                 name.removesuffix("_s"): latency_summary(getattr(engine_stats, name, ()))
-                for name in LATENCY_FIELDS
+                for name in (m.key for m in LATENCY_METRICS)
             }
         return out
 
