@@ -1,0 +1,137 @@
+"""The engine core's cache on its own (no scheduler): acquire/release accounting, policy-ordered
+eviction and demotion, refusal without side effects, and the one prefetch planner ``run_round``.
+
+Every expected figure is worked out by hand from the capacities and block sizes in the test.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from pbkv_server.engine import EngineConfig, EngineStats, PrefixCache, ScoreBoard
+from pbkv_server.engine.prefetch import run_round
+from pbkv_server.engine.radix import DEVICE, HOST
+
+from engine_helpers import PROFILE, chain
+
+
+def make_cache(policy: str = "lru", device: int = 100, host: int = 0) -> PrefixCache:
+    config = EngineConfig(profile=PROFILE, policy=policy, device_tokens=device, host_tokens=host)
+    return PrefixCache(config, ScoreBoard(config.gamma, config.horizon), EngineStats())
+
+
+def acquire(cache: PrefixCache, labels, tokens: int = 10, reserve: int = 1, now: float = 0.0, index: int = 0):
+    keys = chain(labels)
+    toks = [tokens] * len(keys)
+    cum = [0, *itertools.accumulate(toks)]
+    return cache.acquire(keys, toks, cum, reserve, now, None, None, True, index)
+
+
+def test_acquire_locks_the_prefix_and_release_frees_it():
+    cache = make_cache(device=100)
+    got = acquire(cache, "abc", reserve=5)
+    assert (got.device_hit, got.host_hit, got.load, got.new_tokens) == (0, 0, 0, 30)
+    assert cache.tree.device_tokens == 30 and cache.reserved_tokens == 5 and cache.locked_device_tokens == 30
+    assert cache.device_free() == 100 - 30 - 5
+    again = acquire(cache, "abd", reserve=5, now=1.0)  # shares "ab": 20 tokens hit, the node splits
+    assert (again.device_hit, again.new_tokens) == (20, 10)
+    assert cache.locked_device_tokens == 40 and cache.stats.device_hit_tokens == 20
+    cache.release(got.end, 5)
+    cache.release(again.end, 5)
+    assert cache.locked_device_tokens == 0 and cache.reserved_tokens == 0
+    assert all(n.lock == 0 for n in cache.tree.nodes())
+
+
+def test_a_prompt_that_does_not_fit_beside_locked_cache_is_refused_without_change():
+    cache = make_cache(device=100)
+    first = acquire(cache, "abcdefgh", reserve=1)  # 80 tokens locked + 1 reserved
+    before = (cache.tree.device_tokens, cache.reserved_tokens, cache.locked_device_tokens, cache.stats.prompt_tokens)
+    assert acquire(cache, "xyz", reserve=1) is None  # needs 31, only 19 can be freed
+    assert (cache.tree.device_tokens, cache.reserved_tokens, cache.locked_device_tokens,
+            cache.stats.prompt_tokens) == before
+    cache.release(first.end, 1)
+    assert acquire(cache, "xyz", reserve=1) is not None  # now the unlocked 80 tokens can go
+
+
+def test_lru_evicts_the_least_recently_used_leaf_and_demotes_it_to_the_host():
+    cache = make_cache("lru", device=60, host=100)
+    for t, labels in enumerate(("ab", "cd", "ef")):  # three 20-token prompts at t = 0, 1, 2
+        cache.release(acquire(cache, labels, now=float(t)).end, 1)
+    got = acquire(cache, "gh", now=3.0)  # needs 21: frees "ab" (20) then "cd" (20)
+    assert got is not None and cache.stats.evictions == 2 and cache.stats.evicted_tokens == 40
+    tiers = {n.keys[0]: n.tier for n in cache.tree.nodes()}
+    assert tiers[chain("ab")[0]] == HOST and tiers[chain("cd")[0]] == HOST and tiers[chain("ef")[0]] == DEVICE
+    assert cache.tree.host_tokens == 40 and cache.stats.dropped_tokens == 0
+    cache.release(got.end, 1)
+    back = acquire(cache, "ab", now=4.0)  # found on the host: loaded back at admission
+    assert (back.device_hit, back.host_hit, back.load) == (0, 20, 20)
+
+
+def test_without_a_host_tier_eviction_drops_the_node():
+    cache = make_cache("lru", device=40, host=0)
+    cache.release(acquire(cache, "ab").end, 1)
+    cache.release(acquire(cache, "cd", now=1.0).end, 1)
+    assert acquire(cache, "e", now=2.0) is not None
+    assert cache.stats.dropped_tokens == 20 and cache.tree.host_tokens == 0
+
+
+class _Room:
+    def __init__(self, free: int, extra: int = 0) -> None:
+        self.left, self.extra, self.asked = free, extra, []
+
+    def free(self) -> int:
+        return self.left
+
+    def make_room(self, short: int, candidate) -> None:
+        self.asked.append((candidate, short))
+        freed = min(short, self.extra)
+        self.extra -= freed
+        self.left += freed
+
+
+def _run(sizes: dict, bandwidth: int, room: _Room, **kw):
+    loaded = []
+
+    def load(c) -> bool:
+        loaded.append(c)
+        room.left -= sizes[c]
+        return True
+
+    result = run_round(iter(sizes), size=sizes.get, bandwidth_tokens=bandwidth, room=room, load=load, **kw)
+    return loaded, result
+
+
+def test_run_round_takes_candidates_best_first_within_bandwidth_and_room():
+    # bandwidth 50: a (30) fits; b (30) exceeds the 20 left; c (15) fits; d (10) exceeds the 5 left
+    loaded, result = _run({"a": 30, "b": 30, "c": 15, "d": 10}, 50, _Room(100))
+    assert loaded == ["a", "c"] and result.loaded_tokens == 45 and result.skipped == ["b", "d"]
+
+
+def test_run_round_asks_for_room_once_then_uses_free_room_only():
+    room = _Room(free=10, extra=25)
+    # a (30): short 20, the room frees 20 -> loaded, room 0 left; b (20): short 20 but only 5 more
+    # can be freed -> refused, the round is exhausted; c (5) fits the 5 now free; d (8) would need
+    # room again -> skipped without asking
+    loaded, result = _run({"a": 30, "b": 20, "c": 5, "d": 8}, 1000, room)
+    assert loaded == ["a", "c"] and result.skipped == ["b", "d"]
+    assert room.asked == [("a", 20), ("b", 20)]  # no third request after the refusal
+
+
+def test_run_round_stops_at_its_limits():
+    sizes = {i: 1 for i in range(100)}
+    assert _run(sizes, 1000, _Room(1000), max_loads=16)[1].loads == 16
+    assert _run(sizes, 1000, _Room(1000), max_examined=10)[1].examined == 10
+    assert _run(sizes, 3, _Room(1000))[1].loads == 3  # bandwidth used up
+
+
+@pytest.mark.parametrize("policy", ["pbkv", "pbkv-aggressive"])
+def test_engine_prefetch_never_exceeds_the_pcie_budget(policy):
+    from pbkv_server.engine.prefetch import aggressive_prefetch, conservative_prefetch
+
+    cache = make_cache(policy, device=100, host=100)
+    # 1 ms per token of PCIe in the test profile: 0.025 s moves 25 tokens
+    assert cache.load_tokens(0.025) == 25
+    fn = conservative_prefetch if policy == "pbkv" else (lambda c, s: aggressive_prefetch(c, s, 0.1))
+    assert fn(cache, 0.025) == 0  # nothing on the host: nothing to load
