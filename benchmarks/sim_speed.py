@@ -36,7 +36,7 @@ def main() -> None:
     workload = load_workload(records)
     t_gen = time.perf_counter() - t0
     print(f"synth + load: {args.workflows} workflows, {workload.invocations} invocations "
-          f"({workload.invocations / len(workload.workflows):.1f}/workflow) in {t_gen:.1f} s")
+          f"({workload.invocations / workload.workflow_count:.1f}/workflow) in {t_gen:.1f} s")
     profile = get_profile(args.profile)
     total = total_cpu = 0.0
     for policy in available_policies(REPLAY):

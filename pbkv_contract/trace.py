@@ -58,6 +58,10 @@ class InvocationRecord:
         text: raw prompt text, only when the user asked for it.
         block_tokens: tokens of each prefix-hash block when the writer knew them (the live server
             does); ``None`` means replay spreads ``prompt_tokens`` with :func:`block_token_counts`.
+        session_id: the session (a chat conversation, an SGLang session) the workflow belongs to,
+            when several workflows form one user's sequence, such as a chat whose turns are each a
+            workflow; ``None``: the workflow is its own session. Replay runs a session's
+            workflows one after the other.
     """
 
     app: str
@@ -75,11 +79,12 @@ class InvocationRecord:
     features: list[float] = field(default_factory=list)
     text: str | None = None
     block_tokens: list[int] | None = None
+    session_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of this record (``type`` and ``v`` included; optional fields only if set)."""
         data = {"type": "invocation", "v": TRACE_VERSION, **asdict(self)}
-        for optional in ("text", "block_tokens"):
+        for optional in ("text", "block_tokens", "session_id"):
             if data[optional] is None:
                 del data[optional]
         return data
@@ -142,6 +147,8 @@ def parse_record(data: Any) -> TraceRecord:
 def _check_invocation(rec: InvocationRecord) -> None:
     if not isinstance(rec.workflow_id, str) or not isinstance(rec.agent, str) or not rec.agent:
         raise ValueError("invocation needs workflow_id and agent strings")
+    if rec.session_id is not None and (not isinstance(rec.session_id, str) or not rec.session_id):
+        raise ValueError("session_id must be a non-empty string or null")
     for name in ("step", "prompt_tokens", "completion_tokens", "cached_tokens", "block_chars"):
         value = getattr(rec, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:

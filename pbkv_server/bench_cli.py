@@ -44,7 +44,8 @@ def _main() -> None:
 @app.command()
 def synth(
     out: Path = typer.Option(..., "--out", help="output trace file (JSONL); must not exist yet (synth never appends a second workload)"),
-    graph: str = typer.Option("codegen", help="call graph: codegen, research, finance, supervisor (routed) or mixed"),
+    graph: str = typer.Option("codegen", help="call graph: codegen, research, finance, supervisor (routed) or mixed; "
+                                               "chat (multi-turn conversations, each turn a workflow) or chat-mix"),
     workflows: int = typer.Option(200, min=1, max=1_000_000, help="number of workflows (at most 1,000,000)"),
     seed: int = typer.Option(0, help="random seed"),
     block_chars: int = typer.Option(256, help="characters per prefix-hash block (multiple of 4)"),
@@ -137,7 +138,7 @@ def replay(
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as progress:
         for name in policies:
-            task = progress.add_task(f"{name:16s}", total=len(workload.workflows))
+            task = progress.add_task(f"{name:16s}", total=len(workload.units))
             try:
                 result = simulate(
                     workload, name, hw, concurrency=concurrency,
@@ -151,7 +152,7 @@ def replay(
             result.summary.update(predictor=predictor, profile=hw.name, concurrency=concurrency,
                                   device_tokens=result.engine.device_capacity)
             results[name] = result.summary
-    title = (f"{trace.name}: {len(workload.workflows)} workflows, {workload.invocations} invocations, "
+    title = (f"{trace.name}: {workload.workflow_count} workflows, {workload.invocations} invocations, "
              f"predictor {predictor}, C={concurrency}, {hw.name}, device {results[policies[0]]['device_tokens']} tok")
     console.print(results_table(results, title))
     try:

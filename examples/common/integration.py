@@ -133,7 +133,7 @@ def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrenc
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console or Console()) as progress:
         for policy in policies:
-            bar = progress.add_task(f"replay {policy}", total=len(workload.workflows))
+            bar = progress.add_task(f"replay {policy}", total=len(workload.units))
             predictor = load_predictor(model_path, app=app) if policy_info(policy).predictive else None
             sim = simulate(workload, policy, hw, concurrency=concurrency, predictor=predictor,
                            device_tokens=device_tokens, host_tokens=host_tokens, app_graphs=graphs,

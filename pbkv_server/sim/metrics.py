@@ -48,6 +48,7 @@ def latency_summary(samples_s: Iterable[float]) -> dict[str, float]:
 class _Request:
     arrival: float
     agent: str | None
+    app: str | None = None
     first_token: float = math.nan
     prompt_tokens: int = 0
     device_cached: int = 0
@@ -79,9 +80,9 @@ class MetricsCollector:
 
     # ------------------------------------------------------------------ events
 
-    def request_arrived(self, request_id: str, time: float, agent: str | None = None) -> None:
-        """A request was sent at ``time`` by ``agent`` (``None`` for anonymous requests)."""
-        self._requests[request_id] = _Request(arrival=time, agent=agent)
+    def request_arrived(self, request_id: str, time: float, agent: str | None = None, app: str | None = None) -> None:
+        """A request was sent at ``time`` by ``agent`` of ``app`` (``None`` for anonymous requests)."""
+        self._requests[request_id] = _Request(arrival=time, agent=agent, app=app)
 
     def first_token(self, event: Any) -> None:
         """Record a ``FirstToken``-like event (request_id, time, prompt_tokens, device/host cached tokens)."""
@@ -161,6 +162,23 @@ class MetricsCollector:
             for i, b in enumerate(bins)
         ]
 
+    def per_app(self) -> dict[str, dict[str, float]]:
+        """Figures per app (traffic class), over requests that got their first token:
+        ``{app: {"requests", "prompt_tokens", "hit_rate", "host_hit_rate", "mean_ttft_s"}}``;
+        requests without an app are listed under ``""``."""
+        acc: dict[str, list[float]] = {}
+        for r in self._requests.values():
+            if not math.isnan(r.first_token):
+                a = acc.setdefault(r.app or "", [0, 0, 0, 0, 0.0])
+                a[0] += 1
+                a[1] += r.prompt_tokens
+                a[2] += r.device_cached
+                a[3] += r.host_cached
+                a[4] += r.first_token - r.arrival
+        return {app: {"requests": n, "prompt_tokens": p, "hit_rate": d / p if p else 0.0,
+                      "host_hit_rate": h / p if p else 0.0, "mean_ttft_s": t / n}
+                for app, (n, p, d, h, t) in sorted(acc.items())}
+
     def per_agent_ttft(self) -> dict[str, float]:
         """Mean TTFT (seconds) per agent name, over requests that got their first token."""
         sums: dict[str, list[float]] = {}
@@ -173,7 +191,7 @@ class MetricsCollector:
         """All metrics as a JSON-ready dict.
 
         Keys: ``hit_rate``, ``host_hit_rate``, ``mean_latency_s``, ``p50_latency_s``,
-        ``p99_latency_s``, ``mean_ttft_s``, ``p99_ttft_s``, ``per_agent_ttft_s``, ``workflows``,
+        ``p99_latency_s``, ``mean_ttft_s``, ``p99_ttft_s``, ``per_agent_ttft_s``, ``per_app``, ``workflows``,
         ``requests``, ``timeline``; with ``engine_stats`` (an ``EngineStats``) also ``evictions``,
         ``evicted_tokens``, ``prefetched_tokens`` and ``latency_ms`` (per kind: n, mean_ms, p99_ms).
         """
@@ -189,6 +207,7 @@ class MetricsCollector:
             "mean_ttft_s": sum(ttfts) / len(ttfts) if ttfts else math.nan,
             "p99_ttft_s": percentile(ttfts, 99),
             "per_agent_ttft_s": self.per_agent_ttft(),
+            "per_app": self.per_app(),
             "workflows": len(lat),
             "requests": len(ttfts),
             "timeline": self.timeline(),

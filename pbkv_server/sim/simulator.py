@@ -3,8 +3,9 @@
 The engine (:class:`pbkv_server.engine.Engine`) owns the virtual clock, continuous batching, the
 radix cache and the eviction policy; this module only drives it:
 
-* closed loop: at most ``concurrency`` workflows in flight; the next workflow of the trace (in
-  trace order) starts when one ends;
+* closed loop: at most ``concurrency`` replay units in flight (a unit is a workflow, or a
+  session of workflows such as a chat conversation whose turns are each a workflow); the next
+  unit of the trace (in trace order) starts when one ends;
 * inside a workflow, invocation j+1 is sent when invocation j finished plus the recorded tool gap
   (``t_start[j+1] - t_end[j]``), and ``end_workflow`` is sent after the recorded trailing gap;
 * offline policies (``belady``) get a :class:`~pbkv_server.sim.future.TraceFuture` built from the trace;
@@ -30,7 +31,7 @@ from pbkv_server.sim.metrics import MetricsCollector
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Workload", "WorkflowReplay", "SimResult", "SimulationError", "load_workload", "simulate"]
+__all__ = ["Workload", "ReplayUnit", "SimResult", "SimulationError", "load_workload", "simulate"]
 
 
 class SimulationError(RuntimeError):
@@ -38,39 +39,52 @@ class SimulationError(RuntimeError):
 
 
 @dataclass(slots=True)
-class WorkflowReplay:
-    """One workflow of a trace, ready to replay.
+class ReplayUnit:
+    """What the closed loop admits as one: a workflow, or a session of several workflows.
+
+    A session (``session_id`` of the trace's invocations: a chat conversation whose turns are
+    each their own workflow) runs its workflows one after the other, as its user would; a
+    workflow without a session is a unit of its own.
 
     Attributes:
-        workflow_id: the id.
-        app: its app.
-        requests: one engine request per invocation, in step order (ids ``"<workflow>#<step>"``;
-            a repeated step number gets ``"~<position>"`` appended).
+        unit_id: the session id, or the workflow id.
+        requests: one engine request per invocation, in order (ids ``"<workflow>#<step>"``; a
+            repeated step number gets ``"~<position>"`` appended).
+        workflow_ids: workflow of each request.
+        apps: app of each request.
         agents: agent of each request.
-        gaps_s: tool gap after each invocation, seconds (the last: before the workflow end).
-        durations_s: recorded duration of each invocation, seconds (for belady's reference order).
-        status: end status (``"completed"`` if the trace has no end record).
+        gaps_s: tool gap after each request before the unit's next request, seconds (the last:
+            before the last workflow's end).
+        durations_s: recorded duration of each request, seconds (for the offline reference order).
+        ends: after request j, ``(workflow id, seconds until its end signal, status)`` if j is its
+            workflow's last request, else ``None``.
     """
 
-    workflow_id: str
-    app: str | None
+    unit_id: str
     requests: list[EngineRequest]
+    workflow_ids: list[str]
+    apps: list[str | None]
     agents: list[str]
     gaps_s: list[float]
     durations_s: list[float]
-    status: str = "completed"
+    ends: list[tuple[str, float, str] | None]
 
 
 @dataclass(slots=True)
 class Workload:
-    """The workflows of a trace, in trace order (order of first appearance)."""
+    """The replay units of a trace, in trace order (order of first appearance)."""
 
-    workflows: list[WorkflowReplay]
+    units: list[ReplayUnit]
 
     @property
     def invocations(self) -> int:
         """Total number of requests."""
-        return sum(len(w.requests) for w in self.workflows)
+        return sum(len(u.requests) for u in self.units)
+
+    @property
+    def workflow_count(self) -> int:
+        """Number of workflows (a session holds several)."""
+        return sum(sum(e is not None for e in u.ends) for u in self.units)
 
 
 @dataclass(slots=True)
@@ -85,79 +99,87 @@ class SimResult:
 
 
 def load_workload(records: Iterable[TraceRecord]) -> Workload:
-    """Group trace records into replayable workflows.
+    """Group trace records into replay units (sessions, or single workflows).
 
     Invocations are grouped by workflow id and sorted by step; each becomes an
     :class:`EngineRequest` with the trace's prefix hashes as block keys and its per-block tokens
-    (:meth:`InvocationRecord.tokens_per_block`). Gaps are clamped at 0.
+    (:meth:`InvocationRecord.tokens_per_block`). The workflows of one session run in the order of
+    their first invocation. Gaps are clamped at 0.
 
     Raises:
         TraceFormatError: the records hold no invocation.
     """
     invs: dict[str, list[InvocationRecord]] = {}
     ends: dict[str, WorkflowEndRecord] = {}
+    sessions: dict[str, list[str]] = {}  # unit id -> its workflow ids in first-appearance order
     for rec in records:
         if isinstance(rec, InvocationRecord):
+            if rec.workflow_id not in invs:
+                sessions.setdefault(rec.session_id or rec.workflow_id, []).append(rec.workflow_id)
             invs.setdefault(rec.workflow_id, []).append(rec)
         elif isinstance(rec, WorkflowEndRecord):
             ends[rec.workflow_id] = rec
     if not invs:
         raise TraceFormatError("trace holds no invocation records")
-    workflows = []
-    for wid, recs in invs.items():
-        recs.sort(key=lambda r: (r.step, r.t_start))
-        requests, gaps, ids, warned = [], [], set(), False
-        for j, r in enumerate(recs):
-            # Ids must be unique: the driver and the metrics key on them. A step number that
-            # repeats (a client that restarts its count) gets its position appended.
-            rid = f"{wid}#{r.step}"
-            if rid in ids:
-                if not warned:
-                    log.warning("workflow %s repeats step %d; replaying its invocations in (step, t_start) order",
-                                wid, r.step)
-                    warned = True
-                rid = f"{wid}#{r.step}~{j}"
-            ids.add(rid)
-            requests.append(
-                EngineRequest(
-                    request_id=rid,
-                    blocks=list(r.prefix_hashes),
-                    block_tokens=r.tokens_per_block(),
-                    output_tokens=max(1, r.completion_tokens),
-                    hints=Hints(workflow_id=wid, agent=r.agent, step=r.step, app=r.app),
-                    features=tuple(r.features),
-                )
-            )
-            if j + 1 < len(recs):
-                gaps.append(max(0.0, recs[j + 1].t_start - r.t_end))
-            else:
-                end = ends.get(wid)
-                gaps.append(max(0.0, end.t - r.t_end) if end is not None else 0.0)
-        end = ends.get(wid)
-        workflows.append(
-            WorkflowReplay(
-                workflow_id=wid,
-                app=recs[0].app,
-                requests=requests,
-                agents=[r.agent for r in recs],
-                gaps_s=gaps,
-                durations_s=[max(0.0, r.t_end - r.t_start) for r in recs],
-                status=end.status if end is not None else "completed",
-            )
-        )
-    return Workload(workflows)
+    units = []
+    for unit_id, wids in sessions.items():
+        for recs in (invs[w] for w in wids):
+            recs.sort(key=lambda r: (r.step, r.t_start))
+        wids = sorted(wids, key=lambda w: invs[w][0].t_start)  # stable: ties keep first appearance
+        unit = ReplayUnit(unit_id, [], [], [], [], [], [], [])
+        for k, wid in enumerate(wids):
+            recs = invs[wid]
+            _add_workflow(unit, wid, recs, ends.get(wid), invs[wids[k + 1]][0] if k + 1 < len(wids) else None)
+        units.append(unit)
+    return Workload(units)
+
+
+def _add_workflow(unit: ReplayUnit, wid: str, recs: list[InvocationRecord], end: WorkflowEndRecord | None,
+                  next_first: InvocationRecord | None) -> None:
+    """Append one workflow's requests to ``unit``; ``next_first`` is the unit's next request."""
+    ids, warned = set(), False
+    for j, r in enumerate(recs):
+        # Ids must be unique: the driver and the metrics key on them. A step number that
+        # repeats (a client that restarts its count) gets its position appended.
+        rid = f"{wid}#{r.step}"
+        if rid in ids:
+            if not warned:
+                log.warning("workflow %s repeats step %d; replaying its invocations in (step, t_start) order",
+                            wid, r.step)
+                warned = True
+            rid = f"{wid}#{r.step}~{j}"
+        ids.add(rid)
+        unit.requests.append(EngineRequest(
+            request_id=rid,
+            blocks=list(r.prefix_hashes),
+            block_tokens=r.tokens_per_block(),
+            output_tokens=max(1, r.completion_tokens),
+            hints=Hints(workflow_id=wid, agent=r.agent, step=r.step, app=r.app),
+            features=tuple(r.features),
+        ))
+        unit.workflow_ids.append(wid)
+        unit.apps.append(r.app)
+        unit.agents.append(r.agent)
+        unit.durations_s.append(max(0.0, r.t_end - r.t_start))
+        last = j + 1 == len(recs)
+        end_gap = max(0.0, end.t - r.t_end) if end is not None else 0.0
+        if not last:
+            unit.gaps_s.append(max(0.0, recs[j + 1].t_start - r.t_end))
+        elif next_first is not None:  # the session's next workflow starts after its own gap
+            unit.gaps_s.append(max(0.0, next_first.t_start - r.t_end))
+        else:
+            unit.gaps_s.append(end_gap)
+        unit.ends.append((wid, end_gap, end.status if end is not None else "completed") if last else None)
 
 
 def build_future(workload: Workload, concurrency: int) -> TraceFuture:
     """Belady's oracle: every request ranked by its submission time in a timing-only replay."""
-    times = reference_order(
-        [w.durations_s for w in workload.workflows], [w.gaps_s for w in workload.workflows], concurrency
-    )
+    times = reference_order([u.durations_s for u in workload.units], [u.gaps_s for u in workload.units], concurrency)
     return TraceFuture(
         {
             req.request_id: (times[w][j], req.blocks)
-            for w, wf in enumerate(workload.workflows)
-            for j, req in enumerate(wf.requests)
+            for w, unit in enumerate(workload.units)
+            for j, req in enumerate(unit.requests)
         }
     )
 
@@ -193,7 +215,7 @@ def simulate(
         timeline_bins: bins of the hit-rate timeline.
         app_graphs: static agent graph per app for ``kvflow`` (default: learned from the workload,
             see :func:`static_graphs`).
-        on_workflow_end: called with the number of finished workflows after each one (progress bars).
+        on_workflow_end: called with the number of finished replay units after each one (progress bars).
 
     Raises:
         ValueError: ``concurrency`` < 1 or an unknown policy (from the engine).
@@ -222,11 +244,16 @@ def static_graphs(workload: Workload) -> dict[str, dict[str, list[str]]]:
     transitions stands in for that declaration.
     """
     graphs: dict[str, dict[str, dict[str, None]]] = {}
-    for wf in workload.workflows:
-        edges = graphs.setdefault(wf.app or "", {})
-        for a, b in zip(wf.agents, wf.agents[1:]):
-            edges.setdefault(a, {})[b] = None
-        edges.setdefault(wf.agents[-1], {})
+    for unit in workload.units:
+        sequences: dict[str, list[int]] = {}
+        for j, wid in enumerate(unit.workflow_ids):
+            sequences.setdefault(wid, []).append(j)
+        for idx in sequences.values():
+            edges = graphs.setdefault(unit.apps[idx[0]] or "", {})
+            agents = [unit.agents[j] for j in idx]
+            for a, b in zip(agents, agents[1:]):
+                edges.setdefault(a, {})[b] = None
+            edges.setdefault(agents[-1], {})
     return {app: {a: list(bs) for a, bs in edges.items()} for app, edges in graphs.items()}
 
 
@@ -237,23 +264,23 @@ class _Driver:
     #: Engine steps in a row without any event or clock progress before we give up.
     STALL_LIMIT = 10_000
 
-    def __init__(self, engine, workload, concurrency, future, on_workflow_end, metrics):
+    def __init__(self, engine, workload, concurrency, future, on_unit_end, metrics):
         self.engine = engine
-        self.workflows = workload.workflows
+        self.units = workload.units
         self.concurrency = concurrency
         self.future = future
-        self.on_workflow_end = on_workflow_end
+        self.on_unit_end = on_unit_end
         self.metrics = metrics
-        self.events: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, workflow, step)
+        self.events: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, unit, request index)
         self.seq = itertools.count()
         self.where: dict[str, tuple[int, int]] = {
-            req.request_id: (w, j) for w, wf in enumerate(self.workflows) for j, req in enumerate(wf.requests)
+            req.request_id: (w, j) for w, unit in enumerate(self.units) for j, req in enumerate(unit.requests)
         }
-        self.next_workflow = 0
+        self.next_unit = 0
         self.done = 0
 
     def run(self) -> None:
-        for _ in range(min(self.concurrency, len(self.workflows))):
+        for _ in range(min(self.concurrency, len(self.units))):
             self._start_next(0.0)
         engine, events = self.engine, self.events
         stalled = 0
@@ -278,30 +305,32 @@ class _Driver:
                 break
 
     def _start_next(self, time: float) -> None:
-        if self.next_workflow < len(self.workflows):
-            w = self.next_workflow
-            self.next_workflow += 1
-            self.metrics.workflow_started(self.workflows[w].workflow_id, time)
+        if self.next_unit < len(self.units):
+            w = self.next_unit
+            self.next_unit += 1
             heapq.heappush(self.events, (time, next(self.seq), self._SUBMIT, w, 0))
 
     def _handle(self, event: tuple[float, int, int, int, int]) -> None:
         time, _, kind, w, j = event
-        wf = self.workflows[w]
+        unit = self.units[w]
         if kind == self._SUBMIT:
-            req = wf.requests[j]
-            self.metrics.request_arrived(req.request_id, time, wf.agents[j])
+            req = unit.requests[j]
+            self.metrics.workflow_started(unit.workflow_ids[j], time)  # its first request counts
+            self.metrics.request_arrived(req.request_id, time, unit.agents[j], unit.apps[j])
             if self.future is not None:
                 self.future.bind(self.engine.submitted, req.request_id)
             try:
                 self.engine.submit(req)
             except ValueError as exc:  # e.g. a prompt larger than the device cache
                 raise SimulationError(f"cannot replay {req.request_id}: {exc}") from None
-        else:
-            self.engine.end_workflow(wf.workflow_id, wf.status)
-            self.metrics.workflow_ended(wf.workflow_id, time)
+            return
+        wid, _, status = unit.ends[j]
+        self.engine.end_workflow(wid, status)
+        self.metrics.workflow_ended(wid, time)
+        if j + 1 == len(unit.requests):  # the unit's last workflow ended: its slot goes to the next unit
             self.done += 1
-            if self.on_workflow_end is not None:
-                self.on_workflow_end(self.done)
+            if self.on_unit_end is not None:
+                self.on_unit_end(self.done)
             self._start_next(time)
 
     def _engine_event(self, ev: FirstToken | Finished) -> None:
@@ -312,6 +341,11 @@ class _Driver:
             return
         self.metrics.finished(ev.request_id, ev.time)
         w, j = self.where[ev.request_id]
-        wf = self.workflows[w]
-        kind = self._SUBMIT if j + 1 < len(wf.requests) else self._END
-        heapq.heappush(self.events, (ev.time + wf.gaps_s[j], next(self.seq), kind, w, j + 1))
+        unit = self.units[w]
+        end = unit.ends[j]
+        last = j + 1 == len(unit.requests)
+        if end is not None:  # its workflow ends after the recorded trailing gap
+            heapq.heappush(self.events, (ev.time + (unit.gaps_s[j] if last else end[1]), next(self.seq),
+                                         self._END, w, j))
+        if not last:
+            heapq.heappush(self.events, (ev.time + unit.gaps_s[j], next(self.seq), self._SUBMIT, w, j + 1))

@@ -287,8 +287,11 @@ def generate(
     """The records of ``workflows`` synthetic workflows (each workflow's invocations, then its end), lazily.
 
     Args:
-        graph: a name of :data:`GRAPHS`, or ``"mixed"`` (each workflow picks one uniformly).
-        workflows: number of workflows (>= 1).
+        graph: a name of :data:`GRAPHS`, ``"mixed"`` (each workflow picks one uniformly), or a
+            chat graph of :mod:`pbkv_server.sim.synth_chat` (``"chat"``: multi-turn conversations,
+            each turn its own workflow; ``"chat-mix"``: conversations and agent workflows).
+        workflows: number of workflows (>= 1); for the chat graphs, of conversations (and agent
+            workflows), each conversation holding one workflow per turn.
         seed: random seed; the output is a pure function of the arguments.
         block_chars: characters per prefix-hash block (a multiple of :data:`CHARS_PER_TOKEN`).
         mean_interarrival_s: mean gap between workflow starts in the recorded timestamps, seconds.
@@ -298,12 +301,17 @@ def generate(
     """
     # Checked here, not in the generator body, so bad arguments fail at the call, before a
     # caller such as write_trace creates its output file.
-    if graph != "mixed" and graph not in GRAPHS:
-        raise ValueError(f"unknown graph {graph!r}; known: {', '.join(sorted(GRAPHS))}, mixed")
+    from .synth_chat import CHAT_GRAPHS, generate_chat
+
+    if graph != "mixed" and graph not in GRAPHS and graph not in CHAT_GRAPHS:
+        raise ValueError(f"unknown graph {graph!r}; known: {', '.join(sorted(GRAPHS))}, mixed, "
+                         f"{', '.join(CHAT_GRAPHS)}")
     if workflows < 1:
         raise ValueError("workflows must be >= 1")
     if block_chars < CHARS_PER_TOKEN or block_chars % CHARS_PER_TOKEN:
         raise ValueError(f"block_chars must be a positive multiple of {CHARS_PER_TOKEN}")
+    if graph in CHAT_GRAPHS:
+        return generate_chat(graph, workflows, seed, block_chars, mean_interarrival_s)
     return _generate(graph, workflows, seed, block_chars, mean_interarrival_s)
 
 

@@ -49,7 +49,7 @@ def test_closed_loop_keeps_at_most_c_workflows_in_flight(unit_profile, concurren
     result = simulate(workload, "lru", unit_profile, concurrency=concurrency)
     spans = result.metrics.workflow_spans()
     assert len(spans) == 12
-    order = [wf.workflow_id for wf in workload.workflows]
+    order = [u.unit_id for u in workload.units]
     starts = sorted(spans.values())
     # Workflows start in trace order; the first C at time 0, each later one when another ends.
     assert [w for w, _ in sorted(spans.items(), key=lambda kv: (kv[1][0], order.index(kv[0])))] == order
@@ -70,7 +70,7 @@ def test_tool_gaps_are_replayed_as_recorded(unit_profile):
     workload = load_workload(records)
     times = simulate(workload, "he", unit_profile, concurrency=2,
                      predictor=make_predictor("oracle", 3, records)).metrics.request_times()
-    for wf in workload.workflows:
+    for wf in workload.units:
         for j in range(len(wf.requests) - 1):
             finish = times[wf.requests[j].request_id][2]
             arrival = times[wf.requests[j + 1].request_id][0]
@@ -127,7 +127,7 @@ def test_repeated_step_numbers_still_replay_every_invocation(unit_profile, caplo
                make_inv("w", 1, "b", ["y"], [5], t_start=2.0, t_end=3.0),
                make_inv("w", 0, "c", ["z"], [5], t_start=4.0, t_end=5.0)]
     workload = load_workload(records)
-    wf = workload.workflows[0]
+    wf = workload.units[0]
     assert wf.agents == ["a", "c", "b"]
     assert len({r.request_id for r in wf.requests}) == 3
     assert "repeats step 0" in caplog.text

@@ -1,0 +1,111 @@
+"""Replay a grid of synthetic workloads under every policy and print one table per workload.
+
+The instrument for policy changes: run it before and after a change and compare the JSON files
+(``--compare BEFORE.json``), so a policy change is judged on agent and non-agent traffic at once.
+
+    python benchmarks/policy_matrix.py --graph chat --device 20000,40000,80000 --concurrency 1,32 --json out.json
+    python benchmarks/policy_matrix.py --graph codegen,research --predictor oracle,markov --json out.json
+    python benchmarks/policy_matrix.py ... --compare before.json      # adds a "change" table
+
+Each cell is the device hit rate (and mean workflow latency in seconds); with ``--per-app`` the hit
+rate of each app of a mixed trace is printed too (``chat-mix``: chat and codegen separately).
+Capacities are tokens; the host tier is ``--host-ratio`` x device (default 2, SGLang HiCache's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from pbkv_server.engine.policies import REPLAY, available_policies
+from pbkv_server.predictors import make_predictor
+from pbkv_server.sim.profiles import get_profile
+from pbkv_server.sim.simulator import load_workload, simulate
+from pbkv_server.sim.synth import write_trace
+from pbkv_contract.trace import read_trace
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the grid; prints markdown tables, writes ``--json``; returns the exit status."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--graph", default="codegen", help="comma-separated synth graphs (chat, chat-mix, codegen, ...)")
+    p.add_argument("--workflows", type=int, default=300, help="workflows (conversations) per trace")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--trace", default=None, help="replay this trace file instead of synthetic graphs")
+    p.add_argument("--policy", default=",".join(available_policies(REPLAY)))
+    p.add_argument("--predictor", default="markov", help="comma-separated predictor specs")
+    p.add_argument("--concurrency", default="16", help="comma-separated")
+    p.add_argument("--device", default="120000", help="comma-separated device capacities, tokens")
+    p.add_argument("--host-ratio", type=float, default=2.0)
+    p.add_argument("--profile", default="h100-qwen2.5-32b")
+    p.add_argument("--per-app", action="store_true", help="print hit rates per app (mixed traces)")
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--compare", type=Path, default=None, help="a previous --json of the same grid")
+    args = p.parse_args(argv)
+
+    profile = get_profile(args.profile)
+    policies = args.policy.split(",")
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        traces = {}
+        if args.trace:
+            traces[Path(args.trace).name] = args.trace
+        else:
+            for graph in args.graph.split(","):
+                path = str(Path(tmp) / f"{graph}.jsonl")
+                write_trace(path, graph=graph, workflows=args.workflows, seed=args.seed)
+                traces[f"{graph}/w{args.workflows}/s{args.seed}"] = path
+        for name, path in traces.items():
+            records = read_trace(path)
+            workload = load_workload(records)
+            for conc in (int(c) for c in args.concurrency.split(",")):
+                for device in (int(d) for d in args.device.split(",")):
+                    for pred in args.predictor.split(","):
+                        key = f"{name} C={conc} device={device} predictor={pred}"
+                        row = {}
+                        for policy in policies:
+                            r = simulate(workload, policy, profile, concurrency=conc,
+                                         predictor=make_predictor(pred, 3, records), device_tokens=device,
+                                         host_tokens=int(args.host_ratio * device)).summary
+                            row[policy] = {"hit_rate": r["hit_rate"], "host_hit_rate": r["host_hit_rate"],
+                                           "mean_latency_s": r["mean_latency_s"], "mean_ttft_s": r["mean_ttft_s"],
+                                           "per_app": r.get("per_app", {})}
+                        results[key] = row
+                        _print_row(key, row, args.per_app)
+    before = json.loads(args.compare.read_text()) if args.compare else None
+    if before is not None:
+        _print_change(before, results, policies)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, sort_keys=True))
+    return 0
+
+
+def _print_row(key: str, row: dict, per_app: bool) -> None:
+    base = row.get("lru")
+    cells = []
+    for policy, r in row.items():
+        lat = f"{r['mean_latency_s']:.1f}s"
+        rel = f" {r['mean_latency_s'] / base['mean_latency_s']:.3f}x" if base else ""
+        apps = ""
+        if per_app and r["per_app"]:
+            apps = " [" + " ".join(f"{a or '-'}:{v['hit_rate']:.3f}" for a, v in r["per_app"].items()) + "]"
+        cells.append(f"{policy} {r['hit_rate']:.3f} ({lat}{rel}){apps}")
+    print(f"{key}: " + " | ".join(cells), flush=True)
+
+
+def _print_change(before: dict, after: dict, policies: list[str]) -> None:
+    print("\nchange in device hit rate (points, after - before):")
+    print("| case | " + " | ".join(policies) + " |")
+    print("|---|" + "---:|" * len(policies))
+    for key, row in after.items():
+        old = before.get(key, {})
+        cells = [f"{100 * (row[p]['hit_rate'] - old[p]['hit_rate']):+.1f}" if p in old and p in row else "-"
+                 for p in policies]
+        print(f"| {key} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
