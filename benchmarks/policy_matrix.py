@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pbkv_server.engine.policies import REPLAY, available_policies
+from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_row(key: str, row: dict, per_app: bool) -> None:
-    base = row.get("lru")
+    base = row.get(BASELINE_POLICY)
     cells = []
     for policy, r in row.items():
         lat = f"{r['mean_latency_s']:.1f}s"

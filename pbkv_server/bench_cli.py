@@ -85,6 +85,9 @@ def replay(
     horizon: int = typer.Option(3, help="prediction horizon K"),
     gamma: float = typer.Option(0.7, help="score decay gamma"),
     rho: float = typer.Option(0.1, help="pbkv-aggressive displacement share of device capacity"),
+    page_size: Optional[int] = typer.Option(
+        None, help="KV page size in tokens (SGLang --page-size; the live server uses 1); default: the "
+                   "trace's blocks are the cache units"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write {policy: metrics} here"),
     plot: Optional[Path] = typer.Option(None, help="write the hit-rate-over-time chart here (PNG)"),
     timeline_bins: int = typer.Option(40, help="bins of the hit-rate timeline"),
@@ -110,6 +113,8 @@ def replay(
         raise _fail(f"--gamma must be in (0, 1], got {gamma}")
     if not 0.0 <= rho <= 1.0:
         raise _fail(f"--rho must be in [0, 1], got {rho}")
+    if page_size is not None and page_size < 1:
+        raise _fail("--page-size must be >= 1 token")
     if horizon < 1 or timeline_bins < 1:
         raise _fail("--horizon and --timeline-bins must be >= 1")
     if (device_tokens is not None and device_tokens < 1) or (host_tokens is not None and host_tokens < 0):
@@ -144,13 +149,14 @@ def replay(
                     workload, name, hw, concurrency=concurrency,
                     predictor=make_predictor(predictor, horizon, records, app=trace_app),
                     device_tokens=device_tokens, host_tokens=host_tokens, horizon=horizon, gamma=gamma, rho=rho,
+                    page_size=page_size,
                     timeline_bins=timeline_bins,
                     on_workflow_end=lambda done, task=task: progress.update(task, completed=done),
                 )
             except (SimulationError, ValueError) as exc:
                 raise _fail(f"{name}: {exc}") from None
             result.summary.update(predictor=predictor, profile=hw.name, concurrency=concurrency,
-                                  device_tokens=result.engine.device_capacity)
+                                  device_tokens=result.engine.device_capacity, page_size=page_size)
             results[name] = result.summary
     title = (f"{trace.name}: {workload.workflow_count} workflows, {workload.invocations} invocations, "
              f"predictor {predictor}, C={concurrency}, {hw.name}, device {results[policies[0]]['device_tokens']} tok")

@@ -40,6 +40,7 @@ def main(
     device_tokens: Optional[int] = typer.Option(None, min=1, help="Device KV capacity in tokens (overrides the profile)."),
     host_tokens: Optional[int] = typer.Option(None, min=0, help="Host KV capacity in tokens (overrides the profile)."),
     idle_retire_s: float = typer.Option(600.0, help="Retire workflows idle this many wall seconds (0 = never)."),
+    page_size: int = typer.Option(1, min=1, help="KV page size in tokens (SGLang --page-size): whole pages are cached and evicted."),
     seed: int = typer.Option(0, help="Seed of the scenario's replies."),
     log_level: str = typer.Option("info", help="Python log level."),
 ) -> None:
@@ -69,7 +70,7 @@ def main(
         config = build_config(
             policy=policy, profile=profile, predictor=predictor, scenario=scenario, host=host, port=port,
             pace=pace, trace_out=trace_out, hint_token=hint_token, device_tokens=device_tokens,
-            host_tokens=host_tokens, idle_retire_s=idle_retire_s, seed=seed,
+            host_tokens=host_tokens, idle_retire_s=idle_retire_s, seed=seed, page_size=page_size,
         )
         from pbkv_server.http.runner import serve_forever
 

@@ -8,9 +8,14 @@ the policy (device victims, host victims, prefetch candidates). The scheduler
 and to :meth:`release` it at completion; policies use the primitives below (refresh, split,
 evict, load, lock) and see nothing of the scheduler. See ``docs/architecture.md``, "Engine core".
 
-Eviction moves a device node to the host tier when the host can make room (by dropping host
-leaves in policy order), and otherwise drops it with its host subtree; nodes on the path of a
-running request are locked and never move.
+Eviction frees whole units only (pages, or blocks in replay; :mod:`~pbkv_server.engine.pages`)
+and no more of a node than needed: a victim larger than the shortfall is split and only its tail
+goes, so a later request that shares the node's first units still finds them, and no cached node
+ever sits below an evicted one. It moves the freed part to the host tier when the host can make
+room (by dropping host leaves in policy order, again only what is needed), and otherwise drops it
+with its host subtree. Nodes on the path of a running request, and nodes pinned with
+:meth:`PrefixCache.lock`, never move: a node is kept on the device rather than dropped while a
+pinned host node hangs below it.
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ class PrefixCache:
         tree, board, policy, profile, config, stats: as above (``policy`` built from ``config``).
         device_capacity, host_capacity: KV capacities, tokens.
         app_graphs: app -> static agent graph (agent -> possible next agents), for graph policies.
+        now: engine time of the current scheduling step, seconds (kept by the scheduler; policies
+            that reason about time read it).
     """
 
     def __init__(self, config: EngineConfig, board: ScoreBoard, stats: EngineStats,
@@ -96,6 +103,7 @@ class PrefixCache:
         self._pf_heap: list = []
         self._reserved = 0
         self._locked_dev = 0
+        self.now = 0.0
         self.policy = make_policy(config.policy, self)
 
     # ================================================================ accounting
@@ -119,23 +127,27 @@ class PrefixCache:
 
     # ================================================================ requests
     def acquire(self, blocks: list, toks: list, cum: list, reserve: int, now: float,
-                workflow: Workflow | None, agent: str | None, active: bool, index: int) -> Acquired | None:
+                workflow: Workflow | None, agent: str | None, active: bool, index: int,
+                uncached: int = 0) -> Acquired | None:
         """Admit a request's prompt if its KV fits: lock its cached prefix, load its host part,
         insert its new part, evict what is needed, and reserve room for its output.
 
         Args:
-            blocks: the prompt's block keys (a ``list``); toks: tokens per block; cum: prefix
-                sums of ``toks`` (``cum[0] = 0``).
-            reserve: device tokens to reserve for the output.
+            blocks: the prompt's unit keys (a ``list``, see :mod:`~pbkv_server.engine.pages`);
+                toks: tokens per unit; cum: prefix sums of ``toks`` (``cum[0] = 0``).
+            reserve: device tokens to reserve while the request runs (output, uncached tail).
             now: engine time, seconds (the nodes' last access).
             workflow, agent: who made the request (``None`` for an anonymous request).
             active: the workflow is still active (``False``: it ended while the request waited,
                 so the use counts as an ended workflow's).
             index: the request's submission index (for policies that read the future).
+            uncached: prompt tokens after the last whole page, never cached: prefilled, counted
+                in the prompt, and held in ``reserve``.
 
         Returns:
             The locked prefix, or ``None`` when the request does not fit now (nothing changed but
-            a possible split of a node where the prompt diverges).
+            a possible split of a node where the prompt diverges, and evictions made while trying
+            when pinned nodes kept the rest of the room).
         """
         tree = self.tree
         path, n = tree.match(blocks)
@@ -153,15 +165,18 @@ class PrefixCache:
                 host_hit += cum[j] - cum[i]
                 load += node.tokens
             i = j
-        new_tokens = cum[-1] - device_hit - host_hit
-        need = load + new_tokens + reserve
+        inserted = cum[-1] - device_hit - host_hit
+        need = load + inserted + reserve
         if self._reserved + self._locked_dev + newly_locked + need > self.device_capacity:
             return None
         for node in path:
             self.lock(node)
         short = need - self.device_free()
-        if short > 0:
-            self.evict_device(short)
+        if short > 0 and self.evict_device(short) < short:
+            # nodes pinned below their victims kept the room: the request waits, nothing moved
+            for node in path:
+                self.unlock(node)
+            return None
         prefetches = self.policy.prefetches
         for node in path:
             if node.tier == HOST:
@@ -189,11 +204,11 @@ class PrefixCache:
                     board.touch(node.sc, workflow.workflow_id, agent)
         self._reserved += reserve
         s = self.stats
-        s.prompt_tokens += cum[-1]
+        s.prompt_tokens += cum[-1] + uncached
         s.device_hit_tokens += device_hit
         s.host_hit_tokens += host_hit
         self.policy.on_admit(Admission(index, blocks, workflow, agent), path)
-        return Acquired(path, device_hit, host_hit, load, new_tokens)
+        return Acquired(path, device_hit, host_hit, load, inserted + uncached)
 
     def release(self, end: Node | None, reserve: int) -> None:
         """A request finished: unlock its path from ``end`` up and free its output reservation."""
@@ -255,26 +270,35 @@ class PrefixCache:
             heapq.heappop(heap)
         return None
 
-    def evict_device(self, tokens: int, limit: Callable[[Node], bool] | None = None) -> int:
+    def evict_device(self, tokens: int, limit: Callable[[Node, int], bool] | None = None) -> int:
         """Evict device nodes in policy order until ``tokens`` are freed.
 
         Args:
             tokens: tokens to free.
-            limit: optional ``limit(node) -> bool``; eviction stops at the first victim for which
-                it returns False (prefetch uses it to spare active cache).
+            limit: optional ``limit(node, tokens) -> bool``, asked before ``tokens`` of ``node``
+                (its tail, or all of it) would leave; eviction stops at the first refusal
+                (prefetch uses it to spare active cache).
 
         Returns:
-            Tokens freed (may be less than asked when nothing else is evictable).
+            Tokens freed (may be less than asked when nothing else is evictable); a victim larger
+            than what is still needed gives only its tail, in whole units.
         """
         t0 = self.latency_clock()
         freed = 0
+        blocked: list[Node] = []
         while freed < tokens:
             node = self.peek_victim()
-            if node is None or (limit is not None and not limit(node)):
+            if node is None or (limit is not None and not limit(node, self._tail_tokens(node, tokens - freed))):
                 break
             heapq.heappop(self._dev_heap)
-            freed += node.tokens
-            self._evict(node)
+            node = self._split_tail(node, tokens - freed)
+            if self._evict(node):
+                freed += node.tokens
+            else:  # a pinned host node hangs below and the host tier is full: it stays for now
+                node.ver += 1  # out of the heap until re-filed below
+                blocked.append(node)
+        for node in blocked:
+            self.refresh(node)
         self.stats.eviction_decision_s.append(self.latency_clock() - t0)
         return freed
 
@@ -300,7 +324,13 @@ class PrefixCache:
         heapq.heappush(self._pf_heap, entry)
 
     def load(self, node: Node) -> None:
-        """Copy host node ``node`` to the device as a prefetch (caller checked space; parent on device)."""
+        """Copy host node ``node`` to the device as a prefetch (caller checked space; parent on device).
+
+        Raises:
+            ValueError: the node is locked (a pinned node never moves).
+        """
+        if node.lock:
+            raise ValueError(f"cannot prefetch {node!r}: it is pinned")
         self.tree.set_tier(node, DEVICE)
         self.stats.prefetched_tokens += node.tokens
         self.refresh(node)
@@ -322,24 +352,32 @@ class PrefixCache:
             self.refresh(node)
 
     # ================================================================ internals
-    def _evict(self, node: Node) -> None:
+    def _evict(self, node: Node) -> bool:
         """Move device node ``node`` to the host tier, or drop it (and its host subtree) if the
-        host cannot make room."""
-        s = self.stats
-        s.evictions += 1
-        s.evicted_tokens += node.tokens
+        host cannot make room. Returns False (nothing changed on the device) when it could only be
+        dropped and a pinned host node hangs below it."""
         parent = node.parent
         if self.host_capacity >= node.tokens:
             short = node.tokens - (self.host_capacity - self.tree.host_tokens)
             if short > 0:
                 self._evict_host(short)
             if self.host_capacity - self.tree.host_tokens >= node.tokens:
+                self._count_eviction(node)
                 self.tree.set_tier(node, HOST)
                 self.refresh(node)
                 self.refresh(parent)
-                return
+                return True
+        if self._pinned_below(node):
+            return False
+        self._count_eviction(node)
         self._drop_subtree(node)
         self.refresh(parent)
+        return True
+
+    def _count_eviction(self, node: Node) -> None:
+        s = self.stats
+        s.evictions += 1
+        s.evicted_tokens += node.tokens
 
     def _evict_host(self, tokens: int) -> int:
         freed = 0
@@ -348,12 +386,44 @@ class PrefixCache:
             entry = heapq.heappop(heap)
             if not self._host_valid(entry):
                 continue
-            node = entry[3]
+            node = self._split_tail(entry[3], tokens - freed)
             parent = node.parent
             freed += node.tokens
             self._drop(node)
             self.refresh(parent)
         return freed
+
+    def _split_tail(self, node: Node, need: int) -> Node:
+        """The smallest tail of ``node``'s units that holds ``need`` tokens, split off as its own
+        node (``node`` itself, the deeper part, keeps its identity); ``node`` whole if it is needed
+        whole."""
+        m = self._tail_units(node, need)
+        if m < len(node.toks):
+            self.tree.split(node, len(node.toks) - m)
+        return node
+
+    def _tail_tokens(self, node: Node, need: int) -> int:
+        """Tokens of the tail :meth:`_split_tail` would take for ``need``."""
+        return sum(node.toks[len(node.toks) - self._tail_units(node, need):])
+
+    @staticmethod
+    def _tail_units(node: Node, need: int) -> int:
+        toks = node.toks
+        acc, m = 0, 0
+        while acc < need and m < len(toks):
+            m += 1
+            acc += toks[-m]
+        return m
+
+    @staticmethod
+    def _pinned_below(node: Node) -> bool:
+        stack = list(node.children.values())
+        while stack:
+            n = stack.pop()
+            if n.lock:
+                return True
+            stack.extend(n.children.values())
+        return False
 
     def _drop_subtree(self, node: Node) -> None:
         stack, order = [node], []
@@ -390,7 +460,8 @@ class PrefixCache:
 
     def _pf_valid(self, entry) -> bool:
         node = entry[3]
-        return entry[2] == node.pver and node.attached and node.tier == HOST and node.parent.tier == DEVICE
+        return (entry[2] == node.pver and node.attached and node.tier == HOST and node.lock == 0
+                and node.parent.tier == DEVICE)
 
     def _heap_limit(self) -> int:
         # stale entries may pile up to a few per node before a rebuild: amortised O(1) per push

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from .cache import PrefixCache
+from .pages import to_units
 from .radix import Node
 from .scoring import NodeScore, ScoreBoard
 from .types import EngineConfig, EngineRequest, EngineStats, Finished, FirstToken
@@ -49,6 +50,7 @@ class _Request:
     wf: Workflow | None
     agent: str | None
     reserve: int = 0
+    tail: int = 0
     end: Node | None = None
     device_hit: int = 0
     host_hit: int = 0
@@ -138,10 +140,9 @@ class Engine:
                 the id is already waiting or running, or the request's KV (prompt + output
                 tokens) exceeds the device capacity (a real server rejects it too).
         """
-        blocks = list(req.blocks)
         toks = [int(t) for t in req.block_tokens]
-        if len(blocks) != len(toks):
-            raise ValueError(f"request {req.request_id}: {len(blocks)} blocks but {len(toks)} token counts")
+        if len(req.blocks) != len(toks):
+            raise ValueError(f"request {req.request_id}: {len(req.blocks)} blocks but {len(toks)} token counts")
         if toks and min(toks) < 0:
             raise ValueError(f"request {req.request_id}: negative block token count")
         if req.request_id in self._known_ids:
@@ -151,8 +152,11 @@ class Engine:
         if prompt + out > self.device_capacity:
             raise ValueError(f"request {req.request_id} needs {prompt + out} tokens of KV cache; "
                              f"the device holds {self.device_capacity}")
-        r = _Request(req, blocks, toks, prompt, out, self._submitted, self.clock, None, None, reserve=out,
-                     cum=[0, *itertools.accumulate(toks)])
+        units = to_units(req.blocks, toks, self.config.page_size)
+        self.cache.now = self.clock
+        # the uncached tail (less than a page) holds KV while the request runs, like its output
+        r = _Request(req, units.keys, units.toks, prompt, out, self._submitted, self.clock, None, None,
+                     reserve=out + units.tail, tail=units.tail, cum=[0, *itertools.accumulate(units.toks)])
         self._submitted += 1
         hints = req.hints
         if hints is not None:
@@ -202,6 +206,7 @@ class Engine:
             Events in time order; empty if the engine is idle.
         """
         self.retire_idle()
+        self.cache.now = self.clock
         admitted: list[_Request] = []
         max_batch = self.config.max_batch
         while self._waiting and len(self._running) + len(admitted) < max_batch:
@@ -300,7 +305,8 @@ class Engine:
     def _admit(self, r: _Request) -> bool:
         wf = r.wf
         active = wf is None or self._active.get(wf.workflow_id) is wf
-        got = self.cache.acquire(r.blocks, r.toks, r.cum, r.reserve, self.clock, wf, r.agent, active, r.index)
+        got = self.cache.acquire(r.blocks, r.toks, r.cum, r.reserve, self.clock, wf, r.agent, active, r.index,
+                                 uncached=r.tail)
         if got is None:
             return False
         r.end = got.end

@@ -8,8 +8,9 @@ S = min(S_a, S_bw):
 - S_bw = PCIe bandwidth x the decode time of the stretch (tokens the link can move meanwhile);
 - S_a = free device space + retired device cache: the conservative variant may evict retired
   nodes only, so active cache is never displaced;
-- the aggressive variant may in addition displace up to ``rho`` x device capacity of active
-  cache per round, and only nodes whose Score(c) is below the candidate's.
+- the aggressive variant may in addition displace active cache whose Score(c) is below the
+  candidate's, within a displacement budget (``rho`` x device capacity per window, kept by the
+  ``pbkv-aggressive`` policy) and never cache it prefetched itself within the window.
 
 :func:`run_round` is that greedy rule, written once: the engine core drives it over its live
 prefetch heap with a room that evicts (:func:`conservative_prefetch`, :func:`aggressive_prefetch`),
@@ -20,14 +21,14 @@ plugin's ``load_back`` rounds). See ``docs/architecture.md``, "Prefetch".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Generic, Iterator, Protocol, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Iterator, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from .cache import PrefixCache
     from .radix import Node
 
-__all__ = ["run_round", "RoundResult", "PrefetchRoom", "conservative_prefetch", "aggressive_prefetch",
-           "MAX_CANDIDATES"]
+__all__ = ["run_round", "RoundResult", "PrefetchRoom", "PrefetchOutcome", "conservative_prefetch",
+           "aggressive_prefetch", "MAX_CANDIDATES"]
 
 #: Most candidates examined per engine round (bounds the decision time; skipped ones stay queued).
 MAX_CANDIDATES = 64
@@ -105,25 +106,37 @@ def run_round(candidates: Iterator[C], *, size: Callable[[C], int], bandwidth_to
     return RoundResult(loads, loaded, examined, skipped)
 
 
+class PrefetchOutcome(NamedTuple):
+    """What an engine prefetch round did: ``loaded`` tokens brought to the device, ``displaced``
+    tokens of active cache evicted to make room (retired cache freed is not counted)."""
+
+    loaded: int
+    displaced: int
+
+
 def conservative_prefetch(cache: "PrefixCache", seconds: float) -> int:
     """Prefetch for a decode-only stretch of ``seconds``; never evicts active cache.
 
     Returns:
         Tokens loaded to the device.
     """
-    return _engine_round(cache, cache.load_tokens(seconds), displace_tokens=0)
+    return _engine_round(cache, cache.load_tokens(seconds), _EvictingRoom(cache, 0)).loaded
 
 
-def aggressive_prefetch(cache: "PrefixCache", seconds: float, rho: float) -> int:
-    """Like :func:`conservative_prefetch`, but may displace up to ``rho`` x device capacity tokens
-    of lower-score active cache.
+def aggressive_prefetch(cache: "PrefixCache", seconds: float, displace_tokens: int,
+                        protected: Callable[["Node"], bool] = lambda node: False,
+                        on_load: Callable[["Node"], None] | None = None) -> PrefetchOutcome:
+    """Like :func:`conservative_prefetch`, but may also displace lower-score active cache.
 
-    Raises:
-        ValueError: ``rho`` outside [0, 1].
+    Args:
+        cache: the engine's cache.
+        seconds: length of the decode-only stretch (sets S_bw).
+        displace_tokens: most tokens of active cache this round may evict (>= 0).
+        protected: active nodes that must not be displaced (the policy's own recent prefetches).
+        on_load: called with each node loaded.
     """
-    if not 0.0 <= rho <= 1.0:
-        raise ValueError(f"rho must be in [0, 1], got {rho}")
-    return _engine_round(cache, cache.load_tokens(seconds), displace_tokens=int(rho * cache.device_capacity))
+    return _engine_round(cache, cache.load_tokens(seconds), _EvictingRoom(cache, max(0, displace_tokens), protected),
+                         on_load)
 
 
 # --------------------------------------------------------------------------- engine glue
@@ -137,9 +150,11 @@ def _make_room(room: PrefetchRoom, n: int, cand) -> int:
 class _EvictingRoom:
     """The engine cache's room: free device tokens, plus victims the round's rule allows."""
 
-    def __init__(self, cache: "PrefixCache", displace_tokens: int) -> None:
+    def __init__(self, cache: "PrefixCache", displace_tokens: int,
+                 protected: Callable[["Node"], bool] = lambda node: False) -> None:
         self.cache = cache
         self.displace_tokens = displace_tokens
+        self.protected = protected
         self.displaced = 0
 
     def free(self) -> int:
@@ -151,12 +166,13 @@ class _EvictingRoom:
         score = node.sc.score if node.sc is not None else 0.0
         policy = cache.policy
 
-        def may_evict(victim: "Node") -> bool:
+        def may_evict(victim: "Node", tokens: int) -> bool:
             if policy.is_retired(victim):
                 return True
             victim_score = victim.sc.score if victim.sc is not None else 0.0
-            if self.displaced + victim.tokens <= self.displace_tokens and victim_score < score:
-                self.displaced += victim.tokens
+            if (self.displaced + tokens <= self.displace_tokens and victim_score < score
+                    and not self.protected(victim)):
+                self.displaced += tokens
                 return True
             return False
 
@@ -170,17 +186,20 @@ class _EvictingRoom:
         cache.unlock(parent)
 
 
-def _engine_round(cache: "PrefixCache", budget: int, displace_tokens: int) -> int:
+def _engine_round(cache: "PrefixCache", budget: int, room: _EvictingRoom,
+                  on_load: Callable[["Node"], None] | None = None) -> PrefetchOutcome:
     """One round over the cache's prefetch heap; skipped entries go back to the heap."""
     if budget <= 0:
-        return 0
+        return PrefetchOutcome(0, 0)
 
     def load(entry: tuple) -> bool:
         cache.load(entry[3])
+        if on_load is not None:
+            on_load(entry[3])
         return True
 
     result = run_round(iter(cache.pop_prefetch, None), size=lambda entry: entry[3].tokens,
-                       bandwidth_tokens=budget, room=_EvictingRoom(cache, displace_tokens), load=load)
+                       bandwidth_tokens=budget, room=room, load=load)
     for entry in result.skipped:
         cache.push_prefetch(entry)
-    return result.loaded_tokens
+    return PrefetchOutcome(result.loaded_tokens, room.displaced)

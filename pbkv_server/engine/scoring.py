@@ -98,9 +98,13 @@ class NodeScore:
         score: current Score(c) (PBKV Eq. 2), >= 0.
         value: current one-step prefetch value, >= 0.
         n_ever: number of distinct workflows that ever touched the node (ended ones included).
+        finished_private: the one workflow that ever touched the node ended after two or more
+            invocations: the node is that finished workflow's own history, which no later request
+            extends (a single-request workflow's prompt, a chat turn, may be extended by the next
+            turn; a multi-step agent workflow that ended is not continued by anyone).
     """
 
-    __slots__ = ("owner", "access", "contrib", "score", "value", "n_ever")
+    __slots__ = ("owner", "access", "contrib", "score", "value", "n_ever", "finished_private")
 
     def __init__(self, owner: Any) -> None:
         self.owner = owner
@@ -109,6 +113,7 @@ class NodeScore:
         self.score = 0.0
         self.value = 0.0
         self.n_ever = 0
+        self.finished_private = False
 
     @property
     def retired(self) -> bool:
@@ -178,6 +183,7 @@ class ScoreBoard:
             rec.access[wf] = frozenset((agent,))
             rec.contrib[wf] = (0.0, 0.0)
             rec.n_ever += 1
+            rec.finished_private = False
             nodes = self._nodes.get(wf)
             if nodes is None:
                 nodes = self._nodes[wf] = {}
@@ -196,13 +202,20 @@ class ScoreBoard:
         if rec.n_ever == 0:
             rec.n_ever = 1
 
-    def end_workflow(self, wf: Hashable) -> list[NodeScore]:
+    def end_workflow(self, wf: Hashable, invocations: int = 0) -> list[NodeScore]:
         """Drop ``wf`` from every node it touched (idempotent); returns the records it left, in
-        the order of :meth:`set_prediction`."""
+        the order of :meth:`set_prediction`.
+
+        Args:
+            wf: the workflow id.
+            invocations: how many invocations the workflow made; with two or more, the nodes only
+                it ever touched become ``finished_private``.
+        """
         self._weights.pop(wf, None)
         recs = self._nodes.pop(wf, {})
         for rec in recs:
             rec.access.pop(wf, None)
+            rec.finished_private = rec.n_ever == 1 and invocations >= 2 and not rec.access
             s, v = rec.contrib.pop(wf, (0.0, 0.0))
             if rec.contrib:
                 rec.score = max(0.0, rec.score - s)
@@ -217,6 +230,7 @@ class ScoreBoard:
         rec.access = dict(src.access)  # agent sets are immutable frozensets: sharing is safe
         rec.contrib = dict(src.contrib)
         rec.score, rec.value, rec.n_ever = src.score, src.value, src.n_ever
+        rec.finished_private = src.finished_private
         for wf in rec.access:
             self._nodes[wf][rec] = None
         return rec

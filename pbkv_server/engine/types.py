@@ -168,6 +168,8 @@ class EngineConfig:
         max_active_workflows: most active workflows; beyond it the least recently active one
             without a request in flight is retired (``None`` = unbounded).
         max_ended_ids: ended workflow ids remembered for idempotent ends and reuse detection.
+        page_size: KV page size in tokens (SGLang's ``--page-size``): the cache holds whole pages
+            only; ``None`` caches whole blocks of the request (replay's block granularity).
     """
 
     profile: HardwareProfile
@@ -184,3 +186,4 @@ class EngineConfig:
     lifecycle_clock: Callable[[], float] | None = None
     max_active_workflows: int | None = None
     max_ended_ids: int = 100_000
+    page_size: int | None = None

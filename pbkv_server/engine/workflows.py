@@ -8,9 +8,11 @@ lifecycle"):
 - an invocation makes its workflow active (a new one, or a new incarnation of an id that already
   ended), the predictor observes it and predicts the next K agents (PBKV Eq. 1-2 weights via
   :meth:`ScoreBoard.set_prediction`), then the agent joins the workflow's history;
-- a workflow ends by the client's end signal, by idleness (no activity for ``idle_s`` seconds;
-  clients crash) or by the table bound (the least recently active goes first); idleness and the
-  bound never retire a workflow with a request in flight;
+- a workflow ends by the client's end signal, by idleness (no activity for ``idle_s`` seconds
+  since the end of its last request; clients crash) or by the table bound (the least recently
+  active goes first). A workflow with a request in flight is never retired: idleness and the
+  bound pass it over, and an end signal that races a running request is applied when the
+  workflow's last request in flight finishes (``inflight`` is kept by the owner);
 - an ended workflow leaves the score board (its nodes retire when it was their last workflow) and
   its id is remembered (bounded) so that repeated end signals stay idempotent and a reused id is
   detected.
@@ -58,6 +60,8 @@ class Workflow:
             bound spares a workflow with ``inflight > 0``.
         last_step: step of its latest invocation (-1 before any).
         incarnation: 1 for the first use of the id, n for its n-th use after ending n - 1 times.
+        pending_end: ``(status, reason)`` of an end signal received while requests were in
+            flight, applied when the last of them finishes; ``None`` otherwise.
     """
 
     workflow_id: str
@@ -67,6 +71,7 @@ class Workflow:
     inflight: int = 0
     last_step: int = -1
     incarnation: int = 1
+    pending_end: tuple[str, str] | None = None
 
     @property
     def agent(self) -> str | None:
@@ -216,17 +221,24 @@ class WorkflowTable:
 
     def end(self, workflow_id: str, status: str = "completed", reason: str = END_CLIENT) -> Workflow | None:
         """The workflow ended (idempotent; an unknown id is fine): the board drops it, ``on_end``
-        runs, the predictor is told, the id is remembered.
+        runs, the predictor is told, the id is remembered. With requests in flight the end is
+        recorded and applied when the last of them finishes (:meth:`finished`).
 
         Returns:
-            The ended workflow, or ``None`` if it was not active.
+            The workflow (ended now, or ending when its requests finish), or ``None`` if it was
+            not active.
         """
-        wf = self.workflows.pop(workflow_id, None)
+        wf = self.workflows.get(workflow_id)
         if wf is None:
             if workflow_id in self._ended:
                 self._ended.move_to_end(workflow_id)
             return None
-        changed = self.board.end_workflow(workflow_id)
+        if wf.inflight > 0:
+            if wf.pending_end is None:
+                wf.pending_end = (status, reason)
+            return wf
+        del self.workflows[workflow_id]
+        changed = self.board.end_workflow(workflow_id, len(wf.history))
         self.ended += 1
         self._remember(workflow_id, status, wf.incarnation)
         if self.on_end is not None:
@@ -240,11 +252,15 @@ class WorkflowTable:
         return wf
 
     def finished(self, wf: Workflow, now: float) -> None:
-        """A request of ``wf`` completed at ``now``: one fewer in flight, and it counts as activity."""
+        """A request of ``wf`` completed at ``now``: one fewer in flight, and it counts as activity
+        (idleness counts from here). An end that arrived meanwhile is applied now if it was the
+        last request in flight."""
         wf.inflight -= 1
         wf.last_activity = now
         if self.workflows.get(wf.workflow_id) is wf:
             self.workflows.move_to_end(wf.workflow_id)
+            if wf.inflight == 0 and wf.pending_end is not None:
+                self.end(wf.workflow_id, *wf.pending_end)
 
     def retire_idle(self, now: float, idle_s: float | None) -> list[str]:
         """End (status ``cancelled``, reason ``idle``) every workflow with nothing in flight whose

@@ -41,6 +41,8 @@ class ServerConfig:
         max_active_workflows: active-workflow table bound; the least recently seen is retired beyond it.
         max_ended_ids: how many ended workflow ids are remembered (LRU) for idempotent end signals.
         block_chars: characters per cache block (``pbkv_contract.blocks.prefix_hashes``).
+        page_size: KV page size in tokens (SGLang's ``--page-size``): the engine caches whole pages
+            only and evicts page by page; 1 (token granularity, SGLang's default) by default.
         seed: seeds the scenario's random source (replies are a function of seed, workflow, step, agent).
         model_name: the model id reported by ``/v1/models``.
     """
@@ -66,6 +68,7 @@ class ServerConfig:
     max_active_workflows: int = 100_000
     max_ended_ids: int = 100_000
     block_chars: int = 64
+    page_size: int = 1
     seed: int = 0
     model_name: str = "pbkv-sim"
 
@@ -80,7 +83,8 @@ class ServerConfig:
             raise ValueError("pace must be >= 0")
         if self.idle_retire_s is not None and self.idle_retire_s <= 0:
             raise ValueError("idle_retire_s must be > 0 (or None to disable)")
-        for name in ("max_body_bytes", "max_active_workflows", "max_ended_ids", "block_chars", "max_batch"):
+        for name in ("max_body_bytes", "max_active_workflows", "max_ended_ids", "block_chars", "max_batch",
+                     "page_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
 

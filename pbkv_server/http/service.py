@@ -75,6 +75,7 @@ def engine_config_from(config: ServerConfig) -> EngineConfig:
         rho=config.rho,
         predictor=build_predictor(config.predictors, config.horizon),
         max_batch=config.max_batch,
+        page_size=config.page_size,
         # workflow lifecycle on the wall clock: a client that crashed is idle in real seconds
         idle_retire_s=config.idle_retire_s,
         lifecycle_clock=time.monotonic,

@@ -197,6 +197,7 @@ def simulate(
     gamma: float = 0.7,
     rho: float = 0.1,
     max_batch: int = 256,
+    page_size: int | None = None,
     timeline_bins: int = 40,
     app_graphs: dict[str, dict[str, Sequence[str]]] | None = None,
     on_workflow_end: Callable[[int], None] | None = None,
@@ -212,6 +213,7 @@ def simulate(
             predictors learn from the stream).
         device_tokens / host_tokens: capacity overrides in tokens (``None``: the profile's).
         horizon, gamma, rho, max_batch: engine settings (PBKV Eq. 2 K and gamma; aggressive rho).
+        page_size: KV page size in tokens (``None``: the trace's blocks are the cache units).
         timeline_bins: bins of the hit-rate timeline.
         app_graphs: static agent graph per app for ``kvflow`` (default: learned from the workload,
             see :func:`static_graphs`).
@@ -228,6 +230,7 @@ def simulate(
         EngineConfig(
             profile=profile, policy=policy, device_tokens=device_tokens, host_tokens=host_tokens,
             horizon=horizon, gamma=gamma, rho=rho, predictor=predictor, max_batch=max_batch, future=future,
+            page_size=page_size,
         )
     )
     for app, edges in (app_graphs if app_graphs is not None else static_graphs(workload)).items():

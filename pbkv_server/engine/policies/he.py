@@ -1,9 +1,10 @@
 """``he``: hierarchical eviction (PBKV section 4): retired first, then ascending lookahead score.
 
-Retired nodes leave in ``lae``'s order (fewest workflows that ever used them first, then the
-older ones), so ``he`` refines lifecycle-aware eviction rather than replacing it. Active nodes are ordered by Score(c) of PBKV Eq. 2 (:mod:`pbkv_server.engine.scoring`), which
-the engine keeps current incrementally; LRU breaks ties (equal scores, e.g. 0 for anonymous-only
-nodes or without a predictor).
+Retired nodes leave in ``lae``'s order (a finished workflow's private history first, then least
+recently used), so ``he`` refines lifecycle-aware eviction rather than replacing it. Active nodes
+are ordered by Score(c) of PBKV Eq. 2 (:mod:`pbkv_server.engine.scoring`), which the engine keeps
+current incrementally; LRU breaks ties (equal scores, e.g. 0 for anonymous-only nodes or without a
+predictor), so traffic without hints is ordered exactly as ``lru`` orders it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from .base import Policy, register_policy
 
 @register_policy("he")
 class HierarchicalPolicy(Policy):
-    """Retired ``(0, workflows ever, last_access)`` before active ``(1, Score(c), last_access)``."""
+    """Retired ``(0, 0 finished private | 1 other, last_access)`` before active ``(1, Score(c), last_access)``."""
 
     summary = "hierarchical: retired first, then ascending lookahead score (PBKV Eq. 2)"
     uses_predictions = True
@@ -25,5 +26,5 @@ class HierarchicalPolicy(Policy):
         if sc is None:
             return (1, 0.0, node.last_access)
         if sc.n_ever > 0 and not sc.access:
-            return (0, sc.n_ever, node.last_access)
+            return (0, 0 if sc.finished_private else 1, node.last_access)
         return (1, sc.score, node.last_access)

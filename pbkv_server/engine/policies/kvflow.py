@@ -5,22 +5,24 @@ steps-to-execution value: the fewest graph edges from the current agent of any a
 of that app (0 for an agent running now, 1 for a possible next agent, unreachable = infinity).
 
 Each agent's fixed prompt is the longest common block prefix of all its requests so far (its
-system prompt and tool descriptions); the value is set on that prefix's last node and
+system prompt and tool descriptions); an agent seen once has none yet (one prompt cannot tell
+its fixed part from its dynamic part). The value is set on the fixed prompt's last node and
 propagated to the ancestors with min (a shared prefix is as urgent as its most urgent agent).
-Eviction order: nodes outside every fixed prompt (dynamic suffixes) first, LRU among them; then
-fixed-prompt nodes by descending steps-to-execution, LRU as tie-break. On decode-only steps the
-host-tier parts of next-step agents' fixed prompts are loaded into free device space.
+Eviction order: dynamic suffixes, fixed prompts of agents no active workflow can reach, and all
+cache when no step is known (no graph, no active workflow) first, in LRU order, so KVFlow falls
+back to LRU where it cannot predict; then fixed-prompt nodes of reachable agents by descending
+steps-to-execution, LRU as tie-break. On decode-only steps the host-tier parts of next-step
+agents' fixed prompts are loaded into free device space.
 
-The common prefix is found by binary search, which is exact for chained block keys (equal key
-at position i implies equal prefix up to i), as the engine's :class:`EngineRequest` requires.
+The common prefix is found by binary search, which is exact for chained keys (equal key at
+position i implies equal prefix up to i), as the engine's units are (:mod:`..pages`).
 
 What it can and cannot gain: on static pipelines whose agents have large fixed prompts, kvflow
 keeps the prompts of the next agents where LRU evicts exactly those (see the engine scenario
 tests). On dynamic workflows whose reuse lies in each workflow's own growing history (task,
 earlier outputs), that history is dynamic suffix by KVFlow's definition and leaves in LRU order,
 while the fixed prompts are hot enough that LRU keeps them anyway: kvflow then orders almost
-exactly like LRU (measured on the synthetic codegen workload: LRU evicts fixed-prompt tokens in
-under 1 % of its evicted tokens).
+exactly like LRU.
 """
 
 from __future__ import annotations
@@ -64,12 +66,18 @@ class KVFlowPolicy(Policy):
         return self._fixed.get((app, agent))
 
     def priority(self, node) -> tuple:
-        """``(0, 0, last_access)`` for dynamic suffixes, ``(1, -steps, last_access)`` otherwise."""
+        """``(1, -steps, last_access)`` for a node of a fixed prompt whose agent some active
+        workflow can reach (``steps`` = its smallest steps-to-execution); ``(0, 0, last_access)``
+        for everything else: dynamic suffixes, fixed prompts of unreachable agents, and all cache
+        when no step is known (no graph, no active workflow), which is LRU."""
         keys = self._marks.get(node)
         if not keys:
             return (0, 0, node.last_access)
         steps = self._steps
-        return (1, -min(steps.get(k, INF_STEPS) for k in keys), node.last_access)
+        nearest = min(steps.get(k, INF_STEPS) for k in keys)
+        if nearest >= INF_STEPS:
+            return (0, 0, node.last_access)
+        return (1, -nearest, node.last_access)
 
     # ----------------------------------------------------------------- graph and workflow state
     def on_graph(self, app: str) -> None:
@@ -137,9 +145,10 @@ class KVFlowPolicy(Policy):
         key = (wf.app, admission.agent)
         blocks = admission.blocks
         ref = self._ref.get(key)
-        if ref is None:
+        if ref is None:  # seen once: nothing tells its fixed prompt from its dynamic part yet
             self._ref[key] = blocks
-            lcp = len(blocks)
+            self._lcp[key] = len(blocks)
+            return
         else:
             lo, hi = 0, min(self._lcp[key], len(blocks))
             while lo < hi:  # largest m with ref[:m] == blocks[:m] (chained keys: test the last one)

@@ -107,7 +107,7 @@ def test_idle_workflows_are_retired_after_the_configured_time():
     assert eng.stats.active_workflows == 2
     eng.advance_to(10.5)
     assert eng.stats.active_workflows == 1 and eng.workflow("w2") is not None
-    eng.submit(request("c", ["C1"]))
+    eng.submit(request("c", ["C1", "C2"]))  # 21 with 10 free: one whole node must go
     run(eng)
     assert not set(chain(["A1"])) & {k for n in eng.tree.nodes() for k in n.keys}
 
@@ -122,3 +122,18 @@ def test_max_batch_limits_running_requests():
     assert eng.stats.running == 2
     run(eng)
     assert eng.stats.requests_finished == 3
+
+
+def test_an_ended_workflow_keeps_its_cache_active_until_its_running_request_finishes():
+    """w1's request (20 tokens, 5 output) runs when its end signal arrives: the end waits for the
+    request, so its nodes are not retired while it runs, and retire right after it finishes."""
+    pred = TablePredictor()
+    eng = make_engine("lae", device=100, predictor=pred)
+    eng.submit(request("a", ["A1", "A2"], output=5, hints=Hints("w1", "a", 0, "app")))
+    eng.step()  # admitted, first token; still decoding
+    assert eng.end_workflow("w1") is True
+    assert eng.workflow("w1") is not None and pred.ended == []
+    assert not any(n.sc.retired for n in eng.tree.nodes())
+    run(eng)
+    assert eng.workflow("w1") is None and pred.ended == ["w1"]
+    assert all(n.sc.retired for n in eng.tree.nodes()) and eng.stats.retired_workflows == 1

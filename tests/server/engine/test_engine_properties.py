@@ -46,12 +46,13 @@ class HashOracle:
 
 
 class CheckedEngine(Engine):
-    """Engine that checks the eviction-time properties on every device eviction."""
+    """Engine whose cache checks the eviction-time properties on every device eviction."""
 
     def __init__(self, config):
         super().__init__(config)
         self.in_prefetch = False
         self.evicted_active = 0
+        self.evictions_checked = 0
         inner = self.policy.prefetch
 
         def prefetch(seconds):
@@ -62,8 +63,16 @@ class CheckedEngine(Engine):
                 self.in_prefetch = False
 
         self.policy.prefetch = prefetch
+        evict = self.cache._evict
 
-    def _evict(self, node):
+        def checked_evict(node):
+            self.check_victim(node)
+            return evict(node)
+
+        self.cache._evict = checked_evict
+
+    def check_victim(self, node) -> None:
+        self.evictions_checked += 1
         assert node.lock == 0, "a locked node was evicted"
         assert node.tier == DEVICE and node.n_dev_children == 0
         retired = self.policy.is_retired(node)
@@ -75,7 +84,6 @@ class CheckedEngine(Engine):
                 assert not waiting, "an active node was evicted while a retired evictable node existed"
             if self.in_prefetch and self.policy.name in ("pbkv", "kvflow"):
                 raise AssertionError("conservative prefetch evicted an active node")
-        super()._evict(node)
 
 
 def check_scores(eng: Engine, last_step: dict[str, int]) -> None:
@@ -233,3 +241,17 @@ DYADIC = HardwareProfile(name="dyadic", description="exact-float test profile", 
 
 def make_engine_for(policy: str) -> Engine:
     return Engine(EngineConfig(profile=DYADIC, policy=policy, predictor=HashPredictor()))
+
+
+def test_the_eviction_checks_see_every_eviction():
+    """CheckedEngine's per-eviction checks are wired into the cache (a check that never runs would
+    pass everything): on a 100-token device, twelve 30-token prompts evict, and every eviction
+    went through the checks."""
+    eng = CheckedEngine(EngineConfig(profile=PROFILE, policy="he", device_tokens=100, host_tokens=0,
+                                     predictor=HashPredictor()))
+    for i in range(12):
+        eng.submit(EngineRequest(f"r{i}", chain([f"b{i}-{j}" for j in range(3)]), [10, 10, 10], 1,
+                                 Hints(f"wf{i % 3}", "plan", i // 3, "app")))
+        while eng.busy:
+            eng.step()
+    assert eng.stats.evictions > 0 and eng.evictions_checked == eng.stats.evictions

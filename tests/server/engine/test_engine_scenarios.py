@@ -32,8 +32,9 @@ def test_lru_evicts_least_recently_used_leaf():
 @pytest.mark.parametrize("policy,survivor", [("lru", "P"), ("lae", "Q"), ("he", "Q"), ("pbkv", "Q")])
 def test_retired_cache_leaves_before_active_cache(policy, survivor):
     """Device 50. Workflow w2 caches Q(20), then workflow w1 caches P(20) and ends. An anonymous
-    R(10)+1 needs 11 with 10 free: LRU evicts the older Q; lae/he/pbkv evict the retired P even
-    though it is more recent."""
+    R(10)+1 needs 11 with 10 free, so one 10-token block must go: LRU takes the tail of the older
+    Q; lae/he/pbkv take the tail of the retired P even though it is more recent. Only the tail
+    block leaves: the victim's first block stays cached."""
     eng = make_engine(policy, device=50)
     eng.submit(request("q", ["Q1", "Q2"], hints=Hints("w2", "a", 0, "app")))
     run(eng)
@@ -44,33 +45,54 @@ def test_retired_cache_leaves_before_active_cache(policy, survivor):
     eng.end_workflow("never-seen")  # unknown id is fine
     eng.submit(request("r", ["R1"]))
     run(eng)
-    kept = set(chain([survivor + "1", survivor + "2"]))
-    gone = set(chain([("P" if survivor == "Q" else "Q") + s for s in "12"]))
-    assert kept <= device_keys(eng) and not gone & device_keys(eng)
+    victim = "P" if survivor == "Q" else "Q"
+    kept = set(chain([survivor + "1", survivor + "2"])) | {chain([victim + "1"])[0]}
+    assert kept <= device_keys(eng) and chain([victim + "1", victim + "2"])[1] not in device_keys(eng)
+    assert (eng.stats.evictions, eng.stats.evicted_tokens) == (1, 10)
     assert eng.stats.retired_workflows == 1 and eng.stats.active_workflows == 1
 
 
-def test_lae_evicts_least_shared_retired_node_first():
-    """Device 50. S(20) is used by workflows w1 and w2, then T(20) by w3 (more recent); all end.
-    R(10)+1 needs one eviction: lae evicts T (1 workflow ever) before S (2), though LRU would
-    pick S."""
+def test_lae_evicts_a_finished_workflows_private_history_before_older_shared_cache():
+    """Device 50. S(20) is used by single-request workflows w1 and w2; later the two-step workflow
+    w3 uses T(20) twice; all end. R(20)+1 needs 21 with 10 free: lae evicts T (the finished
+    multi-step workflow's private history, which nobody extends) though LRU would pick the older S."""
     eng = make_engine("lae", device=50)
-    for wf, labels in [("w1", "S1 S2"), ("w2", "S1 S2"), ("w3", "T1 T2")]:
-        eng.submit(request(wf, labels.split(), hints=Hints(wf, "a", 0, "app")))
+    for wf, step, labels in [("w1", 0, "S1 S2"), ("w2", 0, "S1 S2"), ("w3", 0, "T1 T2"), ("w3", 1, "T1 T2")]:
+        eng.submit(request(f"{wf}.{step}", labels.split(), hints=Hints(wf, "a", step, "app")))
         run(eng)
     for wf in ("w1", "w2", "w3"):
         eng.end_workflow(wf)
-    eng.submit(request("r", ["R1"]))
+    eng.submit(request("r", ["R1", "R2"]))
     run(eng)
     assert set(chain(["S1", "S2"])) <= device_keys(eng)
     assert not set(chain(["T1", "T2"])) & device_keys(eng)
+
+
+@pytest.mark.parametrize("policy", ["lae", "he", "pbkv"])
+def test_retired_single_request_workflows_leave_in_lru_order(policy):
+    """Chat turns are single-request workflows: a retired turn's prompt may be extended by the
+    next turn, so retired cache of single-request workflows leaves least recently used first,
+    exactly as under lru, whatever the number of workflows that shared it."""
+    kept = {}
+    for name in (policy, "lru"):
+        eng = make_engine(name, device=50)
+        for wf, labels in [("w1", "S1 S2"), ("w2", "S1 S2"), ("w3", "T1 T2")]:
+            eng.submit(request(wf, labels.split(), hints=Hints(wf, "a", 0, "chat")))
+            run(eng)
+            eng.end_workflow(wf)
+        eng.submit(request("r", ["R1", "R2"]))
+        run(eng)
+        kept[name] = device_keys(eng)
+    assert kept[policy] == kept["lru"]
+    assert set(chain(["T1", "T2"])) <= kept[policy] and not set(chain(["S1", "S2"])) & kept[policy]
 
 
 def test_he_keeps_high_score_node_and_scores_match_eq2_by_hand():
     """Device 50. w1 (agent x) caches X(20) first, w2 (agent y) caches Y(20) later. Predictions:
     w1's next three agents are x with p=0.9 (END 0.1), w2's are x too, so Y scores 0.
     Score(X) = 0.9 + 0.7*0.9*0.9 + 0.49*0.81*0.9 = 1.82421 (gamma 0.7, survival 0.9^(k-1)).
-    Anonymous R(10)+1 forces one eviction: he evicts Y (score 0) although X is older; lru evicts X."""
+    Anonymous R(20)+1 (21 with 10 free) forces one node out: he evicts Y (score 0) although X is
+    older; lru evicts X."""
     dist = {"x": 0.9, END_AGENT: 0.1}
     table = {"w1": [dist] * 3, "w2": [dist] * 3}
     results = {}
@@ -84,7 +106,7 @@ def test_he_keeps_high_score_node_and_scores_match_eq2_by_hand():
             scores = {n.keys[0]: n.sc.score for n in eng.tree.nodes()}
             assert scores[chain(["X1"])[0]] == pytest.approx(1.82421)
             assert scores[chain(["Y1"])[0]] == 0.0
-        eng.submit(request("r", ["R1"]))
+        eng.submit(request("r", ["R1", "R2"]))
         run(eng)
         results[policy] = device_keys(eng)
     assert chain(["X1"])[0] in results["he"] and chain(["Y1"])[0] not in results["he"]
@@ -93,9 +115,11 @@ def test_he_keeps_high_score_node_and_scores_match_eq2_by_hand():
 
 def test_host_tier_demotion_and_pcie_load_timing():
     """Device 40, host 100. r1 = A(20): prefill 0.02 s, first token and finish at 0.02.
-    r2 = B(20): needs 21 with 20 free, A is demoted to host; prefill 0.02 -> 0.04.
-    r3 = A + A3 (30): A is a host hit (20), 10 new; needs 31 with 20 free: B demoted. Load 20 tokens
-    (0.02 s) + prefill 10 (0.01 s): first token at 0.07 with 0 device / 20 host cached tokens."""
+    r2 = B(20): needs 21 with 20 free, so one block must go: A's tail A2 is demoted to host, A1
+    stays; prefill 0.02 -> 0.04. r3 = A + A3 (30): A1 is a device hit (10), A2 a host hit (10),
+    A3 new; it needs 10 load + 10 new + 1 = 21 with 10 free: all of B (2 blocks; one is not
+    enough for 11) is demoted. Load 10 tokens (0.01 s) + prefill 10 (0.01 s): first token at 0.06
+    with 10 device / 10 host cached tokens."""
     eng = make_engine("lru", device=40, host=100)
     events = []
     for rid, labels in [("r1", "A1 A2"), ("r2", "B1 B2"), ("r3", "A1 A2 A3")]:
@@ -104,10 +128,10 @@ def test_host_tier_demotion_and_pcie_load_timing():
     firsts = {e.request_id: e for e in events if isinstance(e, FirstToken)}
     assert firsts["r1"].time == pytest.approx(0.02)
     assert firsts["r2"].time == pytest.approx(0.04)
-    assert firsts["r3"].time == pytest.approx(0.07)
-    assert (firsts["r3"].device_cached_tokens, firsts["r3"].host_cached_tokens, firsts["r3"].prompt_tokens) == (0, 20, 30)
+    assert firsts["r3"].time == pytest.approx(0.06)
+    assert (firsts["r3"].device_cached_tokens, firsts["r3"].host_cached_tokens, firsts["r3"].prompt_tokens) == (10, 10, 30)
     assert host_keys(eng) == set(chain(["B1", "B2"]))
-    assert eng.stats.host_hit_rate == pytest.approx(20 / 70)
+    assert eng.stats.host_hit_rate == pytest.approx(10 / 70)
     assert eng.stats.host_used_tokens == 20 and eng.stats.device_used_tokens == 30
 
 
@@ -164,11 +188,11 @@ class _Oracle:
 
 
 def test_belady_evicts_farthest_next_use():
-    """Device 50: A(20) then B(20). The oracle says A is next used at request 10, B at 5. C(10)+1
-    forces one eviction: belady evicts A (farthest) although B is more recent."""
+    """Device 50: A(20) then B(20). The oracle says A is next used at request 10, B at 5. C(20)+1
+    (21 with 10 free) forces one node out: belady evicts A (farthest) although B is more recent."""
     oracle = _Oracle({chain(["A1"])[0]: 10, chain(["B1"])[0]: 5})
     eng = make_engine("belady", device=50, future=oracle)
-    for rid, labels in [("a", "A1 A2"), ("b", "B1 B2"), ("c", "C1")]:
+    for rid, labels in [("a", "A1 A2"), ("b", "B1 B2"), ("c", "C1 C2")]:
         eng.submit(request(rid, labels.split()))
         run(eng)
     assert set(chain(["B1", "B2"])) <= device_keys(eng)
@@ -249,32 +273,38 @@ def _pipeline_hits(policy: str) -> list[list[int]]:
 
 def test_kvflow_beats_lru_on_a_static_sequential_pipeline():
     """The workload KVFlow is built for. LRU cycles through four 110-token prompts with room for
-    three, so it always evicts the prompt needed next: no hit ever. kvflow, from w1 on: A misses
-    (its prompt went at D of the previous workflow, when A was unreachable) and evicts the
-    dynamic suffixes, then D's prompt (3 steps away); B and C find their system prompts (100
-    tokens each), kept because the previous D evicted unreachable A instead of them; D misses
-    (its prompt was evicted at A). w0 is cold (each agent's first prompt): all miss."""
+    three, so it always evicts the prompt needed next: no hit ever. kvflow: in w0 every agent is
+    seen once, so no prompt is fixed yet and it orders like LRU (no hit). In w1 each agent's
+    second request fixes its 100-token system prompt (the common prefix of its two prompts), but
+    the prompts were evicted in LRU order before: no hit either. From w2 on, at A the dynamic
+    suffixes go first, then the tail of D's system prompt (3 steps away; 80 tokens are enough,
+    D's first 20 stay); B and C find their system prompts (100 each); at D, A's prompt (A is
+    unreachable from D, the graph's last agent: dynamic, LRU) makes room and D finds its first
+    20 tokens."""
     assert _pipeline_hits("lru") == [[0, 0, 0, 0]] * 5
-    assert _pipeline_hits("kvflow") == [[0, 0, 0, 0]] + [[0, 100, 100, 0]] * 4
+    assert _pipeline_hits("kvflow") == [[0, 0, 0, 0]] * 2 + [[0, 100, 100, 20]] * 3
 
 
-def _prefetch_setup(policy, device, output, rho=0.1):
-    """w1 (agent a, predicted next: a with p=1) caches A(20); an anonymous B((device-20)) pushes
-    A to host; an anonymous C(10) with ``output`` tokens then decodes."""
+def _prefetch_setup(policy, device, output, rho=0.1, other=0):
+    """w1 (agent a, predicted next: a with p=1) caches A(20), which is then demoted to host (the
+    only victim); an anonymous B(``other`` tokens, active cache of score 0) is cached; an
+    anonymous C(10) with ``output`` tokens then decodes."""
     table = {"w1": [{"a": 1.0}] * 3}
     eng = make_engine(policy, device=device, host=200, predictor=TablePredictor(table), rho=rho)
     eng.submit(request("a", ["A1", "A2"], hints=Hints("w1", "a", 0, "app")))
     run(eng)
-    eng.submit(request("b", [f"B{i}" for i in range((device - 20) // 10)]))
-    run(eng)
-    assert set(chain(["A1", "A2"])) <= host_keys(eng)
+    eng.evict_device(20)
+    assert set(chain(["A1", "A2"])) <= host_keys(eng) and not device_keys(eng)
+    if other:
+        eng.submit(request("b", [f"B{i}" for i in range(other // 10)]))
+        run(eng)
     eng.submit(request("c", ["C1"], output=output))
     return eng
 
 
 def test_conservative_prefetch_loads_predicted_host_cache_into_free_space():
-    """Device 60: B(40) then C(10)+30 reserved needs 40 with 20 free, so B is demoted too. During
-    C's decode 20 tokens are free and A has value P^(1)(a) = 1: pbkv loads A (20 tokens)."""
+    """Device 60: C(10) + 30 reserved output leaves 20 free. During C's decode A has value
+    P^(1)(a) = 1: pbkv loads A (20 tokens) into the free space."""
     eng = _prefetch_setup("pbkv", 60, 30)
     run(eng)
     assert set(chain(["A1", "A2"])) <= device_keys(eng)
@@ -282,24 +312,45 @@ def test_conservative_prefetch_loads_predicted_host_cache_into_free_space():
 
 
 def test_conservative_prefetch_never_displaces_active_cache_but_aggressive_does():
-    """Device 80: B(60, active anonymous, score 0) stays, C(10)+10 reserved fills the device. A
-    needs 20 with 0 free and no retired cache: pbkv loads nothing and evicts nothing;
-    pbkv-aggressive with rho=1 may displace B (60 <= 80 tokens, score 0 < Score(A) = 2.19): A
-    comes back, B goes to host."""
-    eng = _prefetch_setup("pbkv", 80, 10)
+    """Device 80: B(60, active anonymous, score 0), then C(10) + 10 reserved fill the device. A
+    needs 20 with 0 free and no retired cache: pbkv loads nothing and evicts nothing.
+    pbkv-aggressive with rho = 1 may displace up to 80 tokens of lower score: only the 20 tokens
+    it needs leave, B's last two blocks (B4, B5) go to host and B0-B3 stay; A comes back."""
+    eng = _prefetch_setup("pbkv", 80, 10, other=60)
     evictions = eng.stats.evictions
     run(eng)
     assert eng.stats.prefetched_tokens == 0 and eng.stats.evictions == evictions
-    agg = _prefetch_setup("pbkv-aggressive", 80, 10, rho=1.0)
+    agg = _prefetch_setup("pbkv-aggressive", 80, 10, rho=1.0, other=60)
     run(agg)
     assert set(chain(["A1", "A2"])) <= device_keys(agg)
-    assert set(chain([f"B{i}" for i in range(6)])) <= host_keys(agg)
+    b = chain([f"B{i}" for i in range(6)])
+    assert set(b[4:]) <= host_keys(agg) and set(b[:4]) <= device_keys(agg)
     assert agg.stats.prefetched_tokens == 20
 
 
+@pytest.mark.parametrize("policy", ["pbkv", "pbkv-aggressive"])
+def test_prefetch_loads_no_more_than_pcie_moves_during_the_decode_stretch(policy):
+    """A(20) of w1 and B(20) of w2 (both predicted to run again) are demoted to host; the device
+    has ample free room. Anonymous C(10) with 3 output tokens then decodes alone: after its first
+    token, a 2-iteration decode stretch of 2 x 0.011 s = 0.022 s, in which PCIe (1 ms per token)
+    moves 22 tokens: exactly one of A and B (20 each) is prefetched, never both."""
+    table = {"w1": [{"a": 1.0}] * 3, "w2": [{"b": 1.0}] * 3}
+    eng = make_engine(policy, device=200, host=200, predictor=TablePredictor(table), rho=1.0)
+    for wf, agent, labels in (("w1", "a", ["A1", "A2"]), ("w2", "b", ["B1", "B2"])):
+        eng.submit(request(wf, labels, hints=Hints(wf, agent, 0, "app")))
+        run(eng)
+    eng.evict_device(40)
+    assert host_keys(eng) == set(chain(["A1", "A2"])) | set(chain(["B1", "B2"]))
+    eng.submit(request("c", ["C1"], output=3))
+    run(eng)
+    assert eng.stats.prefetched_tokens == 20
+    assert len(host_keys(eng)) == 2
+
+
 def test_aggressive_prefetch_respects_rho():
-    """Same as above with rho=0.5: B (60 tokens) exceeds the 40-token displacement cap: no change."""
-    agg = _prefetch_setup("pbkv-aggressive", 80, 10, rho=0.5)
+    """Same with rho = 0.2: displacing the 20 tokens A needs exceeds the 16-token budget
+    (0.2 x 80): nothing changes."""
+    agg = _prefetch_setup("pbkv-aggressive", 80, 10, rho=0.2, other=60)
     run(agg)
     assert agg.stats.prefetched_tokens == 0
     assert set(chain(["A1", "A2"])) <= host_keys(agg)

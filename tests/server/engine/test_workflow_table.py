@@ -201,3 +201,26 @@ def test_bad_bounds_are_rejected():
         WorkflowTable(ScoreBoard(0.7, 2), max_active=0)
     with pytest.raises(ValueError):
         WorkflowTable(ScoreBoard(0.7, 2), max_ended=0)
+
+
+def test_an_end_signal_that_races_a_running_request_applies_when_it_finishes():
+    ends = []
+    table = WorkflowTable(ScoreBoard(0.7, 2), on_end=lambda wf, recs, status, reason: ends.append((wf.workflow_id, status)))
+    wf = table.invocation(hints("A", "x", 0), (), now=0.0).workflow
+    wf.inflight = 2  # two requests in flight (the owner counts them)
+    assert table.end("A", "failed") is wf and table.end("A", "completed") is wf  # recorded once, first wins
+    assert "A" in table.workflows and ends == [] and table.ended_status("A") is None
+    table.finished(wf, now=1.0)
+    assert "A" in table.workflows and ends == []  # one request still running
+    table.finished(wf, now=2.0)
+    assert ends == [("A", "failed")] and "A" not in table.workflows and table.ended_status("A") == "failed"
+
+
+def test_idleness_counts_from_the_end_of_the_last_request():
+    table = WorkflowTable(ScoreBoard(0.7, 2))
+    wf = table.invocation(hints("A", "x", 0), (), now=0.0).workflow
+    wf.inflight = 1
+    assert table.retire_idle(now=100.0, idle_s=10.0) == []  # decoding for 100 s: never idle
+    table.finished(wf, now=100.0)
+    assert table.retire_idle(now=109.9, idle_s=10.0) == []
+    assert table.retire_idle(now=110.0, idle_s=10.0) == ["A"]

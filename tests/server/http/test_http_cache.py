@@ -75,28 +75,40 @@ def _pressure_run(server, again=("b", "a")) -> dict:
     return out
 
 
+def _shortfall(run: dict) -> int:
+    """Tokens C (plus its 8 output tokens) needs beyond the free device room: what eviction frees,
+    page by page (page size 1), from the victim's tail."""
+    p = run["prompt"]
+    return p["c"] + 8 - (PRESSURE_DEVICE - p["a"] - p["b"])
+
+
 @pytest.mark.parametrize("policy", ["lae", "he", "pbkv"])
 def test_ending_a_workflow_makes_its_private_cache_the_first_to_go(start_server, policy):
     run = _pressure_run(start_server(policy=policy, device_tokens=PRESSURE_DEVICE, host_tokens=0))
-    # The policy's choice is visible in /metrics: one eviction, exactly A's (retired) prompt.
+    short = _shortfall(run)
+    assert 0 < short < run["prompt"]["a"]
+    # The policy's choice is visible in /metrics: one eviction, the tail of A's (retired) prompt,
+    # exactly the tokens C needed.
     assert metric(run["metrics"], "pbkv_evictions_total") == 1
-    assert metric(run["metrics"], "pbkv_evicted_tokens_total") == run["prompt"]["a"]
+    assert metric(run["metrics"], "pbkv_evicted_tokens_total") == short
     assert metric(run["metrics"], "pbkv_server_info", {"policy": policy}) == 1
-    # B (active) is still on the device; A (ended) is gone (no host tier to keep it).
+    # B (active) is still on the device; A (ended) lost its tail (no host tier to keep it).
     assert run["b_again"] == {"cached": run["prompt"]["b"], "device": run["prompt"]["b"], "host": 0}
-    assert run["a_again"]["cached"] == 0
+    assert run["a_again"]["cached"] == run["prompt"]["a"] - short
 
 
 def test_lru_evicts_the_least_recent_even_if_it_is_still_active(start_server):
     run = _pressure_run(start_server(policy="lru", device_tokens=PRESSURE_DEVICE, host_tokens=0), again=("a", "b"))
-    # LRU ignores the end signal: B (older) goes although its workflow is active; A (ended) stays.
-    assert metric(run["metrics"], "pbkv_evicted_tokens_total") == run["prompt"]["b"]
-    assert run["b_again"]["cached"] == 0
+    short = _shortfall(run)
+    # LRU ignores the end signal: B's tail (older) goes although its workflow is active; A (ended) stays.
+    assert metric(run["metrics"], "pbkv_evicted_tokens_total") == short
     assert run["a_again"] == {"cached": run["prompt"]["a"], "device": run["prompt"]["a"], "host": 0}
+    assert run["b_again"]["cached"] == run["prompt"]["b"] - short
 
 
 def test_evicted_cache_comes_back_from_the_host_tier(start_server):
     run = _pressure_run(start_server(policy="lae", device_tokens=PRESSURE_DEVICE, host_tokens=10_000))
-    # A's prompt was evicted to host memory: its next use loads it over PCIe (a host hit).
-    assert run["a_again"] == {"cached": run["prompt"]["a"], "device": 0, "host": run["prompt"]["a"]}
-    assert metric(run["metrics"], "pbkv_host_used_tokens") == run["prompt"]["a"]
+    short = _shortfall(run)
+    # A's tail was evicted to host memory: its next use loads it over PCIe (a host hit).
+    assert run["a_again"] == {"cached": run["prompt"]["a"], "device": run["prompt"]["a"] - short, "host": short}
+    assert metric(run["metrics"], "pbkv_host_used_tokens") == short

@@ -81,7 +81,7 @@ def test_simulator_replay_of_server_trace_gives_the_same_hit_rate(start_server, 
     uses_predictor = policy in ("he", "pbkv", "pbkv-aggressive")
     result = simulate(load_workload(records), policy, get_profile(DEFAULT_PROFILE), concurrency=1,
                       predictor=make_predictor("markov", 3) if uses_predictor else None,
-                      device_tokens=DEVICE, host_tokens=HOST, app_graphs=graphs)
+                      device_tokens=DEVICE, host_tokens=HOST, app_graphs=graphs, page_size=1)
     print(f"{policy}: live hit rate {live_hit:.4f} (host {live_host:.4f}), simulator {result.summary['hit_rate']:.4f}")
     assert 0.2 < live_hit < 0.95
     assert result.summary["hit_rate"] == pytest.approx(live_hit, abs=1e-12)
