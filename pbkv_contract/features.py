@@ -23,9 +23,6 @@ FEATURE_DIM = 64
 _WORD_RE = re.compile(r"[a-z0-9]+")
 
 
-_WORD_RE = re.compile(r"[a-z0-9]+")
-
-
 def request_features(messages: Sequence[Mapping[str, Any]] | str, dim: int = FEATURE_DIM) -> list[float]:
     """Semantic signal of a request: feature hashing of its newest non-system message.
 

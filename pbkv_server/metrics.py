@@ -10,8 +10,12 @@ file and a Grafana panel (``docs/architecture.md``, "Metrics"):
   name is ``pbkv_`` + the field name (counters get ``_total`` from the client library);
 * decision latencies (:data:`LATENCY_METRICS`) are the engine's wall-clock samples, reported as
   mean / p99 in milliseconds in the summary and as a p50 / p99 / mean gauge family on the server;
-* request-level figures (:data:`REQUEST_METRICS`): time to first token and workflow latency,
-  computed per request in the simulator and observed as histograms by the server.
+* request-level figures (:data:`REQUEST_METRICS`): time to first token (computed per request in
+  the simulator, observed as a histogram by the server) and workflow latency (simulator only: the
+  server cannot see when a client's workflow began).
+
+The server's p50 / p99 of the decision latencies are nearest-rank over the engine's newest
+samples; the replay's p99 interpolates between ranks (:func:`pbkv_server.sim.metrics.percentile`).
 """
 
 from __future__ import annotations
@@ -47,12 +51,13 @@ def prometheus_name(metric: Metric) -> str:
 
 
 ENGINE_METRICS = (
-    Metric("prompt_tokens", "counter", "tokens", "Prompt tokens submitted to the engine"),
+    Metric("prompt_tokens", "counter", "tokens", "Prompt tokens of the requests admitted by the engine"),
     Metric("device_hit_tokens", "counter", "tokens", "Prompt tokens served from the device prefix cache"),
     Metric("host_hit_tokens", "counter", "tokens", "Prompt tokens loaded from the host tier"),
     Metric("evictions", "counter", "nodes", "Radix-tree nodes evicted from the device"),
     Metric("evicted_tokens", "counter", "tokens", "Tokens evicted from the device"),
-    Metric("dropped_tokens", "counter", "tokens", "Tokens evicted from the device and not kept on the host tier"),
+    Metric("dropped_tokens", "counter", "tokens",
+           "Tokens that left the cache for good (device evictions the host could not take, host evictions)"),
     Metric("prefetched_tokens", "counter", "tokens", "Tokens prefetched from the host tier to the device"),
     Metric("hit_rate", "gauge", "ratio",
            "Token-level device hit rate: prompt tokens served from device cache / all prompt tokens"),
@@ -61,7 +66,7 @@ ENGINE_METRICS = (
     Metric("device_used_tokens", "gauge", "tokens", "Device KV tokens in use (cached + reserved for outputs)"),
     Metric("host_used_tokens", "gauge", "tokens", "Host KV tokens in use"),
     Metric("active_workflows", "gauge", "workflows", "Workflows the engine considers active"),
-    Metric("retired_workflows", "gauge", "workflows", "Workflows the engine has retired (ended or idle)"),
+    Metric("retired_workflows", "counter", "workflows", "Workflows the engine has retired (ended, idle or over the bound)"),
     Metric("queue_depth", "gauge", "requests", "Requests waiting for admission"),
     Metric("running", "gauge", "requests", "Requests in the running batch"),
 )

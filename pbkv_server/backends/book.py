@@ -44,6 +44,8 @@ class WorkflowBook:
         idle_retire_s: seconds of the clock without activity after which a workflow is retired
             (a client that crashed never ends it); ``None`` = never.
         clock: time source, seconds (``time.monotonic`` by default; tests pass a fake one).
+        predict: ask the predictor for predictions at each invocation; ``False`` (policies that
+            read no score) lets it observe only.
 
     Attributes:
         board: the score board; table: the workflow table (``follow_app``: the latest app named
@@ -51,9 +53,10 @@ class WorkflowBook:
     """
 
     def __init__(self, gamma: float, horizon: int, predictor: Predictor | None,
-                 idle_retire_s: float | None = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 idle_retire_s: float | None = 600.0, clock: Callable[[], float] = time.monotonic,
+                 predict: bool = True) -> None:
         self.board = ScoreBoard(gamma, horizon)
-        self.table = WorkflowTable(self.board, predictor, follow_app=True)
+        self.table = WorkflowTable(self.board, predictor, predict=predict, follow_app=True)
         self.idle_retire_s = idle_retire_s
         self.clock = clock
         self._anonymous = 0

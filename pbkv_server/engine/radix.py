@@ -1,7 +1,7 @@
-"""Two-tier radix tree over block keys: the index of the engine core's prefix cache.
+"""Two-tier radix tree over cache-unit keys: the index of the engine core's prefix cache.
 
-Each edge holds a run of block keys (token-id blocks live, trace prefix hashes in replay) with
-their token counts; a node is the KV cache of that run and lives in exactly one tier, device
+Each edge holds a run of unit keys (whole pages or blocks of the prompt, see
+:mod:`~pbkv_server.engine.pages`) with their token counts; a node is the KV cache of that run and lives in exactly one tier, device
 (GPU) or host. Invariants kept here:
 
 - the device tier is prefix-closed: a device node's parent is on device (or is the root), so

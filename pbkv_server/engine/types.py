@@ -28,8 +28,10 @@ class EngineRequest:
 
     Attributes:
         request_id: unique id among requests currently known to the engine.
-        blocks: chained block keys of the prompt, in order (token-id blocks live, trace
-            ``prefix_hashes`` in replay); a key identifies the whole prefix up to its block.
+        blocks: chained block keys of the prompt, in order (the ``prefix_hashes`` of the
+            canonical prompt, computed by ``pbkv-server`` for live requests and recorded in
+            traces for replay); a key identifies the whole prefix up to its block. The engine
+            turns them into cache units (:mod:`~pbkv_server.engine.pages`).
         block_tokens: tokens of each block, same length as ``blocks``; each >= 0.
         output_tokens: tokens to generate (values < 1 are served as 1: the first token).
         hints: workflow identity; ``None`` = anonymous request (no workflow, LRU-like treatment).

@@ -36,6 +36,11 @@ class PBKVTreeNode(UnifiedTreeNode):
         self.sc = None
 
     @property
+    def tokens(self) -> int:
+        """KV tokens the node holds (its key's length), as engine-core policies read them."""
+        return len(self.key)
+
+    @property
     def last_access(self) -> float:
         """SGLang's last-access counter (monotone; larger = more recent), the LRU tie-break."""
         return self.last_access_time
@@ -52,7 +57,9 @@ class PBKVTreeCore(UnifiedTreeCore):
     def __init__(self, params, components):
         super().__init__(params, components)
         settings = getattr(self.eviction_strategy, "settings", None) or PluginSettings()
-        self.book = SGLangWorkflowBook(settings)
+        policy = getattr(self.eviction_strategy, "engine_policy", None)
+        # a policy that reads no scores (pbkv-lae) lets the predictor observe but never predict
+        self.book = SGLangWorkflowBook(settings, predict=bool(getattr(policy, "uses_predictions", True)))
 
     def reset(self) -> None:
         """Rebuild the tree (flush); every node record is dropped first."""

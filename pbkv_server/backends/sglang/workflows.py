@@ -60,12 +60,14 @@ class SGLangWorkflowBook(WorkflowBook):
             ``settings.predictor`` (a build failure is logged and leaves every score 0, so
             ``pbkv-he`` degrades to the ``pbkv-lae`` order).
         clock: time source in seconds (tests pass a fake one).
+        predict: ask the predictor for predictions (``False`` for policies that read no score).
     """
 
-    def __init__(self, settings: PluginSettings, predictor: Predictor | None = None, clock=time.monotonic):
+    def __init__(self, settings: PluginSettings, predictor: Predictor | None = None, clock=time.monotonic,
+                 predict: bool = True):
         if predictor is None:
             predictor = build_predictor(settings.predictor, settings.horizon)
-        super().__init__(settings.gamma, settings.horizon, predictor, settings.idle_retire_s, clock)
+        super().__init__(settings.gamma, settings.horizon, predictor, settings.idle_retire_s, clock, predict)
         self.settings = settings
 
     def begin_request(self, req: Any) -> Hints | None:

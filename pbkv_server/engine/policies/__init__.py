@@ -1,4 +1,12 @@
-"""Eviction policies, one small module each, registered by name (lower priority = evicted first)."""
+"""Eviction policies, one small module each, registered by name (lower priority = evicted first).
+
+The built-in modules are imported in a fixed order (the order of tables and listings); any other
+module placed in this package is imported after them, so an in-tree policy is one new module with
+its ``@register_policy`` class and nothing else to edit.
+"""
+
+import importlib
+import pkgutil
 
 from .base import (
     BASELINE_POLICY, DEFAULT_POLICY, ENTRY_POINT_GROUP, REFERENCE_POLICY, REPLAY, SERVER, SGLANG, Policy,
@@ -6,6 +14,9 @@ from .base import (
     sglang_policy_names, unregister_policy,
 )
 from . import lru, lae, he, pbkv, pbkv_aggressive, kvflow, belady  # noqa: F401  (registration)
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    importlib.import_module(f"{__name__}.{_module}")  # modules already imported are not re-run
 
 __all__ = [
     "Policy", "PolicyInfo", "available_policies", "make_policy", "register_policy", "unregister_policy",

@@ -1,10 +1,11 @@
 """Policy interface and the self-describing policy registry (style of SGLang's ``evict_policy.py``).
 
 A policy orders evictable nodes: :meth:`Policy.priority` returns a tuple, and the node with the
-lowest tuple leaves first. The engine keeps one lazy heap per tier keyed by these tuples and asks
-for a node's priority again whenever something it depends on changes (access, score, retirement),
-so a priority must depend only on the node's state and on state the policy reports through
-``engine.refresh(node)``. Hooks default to doing nothing.
+lowest tuple leaves first. The cache (:class:`~pbkv_server.engine.cache.PrefixCache`) keeps one
+lazy heap per tier keyed by these tuples and asks for a node's priority again whenever something
+it depends on changes (access, score, retirement), so a priority must depend only on the node's
+state and on state the policy reports through ``cache.refresh(node)``. Hooks default to doing
+nothing.
 
 Each policy class also declares what it needs and does (:class:`PolicyInfo`): whether it uses
 predictions, whether it prefetches, whether it needs the trace's future (offline, replay only),
@@ -217,7 +218,7 @@ class Policy:
         """Workflow ``wf`` made a new invocation (``wf.agent`` is its agent now)."""
 
     def on_workflow_end(self, wf: "Workflow") -> None:
-        """Workflow ``wf`` ended or was retired for idleness."""
+        """Workflow ``wf`` ended: by its end signal, idleness or the workflow table's bound."""
 
     def on_split(self, top: NodeView, bottom: NodeView) -> None:
         """``bottom`` was cut; ``top`` is its new upper part (see :meth:`RadixTree.split`)."""

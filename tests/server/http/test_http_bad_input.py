@@ -91,7 +91,7 @@ def test_end_for_unknown_workflow_is_204_and_end_is_idempotent(start_server):
         text = client.get("/metrics").text
     # One real end (the first); the repeats and the unknown id changed nothing.
     assert metric(text, "pbkv_workflow_ends_total", {"status": "completed", "source": "client"}) == 1
-    assert metric(text, "pbkv_retired_workflows") == 1 and metric(text, "pbkv_active_workflows") == 0
+    assert metric(text, "pbkv_retired_workflows_total") == 1 and metric(text, "pbkv_active_workflows") == 0
 
 
 def test_wrong_hint_token_is_401_on_hint_endpoints_only(start_server):

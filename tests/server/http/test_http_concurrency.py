@@ -59,6 +59,6 @@ def test_sixteen_concurrent_workflows_stream_and_json_never_mix(start_server, tm
         assert rec.prefix_hashes == prefix_hashes(sent[(rec.workflow_id, rec.step)])
         assert rec.agent == AGENTS[rec.step]
     assert metric(text, "pbkv_prompt_tokens_total") == usage_prompt == sum(r.prompt_tokens for r in records)
-    assert metric(text, "pbkv_active_workflows") == 0 and metric(text, "pbkv_retired_workflows") == 16
+    assert metric(text, "pbkv_active_workflows") == 0 and metric(text, "pbkv_retired_workflows_total") == 16
     # All 16 clients share the 800-token system prompt: most prompt tokens come from cache.
     assert metric(text, "pbkv_hit_rate") > 0.5
