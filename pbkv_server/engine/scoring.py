@@ -98,13 +98,15 @@ class NodeScore:
         score: current Score(c) (PBKV Eq. 2), >= 0.
         value: current one-step prefetch value, >= 0.
         n_ever: number of distinct workflows that ever touched the node (ended ones included).
+        multi_step: a workflow of two or more invocations that touched the node has ended. Only
+            then does the node count as retired: a single-request workflow (a chat turn) leaves
+            cache that the next request (the next turn) may extend, like a request without hints.
         finished_private: the one workflow that ever touched the node ended after two or more
             invocations: the node is that finished workflow's own history, which no later request
-            extends (a single-request workflow's prompt, a chat turn, may be extended by the next
-            turn; a multi-step agent workflow that ended is not continued by anyone).
+            extends (a multi-step agent workflow that ended is not continued by anyone).
     """
 
-    __slots__ = ("owner", "access", "contrib", "score", "value", "n_ever", "finished_private")
+    __slots__ = ("owner", "access", "contrib", "score", "value", "n_ever", "multi_step", "finished_private")
 
     def __init__(self, owner: Any) -> None:
         self.owner = owner
@@ -113,12 +115,14 @@ class NodeScore:
         self.score = 0.0
         self.value = 0.0
         self.n_ever = 0
+        self.multi_step = False
         self.finished_private = False
 
     @property
     def retired(self) -> bool:
-        """True when workflows touched the node and all of them have ended."""
-        return self.n_ever > 0 and not self.access
+        """True when every workflow that touched the node has ended and one of them was multi-step
+        (:attr:`multi_step`); cache of single-request workflows and of anonymous requests never is."""
+        return self.multi_step and not self.access
 
 
 class ScoreBoard:
@@ -215,6 +219,8 @@ class ScoreBoard:
         recs = self._nodes.pop(wf, {})
         for rec in recs:
             rec.access.pop(wf, None)
+            if invocations >= 2:
+                rec.multi_step = True
             rec.finished_private = rec.n_ever == 1 and invocations >= 2 and not rec.access
             s, v = rec.contrib.pop(wf, (0.0, 0.0))
             if rec.contrib:
@@ -230,7 +236,7 @@ class ScoreBoard:
         rec.access = dict(src.access)  # agent sets are immutable frozensets: sharing is safe
         rec.contrib = dict(src.contrib)
         rec.score, rec.value, rec.n_ever = src.score, src.value, src.n_ever
-        rec.finished_private = src.finished_private
+        rec.multi_step, rec.finished_private = src.multi_step, src.finished_private
         for wf in rec.access:
             self._nodes[wf][rec] = None
         return rec

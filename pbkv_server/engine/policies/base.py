@@ -199,9 +199,10 @@ class Policy:
         raise NotImplementedError
 
     def is_retired(self, node: NodeView) -> bool:
-        """True if all workflows that touched the node have ended (anonymous-only nodes: False)."""
+        """True if all workflows that touched the node have ended and one was multi-step
+        (:attr:`NodeScore.retired`; anonymous and single-request-only nodes: False)."""
         sc = node.sc
-        return sc is not None and sc.n_ever > 0 and not sc.access
+        return sc is not None and sc.retired
 
     def prefetch_value(self, node: NodeView) -> float:
         """Value of loading host node ``node`` to the device; <= 0 means never prefetch it."""

@@ -1,10 +1,11 @@
 """``he``: hierarchical eviction (PBKV section 4): retired first, then ascending lookahead score.
 
-Retired nodes leave in ``lae``'s order (a finished workflow's private history first, then least
-recently used), so ``he`` refines lifecycle-aware eviction rather than replacing it. Active nodes
-are ordered by Score(c) of PBKV Eq. 2 (:mod:`pbkv_server.engine.scoring`), which the engine keeps
-current incrementally; LRU breaks ties (equal scores, e.g. 0 for anonymous-only nodes or without a
-predictor), so traffic without hints is ordered exactly as ``lru`` orders it.
+Retired nodes leave in ``lae``'s order (a finished multi-step workflow's private history first,
+then least recently used), so ``he`` refines lifecycle-aware eviction rather than replacing it.
+All other nodes are ordered by Score(c) of PBKV Eq. 2 (:mod:`pbkv_server.engine.scoring`), which
+the engine keeps current incrementally; LRU breaks ties (equal scores, e.g. 0 for cache of
+anonymous requests and of ended single-request workflows, or without a predictor), so traffic
+without hints or predictions is ordered exactly as ``lru`` orders it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,6 @@ class HierarchicalPolicy(Policy):
         sc = node.sc
         if sc is None:
             return (1, 0.0, node.last_access)
-        if sc.n_ever > 0 and not sc.access:
+        if sc.retired:
             return (0, 0 if sc.finished_private else 1, node.last_access)
         return (1, sc.score, node.last_access)

@@ -125,11 +125,13 @@ def test_max_batch_limits_running_requests():
 
 
 def test_an_ended_workflow_keeps_its_cache_active_until_its_running_request_finishes():
-    """w1's request (20 tokens, 5 output) runs when its end signal arrives: the end waits for the
-    request, so its nodes are not retired while it runs, and retire right after it finishes."""
+    """w1's second request (20 tokens, 5 output) runs when its end signal arrives: the end waits
+    for the request, so its nodes are not retired while it runs, and retire right after it finishes."""
     pred = TablePredictor()
     eng = make_engine("lae", device=100, predictor=pred)
-    eng.submit(request("a", ["A1", "A2"], output=5, hints=Hints("w1", "a", 0, "app")))
+    eng.submit(request("a0", ["A1"], hints=Hints("w1", "a", 0, "app")))
+    run(eng)
+    eng.submit(request("a", ["A1", "A2"], output=5, hints=Hints("w1", "a", 1, "app")))
     eng.step()  # admitted, first token; still decoding
     assert eng.end_workflow("w1") is True
     assert eng.workflow("w1") is not None and pred.ended == []

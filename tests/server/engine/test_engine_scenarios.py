@@ -31,15 +31,16 @@ def test_lru_evicts_least_recently_used_leaf():
 
 @pytest.mark.parametrize("policy,survivor", [("lru", "P"), ("lae", "Q"), ("he", "Q"), ("pbkv", "Q")])
 def test_retired_cache_leaves_before_active_cache(policy, survivor):
-    """Device 50. Workflow w2 caches Q(20), then workflow w1 caches P(20) and ends. An anonymous
+    """Device 50. Workflow w2 caches Q(20), then the two-step workflow w1 caches P(20) and ends. An anonymous
     R(10)+1 needs 11 with 10 free, so one 10-token block must go: LRU takes the tail of the older
     Q; lae/he/pbkv take the tail of the retired P even though it is more recent. Only the tail
     block leaves: the victim's first block stays cached."""
     eng = make_engine(policy, device=50)
     eng.submit(request("q", ["Q1", "Q2"], hints=Hints("w2", "a", 0, "app")))
     run(eng)
-    eng.submit(request("p", ["P1", "P2"], hints=Hints("w1", "a", 0, "app")))
-    run(eng)
+    for step in (0, 1):
+        eng.submit(request(f"p{step}", ["P1", "P2"], hints=Hints("w1", "a", step, "app")))
+        run(eng)
     eng.end_workflow("w1")
     eng.end_workflow("w1")  # idempotent
     eng.end_workflow("never-seen")  # unknown id is fine

@@ -87,7 +87,7 @@ def test_incremental_scores_equal_direct_formula(ops, gamma):
         assert rec.score == pytest.approx(lookahead_score(rec.access, preds, gamma), abs=1e-9)
         assert rec.value == pytest.approx(one_step_value(rec.access, preds), abs=1e-9)
         assert not (set(rec.access) & ended)
-        assert rec.retired == (rec.n_ever > 0 and not rec.access)
+        assert rec.retired == (rec.multi_step and not rec.access)
 
 
 def _empty(board):

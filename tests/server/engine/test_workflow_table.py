@@ -88,13 +88,14 @@ def test_end_drops_the_workflow_calls_on_end_before_the_predictor_and_is_idempot
     table = WorkflowTable(board, pred, on_end=lambda wf, recs, status, reason: calls.append(
         ("on_end", wf.workflow_id, recs, status, reason)))
     table.invocation(hints("A", "x", 0), (), now=0.0)
+    table.invocation(hints("A", "y", 1), (), now=1.0)
     rec = NodeScore("node")
     board.touch(rec, "A", "x")
     calls.clear()
     wf = table.end("A", "failed")
     assert wf is not None and wf.workflow_id == "A" and "A" not in table.workflows
     assert calls == [("on_end", "A", [rec], "failed", END_CLIENT), ("ended", "app", "A", "failed")]
-    assert rec.retired and table.ended == 1
+    assert rec.retired and rec.finished_private and table.ended == 1  # A made two invocations
     assert table.end("A") is None and table.end("never-seen") is None
     assert table.ended == 1 and len(calls) == 2
 
@@ -224,3 +225,24 @@ def test_idleness_counts_from_the_end_of_the_last_request():
     table.finished(wf, now=100.0)
     assert table.retire_idle(now=109.9, idle_s=10.0) == []
     assert table.retire_idle(now=110.0, idle_s=10.0) == ["A"]
+
+
+def test_only_a_multi_step_workflow_retires_its_cache():
+    """A single-request workflow (a chat turn) ends at once, but the next turn extends its prompt:
+    its node is not retired; a workflow of two invocations retires its nodes, and marks the ones
+    only it touched as its finished private history."""
+    board = ScoreBoard(0.7, 2)
+    table = WorkflowTable(board)
+    chat, agent, shared = NodeScore("chat"), NodeScore("agent"), NodeScore("shared")
+    table.invocation(hints("turn", "assistant", 0), (), now=0.0)
+    board.touch(chat, "turn", "assistant")
+    board.touch(shared, "turn", "assistant")
+    table.end("turn")
+    assert not chat.retired and not chat.finished_private and not shared.retired
+    for step in (0, 1):
+        table.invocation(hints("flow", "x", step), (), now=1.0 + step)
+    board.touch(agent, "flow", "x")
+    board.touch(shared, "flow", "x")
+    table.end("flow")
+    assert agent.retired and agent.finished_private
+    assert shared.retired and not shared.finished_private  # two workflows touched it
