@@ -13,7 +13,15 @@ import itertools
 import statistics
 from typing import Any, Callable, Iterable
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, Info, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -89,6 +97,15 @@ class ServerMetrics:
         )
         Info("pbkv_server", "Server configuration", registry=self.registry).info(info)
         self.registry.register(_EngineCollector(stats))
+        # process_resident_memory_bytes, process_open_fds, ...: what a soak run watches.
+        ProcessCollector(registry=self.registry)
+        self._watched = _WatchedGauges()
+        self.registry.register(self._watched)
+
+    def watch(self, name: str, doc: str, read: Callable[[], float | None]) -> None:
+        """Export gauge ``name`` read by ``read()`` at scrape time (skipped while it returns ``None``
+        or raises, e.g. before the engine exists)."""
+        self._watched.gauges.append((name, doc, read))
 
     def count_rejected(self, status: int, reason: str, path: str) -> None:
         """Count a request the HTTP layer refused: by reason, and by route and status like any answer."""
@@ -98,6 +115,25 @@ class ServerMetrics:
     def render(self) -> bytes:
         """The text exposition of every metric (``CONTENT_TYPE``)."""
         return generate_latest(self.registry)
+
+
+class _WatchedGauges(Collector):
+    """Gauges read from live objects at scrape time (tree size, workflow-table sizes)."""
+
+    def __init__(self) -> None:
+        self.gauges: list[tuple[str, str, Callable[[], float | None]]] = []
+
+    def describe(self) -> Iterable[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        for name, doc, read in self.gauges:
+            try:
+                value = read()
+            except Exception:  # a scrape must not fail because one object is not there yet
+                continue
+            if value is not None:
+                yield GaugeMetricFamily(name, doc, value=float(value))
 
 
 def route_label(path: str) -> str:
