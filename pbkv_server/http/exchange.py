@@ -99,20 +99,23 @@ def figure_headers(prompt_tokens: int, device_cached: int, host_cached: int, ttf
     }
 
 
-def request_messages(body: Mapping[str, Any], request: Any) -> list[dict[str, Any]]:
+def request_messages(body: Mapping[str, Any], request: Any, kind: str) -> list[dict[str, Any]]:
     """The chat messages of a validated body (a completion prompt becomes one user message).
 
     Args:
         body: the decoded JSON body.
         request: its validated model (:mod:`pbkv_server.http.validation`).
+        kind: ``"chat"`` or ``"completion"``. Decided by the route, never by the fields: unknown
+            fields are kept on the model, so a chat body may carry a stray ``prompt``.
     """
-    prompt = getattr(request, "prompt", None)
-    if prompt is None:
+    if kind == "chat":
         return body["messages"]
+    prompt = request.prompt
     return [{"role": "user", "content": prompt if isinstance(prompt, str) else prompt[0]}]
 
 
-def request_max_tokens(request: Any) -> int | None:
-    """``max_completion_tokens`` or else ``max_tokens`` of a validated request; ``None`` when absent."""
-    found = getattr(request, "max_completion_tokens", None)
-    return found if found is not None else request.max_tokens
+def request_max_tokens(request: Any, kind: str) -> int | None:
+    """``max_completion_tokens`` (chat only) or else ``max_tokens`` of a validated request; ``None`` when absent."""
+    if kind == "chat" and request.max_completion_tokens is not None:
+        return request.max_completion_tokens
+    return request.max_tokens

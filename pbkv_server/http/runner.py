@@ -24,7 +24,7 @@ from pbkv_server.http.protocol import RejectHandler, guarded_protocol
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ServerHandle", "run_in_thread", "serve_forever"]
+__all__ = ["ServerHandle", "run_in_thread", "serve_forever", "exposure_warning"]
 
 
 class ServerHandle:
@@ -144,14 +144,27 @@ def _reject_handler(metrics: Any) -> RejectHandler:
     return on_reject
 
 
-def _warn_if_exposed(config: ServerConfig) -> None:
+def exposure_warning(config: ServerConfig) -> str | None:
+    """The startup warning for a server reachable beyond this machine without ``--hint-token``.
+
+    Returns:
+        the message, or ``None`` when the bind address is loopback (127.0.0.0/8, ::1,
+        ``localhost``) or a hint token is set.
+    """
     try:
         loopback = ipaddress.ip_address(config.host).is_loopback
     except ValueError:
         loopback = config.host == "localhost"
-    if not loopback and config.hint_token is None:
-        log.warning("pbkv-server listens on %s without --hint-token: anyone who can reach this port can end "
-                    "workflows and set app graphs; see README, 'Exposing the server'", config.host)
+    if loopback or config.hint_token is not None:
+        return None
+    return (f"pbkv-server listens on {config.host} without --hint-token: anyone who can reach this port can end "
+            "workflows and set app graphs; see README, 'Exposing the server'")
+
+
+def _warn_if_exposed(config: ServerConfig) -> None:
+    message = exposure_warning(config)
+    if message is not None:
+        log.warning(message)
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -150,8 +150,8 @@ class PbkvService:
         """
         arrival = time.monotonic()
         request = validate_request(body, kind)
-        messages = request_messages(body, request)
-        max_tokens = request_max_tokens(request)
+        messages = request_messages(body, request, kind)
+        max_tokens = request_max_tokens(request, kind)
         stream = bool(request.stream)
         include_usage = bool(stream and request.stream_options and request.stream_options.include_usage)
 
