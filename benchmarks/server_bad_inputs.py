@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 from typing import Callable
+
+from _server_proc import cpu_s, start_server, stop_server
 
 CHAT = "/v1/chat/completions"
 USER = [{"role": "user", "content": "Hello there, how are you?"}]
@@ -144,17 +142,12 @@ def main() -> None:
     if args.target:
         url = args.target.rstrip("/")
     else:
-        port = _free_port()
-        exe = os.path.join(os.path.dirname(sys.executable), "pbkv-server")
-        proc = subprocess.Popen([exe, "--port", str(port), "--policy", "lru", "--log-level", "error"],
-                                stdout=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
+        proc, url = start_server("--policy", "lru", "--log-level", "error")
     host, port_s = url.removeprefix("http://").split(":")
     port = int(port_s)
-    cpu: Callable[[], float] = (lambda: _cpu_s(proc.pid)) if proc else (lambda: float("nan"))
+    cpu: Callable[[], float] = (lambda: cpu_s(proc.pid)) if proc else (lambda: float("nan"))
     rows = []
     try:
-        _wait_ready(host, port, proc)
         print(f"{'input':45} {'status':>6}  {'hints / error code':28} {'wall s':>7} {'server CPU s':>12}")
         for name, path, body, headers in cases():
             c0, t0 = cpu(), time.monotonic()
@@ -182,37 +175,10 @@ def main() -> None:
             print("  " + line)
     finally:
         if proc is not None:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=15)
+            stop_server(proc)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)
-
-
-def _cpu_s(pid: int) -> float:
-    # utime + stime of the server process (fields 14 and 15 of /proc/PID/stat), in seconds.
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_ready(host: str, port: int, proc: subprocess.Popen | None, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"pbkv-server exited with {proc.returncode}")
-        try:
-            if raw_request(host, port, "/health", b"", [], method=b"GET", timeout_s=2)[0] == 200:
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("pbkv-server did not become ready")
 
 
 if __name__ == "__main__":

@@ -13,16 +13,14 @@ Run: ``.venv/bin/python benchmarks/server_fuzz.py [--examples 1000] [--seed 0] [
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 
 import httpx
 
 from pbkv_server.http.fuzzing import fuzz
+
+from _server_proc import start_server, stop_server
 
 
 def main() -> int:
@@ -33,20 +31,14 @@ def main() -> int:
     parser.add_argument("--show", type=int, default=3, help="failures printed per operation and mode")
     args = parser.parse_args()
 
-    port = _free_port()
-    exe = os.path.join(os.path.dirname(sys.executable), "pbkv-server")
-    proc = subprocess.Popen([exe, "--port", str(port), "--policy", args.policy, "--log-level", "error",
-                             "--idle-retire-s", "0"], stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_server("--policy", args.policy, "--log-level", "error", "--idle-retire-s", "0")
     try:
-        _wait_ready(url, proc)
         t0 = time.monotonic()
         runs = fuzz(url, args.examples, seed=None if args.seed < 0 else args.seed)
         wall = time.monotonic() - t0
         alive = httpx.get(url + "/health").status_code == 200
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        stop_server(proc)
 
     print(f"{'operation':45} {'mode':9} {'cases':>6}  {'statuses':34} {'failures':>8}")
     for run in runs:
@@ -60,25 +52,6 @@ def main() -> int:
     print(f"total: {cases} cases in {wall:.0f} s, {server_errors} server errors (5xx), {failures} failed checks; "
           f"server {'still answers' if alive else 'DOWN'} afterwards")
     return 1 if failures or server_errors or not alive else 0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"pbkv-server exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise RuntimeError("pbkv-server did not become ready")
 
 
 if __name__ == "__main__":

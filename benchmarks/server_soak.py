@@ -21,16 +21,14 @@ import asyncio
 import json
 import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from pbkv_contract.hints import END_PATH, Hints
+
+from _server_proc import percentile, rss_mib, start_server, stop_server
 
 AGENTS = ("planner", "researcher", "coder", "tester", "reviewer")
 GAUGES = ("pbkv_server_workflows", "pbkv_server_ended_workflow_ids", "pbkv_active_workflows", "pbkv_tree_nodes",
@@ -53,22 +51,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    port = _free_port()
-    exe = os.path.join(os.path.dirname(sys.executable), "pbkv-server")
-    cmd = [exe, "--port", str(port), "--policy", args.policy, "--log-level", "warning",
-           "--idle-retire-s", str(args.idle_retire_s), "--device-tokens", str(args.device_tokens),
-           "--host-tokens", str(args.host_tokens)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_server("--policy", args.policy, "--log-level", "warning", "--idle-retire-s",
+                             str(args.idle_retire_s), "--device-tokens", str(args.device_tokens),
+                             "--host-tokens", str(args.host_tokens))
     try:
-        _wait_ready(url, proc)
         print(f"pbkv-server pid {proc.pid} ({args.policy}, device {args.device_tokens} / host {args.host_tokens} "
               f"tokens, idle retire {args.idle_retire_s:g} s); {args.rate:g} requests/s for {args.minutes:g} min, "
               f"{args.workers} workflows in flight, {args.abandon:.0%} abandoned", flush=True)
         reports = asyncio.run(_soak(url, proc.pid, args))
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        stop_server(proc)
     _summary(reports, args)
     if args.json:
         with open(args.json, "w") as fh:
@@ -134,11 +126,11 @@ async def _soak(url: str, pid: int, args: argparse.Namespace) -> list[dict]:
         while True:
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             elapsed = time.monotonic() - t0
-            lat = sorted(window["latencies"])
+            lat = window["latencies"]
             metrics = await _gauges(client)
             report = {"minute": round(elapsed / 60, 2), "ok": window["ok"], "errors": window["errors"],
-                      "rate": window["ok"] / args.every, "p50_ms": _pct(lat, 50) * 1e3, "p99_ms": _pct(lat, 99) * 1e3,
-                      "rss_mib": _rss_mib(pid), "fds": len(os.listdir(f"/proc/{pid}/fd")), **metrics}
+                      "rate": window["ok"] / args.every, "p50_ms": percentile(lat, 50) * 1e3, "p99_ms": percentile(lat, 99) * 1e3,
+                      "rss_mib": rss_mib(pid), "fds": len(os.listdir(f"/proc/{pid}/fd")), **metrics}
             totals["ok"] += window["ok"]
             totals["errors"] += window["errors"]
             report["workflows_done"] = totals["workflows"]
@@ -188,39 +180,6 @@ async def _gauges(client: httpx.AsyncClient) -> dict[str, float]:
     text = (await client.get("/metrics")).text
     found = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
     return {name: found.get(name, float("nan")) for name in GAUGES}
-
-
-def _pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
-
-
-def _rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"pbkv-server exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise RuntimeError("pbkv-server did not become ready")
 
 
 if __name__ == "__main__":

@@ -77,18 +77,6 @@ class ChatChoice(_Closed):
     finish_reason: Literal["stop", "length"]
 
 
-class ChatCompletion(_Closed):
-    """Non-streamed answer of ``POST /v1/chat/completions``."""
-
-    id: str = Field(min_length=1)
-    object: Literal["chat.completion"]
-    created: int
-    model: str = Field(min_length=1)
-    choices: list[ChatChoice] = Field(min_length=1, max_length=1)
-    usage: Usage
-    system_fingerprint: str
-
-
 class TextChoice(_Closed):
     """One choice of a text completion."""
 
@@ -98,16 +86,28 @@ class TextChoice(_Closed):
     finish_reason: Literal["stop", "length"]
 
 
-class TextCompletion(_Closed):
-    """Non-streamed answer of ``POST /v1/completions``."""
+class _Completion(_Closed):
+    """Fields every non-streamed answer has."""
 
     id: str = Field(min_length=1)
-    object: Literal["text_completion"]
     created: int
     model: str = Field(min_length=1)
-    choices: list[TextChoice] = Field(min_length=1, max_length=1)
     usage: Usage
     system_fingerprint: str
+
+
+class ChatCompletion(_Completion):
+    """Non-streamed answer of ``POST /v1/chat/completions``."""
+
+    object: Literal["chat.completion"]
+    choices: list[ChatChoice] = Field(min_length=1, max_length=1)
+
+
+class TextCompletion(_Completion):
+    """Non-streamed answer of ``POST /v1/completions``."""
+
+    object: Literal["text_completion"]
+    choices: list[TextChoice] = Field(min_length=1, max_length=1)
 
 
 class ModelCard(_Closed):
