@@ -12,7 +12,7 @@ pytest.importorskip("schemathesis")
 
 from pbkv_server.http.fuzzing import fuzz  # noqa: E402
 
-# Cases per operation and mode: about 8 s for the whole API on the 2-core CI machine.
+# Cases per operation and mode: about 13 s for the whole API on the 2-core machine.
 CI_EXAMPLES = 40
 
 
