@@ -13,11 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 
 import httpx
@@ -26,6 +21,8 @@ from rich.progress import Progress
 
 from pbkv_contract.hints import END_PATH, Hints
 from pbkv_server.engine.policies import DEFAULT_POLICY
+
+from _server_proc import cpu_s, percentile, rss_mib, start_server, stop_server
 
 AGENTS = ("planner", "coder", "tester", "coder", "tester")
 console = Console()
@@ -41,36 +38,31 @@ def main() -> None:
     parser.add_argument("--host-tokens", type=int, default=None, help="host KV capacity (default: profile)")
     args = parser.parse_args()
 
-    port = _free_port()
-    exe = os.path.join(os.path.dirname(sys.executable), "pbkv-server")
-    cmd = [exe, "--port", str(port), "--policy", args.policy, "--log-level", "warning"]
+    flags = ["--policy", args.policy, "--log-level", "warning"]
     for flag, value in (("--device-tokens", args.device_tokens), ("--host-tokens", args.host_tokens)):
         if value is not None:
-            cmd += [flag, str(value)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+            flags += [flag, str(value)]
+    proc, url = start_server(*flags)
     try:
-        _wait_ready(url, proc)
         console.print(f"pbkv-server pid {proc.pid}, policy {args.policy}, pace 0, "
                       f"{args.clients} clients x {args.requests} requests per round")
         for rnd in range(args.rounds):
-            rss_before, cpu_before, srv_before = _rss_mib(proc.pid), _cpu_s(proc.pid), _server_latency(url)
+            rss_before, cpu_before, srv_before = rss_mib(proc.pid), cpu_s(proc.pid), _server_latency(url)
             stats = asyncio.run(_round(url, args.clients, args.requests, rnd))
-            rss_after, cpu, srv_after = _rss_mib(proc.pid), _cpu_s(proc.pid) - cpu_before, _server_latency(url)
+            rss_after, cpu, srv_after = rss_mib(proc.pid), cpu_s(proc.pid) - cpu_before, _server_latency(url)
             srv_mean = (srv_after[0] - srv_before[0]) / max(1, srv_after[1] - srv_before[1])
             fill = _gauges(url, ("pbkv_device_used_tokens", "pbkv_host_used_tokens"))
             lat = sorted(stats["latencies"])
             console.print(
                 f"round {rnd + 1}: {stats['ok']} ok, {stats['errors']} errors in {stats['wall']:.1f} s = "
-                f"{stats['ok'] / stats['wall']:.0f} requests/s; latency p50 {_pct(lat, 50) * 1e3:.1f} ms, "
-                f"p99 {_pct(lat, 99) * 1e3:.1f} ms; cached-token share {stats['cached'] / max(1, stats['prompt']):.1%}; "
+                f"{stats['ok'] / stats['wall']:.0f} requests/s; latency p50 {percentile(lat, 50) * 1e3:.1f} ms, "
+                f"p99 {percentile(lat, 99) * 1e3:.1f} ms; cached-token share {stats['cached'] / max(1, stats['prompt']):.1%}; "
                 f"server RSS {rss_before:.1f} -> {rss_after:.1f} MiB; server CPU {cpu:.1f} s "
                 f"({cpu / max(1, stats['ok']) * 1e3:.2f} ms per request); server-side mean latency "
                 f"{srv_mean * 1e3:.1f} ms; KV cache after: device {fill[0]:.0f}, host {fill[1]:.0f} tokens"
             )
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=15)
+        stop_server(proc)
 
 
 async def _round(url: str, clients: int, requests: int, rnd: int) -> dict:
@@ -120,20 +112,6 @@ async def _round(url: str, clients: int, requests: int, rnd: int) -> dict:
     return stats
 
 
-def _pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
-
-
-def _rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def _server_latency(url: str) -> tuple[float, float]:
     """(sum, count) of the server's own request-latency histogram (arrival to response start)."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -154,32 +132,6 @@ def _gauges(url: str, names: tuple[str, ...]) -> list[float]:
 
     found = {s.name: s.value for f in text_string_to_metric_families(httpx.get(url + "/metrics").text) for s in f.samples}
     return [found.get(n, float("nan")) for n in names]
-
-
-def _cpu_s(pid: int) -> float:
-    # utime + stime of the server process (fields 14 and 15 of /proc/PID/stat), in seconds.
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"pbkv-server exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise RuntimeError("pbkv-server did not become ready")
 
 
 if __name__ == "__main__":

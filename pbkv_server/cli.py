@@ -15,7 +15,12 @@ from typing import List, NoReturn, Optional
 import typer
 
 from pbkv_server.engine.policies import DEFAULT_POLICY
-from pbkv_server.http.config import ServerConfig
+from pbkv_server.http.config import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_HEADERS,
+    ServerConfig,
+)
 
 __all__ = ["app", "build_config"]
 
@@ -42,6 +47,12 @@ def main(
     idle_retire_s: float = typer.Option(600.0, help="Retire workflows idle this many wall seconds (0 = never)."),
     page_size: int = typer.Option(1, min=1, help="KV page size in tokens (SGLang --page-size): whole pages are cached and evicted."),
     seed: int = typer.Option(0, help="Seed of the scenario's replies."),
+    max_body_bytes: int = typer.Option(DEFAULT_MAX_BODY_BYTES, min=1, help="Larger request bodies get 413."),
+    max_header_bytes: int = typer.Option(DEFAULT_MAX_HEADER_BYTES, min=1024,
+                                         help="Larger request heads get 431 (414 for the request line)."),
+    max_headers: int = typer.Option(DEFAULT_MAX_HEADERS, min=1, help="Requests with more header fields get 431."),
+    max_prompt_tokens: Optional[int] = typer.Option(
+        None, min=1, help="Tokenization budget per request (default: the device KV capacity); longer prompts get 400."),
     log_level: str = typer.Option("info", help="Python log level."),
 ) -> None:
     """Start the server; extra arguments after ``--`` go to SGLang (``--engine sglang``).
@@ -71,6 +82,8 @@ def main(
             policy=policy, profile=profile, predictor=predictor, scenario=scenario, host=host, port=port,
             pace=pace, trace_out=trace_out, hint_token=hint_token, device_tokens=device_tokens,
             host_tokens=host_tokens, idle_retire_s=idle_retire_s, seed=seed, page_size=page_size,
+            max_body_bytes=max_body_bytes, max_header_bytes=max_header_bytes, max_headers=max_headers,
+            max_prompt_tokens=max_prompt_tokens,
         )
         from pbkv_server.http.runner import serve_forever
 

@@ -38,11 +38,13 @@ __all__ = [
     "LETTER_BYTES_PER_TOKEN",
     "OTHER_BYTES_PER_TOKEN",
     "count_tokens",
+    "min_tokens",
     "token_starts",
     "prompt_token_starts",
     "prompt_tokens",
     "block_tokens",
     "truncate_to_tokens",
+    "TokenBudgetExceeded",
 ]
 
 #: UTF-8 bytes one BPE token covers in a letter piece (leading space/punctuation included).
@@ -56,6 +58,32 @@ _SPLIT_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+
+
+class TokenBudgetExceeded(ValueError):
+    """A prompt has more tokens than the caller's budget; tokenizing stopped early.
+
+    Attributes:
+        budget: the budget in tokens.
+        at_least: a lower bound of the prompt's tokens (> ``budget``): the exact count of the
+            part tokenized so far, or the bound of :func:`min_tokens` for the rest.
+    """
+
+    def __init__(self, budget: int, at_least: int):
+        super().__init__(f"prompt has at least {at_least} tokens, over the budget of {budget}")
+        self.budget = budget
+        self.at_least = at_least
+
+
+def min_tokens(text: str) -> int:
+    """A lower bound of :func:`count_tokens` that costs O(1): ``ceil(len(text) / 7)``.
+
+    Every piece of ``b`` UTF-8 bytes costs ``ceil(b / w)`` tokens with ``w <= 7``
+    (:data:`LETTER_BYTES_PER_TOKEN`), the pieces cover the text, and a character is at least one
+    byte, so the count is at least ``ceil(chars / 7)``. A prompt whose bound is over a budget is
+    refused without being tokenized: the work per request stays proportional to the budget.
+    """
+    return -(-len(text) // LETTER_BYTES_PER_TOKEN)
 
 
 def count_tokens(text: str) -> int:
@@ -108,7 +136,7 @@ def prompt_tokens(prompt: Sequence[Mapping[str, Any]] | str) -> int:
 
 
 def block_tokens(
-    prompt: Sequence[Mapping[str, Any]] | str, block_chars: int = DEFAULT_BLOCK_CHARS
+    prompt: Sequence[Mapping[str, Any]] | str, block_chars: int = DEFAULT_BLOCK_CHARS, budget: int | None = None
 ) -> list[int]:
     """Tokens of each ``block_chars``-character block of the canonical prompt.
 
@@ -118,17 +146,22 @@ def block_tokens(
     Args:
         prompt: chat messages or a plain completion prompt.
         block_chars: characters per block (>= 1).
+        budget: most tokens the prompt may have (``None`` = no limit). The check runs before
+            and during tokenization (message by message, with the O(1) bound of
+            :func:`min_tokens`), so a huge prompt costs at most about ``7 * budget`` characters
+            of tokenizing before it is refused.
 
     Returns:
         ``ceil(len(text) / block_chars)`` non-negative ints summing to :func:`prompt_tokens`.
 
     Raises:
         ValueError: ``block_chars`` < 1.
+        TokenBudgetExceeded: the prompt has more than ``budget`` tokens.
     """
     if block_chars < 1:
         raise ValueError("block_chars must be >= 1")
+    starts = _prompt_starts(prompt, budget)
     n_blocks = math.ceil(len(canonical_prompt(prompt)) / block_chars)
-    starts = _prompt_starts(prompt)
     # Tokens of block b = starts in [b * block_chars, (b + 1) * block_chars): differences of the
     # sorted positions of the block edges.
     edges = np.searchsorted(starts, np.arange(n_blocks + 1, dtype=np.int64) * block_chars, side="left")
@@ -155,16 +188,30 @@ def truncate_to_tokens(text: str, max_tokens: int) -> tuple[str, int]:
     return cut, count_tokens(cut)
 
 
-def _prompt_starts(prompt: Sequence[Mapping[str, Any]] | str) -> np.ndarray:
+def _prompt_starts(prompt: Sequence[Mapping[str, Any]] | str, budget: int | None = None) -> np.ndarray:
     if isinstance(prompt, str):
-        return np.asarray(token_starts(prompt), dtype=np.int64)
+        _check_budget(0, min_tokens(prompt), budget)
+        starts = np.asarray(token_starts(prompt), dtype=np.int64)
+        _check_budget(0, starts.size, budget)
+        return starts
     parts: list[np.ndarray] = []
     offset = 0
+    counted = 0
     for message in prompt:
         segment = f"<|{message.get('role', 'user')}|>{message_text(message)}<|end|>"
-        parts.append(_SEGMENTS.starts(segment) + offset)
+        # Refuse before tokenizing a segment that cannot fit: the cost stays bounded by the budget.
+        _check_budget(counted, min_tokens(segment), budget)
+        found = _SEGMENTS.starts(segment)
+        counted += found.size
+        _check_budget(counted, 0, budget)
+        parts.append(found + offset)
         offset += len(segment)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _check_budget(counted: int, more: int, budget: int | None) -> None:
+    if budget is not None and counted + more > budget:
+        raise TokenBudgetExceeded(budget, counted + more)
 
 
 class _SegmentCache:

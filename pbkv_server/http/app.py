@@ -9,6 +9,11 @@ Routes (DESIGN.md sections 2 and 6):
 * ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics``.
 * ``POST /pbkv/v1/workflows/{workflow_id}/end`` (204, idempotent, unknown ids fine) and
   ``PUT /pbkv/v1/apps/{app}/graph`` (204): the only routes guarded by ``--hint-token``.
+* ``GET /openapi.json``: the OpenAPI document of all of the above (:mod:`pbkv_server.http.openapi`).
+
+Bodies are read by the routes themselves: size checked on ``Content-Length`` before reading, JSON
+depth bounded, then validated as OpenAI does (:mod:`pbkv_server.http.validation`). Head limits
+(header size and count) are enforced below the app, in :mod:`pbkv_server.http.protocol`.
 """
 
 from __future__ import annotations
@@ -24,8 +29,22 @@ from pbkv_server.engine import EngineConfig
 from pbkv_server.http.config import ServerConfig
 from pbkv_server.http.driver import EngineFailure
 from pbkv_server.http.errors import ApiError, install_error_handlers, read_json_body
-from pbkv_server.http.metrics import CONTENT_TYPE
+from pbkv_server.http.validation import ChatCompletionRequest, CompletionRequest
+from pbkv_server.http.metrics import CONTENT_TYPE, route_label
 from pbkv_server.http.exchange import figure_headers
+from pbkv_server.http.openapi import (
+    AGENT_MAP,
+    AppGraph,
+    ChatCompletion,
+    Health,
+    ModelCard,
+    ModelList,
+    TextCompletion,
+    WorkflowEnd,
+    install_openapi,
+    json_body,
+    responses,
+)
 from pbkv_server.http.responses import full_response, model_card, stream_events
 from pbkv_server.http.service import PbkvService
 from pbkv_contract.hints import END_PATH, GRAPH_PATH
@@ -59,12 +78,20 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
     app = FastAPI(title="pbkv-server", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service
     install_error_handlers(app)
+    install_openapi(app)
     metrics = service.metrics
 
     app.add_middleware(_CountRequests, metrics=metrics)
+    # Sizes a soak run watches for growth (benchmarks/server_soak.py).
+    metrics.watch("pbkv_tree_nodes", "Radix-tree nodes of the engine (both tiers)",
+                  lambda: service.driver.engine.tree.n_nodes)
+    metrics.watch("pbkv_server_workflows", "Active workflows in the server's workflow table", lambda: len(service.workflows))
+    metrics.watch("pbkv_server_ended_workflow_ids", "Ended workflow ids remembered for idempotent end signals",
+                  lambda: service.workflows.ended_count)
+    llm_errors = (400, 413, 431, 500)
 
     async def serve(request: Request, kind: str) -> Response:
-        body = await read_json_body(request, config.max_body_bytes)
+        body = await read_json_body(request, config.max_body_bytes, config.max_json_depth)
         prep = service.prepare(body, request.headers, kind)
         sub = service.submit(prep)
         try:
@@ -81,26 +108,34 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
             raise ApiError(500, str(exc), "engine_failure") from None
         return JSONResponse(full_response(prep, result), headers=result.headers(prep.hint_status))
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=json_body(ChatCompletionRequest),
+              responses=responses(ChatCompletion, *llm_errors, stream=True), response_class=Response)
     async def chat_completions(request: Request) -> Response:
+        """OpenAI chat completion (``stream: true`` answers server-sent events)."""
         return await serve(request, "chat")
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=json_body(CompletionRequest),
+              responses=responses(TextCompletion, *llm_errors, stream=True), response_class=Response)
     async def completions(request: Request) -> Response:
+        """OpenAI (legacy) text completion of one prompt string."""
         return await serve(request, "completion")
 
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [model_card(config.model_name)]}
+    @app.get("/v1/models", responses=responses(ModelList, 431), response_class=Response)
+    async def models() -> Response:
+        """The one model this server answers as."""
+        return JSONResponse({"object": "list", "data": [model_card(config.model_name)]})
 
-    @app.get("/v1/models/{model_id:path}")
-    async def model(model_id: str) -> dict[str, Any]:
-        return model_card(model_id)
+    # A path parameter with a line break matches no route: 404, like any unknown path.
+    @app.get("/v1/models/{model_id:path}", responses=responses(ModelCard, 404, 431), response_class=Response)
+    async def model(model_id: str) -> Response:
+        """A model card for any id (the server answers every model name)."""
+        return JSONResponse(model_card(model_id))
 
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
+    @app.get("/health", responses=responses(Health, 431), response_class=Response)
+    async def health() -> Response:
+        """Liveness and the engine's settings."""
         driver = service.driver
-        return {
+        return JSONResponse({
             "status": "ok",
             "engine": config.engine,
             "policy": config.policy,
@@ -109,23 +144,30 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
             "inflight": driver.inflight,
             "active_workflows": len(service.workflows),
             "engine_failures": driver.engine_failures,
-        }
+        })
 
-    @app.get("/metrics")
+    @app.get("/metrics", responses=responses(None, 431, text=True), response_class=Response)
     async def prometheus_metrics() -> Response:
+        """Prometheus text exposition of the server's and the engine's figures."""
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.post(END_PATH.replace("{workflow_id}", "{workflow_id:path}"), status_code=204)
+    @app.post(END_PATH.replace("{workflow_id}", "{workflow_id:path}"), status_code=204,
+              openapi_extra=json_body(WorkflowEnd, required=False, description="Optional; empty means completed"),
+              responses=responses(None, 400, 401, 404, 413, 431, ok_status=204), response_class=Response)
     async def end_workflow(workflow_id: str, request: Request) -> Response:
+        """End signal of a workflow (idempotent; an id never seen is fine)."""
         service.check_hint_token(request.headers)
-        body = await _optional_json(request, config.max_body_bytes)
+        body = await _optional_json(request, config.max_body_bytes, config.max_json_depth)
         service.end_workflow(workflow_id, body)
         return Response(status_code=204)
 
-    @app.put(GRAPH_PATH.replace("{app}", "{app_name:path}"), status_code=204)
+    @app.put(GRAPH_PATH.replace("{app}", "{app_name:path}"), status_code=204,
+             openapi_extra=json_body({"anyOf": [{"$ref": "#/components/schemas/AppGraph"}, AGENT_MAP]}),
+             responses=responses(None, 400, 401, 404, 413, 431, ok_status=204), response_class=Response)
     async def app_graph(app_name: str, request: Request) -> Response:
+        """Static call graph of an app, for the ``kvflow`` policy."""
         service.check_hint_token(request.headers)
-        body = await read_json_body(request, config.max_body_bytes)
+        body = await read_json_body(request, config.max_body_bytes, config.max_json_depth)
         service.set_app_graph(app_name, body)
         return Response(status_code=204)
 
@@ -151,7 +193,7 @@ class _CountRequests:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        route = _route_label(scope.get("path", ""))
+        route = route_label(scope.get("path", ""))
         start = time.monotonic()
 
         async def send_wrapper(message: dict[str, Any]) -> None:
@@ -164,26 +206,16 @@ class _CountRequests:
         await self.app(scope, receive, send_wrapper)
 
 
-def _route_label(path: str) -> str:
-    # Fixed labels keep the metric's cardinality bounded whatever paths clients send.
-    if path == "/v1/chat/completions":
-        return "chat"
-    if path == "/v1/completions":
-        return "completions"
-    if path.startswith("/pbkv/v1/workflows/"):
-        return "workflow_end"
-    if path.startswith("/pbkv/v1/apps/"):
-        return "app_graph"
-    if path in ("/health", "/metrics", "/v1/models"):
-        return path.strip("/").replace("/", "_")
-    return "other"
-
-
-async def _optional_json(request: Request, max_bytes: int) -> Any:
-    # The end signal's body is optional: an empty body means status "completed".
+async def _optional_json(request: Request, max_bytes: int, max_depth: int) -> Any:
+    # The end signal's body is optional: an empty body means status "completed". A body that is
+    # present must be an object (JSON null is not "no body").
     try:
-        return await read_json_body(request, max_bytes)
+        body = await read_json_body(request, max_bytes, max_depth)
     except ApiError as exc:
         if exc.code == "invalid_json" and "empty" in exc.message:
             return None
         raise
+    if not isinstance(body, dict):
+        raise ApiError(400, "body must be a JSON object", "invalid_request")
+    return body
+

@@ -6,10 +6,23 @@ from dataclasses import dataclass, field
 
 from pbkv_server.engine.policies import DEFAULT_POLICY, policy_info
 
-__all__ = ["ServerConfig", "DEFAULT_MAX_BODY_BYTES"]
+__all__ = ["ServerConfig", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_HEADER_BYTES", "DEFAULT_MAX_HEADERS",
+           "DEFAULT_MAX_JSON_DEPTH"]
+
 
 #: Largest accepted request body: 16 MiB holds a ~4M-character prompt, far beyond any context window.
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+#: Largest request head (request line + headers), in bytes: nginx's and Node's limits are 8-16 KiB;
+#: 16 KiB still holds an 8 KiB header value (regression case 10) next to a client's usual headers.
+DEFAULT_MAX_HEADER_BYTES = 16 * 1024
+
+#: Most header fields per request (Apache's LimitRequestFields default).
+DEFAULT_MAX_HEADERS = 100
+
+#: Deepest JSON nesting of a request body; OpenAI bodies nest about 6 levels (tool parameter
+#: schemas a few more), and Python walkers must never meet a body near the recursion limit.
+DEFAULT_MAX_JSON_DEPTH = 64
 
 
 @dataclass
@@ -37,7 +50,15 @@ class ServerConfig:
             ``None`` = never.
         horizon: K, predicted steps per workflow. gamma: score decay. rho: pbkv-aggressive share.
         max_batch: engine's continuous-batching limit (requests running at once).
-        max_body_bytes: larger request bodies are answered 413.
+        max_body_bytes: larger request bodies are answered 413 (checked on ``Content-Length``
+            before reading, and while reading a body sent without one).
+        max_header_bytes: request line + headers larger than this are answered 431 (414 for the
+            request line alone) by the HTTP protocol layer, before anything is buffered beyond it.
+        max_headers: requests with more header fields are answered 431.
+        max_json_depth: bodies nested deeper are answered 400 (``invalid_json``).
+        max_prompt_tokens: tokenization budget per request; a longer prompt is answered 400
+            (``context_length_exceeded``) without being tokenized past the budget. ``None`` = the
+            device KV capacity minus one output token (a longer prompt could never run).
         max_active_workflows: active-workflow table bound; the least recently seen is retired beyond it.
         max_ended_ids: how many ended workflow ids are remembered (LRU) for idempotent end signals.
         block_chars: characters per cache block (``pbkv_contract.blocks.prefix_hashes``).
@@ -65,6 +86,10 @@ class ServerConfig:
     rho: float = 0.1
     max_batch: int = 256
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_headers: int = DEFAULT_MAX_HEADERS
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_prompt_tokens: int | None = None
     max_active_workflows: int = 100_000
     max_ended_ids: int = 100_000
     block_chars: int = 64
@@ -84,9 +109,13 @@ class ServerConfig:
         if self.idle_retire_s is not None and self.idle_retire_s <= 0:
             raise ValueError("idle_retire_s must be > 0 (or None to disable)")
         for name in ("max_body_bytes", "max_active_workflows", "max_ended_ids", "block_chars", "max_batch",
-                     "page_size"):
+                     "page_size", "max_headers", "max_json_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.max_header_bytes < 1024:
+            raise ValueError("max_header_bytes must be >= 1024 (a request head needs a few hundred bytes)")
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ValueError("max_prompt_tokens must be >= 1 (or None for the device capacity)")
 
 
 def _predictive(policy: str) -> bool:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
+
+import numpy as np
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -27,6 +30,8 @@ _TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    414: "invalid_request_error",
+    431: "invalid_request_error",
     500: "server_error",
     503: "server_error",
 }
@@ -94,16 +99,26 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(500, f"internal error: {type(exc).__name__}", "internal_error"), status_code=500)
 
 
-async def read_json_body(request: Request, max_bytes: int) -> Any:
+async def read_json_body(request: Request, max_bytes: int, max_depth: int | None = None) -> Any:
     """Read and decode the JSON body, never holding more than ``max_bytes`` of it.
+
+    The size is checked on ``Content-Length`` before anything is read, and again while reading
+    (a chunked body has no declared size). JSON is RFC 8259 JSON: ``NaN`` and ``Infinity``, which
+    Python's parser accepts by default, are refused, as are numbers too large to convert.
+
+    Args:
+        request: the incoming request.
+        max_bytes: largest body accepted.
+        max_depth: deepest nesting of arrays and objects accepted (``None`` = the parser's
+            recursion limit only).
 
     Returns:
         the decoded JSON value (any type: callers check the shape).
 
     Raises:
         ApiError: 413 (``request_too_large``) when the declared or actual size exceeds
-            ``max_bytes``; 400 (``invalid_json``) when the body is not UTF-8 JSON or is nested
-            deeper than the parser's recursion limit.
+            ``max_bytes``; 400 (``invalid_json``) when the body is not UTF-8 JSON, holds NaN or
+            Infinity, or is nested deeper than ``max_depth`` or the parser's recursion limit.
         ClientDisconnect: the client went away mid-body (answered by a quiet handler).
     """
     declared = request.headers.get("content-length")
@@ -117,11 +132,43 @@ async def read_json_body(request: Request, max_bytes: int) -> Any:
             raise ApiError(413, f"request body exceeds the {max_bytes}-byte limit", "request_too_large")
         chunks.append(chunk)
     raw = b"".join(chunks)
-    if not raw.strip():
+    if not raw:
         raise ApiError(400, "request body is empty; expected a JSON object", "invalid_json")
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
+        value = json.loads(raw, parse_constant=_refuse_constant)
     except RecursionError:
         raise ApiError(400, "request body is nested too deeply", "invalid_json") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN/Infinity, a 5,000-digit int
+        raise ApiError(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
+    if max_depth is not None:
+        depth = json_depth(raw)
+        if depth > max_depth:
+            raise ApiError(400, f"request body is nested too deeply ({depth} levels; the limit is {max_depth})",
+                           "invalid_json")
+    return value
+
+
+def json_depth(raw: bytes) -> int:
+    """Deepest nesting of arrays and objects in a valid JSON document (0 for a scalar).
+
+    Strings are removed first (a bracket inside a string does not nest), then the remaining
+    brackets are counted as +1 / -1 and the running sum's maximum taken; all three passes run in
+    C (regex, ``bytes.translate``, numpy), so a 16 MiB body costs milliseconds. The document must
+    already have parsed: on an unterminated string the regex could backtrack.
+    """
+    structural = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    if not structural:
+        return 0
+    codes = np.frombuffer(structural, dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max())
+
+
+# A JSON string, "unrolled" (runs of plain characters, then one escape at a time) so that the
+# regex engine scans plain text in one fast loop: 14 MB of text takes 0.03 s, not 3 s.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON (RFC 8259 has no NaN or Infinity)")

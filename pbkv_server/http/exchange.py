@@ -1,6 +1,6 @@
 """The parts of one LLM exchange: the validated request, its outcome, and their wire forms.
 
-:func:`request_messages` and :func:`request_max_tokens` read an OpenAI body; :class:`Prepared`
+:func:`request_messages` and :func:`request_max_tokens` read a validated OpenAI body; :class:`Prepared`
 is a request ready for the engine; :class:`Completion` is its outcome in tokens and engine
 seconds, with the OpenAI ``usage`` object and the ``X-PBKV-*`` response headers.
 """
@@ -12,7 +12,6 @@ from typing import Any, Mapping
 
 from pbkv_contract.hints import Hints
 from pbkv_server.engine import EngineRequest
-from pbkv_server.http.errors import ApiError
 
 __all__ = ["Prepared", "Completion", "figure_headers", "request_messages", "request_max_tokens",
            "HEADER_PROMPT_TOKENS", "HEADER_CACHED_TOKENS", "HEADER_HOST_CACHED_TOKENS", "HEADER_TTFT",
@@ -100,39 +99,23 @@ def figure_headers(prompt_tokens: int, device_cached: int, host_cached: int, ttf
     }
 
 
-def request_messages(body: Mapping[str, Any], kind: str) -> list[dict[str, Any]]:
-    """The chat messages of a body (a completion prompt becomes one user message).
+def request_messages(body: Mapping[str, Any], request: Any, kind: str) -> list[dict[str, Any]]:
+    """The chat messages of a validated body (a completion prompt becomes one user message).
 
-    Raises:
-        ApiError: 400 naming the field when messages/prompt have the wrong shape.
+    Args:
+        body: the decoded JSON body.
+        request: its validated model (:mod:`pbkv_server.http.validation`).
+        kind: ``"chat"`` or ``"completion"``. Decided by the route, never by the fields: unknown
+            fields are kept on the model, so a chat body may carry a stray ``prompt``.
     """
     if kind == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ApiError(400, "messages must be a non-empty array", "invalid_type", "messages")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise ApiError(400, f"messages[{i}] must be an object with a role", "invalid_type", f"messages[{i}]")
-        return messages
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise ApiError(400, "prompt must be a string (batched prompts are not supported)", "invalid_type", "prompt")
-    return [{"role": "user", "content": prompt}]
+        return body["messages"]
+    prompt = request.prompt
+    return [{"role": "user", "content": prompt if isinstance(prompt, str) else prompt[0]}]
 
 
-def request_max_tokens(body: Mapping[str, Any]) -> int | None:
-    """``max_completion_tokens`` or else ``max_tokens``; ``None`` when absent.
-
-    Raises:
-        ApiError: 400 when the value is not a positive integer.
-    """
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ApiError(400, f"{name} must be a positive integer", "invalid_value", name)
-        return value
-    return None
+def request_max_tokens(request: Any, kind: str) -> int | None:
+    """``max_completion_tokens`` (chat only) or else ``max_tokens`` of a validated request; ``None`` when absent."""
+    if kind == "chat" and request.max_completion_tokens is not None:
+        return request.max_completion_tokens
+    return request.max_tokens

@@ -14,13 +14,21 @@ import itertools
 import statistics
 from typing import Any, Callable, Iterable
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, Info, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pbkv_server.metrics import ENGINE_METRICS, LATENCY_METRICS, REQUEST_METRICS, prometheus_name
 
-__all__ = ["ServerMetrics", "CONTENT_TYPE"]
+__all__ = ["ServerMetrics", "CONTENT_TYPE", "route_label"]
 
 #: Content type of :meth:`ServerMetrics.render` output.
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -54,6 +62,12 @@ class ServerMetrics:
             "pbkv_malformed_hints", "Requests whose PBKV hints were malformed (served anonymously)",
             registry=self.registry,
         )
+        self.rejected = Counter(
+            "pbkv_rejected_requests",
+            "Requests refused by the HTTP layer before routing, by reason (header_too_large, too_many_headers, "
+            "uri_too_long, control_char_in_hint_header, invalid_header, invalid_http)",
+            ["reason"], registry=self.registry,
+        )
         self.workflow_ends = Counter(
             "pbkv_workflow_ends", "Workflow end signals and retirements by status and source",
             ["status", "source"], registry=self.registry,
@@ -63,10 +77,59 @@ class ServerMetrics:
         )
         Info("pbkv_server", "Server configuration", registry=self.registry).info(info)
         self.registry.register(_EngineCollector(stats))
+        # process_resident_memory_bytes, process_open_fds, ...: what a soak run watches.
+        ProcessCollector(registry=self.registry)
+        self._watched = _WatchedGauges()
+        self.registry.register(self._watched)
+
+    def watch(self, name: str, doc: str, read: Callable[[], float | None]) -> None:
+        """Export gauge ``name`` read by ``read()`` at scrape time (skipped while it returns ``None``
+        or raises, e.g. before the engine exists)."""
+        self._watched.gauges.append((name, doc, read))
+
+    def count_rejected(self, status: int, reason: str, path: str) -> None:
+        """Count a request the HTTP layer refused: by reason, and by route and status like any answer."""
+        self.rejected.labels(reason).inc()
+        self.requests.labels(route_label(path), str(status)).inc()
 
     def render(self) -> bytes:
         """The text exposition of every metric (``CONTENT_TYPE``)."""
         return generate_latest(self.registry)
+
+
+class _WatchedGauges(Collector):
+    """Gauges read from live objects at scrape time (tree size, workflow-table sizes)."""
+
+    def __init__(self) -> None:
+        self.gauges: list[tuple[str, str, Callable[[], float | None]]] = []
+
+    def describe(self) -> Iterable[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        for name, doc, read in self.gauges:
+            try:
+                value = read()
+            except Exception:  # a scrape must not fail because one object is not there yet
+                continue
+            if value is not None:
+                yield GaugeMetricFamily(name, doc, value=float(value))
+
+
+def route_label(path: str) -> str:
+    """The ``route`` label of a request path: a fixed set, whatever paths clients send."""
+    # Fixed labels keep the metric's cardinality bounded.
+    if path == "/v1/chat/completions":
+        return "chat"
+    if path == "/v1/completions":
+        return "completions"
+    if path.startswith("/pbkv/v1/workflows/"):
+        return "workflow_end"
+    if path.startswith("/pbkv/v1/apps/"):
+        return "app_graph"
+    if path in ("/health", "/metrics", "/v1/models"):
+        return path.strip("/").replace("/", "_")
+    return "other"
 
 
 class _EngineCollector(Collector):

@@ -1,20 +1,30 @@
-"""Run a pbkv-server in the foreground (CLI) or on a background thread (examples, tests)."""
+"""Run a pbkv-server in the foreground (CLI) or on a background thread (examples, tests).
+
+Both run uvicorn with the guarded HTTP protocol of :mod:`pbkv_server.http.protocol` (head size
+and count limits, counted OpenAI-style rejections). A server bound to an address other than
+loopback without ``--hint-token`` logs a warning at startup (README, "Exposing the server").
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import socket
 import threading
 import time
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 import uvicorn
 
 from pbkv_server.engine import EngineConfig
 from pbkv_server.http.app import create_app
 from pbkv_server.http.config import ServerConfig
+from pbkv_server.http.protocol import RejectHandler, guarded_protocol
 
-__all__ = ["ServerHandle", "run_in_thread", "serve_forever"]
+log = logging.getLogger(__name__)
+
+__all__ = ["ServerHandle", "run_in_thread", "serve_forever", "exposure_warning"]
 
 
 class ServerHandle:
@@ -112,10 +122,49 @@ def serve_forever(config: ServerConfig, announce: Callable[[str], None] | None =
     uvicorn.Server(_uvicorn_config(app, config)).run(sockets=[sock])
 
 
-def _uvicorn_config(app: object, config: ServerConfig) -> uvicorn.Config:
-    # h11/httptools and uvloop are picked automatically when installed; access logs cost ~10% at load.
+def _uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
+    # uvloop is picked automatically when installed; access logs cost ~10% at load.
+    _warn_if_exposed(config)
+    protocol = guarded_protocol(config.max_header_bytes, config.max_headers, _reject_handler(app.state.service.metrics))
     return uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
-                          timeout_keep_alive=30, lifespan="on")
+                          timeout_keep_alive=30, lifespan="on", http=protocol)
+
+
+def _reject_handler(metrics: Any) -> RejectHandler:
+    """Count every request the protocol layer refuses; log each reason once (then at debug level)."""
+    logged: set[str] = set()
+
+    def on_reject(status: int, reason: str, path: str) -> None:
+        metrics.count_rejected(status, reason, path)
+        level = logging.DEBUG if reason in logged else logging.WARNING
+        logged.add(reason)
+        log.log(level, "refused a request to %s with %d (%s)%s", path or "?", status, reason,
+                "" if level == logging.DEBUG else "; later refusals for this reason are logged at debug level")
+
+    return on_reject
+
+
+def exposure_warning(config: ServerConfig) -> str | None:
+    """The startup warning for a server reachable beyond this machine without ``--hint-token``.
+
+    Returns:
+        the message, or ``None`` when the bind address is loopback (127.0.0.0/8, ::1,
+        ``localhost``) or a hint token is set.
+    """
+    try:
+        loopback = ipaddress.ip_address(config.host).is_loopback
+    except ValueError:
+        loopback = config.host == "localhost"
+    if loopback or config.hint_token is not None:
+        return None
+    return (f"pbkv-server listens on {config.host} without --hint-token: anyone who can reach this port can end "
+            "workflows and set app graphs; see README, 'Exposing the server'")
+
+
+def _warn_if_exposed(config: ServerConfig) -> None:
+    message = exposure_warning(config)
+    if message is not None:
+        log.warning(message)
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -37,7 +37,8 @@ from pbkv_server.http.metrics import ServerMetrics
 from pbkv_server.http.served_trace import ServedTrace
 from pbkv_server.scenario import Scenario, ScenarioRequest, get_scenario, load_scenario
 from pbkv_server.scenarios.default import DefaultScenario, answers_selection, selection_candidates
-from pbkv_server.tokenizer import block_tokens, count_tokens, truncate_to_tokens
+from pbkv_server.http.validation import hint_name_problem, validate_request
+from pbkv_server.tokenizer import TokenBudgetExceeded, block_tokens, count_tokens, truncate_to_tokens
 
 __all__ = ["PbkvService", "engine_config_from", "HEADER_HINT_TOKEN"]
 
@@ -142,32 +143,48 @@ class PbkvService:
     def prepare(self, body: Any, headers: Mapping[str, str], kind: str) -> Prepared:
         """Validate an OpenAI chat/completions body and build the engine request and reply.
 
+        Order matters for cost: the body is validated first (field types and ranges, as OpenAI
+        does), then the prompt is tokenized under a budget (``max_prompt_tokens``, else the device
+        capacity minus one output token), so an over-long prompt is refused after tokenizing at
+        most about 7 characters per budget token, before hashing or writing a reply.
+
         Raises:
-            ApiError: 400 for a body of the wrong shape or a prompt beyond the device capacity.
+            ApiError: 400 for a body of the wrong shape or value
+                (:func:`pbkv_server.http.validation.validate_request`), or a prompt beyond the
+                budget or the device capacity (``context_length_exceeded``).
         """
         arrival = time.monotonic()
-        if not isinstance(body, dict):
-            raise ApiError(400, "request body must be a JSON object", "invalid_request")
-        messages = request_messages(body, kind)
-        max_tokens = request_max_tokens(body)
-        n = body.get("n", 1)
-        if n not in (1, None):
-            raise ApiError(400, "only n=1 is supported", "unsupported_value", "n")
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise ApiError(400, "stream must be a boolean", "invalid_type", "stream")
-        stream_options = body.get("stream_options") or {}
-        include_usage = bool(isinstance(stream_options, dict) and stream_options.get("include_usage"))
+        request = validate_request(body, kind)
+        messages = request_messages(body, request, kind)
+        max_tokens = request_max_tokens(request, kind)
+        stream = bool(request.stream)
+        include_usage = bool(stream and request.stream_options and request.stream_options.include_usage)
 
         hints, reason = parse_hints(headers, body)
+        if hints is not None:
+            reason = hint_name_problem(hints)  # the contract's parser lets decoded control characters through
+            if reason is not None:
+                hints = None
         hint_status = "ok" if hints else "anonymous"
         if reason is not None:
             hint_status = "ignored"
             self._malformed(reason)
 
         prompt: Any = messages if kind == "chat" else messages[0]["content"]
+        prompt_param = "messages" if kind == "chat" else "prompt"
+        capacity = self.driver.device_capacity
+        budget = min(self.config.max_prompt_tokens or capacity, capacity - 1)
+        try:
+            tokens = block_tokens(prompt, self.config.block_chars, budget=budget)
+        except TokenBudgetExceeded as exc:
+            raise ApiError(
+                400,
+                f"prompt has at least {exc.at_least} tokens, over the limit of {budget} tokens "
+                f"(the device KV capacity of {capacity} tokens less one output token, or --max-prompt-tokens)",
+                "context_length_exceeded",
+                prompt_param,
+            ) from None
         keys = prefix_hashes(prompt, self.config.block_chars)
-        tokens = block_tokens(prompt, self.config.block_chars)
         text, completion_tokens = self._reply(hints, messages, max_tokens, body, prompt)
         # The engine emits the first token after prefill, so even an empty reply costs one token.
         output_tokens = max(1, completion_tokens)
@@ -178,7 +195,7 @@ class PbkvService:
                 f"prompt of {prompt_tokens} tokens plus {output_tokens} output tokens exceeds the device "
                 f"KV capacity of {self.driver.device_capacity} tokens",
                 "context_length_exceeded",
-                "messages",
+                prompt_param,
             )
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         # A per-server random part plus a counter: unique without an os.urandom call per request.
@@ -239,15 +256,28 @@ class PbkvService:
     # ------------------------------------------------------------------ hint endpoints
 
     def check_hint_token(self, headers: Mapping[str, str]) -> None:
-        """Raise 401 unless the configured hint secret was sent (no-op without one)."""
+        """Raise 401 unless the configured hint secret was sent (no-op without one).
+
+        The secret comes from ``X-PBKV-Hint-Token`` or ``Authorization: Bearer``. The comparison
+        takes the same time whatever was sent: both sides are hashed to 32-byte SHA-256 digests
+        and compared with :func:`hmac.compare_digest`, whose time does not depend on where the
+        bytes differ (Python docs), and equal-length digests hide the secret's length too, which
+        comparing the raw strings would not. A missing token is compared like a wrong one.
+
+        Raises:
+            ApiError: 401 (``invalid_hint_token``).
+        """
         secret = self.config.hint_token
         if secret is None:
             return
         sent = headers.get(HEADER_HINT_TOKEN)
         auth = headers.get("authorization", "")
-        if sent is None and auth.lower().startswith("bearer "):
+        if sent is None and auth[:7].lower() == "bearer ":
             sent = auth[7:].strip()
-        if sent is None or not hmac.compare_digest(sent.encode(), secret.encode()):
+        # Header values arrive as latin-1 text; surrogateescape keeps any str encodable.
+        sent_digest = hashlib.sha256((sent or "").encode("utf-8", "surrogateescape")).digest()
+        secret_digest = hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
+        if not hmac.compare_digest(sent_digest, secret_digest) or sent is None:
             raise ApiError(401, "missing or wrong hint token", "invalid_hint_token")
 
     def end_workflow(self, workflow_id: str, body: Any) -> bool:

@@ -62,6 +62,8 @@ def _pressure_run(server, again=("b", "a")) -> dict:
     with httpx.Client(base_url=server.url) as client:
         rb = chat(client, b, Hints("wf-b", "worker", 0, "demo"), max_tokens=8)
         ra = chat(client, a, Hints("wf-a", "worker", 0, "demo"), max_tokens=8)
+        # a second step: wf-a is a multi-step workflow, so its private history retires at its end
+        assert chat(client, a, Hints("wf-a", "reviewer", 1, "demo"), max_tokens=8).status_code == 200
         assert client.post(END_PATH.format(workflow_id="wf-a"), json={"status": "completed"}).status_code == 204
         rc = chat(client, c, Hints("wf-c", "worker", 0, "demo"), max_tokens=8)
         out["metrics"] = client.get("/metrics").text

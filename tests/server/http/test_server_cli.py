@@ -166,3 +166,20 @@ def test_empty_host_is_refused_rather_than_listening_on_all_interfaces():
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_idle_retire_must_be_finite(value):
     assert "--idle-retire-s must be a finite number" in _startup_error(["--idle-retire-s", value, "--port", "0"])
+
+
+def test_limit_flags_reach_the_server_config():
+    cfg = build_config(policy="lru", predictor=[], idle_retire_s=1, max_body_bytes=1000, max_header_bytes=2048,
+                       max_headers=10, max_prompt_tokens=300)
+    assert (cfg.max_body_bytes, cfg.max_header_bytes, cfg.max_headers, cfg.max_prompt_tokens) == (1000, 2048, 10, 300)
+    default = build_config(policy="lru", predictor=[], idle_retire_s=1)
+    assert (default.max_header_bytes, default.max_headers, default.max_prompt_tokens) == (16 * 1024, 100, None)
+    with pytest.raises(ValueError, match="max_header_bytes must be >= 1024"):
+        build_config(policy="lru", predictor=[], idle_retire_s=1, max_header_bytes=100)
+
+
+def test_limit_flags_below_their_minimum_exit_2():
+    for args in (["--max-header-bytes", "100"], ["--max-headers", "0"], ["--max-prompt-tokens", "0"],
+                 ["--max-body-bytes", "0"]):
+        result = CliRunner().invoke(app, [*args, "--port", "0"])
+        assert result.exit_code == 2, (args, result.output)

@@ -8,8 +8,10 @@ from hypothesis import strategies as st
 
 from pbkv_contract.blocks import canonical_prompt, prefix_hashes
 from pbkv_server.tokenizer import (
+    TokenBudgetExceeded,
     block_tokens,
     count_tokens,
+    min_tokens,
     prompt_token_starts,
     prompt_tokens,
     token_starts,
@@ -92,3 +94,42 @@ def test_block_counts_always_sum_to_token_count(text, block_chars):
     counts = block_tokens(text, block_chars)
     assert sum(counts) == count_tokens(text)
     assert len(counts) == len(prefix_hashes(text, block_chars))
+
+
+def test_min_tokens_is_a_lower_bound_of_the_count():
+    for text in ("", "a", "Hello, world!", " internationalization", "12345", "é" * 30, "x" * 700, "\n\n  \t"):
+        assert min_tokens(text) <= count_tokens(text)
+    assert min_tokens("x" * 700) == 100 and min_tokens("x" * 701) == 101
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=400))
+def test_min_tokens_never_exceeds_the_count(text):
+    assert min_tokens(text) <= count_tokens(text)
+
+
+def test_block_tokens_within_budget_equals_the_unbudgeted_counts():
+    messages = [{"role": "system", "content": "Rules. " * 50}, {"role": "user", "content": "Go."}]
+    total = prompt_tokens(messages)
+    assert block_tokens(messages, 64, budget=total) == block_tokens(messages, 64)
+    with pytest.raises(TokenBudgetExceeded) as caught:
+        block_tokens(messages, 64, budget=total - 1)
+    assert caught.value.budget == total - 1 and caught.value.at_least > total - 1
+
+
+def test_budget_refuses_before_tokenizing_a_message_that_cannot_fit(monkeypatch):
+    import pbkv_server.tokenizer as tokenizer
+
+    tokenized: list[str] = []
+    real = tokenizer.token_starts
+    monkeypatch.setattr(tokenizer, "token_starts", lambda text: tokenized.append(text) or real(text))
+    first = {"role": "system", "content": "short and new " + "q" * 11}
+    huge = {"role": "user", "content": "z" * 7_000}  # >= 1,000 tokens by length alone
+    with pytest.raises(TokenBudgetExceeded) as caught:
+        block_tokens([first, huge], 64, budget=500)
+    # The first message was tokenized (it fits); the second was refused on its length.
+    assert len(tokenized) == 1 and "short and new" in tokenized[0]
+    assert caught.value.at_least >= 1000
+    with pytest.raises(TokenBudgetExceeded):
+        block_tokens("y" * 3501, 64, budget=500)  # a plain prompt: 3,501 chars >= 501 tokens
+    assert len(tokenized) == 1

@@ -80,8 +80,8 @@ def test_tool_gaps_are_replayed_as_recorded(unit_profile):
 def test_load_workload_sorts_steps_and_rejects_empty_traces():
     records = [make_inv("w", 1, "b", ["x"], [5], t_start=5.0, t_end=6.0),
                make_inv("w", 0, "a", ["y"], [5], t_start=0.0, t_end=2.0)]
-    wf = load_workload(records).workflows[0]
-    assert wf.agents == ["a", "b"] and wf.gaps_s == [3.0, 0.0] and wf.status == "completed"
+    wf = load_workload(records).units[0]
+    assert wf.agents == ["a", "b"] and wf.gaps_s == [3.0, 0.0] and wf.ends == [None, ("w", 0.0, "completed")]
     with pytest.raises(TraceFormatError):
         load_workload([make_end("w", 1.0)])
 
@@ -133,3 +133,29 @@ def test_repeated_step_numbers_still_replay_every_invocation(unit_profile, caplo
     assert "repeats step 0" in caplog.text
     result = simulate(workload, "lru", unit_profile, concurrency=1)
     assert result.summary["requests"] == 3 and result.engine.stats.prompt_tokens == 15
+
+
+def test_a_session_runs_its_workflows_in_order_each_after_its_think_time(unit_profile):
+    """Two chat turns of one conversation (session ``c``) are two workflows: the replay starts the
+    second turn only after the first finished plus the recorded think time (10 s), ends each turn's
+    workflow after its own trailing gap, and counts both workflows but one closed-loop unit."""
+    from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord
+
+    def turn(wid, t0, t1, blocks):
+        return [InvocationRecord(app="chat", workflow_id=wid, step=0, agent="assistant", t_start=t0, t_end=t1,
+                                 prompt_tokens=5 * len(blocks), completion_tokens=3, prefix_hashes=blocks,
+                                 block_tokens=[5] * len(blocks), session_id="c"),
+                WorkflowEndRecord(app="chat", workflow_id=wid, t=t1 + 1.0)]
+
+    records = turn("c-t0", 0.0, 1.0, ["s", "u0"]) + turn("c-t1", 11.0, 12.0, ["s", "u0", "r0", "u1"])
+    workload = load_workload(records)
+    assert len(workload.units) == 1 and workload.workflow_count == 2
+    unit = workload.units[0]
+    assert unit.workflow_ids == ["c-t0", "c-t1"] and unit.gaps_s == [10.0, 1.0]
+    assert unit.ends == [("c-t0", 1.0, "completed"), ("c-t1", 1.0, "completed")]
+    result = simulate(workload, "lru", unit_profile, concurrency=4)
+    times = result.metrics.request_times()
+    assert times["c-t1#0"][0] == pytest.approx(times["c-t0#0"][2] + 10.0)
+    spans = result.metrics.workflow_spans()
+    assert spans["c-t0"][1] == pytest.approx(times["c-t0#0"][2] + 1.0)
+    assert set(spans) == {"c-t0", "c-t1"} and result.engine.stats.device_hit_tokens == 10  # "s u0" reused
