@@ -88,6 +88,8 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
     metrics.watch("pbkv_server_workflows", "Active workflows in the server's workflow table", lambda: len(service.workflows))
     metrics.watch("pbkv_server_ended_workflow_ids", "Ended workflow ids remembered for idempotent end signals",
                   lambda: service.workflows.ended_count)
+    metrics.watch("pbkv_reused_workflow_ids", "Requests that used the id of an ended workflow (each started a "
+                  "new incarnation of it)", lambda: service.workflows.reused_ids)
     llm_errors = (400, 413, 431, 500)
 
     async def serve(request: Request, kind: str) -> Response:

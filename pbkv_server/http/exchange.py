@@ -42,6 +42,8 @@ class Prepared:
         finish_reason: ``"stop"`` or ``"length"``.
         arrival: wall time (monotonic seconds) the request arrived.
         block_chars: characters per cache block of ``engine_request.blocks``.
+        incarnation: which use of the workflow id this request belongs to (1 unless the id was
+            used again after it ended; set at submission).
     """
 
     kind: str
@@ -57,6 +59,7 @@ class Prepared:
     finish_reason: str
     arrival: float
     block_chars: int
+    incarnation: int = 1
 
 
 @dataclass(slots=True)

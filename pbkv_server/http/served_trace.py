@@ -18,7 +18,7 @@ from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
 from pbkv_server.http.driver import Submission
 from pbkv_server.http.exchange import Completion, Prepared
 
-__all__ = ["ServedTrace", "UNKNOWN_APP"]
+__all__ = ["ServedTrace", "UNKNOWN_APP", "trace_workflow_id"]
 
 #: App name recorded for workflows whose hints carried no app.
 UNKNOWN_APP = "unknown"
@@ -51,7 +51,7 @@ class ServedTrace:
         self._writer.write(
             InvocationRecord(
                 app=hints.app or UNKNOWN_APP,
-                workflow_id=hints.workflow_id,
+                workflow_id=trace_workflow_id(hints.workflow_id, prep.incarnation),
                 step=hints.step,
                 agent=hints.agent,
                 t_start=self.epoch + sub.submit_time,
@@ -74,3 +74,10 @@ class ServedTrace:
     def close(self) -> None:
         """Flush and close (idempotent)."""
         self._writer.close()
+
+
+def trace_workflow_id(workflow_id: str, incarnation: int) -> str:
+    """The trace's id of one incarnation of a workflow id: the id itself for its first use,
+    ``id~n`` for its n-th use after it ended (``~`` never occurs in a protocol id), so a replay
+    treats a reused id's runs as the separate workflows they were."""
+    return workflow_id if incarnation <= 1 else f"{workflow_id}~{incarnation}"

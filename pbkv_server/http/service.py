@@ -34,7 +34,7 @@ from pbkv_server.http.driver import SimDriver, Submission
 from pbkv_server.http.errors import ApiError
 from pbkv_server.http.exchange import Completion, Prepared, request_max_tokens, request_messages
 from pbkv_server.http.metrics import ServerMetrics
-from pbkv_server.http.served_trace import ServedTrace
+from pbkv_server.http.served_trace import ServedTrace, trace_workflow_id
 from pbkv_server.scenario import Scenario, ScenarioRequest, get_scenario, load_scenario
 from pbkv_server.scenarios.default import DefaultScenario, answers_selection, selection_candidates
 from pbkv_server.http.validation import hint_name_problem, validate_request
@@ -220,9 +220,13 @@ class PbkvService:
             ApiError: 400 when the engine rejects the request (its message says why).
         """
         try:
-            return self.driver.submit(prep.engine_request)
+            sub = self.driver.submit(prep.engine_request)
         except ValueError as exc:
             raise ApiError(400, str(exc), "invalid_request") from None
+        if prep.hints is not None:
+            wf = self.workflows.get(prep.hints.workflow_id)
+            prep.incarnation = wf.incarnation if wf is not None else 1
+        return sub
 
     async def first_token(self, sub: Submission) -> float:
         """Wait for the first token; returns the simulated TTFT in seconds."""
@@ -386,7 +390,8 @@ class PbkvService:
         reason and written to the served trace."""
         self.metrics.workflow_ends.labels(status, reason).inc()
         if self.trace is not None:
-            self.trace.workflow_end(wf.app, wf.workflow_id, self.driver.engine.clock, status)
+            self.trace.workflow_end(wf.app, trace_workflow_id(wf.workflow_id, wf.incarnation),
+                                    self.driver.engine.clock, status)
 
     async def _sweep(self) -> None:
         assert self.config.idle_retire_s is not None
