@@ -75,9 +75,13 @@ class Predictor(ABC):
 
     Attributes:
         horizon: K, the number of future steps every :class:`Prediction` covers.
+        learns_online: :meth:`observe` changes what :meth:`predict` returns (online learners):
+            such a predictor is asked at each invocation, in order. Otherwise a caller may gather
+            the queries of several invocations and ask once (one batched forward pass).
     """
 
     horizon: int = 3
+    learns_online: bool = False
 
     @abstractmethod
     def predict(self, queries: Sequence[PredictionQuery]) -> list[Prediction]:

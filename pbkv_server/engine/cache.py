@@ -286,12 +286,16 @@ class PrefixCache:
         t0 = self.latency_clock()
         freed = 0
         blocked: list[Node] = []
+        # a policy whose priority differs between the units of one node (its last unit decides)
+        # takes one unit at a time, so that the rest of the node is ranked again
+        per_unit = self.policy.unit_priority
         while freed < tokens:
             node = self.peek_victim()
-            if node is None or (limit is not None and not limit(node, self._tail_tokens(node, tokens - freed))):
+            need = min(tokens - freed, node.toks[-1]) if per_unit and node is not None else tokens - freed
+            if node is None or (limit is not None and not limit(node, self._tail_tokens(node, need))):
                 break
             heapq.heappop(self._dev_heap)
-            node = self._split_tail(node, tokens - freed)
+            node = self._split_tail(node, need)
             if self._evict(node):
                 freed += node.tokens
             else:  # a pinned host node hangs below and the host tier is full: it stays for now

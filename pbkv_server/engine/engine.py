@@ -99,7 +99,8 @@ class Engine:
         self.workflows = WorkflowTable(
             self.board, config.predictor, predict=self.policy.uses_predictions, stats=self._stats,
             latency_clock=self.latency_clock, on_end=self._on_workflow_end,
-            max_active=config.max_active_workflows, max_ended=config.max_ended_ids)
+            max_active=config.max_active_workflows, max_ended=config.max_ended_ids,
+            batch=config.batch_predictions, on_changed=self._rescore)
         self._active = self.workflows.workflows  # the same OrderedDict, read on the hot path
         self._lifecycle_clock = config.lifecycle_clock
         self._end_listeners: list[EndListener] = []
@@ -185,6 +186,7 @@ class Engine:
 
     def set_app_graph(self, app: str, edges: Mapping[str, Sequence[str]]) -> None:
         """Set ``app``'s static agent graph (agent -> possible next agents), used by graph policies."""
+        self.workflows.flush()
         self.cache.set_app_graph(app, edges)
 
     def advance_to(self, t: float) -> None:
@@ -205,6 +207,7 @@ class Engine:
         Returns:
             Events in time order; empty if the engine is idle.
         """
+        self.workflows.flush()  # one predictor call for the invocations since the last step
         self.retire_idle()
         self.cache.now = self.clock
         admitted: list[_Request] = []
@@ -286,13 +289,17 @@ class Engine:
     def _invocation(self, hints, features: tuple[float, ...]) -> tuple[Workflow, str]:
         wf, changed, _retired = self.workflows.invocation(hints, features, self._lifecycle_now())
         wf.inflight += 1
-        if changed:  # re-file the nodes whose score the new prediction changed
-            t0 = self.latency_clock()
-            self.cache.rescore(changed)
-            self._stats.score_refile_total_s += self.latency_clock() - t0
+        if changed:  # an online predictor answered at once: re-file the nodes it changed
+            self._rescore(changed)
         history = wf.history
         self.policy.on_invocation(wf, history[-2] if len(history) > 1 else None)
         return wf, hints.agent
+
+    def _rescore(self, changed: list[NodeScore]) -> None:
+        """Re-file the nodes whose score a new prediction changed (timed)."""
+        t0 = self.latency_clock()
+        self.cache.rescore(changed)
+        self._stats.score_refile_total_s += self.latency_clock() - t0
 
     def _on_workflow_end(self, wf: Workflow, changed: list[NodeScore], status: str, reason: str) -> None:
         # called by the table between the board's retirement and the predictor's notification

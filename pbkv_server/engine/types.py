@@ -172,6 +172,9 @@ class EngineConfig:
         max_ended_ids: ended workflow ids remembered for idempotent ends and reuse detection.
         page_size: KV page size in tokens (SGLang's ``--page-size``): the cache holds whole pages
             only; ``None`` caches whole blocks of the request (replay's block granularity).
+        batch_predictions: ask a predictor that does not learn online once per scheduling step
+            for every invocation since the last step (one batched forward pass), instead of once
+            per invocation; the results are identical.
     """
 
     profile: HardwareProfile
@@ -189,3 +192,4 @@ class EngineConfig:
     max_active_workflows: int | None = None
     max_ended_ids: int = 100_000
     page_size: int | None = None
+    batch_predictions: bool = True

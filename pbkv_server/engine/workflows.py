@@ -119,6 +119,12 @@ class WorkflowTable:
         max_active: most active workflows (``None`` = unbounded); beyond it the least recently
             active workflow without a request in flight is retired (reason ``table_full``).
         max_ended: most ended ids remembered (idempotent ends, reuse detection).
+        batch: gather the prediction queries of invocations and ask the predictor once for all of
+            them at :meth:`flush` (or at the next end), when it does not learn online
+            (``Predictor.learns_online``); the results are applied in invocation order, so they
+            are the same as asking at each invocation.
+        on_changed: ``on_changed(records)``, called with the records whose score or value a
+            batched prediction changed (the owner re-files them).
 
     Raises:
         ValueError: a bound below 1.
@@ -140,6 +146,8 @@ class WorkflowTable:
         on_end: Callable[[Workflow, list[NodeScore], str, str], None] | None = None,
         max_active: int | None = None,
         max_ended: int = 100_000,
+        batch: bool = False,
+        on_changed: Callable[[list[NodeScore]], None] | None = None,
     ) -> None:
         if (max_active is not None and max_active < 1) or max_ended < 1:
             raise ValueError("table bounds must be >= 1")
@@ -152,6 +160,9 @@ class WorkflowTable:
         self.on_end = on_end
         self.max_active = max_active
         self.max_ended = max_ended
+        self.batch = batch
+        self.on_changed = on_changed
+        self._pending: list[PredictionQuery] = []
         self.workflows: OrderedDict[str, Workflow] = OrderedDict()
         self._ended: OrderedDict[str, tuple[str, int]] = OrderedDict()  # id -> (status, incarnation)
         self.invocations = 0
@@ -211,8 +222,10 @@ class WorkflowTable:
             query = PredictionQuery(wf.app, workflow_id, hints.step, tuple(wf.history), hints.agent, features)
             try:
                 predictor.observe(query)
-                if self.predict:
-                    changed = self._predict(predictor, query)
+                if self.predict and self.batch and not predictor.learns_online:
+                    self._pending.append(query)
+                elif self.predict:
+                    changed = self._predict(predictor, [query])
             except Exception:  # a predictor failure degrades scores, never the request
                 self._predictor_failed()
         wf.history.append(hints.agent)
@@ -233,6 +246,7 @@ class WorkflowTable:
             if workflow_id in self._ended:
                 self._ended.move_to_end(workflow_id)
             return None
+        self.flush()  # predictions asked before the end apply before it, as if asked at once
         if wf.inflight > 0:
             if wf.pending_end is None:
                 wf.pending_end = (status, reason)
@@ -283,6 +297,20 @@ class WorkflowTable:
         self.retired_idle += len(expired)
         return expired
 
+    def flush(self) -> None:
+        """Ask the predictor once for every gathered query (batch mode) and apply the predictions in
+        invocation order, reporting changed records to ``on_changed``. No-op when nothing waits."""
+        pending, self._pending = self._pending, []
+        if not pending or self.predictor is None:
+            return
+        try:
+            changed = self._predict(self.predictor, pending)
+        except Exception:  # a predictor failure degrades scores, never the request
+            self._predictor_failed()
+            return
+        if changed and self.on_changed is not None:
+            self.on_changed(changed)
+
     # ------------------------------------------------------------------ helpers
     def _next_incarnation(self, workflow_id: str) -> int:
         entry = self._ended.pop(workflow_id, None)
@@ -317,23 +345,29 @@ class WorkflowTable:
         while len(ended) > self.max_ended:
             ended.popitem(last=False)
 
-    def _predict(self, predictor: Predictor, query: PredictionQuery) -> list[NodeScore]:
+    def _predict(self, predictor: Predictor, queries: list[PredictionQuery]) -> list[NodeScore]:
+        """One predictor call for ``queries``; the predictions are installed in order. Returns the
+        changed records (in the order a call per query would have produced them)."""
         board = self.board
         stats = self.stats
-        if stats is None:
-            return board.set_prediction(query.workflow_id, predictor.predict([query])[0])
         clock = self.latency_clock
         t0 = clock()
-        prediction = predictor.predict([query])[0]
+        predictions = predictor.predict(queries)
         t1 = clock()
-        stats.predictor_call_s.append(t1 - t0)
-        changed = board.set_prediction(query.workflow_id, prediction)
-        dt = clock() - t1
-        n = board.node_count(query.workflow_id)
-        if n:  # per-node cost of recomputing Score(c) and the prefetch value
-            stats.score_update_s.append(dt / n)
-            stats.score_update_total_s += dt
-            stats.score_update_nodes += n
+        if stats is not None:
+            stats.predictor_call_s.append(t1 - t0)
+        changed: list[NodeScore] = []
+        for query, prediction in zip(queries, predictions):
+            if query.workflow_id not in self.workflows:  # ended meanwhile (not in batch mode)
+                continue
+            t2 = clock()
+            changed += board.set_prediction(query.workflow_id, prediction)
+            n = board.node_count(query.workflow_id)
+            if stats is not None and n:  # per-node cost of recomputing Score(c) and the prefetch value
+                dt = clock() - t2
+                stats.score_update_s.append(dt / n)
+                stats.score_update_total_s += dt
+                stats.score_update_nodes += n
         return changed
 
     def _predictor_failed(self) -> None:

@@ -35,6 +35,11 @@ class AppRoutedPredictor(Predictor):
         self.by_app = dict(by_app)
         self.horizon = horizon
 
+    @property
+    def learns_online(self) -> bool:  # type: ignore[override]
+        """True if any of the app predictors learns online."""
+        return any(p.learns_online for p in self.by_app.values())
+
     def _for(self, app: str | None) -> Predictor | None:
         found = self.by_app.get(app) if app is not None else None
         return found if found is not None else self.by_app.get(ANY_APP)

@@ -46,6 +46,8 @@ class MarkovPredictor(Predictor):
         ValueError: ``horizon`` < 1 or ``alpha`` < 0.
     """
 
+    learns_online = True  # observe() (or the queries themselves) change later predictions
+
     def __init__(self, horizon: int = 3, alpha: float = 0.0):
         if horizon < 1:
             raise ValueError("horizon must be >= 1")

@@ -34,6 +34,8 @@ class NoisePredictor(Predictor):
         ValueError: ``lam`` outside [0, 1].
     """
 
+    learns_online = True  # observe() (or the queries themselves) change later predictions
+
     def __init__(self, inner: Predictor, lam: float, uniform: UniformPredictor | None = None):
         if not 0.0 <= lam <= 1.0:
             raise ValueError(f"noise lambda must be in [0, 1], got {lam}")

@@ -25,6 +25,8 @@ class UniformPredictor(Predictor):
         ValueError: ``horizon`` < 1.
     """
 
+    learns_online = True  # observe() (or the queries themselves) change later predictions
+
     def __init__(self, horizon: int = 3, known_agents: Mapping[str | None, Iterable[str]] | None = None):
         if horizon < 1:
             raise ValueError("horizon must be >= 1")

@@ -25,6 +25,7 @@ from pbkv_contract.trace import InvocationRecord, TraceFormatError, TraceRecord,
 from pbkv_contract.prediction import Predictor
 
 from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, FirstToken, HardwareProfile
+from pbkv_server.engine.pages import to_units
 from pbkv_server.engine.policies import policy_info
 from pbkv_server.sim.future import TraceFuture, reference_order
 from pbkv_server.sim.metrics import MetricsCollector
@@ -32,6 +33,10 @@ from pbkv_server.sim.metrics import MetricsCollector
 log = logging.getLogger(__name__)
 
 __all__ = ["Workload", "ReplayUnit", "SimResult", "SimulationError", "load_workload", "simulate"]
+
+
+#: Most replays of an order-iterating offline policy (``opt``) before its order must be stable.
+MAX_ORDER_RUNS = 8
 
 
 class SimulationError(RuntimeError):
@@ -172,16 +177,30 @@ def _add_workflow(unit: ReplayUnit, wid: str, recs: list[InvocationRecord], end:
         unit.ends.append((wid, end_gap, end.status if end is not None else "completed") if last else None)
 
 
-def build_future(workload: Workload, concurrency: int) -> TraceFuture:
-    """Belady's oracle: every request ranked by its submission time in a timing-only replay."""
-    times = reference_order([u.durations_s for u in workload.units], [u.gaps_s for u in workload.units], concurrency)
-    return TraceFuture(
-        {
-            req.request_id: (times[w][j], req.blocks)
-            for w, unit in enumerate(workload.units)
-            for j, req in enumerate(unit.requests)
-        }
-    )
+def build_future(workload: Workload, concurrency: int, page_size: int | None = None,
+                 order: Sequence[str] | None = None) -> TraceFuture:
+    """The future for offline policies, keyed by the engine's cache units (``page_size``).
+
+    Args:
+        workload: the replayed workload.
+        concurrency: C of the replay (for the timing-only reference order).
+        page_size: the replay's page size (``None``: block granularity).
+        order: request ids in submission order of a previous run of the same replay: requests are
+            ranked by it. ``None``: ranked by submission time in a timing-only replay (recorded
+            durations and gaps, no cache effects; ``belady``'s reference order, and ``opt``'s
+            first guess).
+    """
+    if order is None:
+        times = reference_order([u.durations_s for u in workload.units], [u.gaps_s for u in workload.units],
+                                concurrency)
+        position = {req.request_id: times[w][j] for w, unit in enumerate(workload.units)
+                    for j, req in enumerate(unit.requests)}
+    else:
+        position = {rid: float(i) for i, rid in enumerate(order)}
+    return TraceFuture({
+        req.request_id: (position[req.request_id], to_units(req.blocks, req.block_tokens, page_size).keys)
+        for unit in workload.units for req in unit.requests
+    })
 
 
 def simulate(
@@ -198,6 +217,7 @@ def simulate(
     rho: float = 0.1,
     max_batch: int = 256,
     page_size: int | None = None,
+    batch_predictions: bool = True,
     timeline_bins: int = 40,
     app_graphs: dict[str, dict[str, Sequence[str]]] | None = None,
     on_workflow_end: Callable[[int], None] | None = None,
@@ -214,6 +234,7 @@ def simulate(
         device_tokens / host_tokens: capacity overrides in tokens (``None``: the profile's).
         horizon, gamma, rho, max_batch: engine settings (PBKV Eq. 2 K and gamma; aggressive rho).
         page_size: KV page size in tokens (``None``: the trace's blocks are the cache units).
+        batch_predictions: one predictor call per scheduling step (see ``EngineConfig``).
         timeline_bins: bins of the hit-rate timeline.
         app_graphs: static agent graph per app for ``kvflow`` (default: learned from the workload,
             see :func:`static_graphs`).
@@ -225,19 +246,37 @@ def simulate(
     """
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    future = build_future(workload, concurrency) if policy_info(policy).offline else None
-    engine = Engine(
-        EngineConfig(
+    info = policy_info(policy)
+    graphs = app_graphs if app_graphs is not None else static_graphs(workload)
+
+    def run(future: TraceFuture | None) -> tuple[SimResult, list[str]]:
+        engine = Engine(EngineConfig(
             profile=profile, policy=policy, device_tokens=device_tokens, host_tokens=host_tokens,
             horizon=horizon, gamma=gamma, rho=rho, predictor=predictor, max_batch=max_batch, future=future,
-            page_size=page_size,
-        )
-    )
-    for app, edges in (app_graphs if app_graphs is not None else static_graphs(workload)).items():
-        engine.set_app_graph(app, edges)
-    metrics = MetricsCollector(timeline_bins)
-    _Driver(engine, workload, concurrency, future, on_workflow_end, metrics).run()
-    return SimResult(policy, metrics.summary(engine.stats), engine, metrics)
+            page_size=page_size, batch_predictions=batch_predictions,
+        ))
+        for app, edges in graphs.items():
+            engine.set_app_graph(app, edges)
+        metrics = MetricsCollector(timeline_bins)
+        driver = _Driver(engine, workload, concurrency, future, on_workflow_end, metrics)
+        driver.run()
+        return SimResult(policy, metrics.summary(engine.stats), engine, metrics), driver.submitted_ids
+
+    if not info.offline:
+        return run(None)[0]
+    result, order = run(build_future(workload, concurrency, page_size))
+    runs = 1
+    if info.iterates_order:
+        # MIN over the replay's own order: replay with the future of the previous run until the
+        # submission order stops changing (a fixed point: the policy knew its own future)
+        previous: list[str] | None = None
+        while order != previous and runs < MAX_ORDER_RUNS:
+            previous = order
+            result, order = run(build_future(workload, concurrency, page_size, order=previous))
+            runs += 1
+        result.summary["order_runs"] = runs
+        result.summary["order_stable"] = order == previous
+    return result
 
 
 def static_graphs(workload: Workload) -> dict[str, dict[str, list[str]]]:
@@ -281,6 +320,7 @@ class _Driver:
         }
         self.next_unit = 0
         self.done = 0
+        self.submitted_ids: list[str] = []  # request ids in submission order
 
     def run(self) -> None:
         for _ in range(min(self.concurrency, len(self.units))):
@@ -322,6 +362,7 @@ class _Driver:
             self.metrics.request_arrived(req.request_id, time, unit.agents[j], unit.apps[j])
             if self.future is not None:
                 self.future.bind(self.engine.submitted, req.request_id)
+            self.submitted_ids.append(req.request_id)
             try:
                 self.engine.submit(req)
             except ValueError as exc:  # e.g. a prompt larger than the device cache

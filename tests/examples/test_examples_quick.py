@@ -52,7 +52,7 @@ def test_quick_run_writes_traces_table_plots_and_json(example: str, quick_data: 
     summary = json.loads(out_json.read_text())
     assert summary["quick"] is True and summary["replay_concurrency"] == concurrency
     assert list(summary["policies"]) == POLICIES
-    assert {"lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "belady"} <= set(POLICIES)
+    assert {"lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "opt"} <= set(POLICIES)
     assert summary["comparison"]["lru"]["latency_speedup"] == 1.0
     assert summary["comparison"]["lru"]["hit_rate_ratio"] == 1.0
     for name, result in summary["policies"].items():

@@ -44,8 +44,8 @@ REPLAY, SERVER, SGLANG = "replay", "server", "sglang"
 BASELINE_POLICY = "lru"
 #: Policy ``pbkv-server`` serves with unless told otherwise.
 DEFAULT_POLICY = "pbkv"
-#: Offline reference that tables report the gap to (replay only).
-REFERENCE_POLICY = "belady"
+#: Offline bound that tables report the gap to (replay only): MIN over the replay's own order.
+REFERENCE_POLICY = "opt"
 #: Entry-point group of out-of-tree policy modules.
 ENTRY_POINT_GROUP = "pbkv.policies"
 
@@ -66,6 +66,8 @@ class PolicyInfo:
         backends: where it runs, a subset of ``{"replay", "server", "sglang"}``.
         sglang_name: its ``--radix-eviction-policy`` value in the SGLang plugin, or ``None``.
         uses_app_graph: reads the apps' declared static agent graphs (``PUT .../graph``).
+        iterates_order: offline, and needs its future in the replay's own submission order (the
+            simulator replays until that order is stable).
     """
 
     name: str
@@ -76,6 +78,7 @@ class PolicyInfo:
     backends: frozenset[str]
     sglang_name: str | None
     uses_app_graph: bool
+    iterates_order: bool
 
 
 def register_policy(name: str) -> Callable[[type], type]:
@@ -180,6 +183,10 @@ class Policy:
         backends: backends besides the SGLang plugin; offline policies run in replay only.
         sglang_name: the plugin's ``--radix-eviction-policy`` value, or ``None`` (not in SGLang).
         uses_app_graph: reads static agent graphs (:meth:`Engine.set_app_graph`).
+        iterates_order: see :class:`PolicyInfo`.
+        unit_priority: the priority is that of the node's last unit and differs between the units
+            of one node, so eviction takes one unit at a time (``opt``); otherwise all units of a
+            node rank alike and eviction takes the whole tail it needs at once.
     """
 
     name = "base"
@@ -190,6 +197,8 @@ class Policy:
     backends: frozenset[str] = frozenset({REPLAY, SERVER})
     sglang_name: str | None = None
     uses_app_graph = False
+    iterates_order = False
+    unit_priority = False
 
     def __init__(self, cache: "PrefixCache | None") -> None:
         self.cache = cache
@@ -248,7 +257,7 @@ def _info(cls: type[Policy]) -> PolicyInfo:
         backends |= {SGLANG}
     summary = cls.summary or (cls.__doc__ or "").strip().split("\n")[0]
     return PolicyInfo(cls.name, summary, bool(cls.uses_predictions), bool(cls.prefetches), bool(cls.offline),
-                      backends, cls.sglang_name, bool(cls.uses_app_graph))
+                      backends, cls.sglang_name, bool(cls.uses_app_graph), bool(cls.iterates_order))
 
 
 def _load_entry_points() -> None:

@@ -13,7 +13,7 @@ from engine_helpers import PROFILE, TablePredictor, chain, make_engine, request,
 
 
 def test_registry_lists_all_seven_policies_and_rejects_unknown_names():
-    assert available_policies() == ["lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "belady"]
+    assert available_policies() == ["lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "opt", "belady"]
     with pytest.raises(ValueError, match="unknown policy 'fifo'.*lru"):
         make_engine("fifo")
 

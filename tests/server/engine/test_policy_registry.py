@@ -50,7 +50,9 @@ def test_builtin_declarations():
     assert belady.offline and belady.backends == {REPLAY} and belady.sglang_name is None
     assert kvflow.uses_app_graph and kvflow.prefetches and not kvflow.predictive and SGLANG not in kvflow.backends
     assert not lru.predictive and not lru.offline and lru.backends == {REPLAY, SERVER}
-    assert available_policies(SERVER) == [p for p in available_policies() if p != "belady"]
+    assert available_policies(SERVER) == [p for p in available_policies() if p not in ("opt", "belady")]
+    opt = policy_info("opt")
+    assert opt.offline and opt.iterates_order and opt.backends == {REPLAY}
     assert sglang_policy_names() == {"pbkv-lae": "lae", "pbkv-he": "he", "pbkv": "pbkv"}
     assert resolve_policy_name("pbkv-he") == "he" and policy_info("pbkv-lae").name == "lae"
 
@@ -112,8 +114,8 @@ def test_toy_policy_reaches_the_sglang_launcher_and_the_examples(toy):
     assert resolve_policy("lfu") == ("lfu", False)  # an SGLang built-in we do not register
     with pytest.raises(LaunchError, match="simulator"):
         resolve_policy("kvflow")
-    assert "toy" in replay_policies() and replay_policies()[-1] == "belady"
-    assert "belady" not in replay_policies(reference=False)
+    assert "toy" in replay_policies() and replay_policies()[-1] == "opt"
+    assert "opt" not in replay_policies(reference=False) and "belady" not in replay_policies()
 
 
 # --------------------------------------------------------------------------- no hard-coded names

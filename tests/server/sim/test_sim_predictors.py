@@ -223,3 +223,26 @@ def test_factory_expands_home_in_model_paths(tmp_path, monkeypatch):
 def test_factory_builtin_specs_ignore_the_app():
     assert isinstance(make_predictor("markov", 3, app="anything"), MarkovPredictor)
     assert isinstance(make_predictor("oracle", 3, TRACE, app="anything"), OraclePredictor)
+
+
+@pytest.mark.parametrize("policy", ["he", "pbkv", "pbkv-aggressive"])
+def test_batched_predictions_give_the_same_replay_as_one_call_per_invocation(policy):
+    """A predictor that does not learn online (the oracle here, a trained model in practice) is
+    asked once per scheduling step for all new invocations; every figure of the replay equals the
+    one-call-per-invocation replay, and the predictor is called fewer times."""
+    from pbkv_server.sim.profiles import get_profile
+    from pbkv_server.sim.simulator import load_workload, simulate
+    from pbkv_server.sim.synth import generate
+
+    records = list(generate("codegen", 40, seed=9))
+    workload = load_workload(records)
+    runs = {}
+    for batch in (False, True):
+        result = simulate(workload, policy, get_profile("h100-qwen2.5-32b"), concurrency=16,
+                          predictor=make_predictor("oracle", 3, records), device_tokens=120_000,
+                          batch_predictions=batch)
+        s = result.summary
+        runs[batch] = ((s["hit_rate"], s["host_hit_rate"], s["evictions"], s["evicted_tokens"],
+                        s["prefetched_tokens"], s["mean_latency_s"], s["timeline"]), result.engine.stats.predictor_call_s)
+    assert runs[True][0] == runs[False][0]
+    assert len(runs[True][1]) < len(runs[False][1]) == workload.invocations

@@ -1,0 +1,66 @@
+"""``opt``: the exact offline bound on device hit rate (MIN, Belady 1966, on the engine's own units).
+
+Evict the cache unit whose next use is farthest in the future. With units of equal size (pages)
+and demand loading this is optimal (Belady's MIN): no policy that only brings cache to the device
+when a request uses it (every policy without prefetch) gets more device hits on the same request
+order. Two details make it exact here:
+
+- next use is that of the node's *last* unit, the one a (page-granular) eviction frees first: a
+  request that uses a unit uses every unit before it, so next use never decreases along a path,
+  the last unit of a node is its farthest, and the farthest unit of the whole device sits in a
+  leaf, where eviction can take it; eviction takes one unit at a time (``unit_priority``), so
+  the rest of the node is ranked again by its new last unit;
+- "the future" is the order in which *this* replay submits requests: the simulator replays with
+  the future of its previous run until the submission order stops changing
+  (:func:`pbkv_server.sim.simulator.simulate`), so the bound is MIN over the replay's own order
+  (at concurrency 1 the order is the trace's, and one run suffices).
+
+With units of unequal size (block granularity, blocks of different token counts) MIN is a close
+bound, not a proven one. Needs ``EngineConfig.future`` keyed by unit keys; replay only.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .base import Policy, register_policy
+
+
+@register_policy("opt")
+class OptimalPolicy(Policy):
+    """Priority ``(-next use of the node's last unit, last_access)``: never-used-again units first.
+
+    Raises:
+        ValueError: at construction, when ``config.future`` is missing.
+    """
+
+    summary = "offline bound: MIN over the replay's own order (farthest next use of the node's tail first)"
+    offline = True
+    iterates_order = True
+    unit_priority = True
+
+    def __init__(self, cache) -> None:
+        super().__init__(cache)
+        if cache is None or cache.config.future is None:
+            raise ValueError("policy 'opt' needs EngineConfig.future (a FutureOracle; simulator only)")
+        self.future = cache.config.future
+        self._now = -1
+        self._next_use: dict = {}  # node -> next use of its last unit
+
+    def priority(self, node) -> tuple:
+        """See class docstring."""
+        return (-self._next_use.get(node, math.inf), node.last_access)
+
+    def on_admit(self, admission, path) -> None:
+        """The admitted request used every node of its path: recompute their next uses."""
+        self._now = admission.index
+        for node in path:
+            self._next_use[node] = self.future.next_use(node.keys[-1], admission.index)
+
+    def on_split(self, top, bottom) -> None:
+        """``bottom`` keeps the old last unit (and its next use); ``top`` ends at a new one."""
+        self._next_use[top] = self.future.next_use(top.keys[-1], self._now)
+
+    def on_drop(self, node) -> None:
+        """Forget the node."""
+        self._next_use.pop(node, None)
