@@ -1,4 +1,4 @@
-"""``pbkv-server``: OpenAI-compatible server with PBKV caching (DESIGN.md section 6).
+"""``pbkv-server``: OpenAI-compatible server with PBKV caching (``docs/architecture.md``, "Live server").
 
 ``--engine sim`` (default) serves from the embedded engine core with the hardware cost model and
 answers from a scenario; ``--engine sglang`` hands over to the SGLang plugin's launcher

@@ -1,4 +1,4 @@
-"""Scenarios: the stand-in for the model's answers in the sim engine (DESIGN.md section 6).
+"""Scenarios: the stand-in for the model's answers in the sim engine (``docs/architecture.md``, "Live server").
 
 A scenario writes each agent's reply from the request and a seeded random source, conditioned on
 real properties of the task (HoVer hop count and label, SWE-bench patch size, FinanceBench

@@ -1,4 +1,4 @@
-"""Training data for the workflow predictor, built from v1 trace files (DESIGN.md section 3).
+"""Training data for the workflow predictor, built from v1 trace files (``docs/architecture.md``, "Trace format").
 
 One *sample* per invocation: the agents before it (the prefix), the invoking agent, its request
 features, and the next K agents as targets. The workflow's END is a real target (the step after

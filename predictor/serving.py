@@ -35,7 +35,7 @@ def load_predictor(path: str | os.PathLike[str], app: str | None = None) -> "Gra
 
 
 class GraphSagePredictor(Predictor):
-    """The trained GraphSAGE model behind the prediction interface (DESIGN.md section 4).
+    """The trained GraphSAGE model behind the prediction interface (``docs/architecture.md``, "Prediction interface").
 
     Each returned distribution covers the app's agents plus END (UNK and PAD removed, the rest
     renormalised). Agents the model never saw map to UNK in the input. A query for another app

@@ -1,4 +1,4 @@
-"""The main job of every example, end to end (DESIGN.md sections 1 and 8).
+"""The main job of every example, end to end (``docs/architecture.md``, "Pipeline").
 
 1. start the embedded pbkv-server (sim engine) on 127.0.0.1 with the example's scenario;
 2. run the real app over training and test tasks with real concurrency, recording traces

@@ -1,6 +1,6 @@
 """Per-policy replay results of an example, the Table-1-style comparison, and its JSON form.
 
-Metric definitions follow DESIGN.md section 5 (the simulator computes them; this module only
+Metric definitions follow ``docs/architecture.md``, "Metrics" (the simulator computes them; this module only
 arranges and compares them): workflow latency (submission to end, seconds), per-agent TTFT
 (mean over that agent's invocations, seconds), token-level device hit rate (prompt tokens served
 from device cache / all prompt tokens), host hit rate.

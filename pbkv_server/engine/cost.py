@@ -1,4 +1,4 @@
-"""Hardware cost model of one serving replica (DESIGN.md section 5).
+"""Hardware cost model of one serving replica (``docs/architecture.md``, "Cost model").
 
 A :class:`HardwareProfile` turns work into engine seconds: prefill throughput (tokens/s), decode
 step time as an affine function of the batch size, and host<->device copies over PCIe. Named

@@ -10,7 +10,7 @@ each workflow's prediction collapses into one weight per agent,
     weight_w(a) = sum_k gamma^(k-1) s_w^(k) P_w^(k)(a),      Score(c) = sum_w sum_{a in A_w(c)} weight_w(a),
 
 so a new prediction for ``w`` rescores only the nodes ``w`` touched, each in O(|A_w(c)|). The
-one-step prefetch value (DESIGN.md section 4) is the same sum with ``K = 1``.
+one-step prefetch value (``docs/architecture.md``, "Formulas") is the same sum with ``K = 1``.
 
 This module is pure Python with no engine dependency: the SGLang plugin reuses it on its own
 tree nodes (any object can own a :class:`NodeScore`).
@@ -64,7 +64,7 @@ def lookahead_score(
 
 
 def one_step_value(access: Mapping[Hashable, Iterable[str]], predictions: Mapping[Hashable, Prediction]) -> float:
-    """Prefetch value ``sum_w A_w(c) . P_w^(1)`` (DESIGN.md section 4), reference implementation."""
+    """Prefetch value ``sum_w A_w(c) . P_w^(1)`` (``docs/architecture.md``, "Formulas"), reference implementation."""
     return lookahead_score(access, predictions, 1.0, horizon=1)
 
 

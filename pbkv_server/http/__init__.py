@@ -1,4 +1,4 @@
-"""OpenAI-compatible HTTP server with the embedded sim engine (``pbkv-server``, DESIGN.md section 6).
+"""OpenAI-compatible HTTP server with the embedded sim engine (``pbkv-server``, ``docs/architecture.md``, "Live server").
 
 Python API::
 

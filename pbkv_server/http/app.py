@@ -1,6 +1,6 @@
 """The FastAPI application of ``pbkv-server``: OpenAI-compatible routes, hint endpoints, metrics.
 
-Routes (DESIGN.md sections 2 and 6):
+Routes (``docs/architecture.md``, "Hint protocol" and "Live server"):
 
 * ``POST /v1/chat/completions``, ``POST /v1/completions``: stream (SSE) and non-stream, ``usage``
   with ``prompt_tokens_details.cached_tokens``; ``stream_options.include_usage`` honoured. Response

@@ -1,4 +1,4 @@
-"""Prediction providers behind :class:`pbkv_contract.prediction.Predictor` (DESIGN.md section 4).
+"""Prediction providers behind :class:`pbkv_contract.prediction.Predictor` (``docs/architecture.md``, "Prediction interface").
 
 ``oracle`` (true future from a trace), ``uniform``, ``noise`` (P~ = (1 - lambda) P + lambda U) and
 ``markov`` (online, learned from the stream). The trained model of the ``predictor`` package plugs

@@ -1,4 +1,4 @@
-"""The default scenario: a plausible reply for any app, agent and prompt (DESIGN.md section 6).
+"""The default scenario: a plausible reply for any app, agent and prompt (``docs/architecture.md``, "Live server").
 
 Used when no scenario is registered for the request's app and none was given with
 ``--scenario``. It knows nothing about the task, so it writes a reply that is shaped like what

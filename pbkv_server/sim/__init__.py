@@ -1,4 +1,4 @@
-"""Trace-driven discrete-event simulator (DESIGN.md section 5).
+"""Trace-driven discrete-event simulator (``docs/architecture.md``, "Simulator").
 
 Modules: :mod:`.profiles` (named hardware profiles), :mod:`.synth` (synthetic workloads),
 :mod:`.simulator` (closed-loop replay through the engine core), :mod:`.future` (belady's oracle),

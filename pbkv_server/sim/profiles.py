@@ -1,4 +1,4 @@
-"""Named hardware profiles: one per reference testbed of the PBKV paper (DESIGN.md section 5).
+"""Named hardware profiles: one per reference testbed of the PBKV paper (``docs/architecture.md``, "Cost model").
 
 Every number of a profile is derived here, in the open, from a few published inputs:
 

@@ -1,4 +1,4 @@
-"""Discrete-event replay of traces through the engine core (DESIGN.md section 5).
+"""Discrete-event replay of traces through the engine core (``docs/architecture.md``, "Simulator").
 
 The engine (:class:`pbkv_server.engine.Engine`) owns the virtual clock, continuous batching, the
 radix cache and the eviction policy; this module only drives it:

@@ -1,4 +1,4 @@
-"""Seeded synthetic multi-agent workloads written as v1 traces (DESIGN.md section 5; issue 2 item 7).
+"""Seeded synthetic multi-agent workloads written as v1 traces (``docs/architecture.md``, "Simulator").
 
 A workflow walks a call graph: a prologue of agents, then a loop body repeated a number of times,
 then END; in a routed graph (``supervisor``) the first agent also picks one of several

@@ -1,4 +1,4 @@
-"""Hint protocol v1 (DESIGN.md section 2): parsing, encoding and fail-safe behaviour."""
+"""Hint protocol v1 (docs/architecture.md, "Hint protocol"): parsing, encoding and fail-safe behaviour."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Trace format v1 (DESIGN.md section 3): hashing, features, reading, writing."""
+"""Trace format v1 (docs/architecture.md, "Trace format"): hashing, features, reading, writing."""
 
 import hashlib
 import json

@@ -1,4 +1,4 @@
-"""PBKV inside a real SGLang server, as a plugin (DESIGN.md section 7; issue 6).
+"""PBKV inside a real SGLang server, as a plugin (``docs/architecture.md``, "Adding an engine backend").
 
 Installed through the ``sglang.srt.plugins`` entry point ``pbkv`` (:func:`plugin.register`), which
 adds the eviction policies ``pbkv``, ``pbkv-he`` and ``pbkv-lae`` and the radix-cache backend

@@ -1,6 +1,6 @@
 """Workflow end over SGLang's HTTP server, forwarded to the scheduler processes.
 
-``POST /pbkv/v1/workflows/{workflow_id}/end`` (hint protocol v1, DESIGN.md section 2) is added to
+``POST /pbkv/v1/workflows/{workflow_id}/end`` (hint protocol v1, ``docs/architecture.md``) is added to
 SGLang's FastAPI ``app`` in the HTTP process. It sends a :class:`PBKVEndWorkflowReq` through the
 tokenizer manager's scheduler socket (the channel SGLang's own control requests use); each
 scheduler's request dispatcher, extended by :func:`extend_scheduler_dispatcher`, hands it to its

@@ -1,4 +1,4 @@
-"""``pbkv``: hierarchical eviction plus conservative prefetch (PBKV, DESIGN.md section 4)."""
+"""``pbkv``: hierarchical eviction plus conservative prefetch (PBKV section 4; ``docs/architecture.md``, "Prefetch")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Metric definitions (DESIGN.md section 5), checked on hand-made event streams."""
+"""Metric definitions (docs/architecture.md, "Metrics"), checked on hand-made event streams."""
 
 from __future__ import annotations
 
