@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, canonical_prompt, message_text
+from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, canonical_prompt, message_segment
 
 __all__ = [
     "LETTER_BYTES_PER_TOKEN",
@@ -161,7 +161,7 @@ def _prompt_starts(prompt: Sequence[Mapping[str, Any]] | str) -> np.ndarray:
     parts: list[np.ndarray] = []
     offset = 0
     for message in prompt:
-        segment = f"<|{message.get('role', 'user')}|>{message_text(message)}<|end|>"
+        segment = message_segment(message)  # the canonical text's own segment, escapes included
         parts.append(_SEGMENTS.starts(segment) + offset)
         offset += len(segment)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

@@ -63,9 +63,16 @@ class WorkflowReplay:
 
 @dataclass(slots=True)
 class Workload:
-    """The workflows of a trace, in trace order (order of first appearance)."""
+    """The workflows of a trace, in trace order (order of first appearance).
+
+    Attributes:
+        workflows: the workflows.
+        hash_collisions: block hashes met under two or more different parents (the block before
+            differs): collisions, or hashes that are not chained (see :func:`load_workload`).
+    """
 
     workflows: list[WorkflowReplay]
+    hash_collisions: int = 0
 
     @property
     def invocations(self) -> int:
@@ -75,7 +82,8 @@ class Workload:
 
 @dataclass(slots=True)
 class SimResult:
-    """Outcome of one replay: the metrics summary (:meth:`MetricsCollector.summary`), the collector
+    """Outcome of one replay: the metrics summary (:meth:`MetricsCollector.summary`, plus
+    ``hash_collisions`` of the workload), the collector
     (raw per-request and per-workflow times) and the engine (counters, final cache state)."""
 
     policy: str
@@ -91,6 +99,13 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
     :class:`EngineRequest` with the trace's prefix hashes as block keys and its per-block tokens
     (:meth:`InvocationRecord.tokens_per_block`). Gaps are clamped at 0.
 
+    Block identity is the path, not the hash alone: a chained hash (``pbkv_contract.blocks``)
+    fixes the block before it, so one hash met after two different blocks is a collision (or the
+    writer did not chain its hashes). Such a hash gets a key of its own per parent (``HASH~n``),
+    so that nothing keyed by block alone (the offline policies' future) mixes the two; the count
+    is logged as one warning and kept in :attr:`Workload.hash_collisions`. A collision under the
+    same parent cannot be told from real sharing: full-width hashes make it negligible.
+
     Raises:
         TraceFormatError: the records hold no invocation.
     """
@@ -104,6 +119,7 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
     if not invs:
         raise TraceFormatError("trace holds no invocation records")
     workflows = []
+    keys = _PathKeys()
     for wid, recs in invs.items():
         recs.sort(key=lambda r: (r.step, r.t_start))
         requests, gaps, ids, warned = [], [], set(), False
@@ -121,7 +137,7 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
             requests.append(
                 EngineRequest(
                     request_id=rid,
-                    blocks=list(r.prefix_hashes),
+                    blocks=keys.keys(r.prefix_hashes),
                     block_tokens=r.tokens_per_block(),
                     output_tokens=max(1, r.completion_tokens),
                     hints=Hints(workflow_id=wid, agent=r.agent, step=r.step, app=r.app),
@@ -145,7 +161,38 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
                 status=end.status if end is not None else "completed",
             )
         )
-    return Workload(workflows)
+    if keys.collisions:
+        log.warning("%d block hash(es) of the trace follow two or more different blocks (hash collisions, or hashes "
+                    "that are not chained); each (previous block, hash) pair is replayed as a block of its own",
+                    keys.collisions)
+    return Workload(workflows, keys.collisions)
+
+
+class _PathKeys:
+    """Replay keys of block hashes: the hash itself, or ``HASH~n`` for its n-th different parent."""
+
+    def __init__(self) -> None:
+        self._key: dict[tuple[str | None, str], str] = {}  # (parent's key, hash) -> key
+        self._parents: dict[str, int] = {}  # hash -> parents it was met under
+        self.collisions = 0
+
+    def keys(self, hashes: Sequence[str]) -> list[str]:
+        out: list[str] = []
+        parent: str | None = None
+        key_of, parents = self._key, self._parents
+        for h in hashes:
+            key = key_of.get((parent, h))
+            if key is None:
+                n = parents.get(h, 0)
+                parents[h] = n + 1
+                key = h
+                if n:
+                    self.collisions += n == 1  # count each colliding hash once
+                    key = f"{h}~{n}"  # "~" is not a hex digit: no real hash looks like this
+                key_of[(parent, h)] = key
+            out.append(key)
+            parent = key
+        return out
 
 
 def build_future(workload: Workload, concurrency: int) -> TraceFuture:
@@ -212,7 +259,9 @@ def simulate(
         engine.set_app_graph(app, edges)
     metrics = MetricsCollector(timeline_bins)
     _Driver(engine, workload, concurrency, future, on_workflow_end, metrics).run()
-    return SimResult(policy, metrics.summary(engine.stats), engine, metrics)
+    summary = metrics.summary(engine.stats)
+    summary["hash_collisions"] = workload.hash_collisions
+    return SimResult(policy, summary, engine, metrics)
 
 
 def static_graphs(workload: Workload) -> dict[str, dict[str, list[str]]]:

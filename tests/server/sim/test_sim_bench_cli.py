@@ -65,7 +65,7 @@ def test_truncated_line_is_skipped_with_a_warning_naming_the_line(trace, tmp_pat
                            "--device-tokens", "30000", "--json", str(tmp_path / "o.json")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert f"{bad}:6" in proc.stderr and "skipping malformed trace line" in proc.stderr
+    assert f"{bad}:6: skipped 1 of " in proc.stderr and "not valid JSON" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
