@@ -54,6 +54,7 @@ import math
 import os
 import threading
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import IO, Any, Callable, Iterable, Iterator
 
 from .blocks import block_token_counts
@@ -281,36 +282,18 @@ def _name(value: Any) -> str:
     return value
 
 
-def _count(value: Any) -> int:
-    """A non-negative int; integral floats (other tools' JSON writers) are accepted."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError("must be a non-negative integer")
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError("must be a non-negative integer")
-        value = int(value)
-    if value < 0:
-        raise ValueError("must be a non-negative integer")
-    return value
+def _integer(value: Any, minimum: int = 0) -> int:
+    """An int >= ``minimum``; integral floats (other tools' JSON writers) are accepted."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not value.is_integer()) or value < minimum):
+        raise ValueError(f"must be an integer >= {minimum}")
+    return int(value)
 
 
-def _positive(value: Any) -> int:
-    value = _count(value)
-    if value < 1:
-        raise ValueError("must be an integer >= 1")
-    return value
-
-
-def _time(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError("must be a finite number")
-    return value
-
-
-def _duration(value: Any) -> float:
-    value = _time(value)
-    if value < 0:
-        raise ValueError("must be a finite number >= 0")
+def _number(value: Any, minimum: float = -math.inf) -> float:
+    """A finite number >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
+        raise ValueError("must be a finite number" + (f" >= {minimum:g}" if minimum > -math.inf else ""))
     return value
 
 
@@ -322,8 +305,8 @@ def _hashes(value: Any) -> list[str]:
 
 def _counts(value: Any) -> list[int]:
     if not isinstance(value, list):
-        raise ValueError("must be a list of non-negative integers")
-    return [_count(v) for v in value]
+        raise ValueError("must be a list of integers >= 0")
+    return [_integer(v) for v in value]
 
 
 def _features(value: Any) -> list[float]:
@@ -331,19 +314,20 @@ def _features(value: Any) -> list[float]:
         raise ValueError("must be a list of numbers")
     if value and len(value) != FEATURE_DIM:
         raise ValueError(f"has {len(value)} numbers, not {FEATURE_DIM}")
-    return [_time(v) for v in value]
+    return [_number(v) for v in value]
 
 
 #: Field name -> (required, check); a check returns the value to keep or raises ValueError(reason).
 _INVOCATION: dict[str, tuple[bool, Callable[[Any], Any]]] = {
-    "app": (True, _string), "workflow_id": (True, _string), "step": (True, _count), "agent": (True, _name),
-    "t_start": (True, _time), "t_end": (True, _time), "prompt_tokens": (True, _count),
-    "completion_tokens": (True, _count), "prefix_hashes": (True, _hashes),
-    "ttft_s": (False, _duration), "cached_tokens": (False, _count), "block_chars": (False, _positive),
-    "features": (False, _features), "text": (False, _string), "block_tokens": (False, _counts),
+    "app": (True, _string), "workflow_id": (True, _string), "step": (True, _integer), "agent": (True, _name),
+    "t_start": (True, _number), "t_end": (True, _number), "prompt_tokens": (True, _integer),
+    "completion_tokens": (True, _integer), "prefix_hashes": (True, _hashes),
+    "ttft_s": (False, partial(_number, minimum=0.0)), "cached_tokens": (False, _integer),
+    "block_chars": (False, partial(_integer, minimum=1)), "features": (False, _features), "text": (False, _string),
+    "block_tokens": (False, _counts),
 }
 _WORKFLOW_END: dict[str, tuple[bool, Callable[[Any], Any]]] = {
-    "app": (True, _string), "workflow_id": (True, _string), "t": (True, _time), "status": (False, _string),
+    "app": (True, _string), "workflow_id": (True, _string), "t": (True, _number), "status": (False, _string),
 }
 
 

@@ -6,9 +6,10 @@
         --json OUT.json [--plot OUT.png]
     pbkv-bench profiles
 
-Bad input never ends in a traceback: malformed trace lines are skipped with a warning naming the
-line; an unknown trace version, a trace without invocations, a bad option or an output path that
-cannot be written is an error message and exit status 2, given before any replay starts.
+Bad input never ends in a traceback: lines the trace reader cannot use are skipped, with one
+warning per file that counts them and names the first (``pbkv_contract.trace``); an unknown trace
+version, a trace without invocations, a bad option or an output path that cannot be written is an
+error message and exit status 2, given before any replay starts.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def replay(
     if threads < 1:
         raise _fail("--threads must be >= 1")
     if gap:  # gap closed needs both ends of the scale; replay them too, after the listed ones
-        policies += [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if p not in policies and p in known]
+        policies = policies + [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if p not in policies and p in known]
     # Check outputs before the runs: a bad path must not cost a whole study.
     for option, path in (("--json", json_out), ("--plot", plot)):
         problem = _output_problem(path)

@@ -31,7 +31,7 @@ def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -> 
         table.add_row(
             name,
             f"{s['hit_rate']:.3f}",
-            _num(s.get("gap_closed"), 2),
+            _num(s.get("gap_closed"), 2).replace("-0.00", "0.00"),  # a tie with the baseline is no loss
             f"{s['host_hit_rate']:.3f}",
             f"{s['hit_rate'] + s['host_hit_rate']:.3f}",
             _seconds(s["mean_latency_s"]),

@@ -235,7 +235,9 @@ def simulate(
         concurrency: C, most workflows in flight (>= 1).
         predictor: next-agent predictor given to the engine (a fresh one per run: online
             predictors learn from the stream).
-        device_tokens / host_tokens: capacity overrides in tokens (``None``: the profile's).
+        device_tokens / host_tokens: capacity overrides in tokens (``None``: the profile's, each on
+            its own: ``pbkv-bench replay`` sizes the host tier from the device size with
+            :func:`pbkv_server.sim.profiles.host_tokens_for` and passes both).
         horizon, gamma, rho, max_batch: engine settings (PBKV Eq. 2 K and gamma; aggressive rho).
         timeline_bins: bins of the hit-rate timeline.
         app_graphs: static agent graph per app for ``kvflow`` (default: learned from the workload,

@@ -88,7 +88,7 @@ def test_truncated_and_malformed_lines_are_skipped_with_one_warning_naming_the_f
     assert len(recs) == 2
     [warning] = caplog.records
     assert warning.getMessage().startswith(f"{path}:2: skipped 2 of 4 lines that cannot be used; the first: ")
-    assert "step must be a non-negative integer" in warning.getMessage()
+    assert "step must be an integer >= 0" in warning.getMessage()
 
 
 def test_unknown_version_and_empty_trace_are_clear_errors(tmp_path):

@@ -73,7 +73,7 @@ def test_unknown_fields_are_ignored_and_integral_floats_read_as_ints():
     rec = parse_line(_line(step=2.0, prompt_tokens=10.0, model="gpt-x", latency_ms=12), notes)
     assert rec.step == 2 and isinstance(rec.step, int) and rec.prompt_tokens == 10
     assert notes == [("model", "unknown field, ignored"), ("latency_ms", "unknown field, ignored")]
-    with pytest.raises(ValueError, match="step must be a non-negative integer"):
+    with pytest.raises(ValueError, match="step must be an integer >= 0"):
         parse_line(_line(step=2.5))
 
 
@@ -121,12 +121,12 @@ def test_invalid_optional_fields_give_one_warning_per_file_listing_each_field(tm
     assert len(records) == 4 and not report.skipped
     assert report.fields == {"features": [2, 2, "has 1 numbers, not 64; read as unknown"],
                              "extra": [1, 2, "unknown field, ignored"],
-                             "cached_tokens": [1, 4, "must be a non-negative integer; read as unknown"]}
+                             "cached_tokens": [1, 4, "must be an integer >= 0; read as unknown"]}
     [warning] = caplog.records
     assert warning.getMessage() == (
         f"{path}: fields read as unknown or ignored: features on 2 lines (first: line 2: has 1 numbers, not 64; "
         "read as unknown); extra on 1 line (first: line 2: unknown field, ignored); cached_tokens on 1 line "
-        "(first: line 4: must be a non-negative integer; read as unknown)")
+        "(first: line 4: must be an integer >= 0; read as unknown)")
 
 
 def test_strict_reading_raises_at_the_first_problem_of_any_kind(tmp_path):
