@@ -2,14 +2,14 @@
 
 In a temporary folder: writes a synthetic training trace and trains a GraphSAGE model on it with
 ``pbkv-predictor train`` (a few epochs: speed does not depend on accuracy), writes a ~1,400-invocation
-test trace of the same app, then replays it under a predictive policy with the trained model and,
+test trace of the same app, then replays it under a predictive policy (the server's default) with the trained model and,
 for comparison, with the online ``markov`` predictor. Prints, per predictor, the wall and CPU
 seconds of the replay, invocations per second (wall and CPU), the predictor calls, and a digest of
 the deterministic replay figures (hit rates, evictions, prefetch, latencies, timeline): a faster
 implementation (batched predictions) must print the same digest. torch runs on ``--threads``
 threads (1 by default, as ``pbkv-bench``), set before the model loads.
 
-    .venv/bin/python benchmarks/replay_speed.py [--workflows 140] [--policy pbkv] [--model PATH]
+    .venv/bin/python benchmarks/replay_speed.py [--workflows 140] [--policy P] [--model PATH]
 
 On a loaded 2-core machine CPU-time figures are the fair ones (other processes stretch wall time);
 the load average is printed with them.
@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pbkv_server.engine.policies import DEFAULT_POLICY
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.profiles import get_profile
 from pbkv_server.sim.report import jsonable
@@ -48,7 +49,7 @@ def main() -> None:
     parser.add_argument("--train-workflows", type=int, default=200, help="workflows of the training trace")
     parser.add_argument("--epochs", type=int, default=5, help="training epochs")
     parser.add_argument("--model", type=Path, default=None, help="use this trained model instead of training one")
-    parser.add_argument("--policy", default="pbkv", help="a predictive policy")
+    parser.add_argument("--policy", default=DEFAULT_POLICY, help="a predictive policy")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--profile", default="h100-qwen2.5-32b")
     parser.add_argument("--device-tokens", type=int, default=200_000)

@@ -98,14 +98,15 @@ def replay(
     timeline_bins: int = typer.Option(40, help="bins of the hit-rate timeline"),
     gap: bool = typer.Option(
         True, help="also replay the baseline and the offline reference when not listed, for 'gap closed' "
-                   "(--no-gap: gap closed is '-' unless both are listed)"),
+                   "only (not added to the table or JSON); --no-gap: gap closed is '-' unless both are listed"),
     threads: int = typer.Option(DEFAULT_TORCH_THREADS, help="torch CPU threads for a trained model"),
 ) -> None:
     """Replay a trace under each policy; print a table, optionally write JSON and a plot.
 
     Per policy: device hit rate, "gap closed" = (h - h_base) / (h_ref - h_base) with h_base the
     baseline's (``BASELINE_POLICY``) and h_ref the offline reference's (``REFERENCE_POLICY``)
-    device hit rate, and the device + host hit rate.
+    device hit rate, and the device + host hit rate. A baseline or reference that is not listed
+    is replayed too (unless ``--no-gap``), for its hit rate only.
     """
     from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace
     from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies
@@ -135,8 +136,8 @@ def replay(
         raise _fail(f"--host-ratio must be a finite number >= 0 (0 = no host tier), got {host_ratio}")
     if threads < 1:
         raise _fail("--threads must be >= 1")
-    if gap:  # gap closed needs both ends of the scale; replay them too, after the listed ones
-        policies = policies + [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if p not in policies and p in known]
+    # gap closed needs both ends of the scale: replay the missing ones too, after the listed ones
+    scale_only = [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if gap and p not in policies and p in known]
     # Check outputs before the runs: a bad path must not cost a whole study.
     for option, path in (("--json", json_out), ("--plot", plot)):
         problem = _output_problem(path)
@@ -161,11 +162,12 @@ def replay(
     except (TraceFormatError, OSError, ValueError, ImportError) as exc:
         raise _fail(str(exc)) from None
 
-    results = {}
+    results, scale = {}, {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as progress:
-        for name in policies:
-            task = progress.add_task(f"{name:16s}", total=len(workload.workflows))
+        for name in policies + scale_only:
+            label = f"{name} (gap)" if name in scale_only else name
+            task = progress.add_task(f"{label:16s}", total=len(workload.workflows))
             try:
                 result = simulate(
                     workload, name, hw, concurrency=concurrency,
@@ -179,13 +181,14 @@ def replay(
             device, host_size = result.engine.device_capacity, result.engine.host_capacity
             result.summary.update(predictor=predictor, profile=hw.name, concurrency=concurrency,
                                   device_tokens=device, host_tokens=host_size, host_ratio=host_size / device)
-            results[name] = result.summary
-    add_gap_closed(results, BASELINE_POLICY, REFERENCE_POLICY)
+            (scale if name in scale_only else results)[name] = result.summary
+    ends = {p: (results.get(p) or scale.get(p) or {}).get("hit_rate") for p in (BASELINE_POLICY, REFERENCE_POLICY)}
+    add_gap_closed(results, BASELINE_POLICY, ends[BASELINE_POLICY], REFERENCE_POLICY, ends[REFERENCE_POLICY])
     first = results[policies[0]]
     title = (f"{trace.name}: {len(workload.workflows)} workflows, {workload.invocations} invocations, "
              f"predictor {predictor}, C={concurrency}, {hw.name}, device {first['device_tokens']} tok, "
-             f"host {first['host_tokens']} tok ({first['host_ratio']:.3g}x); gap closed from {BASELINE_POLICY} (0) "
-             f"to {REFERENCE_POLICY} (1)")
+             f"host {first['host_tokens']} tok ({first['host_ratio']:.3g}x); gap closed: 0 = {BASELINE_POLICY} "
+             f"{_rate(ends[BASELINE_POLICY])}, 1 = {REFERENCE_POLICY} {_rate(ends[REFERENCE_POLICY])}")
     console.print(results_table(results, title))
     try:
         if json_out is not None:
@@ -196,6 +199,10 @@ def replay(
             console.print(f"wrote {plot}")
     except OSError as exc:
         raise _fail(f"cannot write the results: {exc}") from None
+
+
+def _rate(value: float | None) -> str:
+    return "(not run)" if value is None else f"{value:.3f}"
 
 
 def _output_problem(path: Optional[Path]) -> str | None:

@@ -55,16 +55,17 @@ def gap_closed(hit_rate: float, baseline_hit_rate: float | None, reference_hit_r
     return (hit_rate - baseline_hit_rate) / (reference_hit_rate - baseline_hit_rate)
 
 
-def add_gap_closed(results: Mapping[str, dict[str, Any]], baseline: str, reference: str) -> None:
+def add_gap_closed(results: Mapping[str, dict[str, Any]], baseline: str, baseline_hit_rate: float | None,
+                   reference: str, reference_hit_rate: float | None) -> None:
     """Add to each policy's summary, in place: ``device_host_hit_rate`` (device + host hit rate),
-    ``gap_closed`` (:func:`gap_closed` of the device hit rates, ``None`` if ``baseline`` or
-    ``reference`` was not replayed), and the names ``gap_baseline`` and ``gap_reference``."""
-    base = results[baseline]["hit_rate"] if baseline in results else None
-    ref = results[reference]["hit_rate"] if reference in results else None
+    ``gap_closed`` (:func:`gap_closed` of its device hit rate), and the scale it was measured on:
+    ``gap_baseline`` / ``gap_reference`` (policy names) with their device hit rates
+    ``gap_baseline_hit_rate`` / ``gap_reference_hit_rate`` (``None`` where not replayed)."""
     for s in results.values():
         s["device_host_hit_rate"] = s["hit_rate"] + s["host_hit_rate"]
-        s["gap_closed"] = gap_closed(s["hit_rate"], base, ref)
-        s["gap_baseline"], s["gap_reference"] = baseline, reference
+        s["gap_closed"] = gap_closed(s["hit_rate"], baseline_hit_rate, reference_hit_rate)
+        s.update(gap_baseline=baseline, gap_baseline_hit_rate=baseline_hit_rate,
+                 gap_reference=reference, gap_reference_hit_rate=reference_hit_rate)
 
 
 def jsonable(value: Any) -> Any:

@@ -83,23 +83,31 @@ def test_bad_host_ratio_is_a_clear_error(trace):
     assert result.exit_code == 2 and "--host-ratio must be a finite number >= 0" in result.output
 
 
-def test_gap_closed_runs_baseline_and_reference_and_is_computed_per_policy(trace, tmp_path):
-    data, output = _replay(trace, tmp_path, "--policy", "he", "--device-tokens", "30000")
-    assert list(data) == ["he", BASELINE_POLICY, REFERENCE_POLICY]
-    h, base, ref = (data[p]["hit_rate"] for p in ("he", BASELINE_POLICY, REFERENCE_POLICY))
-    assert base != ref
-    assert data["he"]["gap_closed"] == pytest.approx((h - base) / (ref - base), rel=1e-12)
-    assert data[BASELINE_POLICY]["gap_closed"] == 0.0 and data[REFERENCE_POLICY]["gap_closed"] == 1.0
-    for s in data.values():
+def test_gap_closed_is_computed_per_policy_on_the_baseline_to_reference_scale(trace, tmp_path):
+    listed, output = _replay(trace, tmp_path, "--policy", "he", "--device-tokens", "30000")
+    # the baseline and the reference ran for the scale only: the JSON and table list what was asked for
+    assert list(listed) == ["he"]
+    # an independent check: all three listed, each replayed in its own right
+    full, _ = _replay(trace, tmp_path, "--policy", f"he,{BASELINE_POLICY},{REFERENCE_POLICY}", "--device-tokens",
+                      "30000")
+    h, base, ref = (full[p]["hit_rate"] for p in ("he", BASELINE_POLICY, REFERENCE_POLICY))
+    assert base != ref and listed["he"]["hit_rate"] == h
+    assert (listed["he"]["gap_baseline_hit_rate"], listed["he"]["gap_reference_hit_rate"]) == (base, ref)
+    assert listed["he"]["gap_closed"] == pytest.approx((h - base) / (ref - base), rel=1e-12)
+    assert full["he"]["gap_closed"] == listed["he"]["gap_closed"]
+    assert full[BASELINE_POLICY]["gap_closed"] == 0.0 and full[REFERENCE_POLICY]["gap_closed"] == 1.0
+    for s in full.values():
         assert s["device_host_hit_rate"] == pytest.approx(s["hit_rate"] + s["host_hit_rate"])
         assert (s["gap_baseline"], s["gap_reference"]) == (BASELINE_POLICY, REFERENCE_POLICY)
-    assert f"gap closed from {BASELINE_POLICY} (0) to {REFERENCE_POLICY} (1)" in output
-    assert f"{data['he']['gap_closed']:.2f}" in output
+    assert f"gap closed: 0 = {BASELINE_POLICY} {base:.3f}, 1 = {REFERENCE_POLICY} {ref:.3f}" in output
+    assert f"{listed['he']['gap_closed']:.2f}" in output
 
 
 def test_no_gap_runs_only_the_listed_policies_and_leaves_gap_closed_empty(trace, tmp_path):
     data, output = _replay(trace, tmp_path, "--policy", "he", "--no-gap", "--device-tokens", "30000")
     assert list(data) == ["he"] and data["he"]["gap_closed"] is None
+    assert data["he"]["gap_baseline_hit_rate"] is None and data["he"]["gap_reference_hit_rate"] is None
+    assert f"0 = {BASELINE_POLICY} (not run), 1 = {REFERENCE_POLICY} (not run)" in output
     row = [line for line in output.split(" he ")[1:]]
     assert row and row[0].split()[1] == "-"  # hit rate, then "-" for gap closed
 
