@@ -3,8 +3,7 @@
 A prompt (chat messages or a completions string) is serialised to one canonical text and cut into
 blocks of ``block_chars`` characters; block ``i`` is identified by a full-width SHA-256 hash chained
 over every block before it, so two prompts share their first ``n`` hashes exactly when they share
-their first ``n`` full blocks (up to SHA-256 collisions, about 2^-128 for any pair even among
-billions of blocks). The SDK (trace recording), the server (cache keys of live requests) and the
+their first ``n`` full blocks (up to SHA-256 collisions: below 2^-170 even among 10^12 blocks). The SDK (trace recording), the server (cache keys of live requests) and the
 simulator (replay) all use these functions, so a replayed trace rebuilds the radix-tree sharing of
 the live run.
 
@@ -62,7 +61,8 @@ def message_segment(message: Mapping[str, Any]) -> str:
     they are), CONTENT is :func:`message_text` with each ``<`` + backslashes + ``|`` given one more
     backslash. The server's tokenizer counts tokens per segment, so it uses this function too.
     """
-    role = quote(str(message.get("role", "user")), safe="_-.~")
+    # surrogatepass: a lone surrogate (from JSON) must encode, as in the hashed text
+    role = quote(str(message.get("role", "user")).encode("utf-8", "surrogatepass"), safe="_-.~")
     content = _OPENER.sub(lambda m: "<\\" + m.group(1) + "|", message_text(message))
     return f"<|{role}|>{content}<|end|>"
 

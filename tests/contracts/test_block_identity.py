@@ -1,6 +1,7 @@
 """Block identity: full-width chained hashes of an unambiguous serialisation (regression case 7 (b))."""
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -32,6 +33,11 @@ def test_a_message_holding_the_delimiters_does_not_hash_like_two_messages():
 def test_ordinary_text_keeps_its_canonical_form_byte_for_byte():
     msgs = [{"role": "system", "content": "You are <b>|helpful|</b> \\ ok"}, {"role": "tool_call", "content": "q"}]
     assert canonical_prompt(msgs) == "<|system|>You are <b>|helpful|</b> \\ ok<|end|><|tool_call|>q<|end|>"
+
+
+def test_lone_surrogates_in_roles_hash_and_stay_distinct():
+    a, b = json.loads('"\\ud800"'), json.loads('"\\udc00"')
+    assert prefix_hashes([{"role": a, "content": "x"}]) != prefix_hashes([{"role": b, "content": "x"}])
 
 
 def test_a_completions_string_shares_no_block_with_the_chat_prompt_it_spells():
