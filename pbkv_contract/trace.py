@@ -1,33 +1,73 @@
-"""Trace format v1: records, reader and writer (see ``docs/architecture.md``, "Trace format").
+"""Trace format v1: records, reader and writer.
 
-A trace is a JSONL file with one object per line, of two types:
+A trace is a JSONL file with one object per line; every line carries ``"v": 1`` and a ``type``:
 
-``invocation``: one LLM call (app, workflow_id, step, agent, t_start/t_end in Unix seconds,
-ttft_s, prompt/completion/cached tokens, ``prefix_hashes`` of the prompt, ``block_chars``, and
-``features``, the request's semantic signal).
+``invocation``: one LLM call of a workflow.
 
-``workflow_end``: the end of a workflow (app, workflow_id, t, status).
+* Required: ``app`` (str), ``workflow_id`` (str), ``step`` (int >= 0, the call's index in its
+  workflow), ``agent`` (non-empty str), ``t_start`` and ``t_end`` (numbers, Unix seconds),
+  ``prompt_tokens`` and ``completion_tokens`` (ints >= 0), ``prefix_hashes`` (list of str: the
+  chained block hashes of the prompt, :mod:`pbkv_contract.blocks`).
+* Optional; absent or ``null`` means *unknown*, and the record then holds the value given here:
 
-Block hashes come from :mod:`pbkv_contract.blocks`, features from :mod:`pbkv_contract.features`.
-Writers append whole lines and flush; readers skip a malformed or truncated line with a warning
-and stop with :class:`TraceFormatError` on an unknown version.
+  ===================  =====================================  ====================================
+  field                when known                             unknown
+  ===================  =====================================  ====================================
+  ``ttft_s``           time to first token, seconds (>= 0)    ``None``
+  ``cached_tokens``    prompt tokens the serving run reused    ``None`` (not 0: "nothing reused" is
+                       from its prefix cache (int >= 0)        a measurement, unknown is not)
+  ``block_chars``      characters per hashed block (>= 1)     ``None``
+  ``features``         ``FEATURE_DIM`` finite numbers, the    ``[]`` (no semantic signal: the
+                       request's semantic signal              predictor reads zeros)
+                       (:mod:`pbkv_contract.features`)
+  ``text``             the raw canonical prompt (str)         ``None`` (not recorded)
+  ``block_tokens``     tokens of each hashed block (ints      ``None`` (replay spreads
+                       >= 0, one per hash)                    ``prompt_tokens`` evenly)
+  ``session_id``       the session (chat conversation, SGLang ``None`` (the workflow is its own
+                       session) several workflows belong to   session)
+                       (non-empty str)
+  ===================  =====================================  ====================================
+
+``workflow_end``: the end of a workflow. Required ``app``, ``workflow_id``, ``t`` (number, Unix
+seconds); optional ``status`` (str; absent or ``null``: ``"completed"``, the v1 default).
+
+Reading is graded by what a consumer (replay, predictor training, ``pbkv-sdk validate``; all of
+them parse lines with :func:`parse_line`) can still use:
+
+* a line it cannot use (not JSON, not an object, no ``v``, unknown ``type``, a required field
+  missing, ``null`` or invalid) is skipped;
+* an optional field that is present but invalid (``features`` of the wrong length, a negative
+  ``cached_tokens``, ...) is read as unknown and the line kept;
+* a field this reader does not know is ignored (other tools may add their own);
+* integral floats (``3.0``) are read as ints;
+* a line with a ``v`` other than 1 stops the whole file with :class:`TraceFormatError` (the file is
+  of another format version), and a trace without any usable invocation is a
+  :class:`TraceFormatError` that says what was skipped.
+
+Each file's problems are summed up in at most two warnings (skipped lines; fields read as unknown
+or ignored), each with its count and the first line concerned, however many lines are affected.
+Writers append whole lines and flush (:class:`TraceWriter`), and leave unknown optional fields out.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, Iterable, Iterator
+from functools import partial
+from typing import IO, Any, Callable, Iterable, Iterator
 
-from .blocks import DEFAULT_BLOCK_CHARS, block_token_counts
+from .blocks import block_token_counts
+from .features import FEATURE_DIM
 
 log = logging.getLogger(__name__)
 
 __all__ = ["TRACE_VERSION", "TraceFormatError", "InvocationRecord", "WorkflowEndRecord", "TraceRecord",
-           "parse_record", "iter_trace", "read_trace", "group_workflows", "TraceWriter"]
+           "TraceFileReport", "parse_line", "parse_record", "iter_trace", "read_trace", "group_workflows",
+           "TraceWriter"]
 
 TRACE_VERSION = 1
 
@@ -47,17 +87,19 @@ class InvocationRecord:
         agent: agent name (LangGraph node, AutoGen participant, CrewAI role).
         t_start: request start, Unix seconds.
         t_end: request end (last token), Unix seconds.
-        ttft_s: time to first token, seconds (0.0 if unknown).
         prompt_tokens: prompt length in tokens.
         completion_tokens: output length in tokens.
-        cached_tokens: prompt tokens served from the prefix cache (0 if unknown).
         prefix_hashes: chained block hashes of the canonical prompt (:func:`prefix_hashes`).
-        block_chars: characters per hashed block.
+        ttft_s: time to first token, seconds; ``None`` if unknown.
+        cached_tokens: prompt tokens served from the prefix cache in the recorded run; ``None``
+            if unknown (0 means the run reported that nothing was reused).
+        block_chars: characters per hashed block; ``None`` if unknown.
         features: L2-normalised feature vector of the newest non-system message
-            (:func:`pbkv_contract.features.request_features`), length ``FEATURE_DIM``; may be empty.
-        text: raw prompt text, only when the user asked for it.
+            (:func:`pbkv_contract.features.request_features`), length ``FEATURE_DIM``; empty if
+            unknown.
+        text: raw prompt text, only when the user asked for it (``None`` otherwise).
         block_tokens: tokens of each prefix-hash block when the writer knew them (the live server
-            does); ``None`` means replay spreads ``prompt_tokens`` with :func:`block_token_counts`.
+            does); ``None`` (unknown) means replay spreads ``prompt_tokens`` with :func:`block_token_counts`.
         session_id: the session (a chat conversation, an SGLang session) the workflow belongs to,
             when several workflows form one user's sequence, such as a chat whose turns are each a
             workflow; ``None``: the workflow is its own session. Replay runs a session's
@@ -73,18 +115,18 @@ class InvocationRecord:
     prompt_tokens: int
     completion_tokens: int
     prefix_hashes: list[str]
-    ttft_s: float = 0.0
-    cached_tokens: int = 0
-    block_chars: int = DEFAULT_BLOCK_CHARS
+    ttft_s: float | None = None
+    cached_tokens: int | None = None
+    block_chars: int | None = None
     features: list[float] = field(default_factory=list)
     text: str | None = None
     block_tokens: list[int] | None = None
     session_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object of this record (``type`` and ``v`` included; optional fields only if set)."""
+        """The JSON object of this record (``type`` and ``v`` included; unknown optional fields left out)."""
         data = {"type": "invocation", "v": TRACE_VERSION, **asdict(self)}
-        for optional in ("text", "block_tokens", "session_id"):
+        for optional in _NULLABLE:
             if data[optional] is None:
                 del data[optional]
         return data
@@ -96,9 +138,21 @@ class InvocationRecord:
         return block_token_counts(self.prompt_tokens, len(self.prefix_hashes))
 
 
+#: Optional invocation fields whose unknown value is ``None`` (left out when writing).
+_NULLABLE = ("ttft_s", "cached_tokens", "block_chars", "text", "block_tokens", "session_id")
+
+
 @dataclass(slots=True)
 class WorkflowEndRecord:
-    """The end of a workflow (trace type ``workflow_end``); ``t`` in Unix seconds."""
+    """The end of a workflow (trace type ``workflow_end``).
+
+    Attributes:
+        app: application name.
+        workflow_id: the workflow that ended.
+        t: end time, Unix seconds.
+        status: ``"completed"``, ``"failed"`` or ``"cancelled"`` (any string is kept); absent or
+            ``null`` in a file reads as ``"completed"``.
+    """
 
     app: str
     workflow_id: str
@@ -116,95 +170,246 @@ TraceRecord = InvocationRecord | WorkflowEndRecord
 # --------------------------------------------------------------------------- reading
 
 
-def parse_record(data: Any) -> TraceRecord:
-    """Build a record from one decoded JSON line.
+@dataclass
+class TraceFileReport:
+    """What reading one trace file found (filled by :func:`iter_trace`).
+
+    Attributes:
+        path: the file.
+        lines: non-blank lines read.
+        records: records returned.
+        skipped: ``(line number, reason)`` of every line that could not be used (1-based numbers).
+        fields: per field name, ``[lines, first line number, reason]`` of optional fields read as
+            unknown because they were invalid, and of unknown fields (ignored).
+    """
+
+    path: str
+    lines: int = 0
+    records: int = 0
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    fields: dict[str, list[Any]] = field(default_factory=dict)
+
+    def warnings(self) -> list[str]:
+        """At most two one-line summaries: skipped lines, then fields read as unknown or ignored."""
+        out = []
+        if self.skipped:
+            lineno, reason = self.skipped[0]
+            # "path:line:" first, as compilers do: editors and terminals jump to the first one.
+            n = len(self.skipped)
+            out.append(f"{self.path}:{lineno}: skipped {n} of {self.lines} lines that cannot be used; "
+                       f"{'the first' if n > 1 else 'it'}: {reason}")
+        if self.fields:
+            parts = [f"{name} on {n} line{'s' if n != 1 else ''} (first: line {first}: {reason})"
+                     for name, (n, first, reason) in self.fields.items()]
+            out.append(f"{self.path}: fields read as unknown or ignored: " + "; ".join(parts))
+        return out
+
+    def _note(self, lineno: int, notes: list[tuple[str, str]]) -> None:
+        for name, reason in notes:
+            entry = self.fields.get(name)
+            if entry is None:
+                self.fields[name] = [1, lineno, reason]
+            else:
+                entry[0] += 1
+
+
+def parse_line(line: str, notes: list[tuple[str, str]] | None = None) -> TraceRecord:
+    """Build a record from one line of a trace file: the parse every trace consumer uses.
+
+    Args:
+        line: one line of JSON text.
+        notes: if given, receives ``(field, reason)`` for each optional field read as unknown
+            because it was invalid, and for each unknown field (ignored).
 
     Raises:
-        TraceFormatError: the version is not 1 (callers stop: the whole file is of another format).
-        ValueError: the object is not a valid v1 record (callers skip the line with a warning).
+        TraceFormatError: the line declares a version other than 1 (callers stop: the whole file
+            is of another format).
+        ValueError: the line cannot be used (not JSON, or see :func:`parse_record`); callers skip it.
+    """
+    try:
+        data = json.loads(line)
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"not valid JSON ({exc})") from None
+    return parse_record(data, notes)
+
+
+def parse_record(data: Any, notes: list[tuple[str, str]] | None = None) -> TraceRecord:
+    """Build a record from one decoded JSON line (the field rules are in the module docstring).
+
+    Raises:
+        TraceFormatError: the version is not 1.
+        ValueError: not an object, no ``v``, an unknown type, or a required field missing, null or
+            invalid.
     """
     if not isinstance(data, dict):
         raise ValueError("line is not a JSON object")
-    if data.get("v") != TRACE_VERSION:
-        raise TraceFormatError(f"unsupported trace version {data.get('v')!r} (this reader knows v{TRACE_VERSION})")
+    version = data.get("v")
+    if version is None:
+        raise ValueError("no trace version 'v'")
+    if version != TRACE_VERSION or isinstance(version, bool):
+        raise TraceFormatError(f"unsupported trace version {version!r} (this reader knows v{TRACE_VERSION})")
     kind = data.get("type")
-    fields = {k: v for k, v in data.items() if k not in ("type", "v")}
-    try:
-        if kind == "invocation":
-            rec = InvocationRecord(**fields)
-            _check_invocation(rec)
-            return rec
-        if kind == "workflow_end":
-            rec_end = WorkflowEndRecord(**fields)
-            if not isinstance(rec_end.workflow_id, str) or not isinstance(rec_end.t, (int, float)):
-                raise ValueError("workflow_end needs workflow_id (str) and t (number)")
-            return rec_end
-    except TypeError as exc:
-        raise ValueError(f"bad fields for {kind}: {exc}") from None
-    raise ValueError(f"unknown record type {kind!r}")
+    if kind == "invocation":
+        spec, make = _INVOCATION, InvocationRecord
+    elif kind == "workflow_end":
+        spec, make = _WORKFLOW_END, WorkflowEndRecord
+    else:
+        raise ValueError(f"unknown record type {kind!r}")
+    values: dict[str, Any] = {}
+    for name, (required, check) in spec.items():
+        raw = data.get(name)
+        if raw is None:
+            if required:
+                raise ValueError(f"{kind} field {name} is {'null' if name in data else 'missing'}")
+            continue  # unknown: the dataclass default
+        try:
+            values[name] = check(raw)
+        except ValueError as exc:
+            if required:
+                raise ValueError(f"{kind} field {name} {exc}") from None
+            if notes is not None:
+                notes.append((name, f"{exc}; read as unknown"))
+    if notes is not None:
+        notes.extend((name, "unknown field, ignored") for name in data if name not in spec and name not in ("v", "type"))
+    if kind == "invocation" and "block_tokens" in values and len(values["block_tokens"]) != len(values["prefix_hashes"]):
+        del values["block_tokens"]
+        if notes is not None:
+            notes.append(("block_tokens", "not one count per prefix hash; read as unknown"))
+    return make(**values)
 
 
-def _check_invocation(rec: InvocationRecord) -> None:
-    if not isinstance(rec.workflow_id, str) or not isinstance(rec.agent, str) or not rec.agent:
-        raise ValueError("invocation needs workflow_id and agent strings")
-    if rec.session_id is not None and (not isinstance(rec.session_id, str) or not rec.session_id):
-        raise ValueError("session_id must be a non-empty string or null")
-    for name in ("step", "prompt_tokens", "completion_tokens", "cached_tokens", "block_chars"):
-        value = getattr(rec, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"invocation field {name} must be a non-negative int")
-    if not isinstance(rec.prefix_hashes, list) or not all(isinstance(h, str) for h in rec.prefix_hashes):
-        raise ValueError("prefix_hashes must be a list of strings")
-    if rec.block_tokens is not None and (
-        not isinstance(rec.block_tokens, list)
-        or len(rec.block_tokens) != len(rec.prefix_hashes)
-        or not all(isinstance(t, int) and t >= 0 for t in rec.block_tokens)
-    ):
-        raise ValueError("block_tokens must be a list of non-negative ints, one per prefix hash")
-    if not isinstance(rec.features, list):
-        raise ValueError("features must be a list of numbers")
-    for name in ("t_start", "t_end", "ttft_s"):
-        if not isinstance(getattr(rec, name), (int, float)):
-            raise ValueError(f"invocation field {name} must be a number")
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value
 
 
-def iter_trace(path: str | os.PathLike[str], *, strict: bool = False) -> Iterator[TraceRecord]:
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def _integer(value: Any, minimum: int = 0) -> int:
+    """An int >= ``minimum``; integral floats (other tools' JSON writers) are accepted."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not value.is_integer()) or value < minimum):
+        raise ValueError(f"must be an integer >= {minimum}")
+    return int(value)
+
+
+def _number(value: Any, minimum: float = -math.inf) -> float:
+    """A finite number >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
+        raise ValueError("must be a finite number" + (f" >= {minimum:g}" if minimum > -math.inf else ""))
+    return value
+
+
+def _hashes(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
+        raise ValueError("must be a list of strings")
+    return value
+
+
+def _counts(value: Any) -> list[int]:
+    if not isinstance(value, list):
+        raise ValueError("must be a list of integers >= 0")
+    return [_integer(v) for v in value]
+
+
+def _features(value: Any) -> list[float]:
+    if not isinstance(value, list):
+        raise ValueError("must be a list of numbers")
+    if value and len(value) != FEATURE_DIM:
+        raise ValueError(f"has {len(value)} numbers, not {FEATURE_DIM}")
+    return [_number(v) for v in value]
+
+
+#: Field name -> (required, check); a check returns the value to keep or raises ValueError(reason).
+_INVOCATION: dict[str, tuple[bool, Callable[[Any], Any]]] = {
+    "app": (True, _string), "workflow_id": (True, _string), "step": (True, _integer), "agent": (True, _name),
+    "t_start": (True, _number), "t_end": (True, _number), "prompt_tokens": (True, _integer),
+    "completion_tokens": (True, _integer), "prefix_hashes": (True, _hashes),
+    "ttft_s": (False, partial(_number, minimum=0.0)), "cached_tokens": (False, _integer),
+    "block_chars": (False, partial(_integer, minimum=1)), "features": (False, _features), "text": (False, _string),
+    "block_tokens": (False, _counts), "session_id": (False, _name),
+}
+_WORKFLOW_END: dict[str, tuple[bool, Callable[[Any], Any]]] = {
+    "app": (True, _string), "workflow_id": (True, _string), "t": (True, _number), "status": (False, _string),
+}
+
+
+def iter_trace(
+    path: str | os.PathLike[str], *, strict: bool = False, report: TraceFileReport | None = None
+) -> Iterator[TraceRecord]:
     """Yield the records of one trace file in file order.
 
-    A malformed or truncated line is skipped with a warning naming the file and line number
-    (or raises ``ValueError`` with ``strict=True``). Blank lines are ignored.
+    Lines are parsed with :func:`parse_line`. Unusable lines are skipped and invalid optional
+    fields read as unknown; when the file is done, its problems are logged as at most two
+    warnings with counts (:meth:`TraceFileReport.warnings`). Blank lines are ignored.
+
+    Args:
+        path: the file.
+        strict: raise ``ValueError`` (with file and line number) at the first problem of any kind
+            instead: for checking that a writer produces exact v1.
+        report: filled with what was read and skipped, if given.
 
     Raises:
         TraceFormatError: a line declares a version other than 1.
         OSError: the file cannot be opened.
     """
+    report = report if report is not None else TraceFileReport(os.fspath(path))
+    notes: list[tuple[str, str]] = []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
+            report.lines += 1
             try:
-                yield parse_record(json.loads(line))
+                record = parse_line(line, notes)
             except TraceFormatError as exc:
                 raise TraceFormatError(f"{path}:{lineno}: {exc}") from None
-            except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            except ValueError as exc:
                 if strict:
                     raise ValueError(f"{path}:{lineno}: {exc}") from None
-                log.warning("%s:%d: skipping malformed trace line (%s)", path, lineno, exc)
+                report.skipped.append((lineno, str(exc)))
+                notes.clear()
+                continue
+            if notes:
+                if strict:
+                    name, reason = notes[0]
+                    raise ValueError(f"{path}:{lineno}: field {name}: {reason}")
+                report._note(lineno, notes)
+                notes.clear()
+            report.records += 1
+            yield record
+    for message in report.warnings():
+        log.warning("%s", message)
 
 
 def read_trace(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[TraceRecord]:
     """Read one or more trace files into a list of records (file order, files in given order).
 
     Raises:
-        TraceFormatError: unknown version, or the files hold no invocation at all.
+        TraceFormatError: unknown version, or the files hold no usable invocation at all (the
+            message then says how many lines were skipped, and why the first one was).
+        OSError: a file cannot be opened.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     records: list[TraceRecord] = []
+    reports = []
     for path in paths:
-        records.extend(iter_trace(path))
+        reports.append(TraceFileReport(os.fspath(path)))
+        records.extend(iter_trace(path, report=reports[-1]))
     if not any(isinstance(r, InvocationRecord) for r in records):
-        raise TraceFormatError("trace holds no invocation records")
+        skipped = [r for r in reports if r.skipped]
+        why = ""
+        if skipped:
+            lineno, reason = skipped[0].skipped[0]
+            total = sum(len(r.skipped) for r in reports)
+            why = f" ({total} unusable line{'s' if total != 1 else ''} skipped; first: {skipped[0].path}:{lineno}: {reason})"
+        raise TraceFormatError(f"trace holds no invocation records{why}")
     return records
 
 

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pbkv_contract.trace import InvocationRecord
 from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
 from pbkv_sdk.stats import TraceSummary, ValidationReport, summarize, validate_file
 
@@ -119,7 +120,7 @@ def stats(
 
 @app.command()
 def validate(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Trace file.")) -> None:
-    """Check every line of a trace; list invalid ones and exit 1 if there are any (or no record at all)."""
+    """Check every line of a trace; list invalid ones and exit 1 if there are any (or no invocation at all)."""
     report = _read_report(file)
     for lineno, reason in report.invalid[:50]:
         console.print(f"{file}:{lineno}: {reason}", markup=False, highlight=False)
@@ -128,7 +129,7 @@ def validate(file: Path = typer.Argument(..., exists=True, dir_okay=False, help=
     console.print(f"{report.valid} valid, {len(report.invalid)} invalid line(s)")
     if report.invalid:
         raise typer.Exit(1)
-    if not report.records:
+    if not any(isinstance(r, InvocationRecord) for r in report.records):  # replay and training need one
         err_console.print(_no_records_message(file, report), highlight=False)
         raise typer.Exit(1)
 
@@ -220,6 +221,8 @@ def _os_reason(exc: OSError) -> str:
 
 
 def _no_records_message(file: Path, report: ValidationReport) -> str:
+    if report.records:
+        return f"[red]{file}: no invocation record (only workflow ends); replay and training need invocations[/red]"
     if report.invalid:
         return f"[red]{file}: no valid trace record ({len(report.invalid)} invalid line(s); run `pbkv-sdk validate`)[/red]"
     return f"[red]{file}: empty trace (no records)[/red]"

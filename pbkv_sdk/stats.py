@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from pbkv_contract.trace import (
     TraceRecord,
     WorkflowEndRecord,
     group_workflows,
-    parse_record,
+    parse_line,
 )
 
 
@@ -30,8 +29,10 @@ class TraceSummary:
         apps: invocations per app.
         transitions: ``(agent, next agent)`` counts within workflows in step order; the last
             agent of an ended workflow transitions to ``<END>``.
-        prompt_tokens, completion_tokens, cached_tokens: totals, tokens.
-        mean_ttft_s: mean time to first token over invocations, seconds (0.0 if none).
+        prompt_tokens, completion_tokens, cached_tokens: totals, tokens (cached: over the
+            invocations that recorded it).
+        mean_ttft_s: mean time to first token over the invocations that recorded it, seconds
+            (0.0 if none).
         steps_per_workflow: mean invocations per workflow.
     """
 
@@ -70,15 +71,17 @@ def summarize(records: Iterable[TraceRecord]) -> TraceSummary:
     summary = TraceSummary()
     ends = {r.workflow_id: r.status for r in records if isinstance(r, WorkflowEndRecord)}
     workflows = group_workflows(records)
-    ttft_total = 0.0
+    ttft_total, ttft_known = 0.0, 0
     for wid, invs in workflows.items():
         for inv in invs:
             summary.agents[inv.agent] += 1
             summary.apps[inv.app] += 1
             summary.prompt_tokens += inv.prompt_tokens
             summary.completion_tokens += inv.completion_tokens
-            summary.cached_tokens += inv.cached_tokens
-            ttft_total += inv.ttft_s
+            summary.cached_tokens += inv.cached_tokens or 0  # None: unknown (trace format v1)
+            if inv.ttft_s is not None:
+                ttft_total += inv.ttft_s
+                ttft_known += 1
         for a, b in zip(invs, invs[1:]):
             summary.transitions[(a.agent, b.agent)] += 1
         if wid in ends:
@@ -86,7 +89,7 @@ def summarize(records: Iterable[TraceRecord]) -> TraceSummary:
     summary.workflows = len(workflows)
     summary.invocations = sum(len(v) for v in workflows.values())
     summary.ended = Counter(status for wid, status in ends.items() if wid in workflows)
-    summary.mean_ttft_s = ttft_total / summary.invocations if summary.invocations else 0.0
+    summary.mean_ttft_s = ttft_total / ttft_known if ttft_known else 0.0
     summary.steps_per_workflow = summary.invocations / summary.workflows if summary.workflows else 0.0
     return summary
 
@@ -108,8 +111,9 @@ class ValidationReport:
 def validate_file(path: str | os.PathLike[str]) -> ValidationReport:
     """Check every non-blank line of a trace: JSON object, version 1, valid record fields.
 
-    Unlike :func:`pbkv_contract.trace.iter_trace`, nothing is skipped silently: each bad line
-    (truncated, malformed, unknown type or version) is reported with its 1-based number.
+    A line is valid exactly when replay and training read it (the same
+    :func:`pbkv_contract.trace.parse_line`); unlike :func:`pbkv_contract.trace.iter_trace`, each bad
+    line (truncated, malformed, unknown type or version) is reported with its 1-based number.
 
     Raises:
         OSError: the file cannot be opened.
@@ -120,7 +124,7 @@ def validate_file(path: str | os.PathLike[str]) -> ValidationReport:
             if not line.strip():
                 continue
             try:
-                record = parse_record(json.loads(line))
+                record = parse_line(line)
             except (ValueError, TraceFormatError) as exc:  # JSONDecodeError is a ValueError
                 report.invalid.append((lineno, str(exc)))
                 continue

@@ -2,12 +2,14 @@
 
     pbkv-bench synth --graph codegen --workflows N --seed S --out FILE.jsonl
     pbkv-bench replay FILE.jsonl --policy P[,P...] --predictor SPEC --concurrency C \\
-        --profile NAME [--device-tokens T] --json OUT.json [--plot OUT.png]
+        --profile NAME [--device-tokens T] [--host-ratio R | --host-tokens H] [--threads N] \\
+        --json OUT.json [--plot OUT.png]
     pbkv-bench profiles
 
-Bad input never ends in a traceback: malformed trace lines are skipped with a warning naming the
-line; an unknown trace version, a trace without invocations, a bad option or an output path that
-cannot be written is an error message and exit status 2, given before any replay starts.
+Bad input never ends in a traceback: lines the trace reader cannot use are skipped, with one
+warning per file that counts them and names the first (``pbkv_contract.trace``); an unknown trace
+version, a trace without invocations, a bad option or an output path that cannot be written is an
+error message and exit status 2, given before any replay starts.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Optional
@@ -23,6 +26,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
 console = Console()
@@ -71,6 +76,7 @@ def synth(
 
 @app.command()
 def replay(
+    ctx: typer.Context,
     trace: Path = typer.Argument(..., help="trace file (JSONL, v1)"),
     policy: Optional[str] = typer.Option(
         None, help="policy name or comma-separated list (default: every policy replay can run; "
@@ -81,7 +87,10 @@ def replay(
     concurrency: int = typer.Option(32, help="most workflows in flight (closed loop)"),
     profile: str = typer.Option("a6000-qwen3-14b", help="hardware profile (pbkv-bench profiles)"),
     device_tokens: Optional[int] = typer.Option(None, help="device KV capacity in tokens (default: the profile's)"),
-    host_tokens: Optional[int] = typer.Option(None, help="host KV capacity in tokens (default: the profile's)"),
+    host_ratio: Optional[float] = typer.Option(
+        None, help="host KV tier = RATIO x device capacity, 0 = no host tier (default: 2, SGLang HiCache's default, "
+                   "when --device-tokens is given, else the profile's host size; the PBKV paper's baseline is 1)"),
+    host_tokens: Optional[int] = typer.Option(None, help="host KV capacity in tokens (wins over --host-ratio)"),
     horizon: int = typer.Option(3, help="prediction horizon K"),
     gamma: float = typer.Option(0.7, help="score decay gamma"),
     rho: float = typer.Option(0.1, help="pbkv-aggressive displacement share of device capacity"),
@@ -91,13 +100,23 @@ def replay(
     json_out: Optional[Path] = typer.Option(None, "--json", help="write {policy: metrics} here"),
     plot: Optional[Path] = typer.Option(None, help="write the hit-rate-over-time chart here (PNG)"),
     timeline_bins: int = typer.Option(40, help="bins of the hit-rate timeline"),
+    gap: bool = typer.Option(
+        True, help="also replay the baseline and the offline reference when not listed, for 'gap closed' "
+                   "only (not added to the table or JSON); --no-gap: gap closed is '-' unless both are listed"),
+    threads: int = typer.Option(DEFAULT_TORCH_THREADS, help="torch CPU threads for a trained model"),
 ) -> None:
-    """Replay a trace under each policy; print a table, optionally write JSON and a plot."""
+    """Replay a trace under each policy; print a table, optionally write JSON and a plot.
+
+    Per policy: device hit rate, "gap closed" = (h - h_base) / (h_ref - h_base) with h_base the
+    baseline's (``BASELINE_POLICY``) and h_ref the offline reference's (``REFERENCE_POLICY``)
+    device hit rate, and the device + host hit rate. A baseline or reference that is not listed
+    is replayed too (unless ``--no-gap``), for its hit rate only.
+    """
     from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace
-    from pbkv_server.engine.policies import REPLAY, available_policies
+    from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies
     from pbkv_server.predictors import make_predictor
-    from pbkv_server.sim.profiles import get_profile
-    from pbkv_server.sim.report import plot_timelines, results_table, write_json
+    from pbkv_server.sim.profiles import get_profile, host_tokens_for
+    from pbkv_server.sim.report import add_gap_closed, plot_timelines, results_table, write_json
     from pbkv_server.sim.simulator import SimulationError, load_workload, simulate
 
     known = available_policies(REPLAY)
@@ -119,6 +138,12 @@ def replay(
         raise _fail("--horizon and --timeline-bins must be >= 1")
     if (device_tokens is not None and device_tokens < 1) or (host_tokens is not None and host_tokens < 0):
         raise _fail("--device-tokens must be >= 1 and --host-tokens >= 0")
+    if host_ratio is not None and not (math.isfinite(host_ratio) and host_ratio >= 0):
+        raise _fail(f"--host-ratio must be a finite number >= 0 (0 = no host tier), got {host_ratio}")
+    if threads < 1:
+        raise _fail("--threads must be >= 1")
+    # gap closed needs both ends of the scale: replay the missing ones too, after the listed ones
+    scale_only = [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if gap and p not in policies and p in known]
     # Check outputs before the runs: a bad path must not cost a whole study.
     for option, path in (("--json", json_out), ("--plot", plot)):
         problem = _output_problem(path)
@@ -128,6 +153,10 @@ def replay(
         hw = get_profile(profile)
     except KeyError as exc:
         raise _fail(exc.args[0]) from None
+    host = host_tokens_for(hw, device_tokens, host_tokens, host_ratio)
+    saved_threads = limit_torch_threads(threads, [predictor])  # before a trained model loads
+    if saved_threads is not None:  # in-process callers (tests, notebooks) get their setting back
+        ctx.call_on_close(lambda: limit_torch_threads(saved_threads))
     try:
         records = read_trace(trace)
         workload = load_workload(records)
@@ -139,27 +168,34 @@ def replay(
     except (TraceFormatError, OSError, ValueError, ImportError) as exc:
         raise _fail(str(exc)) from None
 
-    results = {}
+    results, scale = {}, {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as progress:
-        for name in policies:
-            task = progress.add_task(f"{name:16s}", total=len(workload.units))
+        for name in policies + scale_only:
+            label = f"{name} (gap)" if name in scale_only else name
+            task = progress.add_task(f"{label:16s}", total=len(workload.units))
             try:
                 result = simulate(
                     workload, name, hw, concurrency=concurrency,
                     predictor=make_predictor(predictor, horizon, records, app=trace_app),
-                    device_tokens=device_tokens, host_tokens=host_tokens, horizon=horizon, gamma=gamma, rho=rho,
+                    device_tokens=device_tokens, host_tokens=host, horizon=horizon, gamma=gamma, rho=rho,
                     page_size=page_size,
                     timeline_bins=timeline_bins,
                     on_workflow_end=lambda done, task=task: progress.update(task, completed=done),
                 )
             except (SimulationError, ValueError) as exc:
                 raise _fail(f"{name}: {exc}") from None
+            device, host_size = result.engine.device_capacity, result.engine.host_capacity
             result.summary.update(predictor=predictor, profile=hw.name, concurrency=concurrency,
-                                  device_tokens=result.engine.device_capacity, page_size=page_size)
-            results[name] = result.summary
+                                  device_tokens=device, host_tokens=host_size, host_ratio=host_size / device, page_size=page_size)
+            (scale if name in scale_only else results)[name] = result.summary
+    ends = {p: (results.get(p) or scale.get(p) or {}).get("hit_rate") for p in (BASELINE_POLICY, REFERENCE_POLICY)}
+    add_gap_closed(results, BASELINE_POLICY, ends[BASELINE_POLICY], REFERENCE_POLICY, ends[REFERENCE_POLICY])
+    first = results[policies[0]]
     title = (f"{trace.name}: {workload.workflow_count} workflows, {workload.invocations} invocations, "
-             f"predictor {predictor}, C={concurrency}, {hw.name}, device {results[policies[0]]['device_tokens']} tok")
+             f"predictor {predictor}, C={concurrency}, {hw.name}, device {first['device_tokens']} tok, "
+             f"host {first['host_tokens']} tok ({first['host_ratio']:.3g}x); gap closed: 0 = {BASELINE_POLICY} "
+             f"{_rate(ends[BASELINE_POLICY])}, 1 = {REFERENCE_POLICY} {_rate(ends[REFERENCE_POLICY])}")
     console.print(results_table(results, title))
     try:
         if json_out is not None:
@@ -170,6 +206,10 @@ def replay(
             console.print(f"wrote {plot}")
     except OSError as exc:
         raise _fail(f"cannot write the results: {exc}") from None
+
+
+def _rate(value: float | None) -> str:
+    return "(not run)" if value is None else f"{value:.3f}"
 
 
 def _output_problem(path: Optional[Path]) -> str | None:

@@ -21,6 +21,7 @@ from pbkv_server.http.config import (
     DEFAULT_MAX_HEADERS,
     ServerConfig,
 )
+from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 __all__ = ["app", "build_config"]
 
@@ -43,7 +44,11 @@ def main(
     trace_out: Optional[str] = typer.Option(None, help="Write a server-side v1 trace (JSONL, with block_tokens)."),
     hint_token: Optional[str] = typer.Option(None, envvar="PBKV_HINT_TOKEN", help="Shared secret for the hint endpoints."),
     device_tokens: Optional[int] = typer.Option(None, min=1, help="Device KV capacity in tokens (overrides the profile)."),
-    host_tokens: Optional[int] = typer.Option(None, min=0, help="Host KV capacity in tokens (overrides the profile)."),
+    host_tokens: Optional[int] = typer.Option(None, min=0, help="Host KV capacity in tokens (overrides the profile and --host-ratio)."),
+    host_ratio: Optional[float] = typer.Option(
+        None, min=0.0, help="Host KV tier = RATIO x device capacity, 0 = none (default: 2, SGLang HiCache's, with "
+                            "--device-tokens; else the profile's host size)."),
+    threads: int = typer.Option(DEFAULT_TORCH_THREADS, min=1, help="torch CPU threads for a trained predictor model."),
     idle_retire_s: float = typer.Option(600.0, help="Retire workflows idle this many wall seconds (0 = never)."),
     page_size: int = typer.Option(1, min=1, help="KV page size in tokens (SGLang --page-size): whole pages are cached and evicted."),
     seed: int = typer.Option(0, help="Seed of the scenario's replies."),
@@ -81,10 +86,11 @@ def main(
         config = build_config(
             policy=policy, profile=profile, predictor=predictor, scenario=scenario, host=host, port=port,
             pace=pace, trace_out=trace_out, hint_token=hint_token, device_tokens=device_tokens,
-            host_tokens=host_tokens, idle_retire_s=idle_retire_s, seed=seed, page_size=page_size,
-            max_body_bytes=max_body_bytes, max_header_bytes=max_header_bytes, max_headers=max_headers,
-            max_prompt_tokens=max_prompt_tokens,
+            host_tokens=host_tokens, host_ratio=host_ratio, idle_retire_s=idle_retire_s, seed=seed,
+            page_size=page_size, max_body_bytes=max_body_bytes, max_header_bytes=max_header_bytes,
+            max_headers=max_headers, max_prompt_tokens=max_prompt_tokens,
         )
+        limit_torch_threads(threads, config.predictors.values())  # before a model file loads
         from pbkv_server.http.runner import serve_forever
 
         serve_forever(config, announce=lambda url: typer.echo(

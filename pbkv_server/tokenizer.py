@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, canonical_prompt, message_text
+from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, canonical_prompt, message_segment
 
 __all__ = [
     "LETTER_BYTES_PER_TOKEN",
@@ -198,7 +198,7 @@ def _prompt_starts(prompt: Sequence[Mapping[str, Any]] | str, budget: int | None
     offset = 0
     counted = 0
     for message in prompt:
-        segment = f"<|{message.get('role', 'user')}|>{message_text(message)}<|end|>"
+        segment = message_segment(message)  # the canonical text's own segment, escapes included
         # Refuse before tokenizing a segment that cannot fit: the cost stays bounded by the budget.
         _check_budget(counted, min_tokens(segment), budget)
         found = _SEGMENTS.starts(segment)

@@ -45,7 +45,11 @@ class ServerConfig:
             end, app graph), sent as ``Authorization: Bearer`` or ``X-PBKV-Hint-Token``; ``None`` =
             no check. An empty or blank token is rejected (it would read as "auth on" but check nothing).
         device_tokens: device KV capacity in tokens (overrides the profile).
-        host_tokens: host KV capacity in tokens (overrides the profile).
+        host_tokens: host KV capacity in tokens (overrides the profile); left ``None`` with
+            ``device_tokens`` or ``host_ratio`` set, it is filled in as
+            ``pbkv_server.sim.profiles.host_tokens_for`` says (``host_ratio`` x device, default ratio 2).
+        host_ratio: host KV tier / device capacity (0 = no host tier); ``None`` = 2 (SGLang
+            HiCache's default) when ``device_tokens`` is set, else the profile's host size.
         idle_retire_s: wall seconds without a request after which a workflow is retired;
             ``None`` = never.
         horizon: K, predicted steps per workflow. gamma: score decay. rho: pbkv-aggressive share.
@@ -80,6 +84,7 @@ class ServerConfig:
     hint_token: str | None = None
     device_tokens: int | None = None
     host_tokens: int | None = None
+    host_ratio: float | None = None
     idle_retire_s: float | None = 600.0
     horizon: int = 3
     gamma: float = 0.7
@@ -116,6 +121,20 @@ class ServerConfig:
             raise ValueError("max_header_bytes must be >= 1024 (a request head needs a few hundred bytes)")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise ValueError("max_prompt_tokens must be >= 1 (or None for the device capacity)")
+        if self.host_tokens is None and (self.device_tokens is not None or self.host_ratio is not None):
+            self.host_tokens = _host_tokens(self.profile, self.device_tokens, self.host_ratio)
+
+
+def _host_tokens(profile: str | None, device_tokens: int | None, host_ratio: float | None) -> int | None:
+    """Host capacity from a device size and/or ratio; ``None`` for an unknown profile (reported later,
+    with the known names, when the engine is configured). Raises ``ValueError`` for a bad ratio."""
+    from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile, host_tokens_for
+
+    try:
+        hardware = get_profile(profile or DEFAULT_PROFILE)
+    except KeyError:
+        return None
+    return host_tokens_for(hardware, device_tokens, None, host_ratio)
 
 
 def _predictive(policy: str) -> bool:

@@ -25,16 +25,22 @@ each profile's ``source``; the efficiency factors above are modelling assumption
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pbkv_server.engine.cost import HardwareProfile
 
-__all__ = ["PROFILES", "DEFAULT_PROFILE", "get_profile", "profile_names", "ModelSpec", "GpuSpec", "derive_profile"]
+__all__ = ["PROFILES", "DEFAULT_PROFILE", "DEFAULT_HOST_RATIO", "get_profile", "profile_names", "host_tokens_for",
+           "ModelSpec", "GpuSpec", "derive_profile"]
 
 #: Fraction of GPU memory SGLang reserves for weights + KV pool (``--mem-fraction-static``).
 MEM_FRACTION = 0.88
 #: Host KV pool size relative to the device pool (SGLang ``--hicache-ratio`` default).
 HICACHE_RATIO = 2.0
+#: Host tier / device ratio of a run whose device size is chosen without a host size: SGLang
+#: HiCache's default, as in the profiles' own host sizes. The PBKV paper's baseline (SGLang HiCache
+#: with ``HICACHE_RATIO=1``) is host = device: ``--host-ratio 1``.
+DEFAULT_HOST_RATIO = HICACHE_RATIO
 #: Model FLOPs utilisation of chunked prefill.
 PREFILL_MFU = 0.45
 #: Fraction of linear scaling kept by tensor parallelism over PCIe (all-reduce cost).
@@ -185,3 +191,32 @@ def get_profile(name: str) -> HardwareProfile:
         return PROFILES[name]
     except KeyError:
         raise KeyError(f"unknown hardware profile {name!r}; known profiles: {', '.join(profile_names())}") from None
+
+
+def host_tokens_for(profile: HardwareProfile, device_tokens: int | None = None, host_tokens: int | None = None,
+                    host_ratio: float | None = None) -> int:
+    """Host KV capacity (tokens) of a run, from the capacity options of ``pbkv-bench`` and ``pbkv-server``.
+
+    In order: an explicit ``host_tokens``; else ``round(host_ratio x device)``, where device is
+    ``device_tokens`` or the profile's device size; else, with ``device_tokens`` given,
+    ``round(DEFAULT_HOST_RATIO x device_tokens)``, so that a chosen device size moves the host
+    tier with it (SGLang sizes its host pool as ``--hicache-ratio`` x the device pool); else the
+    profile's host size. A ratio of 0 means no host tier.
+
+    Raises:
+        ValueError: ``host_ratio`` negative or not finite, ``host_tokens`` < 0 or ``device_tokens`` < 1.
+    """
+    if host_ratio is not None and not (math.isfinite(host_ratio) and host_ratio >= 0):
+        raise ValueError(f"host ratio must be a finite number >= 0 (0 = no host tier), got {host_ratio}")
+    if host_tokens is not None and host_tokens < 0:
+        raise ValueError(f"host tokens must be >= 0, got {host_tokens}")
+    if device_tokens is not None and device_tokens < 1:
+        raise ValueError(f"device tokens must be >= 1, got {device_tokens}")
+    if host_tokens is not None:
+        return host_tokens
+    device = device_tokens if device_tokens is not None else profile.device_kv_tokens
+    if host_ratio is not None:
+        return round(host_ratio * device)
+    if device_tokens is not None:
+        return round(DEFAULT_HOST_RATIO * device_tokens)
+    return profile.host_kv_tokens

@@ -11,26 +11,29 @@ from typing import Any, Mapping
 from rich import box
 from rich.table import Table
 
-__all__ = ["results_table", "write_json", "plot_timelines", "jsonable"]
+__all__ = ["results_table", "gap_closed", "add_gap_closed", "write_json", "plot_timelines", "jsonable"]
 
 
 def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -> Table:
-    """One row per policy: hit rates, latencies, TTFT, evictions, prefetch, eviction-decision latency.
+    """One row per policy: device hit rate, gap closed, host and device + host hit rates, latencies,
+    TTFT, evictions, prefetch, eviction-decision latency.
 
     Laid out to fit an 80-column console without cutting any figure (rich shortens cells that do
-    not fit with an ellipsis): two-line headers, no outer borders, token counts in k/M units.
-    The JSON file keeps every figure at full precision.
+    not fit with an ellipsis): two-line headers, no outer borders, one space between columns,
+    token counts in k/M units. The JSON file keeps every figure at full precision.
     """
-    table = Table(title=title or None, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
-    for col in ("policy", "hit\nrate", "host\nhit", "mean\nlat s", "p99\nlat s", "mean\nTTFT s",
-                "evic-\ntions", "pre-\nfetch", "evict\nms"):
+    table = Table(title=title or None, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
+    for col in ("policy", "hit\nrate", "gap\nclosed", "host\nhit", "dev+\nhost", "mean\nlat s", "p99\nlat s",
+                "mean\nTTFT s", "evic-\ntions", "pre-\nfetch", "evict\nms"):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for name, s in results.items():
         evict = (s.get("latency_ms") or {}).get("eviction_decision", {}).get("mean_ms", math.nan)
         table.add_row(
             name,
             f"{s['hit_rate']:.3f}",
+            _num(s.get("gap_closed"), 2).replace("-0.00", "0.00"),  # a tie with the baseline is no loss
             f"{s['host_hit_rate']:.3f}",
+            f"{s['hit_rate'] + s['host_hit_rate']:.3f}",
             _seconds(s["mean_latency_s"]),
             _seconds(s.get("p99_latency_s", math.nan)),
             _num(s["mean_ttft_s"], 3),
@@ -39,6 +42,30 @@ def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -> 
             _num(evict, 3),
         )
     return table
+
+
+def gap_closed(hit_rate: float, baseline_hit_rate: float | None, reference_hit_rate: float | None) -> float | None:
+    """Share of the baseline-to-reference hit-rate gap a policy closes: ``(h - h_base) / (h_ref - h_base)``.
+
+    0 is the baseline (LRU), 1 the offline reference; a policy below the baseline is negative.
+    ``None`` (shown as "-") when either end is missing or the two ends are equal (no gap to close).
+    """
+    if baseline_hit_rate is None or reference_hit_rate is None or reference_hit_rate == baseline_hit_rate:
+        return None
+    return (hit_rate - baseline_hit_rate) / (reference_hit_rate - baseline_hit_rate)
+
+
+def add_gap_closed(results: Mapping[str, dict[str, Any]], baseline: str, baseline_hit_rate: float | None,
+                   reference: str, reference_hit_rate: float | None) -> None:
+    """Add to each policy's summary, in place: ``device_host_hit_rate`` (device + host hit rate),
+    ``gap_closed`` (:func:`gap_closed` of its device hit rate), and the scale it was measured on:
+    ``gap_baseline`` / ``gap_reference`` (policy names) with their device hit rates
+    ``gap_baseline_hit_rate`` / ``gap_reference_hit_rate`` (``None`` where not replayed)."""
+    for s in results.values():
+        s["device_host_hit_rate"] = s["hit_rate"] + s["host_hit_rate"]
+        s["gap_closed"] = gap_closed(s["hit_rate"], baseline_hit_rate, reference_hit_rate)
+        s.update(gap_baseline=baseline, gap_baseline_hit_rate=baseline_hit_rate,
+                 gap_reference=reference, gap_reference_hit_rate=reference_hit_rate)
 
 
 def jsonable(value: Any) -> Any:

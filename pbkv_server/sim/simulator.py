@@ -77,9 +77,16 @@ class ReplayUnit:
 
 @dataclass(slots=True)
 class Workload:
-    """The replay units of a trace, in trace order (order of first appearance)."""
+    """The replay units of a trace, in trace order (order of first appearance).
+
+    Attributes:
+        units: the replay units (workflows, or sessions of workflows).
+        hash_collisions: block hashes met under two or more different parents (the block before
+            differs): collisions, or hashes that are not chained (see :func:`load_workload`).
+    """
 
     units: list[ReplayUnit]
+    hash_collisions: int = 0
 
     @property
     def invocations(self) -> int:
@@ -94,7 +101,8 @@ class Workload:
 
 @dataclass(slots=True)
 class SimResult:
-    """Outcome of one replay: the metrics summary (:meth:`MetricsCollector.summary`), the collector
+    """Outcome of one replay: the metrics summary (:meth:`MetricsCollector.summary`, plus
+    ``hash_collisions`` of the workload), the collector
     (raw per-request and per-workflow times) and the engine (counters, final cache state)."""
 
     policy: str
@@ -110,6 +118,13 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
     :class:`EngineRequest` with the trace's prefix hashes as block keys and its per-block tokens
     (:meth:`InvocationRecord.tokens_per_block`). The workflows of one session run in the order of
     their first invocation. Gaps are clamped at 0.
+
+    Block identity is the path, not the hash alone: a chained hash (``pbkv_contract.blocks``)
+    fixes the block before it, so one hash met after two different blocks is a collision (or the
+    writer did not chain its hashes). Such a hash gets a key of its own per parent (``HASH~n``),
+    so that nothing keyed by block alone (the offline policies' future) mixes the two; the count
+    is logged as one warning and kept in :attr:`Workload.hash_collisions`. A collision under the
+    same parent cannot be told from real sharing: full-width hashes make it negligible.
 
     Raises:
         TraceFormatError: the records hold no invocation.
@@ -127,6 +142,7 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
     if not invs:
         raise TraceFormatError("trace holds no invocation records")
     units = []
+    keys = _PathKeys()
     for unit_id, wids in sessions.items():
         for recs in (invs[w] for w in wids):
             recs.sort(key=lambda r: (r.step, r.t_start))
@@ -134,14 +150,47 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
         unit = ReplayUnit(unit_id, [], [], [], [], [], [], [])
         for k, wid in enumerate(wids):
             recs = invs[wid]
-            _add_workflow(unit, wid, recs, ends.get(wid), invs[wids[k + 1]][0] if k + 1 < len(wids) else None)
+            _add_workflow(unit, wid, recs, ends.get(wid), invs[wids[k + 1]][0] if k + 1 < len(wids) else None,
+                          keys)
         units.append(unit)
-    return Workload(units)
+    if keys.collisions:
+        log.warning("%d block hash(es) of the trace follow two or more different blocks (hash collisions, or hashes "
+                    "that are not chained); each (previous block, hash) pair is replayed as a block of its own",
+                    keys.collisions)
+    return Workload(units, keys.collisions)
+
+
+class _PathKeys:
+    """Replay keys of block hashes: the hash itself, or ``HASH~n`` for its n-th different parent."""
+
+    def __init__(self) -> None:
+        self._key: dict[tuple[str | None, str], str] = {}  # (parent's key, hash) -> key
+        self._parents: dict[str, int] = {}  # hash -> parents it was met under
+        self.collisions = 0
+
+    def keys(self, hashes: Sequence[str]) -> list[str]:
+        out: list[str] = []
+        parent: str | None = None
+        key_of, parents = self._key, self._parents
+        for h in hashes:
+            key = key_of.get((parent, h))
+            if key is None:
+                n = parents.get(h, 0)
+                parents[h] = n + 1
+                key = h
+                if n:
+                    self.collisions += n == 1  # count each colliding hash once
+                    key = f"{h}~{n}"  # "~" is not a hex digit: no real hash looks like this
+                key_of[(parent, h)] = key
+            out.append(key)
+            parent = key
+        return out
 
 
 def _add_workflow(unit: ReplayUnit, wid: str, recs: list[InvocationRecord], end: WorkflowEndRecord | None,
-                  next_first: InvocationRecord | None) -> None:
-    """Append one workflow's requests to ``unit``; ``next_first`` is the unit's next request."""
+                  next_first: InvocationRecord | None, keys: "_PathKeys") -> None:
+    """Append one workflow's requests to ``unit``; ``next_first`` is the unit's next request;
+    ``keys`` turns block hashes into replay keys (one per path)."""
     ids, warned = set(), False
     for j, r in enumerate(recs):
         # Ids must be unique: the driver and the metrics key on them. A step number that
@@ -156,7 +205,7 @@ def _add_workflow(unit: ReplayUnit, wid: str, recs: list[InvocationRecord], end:
         ids.add(rid)
         unit.requests.append(EngineRequest(
             request_id=rid,
-            blocks=list(r.prefix_hashes),
+            blocks=keys.keys(r.prefix_hashes),
             block_tokens=r.tokens_per_block(),
             output_tokens=max(1, r.completion_tokens),
             hints=Hints(workflow_id=wid, agent=r.agent, step=r.step, app=r.app),
@@ -231,7 +280,9 @@ def simulate(
         concurrency: C, most workflows in flight (>= 1).
         predictor: next-agent predictor given to the engine (a fresh one per run: online
             predictors learn from the stream).
-        device_tokens / host_tokens: capacity overrides in tokens (``None``: the profile's).
+        device_tokens / host_tokens: capacity overrides in tokens (``None``: the profile's, each on
+            its own: ``pbkv-bench replay`` sizes the host tier from the device size with
+            :func:`pbkv_server.sim.profiles.host_tokens_for` and passes both).
         horizon, gamma, rho, max_batch: engine settings (PBKV Eq. 2 K and gamma; aggressive rho).
         page_size: KV page size in tokens (``None``: the trace's blocks are the cache units).
         batch_predictions: one predictor call per scheduling step (see ``EngineConfig``).
@@ -260,7 +311,9 @@ def simulate(
         metrics = MetricsCollector(timeline_bins)
         driver = _Driver(engine, workload, concurrency, future, on_workflow_end, metrics)
         driver.run()
-        return SimResult(policy, metrics.summary(engine.stats), engine, metrics), driver.submitted_ids
+        summary = metrics.summary(engine.stats)
+        summary["hash_collisions"] = workload.hash_collisions
+        return SimResult(policy, summary, engine, metrics), driver.submitted_ids
 
     if not info.offline:
         return run(None)[0]

@@ -23,14 +23,13 @@ segments are distinct (:func:`segment_hashes`). Tokens are ``characters / CHARS_
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter, WorkflowEndRecord
-from pbkv_contract.blocks import HASH_HEX
+from pbkv_contract.blocks import chain_hash
 from pbkv_contract.features import request_features
 
 __all__ = [
@@ -354,9 +353,10 @@ def segment_hashes(segments: Sequence[tuple[str, int]], block_chars: int) -> lis
     """Chained block hashes of a text made of distinct segments ``(segment id, characters)``.
 
     Block b holds characters ``[b * block_chars, (b + 1) * block_chars)``; its hash is
-    ``sha256(h_{b-1} || pieces)`` truncated to 16 hex digits, where ``pieces`` names the
-    (segment, offset, length) runs in the block. Two prompts share their first n hashes exactly when
-    their first n blocks hold the same pieces, as with :func:`pbkv_contract.blocks.prefix_hashes` on text.
+    ``sha256(h_{b-1} || pieces)`` at full width (:func:`pbkv_contract.blocks.chain_hash`, 64 hex
+    digits, ``h_{-1}`` empty), where ``pieces`` names the (segment, offset, length) runs in the
+    block. Two prompts share their first n hashes exactly when their first n blocks hold the same
+    pieces, as with :func:`pbkv_contract.blocks.prefix_hashes` on text.
 
     Returns:
         ``ceil(total characters / block_chars)`` hex strings.
@@ -470,15 +470,16 @@ class _Hasher:
                 off += take
                 fill += take
                 if fill == self.block_chars:
-                    prev = hashlib.sha256(prev + "|".join(pieces_l).encode()).hexdigest()[:HASH_HEX].encode()
-                    out_l.append(prev.decode())
+                    digest = chain_hash(prev, "|".join(pieces_l).encode())
+                    out_l.append(digest)
+                    prev = digest.encode()
                     pieces_l, fill = [], 0
             key = key + (f"{seg}#{n}",)
             self._memo[key] = (prev, tuple(pieces_l), fill, tuple(out_l))
         hashes = list(out_l)
         tokens = [self.block_chars // CHARS_PER_TOKEN] * len(hashes)
         if pieces_l:
-            hashes.append(hashlib.sha256(prev + "|".join(pieces_l).encode()).hexdigest()[:HASH_HEX])
+            hashes.append(chain_hash(prev, "|".join(pieces_l).encode()))
             tokens.append(-(-fill // CHARS_PER_TOKEN))
         return hashes, tokens
 

@@ -25,14 +25,14 @@ def _inv(wf="w", step=0, agent="planner", hashes=("a",), **kw):
                             prompt_tokens=10, completion_tokens=3, prefix_hashes=list(hashes), **kw)
 
 
-def test_prefix_hashes_follow_the_chained_sha256_definition():
+def test_prefix_hashes_follow_the_chained_full_width_sha256_definition():
     text = "<|user|>" + "x" * 100 + "<|end|>"
-    expected, prev = [], b""
+    expected, prev = [], b"pbkv-chat-v1"
     for i in range(0, len(text), 32):
-        prev = hashlib.sha256(prev + text[i:i + 32].encode()).hexdigest()[:16].encode()
+        prev = hashlib.sha256(prev + text[i:i + 32].encode()).hexdigest().encode()
         expected.append(prev.decode())
     assert prefix_hashes([{"role": "user", "content": "x" * 100}], block_chars=32) == expected
-    assert len(expected) == math.ceil(len(text) / 32)
+    assert len(expected) == math.ceil(len(text) / 32) and all(len(h) == 64 for h in expected)
 
 
 def test_shared_prefix_shares_exactly_the_full_leading_blocks():
@@ -78,7 +78,7 @@ def test_round_trip_and_grouping(tmp_path):
     assert recs[1].block_tokens == [10] and recs[0].block_tokens is None
 
 
-def test_truncated_and_malformed_lines_are_skipped_with_line_numbers(tmp_path, caplog):
+def test_truncated_and_malformed_lines_are_skipped_with_one_warning_naming_the_first(tmp_path, caplog):
     path = tmp_path / "t.jsonl"
     good = json.dumps(_inv().to_json())
     bad_field = json.dumps({**_inv().to_json(), "step": -1})
@@ -86,8 +86,9 @@ def test_truncated_and_malformed_lines_are_skipped_with_line_numbers(tmp_path, c
     with caplog.at_level(logging.WARNING):
         recs = read_trace(path)
     assert len(recs) == 2
-    warned = sorted(r.getMessage().split(":")[1] for r in caplog.records)
-    assert warned == ["2", "5"]
+    [warning] = caplog.records
+    assert warning.getMessage().startswith(f"{path}:2: skipped 2 of 4 lines that cannot be used; the first: ")
+    assert "step must be an integer >= 0" in warning.getMessage()
 
 
 def test_unknown_version_and_empty_trace_are_clear_errors(tmp_path):

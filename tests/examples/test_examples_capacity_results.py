@@ -52,7 +52,7 @@ def _result(policy: str, latency: float, ttft: float, hit: float) -> PolicyResul
 
 
 def test_compare_gives_speedups_over_baseline_and_gap_to_reference() -> None:
-    results = [_result("lru", 10.0, 0.8, 0.2), _result("pbkv", 5.0, 0.4, 0.5), _result("belady", 4.0, 0.2, 0.6)]
+    results = [_result("lru", 10.0, 0.8, 0.2), _result("pbkv", 5.0, 0.4, 0.5), _result("opt", 4.0, 0.2, 0.6)]
     by = {c.policy: c for c in compare(results)}
     assert by["lru"].latency_speedup == 1.0 and by["lru"].hit_rate_ratio == 1.0
     assert by["pbkv"].latency_speedup == 2.0 and by["pbkv"].ttft_speedup == 2.0

@@ -91,6 +91,7 @@ def check_scores(eng: Engine, last_step: dict[str, int]) -> None:
     from scratch over the active workflows' latest predictions (policies that use predictions)."""
     if not eng.policy.uses_predictions:
         return
+    eng.workflows.flush()  # batched predictions since the last step apply now (as at the next step)
     from pbkv_contract.prediction import PredictionQuery
     from pbkv_server.engine import lookahead_score, one_step_value
     preds = {}

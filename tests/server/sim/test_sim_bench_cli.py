@@ -65,7 +65,7 @@ def test_truncated_line_is_skipped_with_a_warning_naming_the_line(trace, tmp_pat
                            "--device-tokens", "30000", "--json", str(tmp_path / "o.json")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert f"{bad}:6" in proc.stderr and "skipping malformed trace line" in proc.stderr
+    assert f"{bad}:6: skipped 1 of " in proc.stderr and "not valid JSON" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -230,13 +230,15 @@ def test_table_fits_80_columns_without_cutting_figures():
 
     row = {"hit_rate": 0.2441, "host_hit_rate": 0.2735, "mean_latency_s": 1364.12, "p99_latency_s": 4321.5,
            "mean_ttft_s": 70.025, "evictions": 123456, "prefetched_tokens": 3_869_610,
-           "latency_ms": {"eviction_decision": {"mean_ms": 0.0312}}}
+           "latency_ms": {"eviction_decision": {"mean_ms": 0.0312}}, "gap_closed": -0.1234}
     console = Console(width=80, record=True, file=open("/dev/null", "w"))
-    console.print(results_table({"pbkv-aggressive": row, "lru": dict(row, prefetched_tokens=0)}))
+    console.print(results_table({"pbkv-aggressive": row, "lru": dict(row, prefetched_tokens=0, gap_closed=None)}))
     text = console.export_text()
     assert "…" not in text
-    for cell in ("pbkv-aggressive", "0.244", "0.274", "1364.1", "4321.5", "70.025", "123456", "3.87M", "0.031"):
+    for cell in ("pbkv-aggressive", "0.244", "-0.12", "0.274", "0.518", "1364.1", "4321.5", "70.025", "123456",
+                 "3.87M", "0.031"):
         assert cell in text, cell
+    assert [line.split()[2] for line in text.splitlines() if line.startswith("lru")] == ["-"]
 
 
 def test_plot_is_written_at_exactly_the_given_path(tmp_path):
