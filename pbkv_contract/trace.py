@@ -58,6 +58,10 @@ class InvocationRecord:
         text: raw prompt text, only when the user asked for it.
         block_tokens: tokens of each prefix-hash block when the writer knew them (the live server
             does); ``None`` means replay spreads ``prompt_tokens`` with :func:`block_token_counts`.
+        internal: ``True`` for a call the framework makes for itself rather than as an agent step
+            (AutoGen's speaker selection): cache replay keeps it, predictor training skips it.
+            ``None`` (the default, and every trace written before this field) means an agent step;
+            the key is only written when set.
     """
 
     app: str
@@ -75,11 +79,12 @@ class InvocationRecord:
     features: list[float] = field(default_factory=list)
     text: str | None = None
     block_tokens: list[int] | None = None
+    internal: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of this record (``type`` and ``v`` included; optional fields only if set)."""
         data = {"type": "invocation", "v": TRACE_VERSION, **asdict(self)}
-        for optional in ("text", "block_tokens"):
+        for optional in ("text", "block_tokens", "internal"):
             if data[optional] is None:
                 del data[optional]
         return data
@@ -156,6 +161,8 @@ def _check_invocation(rec: InvocationRecord) -> None:
         raise ValueError("block_tokens must be a list of non-negative ints, one per prefix hash")
     if not isinstance(rec.features, list):
         raise ValueError("features must be a list of numbers")
+    if rec.internal is not None and not isinstance(rec.internal, bool):
+        raise ValueError("internal must be true, false or absent")
     for name in ("t_start", "t_end", "ttft_s"):
         if not isinstance(getattr(rec, name), (int, float)):
             raise ValueError(f"invocation field {name} must be a number")
