@@ -13,6 +13,10 @@ it is :func:`pbkv_sdk.stamping.prepare_request` / :func:`~pbkv_sdk.stamping.obse
 which skip a request another PBKV layer already stamped (an explicit ``pbkv_sdk.http_client()``
 or CrewAI interceptor), so a step is never reserved twice.
 
+Resolvers: tracing-based integrations (OpenTelemetry, the OpenAI Agents SDK) do not set the
+SDK's context variables; they register a resolver (:func:`add_resolver`) that finds the workflow
+and agent of the current span when a request is sent outside any PBKV workflow context.
+
 Holders: each integration :func:`acquire` s the patch under its own name and :func:`release` s it
 on ``uninstrument``; the original methods come back when the last holder leaves. If some other
 library wrapped the methods after us, ours stay in place (removing them would drop its wrapper)
@@ -27,12 +31,15 @@ from typing import Any, Callable
 
 import httpx
 
-from pbkv_sdk.context import current_workflow
+from pbkv_sdk.context import Workflow, current_workflow, reset_agent, reset_workflow, set_agent, set_workflow
 from pbkv_sdk.stamping import observe_response, prepare_request
 
 log = logging.getLogger(__name__)
 
-__all__ = ["acquire", "release", "holders", "active"]
+__all__ = ["acquire", "release", "holders", "active", "add_resolver", "remove_resolver", "Resolver"]
+
+#: Finds ``(workflow, agent)`` for a request sent outside any PBKV workflow context, or ``None``.
+Resolver = Callable[[], "tuple[Workflow, str | None] | None"]
 
 
 def acquire(holder: str) -> None:
@@ -51,6 +58,20 @@ def release(holder: str) -> None:
             _unpatch()
 
 
+def add_resolver(resolver: Resolver) -> None:
+    """Register ``resolver`` (consulted in order, for requests made outside a PBKV workflow context)."""
+    with _LOCK:
+        if resolver not in _RESOLVERS:
+            _RESOLVERS.append(resolver)
+
+
+def remove_resolver(resolver: Resolver) -> None:
+    """Unregister ``resolver`` (no-op if absent)."""
+    with _LOCK:
+        if resolver in _RESOLVERS:
+            _RESOLVERS.remove(resolver)
+
+
 def holders() -> frozenset[str]:
     """The integrations currently holding the patch."""
     return frozenset(_HOLDERS)
@@ -65,6 +86,7 @@ def active() -> bool:
 
 _LOCK = threading.Lock()
 _HOLDERS: set[str] = set()
+_RESOLVERS: list[Resolver] = []
 # class -> (attribute name, original function, our wrapper); empty when not patched
 _PATCHED: dict[type, tuple[str, Callable[..., Any], Callable[..., Any]]] = {}
 
@@ -74,15 +96,15 @@ def _patch() -> None:
     async_original = httpx.AsyncHTTPTransport.handle_async_request
 
     def handle_request(self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
-        if not _HOLDERS or current_workflow() is None:  # the fast path of all other traffic
+        if not _HOLDERS or (current_workflow() is None and not _RESOLVERS):  # the fast path of other traffic
             return sync_original(self, request)
-        request, pending = prepare_request(request, body_hints=None)
+        request, pending = _prepare(request)
         return observe_response(sync_original(self, request), pending, is_async=False)
 
     async def handle_async_request(self: httpx.AsyncHTTPTransport, request: httpx.Request) -> httpx.Response:
-        if not _HOLDERS or current_workflow() is None:
+        if not _HOLDERS or (current_workflow() is None and not _RESOLVERS):
             return await async_original(self, request)
-        request, pending = prepare_request(request, body_hints=None)
+        request, pending = _prepare(request)
         return observe_response(await async_original(self, request), pending, is_async=True)
 
     for cls, name, original, wrapper in (
@@ -93,6 +115,28 @@ def _patch() -> None:
         wrapper.__doc__ = original.__doc__
         setattr(cls, name, wrapper)
         _PATCHED[cls] = (name, original, wrapper)
+
+
+def _prepare(request: httpx.Request) -> tuple[httpx.Request, Any]:
+    """:func:`prepare_request`, inside the workflow a resolver finds when no PBKV context is set."""
+    if current_workflow() is not None:
+        return prepare_request(request, body_hints=None)
+    found = None
+    for resolver in list(_RESOLVERS):
+        try:
+            found = resolver()
+        except Exception:  # fail open: a broken resolver must not break the request
+            log.debug("PBKV: resolver %r failed", resolver, exc_info=True)
+        if found is not None:
+            break
+    if found is None:
+        return request, None
+    tokens = (set_workflow(found[0]), set_agent(found[1]))
+    try:
+        return prepare_request(request, body_hints=None)
+    finally:
+        reset_agent(tokens[1])
+        reset_workflow(tokens[0])
 
 
 def _unpatch() -> None:
