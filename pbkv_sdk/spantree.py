@@ -11,13 +11,39 @@ span ends, so memory follows the number of live spans.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
 from pbkv_sdk.context import Workflow
 
-__all__ = ["SpanWorkflows"]
+__all__ = ["SpanWorkflows", "handled_exception", "leaving_status"]
+
+_CANCELLED = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
+
+
+def handled_exception() -> BaseException | None:
+    """The exception being handled right now (``sys.exc_info``); remember it when a span starts."""
+    return sys.exc_info()[1]
+
+
+def leaving_status(before: BaseException | None) -> str | None:
+    """Status implied by the exception that is leaving a ``with`` block now, or ``None``.
+
+    Tracing systems end spans and traces in a ``with`` block's exit, where ``sys.exc_info()`` is
+    the exception unwinding through it; ``before`` is what :func:`handled_exception` said when
+    the span started (an exception the caller was already handling is not this run's).
+
+    Returns:
+        ``"cancelled"`` for ``CancelledError`` / ``KeyboardInterrupt`` / ``GeneratorExit``,
+        ``"failed"`` for any other exception, ``None`` when none is leaving.
+    """
+    error = sys.exc_info()[1]
+    if error is None or error is before:
+        return None
+    return "cancelled" if isinstance(error, _CANCELLED) else "failed"
 
 
 @dataclass(slots=True)

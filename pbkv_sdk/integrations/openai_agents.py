@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sys
 from typing import Any
 
 from agents.tracing import TracingProcessor, add_trace_processor, get_current_span, get_current_trace
@@ -37,7 +36,7 @@ from agents.tracing.span_data import AgentSpanData, GenerationSpanData, Response
 
 from pbkv_sdk import autopatch
 from pbkv_sdk.context import Workflow, workflow_or_fresh
-from pbkv_sdk.spantree import SpanWorkflows
+from pbkv_sdk.spantree import SpanWorkflows, handled_exception, leaving_status
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ class PBKVTracingProcessor(TracingProcessor):
     def on_trace_start(self, trace: Any) -> None:
         """A run starts: a new workflow."""
         if self.enabled:
-            self._handled_at_start[trace.trace_id] = sys.exc_info()[1]
+            self._handled_at_start[trace.trace_id] = handled_exception()
             self.spans.start(trace.trace_id, None, root_id=trace.trace_id)
 
     def on_trace_end(self, trace: Any) -> None:
@@ -82,14 +81,9 @@ class PBKVTracingProcessor(TracingProcessor):
         The trace is finished in the run's ``with`` exit, where ``sys.exc_info()`` is the exception
         that ends the run (an exception the caller was already handling at the start is not).
         """
-        before = self._handled_at_start.pop(trace.trace_id, None)
-        error = sys.exc_info()[1]
-        if error is before:
-            error = None
-        if isinstance(error, (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)) or (error is None and _cancelling()):
-            status = "cancelled"
-        else:
-            status = "failed" if error is not None else "completed"
+        status = leaving_status(self._handled_at_start.pop(trace.trace_id, None))
+        if status is None:
+            status = "cancelled" if _cancelling() else "completed"
         self.spans.end(trace.trace_id, status)
 
     def on_span_start(self, span: Any) -> None:
