@@ -260,3 +260,25 @@ def test_record_refuses_to_overwrite_a_file_that_is_not_a_trace(tmp_path):
         w.write(_inv("A", 0, "x"))
     result = runner.invoke(app, ["record", "--out", str(old), "--", sys.executable, "-c", "pass"])
     assert result.exit_code == 1 and not old.exists()  # replaced by a recording of nothing, which is removed
+
+
+def test_record_of_an_app_whose_calls_were_not_stamped_fails_names_the_interpreter_and_removes_its_file(tmp_path):
+    out = tmp_path / "run.jsonl"
+    code = "import pbkv_sdk\nwith pbkv_sdk.workflow(app='x', server_url='http://127.0.0.1:9', end_timeout_s=0.05):\n    pass\n"
+    result = runner.invoke(app, ["record", "--out", str(out), "--", sys.executable, "-c", code])
+    assert result.exit_code == 1
+    line = _one_line(result.output)
+    assert "no LLM invocation was recorded (only 1 workflow end(s); removed" in line
+    assert sys.executable in line and "Python 3." in line  # the interpreter that ran, with its version
+    assert not out.exists()
+
+
+def test_validate_and_stats_reject_a_trace_with_ends_but_no_invocations(tmp_path):
+    path = tmp_path / "ends.jsonl"
+    with TraceWriter(path) as w:
+        w.write(WorkflowEndRecord(app="a", workflow_id="w1", t=1.0))
+        w.write(WorkflowEndRecord(app="a", workflow_id="w2", t=2.0))
+    for cmd in ("validate", "stats"):
+        result = runner.invoke(app, [cmd, str(path)])
+        assert result.exit_code == 1
+        assert "no invocation record, only 2 workflow end(s)" in _one_line(result.output)
