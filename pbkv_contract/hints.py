@@ -85,14 +85,15 @@ class Hints:
             HintError: agent or app is empty or encodes to more than 128 characters (names from
                 :func:`fit_name` never do).
         """
-        headers = {
+        # One dict literal per form: this runs on every stamped LLM request.
+        if self.app is None:
+            return {HEADER_WORKFLOW_ID: self.workflow_id, HEADER_AGENT: encode_name(self.agent), HEADER_STEP: str(self.step)}
+        return {
             HEADER_WORKFLOW_ID: self.workflow_id,
             HEADER_AGENT: encode_name(self.agent),
             HEADER_STEP: str(self.step),
+            HEADER_APP: encode_name(self.app),
         }
-        if self.app is not None:
-            headers[HEADER_APP] = encode_name(self.app)
-        return headers
 
     def to_body(self) -> dict[str, Any]:
         """Body form for ``custom_params.pbkv`` (names are sent decoded: JSON carries any text)."""
@@ -102,12 +103,13 @@ class Hints:
         return body
 
 
+@functools.lru_cache(maxsize=4096)
 def encode_name(name: str) -> str:
     """Percent-encode an agent or app name for a header: printable ASCII except '%' is kept.
 
     Everything else (non-ASCII as UTF-8 bytes, control characters, '%') becomes ``%XX``, so the
     header is ASCII whatever the name (a latin-1 header error must never fail a request).
-    Results are cached: names repeat on every request of a workflow.
+    Results are cached (names repeat on every request of a workflow; errors are not cached).
 
     Raises:
         HintError: the name is empty or its encoded form exceeds 128 characters.

@@ -69,7 +69,7 @@ class Workflow:
         trace_path: JSONL trace file to record into; ``None`` records nothing.
         end_timeout_s: time budget of the end signal, seconds (``$PBKV_END_TIMEOUT_S``, else 0.5).
         body_hints: also send the hints as ``custom_params.pbkv`` from the process-wide stamping
-            of :mod:`pbkv_sdk.autopatch` (``None``: ``$PBKV_BODY_HINTS == "1"``).
+            of :mod:`pbkv_sdk.autopatch` (``None``: ``$PBKV_BODY_HINTS == "1"``, read now).
 
     Raises:
         HintError: ``workflow_id`` is malformed.
@@ -86,7 +86,7 @@ class Workflow:
         body_hints: bool | None = None,
     ):
         self.app = app
-        self.body_hints = body_hints
+        self.body_hints = os.environ.get(ENV_BODY_HINTS) == "1" if body_hints is None else body_hints
         self.workflow_id = validate_workflow_id(workflow_id) if workflow_id is not None else uuid.uuid4().hex
         self.server_url = server_url or os.environ.get(ENV_SERVER_URL) or None
         self.trace_path = os.fspath(trace_path) if trace_path is not None else None

@@ -52,8 +52,9 @@ class CallCapture:
         response_body: raw response body (JSON, or SSE text for streams), possibly compressed.
         content_encoding: the response's ``Content-Encoding`` header ("" if none).
         status_code: HTTP status of the response.
-        server_prompt_tokens, server_cached_tokens: the server's ``X-PBKV-Prompt-Tokens`` /
-            ``X-PBKV-Cached-Tokens`` response headers (tokens), ``None`` when absent or invalid.
+        response_headers: the response's headers (read on the recorder thread, off the hot
+            path): pbkv-server's ``X-PBKV-Prompt-Tokens`` / ``X-PBKV-Cached-Tokens`` there are
+            the token counts when the body has no usage.
         internal: a framework-internal call (speaker selection), flagged in the trace.
     """
 
@@ -68,8 +69,7 @@ class CallCapture:
     response_body: bytes
     content_encoding: str = ""
     status_code: int = 200
-    server_prompt_tokens: int | None = None
-    server_cached_tokens: int | None = None
+    response_headers: Any = None
     internal: bool = False
 
 
@@ -153,10 +153,11 @@ class TraceRecorder:
         cached = _int(details.get("cached_tokens") if isinstance(details, dict) else None)
         # No usage in the body (a stream without include_usage; a backend that reports null
         # cached tokens): the server's headers still carry its real counts.
+        server_prompt, server_cached = server_token_counts(call.response_headers or {})
         if prompt_tokens is None:
-            prompt_tokens = call.server_prompt_tokens
+            prompt_tokens = server_prompt
         if cached is None:
-            cached = call.server_cached_tokens
+            cached = server_cached
         if prompt_tokens is None:  # no count anywhere: estimate, so replay still has a size
             prompt_tokens = math.ceil(len(text) / CHARS_PER_TOKEN_ESTIMATE)
         if completion_tokens is None:

@@ -27,8 +27,8 @@ from typing import Any, AsyncIterator, Iterator
 import httpx
 
 from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, current_agent, current_internal, current_workflow
-from pbkv_contract.hints import BODY_KEY, HEADER_WORKFLOW_ID, Hints, fit_name
-from pbkv_sdk.recorder import FIRST_TOKEN_RE, CallCapture, TraceRecorder, server_token_counts
+from pbkv_contract.hints import BODY_KEY, Hints, fit_name
+from pbkv_sdk.recorder import FIRST_TOKEN_RE, CallCapture, TraceRecorder
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ LLM_PATH_SUFFIXES = ("/chat/completions", "/completions", "/generate")
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 #: Agent name sent when a workflow is active but no agent was set.
 DEFAULT_AGENT = "unknown"
+# request.extensions key of a request this SDK stamped
+_STAMPED = "pbkv_stamped"
 
 
 def http_client(*, body_hints: bool | None = None, inner: httpx.BaseTransport | None = None, **client_kwargs: Any) -> httpx.Client:
@@ -147,8 +149,8 @@ def prepare_request(request: httpx.Request, *, body_hints: bool | None = False) 
     """Stamp ``request`` if it is an LLM request inside a workflow (the transports' first half).
 
     Also usable from other interception points (CrewAI's interceptor, the process-wide patch of
-    :mod:`pbkv_sdk.autopatch`). A request that already carries hints (an outer PBKV layer
-    stamped it) passes through, so nested layers never reserve a step twice. ``body_hints=None``
+    :mod:`pbkv_sdk.autopatch`). A request an outer PBKV layer already stamped (marked in
+    ``request.extensions``) passes through, so nested layers never reserve a step twice. ``body_hints=None``
     takes the workflow's choice, else ``$PBKV_BODY_HINTS``. Never raises: on any error the
     original request is returned unstamped and one warning is logged.
 
@@ -156,10 +158,10 @@ def prepare_request(request: httpx.Request, *, body_hints: bool | None = False) 
         ``(request to send, pending call or None)``; pass the pending call to :func:`observe_response`.
     """
     wf = current_workflow()
-    if wf is None or not request.url.path.endswith(LLM_PATH_SUFFIXES) or HEADER_WORKFLOW_ID in request.headers:
+    if wf is None or not request.url.path.endswith(LLM_PATH_SUFFIXES) or _STAMPED in request.extensions:
         return request, None
     if body_hints is None:
-        body_hints = wf.body_hints if wf.body_hints is not None else _body_hints_default(None)
+        body_hints = wf.body_hints
     try:
         return _stamp(request, wf, body_hints)
     except Exception as exc:  # fail open: an unstamped request is served normally
@@ -201,6 +203,7 @@ def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[http
     headers = request.headers
     for name, value in hints.to_headers().items():
         headers[name] = value
+    request.extensions[_STAMPED] = True  # inner PBKV layers (patched transports) leave it alone
     recorder = wf.recorder
     if body_hints or recorder is not None:
         body = request.read()
@@ -242,9 +245,9 @@ class _Observer:
 
     def __init__(self, pending: PendingCall, response: httpx.Response, encoding: str, sse: bool):
         self.pending, self.status, self.encoding, self.sse = pending, response.status_code, encoding, sse
-        # The server's own token counts (pbkv-server sends them on every answer): the trace's
-        # fallback when the body has no usage, as in a stream without include_usage.
-        self.server_tokens = server_token_counts(response.headers)
+        # Parsed later on the recorder thread: the server's token counts there are the trace's
+        # fallback when the body has no usage (a stream without include_usage).
+        self.headers = response.headers
         self.parts: list[bytes] = []
         self.t_first: float | None = None
         self.done = False
@@ -279,8 +282,7 @@ class _Observer:
                 response_body=b"".join(self.parts),
                 content_encoding=self.encoding,
                 status_code=self.status,
-                server_prompt_tokens=self.server_tokens[0],
-                server_cached_tokens=self.server_tokens[1],
+                response_headers=self.headers,
                 internal=p.internal,
             )
         )

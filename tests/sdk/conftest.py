@@ -42,6 +42,10 @@ def _fresh_sdk_state(monkeypatch) -> Iterator[None]:
             module._WARNED.clear()
     yield
     ending.flush(5.0)
+    from pbkv_sdk import autopatch
+
+    for holder in autopatch.holders():  # e.g. instrument_team, which holds it for the process
+        autopatch.release(holder)
 
 
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "", None}
