@@ -15,9 +15,9 @@ Mapping and the CrewAI APIs used (crewai 1.x, checked against the installed sour
   the hook did not (the bus runs handlers later on a thread pool, so it is only the fallback).
   An ``akickoff`` whose asyncio task is cancelled ends ``cancelled`` (CrewAI dispatches no end
   for it). ``inputs={"pbkv_workflow_id": ...}`` chooses the id.
-* inside one kickoff: tasks with ``async_execution=True`` (worker threads), guardrail retries
-  and agent retries after an error are all steps of the same workflow; a hierarchical crew's
-  manager is an agent like the others (its ``role``).
+* inside one kickoff: tasks with ``async_execution=True`` (worker threads) and guardrail retries
+  are steps of the same workflow; a hierarchical crew's manager is an agent like the others
+  (its ``role``).
 * agent = the calling agent's ``role``, set by a ``before_llm_call`` hook in the thread or task
   that makes the call (the hook context carries the agent and its crew). The hook only reads
   and returns ``None``: PBKV registers no after-call hook and changes no message or response.

@@ -203,3 +203,40 @@ def test_crewai_cancelled_akickoff_ends_cancelled_once(fake_llm):
     finally:
         uninstrument()
     assert [s for _, s, _ in fake_llm.ends] == ["cancelled"]
+
+
+def test_crewai_guardrail_retry_and_a_hierarchical_manager_stay_in_one_workflow(fake_llm):
+    from crewai import LLM, Agent, Crew, Process, Task
+
+    from pbkv_sdk.integrations.crewai import instrument, uninstrument
+
+    verdicts = iter([(False, "cite the filing"), (True, "ok")])
+
+    def guardrail(output):
+        ok, feedback = next(verdicts)
+        return (True, output) if ok else (False, feedback)
+
+    instrument(app="finance", server_url=fake_llm.url)
+    try:
+        llm = LLM(model="openai/m", base_url=fake_llm.base_url, api_key="x", max_retries=0)
+        analyst = Agent(role="Analyst", goal="g", backstory="b", llm=llm)
+        task = Task(description="question-1", expected_output="x", agent=analyst, guardrail=guardrail)
+        Crew(agents=[analyst], tasks=[task]).kickoff()
+        time.sleep(0.2)
+        assert ending.flush(5.0)
+        [(wf, _, _)] = fake_llm.ends
+        assert _hints(fake_llm) == [(wf, "Analyst", 0), (wf, "Analyst", 1)]  # the retry is step 1 of the same run
+        fake_llm.requests.clear()
+        fake_llm.ends.clear()
+        worker = Agent(role="Worker", goal="g", backstory="b", llm=llm)
+        Crew(agents=[worker], tasks=[Task(description="question-2", expected_output="x")], process=Process.hierarchical,
+             manager_llm=llm).kickoff()
+        time.sleep(0.2)
+        assert ending.flush(5.0)
+    finally:
+        uninstrument()
+    [(wf2, status, _)] = fake_llm.ends
+    hints = _hints(fake_llm)
+    assert status == "completed" and {w for w, _, _ in hints} == {wf2}
+    assert [s for _, _, s in hints] == list(range(len(hints)))
+    assert hints[0][1] == "Crew Manager"  # the manager's own calls carry its role
