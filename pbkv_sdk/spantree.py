@@ -15,11 +15,11 @@ import asyncio
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Hashable
+from typing import Any, Callable, Hashable
 
-from pbkv_sdk.context import Workflow
+from pbkv_sdk.context import Workflow, workflow_or_fresh
 
-__all__ = ["SpanWorkflows", "handled_exception", "leaving_status"]
+__all__ = ["SpanWorkflows", "SpanIntegration", "handled_exception", "leaving_status"]
 
 _CANCELLED = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
@@ -124,3 +124,55 @@ class SpanWorkflows:
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+
+class SpanIntegration:
+    """What the tracing-based integrations share: workflow settings, the span tree, the memory of
+    exceptions already being handled when a root started, and the resolver registration.
+
+    Subclasses implement :meth:`resolve` and set :attr:`holder` (their autopatch holder name).
+
+    Args:
+        app, server_url, trace_path, end_timeout_s, body_hints: as :class:`pbkv_sdk.Workflow`
+            (``app``: ``$PBKV_APP`` wins when set).
+    """
+
+    holder = "spans"
+
+    def __init__(self, app: str | None = None, server_url: str | None = None, trace_path: Any = None, *,
+                 end_timeout_s: float | None = None, body_hints: bool | None = None):
+        self.app = app
+        #: False once uninstrumented (tracing systems cannot remove a processor): new roots are ignored.
+        self.enabled = True
+        self._handled_at_start: dict[Hashable, BaseException | None] = {}
+        self.spans = SpanWorkflows(
+            lambda root_id: workflow_or_fresh(app, root_id, server_url=server_url, trace_path=trace_path,
+                                              end_timeout_s=end_timeout_s, body_hints=body_hints)
+        )
+
+    def resolve(self) -> tuple[Workflow, str | None] | None:
+        """``(workflow, agent)`` of the span current in this context, or ``None``."""
+        raise NotImplementedError
+
+    def start_root(self, root_id: Hashable) -> None:
+        """Remember what exception (if any) the caller is handling as root ``root_id`` starts."""
+        self._handled_at_start[root_id] = handled_exception()
+
+    def root_status(self, root_id: Hashable) -> str | None:
+        """:func:`leaving_status` for root ``root_id`` (forgets it); ``None`` when nothing is leaving."""
+        return leaving_status(self._handled_at_start.pop(root_id, None))
+
+    def activate(self) -> None:
+        """Register the resolver and turn the process-wide stamping on."""
+        from pbkv_sdk import autopatch
+
+        autopatch.add_resolver(self.resolve)
+        autopatch.acquire(self.holder)
+
+    def deactivate(self) -> None:
+        """Switch off: no new workflows, resolver unregistered, stamping released."""
+        from pbkv_sdk import autopatch
+
+        self.enabled = False
+        autopatch.remove_resolver(self.resolve)
+        autopatch.release(self.holder)

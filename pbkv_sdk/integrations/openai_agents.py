@@ -34,9 +34,8 @@ from typing import Any
 from agents.tracing import TracingProcessor, add_trace_processor, get_current_span, get_current_trace
 from agents.tracing.span_data import AgentSpanData, GenerationSpanData, ResponseSpanData
 
-from pbkv_sdk import autopatch
-from pbkv_sdk.context import Workflow, workflow_or_fresh
-from pbkv_sdk.spantree import SpanWorkflows, handled_exception, leaving_status
+from pbkv_sdk.context import Workflow
+from pbkv_sdk.spantree import SpanIntegration
 
 log = logging.getLogger(__name__)
 
@@ -45,34 +44,21 @@ __all__ = ["PBKVTracingProcessor", "instrument", "uninstrument"]
 _MODEL_CALL_SPANS = (GenerationSpanData, ResponseSpanData)
 
 
-class PBKVTracingProcessor(TracingProcessor):
+class PBKVTracingProcessor(SpanIntegration, TracingProcessor):
     """Agents SDK tracing processor: traces become workflows, agent spans name the model calls.
 
-    Args:
-        app: application name (``$PBKV_APP`` wins when set).
-        server_url: PBKV server base URL for end signals (default ``$PBKV_SERVER_URL``, else the
-            LLM's origin).
-        trace_path: JSONL trace to record into (default ``$PBKV_TRACE_PATH``; none if unset).
-        end_timeout_s: time budget of each end signal, seconds.
-        body_hints: also send ``custom_params.pbkv``.
+    Arguments as :class:`pbkv_sdk.spantree.SpanIntegration` (app, server_url, trace_path,
+    end_timeout_s, body_hints).
     """
 
-    def __init__(self, app: str | None = None, server_url: str | None = None, trace_path: Any = None, *,
-                 end_timeout_s: float | None = None, body_hints: bool | None = None):
-        self.app = app
-        self.enabled = True
-        self._handled_at_start: dict[str, BaseException | None] = {}  # trace id -> exception already being handled
-        self.spans = SpanWorkflows(
-            lambda trace_id: workflow_or_fresh(app, trace_id, server_url=server_url, trace_path=trace_path,
-                                               end_timeout_s=end_timeout_s, body_hints=body_hints)
-        )
+    holder = "openai-agents"
 
     # ----------------------------------------------------------------- TracingProcessor
 
     def on_trace_start(self, trace: Any) -> None:
         """A run starts: a new workflow."""
         if self.enabled:
-            self._handled_at_start[trace.trace_id] = handled_exception()
+            self.start_root(trace.trace_id)
             self.spans.start(trace.trace_id, None, root_id=trace.trace_id)
 
     def on_trace_end(self, trace: Any) -> None:
@@ -81,7 +67,7 @@ class PBKVTracingProcessor(TracingProcessor):
         The trace is finished in the run's ``with`` exit, where ``sys.exc_info()`` is the exception
         that ends the run (an exception the caller was already handling at the start is not).
         """
-        status = leaving_status(self._handled_at_start.pop(trace.trace_id, None))
+        status = self.root_status(trace.trace_id)
         if status is None:
             status = "cancelled" if _cancelling() else "completed"
         self.spans.end(trace.trace_id, status)
@@ -137,8 +123,7 @@ def instrument(
     uninstrument()
     processor = PBKVTracingProcessor(app, server_url, trace_path, end_timeout_s=end_timeout_s, body_hints=body_hints)
     add_trace_processor(processor)
-    autopatch.add_resolver(processor.resolve)
-    autopatch.acquire(_HOLDER)
+    processor.activate()
     _CURRENT.append(processor)
     return processor
 
@@ -146,10 +131,7 @@ def instrument(
 def uninstrument() -> None:
     """Switch the installed processor off and stop stamping for it (no-op if none)."""
     while _CURRENT:
-        processor = _CURRENT.pop()
-        processor.enabled = False  # the Agents SDK has no public way to remove a processor
-        autopatch.remove_resolver(processor.resolve)
-    autopatch.release(_HOLDER)
+        _CURRENT.pop().deactivate()  # the Agents SDK has no public way to remove a processor
 
 
 def _cancelling() -> bool:
@@ -162,5 +144,4 @@ def _cancelling() -> bool:
     return task is not None and getattr(task, "cancelling", lambda: 0)() > 0
 
 
-_HOLDER = "openai-agents"
 _CURRENT: list[PBKVTracingProcessor] = []

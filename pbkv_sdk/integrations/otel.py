@@ -39,9 +39,8 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
-from pbkv_sdk import autopatch
-from pbkv_sdk.context import Workflow, workflow_or_fresh
-from pbkv_sdk.spantree import SpanWorkflows, handled_exception, leaving_status
+from pbkv_sdk.context import Workflow
+from pbkv_sdk.spantree import SpanIntegration
 
 log = logging.getLogger(__name__)
 
@@ -57,27 +56,14 @@ _LLM_OPERATIONS = ("chat", "text_completion", "generate_content")
 _CANCELLED_EXCEPTIONS = ("CancelledError", "GeneratorExit", "KeyboardInterrupt")
 
 
-class PBKVSpanProcessor(SpanProcessor):
+class PBKVSpanProcessor(SpanIntegration, SpanProcessor):
     """Span processor that turns agent spans into PBKV workflows and names the LLM calls inside.
 
-    Args:
-        app: application name (``$PBKV_APP`` wins when set).
-        server_url: PBKV server base URL for end signals (default ``$PBKV_SERVER_URL``, else the
-            LLM's origin).
-        trace_path: JSONL trace to record into (default ``$PBKV_TRACE_PATH``; none if unset).
-        end_timeout_s: time budget of each end signal, seconds.
-        body_hints: also send ``custom_params.pbkv``.
+    Arguments as :class:`pbkv_sdk.spantree.SpanIntegration` (app, server_url, trace_path,
+    end_timeout_s, body_hints).
     """
 
-    def __init__(self, app: str | None = None, server_url: str | None = None, trace_path: Any = None, *,
-                 end_timeout_s: float | None = None, body_hints: bool | None = None):
-        self.app = app
-        self.enabled = True
-        self._handled_at_start: dict[int, BaseException | None] = {}  # root span id -> exception being handled
-        self.spans = SpanWorkflows(
-            lambda root_id: workflow_or_fresh(app, root_id, server_url=server_url, trace_path=trace_path,
-                                              end_timeout_s=end_timeout_s, body_hints=body_hints)
-        )
+    holder = "otel"
 
     def on_start(self, span: Span, parent_context: Any = None) -> None:
         """Register the span: it inherits its parent's workflow and agent, or starts a workflow."""
@@ -88,7 +74,7 @@ class PBKVSpanProcessor(SpanProcessor):
         parent = span.parent
         root_id = f"{ctx.trace_id:032x}.{ctx.span_id:016x}" if _starts_workflow(attrs) else None
         if root_id is not None:
-            self._handled_at_start[ctx.span_id] = handled_exception()
+            self.start_root(ctx.span_id)
         self.spans.start(ctx.span_id, parent.span_id if parent is not None else None, root_id=root_id, agent=_agent(attrs))
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -96,9 +82,9 @@ class PBKVSpanProcessor(SpanProcessor):
         span_id = span.get_span_context().span_id
         # OpenTelemetry records Exceptions only; a cancellation is seen unwinding through the span's exit.
         status = _status(span)
-        if status == "completed" and span_id in self._handled_at_start:
-            status = leaving_status(self._handled_at_start[span_id]) or status
-        self._handled_at_start.pop(span_id, None)
+        leaving = self.root_status(span_id)
+        if status == "completed" and leaving is not None:
+            status = leaving
         wf = self.spans.end(span_id, status)
         if wf is not None and status == "completed" and _is_llm_span(span.attributes or {}):
             wf.expect_llm_call()
@@ -147,8 +133,7 @@ def instrument(
     else:
         log.warning("PBKV: the tracer provider %s takes no span processors (is the OpenTelemetry SDK set up?); "
                     "call instrument(tracer_provider=...) with the app's SDK TracerProvider", type(provider).__name__)
-    autopatch.add_resolver(processor.resolve)
-    autopatch.acquire(_HOLDER)
+    processor.activate()
     _CURRENT.append(processor)
     return processor
 
@@ -156,10 +141,7 @@ def instrument(
 def uninstrument() -> None:
     """Switch the installed processor off and stop stamping for it (no-op if none)."""
     while _CURRENT:
-        processor = _CURRENT.pop()
-        processor.enabled = False  # the SDK's TracerProvider cannot remove a processor
-        autopatch.remove_resolver(processor.resolve)
-    autopatch.release(_HOLDER)
+        _CURRENT.pop().deactivate()  # the SDK's TracerProvider cannot remove a processor
 
 
 # --------------------------------------------------------------------------- attribute rules
@@ -193,5 +175,4 @@ def _status(span: ReadableSpan) -> str:
     return "failed" if span.status.status_code == StatusCode.ERROR else "completed"
 
 
-_HOLDER = "otel"
 _CURRENT: list[PBKVSpanProcessor] = []

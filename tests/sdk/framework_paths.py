@@ -65,6 +65,7 @@ class _Watch:
     """Wraps httpx's transport (on top of PBKV's wrapper) to see requests and the server's verdicts."""
 
     def __init__(self) -> None:
+        #: What the path now running sent; replaced before each path.
         self.current = Observed()
         self._original = httpx.HTTPTransport.handle_request
         watch = self
@@ -94,6 +95,11 @@ class _Watch:
 
         handle_async_request.__wrapped__ = async_original  # type: ignore[attr-defined]
         httpx.AsyncHTTPTransport.handle_async_request = handle_async_request
+
+    def close(self) -> None:
+        """Put httpx's methods back (call after PBKV released its patch on top of ours)."""
+        httpx.HTTPTransport.handle_request = self._original
+        httpx.AsyncHTTPTransport.handle_async_request = self._async_original
 
 
 # --------------------------------------------------------------------------- the paths
@@ -263,9 +269,32 @@ def _autogen_paths(base: str) -> list:
         asyncio.run(go())
 
     def fail():
+        from autogen_agentchat.agents import AssistantAgent, BaseChatAgent
+        from autogen_agentchat.conditions import MaxMessageTermination
+        from autogen_agentchat.teams import RoundRobinGroupChat
+        from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+        from pbkv_sdk.integrations.autogen import instrument_team
+
+        class Reviewer(BaseChatAgent):
+            """A participant whose own code raises (after the first agent's LLM call was served)."""
+
+            produced_message_types = ()
+
+            async def on_messages(self, messages, cancellation_token):
+                raise RuntimeError("review tool crashed")
+
+            async def on_reset(self, cancellation_token):
+                pass
+
+        info = {"vision": False, "function_calling": False, "json_output": False, "structured_output": False, "family": "unknown"}
+        client = OpenAIChatCompletionClient(model="m", base_url=v1, api_key="x", max_retries=0, model_info=info)
+        team = RoundRobinGroupChat([AssistantAgent("coder", model_client=client), Reviewer("reviewer", "reviews")],
+                                   termination_condition=MaxMessageTermination(4))
+
         async def go():
             try:
-                await build_autogen_team("http://127.0.0.1:9/v1", server_url=base).run(task="fix bug 7")
+                await instrument_team(team, app="swe").run(task="fix bug 7")
             except Exception:
                 pass
 
@@ -277,7 +306,7 @@ def _autogen_paths(base: str) -> list:
         ("reset, then run again", "2 workflows, 2 completed", reset_rerun, {"completed": 2}),
         ("CancellationToken fired", "1 cancelled", cancel, {"cancelled": 1}),
         ("run_stream closed early", "1 cancelled", close_early, {"cancelled": 1}),
-        ("model unreachable (no request served)", "1 failed", fail, {"failed": 1}),
+        ("a participant raises", "1 failed", fail, {"failed": 1}),
     ]
 
 
@@ -289,10 +318,10 @@ def _crewai_paths(base: str) -> list:
     instrument(app="crew")
     v1 = base + "/v1"
 
-    def crew(async_tasks: bool = False, url: str = v1) -> Crew:
+    def crew(async_tasks: bool = False) -> Crew:
         if not async_tasks:
-            return build_crewai_crew(url, app=None)
-        llm = LLM(model="openai/m", base_url=url, api_key="x", max_retries=0)
+            return build_crewai_crew(v1, app=None)
+        llm = LLM(model="openai/m", base_url=v1, api_key="x", max_retries=0)
         agents = [Agent(role=f"Role {k}", goal="g", backstory="b", llm=llm) for k in "ABC"]
         tasks = [Task(description=f"question-1 part {k}", expected_output="x", agent=a, async_execution=k != "C")
                  for k, a in zip("ABC", agents)]
@@ -324,9 +353,14 @@ def _crewai_paths(base: str) -> list:
         asyncio.run(go())
 
     def fail():
+        def broken_callback(output):
+            raise RuntimeError("the report store is down")
+
+        failing = crew()
+        failing.tasks[0].callback = broken_callback  # app code that raises after the first task
         try:
-            crew(url="http://127.0.0.1:9/v1").kickoff(inputs={"question": "question-8"})
-        except Exception:
+            failing.kickoff(inputs={"question": "question-8"})
+        except RuntimeError:
             pass
 
     return [
@@ -335,7 +369,7 @@ def _crewai_paths(base: str) -> list:
         ("3 concurrent akickoff", "3 workflows, 3 completed", akickoff, {"completed": 3}),
         ("async_execution tasks, 2 threads", "2 workflows, 2 completed", async_tasks, {"completed": 2}),
         ("akickoff task cancelled", "1 cancelled", cancel, {"cancelled": 1}),
-        ("model unreachable (no request served)", "1 failed", fail, {"failed": 1}),
+        ("a task callback raises", "1 failed", fail, {"failed": 1}),
     ]
 
 
@@ -473,27 +507,48 @@ def run_paths(only: list[str] | None = None, report: Callable[[tuple], None] = l
     rows = []
     with run_in_thread(ServerConfig(port=0, policy="lru")) as server:
         _WATCH = _Watch()
-        for framework, paths in FRAMEWORKS.items():
-            if only and framework not in only:
-                continue
-            for name, expected, fn, want in paths(server.url):
-                before = _server_ends(server)
-                _WATCH.current = Observed()
-                fn()
-                ending.flush(10.0)
-                deadline = time.monotonic() + 5  # CrewAI's fallback listener may end a kickoff late
-                while sum(want.values()) > len(_WATCH.current.ends) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    ending.flush(1.0)
-                time.sleep(0.1)  # a duplicate end, if any, would arrive within this
-                ending.flush(5.0)
-                text, statuses, once = _WATCH.current.summary()
-                server_ends = {k: v - before.get(k, 0) for k, v in _server_ends(server).items() if v - before.get(k, 0)}
-                stamped_all = all(v == "ok" for _, v in _WATCH.current.hints)
-                ok = stamped_all and once and statuses == want and server_ends == want
-                rows.append((framework, name, expected, text + ("" if server_ends == statuses else f" (server: {server_ends})"), ok))
-                report(rows[-1])
+        try:
+            _run(server, only, rows, report)
+        finally:
+            _uninstrument_all()
+            _WATCH.close()
     return rows
+
+
+def _uninstrument_all() -> None:
+    """Undo every integration this module instrumented, then PBKV's transport patch."""
+    from pbkv_sdk import autopatch
+
+    for name in ("langchain", "crewai", "openai_agents", "otel", "autogen"):
+        module = sys.modules.get(f"pbkv_sdk.integrations.{name}")
+        if module is not None:
+            module.uninstrument()
+    for holder in autopatch.holders():
+        autopatch.release(holder)
+
+
+def _run(server: Any, only: list[str] | None, rows: list, report: Callable[[tuple], None]) -> None:
+    """Run each selected path in turn, appending its row."""
+    for framework, paths in FRAMEWORKS.items():
+        if only and framework not in only:
+            continue
+        for name, expected, fn, want in paths(server.url):
+            before = _server_ends(server)
+            _WATCH.current = Observed()
+            fn()
+            ending.flush(10.0)
+            deadline = time.monotonic() + 5  # CrewAI's fallback listener may end a kickoff late
+            while sum(want.values()) > len(_WATCH.current.ends) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                ending.flush(1.0)
+            time.sleep(0.1)  # a duplicate end, if any, would arrive within this
+            ending.flush(5.0)
+            text, statuses, once = _WATCH.current.summary()
+            server_ends = {k: v - before.get(k, 0) for k, v in _server_ends(server).items() if v - before.get(k, 0)}
+            stamped_all = all(v == "ok" for _, v in _WATCH.current.hints)
+            ok = stamped_all and once and statuses == want and server_ends == want
+            rows.append((framework, name, expected, text + ("" if server_ends == statuses else f" (server: {server_ends})"), ok))
+            report(rows[-1])
 
 
 def _server_ends(server: Any) -> dict[str, int]:
