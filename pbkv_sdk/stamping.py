@@ -1,9 +1,11 @@
 """Request stamping: httpx transports that add the hint protocol v1 fields to every LLM request.
 
-Hand :func:`http_client` / :func:`async_http_client` to a framework's OpenAI client, or wrap an
-existing client with :func:`wrap_client`. For each request to an LLM endpoint (path ending in
-``/chat/completions``, ``/completions`` or ``/generate``) made inside a workflow (see
-:mod:`pbkv_sdk.context`), the transport
+Framework integrations need none of this by hand: while one is instrumented, httpx's default
+transports stamp (:mod:`pbkv_sdk.autopatch`). Elsewhere, hand :func:`http_client` /
+:func:`async_http_client` to an OpenAI client, or wrap an existing client with :func:`wrap_client`.
+
+For each request to an LLM endpoint (path ending in ``/chat/completions``, ``/completions`` or
+``/generate``) made inside a workflow (see :mod:`pbkv_sdk.context`), the transport
 
 1. reserves the workflow's next step and adds the four ``X-PBKV-*`` headers (and, with
    ``body_hints``, ``custom_params.pbkv`` in the JSON body, the route SGLang keeps);
@@ -150,9 +152,9 @@ def prepare_request(request: httpx.Request, *, body_hints: bool | None = False) 
 
     Also usable from other interception points (CrewAI's interceptor, the process-wide patch of
     :mod:`pbkv_sdk.autopatch`). A request an outer PBKV layer already stamped (marked in
-    ``request.extensions``) passes through, so nested layers never reserve a step twice. ``body_hints=None``
-    takes the workflow's choice, else ``$PBKV_BODY_HINTS``. Never raises: on any error the
-    original request is returned unstamped and one warning is logged.
+    ``request.extensions``) passes through, so nested layers never reserve a step twice.
+    ``body_hints=None`` takes the workflow's choice (``$PBKV_BODY_HINTS`` unless set). Never
+    raises: on any error the original request is returned unstamped and one warning is logged.
 
     Returns:
         ``(request to send, pending call or None)``; pass the pending call to :func:`observe_response`.
