@@ -45,7 +45,15 @@ from autogen_agentchat.messages import HandoffMessage
 from autogen_core.models import ChatCompletionClient
 
 from pbkv_sdk import autopatch
-from pbkv_sdk.context import Workflow, current_workflow, reset_internal, resolve_app, resolve_trace_path, set_agent, set_internal, set_workflow
+from pbkv_sdk.context import (
+    Workflow,
+    current_workflow,
+    resolve_app,
+    resolve_trace_path,
+    set_agent,
+    set_internal,
+    set_workflow,
+)
 from pbkv_sdk.stamping import wrap_client
 
 log = logging.getLogger(__name__)

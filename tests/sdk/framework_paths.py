@@ -105,11 +105,14 @@ class _Watch:
 # --------------------------------------------------------------------------- the paths
 
 
-async def _first_request(timeout_s: float = 10.0) -> None:
-    """Wait until the path's first LLM request was answered (then it is cancelled mid-run)."""
+async def _cancel_after_first_request(coro: Any, timeout_s: float = 10.0) -> None:
+    """Run ``coro`` as a task and cancel it once the path's first LLM request was answered."""
+    task = asyncio.create_task(coro)
     deadline = time.monotonic() + timeout_s
     while not _WATCH.current.hints and time.monotonic() < deadline:
         await asyncio.sleep(0.001)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _langgraph_paths(base: str) -> list:
@@ -190,10 +193,7 @@ def _langgraph_paths(base: str) -> list:
         graph = build_langgraph_app(v1 + "/", async_nodes=True)
 
         async def run():
-            task = asyncio.create_task(graph.ainvoke({"claim": "c", "max_rounds": 3}))
-            await _first_request()
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await _cancel_after_first_request(graph.ainvoke({"claim": "c", "max_rounds": 3}))
 
         asyncio.run(run())
 
@@ -345,10 +345,7 @@ def _crewai_paths(base: str) -> list:
 
     def cancel():
         async def go():
-            task = asyncio.create_task(crew().akickoff(inputs={"question": "question-9"}))
-            await _first_request()
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await _cancel_after_first_request(crew().akickoff(inputs={"question": "question-9"}))
 
         asyncio.run(go())
 
@@ -410,11 +407,7 @@ def _agents_sdk_paths(base: str) -> list:
 
     def cancel():
         async def go():
-            task = asyncio.create_task(Runner.run(agent(), "hello"))
-            await asyncio.sleep(0)  # the run starts its trace, then is cancelled before the answer is used
-            await _first_request()
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await _cancel_after_first_request(Runner.run(agent(), "hello"))
 
         asyncio.run(go())
 
@@ -472,10 +465,7 @@ def _otel_paths(base: str) -> list:
                 await asyncio.sleep(5)
 
         async def go():
-            task = asyncio.create_task(run())
-            await _first_request()
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await _cancel_after_first_request(run())
 
         asyncio.run(go())
 

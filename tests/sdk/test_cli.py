@@ -33,7 +33,8 @@ RECORDED = {
 
 
 @pytest.mark.parametrize("framework", sorted(RECORDED))
-def test_record_runs_an_app_with_recording_on_and_summarises_it(fake_llm: FakeOpenAI, tmp_path, framework):
+def test_record_runs_an_app_with_recording_on_and_summarises_it(fake_llm: FakeOpenAI, tmp_path, framework, monkeypatch):
+    monkeypatch.setenv("PBKV_END_TIMEOUT_S", "2")  # a loaded CI machine must not lose the end signals at exit
     out = tmp_path / "rec" / "run.jsonl"
     result = runner.invoke(
         app,

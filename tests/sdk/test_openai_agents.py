@@ -11,6 +11,7 @@ from pbkv_sdk import ending
 from pbkv_sdk.recorder import flush_all
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, iter_trace
 
+from .cancel import cancel_after
 from .fake_openai import FakeOpenAI, tool_call
 
 agents = pytest.importorskip("agents")
@@ -121,14 +122,7 @@ def test_a_failing_run_ends_failed_and_a_cancelled_one_cancelled(fake_llm, agent
     with pytest.raises(Exception):
         Runner.run_sync(build("Broken"), "go")  # the model calls a tool that does not exist
 
-    async def cancelled():
-        fake_llm.reply_delay_s = 0.5
-        task = asyncio.create_task(Runner.run(build(), "slow"))
-        await asyncio.sleep(0.3)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancelled())
+    fake_llm.reply_delay_s = 0.5
+    asyncio.run(cancel_after(Runner.run(build(), "slow"), 0.3))
     assert ending.flush(5.0)
     assert sorted(s for _, s, _ in fake_llm.ends) == ["cancelled", "failed"]

@@ -12,6 +12,7 @@ import pytest
 
 from pbkv_sdk import ending
 
+from .cancel import cancel_after
 from .fake_openai import FakeOpenAI
 
 AGENTS = ("planner", "coder", "tester")
@@ -110,14 +111,7 @@ def test_a_cancelled_run_ends_cancelled(fake_llm, provider):
         with tracer.start_as_current_span("invoke_agent a", attributes={"gen_ai.agent.name": "a"}):
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "slow"}])
 
-    async def main():
-        task = asyncio.create_task(run())
-        await asyncio.sleep(0.2)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
+    asyncio.run(cancel_after(run(), 0.2))
     assert ending.flush(5.0)
     assert [s for _, s, _ in fake_llm.ends] == ["cancelled"]
 

@@ -14,7 +14,7 @@ import pytest
 
 from pbkv_sdk import ending
 from pbkv_sdk.recorder import flush_all
-from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, iter_trace
+from pbkv_contract.trace import InvocationRecord, iter_trace
 
 from . import fake_openai
 from .fake_openai import FakeOpenAI

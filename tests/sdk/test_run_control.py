@@ -12,6 +12,7 @@ import pytest
 
 from pbkv_sdk import ending
 
+from .cancel import cancel_after
 from .fake_openai import FakeOpenAI, tool_call
 
 
@@ -96,14 +97,7 @@ def test_langgraph_cancelled_task_and_abandoned_stream_end_cancelled_and_a_raisi
     graph = build_langgraph_app(fake_llm.base_url, async_nodes=True)
     fake_llm.reply_delay_s = 0.3
 
-    async def cancel_midway():
-        task = asyncio.create_task(graph.ainvoke({"claim": "c", "max_rounds": 1}))
-        await asyncio.sleep(0.15)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_midway())
+    asyncio.run(cancel_after(graph.ainvoke({"claim": "c", "max_rounds": 1}), 0.15))
     fake_llm.reply_delay_s = 0.0
     for _ in build_langgraph_app(fake_llm.base_url).stream({"claim": "s", "max_rounds": 1}):
         break  # the caller stops consuming after the first node
@@ -189,15 +183,8 @@ def test_crewai_cancelled_akickoff_ends_cancelled_once(fake_llm):
     fake_llm.reply_delay_s = 0.3
     crew = build_crewai_crew(fake_llm.base_url, server_url=fake_llm.url)
 
-    async def main():
-        task = asyncio.create_task(crew.akickoff(inputs={"question": "question-1"}))
-        await asyncio.sleep(0.15)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
     try:
-        asyncio.run(main())
+        asyncio.run(cancel_after(crew.akickoff(inputs={"question": "question-1"}), 0.15))
         time.sleep(0.2)  # a late duplicate from CrewAI's event bus would arrive within this
         assert ending.flush(5.0)
     finally:
