@@ -19,6 +19,7 @@ and the caller serves the request anonymously, counting and logging the reason.
 
 from __future__ import annotations
 
+import functools
 import re
 import urllib.parse
 from dataclasses import dataclass
@@ -76,15 +77,23 @@ class Hints:
     app: str | None = None
 
     def to_headers(self) -> dict[str, str]:
-        """Header form, with agent and app percent-encoded (see :func:`encode_name`)."""
-        headers = {
+        """Header form, with agent and app percent-encoded (see :func:`encode_name`).
+
+        The one header encoder of the project: the SDK's stamping transport sends exactly this.
+
+        Raises:
+            HintError: agent or app is empty or encodes to more than 128 characters (names from
+                :func:`fit_name` never do).
+        """
+        # One dict literal per form: this runs on every stamped LLM request.
+        if self.app is None:
+            return {HEADER_WORKFLOW_ID: self.workflow_id, HEADER_AGENT: encode_name(self.agent), HEADER_STEP: str(self.step)}
+        return {
             HEADER_WORKFLOW_ID: self.workflow_id,
             HEADER_AGENT: encode_name(self.agent),
             HEADER_STEP: str(self.step),
+            HEADER_APP: encode_name(self.app),
         }
-        if self.app is not None:
-            headers[HEADER_APP] = encode_name(self.app)
-        return headers
 
     def to_body(self) -> dict[str, Any]:
         """Body form for ``custom_params.pbkv`` (names are sent decoded: JSON carries any text)."""
@@ -94,18 +103,48 @@ class Hints:
         return body
 
 
+@functools.lru_cache(maxsize=4096)
 def encode_name(name: str) -> str:
     """Percent-encode an agent or app name for a header: printable ASCII except '%' is kept.
+
+    Everything else (non-ASCII as UTF-8 bytes, control characters, '%') becomes ``%XX``, so the
+    header is ASCII whatever the name (a latin-1 header error must never fail a request).
+    Results are cached (names repeat on every request of a workflow; errors are not cached).
 
     Raises:
         HintError: the name is empty or its encoded form exceeds 128 characters.
     """
     if not name:
         raise HintError("name must not be empty")
-    encoded = urllib.parse.quote(name, safe=_SAFE_CHARS)
+    encoded = _quote(name)
     if len(encoded) > MAX_FIELD_CHARS:
         raise HintError(f"name {name[:40]!r}... encodes to {len(encoded)} chars, over {MAX_FIELD_CHARS}")
     return encoded
+
+
+@functools.lru_cache(maxsize=4096)
+def fit_name(name: str) -> str:
+    """``name`` cut at the end until its :func:`encode_name` form fits 128 characters.
+
+    A shortened name beats a dropped hint: callers that take names from users (agent roles,
+    node names) send ``fit_name(name)``, which :func:`encode_name` always accepts.
+
+    Raises:
+        HintError: ``name`` is empty.
+    """
+    if not name:
+        raise HintError("name must not be empty")
+    # Each character encodes to at most 12 chars (4 UTF-8 bytes as %XX): cut to a length that
+    # may fit first, then drop characters one by one.
+    name = name[:MAX_FIELD_CHARS]
+    while len(_quote(name)) > MAX_FIELD_CHARS:
+        name = name[:-1]
+    return name
+
+
+@functools.lru_cache(maxsize=4096)
+def _quote(name: str) -> str:
+    return urllib.parse.quote(name, safe=_SAFE_CHARS)
 
 
 def decode_name(value: str) -> str:

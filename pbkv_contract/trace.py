@@ -26,6 +26,10 @@ A trace is a JSONL file with one object per line; every line carries ``"v": 1`` 
   ``session_id``       the session (chat conversation, SGLang ``None`` (the workflow is its own
                        session) several workflows belong to   session)
                        (non-empty str)
+  ``internal``         ``true``: a call the framework makes   ``None`` (an agent step)
+                       for itself (AutoGen speaker
+                       selection); replay keeps it,
+                       predictor training skips it
   ===================  =====================================  ====================================
 
 ``workflow_end``: the end of a workflow. Required ``app``, ``workflow_id``, ``t`` (number, Unix
@@ -104,6 +108,10 @@ class InvocationRecord:
             when several workflows form one user's sequence, such as a chat whose turns are each a
             workflow; ``None``: the workflow is its own session. Replay runs a session's
             workflows one after the other.
+        internal: ``True`` for a call the framework makes for itself rather than as an agent step
+            (AutoGen's speaker selection): cache replay keeps it, predictor training skips it.
+            ``None`` (the default, and every trace written before this field) means an agent step;
+            the key is only written when set.
     """
 
     app: str
@@ -122,6 +130,7 @@ class InvocationRecord:
     text: str | None = None
     block_tokens: list[int] | None = None
     session_id: str | None = None
+    internal: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of this record (``type`` and ``v`` included; unknown optional fields left out)."""
@@ -139,7 +148,7 @@ class InvocationRecord:
 
 
 #: Optional invocation fields whose unknown value is ``None`` (left out when writing).
-_NULLABLE = ("ttft_s", "cached_tokens", "block_chars", "text", "block_tokens", "session_id")
+_NULLABLE = ("ttft_s", "cached_tokens", "block_chars", "text", "block_tokens", "session_id", "internal")
 
 
 @dataclass(slots=True)
@@ -305,6 +314,12 @@ def _number(value: Any, minimum: float = -math.inf) -> float:
     return value
 
 
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
 def _hashes(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
         raise ValueError("must be a list of strings")
@@ -332,7 +347,7 @@ _INVOCATION: dict[str, tuple[bool, Callable[[Any], Any]]] = {
     "completion_tokens": (True, _integer), "prefix_hashes": (True, _hashes),
     "ttft_s": (False, partial(_number, minimum=0.0)), "cached_tokens": (False, _integer),
     "block_chars": (False, partial(_integer, minimum=1)), "features": (False, _features), "text": (False, _string),
-    "block_tokens": (False, _counts), "session_id": (False, _name),
+    "block_tokens": (False, _counts), "session_id": (False, _name), "internal": (False, _flag),
 }
 _WORKFLOW_END: dict[str, tuple[bool, Callable[[Any], Any]]] = {
     "app": (True, _string), "workflow_id": (True, _string), "t": (True, _number), "status": (False, _string),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from rich.table import Table
 
 from pbkv_contract.trace import InvocationRecord
 from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord
 from pbkv_sdk.stats import TraceSummary, ValidationReport, summarize, validate_file
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV client SDK tools.")
@@ -33,8 +35,10 @@ app.add_typer(import_app, name="import")
 console = Console()
 err_console = Console(stderr=True)
 
-#: Environment that switches CrewAI's telemetry and tracing off in recorded apps.
-TELEMETRY_OFF = {"CREWAI_DISABLE_TELEMETRY": "true", "OTEL_SDK_DISABLED": "true", "CREWAI_TRACING_ENABLED": "false"}
+#: Environment that switches CrewAI's telemetry and tracing off in recorded apps. Not
+#: ``OTEL_SDK_DISABLED``: CrewAI honours its own switches, and that one would also silence the
+#: app's OpenTelemetry spans, which ``pbkv_sdk.integrations.otel`` turns into hints.
+TELEMETRY_OFF = {"CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_DISABLE_TRACKING": "true", "CREWAI_TRACING_ENABLED": "false"}
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -49,13 +53,16 @@ def record(
 ) -> None:
     """Run COMMAND with trace recording switched on by environment, then print a summary.
 
-    The app must already use a PBKV callback (instrument(...) / instrument_team(...)); it
+    The app must already use a PBKV integration (instrument(...) / instrument_team(...)); it
     reads PBKV_TRACE_PATH, PBKV_APP, PBKV_SERVER_URL and PBKV_BODY_HINTS. CrewAI telemetry is
     switched off. Exits with the app's exit status (127: command not found, 126: not
     executable, 2: the trace file cannot be created, or exists and is not a trace: a typo in
-    --out must not delete the app's own files).
+    --out must not delete the app's own files), or 1 when the app succeeded but recorded no
+    LLM invocation: then one line names the interpreter that ran, and a trace file that this
+    command created is removed again.
     """
     out = out.resolve()
+    created = append is False or not out.exists()
     try:
         if out.is_dir():
             raise IsADirectoryError(f"{out} is a directory")
@@ -83,15 +90,22 @@ def record(
     except OSError as exc:  # not executable, bad interpreter line, ...
         err_console.print(f"[red]cannot run {command[0]}: {_os_reason(exc)}[/red]", highlight=False)
         raise typer.Exit(126)
-    if not out.exists() or out.stat().st_size == 0:
+    report = validate_file(out) if out.exists() else ValidationReport()
+    if not any(isinstance(r, InvocationRecord) for r in report.records):
+        if created and out.exists():
+            out.unlink()  # ours, and useless: leave no file that looks like a recording
+        ends = sum(isinstance(r, WorkflowEndRecord) for r in report.records)
+        what = f"only {ends} workflow end(s)" if ends else "nothing"
         err_console.print(
-            f"[yellow]no trace was written to {out}: does the app call a PBKV instrument function?[/yellow]"
+            f"[red]no LLM invocation was recorded ({what}; {'removed' if created else 'kept'} {escape(str(out))}): "
+            f"the app ran with {escape(_interpreter(command))}; is pbkv installed there, does the app call a PBKV "
+            f"instrument(...) function, and do its LLM calls reach the server?[/red]",
+            highlight=False, soft_wrap=True,
         )
-    else:
-        report = validate_file(out)
-        _print_summary(summarize(report.records), top)
-        if report.invalid:
-            err_console.print(f"[red]{len(report.invalid)} invalid line(s) in {out}[/red]")
+        raise typer.Exit(status or 1)
+    _print_summary(summarize(report.records), top)
+    if report.invalid:
+        err_console.print(f"[red]{len(report.invalid)} invalid line(s) in {out}[/red]")
     raise typer.Exit(status)
 
 
@@ -103,10 +117,10 @@ def stats(
 ) -> None:
     """Summarise a trace: workflows, invocations, agents, tokens, most common transitions.
 
-    Invalid lines are skipped with a note; a file without any valid record exits 1.
+    Invalid lines are skipped with a note; a file without any invocation record exits 1.
     """
     report = _read_report(file)
-    if not report.records:
+    if not _has_invocation(report):
         err_console.print(_no_records_message(file, report), highlight=False)
         raise typer.Exit(1)
     summary = summarize(report.records)
@@ -120,7 +134,7 @@ def stats(
 
 @app.command()
 def validate(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Trace file.")) -> None:
-    """Check every line of a trace; list invalid ones and exit 1 if there are any (or no invocation at all)."""
+    """Check every line of a trace; list invalid ones and exit 1 if there are any, or no invocation record."""
     report = _read_report(file)
     for lineno, reason in report.invalid[:50]:
         console.print(f"{file}:{lineno}: {reason}", markup=False, highlight=False)
@@ -129,7 +143,7 @@ def validate(file: Path = typer.Argument(..., exists=True, dir_okay=False, help=
     console.print(f"{report.valid} valid, {len(report.invalid)} invalid line(s)")
     if report.invalid:
         raise typer.Exit(1)
-    if not any(isinstance(r, InvocationRecord) for r in report.records):  # replay and training need one
+    if not _has_invocation(report):
         err_console.print(_no_records_message(file, report), highlight=False)
         raise typer.Exit(1)
 
@@ -220,12 +234,29 @@ def _os_reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def _has_invocation(report: ValidationReport) -> bool:
+    return any(isinstance(r, InvocationRecord) for r in report.records)
+
+
 def _no_records_message(file: Path, report: ValidationReport) -> str:
-    if report.records:
-        return f"[red]{file}: no invocation record (only workflow ends); replay and training need invocations[/red]"
-    if report.invalid:
+    if report.invalid and not report.records:
         return f"[red]{file}: no valid trace record ({len(report.invalid)} invalid line(s); run `pbkv-sdk validate`)[/red]"
+    if report.records:
+        return (f"[red]{file}: no invocation record, only {len(report.records)} workflow end(s): the app's LLM "
+                f"requests were not stamped (does it call a PBKV instrument(...) function?)[/red]")
     return f"[red]{file}: empty trace (no records)[/red]"
+
+
+def _interpreter(command: List[str]) -> str:
+    """The program that ran: its resolved path, and for a ``python`` its version, e.g. ``/usr/bin/python3 (Python 3.11.7)``."""
+    path = shutil.which(command[0]) or command[0]
+    if "python" not in os.path.basename(path).lower():
+        return path
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+        return f"{path} ({(version.stdout or version.stderr).strip()})"
+    except (OSError, subprocess.SubprocessError):
+        return path
 
 
 def _print_summary(summary: TraceSummary, top: int) -> None:

@@ -39,8 +39,19 @@ ENV_END_TIMEOUT = "PBKV_END_TIMEOUT_S"
 #: Default time budget of one end signal, seconds.
 DEFAULT_END_TIMEOUT_S = 0.5
 
+#: Said once per process when a workflow's LLM calls left without hints (see ``expect_llm_call``).
+UNSTAMPED_WARNING = (
+    "PBKV: %d of %d LLM call(s) of workflow %s (app %r) were sent without hints, so the server cannot "
+    "tell them apart from anonymous traffic: the model client does not send through httpx's default "
+    "transport (a custom transport, an aiohttp client, another HTTP library). Pass "
+    "http_client=pbkv_sdk.http_client() (async: pbkv_sdk.async_http_client()) to that client, or wrap "
+    "its httpx client with pbkv_sdk.wrap_client(client). Further occurrences are logged at debug level."
+)
+
 _workflow_var: contextvars.ContextVar["Workflow | None"] = contextvars.ContextVar("pbkv_workflow", default=None)
 _agent_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("pbkv_agent", default=None)
+# True while the framework itself (not an agent) calls the LLM, e.g. AutoGen's speaker selection.
+_internal_var: contextvars.ContextVar[bool] = contextvars.ContextVar("pbkv_internal", default=False)
 
 
 class Workflow:
@@ -57,6 +68,8 @@ class Workflow:
             ``None``, ``$PBKV_SERVER_URL``, else the origin of this workflow's first LLM request.
         trace_path: JSONL trace file to record into; ``None`` records nothing.
         end_timeout_s: time budget of the end signal, seconds (``$PBKV_END_TIMEOUT_S``, else 0.5).
+        body_hints: also send the hints as ``custom_params.pbkv`` from the process-wide stamping
+            of :mod:`pbkv_sdk.autopatch` (``None``: ``$PBKV_BODY_HINTS == "1"``, read now).
 
     Raises:
         HintError: ``workflow_id`` is malformed.
@@ -70,8 +83,10 @@ class Workflow:
         server_url: str | None = None,
         trace_path: str | os.PathLike[str] | None = None,
         end_timeout_s: float | None = None,
+        body_hints: bool | None = None,
     ):
         self.app = app
+        self.body_hints = os.environ.get(ENV_BODY_HINTS) == "1" if body_hints is None else body_hints
         self.workflow_id = validate_workflow_id(workflow_id) if workflow_id is not None else uuid.uuid4().hex
         self.server_url = server_url or os.environ.get(ENV_SERVER_URL) or None
         self.trace_path = os.fspath(trace_path) if trace_path is not None else None
@@ -81,6 +96,7 @@ class Workflow:
         self.llm_origin: str | None = None
         self._lock = threading.Lock()
         self._next_step = 0
+        self._expected_calls = 0
         self._ended: str | None = None
 
     @property
@@ -114,6 +130,15 @@ class Workflow:
             self._next_step += 1
             return step
 
+    def expect_llm_call(self) -> None:
+        """A framework integration saw this workflow start an LLM call that must go out stamped.
+
+        At :meth:`end`, fewer stamped requests than announced calls means some left without
+        hints (a client the SDK cannot reach); one warning per process says why and how to fix it.
+        """
+        with self._lock:
+            self._expected_calls += 1
+
     def end(self, status: str = "completed") -> bool:
         """End the workflow: non-blocking end signal to the server and a ``workflow_end`` record.
 
@@ -129,6 +154,9 @@ class Workflow:
             if self._ended is not None:
                 return False
             self._ended = status
+            missing = self._expected_calls - self._next_step
+        if missing > 0:
+            _warn_unstamped(self, missing)
         from pbkv_sdk.ending import end_workflow
 
         target = self.server_url or self.llm_origin
@@ -151,6 +179,26 @@ def current_workflow() -> Workflow | None:
 def current_agent() -> str | None:
     """The agent name of the running code path, or ``None``."""
     return _agent_var.get()
+
+
+def current_internal() -> bool:
+    """Whether the running LLM call is framework-internal (see :func:`set_internal`)."""
+    return _internal_var.get()
+
+
+def set_internal(internal: bool) -> contextvars.Token:
+    """Mark this context's LLM calls as framework-internal (speaker selection, routing).
+
+    They are stamped and recorded like any call, with ``internal: true`` in the trace, so that
+    predictor training skips them while cache replay keeps them. Returns the token for
+    :func:`reset_internal`.
+    """
+    return _internal_var.set(internal)
+
+
+def reset_internal(token: contextvars.Token) -> None:
+    """Undo :func:`set_internal`."""
+    _internal_var.reset(token)
 
 
 def set_workflow(wf: Workflow | None) -> contextvars.Token:
@@ -181,6 +229,7 @@ def workflow(
     server_url: str | None = None,
     trace_path: str | os.PathLike[str] | None = None,
     end_timeout_s: float | None = None,
+    body_hints: bool | None = None,
 ) -> Iterator[Workflow]:
     """Run the block as one workflow; it ends ``completed`` on exit, ``failed`` on an exception.
 
@@ -197,6 +246,7 @@ def workflow(
         server_url=server_url,
         trace_path=resolve_trace_path(trace_path),
         end_timeout_s=end_timeout_s,
+        body_hints=body_hints,
     )
     token = _workflow_var.set(wf)
     status = "completed"
@@ -238,6 +288,16 @@ def _env_end_timeout() -> float:
 
 
 _BAD_TIMEOUTS_WARNED: set[str] = set()
+_UNSTAMPED_WARNED: list[bool] = []
+
+
+def _warn_unstamped(wf: Workflow, missing: int) -> None:
+    args = (missing, wf._expected_calls, wf.workflow_id, wf.app)
+    if _UNSTAMPED_WARNED:
+        log.debug(UNSTAMPED_WARNING, *args)
+    else:
+        _UNSTAMPED_WARNED.append(True)
+        log.warning(UNSTAMPED_WARNING, *args)
 
 
 def resolve_app(app: str | None) -> str:
@@ -259,6 +319,7 @@ def workflow_or_fresh(
     server_url: str | None = None,
     trace_path: str | os.PathLike[str] | None = None,
     end_timeout_s: float | None = None,
+    body_hints: bool | None = None,
 ) -> Workflow:
     """A :class:`Workflow` with the user-chosen ``workflow_id``, or a fresh random id if it is bad.
 
@@ -269,13 +330,14 @@ def workflow_or_fresh(
     Args:
         app: app name, resolved with :func:`resolve_app` (``$PBKV_APP`` wins).
         workflow_id: the user's id; ``None`` for a fresh one.
-        server_url, end_timeout_s: as for :class:`Workflow`.
+        server_url, end_timeout_s, body_hints: as for :class:`Workflow`.
         trace_path: resolved with :func:`resolve_trace_path` (``$PBKV_TRACE_PATH`` if ``None``).
 
     Returns:
         The new workflow. Never raises :class:`~pbkv_contract.hints.HintError`.
     """
-    kwargs = dict(server_url=server_url, trace_path=resolve_trace_path(trace_path), end_timeout_s=end_timeout_s)
+    kwargs = dict(server_url=server_url, trace_path=resolve_trace_path(trace_path), end_timeout_s=end_timeout_s,
+                  body_hints=body_hints)
     try:
         return Workflow(resolve_app(app), workflow_id, **kwargs)  # type: ignore[arg-type]
     except HintError as exc:  # a bad user-chosen id must not break the run: use a fresh one

@@ -1,4 +1,4 @@
-"""Workflow end signal (hint protocol v1, DESIGN.md section 2), sent without blocking the app.
+"""Workflow end signal (hint protocol v1, ``docs/architecture.md``), sent without blocking the app.
 
 ``POST {server}/pbkv/v1/workflows/{id}/end`` with ``{"status": ...}`` runs on a few background
 daemon threads (:data:`SENDER_THREADS`, so one hanging server delays a burst of ends by about one

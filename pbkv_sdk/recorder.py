@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 ENV_TRACE_TEXT = "PBKV_TRACE_TEXT"
 #: Characters per token used only when the server reports no usage (rough English average).
 CHARS_PER_TOKEN_ESTIMATE = 4
+#: Response headers in which pbkv-server reports its own prompt and cached token counts on every
+#: answer (README "Running pbkv-server"); used when the body carries no usage.
+HEADER_SERVER_PROMPT_TOKENS = "x-pbkv-prompt-tokens"
+HEADER_SERVER_CACHED_TOKENS = "x-pbkv-cached-tokens"
 
 
 @dataclass(slots=True)
@@ -48,6 +52,10 @@ class CallCapture:
         response_body: raw response body (JSON, or SSE text for streams), possibly compressed.
         content_encoding: the response's ``Content-Encoding`` header ("" if none).
         status_code: HTTP status of the response.
+        response_headers: the response's headers (read on the recorder thread, off the hot
+            path): pbkv-server's ``X-PBKV-Prompt-Tokens`` / ``X-PBKV-Cached-Tokens`` there are
+            the token counts when the body has no usage.
+        internal: a framework-internal call (speaker selection), flagged in the trace.
     """
 
     app: str
@@ -61,6 +69,8 @@ class CallCapture:
     response_body: bytes
     content_encoding: str = ""
     status_code: int = 200
+    response_headers: Any = None
+    internal: bool = False
 
 
 class TraceRecorder:
@@ -141,7 +151,14 @@ class TraceRecorder:
         completion_tokens = _int(usage.get("completion_tokens"))
         details = usage.get("prompt_tokens_details") or {}
         cached = _int(details.get("cached_tokens") if isinstance(details, dict) else None)
-        if prompt_tokens is None:  # server sent no usage: estimate, so replay still has a size
+        # No usage in the body (a stream without include_usage; a backend that reports null
+        # cached tokens): the server's headers still carry its real counts.
+        server_prompt, server_cached = server_token_counts(call.response_headers or {})
+        if prompt_tokens is None:
+            prompt_tokens = server_prompt
+        if cached is None:
+            cached = server_cached
+        if prompt_tokens is None:  # no count anywhere: estimate, so replay still has a size
             prompt_tokens = math.ceil(len(text) / CHARS_PER_TOKEN_ESTIMATE)
         if completion_tokens is None:
             completion_tokens = completion_chunks or math.ceil(completion_chars / CHARS_PER_TOKEN_ESTIMATE)
@@ -161,7 +178,17 @@ class TraceRecorder:
             block_chars=self.block_chars,
             features=request_features(prompt),
             text=text if self.store_text else None,
+            internal=True if call.internal else None,
         )
+
+
+def server_token_counts(headers: Any) -> tuple[int | None, int | None]:
+    """``(prompt, cached)`` tokens from pbkv-server's response headers; ``None`` where absent or not a count.
+
+    Args:
+        headers: response headers (``httpx.Headers`` or any mapping with lower-case keys).
+    """
+    return _header_int(headers.get(HEADER_SERVER_PROMPT_TOKENS)), _header_int(headers.get(HEADER_SERVER_CACHED_TOKENS))
 
 
 def get_recorder(path: str | os.PathLike[str]) -> TraceRecorder:
@@ -262,6 +289,12 @@ def _choice_text(choice: dict[str, Any], key: str) -> str:
     if isinstance(part, dict) and isinstance(part.get("content"), str):
         return part["content"]
     return choice.get("text") if isinstance(choice.get("text"), str) else ""
+
+
+def _header_int(value: Any) -> int | None:
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return None
 
 
 def _int(value: Any) -> int | None:

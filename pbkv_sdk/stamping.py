@@ -1,9 +1,11 @@
 """Request stamping: httpx transports that add the hint protocol v1 fields to every LLM request.
 
-Hand :func:`http_client` / :func:`async_http_client` to a framework's OpenAI client, or wrap an
-existing client with :func:`wrap_client`. For each request to an LLM endpoint (path ending in
-``/chat/completions``, ``/completions`` or ``/generate``) made inside a workflow (see
-:mod:`pbkv_sdk.context`), the transport
+Framework integrations need none of this by hand: while one is instrumented, httpx's default
+transports stamp (:mod:`pbkv_sdk.autopatch`). Elsewhere, hand :func:`http_client` /
+:func:`async_http_client` to an OpenAI client, or wrap an existing client with :func:`wrap_client`.
+
+For each request to an LLM endpoint (path ending in ``/chat/completions``, ``/completions`` or
+``/generate``) made inside a workflow (see :mod:`pbkv_sdk.context`), the transport
 
 1. reserves the workflow's next step and adds the four ``X-PBKV-*`` headers (and, with
    ``body_hints``, ``custom_params.pbkv`` in the JSON body, the route SGLang keeps);
@@ -17,40 +19,29 @@ any error in it logs one warning and the request goes out unstamped.
 from __future__ import annotations
 
 import contextvars
-import functools
 import json
 import logging
 import os
 import time
-import urllib.parse
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterator
 
 import httpx
 
-from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, current_agent, current_workflow
-from pbkv_contract.hints import (
-    BODY_KEY,
-    HEADER_AGENT,
-    HEADER_APP,
-    HEADER_STEP,
-    HEADER_WORKFLOW_ID,
-    MAX_FIELD_CHARS,
-    Hints,
-    encode_name,
-)
+from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, current_agent, current_internal, current_workflow
+from pbkv_contract.hints import BODY_KEY, Hints, fit_name
 from pbkv_sdk.recorder import FIRST_TOKEN_RE, CallCapture, TraceRecorder
 
 log = logging.getLogger(__name__)
 
 #: Request paths treated as LLM calls (OpenAI chat/completions, SGLang native).
 LLM_PATH_SUFFIXES = ("/chat/completions", "/completions", "/generate")
-# Printable ASCII except '%': kept as is in header names (same rule as protocol.encode_name).
-_SAFE_CHARS = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 #: Header of the OpenAI SDKs counting retries of one request ("0" on the first attempt).
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 #: Agent name sent when a workflow is active but no agent was set.
 DEFAULT_AGENT = "unknown"
+# request.extensions key of a request this SDK stamped
+_STAMPED = "pbkv_stamped"
 
 
 def http_client(*, body_hints: bool | None = None, inner: httpx.BaseTransport | None = None, **client_kwargs: Any) -> httpx.Client:
@@ -153,20 +144,26 @@ class PendingCall:
     recorder: TraceRecorder
     t_start: float
     request_body: bytes
+    internal: bool = False
 
 
-def prepare_request(request: httpx.Request, *, body_hints: bool = False) -> tuple[httpx.Request, PendingCall | None]:
+def prepare_request(request: httpx.Request, *, body_hints: bool | None = False) -> tuple[httpx.Request, PendingCall | None]:
     """Stamp ``request`` if it is an LLM request inside a workflow (the transports' first half).
 
-    Also usable from other interception points (CrewAI's interceptor). Never raises: on any
-    error the original request is returned unstamped and one warning is logged.
+    Also usable from other interception points (CrewAI's interceptor, the process-wide patch of
+    :mod:`pbkv_sdk.autopatch`). A request an outer PBKV layer already stamped (marked in
+    ``request.extensions``) passes through, so nested layers never reserve a step twice.
+    ``body_hints=None`` takes the workflow's choice (``$PBKV_BODY_HINTS`` unless set). Never
+    raises: on any error the original request is returned unstamped and one warning is logged.
 
     Returns:
         ``(request to send, pending call or None)``; pass the pending call to :func:`observe_response`.
     """
     wf = current_workflow()
-    if wf is None or not request.url.path.endswith(LLM_PATH_SUFFIXES):
+    if wf is None or not request.url.path.endswith(LLM_PATH_SUFFIXES) or _STAMPED in request.extensions:
         return request, None
+    if body_hints is None:
+        body_hints = wf.body_hints
     try:
         return _stamp(request, wf, body_hints)
     except Exception as exc:  # fail open: an unstamped request is served normally
@@ -188,46 +185,27 @@ def observe_response(response: httpx.Response, pending: PendingCall | None, *, i
         if is_async is None:
             is_async = not isinstance(response.stream, httpx.SyncByteStream)
         if is_async:
-            response.stream = _AsyncRecordingStream(response.stream, pending, response.status_code, encoding, sse)
+            response.stream = _AsyncRecordingStream(response.stream, _Observer(pending, response, encoding, sse))
         else:
-            response.stream = _RecordingStream(response.stream, pending, response.status_code, encoding, sse)
+            response.stream = _RecordingStream(response.stream, _Observer(pending, response, encoding, sse))
     except Exception as exc:  # fail open: the call is just not recorded
         _warn_once("observe", "PBKV: call not recorded (%s: %s)", type(exc).__name__, exc)
     return response
-
-
-@functools.lru_cache(maxsize=4096)
-def fit_name(name: str) -> str:
-    """``name`` cut at the end until its percent-encoded header form fits 128 chars ("" -> "unknown")."""
-    if not name:
-        return DEFAULT_AGENT
-    # Each character encodes to at most 12 chars (4 UTF-8 bytes as %XX), so cut to a safe length
-    # first, then drop characters one by one; a shortened name beats a dropped hint.
-    name = name[:MAX_FIELD_CHARS]
-    while len(encode_name_unchecked(name)) > MAX_FIELD_CHARS:
-        name = name[:-1]
-    return name
-
-
-def encode_name_unchecked(name: str) -> str:
-    """Percent-encoded form of ``name`` without the length check of :func:`protocol.encode_name`."""
-    return urllib.parse.quote(name, safe=_SAFE_CHARS)
 
 
 # --------------------------------------------------------------------------- helpers
 
 
 def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[httpx.Request, PendingCall | None]:
+    # fit_name shortens over-long names (cached); Hints.to_headers is the contract's one encoder.
     agent = fit_name(current_agent() or DEFAULT_AGENT)
-    app = fit_name(wf.app)
-    hints = Hints(workflow_id=wf.workflow_id, agent=agent, step=_step_for(request, wf), app=app)
+    hints = Hints(wf.workflow_id, agent, _step_for(request, wf), fit_name(wf.app or "default"))
     if wf.llm_origin is None:
         wf.llm_origin = f"{request.url.scheme}://{request.url.netloc.decode('ascii')}"
     headers = request.headers
-    headers[HEADER_WORKFLOW_ID] = hints.workflow_id
-    headers[HEADER_AGENT] = _encoded(agent)
-    headers[HEADER_STEP] = str(hints.step)
-    headers[HEADER_APP] = _encoded(app)
+    for name, value in hints.to_headers().items():
+        headers[name] = value
+    request.extensions[_STAMPED] = True  # inner PBKV layers (patched transports) leave it alone
     recorder = wf.recorder
     if body_hints or recorder is not None:
         body = request.read()
@@ -235,7 +213,7 @@ def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[http
             request = _with_body_hints(request, body, hints)
             body = request.content
         if recorder is not None:
-            return request, PendingCall(hints, recorder, time.time(), body)
+            return request, PendingCall(hints, recorder, time.time(), body, current_internal())
     return request, None
 
 
@@ -249,12 +227,6 @@ def _step_for(request: httpx.Request, wf: Workflow) -> int:
     step = wf.next_step()
     _last_step_var.set((wf, step))
     return step
-
-
-@functools.lru_cache(maxsize=4096)
-def _encoded(name: str) -> str:
-    # Agent and app names repeat on every request of a workflow: encode each once.
-    return encode_name(name)
 
 
 def _with_body_hints(request: httpx.Request, body: bytes, hints: Hints) -> httpx.Request:
@@ -273,8 +245,11 @@ def _with_body_hints(request: httpx.Request, body: bytes, hints: Hints) -> httpx
 class _Observer:
     """Shared part of the recording streams: first-token time, body bytes, one submit at the end."""
 
-    def __init__(self, pending: PendingCall, status: int, encoding: str, sse: bool):
-        self.pending, self.status, self.encoding, self.sse = pending, status, encoding, sse
+    def __init__(self, pending: PendingCall, response: httpx.Response, encoding: str, sse: bool):
+        self.pending, self.status, self.encoding, self.sse = pending, response.status_code, encoding, sse
+        # Parsed later on the recorder thread: the server's token counts there are the trace's
+        # fallback when the body has no usage (a stream without include_usage).
+        self.headers = response.headers
         self.parts: list[bytes] = []
         self.t_first: float | None = None
         self.done = False
@@ -309,14 +284,16 @@ class _Observer:
                 response_body=b"".join(self.parts),
                 content_encoding=self.encoding,
                 status_code=self.status,
+                response_headers=self.headers,
+                internal=p.internal,
             )
         )
 
 
 class _RecordingStream(httpx.SyncByteStream):
-    def __init__(self, inner: httpx.SyncByteStream, pending: PendingCall, status: int, encoding: str, sse: bool):
+    def __init__(self, inner: httpx.SyncByteStream, observer: _Observer):
         self._inner = inner
-        self._obs = _Observer(pending, status, encoding, sse)
+        self._obs = observer
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self._inner:
@@ -330,9 +307,9 @@ class _RecordingStream(httpx.SyncByteStream):
 
 
 class _AsyncRecordingStream(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream, pending: PendingCall, status: int, encoding: str, sse: bool):
+    def __init__(self, inner: httpx.AsyncByteStream, observer: _Observer):
         self._inner = inner
-        self._obs = _Observer(pending, status, encoding, sse)
+        self._obs = observer
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:

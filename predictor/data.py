@@ -1,10 +1,12 @@
 """Training data for the workflow predictor, built from v1 trace files (``docs/architecture.md``, "Trace format").
 
-One *sample* per invocation: the agents before it (the prefix), the invoking agent, its request
+One *sample* per agent invocation: the agents before it (the prefix), the invoking agent, its request
 features, and the next K agents as targets. The workflow's END is a real target (the step after
 the last invocation of a completed workflow); targets past END are padding and are masked out of
 the loss and the accuracy. Workflows are split into train/val/test by workflow id, never by row,
-so no workflow leaks across splits.
+so no workflow leaks across splits. Invocations flagged ``internal`` (calls a framework makes
+for itself, such as AutoGen's speaker selection) are not agent steps and are left out here; cache
+replay reads the trace directly and keeps them.
 
 Index layout of a :class:`Vocab` (fixed, so models and files agree):
 ``0 = <PAD>`` (prefix padding only, never a target), ``1 = <UNK>`` (agents not seen in training),
@@ -130,6 +132,8 @@ class Split:
 def workflows_from_records(records: Iterable[TraceRecord], app: str | None = None) -> list[Workflow]:
     """Group trace records into :class:`Workflow` objects, in first-seen order.
 
+    Invocations with ``internal`` set are skipped: the agents are the workflow's agent steps.
+
     Args:
         records: records of one or more trace files.
         app: keep only this app's workflows (``None``: all; then all must share one app).
@@ -145,6 +149,8 @@ def workflows_from_records(records: Iterable[TraceRecord], app: str | None = Non
             continue
         apps[rec.workflow_id] = rec.app
         if isinstance(rec, InvocationRecord):
+            if rec.internal:
+                continue
             invocations.setdefault(rec.workflow_id, []).append(rec)
         elif isinstance(rec, WorkflowEndRecord):
             ended[rec.workflow_id] = rec.status == "completed"

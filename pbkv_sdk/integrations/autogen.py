@@ -1,6 +1,6 @@
 """AutoGen AgentChat integration: wrap a team so each run is one PBKV workflow.
 
-Add to an existing app::
+Add to an existing app (the only line; the model clients need no ``http_client=``)::
 
     from pbkv_sdk.integrations.autogen import instrument_team
 
@@ -8,17 +8,27 @@ Add to an existing app::
     result = await team.run(task="...")          # or: async for msg in team.run_stream(task=...)
 
 Mapping: workflow = one ``run``/``run_stream`` call; agent = the participant whose model client
-makes the call (its ``name``); the speaker-selection calls of ``SelectorGroupChat`` are named
-:data:`SELECTOR_AGENT`; step = the workflow's LLM requests in send order. The workflow ends when
-the run yields its ``TaskResult`` (``completed``), raises (``failed``) or is cancelled / closed
-early (``cancelled``).
+makes the call (its ``name``); the speaker-selection calls of ``SelectorGroupChat`` (every
+attempt, retries included) are named :data:`SELECTOR_AGENT` and flagged ``internal`` in the trace
+(predictor training skips them); step = the workflow's LLM requests in send order.
+
+Run control (each path is one workflow id and at most one end):
+
+* the run yields its ``TaskResult`` (a termination condition or ``max_turns`` stopped it):
+  ``completed``; it raises: ``failed``; its task is cancelled, its ``CancellationToken`` fires,
+  or the caller closes ``run_stream`` early: ``cancelled``;
+* the run stops because an agent handed off to someone outside the team (``HandoffTermination``,
+  human in the loop): the workflow is *paused*; the next run of the same team without a
+  ``reset()`` in between continues it (same id, steps go on); ``reset()`` ends it ``cancelled``;
+* ``reset()`` then ``run`` again: a new workflow; a run without reset after a completed one is a
+  new workflow too (the team's history makes its prompts share the cached prefix anyway).
 
 How: each participant's model client (and the selector's) is replaced by a thin proxy that sets
-the agent context variable around ``create``/``create_stream``; the OpenAI client's httpx
-transport is wrapped so its requests are stamped (or pass ``http_client=pbkv_sdk.async_http_client()``
-to ``OpenAIChatCompletionClient`` yourself). The run is driven in a copied context holding the
-workflow, so the team's runtime tasks, created inside the run, inherit it. Instrument a team
-before its first run (the selector's client is bound at first run).
+the agent context variable around ``create``/``create_stream``; the model clients' HTTP requests
+are stamped by the process-wide transport stamping of :mod:`pbkv_sdk.autopatch`. The run is
+driven in a copied context holding the workflow, so the team's runtime tasks, created inside the
+run, inherit it. Instrument a team before its first run (the selector's client is bound at first
+run).
 """
 
 from __future__ import annotations
@@ -31,9 +41,19 @@ from typing import Any, AsyncGenerator, Mapping, Sequence
 
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.base import TaskResult
+from autogen_agentchat.messages import HandoffMessage
 from autogen_core.models import ChatCompletionClient
 
-from pbkv_sdk.context import Workflow, resolve_app, resolve_trace_path, set_agent, set_workflow
+from pbkv_sdk import autopatch
+from pbkv_sdk.context import (
+    Workflow,
+    current_workflow,
+    resolve_app,
+    resolve_trace_path,
+    set_agent,
+    set_internal,
+    set_workflow,
+)
 from pbkv_sdk.stamping import wrap_client
 
 log = logging.getLogger(__name__)
@@ -63,9 +83,10 @@ def instrument_team(
         body_hints: also send ``custom_params.pbkv`` (see :func:`pbkv_sdk.http_client`).
 
     Returns:
-        An :class:`InstrumentedTeam` with the team's ``run`` / ``run_stream`` signatures; other
-        attributes are the team's own.
+        An :class:`InstrumentedTeam` with the team's ``run`` / ``run_stream`` / ``reset``
+        signatures; other attributes are the team's own.
     """
+    autopatch.acquire(_HOLDER)
     # AgentChat has no public accessor for a team's participants or an agent's model client, so
     # these private attributes are read defensively: if a release renames them, the run still
     # works (workflow ids, steps and ends still flow), its calls are just named "unknown", and
@@ -93,21 +114,43 @@ def instrument_team(
     if hasattr(team, "_model_client"):  # SelectorGroupChat (and MagenticOne's orchestrator client)
         if getattr(team, "_initialized", False):
             log.warning("PBKV: team already ran once; its speaker-selection calls stay unnamed")
-        _name_model_client(team, "_model_client", SELECTOR_AGENT, body_hints)
-    return InstrumentedTeam(team, app, server_url, trace_path, end_timeout_s)
+        _name_model_client(team, "_model_client", SELECTOR_AGENT, body_hints, internal=True)
+    return InstrumentedTeam(team, app, server_url, trace_path, end_timeout_s, body_hints)
+
+
+def uninstrument() -> None:
+    """Stop the process-wide transport stamping that :func:`instrument_team` turned on.
+
+    Wrapped teams keep naming their agents, but their requests go out without hints unless
+    another integration (or an explicit ``pbkv_sdk.async_http_client()``) still stamps.
+    """
+    autopatch.release(_HOLDER)
 
 
 class InstrumentedTeam:
     """A team whose runs are PBKV workflows; ``run``/``run_stream`` as the wrapped team's."""
 
-    def __init__(self, team: Any, app: str | None, server_url: str | None, trace_path: Any, end_timeout_s: float | None):
+    def __init__(self, team: Any, app: str | None, server_url: str | None, trace_path: Any, end_timeout_s: float | None,
+                 body_hints: bool | None = None):
         self.team = team
         self.app = app
         self.server_url = server_url
         self.trace_path = trace_path
         self.end_timeout_s = end_timeout_s
+        self.body_hints = body_hints
         #: The workflow of the current or last run (``None`` before the first run).
         self.last_workflow: Workflow | None = None
+        #: The workflow paused by a handoff out of the team, continued by the next run.
+        self.paused_workflow: Workflow | None = None
+
+    async def reset(self) -> None:
+        """``team.reset()``; a paused workflow will never continue, so it ends ``cancelled``."""
+        paused, self.paused_workflow = self.paused_workflow, None
+        try:
+            await self.team.reset()
+        finally:
+            if paused is not None:
+                paused.end("cancelled")
 
     async def run(self, *, task: Any = None, workflow_id: str | None = None, **kwargs: Any) -> TaskResult:
         """Run the team to completion as one workflow; returns its ``TaskResult``.
@@ -124,13 +167,16 @@ class InstrumentedTeam:
 
     async def run_stream(self, *, task: Any = None, workflow_id: str | None = None, **kwargs: Any) -> AsyncGenerator[Any, None]:
         """Yield the team's messages and final ``TaskResult`` as ``team.run_stream`` does."""
-        wf = Workflow(
-            resolve_app(self.app),
-            workflow_id,
-            server_url=self.server_url,
-            trace_path=resolve_trace_path(self.trace_path),
-            end_timeout_s=self.end_timeout_s,
-        )
+        wf, self.paused_workflow = self.paused_workflow, None
+        if wf is None:
+            wf = Workflow(
+                resolve_app(self.app),
+                workflow_id,
+                server_url=self.server_url,
+                trace_path=resolve_trace_path(self.trace_path),
+                end_timeout_s=self.end_timeout_s,
+                body_hints=self.body_hints,
+            )
         self.last_workflow = wf
         ctx = contextvars.copy_context()
         ctx.run(set_workflow, wf)
@@ -145,7 +191,7 @@ class InstrumentedTeam:
                 except StopAsyncIteration:
                     break
                 if isinstance(item, TaskResult):
-                    status = "completed"
+                    status = "paused" if self._handed_off(item) else "completed"
                 yield item
         except (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt):
             status = "cancelled"
@@ -154,7 +200,18 @@ class InstrumentedTeam:
             try:
                 await inner.aclose()
             finally:
-                wf.end(status)
+                if status == "paused":
+                    self.paused_workflow = wf  # no end: the next run continues it
+                else:
+                    wf.end(status)
+
+    def _handed_off(self, result: TaskResult) -> bool:
+        """The run stopped on a handoff to someone outside the team (HandoffTermination)."""
+        last = result.messages[-1] if result.messages else None
+        if not isinstance(last, HandoffMessage):
+            return False
+        names = {getattr(p, "name", None) for p in getattr(self.team, "_participants", None) or []}
+        return last.target not in names
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.team, name)
@@ -168,26 +225,38 @@ class NamedModelClient(ChatCompletionClient):
     when several agents share one model client.
     """
 
-    def __init__(self, inner: ChatCompletionClient, agent_name: str):
+    def __init__(self, inner: ChatCompletionClient, agent_name: str, internal: bool = False):
         self.inner = inner
         self.agent_name = agent_name
+        #: Calls are the framework's own (speaker selection): flagged ``internal`` in the trace.
+        self.internal = internal
+        # Only clients that send HTTP requests can be checked for missing hints (not replay clients).
+        self._sends_http = _sends_http(inner)
 
     async def create(self, messages: Sequence[Any], **kwargs: Any) -> Any:
         """``inner.create`` with the agent context variable set to :attr:`agent_name`."""
-        token = set_agent(self.agent_name)
+        tokens = (set_agent(self.agent_name), set_internal(self.internal))
         try:
-            return await self.inner.create(messages, **kwargs)
+            result = await self.inner.create(messages, **kwargs)
         finally:
-            _reset(token)
+            _reset(*tokens)
+        self._expect()
+        return result
 
     async def create_stream(self, messages: Sequence[Any], **kwargs: Any) -> AsyncGenerator[Any, None]:
         """``inner.create_stream`` with the agent context variable set while it streams."""
-        token = set_agent(self.agent_name)
+        tokens = (set_agent(self.agent_name), set_internal(self.internal))
         try:
             async for chunk in self.inner.create_stream(messages, **kwargs):
                 yield chunk
         finally:
-            _reset(token)
+            _reset(*tokens)
+        self._expect()
+
+    def _expect(self) -> None:
+        wf = current_workflow()
+        if wf is not None and self._sends_http:
+            wf.expect_llm_call()
 
     async def close(self) -> None:
         await self.inner.close()
@@ -216,7 +285,7 @@ class NamedModelClient(ChatCompletionClient):
         return getattr(self.inner, name)
 
 
-def _name_model_client(holder: Any, attr: str, agent_name: str, body_hints: bool | None) -> None:
+def _name_model_client(holder: Any, attr: str, agent_name: str, body_hints: bool | None, internal: bool = False) -> None:
     client = getattr(holder, attr, None)
     if client is None:
         return
@@ -224,7 +293,7 @@ def _name_model_client(holder: Any, attr: str, agent_name: str, body_hints: bool
         client = client.inner
     _stamp_transport(client, body_hints)
     try:
-        setattr(holder, attr, NamedModelClient(client, agent_name))
+        setattr(holder, attr, NamedModelClient(client, agent_name, internal))
     except Exception as exc:  # a read-only attribute in some release: run on, unnamed
         _warn_once(
             "set-client",
@@ -235,17 +304,26 @@ def _name_model_client(holder: Any, attr: str, agent_name: str, body_hints: bool
 
 
 def _stamp_transport(client: Any, body_hints: bool | None) -> None:
-    """Wrap the httpx client under an autogen-ext OpenAI model client (``client._client._client``)."""
+    """Wrap the httpx client under an autogen-ext OpenAI model client (``client._client._client``).
+
+    The process-wide stamping covers httpx's default transport; this also covers a client the
+    user built with a custom transport. Clients without an httpx client inside (replay, other
+    SDKs) are left alone: if they do send unstamped requests, the workflow's end says so.
+    """
     httpx_client = getattr(getattr(client, "_client", None), "_client", None)
     try:
         wrap_client(httpx_client, body_hints=body_hints)
     except TypeError:
-        _warn_once(
-            "transport",
-            "PBKV: cannot reach the HTTP client of %s; pass http_client=pbkv_sdk.async_http_client() to it "
-            "(until then its requests go out without hints)",
-            type(client).__name__,
-        )
+        log.debug("PBKV: no httpx client inside %s", type(client).__name__)
+
+
+def _sends_http(client: Any) -> bool:
+    """Whether ``client`` is one of autogen-ext's OpenAI-SDK clients (each call is an HTTP request)."""
+    try:
+        from autogen_ext.models.openai import BaseOpenAIChatCompletionClient
+    except ImportError:  # pragma: no cover - autogen-ext[openai] comes with the extra
+        return False
+    return isinstance(client, BaseOpenAIChatCompletionClient)
 
 
 _WARNED: set[str] = set()
@@ -260,8 +338,12 @@ def _warn_once(kind: str, msg: str, *args: Any) -> None:
         log.warning(msg, *args)
 
 
-def _reset(token: contextvars.Token) -> None:
-    try:
-        token.var.reset(token)
-    except ValueError:  # a generator finished from another context: nothing of ours to restore there
-        pass
+def _reset(*tokens: contextvars.Token) -> None:
+    for token in reversed(tokens):
+        try:
+            token.var.reset(token)
+        except ValueError:  # a generator finished from another context: nothing of ours to restore there
+            pass
+
+
+_HOLDER = "autogen"

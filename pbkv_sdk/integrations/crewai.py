@@ -1,12 +1,10 @@
 """CrewAI integration: each crew kickoff is one PBKV workflow, each agent role one PBKV agent.
 
-Add to an existing app::
+Add to an existing app (the only line; ``LLM(...)`` needs no ``interceptor=``)::
 
-    from crewai import LLM
     from pbkv_sdk.integrations.crewai import instrument
 
-    pbkv = instrument(app="finance", server_url="http://127.0.0.1:30000")
-    llm = LLM(model="openai/<model>", base_url=..., api_key=..., interceptor=pbkv.interceptor)
+    instrument(app="finance", server_url="http://127.0.0.1:30000")
 
 Mapping and the CrewAI APIs used (crewai 1.x, checked against the installed source):
 
@@ -15,15 +13,22 @@ Mapping and the CrewAI APIs used (crewai 1.x, checked against the installed sour
   the ``execution_end`` hook (``completed`` / ``failed``), exactly once; a
   ``CrewKickoffCompletedEvent`` / ``CrewKickoffFailedEvent`` listener on the event bus ends it if
   the hook did not (the bus runs handlers later on a thread pool, so it is only the fallback).
-  ``inputs={"pbkv_workflow_id": ...}`` chooses the id.
+  An ``akickoff`` whose asyncio task is cancelled ends ``cancelled`` (CrewAI dispatches no end
+  for it). ``inputs={"pbkv_workflow_id": ...}`` chooses the id.
+* inside one kickoff: tasks with ``async_execution=True`` (worker threads) and guardrail retries
+  are steps of the same workflow; a hierarchical crew's manager is an agent like the others
+  (its ``role``).
 * agent = the calling agent's ``role``, set by a ``before_llm_call`` hook in the thread or task
-  that makes the call (the hook context carries the agent and its crew).
-* transport: :class:`PBKVInterceptor`, CrewAI's ``BaseInterceptor`` for the native OpenAI
-  provider's httpx transport, stamps the request and records the trace.
+  that makes the call (the hook context carries the agent and its crew). The hook only reads
+  and returns ``None``: PBKV registers no after-call hook and changes no message or response.
+* transport: the process-wide stamping of :mod:`pbkv_sdk.autopatch` (the native OpenAI
+  provider sends through httpx). :class:`PBKVInterceptor`, for ``LLM(interceptor=...)``, still
+  works for apps that pass it (it stamps first; the transport then leaves the request alone).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import os
@@ -37,6 +42,7 @@ from crewai.hooks.dispatch import InterceptionPoint, register, unregister
 from crewai.hooks.llm_hooks import register_before_llm_call_hook, unregister_before_llm_call_hook
 from crewai.llms.hooks.base import BaseInterceptor
 
+from pbkv_sdk import autopatch
 from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, set_agent, set_workflow, workflow_or_fresh
 from pbkv_sdk.stamping import PendingCall, observe_response, prepare_request
 
@@ -82,10 +88,11 @@ class PBKVInterceptor(BaseInterceptor[httpx.Request, httpx.Response]):
 
 
 class CrewAIInstrumentation:
-    """The installed hooks and listener; ``interceptor`` goes to every ``LLM(...)`` of the app.
+    """The installed hooks and listener.
 
     Attributes:
-        interceptor: the :class:`PBKVInterceptor` to pass as ``LLM(interceptor=...)``.
+        interceptor: a :class:`PBKVInterceptor` for apps that pass ``LLM(interceptor=...)``
+            (optional since the transports stamp by themselves).
     """
 
     def __init__(self, app: str | None, server_url: str | None, trace_path: Any, end_timeout_s: float | None, body_hints: bool | None):
@@ -93,6 +100,7 @@ class CrewAIInstrumentation:
         self.server_url = server_url
         self.trace_path = trace_path
         self.end_timeout_s = end_timeout_s
+        self.body_hints = body_hints
         self.interceptor = PBKVInterceptor(body_hints)
         self._lock = threading.Lock()
         # id(crew) -> (workflow, token of the workflow variable set by execution_start)
@@ -108,7 +116,8 @@ class CrewAIInstrumentation:
         return entry[0] if entry else None
 
     def uninstrument(self) -> None:
-        """Remove the hooks and the event listener."""
+        """Remove the hooks, the event listener and the transport stamping."""
+        autopatch.release(_HOLDER)
         unregister(InterceptionPoint.EXECUTION_START, self._on_execution_start)
         unregister(InterceptionPoint.EXECUTION_END, self._on_execution_end)
         unregister_before_llm_call_hook(self._before_llm_call)
@@ -121,6 +130,7 @@ class CrewAIInstrumentation:
             _CURRENT.pop()
 
     def _install(self) -> None:
+        autopatch.acquire(_HOLDER)
         register(InterceptionPoint.EXECUTION_START, self._on_execution_start)
         register(InterceptionPoint.EXECUTION_END, self._on_execution_end)
         register_before_llm_call_hook(self._before_llm_call)
@@ -137,10 +147,12 @@ class CrewAIInstrumentation:
             chosen = (getattr(ctx, "inputs", None) or {}).get(WORKFLOW_ID_INPUT_KEY)
             # a non-string input is not a choice of id: a fresh id without a warning
             wf = workflow_or_fresh(self.app, chosen if isinstance(chosen, str) else None, server_url=self.server_url,
-                                   trace_path=self.trace_path, end_timeout_s=self.end_timeout_s)
+                                   trace_path=self.trace_path, end_timeout_s=self.end_timeout_s,
+                                   body_hints=self.body_hints)
             token = set_workflow(wf)  # the kickoff's own thread/task: its sequential LLM calls see it
             with self._lock:
                 self._active[id(crew)] = (wf, token)
+            self._end_if_cancelled(crew, wf)
         except Exception:
             log.warning("PBKV: could not start a workflow for this kickoff", exc_info=True)
         return None
@@ -164,12 +176,35 @@ class CrewAIInstrumentation:
         wf.end("failed" if getattr(ctx, "status", "completed") == "failed" else "completed")
         return None
 
+    def _end_if_cancelled(self, crew: Any, wf: Workflow) -> None:
+        """In ``akickoff`` (a running event loop), end ``wf`` ``cancelled`` if its task is cancelled."""
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no event loop in this thread: kickoff / kickoff_async's worker
+            return
+        if task is None:
+            return
+
+        def done(t: asyncio.Task) -> None:
+            if not t.cancelled():
+                return
+            with self._lock:
+                entry = self._active.get(id(crew))
+                if entry is None or entry[0] is not wf:
+                    return
+                self._active.pop(id(crew))
+                self._kickoff_of.pop(id(wf), None)
+            wf.end("cancelled")
+
+        task.add_done_callback(done)
+
     def _before_llm_call(self, ctx: Any) -> None:
         try:
             wf = self.workflow_of(ctx.crew) if getattr(ctx, "crew", None) is not None else None
             if wf is not None:
                 # Async tasks and tool threads may not inherit the kickoff's context: set it here too.
                 set_workflow(wf)
+                wf.expect_llm_call()
                 self._kickoff_of.setdefault(id(wf), getattr(ctx.crew, "_kickoff_event_id", None))
             role = getattr(getattr(ctx, "agent", None), "role", None)
             if role:
@@ -208,7 +243,7 @@ def instrument(
         body_hints: also send ``custom_params.pbkv``.
 
     Returns:
-        The :class:`CrewAIInstrumentation`; pass its ``interceptor`` to each ``crewai.LLM``.
+        The :class:`CrewAIInstrumentation` (its ``uninstrument()`` removes everything again).
     """
     while _CURRENT:
         _CURRENT[-1].uninstrument()
@@ -224,4 +259,5 @@ def uninstrument() -> None:
         _CURRENT[-1].uninstrument()
 
 
+_HOLDER = "crewai"
 _CURRENT: list[CrewAIInstrumentation] = []

@@ -1,19 +1,27 @@
 """LangChain / LangGraph integration: one callback handler, attached to every run by one call.
 
-Add to an existing app (the LLM must send its requests through the PBKV httpx clients)::
+Add to an existing app, once, before it runs (nothing else changes: ``ChatOpenAI(...)`` needs no
+``http_client=``, because :mod:`pbkv_sdk.autopatch` makes httpx's default transports stamp
+while instrumented)::
 
-    import pbkv_sdk
     from pbkv_sdk.integrations.langchain import instrument
 
     instrument(app="hover", server_url="http://127.0.0.1:30000")
-    llm = ChatOpenAI(..., http_client=pbkv_sdk.http_client(), http_async_client=pbkv_sdk.async_http_client())
 
 Mapping: workflow = one root run (``graph.invoke/ainvoke/stream/astream``, or any other root
 runnable); agent = the LangGraph node that makes the LLM call (``metadata["langgraph_node"]``,
-the innermost node for nested subgraphs); step = the workflow's LLM requests in send order. The
-workflow ends exactly once, when the root run ends (``completed``), fails (``failed``) or is
-cancelled (``cancelled``). A root run's ``config={"metadata": {"pbkv_workflow_id": "..."}}``
-chooses the workflow id.
+the innermost node for nested subgraphs); step = the workflow's LLM requests in send order. A
+root run's ``config={"metadata": {"pbkv_workflow_id": "..."}}`` chooses the workflow id.
+
+Run control (each path is one workflow id and at most one end):
+
+* the root run returns: ends ``completed``; a node raises: ``failed``; the task is cancelled,
+  or the caller stops consuming ``stream``/``astream`` early: ``cancelled``;
+* a node calls ``interrupt(...)`` (human in the loop, with a checkpointer): the workflow is
+  *paused*, not ended; the next run on the same ``thread_id`` whose input is
+  ``Command(resume=...)`` or ``None`` continues it (same id, steps go on); a run on that thread
+  with a new input instead ends the paused one ``cancelled`` and starts a new workflow. A paused
+  workflow never resumed is retired by the server after its idle time.
 
 The handler is synchronous and ``run_inline``: LangChain then calls it in the very context (task
 or thread) that performs the LLM call, so the context variables it sets reach the HTTP transport.
@@ -23,15 +31,24 @@ or thread) that performs the LLM call, so the context variables it sets reach th
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import logging
 import os
 import threading
+from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 
+from pbkv_sdk import autopatch
 from pbkv_sdk.context import Workflow, set_agent, set_workflow, workflow_or_fresh
+
+try:  # LangGraph is optional: plain LangChain apps have no interrupts
+    from langgraph.errors import GraphInterrupt as _GraphInterrupt
+    from langgraph.types import Command as _Command
+except ImportError:  # pragma: no cover - langgraph is installed with the extra
+    _GraphInterrupt = _Command = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +56,9 @@ log = logging.getLogger(__name__)
 WORKFLOW_ID_METADATA_KEY = "pbkv_workflow_id"
 #: Agent name for LLM calls made outside any LangGraph node.
 DEFAULT_AGENT = "llm"
+#: Paused (interrupted) workflows kept for a resume; beyond this the oldest is forgotten (the
+#: server retires it when idle), so an app that never resumes cannot grow the handler.
+MAX_PAUSED = 10_000
 
 _CANCELLED = (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt)
 
@@ -52,6 +72,7 @@ class PBKVCallbackHandler(BaseCallbackHandler):
             LLM's own origin).
         trace_path: JSONL trace to record into (default ``$PBKV_TRACE_PATH``; none if unset).
         end_timeout_s: time budget of each end signal, seconds (default 0.5).
+        body_hints: also send ``custom_params.pbkv`` (default ``$PBKV_BODY_HINTS``).
 
     Thread-safe; one handler serves any number of concurrent workflows.
     """
@@ -66,16 +87,22 @@ class PBKVCallbackHandler(BaseCallbackHandler):
         trace_path: str | os.PathLike[str] | None = None,
         *,
         end_timeout_s: float | None = None,
+        body_hints: bool | None = None,
     ):
         super().__init__()
         self.app = app
         self.server_url = server_url
         self.trace_path = trace_path
         self.end_timeout_s = end_timeout_s
+        self.body_hints = body_hints
         self._lock = threading.Lock()
         self._root_of: dict[UUID, UUID] = {}  # run id -> root run id (live runs only)
         self._workflows: dict[UUID, Workflow] = {}  # root run id -> workflow
         self._tokens: dict[UUID, tuple[contextvars.Token, contextvars.Token]] = {}  # LLM run -> var tokens
+        self._thread_of: dict[UUID, str] = {}  # root run id -> LangGraph thread id
+        self._interrupted: set[UUID] = set()  # root runs in which a node called interrupt()
+        self._paused: collections.OrderedDict[str, Workflow] = collections.OrderedDict()  # thread id -> workflow
+        self._http_llm: set[UUID] = set()  # LLM runs of models that send HTTP requests
         #: False once :func:`uninstrument` could not detach the handler: new runs are then ignored.
         self.enabled = True
 
@@ -89,13 +116,19 @@ class PBKVCallbackHandler(BaseCallbackHandler):
 
     @property
     def active_workflows(self) -> int:
-        """Number of workflows started and not yet ended."""
+        """Number of workflows running now (paused ones not included)."""
         return len(self._workflows)
+
+    @property
+    def paused_workflows(self) -> dict[str, Workflow]:
+        """Interrupted workflows waiting for a resume, by LangGraph ``thread_id`` (a copy)."""
+        with self._lock:
+            return dict(self._paused)
 
     # ----------------------------------------------------------------- run tree
 
     def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, metadata=None, **kwargs) -> None:
-        self._enter(run_id, parent_run_id, metadata)
+        self._enter(run_id, parent_run_id, metadata, inputs)
 
     def on_tool_start(self, serialized, input_str, *, run_id, parent_run_id=None, metadata=None, **kwargs) -> None:
         self._enter(run_id, parent_run_id, metadata)
@@ -107,6 +140,14 @@ class PBKVCallbackHandler(BaseCallbackHandler):
         self._exit(run_id, "completed")
 
     def on_chain_error(self, error, *, run_id, parent_run_id=None, **kwargs) -> None:
+        if _GraphInterrupt is not None and isinstance(error, _GraphInterrupt):
+            # A node paused the graph; LangGraph catches this and the root run returns normally.
+            with self._lock:
+                root = self._root_of.get(run_id)
+                if root is not None:
+                    self._interrupted.add(root)
+            self._exit(run_id, "completed")
+            return
         self._exit(run_id, _status_of(error))
 
     def on_tool_end(self, output, *, run_id, **kwargs) -> None:
@@ -130,6 +171,10 @@ class PBKVCallbackHandler(BaseCallbackHandler):
         self._llm_start(run_id, parent_run_id, metadata, kwargs)
 
     def on_llm_end(self, response, *, run_id, **kwargs) -> None:
+        if run_id in self._http_llm:
+            wf = self.workflow_of(run_id)
+            if wf is not None:  # checked at the workflow's end: did this call go out stamped?
+                wf.expect_llm_call()
         self._llm_stop(run_id, "completed")
 
     def on_llm_error(self, error, *, run_id, **kwargs) -> None:
@@ -137,7 +182,7 @@ class PBKVCallbackHandler(BaseCallbackHandler):
 
     # ----------------------------------------------------------------- internals
 
-    def _enter(self, run_id: UUID, parent_run_id: UUID | None, metadata: dict | None) -> Workflow | None:
+    def _enter(self, run_id: UUID, parent_run_id: UUID | None, metadata: dict | None, inputs: Any = None) -> Workflow | None:
         if not self.enabled:
             return None
         with self._lock:
@@ -146,17 +191,46 @@ class PBKVCallbackHandler(BaseCallbackHandler):
                 self._root_of[run_id] = root
                 return self._workflows.get(root)
         # A run whose parent we do not track (none, or a LangSmith parent) is a workflow root.
-        wf = workflow_or_fresh(self.app, (metadata or {}).get(WORKFLOW_ID_METADATA_KEY), server_url=self.server_url,
-                               trace_path=self.trace_path, end_timeout_s=self.end_timeout_s)
+        metadata = metadata or {}
+        thread = metadata.get("thread_id")
+        thread = str(thread) if thread is not None else None
+        wf = self._resume(thread, inputs) if thread is not None else None
+        if wf is None:
+            wf = workflow_or_fresh(self.app, metadata.get(WORKFLOW_ID_METADATA_KEY), server_url=self.server_url,
+                                   trace_path=self.trace_path, end_timeout_s=self.end_timeout_s,
+                                   body_hints=self.body_hints)
         with self._lock:
             self._root_of[run_id] = run_id
             self._workflows[run_id] = wf
+            if thread is not None:
+                self._thread_of[run_id] = thread
         return wf
+
+    def _resume(self, thread: str, inputs: Any) -> Workflow | None:
+        """The paused workflow of ``thread`` if this run resumes it; a new input cancels it."""
+        with self._lock:
+            paused = self._paused.pop(thread, None)
+        if paused is None:
+            return None
+        if inputs is None or (_Command is not None and isinstance(inputs, _Command)):
+            return paused
+        paused.end("cancelled")  # the thread starts over: the interrupted run will never finish
+        return None
 
     def _exit(self, run_id: UUID, status: str) -> None:
         with self._lock:
             root = self._root_of.pop(run_id, None)
-            wf = self._workflows.pop(run_id, None) if root == run_id else None
+            if root != run_id:
+                return
+            wf = self._workflows.pop(run_id, None)
+            thread = self._thread_of.pop(run_id, None)
+            interrupted = run_id in self._interrupted
+            self._interrupted.discard(run_id)
+            if wf is not None and interrupted and status == "completed" and thread is not None:
+                self._paused[thread] = wf  # paused, not finished: no end signal
+                while len(self._paused) > MAX_PAUSED:
+                    self._paused.popitem(last=False)
+                return
         if wf is not None:
             wf.end(status)
 
@@ -165,10 +239,13 @@ class PBKVCallbackHandler(BaseCallbackHandler):
         if wf is None:  # disabled handler
             return
         agent = (metadata or {}).get("langgraph_node") or kwargs.get("name") or DEFAULT_AGENT
+        if "fake" not in str((metadata or {}).get("ls_provider", "")).lower():  # test models send nothing
+            self._http_llm.add(run_id)
         # Set in the LLM run's own context: the HTTP request is sent from this same context.
         self._tokens[run_id] = (set_workflow(wf), set_agent(str(agent)))
 
     def _llm_stop(self, run_id: UUID, status: str) -> None:
+        self._http_llm.discard(run_id)
         tokens = self._tokens.pop(run_id, None)
         if tokens is not None:
             for token in reversed(tokens):
@@ -185,19 +262,23 @@ def instrument(
     trace_path: str | os.PathLike[str] | None = None,
     *,
     end_timeout_s: float | None = None,
+    body_hints: bool | None = None,
 ) -> PBKVCallbackHandler:
     """Attach one :class:`PBKVCallbackHandler` to every LangChain/LangGraph run of the process.
 
     Uses LangChain's configure hook with a context variable whose *default* is the handler, so
-    runs started from any thread or task get it, without passing ``callbacks=`` anywhere.
-    Calling it again replaces the previous handler. Arguments as :class:`PBKVCallbackHandler`.
+    runs started from any thread or task get it, without passing ``callbacks=`` anywhere, and
+    turns on the process-wide stamping of httpx's transports (:mod:`pbkv_sdk.autopatch`), so the
+    chat models' requests carry the hints without ``http_client=``. Calling it again replaces the
+    previous handler. Arguments as :class:`PBKVCallbackHandler`.
 
     Returns:
         The installed handler. If this langchain-core has no configure hook, one warning is
         logged and the handler is returned unattached: pass it as ``config={"callbacks": [handler]}``.
     """
     uninstrument()
-    handler = PBKVCallbackHandler(app, server_url, trace_path, end_timeout_s=end_timeout_s)
+    handler = PBKVCallbackHandler(app, server_url, trace_path, end_timeout_s=end_timeout_s, body_hints=body_hints)
+    autopatch.acquire(_HOLDER)
     try:
         from langchain_core.tracers.context import register_configure_hook
     except ImportError as exc:  # fail open: the app runs, unstamped
@@ -210,7 +291,7 @@ def instrument(
 
 
 def uninstrument() -> None:
-    """Remove the handler installed by :func:`instrument` (no-op if none).
+    """Remove the handler installed by :func:`instrument` (no-op if none) and its transport stamping.
 
     LangChain offers no public way to unregister a configure hook, so this edits its private
     hook list. Should that list be gone in some release, the handler stays attached but is
@@ -218,6 +299,7 @@ def uninstrument() -> None:
     """
     from langchain_core.tracers import context as lc_context
 
+    autopatch.release(_HOLDER)
     while _INSTALLED:
         var, handler = _INSTALLED.pop()
         hooks = getattr(lc_context, "_configure_hooks", None)
@@ -230,6 +312,7 @@ def uninstrument() -> None:
             log.warning("PBKV: cannot detach the LangChain callback in this langchain-core; it is switched off instead")
 
 
+_HOLDER = "langchain"
 _INSTALLED: list[tuple[contextvars.ContextVar, PBKVCallbackHandler]] = []
 _WARNED: set[str] = set()
 

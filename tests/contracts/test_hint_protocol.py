@@ -87,3 +87,32 @@ def test_encode_name_rejects_too_long_after_encoding():
     with pytest.raises(HintError):
         encode_name("\u00e9" * 50)
     assert decode_name(encode_name("a b%c")) == "a b%c"
+
+
+def test_the_sdk_sends_exactly_the_contracts_header_encoding():
+    """One encoder: the SDK's stamping hot path writes Hints.to_headers(), so both always agree."""
+    import httpx
+
+    import pbkv_sdk
+    from pbkv_contract.hints import fit_name
+
+    seen: list[httpx.Request] = []
+    transport = pbkv_sdk.PBKVTransport(httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(200, json={})))
+    name = "Analyste financière / 审核员 100%"
+    with httpx.Client(transport=transport) as client:
+        with pbkv_sdk.workflow(app="appé", workflow_id="wf-9", server_url="http://127.0.0.1:9"), pbkv_sdk.agent(name):
+            client.post("http://llm/v1/chat/completions", json={"messages": []})
+    expected = Hints("wf-9", fit_name(name), 0, "appé").to_headers()
+    assert {k: seen[0].headers[k] for k in expected} == expected
+    assert expected[HEADER_AGENT] == "Analyste financi%C3%A8re / %E5%AE%A1%E6%A0%B8%E5%91%98 100%25"
+
+
+def test_fit_name_shortens_to_the_header_limit_and_refuses_empty_names():
+    from pbkv_contract.hints import MAX_FIELD_CHARS, fit_name
+
+    assert fit_name("é" * 100) == "é" * 21  # 21 * 6 = 126 <= 128 < 22 * 6 encoded chars
+    assert fit_name("a" * 300) == "a" * MAX_FIELD_CHARS
+    with pytest.raises(HintError):
+        fit_name("")
+    with pytest.raises(HintError):
+        encode_name("é" * 22)

@@ -14,6 +14,7 @@ from pbkv_contract.trace import (
     TraceWriter,
     WorkflowEndRecord,
     group_workflows,
+    iter_trace,
     read_trace,
 )
 from pbkv_contract.blocks import block_token_counts, canonical_prompt, prefix_hashes
@@ -127,3 +128,16 @@ def test_lone_surrogates_from_json_hash_instead_of_crashing():
     hashes = prefix_hashes([{"role": "user", "content": text}], block_chars=8)
     assert len(hashes) == math.ceil(len("<|user|>" + text + "<|end|>") / 8)
     assert hashes != prefix_hashes([{"role": "user", "content": "\udc00 x"}], block_chars=8)
+
+
+def test_internal_flag_round_trips_and_old_lines_without_it_read_as_agent_steps(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path) as w:
+        w.write(_inv(step=0, agent="speaker_selector", internal=True))
+        w.write(_inv(step=1, agent="planner"))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0]["internal"] is True and "internal" not in lines[1]  # written only when set
+    old = dict(lines[1])  # a line written before the field existed
+    path.write_text(json.dumps(old) + "\n" + json.dumps({**old, "step": 2, "internal": "yes"}) + "\n")
+    recs = list(iter_trace(path))  # an invalid optional field reads as unknown: the line is kept
+    assert [(r.step, r.internal) for r in recs] == [(1, None), (2, None)]

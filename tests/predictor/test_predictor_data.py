@@ -76,3 +76,22 @@ def test_truncated_trace_line_is_skipped(tmp_path):
         fh.write('{"type":"invocation","v":1,"app":"app","workflow_id":"w1","st')
     wfs = load_workflows([path])
     assert wfs[0].agents == ("a", "b")
+
+
+def test_internal_calls_are_left_out_of_training_workflows_but_kept_in_the_trace(tmp_path):
+    from pbkv_contract.trace import TraceWriter, WorkflowEndRecord, read_trace
+    from predictor_fixtures import invocation
+
+    path = tmp_path / "t.jsonl"
+    steps = ["speaker_selector", "planner", "speaker_selector", "speaker_selector", "coder", "speaker_selector", "tester"]
+    with TraceWriter(path) as w:
+        for step, agent in enumerate(steps):
+            record = invocation("swe", "w1", step, agent)
+            record.internal = True if agent == "speaker_selector" else None
+            w.write(record)
+        w.write(WorkflowEndRecord(app="swe", workflow_id="w1", t=9.0))
+    [wf] = load_workflows([path])
+    assert wf.agents == ("planner", "coder", "tester") and wf.ended
+    samples = build_samples([wf], build_vocab("swe", [wf]), k=1)
+    assert len(samples) == 3  # one per agent step, the selector's 4 calls are not samples
+    assert sum(1 for r in read_trace(path) if getattr(r, "internal", None)) == 4  # replay still sees them

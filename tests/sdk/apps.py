@@ -1,9 +1,10 @@
 """Small multi-agent test apps, one per framework, each built from an OpenAI-compatible ``base_url``.
 
 They are real framework code (LangGraph graph with a conditional loop, a parallel fan-out and a
-nested subgraph; an AutoGen SelectorGroupChat; a CrewAI sequential crew) wired to PBKV the way
-README "Adding PBKV to your app" tells users to. The server helper runs the same functions
-against ``pbkv-server``; nothing here depends on the fake test server.
+nested subgraph; an AutoGen SelectorGroupChat; a CrewAI sequential crew) written without PBKV:
+the LangGraph app and the CrewAI crew contain no PBKV code at all (tests add the one
+``instrument(...)`` line of README "Adding PBKV to your app"); the AutoGen builder applies its one
+line, ``instrument_team``. Nothing here depends on the fake test server.
 
 The LangGraph claim-check app, per round: ``planner`` -> (``retriever_a`` || ``retriever_b``) ->
 ``summarizer`` -> subgraph ``verifier`` (``check`` -> ``judge``); it loops back to ``planner``
@@ -14,8 +15,6 @@ from __future__ import annotations
 
 import operator
 from typing import Annotated, Any, TypedDict
-
-import pbkv_sdk
 
 #: Agents of one LangGraph round, in order; the two retrievers run in parallel.
 LANGGRAPH_ROUND = ("planner", ("retriever_a", "retriever_b"), "summarizer", "check", "judge")
@@ -38,15 +37,13 @@ def build_langgraph_app(
     model: str = "test-model",
     streaming: bool = False,
     async_nodes: bool = False,
-    body_hints: bool = False,
 ):
-    """Compile the claim-check graph; its ChatOpenAI sends through the PBKV httpx clients.
+    """Compile the claim-check graph (plain LangGraph + ChatOpenAI, no PBKV code).
 
     Args:
         base_url: OpenAI-compatible base URL, e.g. ``http://127.0.0.1:8000/v1``.
         streaming: the chat model streams its answers (SSE) instead of one JSON response.
         async_nodes: nodes are ``async def`` and call ``ainvoke`` (run with ``ainvoke``/``astream``).
-        body_hints: also send hints in ``custom_params.pbkv`` (SGLang / pbkv-server only).
 
     Returns:
         A compiled LangGraph; input ``{"claim": str, "max_rounds": int}``.
@@ -61,8 +58,6 @@ def build_langgraph_app(
         api_key=api_key,
         streaming=streaming,
         max_retries=0,
-        http_client=pbkv_sdk.http_client(body_hints=body_hints),
-        http_async_client=pbkv_sdk.async_http_client(body_hints=body_hints),
     )
 
     def prompt(role: str, state: ClaimState) -> list:
@@ -184,7 +179,7 @@ CREWAI_ROLES = ("Financial Analyst", "Report Writer")
 def build_crewai_crew(
     base_url: str,
     *,
-    app: str = "finance",
+    app: str | None = "finance",
     server_url: str | None = None,
     trace_path: str | None = None,
     api_key: str = "not-needed",
@@ -192,10 +187,11 @@ def build_crewai_crew(
     streaming: bool = False,
     body_hints: bool | None = None,
 ):
-    """A sequential two-agent CrewAI crew (analyst, then writer), instrumented for PBKV.
+    """A sequential two-agent CrewAI crew (analyst, then writer); instruments PBKV unless ``app`` is ``None``.
 
     Call ``crew.kickoff(inputs={"question": ...})``. Instrumentation is process-wide
-    (``pbkv_sdk.integrations.crewai.instrument``); the latest call's settings apply.
+    (``pbkv_sdk.integrations.crewai.instrument``, the README's one line); the latest call's
+    settings apply. The crew itself has no PBKV code.
 
     Returns:
         ``crewai.Crew``.
@@ -204,8 +200,9 @@ def build_crewai_crew(
 
     from pbkv_sdk.integrations.crewai import instrument
 
-    pbkv = instrument(app=app, server_url=server_url, trace_path=trace_path, body_hints=body_hints)
-    llm = LLM(model=f"openai/{model}", base_url=base_url, api_key=api_key, stream=streaming, max_retries=0, interceptor=pbkv.interceptor)
+    if app is not None:
+        instrument(app=app, server_url=server_url, trace_path=trace_path, body_hints=body_hints)
+    llm = LLM(model=f"openai/{model}", base_url=base_url, api_key=api_key, stream=streaming, max_retries=0)
     analyst = Agent(role=CREWAI_ROLES[0], goal="Answer the question from the filing", backstory="Reads 10-Ks.", llm=llm)
     writer = Agent(role=CREWAI_ROLES[1], goal="Write the answer up", backstory="Writes crisp notes.", llm=llm)
     analyse = Task(description="Question: {question}. Find the figures.", expected_output="The figures.", agent=analyst)

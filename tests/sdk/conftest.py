@@ -27,11 +27,12 @@ def _fresh_sdk_state(monkeypatch) -> Iterator[None]:
     """Each test starts with no PBKV environment and with its own 'warn once' memory."""
     import sys
 
-    from pbkv_sdk import ending, stamping
+    from pbkv_sdk import context, ending, stamping
 
     for name in ("PBKV_SERVER_URL", "PBKV_TRACE_PATH", "PBKV_APP", "PBKV_BODY_HINTS", "PBKV_END_TIMEOUT_S"):
         monkeypatch.delenv(name, raising=False)
     stamping._WARNED.clear()
+    context._UNSTAMPED_WARNED.clear()
     ending._NO_SERVER_WARNED.clear()
     if ending._SENDER is not None:
         ending._SENDER._warned.clear()
@@ -41,6 +42,10 @@ def _fresh_sdk_state(monkeypatch) -> Iterator[None]:
             module._WARNED.clear()
     yield
     ending.flush(5.0)
+    from pbkv_sdk import autopatch
+
+    for holder in autopatch.holders():  # e.g. instrument_team, which holds it for the process
+        autopatch.release(holder)
 
 
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "", None}

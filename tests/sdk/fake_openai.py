@@ -8,6 +8,10 @@ end endpoint. Replies are deterministic and framework-friendly:
 * everything else gets ``"Thought: done\\nFinal Answer: reply <n>"`` (CrewAI's parser needs the
   ``Final Answer:`` line; other frameworks take it as plain text), with ``n`` a global counter.
 
+Tests can script replies instead (``reply_fn``): a function of the request body and the request
+number that returns the reply text, or a message dict with ``content`` and/or ``tool_calls``
+(OpenAI's shape), so that frameworks run tool calls and handoffs against it.
+
 Token counts are whitespace words: ``prompt_tokens`` = words of all message contents,
 ``completion_tokens`` = words of the reply, ``cached_tokens`` = ``prompt_tokens // 2`` (so tests can
 check that the trace copies server usage verbatim).
@@ -49,6 +53,9 @@ class FakeOpenAI:
         end_status_code: status the end endpoint answers (204, or 500 to test fail-open).
         end_delay_s: delay before the end endpoint answers (to test that the SDK never waits).
         chunk_delay_s: delay between streamed chunks, and before the first one.
+        reply_delay_s: delay before any reply (streamed or not).
+        reply_fn: scripted replies, see above; ``None`` for the default replies.
+        send_usage: include ``usage`` in non-streamed replies (streams follow ``include_usage``).
     """
 
     requests: list[Recorded] = field(default_factory=list)
@@ -56,6 +63,9 @@ class FakeOpenAI:
     end_status_code: int = 204
     end_delay_s: float = 0.0
     chunk_delay_s: float = 0.0
+    reply_delay_s: float = 0.0
+    reply_fn: Any = None
+    send_usage: bool = True
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _counter: int = 0
 
@@ -85,8 +95,13 @@ class FakeOpenAI:
             self.requests.append(Recorded(request.url.path, {k.lower(): v for k, v in request.headers.items()}, body, time.time()))
             self._counter += 1
             n = self._counter
+        if self.reply_delay_s:
+            await asyncio.sleep(self.reply_delay_s)
         messages = body.get("messages") or []
-        reply = _reply(messages, n)
+        scripted = self.reply_fn(body, n) if self.reply_fn is not None else _reply(messages, n)
+        message = {"role": "assistant", "content": scripted} if isinstance(scripted, str) else {"role": "assistant", **scripted}
+        reply = message.get("content") or ""
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
         prompt_tokens = sum(len(_text(m).split()) for m in messages)
         usage = {
             "prompt_tokens": prompt_tokens,
@@ -96,20 +111,20 @@ class FakeOpenAI:
         }
         model = body.get("model", "fake")
         if not body.get("stream"):
-            return JSONResponse(
-                {
-                    "id": f"chatcmpl-{n}",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": model,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
-                    "usage": usage,
-                }
-            )
+            data = {
+                "id": f"chatcmpl-{n}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            }
+            if self.send_usage:
+                data["usage"] = usage
+            return JSONResponse(data)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return StreamingResponse(self._stream(n, model, reply, usage if include_usage else None), media_type="text/event-stream")
+        return StreamingResponse(self._stream(n, model, message, finish, usage if include_usage else None), media_type="text/event-stream")
 
-    async def _stream(self, n: int, model: str, reply: str, usage: dict[str, Any] | None):
+    async def _stream(self, n: int, model: str, message: dict[str, Any], finish: str, usage: dict[str, Any] | None):
         def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
             chunk = {
                 "id": f"chatcmpl-{n}",
@@ -122,12 +137,14 @@ class FakeOpenAI:
             return f"data: {json.dumps(chunk)}\n\n"
 
         yield event({"role": "assistant", "content": ""})
-        words = reply.split(" ")
+        words = (message.get("content") or "").split(" ")
         for i, word in enumerate(words):
             if self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
             yield event({"content": word if i == 0 else " " + word})
-        yield event({}, "stop")
+        for i, call in enumerate(message.get("tool_calls") or []):
+            yield event({"tool_calls": [{"index": i, **call}]})
+        yield event({}, finish)
         if usage is not None:
             yield event(None, usage=usage)
         yield "data: [DONE]\n\n"
@@ -156,3 +173,8 @@ def _reply(messages: list[dict[str, Any]], n: int) -> str:
             if roles:
                 return roles[0]
     return f"Thought: done\nFinal Answer: reply {n}"
+
+
+def tool_call(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
+    """One OpenAI ``tool_calls`` entry: call function ``name`` with JSON ``arguments``."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}

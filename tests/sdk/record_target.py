@@ -1,12 +1,14 @@
 """An 'existing app' for the `pbkv-sdk record` tests: runs one of the test apps on a few tasks.
 
-Usage: ``python record_target.py {langgraph,autogen,crewai} BASE_URL N_TASKS``. Its only PBKV
+Usage: ``python record_target.py {langgraph,autogen,crewai,mixed} BASE_URL N_TASKS`` (``mixed``:
+N LangGraph workflows, then N // 4 CrewAI kickoffs, then a line ``app done <unix time>``). Its only PBKV
 lines are the ones README "Adding PBKV to your app" gives (inside ``apps.py``); recording, the
 app name and the server URL come from the environment that ``pbkv-sdk record`` sets.
 """
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,7 +44,13 @@ def run_crewai(base_url: str, n: int) -> None:
         crew.kickoff(inputs={"question": f"question-{i}"})
 
 
+def run_mixed(base_url: str, n: int) -> None:
+    """N LangGraph workflows and N // 4 CrewAI kickoffs in one process."""
+    run_langgraph(base_url, n)
+    run_crewai(base_url, n // 4)
+
+
 if __name__ == "__main__":
     framework, base_url, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    {"langgraph": run_langgraph, "autogen": run_autogen, "crewai": run_crewai}[framework](base_url, n)
-    print("app done")
+    {"langgraph": run_langgraph, "autogen": run_autogen, "crewai": run_crewai, "mixed": run_mixed}[framework](base_url, n)
+    print(f"app done {time.time()}", flush=True)

@@ -33,7 +33,8 @@ RECORDED = {
 
 
 @pytest.mark.parametrize("framework", sorted(RECORDED))
-def test_record_runs_an_app_with_recording_on_and_summarises_it(fake_llm: FakeOpenAI, tmp_path, framework):
+def test_record_runs_an_app_with_recording_on_and_summarises_it(fake_llm: FakeOpenAI, tmp_path, framework, monkeypatch):
+    monkeypatch.setenv("PBKV_END_TIMEOUT_S", "2")  # a loaded CI machine must not lose the end signals at exit
     out = tmp_path / "rec" / "run.jsonl"
     result = runner.invoke(
         app,
@@ -56,7 +57,7 @@ def test_record_runs_an_app_with_recording_on_and_summarises_it(fake_llm: FakeOp
 def test_record_passes_the_app_exit_status_through(tmp_path):
     result = runner.invoke(app, ["record", "--out", str(tmp_path / "x.jsonl"), "--", sys.executable, "-c", "raise SystemExit(3)"])
     assert result.exit_code == 3
-    assert "no trace was written" in result.output
+    assert "no LLM invocation was recorded" in _one_line(result.output)
 
 
 def test_stats_counts_agents_and_transitions_including_end(tmp_path):
@@ -229,15 +230,17 @@ def test_a_negative_top_is_rejected_by_the_cli(tmp_path):
 
 def test_record_switches_crewai_telemetry_off_and_recording_on_for_the_app(tmp_path, monkeypatch):
     monkeypatch.setenv("CREWAI_DISABLE_TELEMETRY", "false")  # the user's shell says otherwise: record wins
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)  # the app's own OpenTelemetry stays on
     seen = tmp_path / "env.json"
-    names = ["CREWAI_DISABLE_TELEMETRY", "OTEL_SDK_DISABLED", "CREWAI_TRACING_ENABLED", "PBKV_TRACE_PATH", "PBKV_APP", "PBKV_BODY_HINTS"]
+    names = ["CREWAI_DISABLE_TELEMETRY", "CREWAI_DISABLE_TRACKING", "OTEL_SDK_DISABLED", "CREWAI_TRACING_ENABLED",
+             "PBKV_TRACE_PATH", "PBKV_APP", "PBKV_BODY_HINTS"]
     code = f"import json, os; open({str(seen)!r}, 'w').write(json.dumps({{k: os.environ.get(k) for k in {names!r}}}))"
     out = tmp_path / "t.jsonl"
     result = runner.invoke(app, ["record", "--out", str(out), "--app", "fin", "--body-hints", "--", sys.executable, "-c", code])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the app ran fine but made no LLM call
     assert json.loads(seen.read_text()) == {
-        "CREWAI_DISABLE_TELEMETRY": "true", "OTEL_SDK_DISABLED": "true", "CREWAI_TRACING_ENABLED": "false",
-        "PBKV_TRACE_PATH": str(out.resolve()), "PBKV_APP": "fin", "PBKV_BODY_HINTS": "1",
+        "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_DISABLE_TRACKING": "true", "OTEL_SDK_DISABLED": None,
+        "CREWAI_TRACING_ENABLED": "false", "PBKV_TRACE_PATH": str(out.resolve()), "PBKV_APP": "fin", "PBKV_BODY_HINTS": "1",
     }
 
 
@@ -257,4 +260,26 @@ def test_record_refuses_to_overwrite_a_file_that_is_not_a_trace(tmp_path):
     with TraceWriter(old) as w:
         w.write(_inv("A", 0, "x"))
     result = runner.invoke(app, ["record", "--out", str(old), "--", sys.executable, "-c", "pass"])
-    assert result.exit_code == 0 and old.read_text() == ""
+    assert result.exit_code == 1 and not old.exists()  # replaced by a recording of nothing, which is removed
+
+
+def test_record_of_an_app_whose_calls_were_not_stamped_fails_names_the_interpreter_and_removes_its_file(tmp_path):
+    out = tmp_path / "run.jsonl"
+    code = "import pbkv_sdk\nwith pbkv_sdk.workflow(app='x', server_url='http://127.0.0.1:9', end_timeout_s=0.05):\n    pass\n"
+    result = runner.invoke(app, ["record", "--out", str(out), "--", sys.executable, "-c", code])
+    assert result.exit_code == 1
+    line = _one_line(result.output)
+    assert "no LLM invocation was recorded (only 1 workflow end(s); removed" in line
+    assert sys.executable in line and "Python 3." in line  # the interpreter that ran, with its version
+    assert not out.exists()
+
+
+def test_validate_and_stats_reject_a_trace_with_ends_but_no_invocations(tmp_path):
+    path = tmp_path / "ends.jsonl"
+    with TraceWriter(path) as w:
+        w.write(WorkflowEndRecord(app="a", workflow_id="w1", t=1.0))
+        w.write(WorkflowEndRecord(app="a", workflow_id="w2", t=2.0))
+    for cmd in ("validate", "stats"):
+        result = runner.invoke(app, [cmd, str(path)])
+        assert result.exit_code == 1
+        assert "no invocation record, only 2 workflow end(s)" in _one_line(result.output)

@@ -180,9 +180,13 @@ def test_app_completes_with_one_warning_when_pbkv_server_is_down(fake_llm, free_
     assert len(fake_llm.requests) == 12
 
 
-def test_body_hints_repeat_the_headers_for_sglang(fake_llm, instrumented):
-    graph = build_langgraph_app(fake_llm.base_url, body_hints=True, streaming=True)
-    graph.invoke({"claim": "b1", "max_rounds": 1})
+def test_body_hints_repeat_the_headers_for_sglang(fake_llm):
+    instrument(app="claims", server_url=fake_llm.url, body_hints=True)
+    graph = build_langgraph_app(fake_llm.base_url, streaming=True)
+    try:
+        graph.invoke({"claim": "b1", "max_rounds": 1})
+    finally:
+        uninstrument()
     assert len(fake_llm.requests) == 6
     for req in fake_llm.requests:
         wf, agent, step, app = fake_llm.hints_of(req)

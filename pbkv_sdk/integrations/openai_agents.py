@@ -1,0 +1,147 @@
+"""OpenAI Agents SDK integration: a tracing processor that makes each ``Runner.run`` a PBKV workflow.
+
+Add to an existing app (the only line)::
+
+    from pbkv_sdk.integrations.openai_agents import instrument
+
+    instrument(app="support", server_url="http://127.0.0.1:30000")
+
+Mapping (the Agents SDK's own tracing, on by default, drives it; ``add_trace_processor`` keeps
+the app's other processors):
+
+* workflow = one trace, i.e. one ``Runner.run`` / ``run_sync`` / ``run_streamed`` (or one
+  ``with trace(...)`` block around several runs); its id is the trace id (``trace_<32 hex>``).
+  It ends when the trace ends: ``completed``; ``failed`` if an agent span recorded an error
+  (a model error, ``MaxTurnsExceeded``, a guardrail tripwire); ``cancelled`` if the run's task
+  was cancelled (``result.cancel()`` on a streamed run, ``task.cancel()``).
+* agent = the agent that calls the model: the name of the nearest agent span around the
+  model-call span, so after a handoff the new agent's calls carry its name, and an agent used
+  as a tool names its own calls; step = the workflow's LLM requests in send order (handoffs
+  and tool calls in between add none).
+* transport: the model call's span is the current Agents SDK span while the OpenAI client
+  sends; the process-wide stamping (:mod:`pbkv_sdk.autopatch`) asks this processor for the
+  workflow and agent of that span. A run with tracing disabled (``RunConfig(tracing_disabled=
+  True)``, ``OPENAI_AGENTS_DISABLE_TRACING=1``) has no spans and goes out unstamped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from agents.tracing import TracingProcessor, add_trace_processor, get_current_span, get_current_trace
+from agents.tracing.span_data import AgentSpanData, GenerationSpanData, ResponseSpanData
+
+from pbkv_sdk.context import Workflow
+from pbkv_sdk.spantree import SpanIntegration
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PBKVTracingProcessor", "instrument", "uninstrument"]
+
+_MODEL_CALL_SPANS = (GenerationSpanData, ResponseSpanData)
+
+
+class PBKVTracingProcessor(SpanIntegration, TracingProcessor):
+    """Agents SDK tracing processor: traces become workflows, agent spans name the model calls.
+
+    Arguments as :class:`pbkv_sdk.spantree.SpanIntegration` (app, server_url, trace_path,
+    end_timeout_s, body_hints).
+    """
+
+    holder = "openai-agents"
+
+    # ----------------------------------------------------------------- TracingProcessor
+
+    def on_trace_start(self, trace: Any) -> None:
+        """A run starts: a new workflow."""
+        if self.enabled:
+            self.start_root(trace.trace_id)
+            self.spans.start(trace.trace_id, None, root_id=trace.trace_id)
+
+    def on_trace_end(self, trace: Any) -> None:
+        """The run's trace ends: end its workflow with the status of the exception leaving it, if any.
+
+        The trace is finished in the run's ``with`` exit, where ``sys.exc_info()`` is the exception
+        that ends the run (an exception the caller was already handling at the start is not).
+        """
+        status = self.root_status(trace.trace_id)
+        if status is None:
+            status = "cancelled" if _cancelling() else "completed"
+        self.spans.end(trace.trace_id, status)
+
+    def on_span_start(self, span: Any) -> None:
+        """Agent spans name the calls inside them; every span inherits its parent's workflow."""
+        data = span.span_data
+        agent = data.name if isinstance(data, AgentSpanData) else None
+        self.spans.start(span.span_id, span.parent_id or span.trace_id, agent=agent)
+
+    def on_span_end(self, span: Any) -> None:
+        """Errors of agent spans fail the workflow; finished model calls are counted for the unstamped check."""
+        data = span.span_data
+        if span.error is not None and isinstance(data, AgentSpanData):
+            self.spans.fail(span.span_id)
+        wf = self.spans.end(span.span_id)
+        if wf is not None and span.error is None and isinstance(data, _MODEL_CALL_SPANS):
+            wf.expect_llm_call()
+
+    def shutdown(self) -> None:
+        """Nothing to flush: end signals and trace lines have their own background senders."""
+
+    def force_flush(self) -> None:
+        """Nothing buffered here."""
+
+    # ----------------------------------------------------------------- resolver
+
+    def resolve(self) -> tuple[Workflow, str | None] | None:
+        """``(workflow, agent)`` of the Agents SDK span (or trace) current in this context."""
+        span = get_current_span()
+        if span is not None:
+            return self.spans.lookup(span.span_id)
+        trace = get_current_trace()
+        return self.spans.lookup(trace.trace_id) if trace is not None else None
+
+
+def instrument(
+    app: str | None = None,
+    server_url: str | None = None,
+    trace_path: str | os.PathLike[str] | None = None,
+    *,
+    end_timeout_s: float | None = None,
+    body_hints: bool | None = None,
+) -> PBKVTracingProcessor:
+    """Add a :class:`PBKVTracingProcessor` to the Agents SDK and stamp the process's httpx transports.
+
+    Replaces an earlier call's processor (switched off: the Agents SDK cannot remove one).
+    Arguments as :class:`PBKVTracingProcessor`.
+
+    Returns:
+        The processor.
+    """
+    uninstrument()
+    processor = PBKVTracingProcessor(app, server_url, trace_path, end_timeout_s=end_timeout_s, body_hints=body_hints)
+    add_trace_processor(processor)
+    processor.activate()
+    _CURRENT.append(processor)
+    return processor
+
+
+def uninstrument() -> None:
+    """Switch the installed processor off and stop stamping for it (no-op if none)."""
+    while _CURRENT:
+        _CURRENT.pop().deactivate()  # the Agents SDK has no public way to remove a processor
+
+
+def _cancelling() -> bool:
+    """Whether the running asyncio task is being cancelled (the trace ends inside its unwinding)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        return False
+    # Task.cancelling() is Python 3.11+; on 3.10 a cancelled run ends "completed".
+    return task is not None and getattr(task, "cancelling", lambda: 0)() > 0
+
+
+_CURRENT: list[PBKVTracingProcessor] = []
