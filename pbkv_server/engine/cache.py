@@ -103,6 +103,8 @@ class PrefixCache:
         self._pf_heap: list = []
         self._reserved = 0
         self._locked_dev = 0
+        # upper parts of device nodes whose tail an eviction took (see condemned())
+        self._condemned: dict[Node, None] = {}
         self.now = 0.0
         self.policy = make_policy(config.policy, self)
 
@@ -120,6 +122,13 @@ class PrefixCache:
     def device_free(self) -> int:
         """Unused device tokens (capacity - cached - reserved for running outputs)."""
         return self.device_capacity - self.tree.device_tokens - self._reserved
+
+    def condemned(self, node: Node) -> bool:
+        """True for the rest of a device node whose tail an eviction took and that no request has
+        used since: the policy already chose this node to leave, and took only what it needed.
+        Conservative prefetch may take the rest, as it takes retired cache (whole-node eviction,
+        SGLang's, would have freed it already)."""
+        return node in self._condemned
 
     def load_tokens(self, seconds: float) -> int:
         """Tokens of KV cache PCIe can move in ``seconds`` (the profile's bandwidth)."""
@@ -191,6 +200,8 @@ class PrefixCache:
             node.sc = NodeScore(node)
             self.lock(node)
             path.append(node)
+        for node in path:  # used again: no longer the rest of a victim
+            self._condemned.pop(node, None)
         board = self.board
         if workflow is not None and not active:
             # the workflow ended while this request waited: its use counts, but as an ended one
@@ -335,6 +346,7 @@ class PrefixCache:
         """
         if node.lock:
             raise ValueError(f"cannot prefetch {node!r}: it is pinned")
+        self._condemned.pop(node, None)  # brought back for a reason: no longer the rest of a victim
         self.tree.set_tier(node, DEVICE)
         self.stats.prefetched_tokens += node.tokens
         self.refresh(node)
@@ -367,6 +379,7 @@ class PrefixCache:
                 self._evict_host(short)
             if self.host_capacity - self.tree.host_tokens >= node.tokens:
                 self._count_eviction(node)
+                self._condemned.pop(node, None)
                 self.tree.set_tier(node, HOST)
                 self.refresh(node)
                 self.refresh(parent)
@@ -403,7 +416,9 @@ class PrefixCache:
         whole."""
         m = self._tail_units(node, need)
         if m < len(node.toks):
-            self.tree.split(node, len(node.toks) - m)
+            top = self.tree.split(node, len(node.toks) - m)
+            if node.tier == DEVICE:
+                self._condemned[top] = None
         return node
 
     def _tail_tokens(self, node: Node, need: int) -> int:
@@ -441,6 +456,7 @@ class PrefixCache:
     def _drop(self, node: Node) -> None:
         self.stats.dropped_tokens += node.tokens
         self.policy.on_drop(node)  # while the node is still attached (policies read its parent)
+        self._condemned.pop(node, None)
         self.tree.remove(node)
         if node.sc is not None:
             self.board.forget(node.sc)
@@ -448,6 +464,8 @@ class PrefixCache:
     def _on_split(self, top: Node, bottom: Node) -> None:
         if bottom.sc is not None:
             top.sc = self.board.copy(bottom.sc, top)
+        if bottom in self._condemned:
+            self._condemned[top] = None
         # locked/tier token totals are unchanged: the tokens only moved between the two halves
         self.policy.on_split(top, bottom)
         self.refresh(bottom)  # its first key changed (belady) and its entry must stay current

@@ -6,8 +6,10 @@ policy's prefetch value (one-step value ``sum_w A_w(c) . P_w^(1)`` for pbkv). Th
 S = min(S_a, S_bw):
 
 - S_bw = PCIe bandwidth x the decode time of the stretch (tokens the link can move meanwhile);
-- S_a = free device space + retired device cache: the conservative variant may evict retired
-  nodes only, so active cache is never displaced;
+- S_a = free device space + retired device cache + the rest of device nodes an eviction already
+  took the tail of (``PrefixCache.condemned``: eviction is page-granular and frees only what an
+  admission needs, where SGLang's whole-node eviction would have freed the rest): the
+  conservative variant may evict these only, so no other active cache is displaced;
 - the aggressive variant may in addition displace active cache whose Score(c) is below the
   candidate's, within a displacement budget (``rho`` x device capacity per window, kept by the
   ``pbkv-aggressive`` policy) and never cache it prefetched itself within the window.
@@ -167,7 +169,7 @@ class _EvictingRoom:
         policy = cache.policy
 
         def may_evict(victim: "Node", tokens: int) -> bool:
-            if policy.is_retired(victim):
+            if policy.is_retired(victim) or cache.condemned(victim):
                 return True
             victim_score = victim.sc.score if victim.sc is not None else 0.0
             if (self.displaced + tokens <= self.displace_tokens and victim_score < score

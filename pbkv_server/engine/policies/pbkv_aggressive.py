@@ -6,13 +6,14 @@ predictor that changes its mind, unbounded rounds thrash: a round displaces cach
 round loaded, and every decode stretch displaces rho of the device again. Two bounds keep it to
 what the paper intends:
 
-- a displacement budget of ``rho`` x device capacity per window, refilled continuously (a token
-  bucket), instead of per prefetch round;
-- cache it prefetched is not displaced by its own prefetch within the window;
+- a displacement budget of ``rho`` x device capacity per step window, refilled continuously (a
+  token bucket), instead of per prefetch round: the step window is the mean gap between two
+  consecutive invocations of a workflow (measured online), the time in which each active
+  workflow's prediction changes about once;
+- cache it prefetched is not displaced by its own prefetch within the horizon window, K step
+  windows: the span the prediction that justified the prefetch speaks about.
 
-where the window is the prediction horizon in time: K times the mean gap between two consecutive
-invocations of a workflow (measured online, :data:`DEFAULT_WINDOW_S` until a gap is seen), the
-span the prediction that justified a prefetch speaks about.
+Both use :data:`DEFAULT_WINDOW_S` until a gap is seen.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ GAP_EMA = 0.1
 @register_policy("pbkv-aggressive")
 class AggressivePBKVPolicy(PBKVPolicy):
     """Like ``pbkv``, plus active cache of lower score may be evicted for host cache of higher
-    score, within ``config.rho`` x device capacity per window (see module docstring).
+    score, within ``config.rho`` x device capacity per step window (see module docstring).
 
     Raises:
         ValueError: ``config.rho`` outside [0, 1] (at construction).
     """
 
-    summary = "pbkv whose prefetch may displace lower-score cache, up to rho of the device per window"
+    summary = "pbkv whose prefetch may displace lower-score cache, up to rho of the device per workflow step"
     sglang_name = None  # the plugin implements the conservative planner only
 
     def __init__(self, cache) -> None:
@@ -59,8 +60,13 @@ class AggressivePBKVPolicy(PBKVPolicy):
 
     @property
     def window_s(self) -> float:
-        """Current window, seconds: K x mean gap between a workflow's consecutive invocations."""
-        return self._horizon * self._gap if self._gap else DEFAULT_WINDOW_S
+        """Step window, seconds: the mean gap between a workflow's consecutive invocations."""
+        return self._gap if self._gap else DEFAULT_WINDOW_S
+
+    @property
+    def horizon_s(self) -> float:
+        """Horizon window, seconds: K step windows."""
+        return self._horizon * self.window_s
 
     def on_invocation(self, wf, previous_agent) -> None:
         """Measure the gap since the workflow's previous invocation (engine time)."""
@@ -77,13 +83,13 @@ class AggressivePBKVPolicy(PBKVPolicy):
 
     def prefetch(self, seconds: float) -> None:
         """One bounded aggressive round (see :func:`~pbkv_server.engine.prefetch.aggressive_prefetch`)."""
-        now, window = self.cache.now, self.window_s
+        now, window, horizon = self.cache.now, self.window_s, self.horizon_s
         self._budget = min(self._cap, self._budget + self._cap * max(0.0, now - self._refilled_at) / window)
         self._refilled_at = now
         loaded_at = self._loaded_at
 
         def protected(node) -> bool:
-            return now - loaded_at.get(node, -math.inf) < window
+            return now - loaded_at.get(node, -math.inf) < horizon
 
         def on_load(node) -> None:
             loaded_at[node] = now
