@@ -48,11 +48,10 @@ from pbkv_sdk import autopatch
 from pbkv_sdk.context import (
     Workflow,
     current_workflow,
-    resolve_app,
-    resolve_trace_path,
     set_agent,
     set_internal,
     set_workflow,
+    workflow_or_fresh,
 )
 from pbkv_sdk.stamping import wrap_client
 
@@ -168,15 +167,9 @@ class InstrumentedTeam:
     async def run_stream(self, *, task: Any = None, workflow_id: str | None = None, **kwargs: Any) -> AsyncGenerator[Any, None]:
         """Yield the team's messages and final ``TaskResult`` as ``team.run_stream`` does."""
         wf, self.paused_workflow = self.paused_workflow, None
-        if wf is None:
-            wf = Workflow(
-                resolve_app(self.app),
-                workflow_id,
-                server_url=self.server_url,
-                trace_path=resolve_trace_path(self.trace_path),
-                end_timeout_s=self.end_timeout_s,
-                body_hints=self.body_hints,
-            )
+        if wf is None:  # a malformed user-chosen id is replaced, never raised (the SDK fails open)
+            wf = workflow_or_fresh(self.app, workflow_id, server_url=self.server_url, trace_path=self.trace_path,
+                                   end_timeout_s=self.end_timeout_s, body_hints=self.body_hints)
         self.last_workflow = wf
         ctx = contextvars.copy_context()
         ctx.run(set_workflow, wf)

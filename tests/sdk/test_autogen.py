@@ -200,3 +200,25 @@ def test_an_agent_whose_model_client_cannot_be_reached_gives_one_warning_not_an_
     # a client without an httpx client inside is fine now (the transports stamp process-wide)
     assert len(messages) == 1 and "model client of agent 'b'" in messages[0]
     assert isinstance(named._model_client, NamedModelClient) and named._model_client.agent_name == "a"
+
+
+def test_a_malformed_workflow_id_is_replaced_not_raised(caplog):
+    """The SDK fails open: a user-chosen id outside the protocol (spaces, 200 chars) must not
+    break the team's run; a fresh id is used and one warning says so, as in the other
+    integrations."""
+    import asyncio
+
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    from pbkv_sdk.integrations.autogen import instrument_team
+
+    client = ReplayChatCompletionClient(["done"])
+    team = instrument_team(RoundRobinGroupChat([AssistantAgent("writer", model_client=client)],
+                                               termination_condition=MaxMessageTermination(2)),
+                           app="demo", server_url=None)
+    result = asyncio.run(team.run(task="go", workflow_id="not a valid id " * 20))
+    assert result.messages and team.last_workflow.workflow_id != "not a valid id " * 20
+    assert any("workflow id" in r.message.lower() for r in caplog.records)
