@@ -150,11 +150,36 @@ class GraphSagePredictorNet(nn.Module):
             nn.Linear(c.hidden, c.hidden), nn.ReLU(), nn.Dropout(c.dropout),
         )
         self.heads = nn.Linear(c.hidden, c.k * c.vocab_size)
+        # Inference: the agent embeddings and their key/value projections depend on the weights
+        # only, not on the query, so serving computes them once (cleared by train()).
+        self._frozen: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def train(self, mode: bool = True) -> "GraphSagePredictorNet":
+        """As ``nn.Module.train``; also drops the inference cache (the weights may change)."""
+        self._frozen = None
+        return super().train(mode)
+
+    def load_state_dict(self, *args, **kwargs):
+        """As ``nn.Module.load_state_dict``; also drops the inference cache (new weights)."""
+        self._frozen = None
+        return super().load_state_dict(*args, **kwargs)
+
+    def _agents(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(g, k(g), v(g))``: refined agent embeddings (PBKV Eq. 3 with the skip term) [V, d] and
+        their key and value projections, cached between calls in inference (eval, no grad)."""
+        frozen = self._frozen
+        if frozen is not None:
+            return frozen
+        e = self.embed.weight
+        g = e + self.sage2(self.sage1(e, self.adj), self.adj)  # [V, d]
+        out = (g, self.k(g), self.v(g))
+        if not self.training and not torch.is_grad_enabled():
+            self._frozen = out
+        return out
 
     def forward(self, prefix, prefix_len, step, current, features):  # noqa: D102 (class docstring)
         c = self.config
-        e = self.embed.weight
-        g = e + self.sage2(self.sage1(e, self.adj), self.adj)  # [V, d]
+        g, kg, vg = self._agents()
         # F.embedding gathers rows like g[idx] but its backward is a fast dense scatter-add.
         g_cur = F.embedding(current, g)  # [B, d]
         # Keys/values: prefix agents (right-aligned) followed by the current agent.
@@ -164,8 +189,8 @@ class GraphSagePredictorNet(nn.Module):
         # Keys/values of token (agent a, recency r) are W (g_a + p_r) + b = (W g)_a + (W p)_r + b:
         # projecting the V agents and L+1 positions once and gathering is exact and ~B*L/V cheaper.
         pos = self.pos(rec)  # [L+1, d]
-        keys = F.embedding(seq, self.k(g)) + (pos @ self.k.weight.T)[None]  # [B, L+1, d]
-        values = F.embedding(seq, self.v(g)) + (pos @ self.v.weight.T)[None]
+        keys = F.embedding(seq, kg) + (pos @ self.k.weight.T)[None]  # [B, L+1, d]
+        values = F.embedding(seq, vg) + (pos @ self.v.weight.T)[None]
         valid = rec[None, :] <= prefix_len[:, None]  # current (rec 0) always valid
         # H heads of width d/H: scores [B, H, L+1], context [B, H, d/H] -> [B, d].
         b, h = seq.shape[0], c.heads

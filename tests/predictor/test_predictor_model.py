@@ -111,3 +111,35 @@ def test_attention_width_must_split_into_heads():
 
     with pytest.raises(ValueError, match="multiple of heads"):
         ModelConfig(vocab_size=5, dim=10, heads=4)
+
+
+def _random_batch(config: ModelConfig, b: int, generator: torch.Generator):
+    v, length = config.vocab_size, config.max_prefix
+    return (torch.randint(0, v, (b, length), generator=generator), torch.randint(0, length + 1, (b,), generator=generator),
+            torch.randint(0, 30, (b,), generator=generator), torch.randint(3, v, (b,), generator=generator),
+            torch.randn(b, config.feature_dim, generator=generator))
+
+
+def test_inference_cache_of_agent_embeddings_is_bit_identical_and_dropped_when_weights_may_change():
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=12, dim=16, hidden=32, feature_dim=8, max_prefix=5)
+    net = GraphSagePredictorNet(config, np.full((12, 12), 1 / 12, dtype=np.float32)).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for b in (1, 3, 7):
+            batch = _random_batch(config, b, gen)
+            cached = net(*batch)
+            assert net._frozen is not None  # eval + no grad: the agent projections were kept
+            net._frozen = None
+            assert torch.equal(cached, net(*batch))  # same bits as computing them afresh
+    # New weights (load_state_dict) and training mode both drop the cache, so no stale embedding serves.
+    other = GraphSagePredictorNet(config, np.full((12, 12), 1 / 12, dtype=np.float32)).eval()
+    net.load_state_dict(other.state_dict())
+    assert net._frozen is None
+    with torch.no_grad():
+        batch = _random_batch(config, 4, gen)
+        assert torch.equal(net(*batch), other(*batch))
+    net.train()
+    assert net._frozen is None
+    net(*batch)  # training forward (grad enabled) never fills the cache
+    assert net._frozen is None
