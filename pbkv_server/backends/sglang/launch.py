@@ -77,7 +77,7 @@ def build_command(policy: str, sglang_args: Sequence[str], python: str | None = 
     cmd = [python or sglang_python(), "-m", "sglang.launch_server", *sglang_args, "--radix-eviction-policy", name]
     if needs_backend:
         cmd += ["--radix-cache-backend", "pbkv"]
-    if not any(arg.split("=", 1)[0] == _CACHE_REPORT_FLAG for arg in sglang_args):
+    if _CACHE_REPORT_FLAG not in sglang_args:
         cmd.append(_CACHE_REPORT_FLAG)
     return cmd
 
