@@ -171,7 +171,7 @@ def live_servers(tiny_model_dir, tmp_path_factory):
 
     def get(policy: str) -> LiveServer:
         server = servers.get(policy)
-        if server is None or server.proc.poll() is not None:
+        if server is None or server.exited:
             server = servers[policy] = LiveServer(policy, tiny_model_dir, logs / f"{policy}.log").launch()
         return server.wait_ready()
 
