@@ -449,8 +449,24 @@ class Engine:
             self.unlock(node)
             node = parent
         self._stats.requests_finished += 1
+        if self.config.cache_outputs and r.output_tokens > 1:
+            self._cache_output(r)
         if r.wf is not None:
             self._flows.finished(r.wf, self.clock)
+
+    def _cache_output(self, r: _Request) -> None:
+        """SGLang's insert at finish (see ``EngineConfig.cache_outputs``); the reserve just released
+        holds the room, so nothing is evicted."""
+        parent = r.end if r.end is not None and r.end.attached else self.tree.root
+        node = self.tree.insert(parent, [f"\x00out:{r.req.request_id}:{r.index}"], [r.output_tokens - 1], DEVICE,
+                                self.clock)
+        node.sc = NodeScore(node)
+        wf = r.wf
+        if wf is not None and self._workflows.get(wf.workflow_id) is wf:
+            self.board.touch(node.sc, wf.workflow_id, r.agent)
+        elif wf is not None:
+            self.board.note_ended_use(node.sc)
+        self.refresh(node)
 
     def _evict(self, node: Node) -> None:
         """Move device node ``node`` to the host tier, or drop it (and its host subtree) if the

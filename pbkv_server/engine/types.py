@@ -141,6 +141,11 @@ class EngineConfig:
         max_batch: most requests running at once.
         future: next-use oracle, required by ``belady``.
         idle_retire_s: retire a workflow with no request for this many engine seconds (None = never).
+        cache_outputs: keep each finished request's output KV as SGLang does (it inserts prompt +
+            output[:-1] into its radix tree at finish): a leaf of ``output_tokens - 1`` tokens under the
+            prompt, recorded for the request's workflow. Traces hash prompts by text, so no later
+            prompt matches it: it costs capacity only, as in ``pbkv-bench live-replay`` against SGLang
+            (whose outputs are never re-sent). ``False`` (default): outputs are not cached.
     """
 
     profile: HardwareProfile
@@ -154,3 +159,4 @@ class EngineConfig:
     max_batch: int = 256
     future: FutureOracle | None = None
     idle_retire_s: float | None = None
+    cache_outputs: bool = False

@@ -177,6 +177,7 @@ def simulate(
     timeline_bins: int = 40,
     app_graphs: dict[str, dict[str, Sequence[str]]] | None = None,
     on_workflow_end: Callable[[int], None] | None = None,
+    cache_outputs: bool = False,
 ) -> SimResult:
     """Replay ``workload`` under ``policy`` and return its metrics.
 
@@ -193,6 +194,7 @@ def simulate(
         app_graphs: static agent graph per app for ``kvflow`` (default: learned from the workload,
             see :func:`static_graphs`).
         on_workflow_end: called with the number of finished workflows after each one (progress bars).
+        cache_outputs: keep finished outputs in the cache as SGLang does (``EngineConfig.cache_outputs``).
 
     Raises:
         ValueError: ``concurrency`` < 1 or an unknown policy (from the engine).
@@ -205,6 +207,7 @@ def simulate(
         EngineConfig(
             profile=profile, policy=policy, device_tokens=device_tokens, host_tokens=host_tokens,
             horizon=horizon, gamma=gamma, rho=rho, predictor=predictor, max_batch=max_batch, future=future,
+            cache_outputs=cache_outputs,
         )
     )
     for app, edges in (app_graphs if app_graphs is not None else static_graphs(workload)).items():
