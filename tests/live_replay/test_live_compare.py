@@ -5,6 +5,7 @@ The comparison with a real SGLang server runs in .venv-sglang (tests/sglang/test
 """
 
 import json
+import os
 
 import pytest
 from fastapi import FastAPI, Request
@@ -94,7 +95,7 @@ def test_command_prints_live_and_simulated_hit_rates_side_by_side(tmp_path, serv
     @app.post("/generate")
     async def generate(request: Request):
         ids = (await request.json())["input_ids"]
-        cached = max((_common(ids, old) for old in seen), default=0)
+        cached = max((len(os.path.commonprefix([ids, old])) for old in seen), default=0)
         seen.append(ids)
 
         async def stream():
@@ -126,12 +127,3 @@ def test_command_prints_live_and_simulated_hit_rates_side_by_side(tmp_path, serv
     assert data["live"]["cached_tokens"] == 440 and data["live"]["prompt_tokens"] == 720
     assert data["sim"]["hit_rate"] == pytest.approx(440 / 720) == data["live"]["hit_rate"]
     assert "SGLang (live)" in result.output and "simulator" in result.output and "+0.0%" in result.output
-
-
-def _common(a, b):
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
