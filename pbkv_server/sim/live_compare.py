@@ -217,6 +217,10 @@ def command(
             from pbkv_server.sim.profiles import get_profile
 
             get_profile(profile)
+        from pbkv_server.bench_cli import _output_problem  # imported here: bench_cli imports this module
+
+        if (problem := _output_problem(json_out)) is not None:
+            raise ValueError(f"--json {json_out}: {problem}")
     except (ValueError, KeyError, OSError, TraceFormatError) as exc:
         raise fail(exc.args[0] if isinstance(exc, KeyError) else str(exc)) from None
     try:
@@ -224,8 +228,11 @@ def command(
         settings = server_settings(info)
     except (httpx.HTTPError, ValueError) as exc:
         raise fail(f"{target}: {exc}") from None
-    live = asyncio.run(replay(records, target, concurrency, "generate", vocab_size, gap_scale, timeout_s=timeout_s,
-                              max_output_tokens=max_output_tokens))
+    try:
+        live = asyncio.run(replay(records, target, concurrency, "generate", vocab_size, gap_scale, timeout_s=timeout_s,
+                                  max_output_tokens=max_output_tokens))
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     if live.errors:
         raise fail(f"{live.errors} of {live.requests} live requests failed; first: "
                    f"{next(r.error for r in live.results if not r.ok)}")
@@ -237,6 +244,7 @@ def command(
 
         hw = get_profile(profile)
     sim = simulate_matched(matched, settings, hw, concurrency)
+    sim["prompt_tokens"] = sum(r.prompt_tokens for r in matched if isinstance(r, InvocationRecord))
     _print(trace, settings, concurrency, live, sim, hw)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -252,7 +260,8 @@ def _print(trace: Path, s: ServerSettings, concurrency: int, live: ReplaySummary
     for col in ("side", "policy", "hit rate", "prompt tokens", "requests"):
         table.add_column(col, justify="left" if col in ("side", "policy") else "right")
     table.add_row("SGLang (live)", s.policy, f"{live.hit_rate:.3f}", str(live.prompt_tokens), str(live.requests))
-    table.add_row(f"simulator ({hw.name} timing)", s.sim_policy, f"{sim['hit_rate']:.3f}", "", str(sim["requests"]))
+    table.add_row(f"simulator ({hw.name} timing)", s.sim_policy, f"{sim['hit_rate']:.3f}", str(sim["prompt_tokens"]),
+                  str(sim["requests"]))
     console.print(table)
     rel = (sim["hit_rate"] - live.hit_rate) / live.hit_rate if live.hit_rate else float("nan")
     console.print(f"simulator - live: {sim['hit_rate'] - live.hit_rate:+.3f} ({rel:+.1%} of live)")

@@ -126,4 +126,16 @@ def test_command_prints_live_and_simulated_hit_rates_side_by_side(tmp_path, serv
     # by hand: prompts of 80, 120, 160 tokens per workflow; hits 0, 80, 120 for w0 and 40, 80, 120 for w1
     assert data["live"]["cached_tokens"] == 440 and data["live"]["prompt_tokens"] == 720
     assert data["sim"]["hit_rate"] == pytest.approx(440 / 720) == data["live"]["hit_rate"]
+    assert data["sim"]["prompt_tokens"] == 720
     assert "SGLang (live)" in result.output and "simulator" in result.output and "+0.0%" in result.output
+
+
+def test_command_refuses_an_unwritable_json_path_before_replaying(tmp_path):
+    from pbkv_server.bench_cli import app as cli
+
+    trace = tmp_path / "t.jsonl"
+    with TraceWriter(trace) as writer:
+        writer.write(_inv("w", 0, ["a"], 10, 1, 0.0, 1.0))
+    result = CliRunner().invoke(cli, ["live-compare", str(trace), "--target", "http://127.0.0.1:9", "--json",
+                                      str(tmp_path)], terminal_width=200)
+    assert result.exit_code == 2 and "is a directory" in result.output
