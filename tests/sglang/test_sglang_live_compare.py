@@ -1,6 +1,6 @@
 """``pbkv-bench live-compare`` (live-replay + simulator) against the real servers shared with
 test_sglang_live_server.py: one workflow at a time, SGLang reports the hits computed by hand and
-the simulator the same hit rate, while the pool (4,096 tokens) is smaller than the trace's 5,880
+the simulator the same hit rate, while the pool (4,096 tokens) is smaller than the trace's 5,180
 distinct prompt tokens, so both evict on the way."""
 
 import json
