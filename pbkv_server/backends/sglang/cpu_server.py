@@ -81,9 +81,16 @@ class CpuServer:
         self._launched_at = 0.0
 
     def launch(self) -> "CpuServer":
-        """Start the launcher (returns at once; see :meth:`wait_ready`)."""
+        """Start the launcher (returns at once; see :meth:`wait_ready`).
+
+        Raises:
+            RuntimeError: the SGLang environment has no ``pbkv-server`` (run scripts/setup_sglang.sh).
+        """
         launcher = Path(self.python).with_name("pbkv-server")
-        cmd = ([str(launcher)] if launcher.exists() else [self.python, "-m", "pbkv_server.cli"])
+        if not launcher.exists():
+            raise RuntimeError(f"{launcher} not found: run scripts/setup_sglang.sh (installs this project into "
+                               "the SGLang environment)")
+        cmd = [str(launcher)]
         # One torch thread: on a small shared machine, OpenMP threads spin-waiting for a busy core
         # made each decode step about 30x slower (57 ms vs 1.7 ms per token measured here).
         env = {**os.environ, "PBKV_SGLANG_PYTHON": self.python, "OMP_NUM_THREADS": "1"}
