@@ -7,6 +7,7 @@ each test starts with :meth:`LiveServer.flush` so it sees an empty pool. Prompts
 
 from __future__ import annotations
 
+import itertools
 import random
 import sys
 from pathlib import Path
@@ -22,10 +23,18 @@ POOL_TOKENS = 4096
 ID_LOW, VOCAB = 1000, 8192
 
 
+_first_ids = itertools.count(ID_LOW)
+
+
 def prompt_ids(n: int, seed: Any) -> list[int]:
-    """``n`` token ids determined by ``seed`` (distinct seeds: prompts that share nothing)."""
+    """``n`` token ids: a first token no other prompt of the session starts with, then ids drawn
+    from a PRNG seeded by ``seed``. Two prompts thus share no prefix unless a test builds one
+    (``p + q``, ``p[:50] + r``); random first tokens would match by chance (1 in 7,192 per pair)
+    and turn an expected 0 cached tokens into 1."""
     rng = random.Random(f"pbkv-test:{seed}")
-    return [rng.randrange(ID_LOW, VOCAB) for _ in range(n)]
+    first = next(_first_ids)
+    assert first < VOCAB, "more prompts than distinct first tokens"
+    return [first] + [rng.randrange(ID_LOW, VOCAB) for _ in range(n - 1)]
 
 
 def hints(workflow_id: str, app: str, agent: str = "solo", step: int = 0) -> dict:
