@@ -1,16 +1,30 @@
-"""PBKV inside SGLang's real radix cache on CPU pools: hit rate and bookkeeping cost per policy.
+"""The PBKV plugin in SGLang on CPU: hit rate and overhead per policy, two ways.
 
-A seeded multi-agent workload (workflows of plan -> code -> test loops; each prompt = app preamble
-+ agent role + workflow task + the workflow's growing history) is served through SGLang's own
-cache calls as the scheduler makes them (``match_prefix`` with the request, insert after
-prefill, eviction when the KV pool is short), closed loop with C workflows in flight, each ending
-with the workflow-end signal. Printed per policy: device hit rate (matched prompt tokens / prompt
-tokens), evicted tokens, mean wall time per request of match + insert + hint bookkeeping, and per
-eviction call (SGLang's eviction walk with ``get_priority``).
+1. Cache level (default): a seeded multi-agent workload (workflows of plan -> code -> test
+   loops; each prompt = app preamble + agent role + workflow task + the workflow's growing
+   history) served through SGLang's own cache calls as the scheduler makes them (``match_prefix``
+   with the request, insert after prefill, eviction when the KV pool is short), closed loop with C
+   workflows in flight, each ending with the workflow-end signal. Printed per policy: device hit
+   rate (matched prompt tokens / prompt tokens), evicted tokens, mean wall time per request of
+   match + insert + hint bookkeeping, and per eviction call (SGLang's eviction walk with
+   ``get_priority``).
 
-    .venv-sglang/bin/python benchmarks/sglang_plugin_overhead.py [--workflows 120] [--kv-tokens 6000]
+       .venv-sglang/bin/python benchmarks/sglang_plugin_overhead.py [--workflows 120] [--kv-tokens 6000]
 
-Needs .venv-sglang (bash scripts/setup_sglang.sh). CPU only; the GPU data path is not involved.
+2. Live servers (``--live TRACE``): one real SGLang server per policy (tiny random model, CPU
+   engine, ``pbkv-server --engine sglang``, all started at once), the trace live-replayed on each
+   in turn, the order rotated every round (this machine is noisy, so only same-round ratios
+   count). Printed per policy: requests/s and mean request latency (median over rounds) and their
+   ratio to ``lru`` (median of the per-round ratios), the live hit rate (median, min-max over
+   rounds: concurrent interleaving varies from run to run), and the simulator's hit rate
+   for the same requests at the same capacity and concurrency
+   (:mod:`pbkv_server.sim.live_compare`, timing measured from the policy's first live round).
+
+       .venv-sglang/bin/python benchmarks/sglang_plugin_overhead.py --live runs/swe_autogen/test.jsonl \
+           --max-total-tokens 40241 --concurrency 24 --rounds 3
+
+Needs .venv-sglang (bash scripts/setup_sglang.sh). CPU only; the GPU data path (HiCache loads,
+CUDA kernels) is not involved, and a tiny model's latency on a CPU says nothing about a GPU.
 """
 
 from __future__ import annotations
@@ -107,13 +121,90 @@ def run(policy: str, args) -> dict:
             "evict_us": 1e6 * t_evict / evict_calls if evict_calls else 0.0}
 
 
+def live(args) -> None:
+    """Live mode: see the module docstring (2)."""
+    import asyncio
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    from pbkv_contract.trace import read_trace
+    from pbkv_server.backends.sglang.cpu_server import CpuServer
+    from pbkv_server.backends.sglang.tiny_model import build_tiny_model
+    from pbkv_server.live_replay import PromptBook, replay
+    from pbkv_server.sim.live_compare import matched_records, measured_profile, server_settings, simulate_matched
+
+    policies = args.policies.split(",")
+    records = read_trace(args.live)
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="pbkv-live-"))
+    model = build_tiny_model(work / "tiny-model")
+    servers = {p: CpuServer(p, model, work / f"{p}.log", args.max_total_tokens).launch() for p in policies}
+    rounds: list[dict] = []
+    try:
+        for server in servers.values():
+            server.wait_ready()
+        settings = {p: server_settings(_server_info(s.url)) for p, s in servers.items()}
+        for r in range(args.rounds):
+            order = policies[r % len(policies):] + policies[:r % len(policies)]
+            results = {}
+            for p in order:
+                servers[p].flush()
+                results[p] = asyncio.run(replay(records, servers[p].url, args.concurrency, "generate",
+                                                max_output_tokens=args.max_output_tokens))
+                s = results[p]
+                print(f"round {r + 1} {p:9} {s.requests / s.wall_s:7.2f} req/s  mean latency {s.latency_mean_s:7.3f} s  "
+                      f"hit rate {s.hit_rate:.4f}  errors {s.errors}", flush=True)
+            rounds.append(results)
+    finally:
+        for server in servers.values():
+            server.terminate()
+        for server in servers.values():
+            server.stop()
+    matched = matched_records(records, PromptBook(), 0.0, args.max_output_tokens)
+    print(f"\n{args.live}: {len(rounds[0][policies[0]].results)} requests, C={args.concurrency}, "
+          f"KV pool {args.max_total_tokens} tokens, page size 1, {args.rounds} rounds; logs in {work}")
+    print(f"{'policy':9} {'req/s':>7} {'x lru':>6} {'latency s':>9} {'x lru':>6} {'live hit':>8} {'(min-max)':>13} "
+          f"{'sim hit':>8} {'sim/live':>8}")
+    med = statistics.median
+    for p in policies:
+        rps = [rd[p].requests / rd[p].wall_s for rd in rounds]
+        lat = [rd[p].latency_mean_s for rd in rounds]
+        base = BASELINE_POLICY
+        rps_x = med(rd[p].requests / rd[p].wall_s / (rd[base].requests / rd[base].wall_s) for rd in rounds) \
+            if base in policies else float("nan")
+        lat_x = med(rd[p].latency_mean_s / rd[base].latency_mean_s for rd in rounds) if base in policies \
+            else float("nan")
+        hits = [rd[p].hit_rate for rd in rounds]
+        live_hit = med(hits)
+        sim = simulate_matched(matched, settings[p], measured_profile(rounds[0][p], args.max_total_tokens),
+                               args.concurrency)
+        print(f"{p:9} {med(rps):7.2f} {rps_x:6.3f} {med(lat):9.3f} {lat_x:6.3f} {live_hit:8.4f} "
+              f"{f'({min(hits):.4f}-{max(hits):.4f})':>13} {sim['hit_rate']:8.4f} "
+              f"{sim['hit_rate'] / live_hit if live_hit else float('nan'):8.3f}", flush=True)
+
+
+def _server_info(url: str) -> dict:
+    import httpx
+
+    return httpx.get(f"{url}/server_info", timeout=30).json()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workflows", type=int, default=120)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--kv-tokens", type=int, default=6000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--live", metavar="TRACE", help="live mode: replay this v1 trace on real servers")
+    parser.add_argument("--max-total-tokens", type=int, default=40000, help="live: KV pool of each server, tokens")
+    parser.add_argument("--rounds", type=int, default=3, help="live: replays per policy (order rotated)")
+    parser.add_argument("--policies", default="lru,pbkv-lae,pbkv-he,pbkv", help="live: comma-separated")
+    parser.add_argument("--max-output-tokens", type=int, default=None, help="live: cap each output (both sides)")
+    parser.add_argument("--work-dir", default=None, help="live: model and logs go here (default: a temp dir)")
     args = parser.parse_args()
+    if args.live:
+        live(args)
+        return
 
     from sglang.srt.plugins import load_plugins
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler

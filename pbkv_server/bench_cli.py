@@ -293,6 +293,7 @@ def _register_live_replay() -> None:
 
 
 _register_live_replay()
+app.command("live-compare")(importlib.import_module("pbkv_server.sim.live_compare").command)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ from pbkv_contract.trace import (
     read_trace,
 )
 
-__all__ = ["command", "replay", "check_arguments", "block_token_ids", "PromptBook", "RequestResult", "ReplaySummary"]
+__all__ = ["command", "replay", "check_arguments", "detect_vocab_size", "block_token_ids", "PromptBook", "RequestResult",
+           "ReplaySummary"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -162,7 +163,8 @@ class ReplaySummary:
 
 
 def check_arguments(*, target: str, concurrency: int = 1, api: str = "auto", gap_scale: float = 0.0,
-                    timeout_s: float = 600.0, max_output_tokens: int | None = None, limit: int | None = None) -> None:
+                    timeout_s: float = 600.0, max_output_tokens: int | None = None, limit: int | None = None,
+                    vocab_size: int | None = None) -> None:
     """Check replay settings before any request is sent (bad ones would make every request fail).
 
     Args:
@@ -170,6 +172,7 @@ def check_arguments(*, target: str, concurrency: int = 1, api: str = "auto", gap
         concurrency: >= 1 workflows in flight. api: ``auto`` | ``generate`` | ``chat``.
         gap_scale: >= 0 (a factor on recorded gaps). timeout_s: > 0 seconds per request.
         max_output_tokens: ``None`` or >= 1 tokens. limit: ``None`` or >= 1 workflows.
+        vocab_size: ``None`` (detect) or > :data:`TOKEN_ID_LOW`.
 
     Raises:
         ValueError: the first bad setting, named by its CLI flag.
@@ -192,9 +195,13 @@ def check_arguments(*, target: str, concurrency: int = 1, api: str = "auto", gap
         raise ValueError(f"--max-output-tokens must be >= 1, got {max_output_tokens}")
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be >= 1 workflows, got {limit}")
+    if vocab_size is not None and vocab_size <= TOKEN_ID_LOW:
+        raise ValueError(f"--vocab-size must exceed {TOKEN_ID_LOW} (ids below it are left to special tokens), "
+                         f"got {vocab_size}")
 
 
-async def replay(records: Sequence[Any], target: str, concurrency: int, api: str = "auto", vocab_size: int = 32000,
+async def replay(records: Sequence[Any], target: str, concurrency: int, api: str = "auto",
+                 vocab_size: int | None = None,
                  gap_scale: float = 0.0, model: str = "default", timeout_s: float = 600.0,
                  progress: Optional[Progress] = None, max_output_tokens: int | None = None) -> ReplaySummary:
     """Replay ``records`` (trace records) against ``target``; see the module docstring.
@@ -204,7 +211,8 @@ async def replay(records: Sequence[Any], target: str, concurrency: int, api: str
         target: server base URL, e.g. ``http://127.0.0.1:30000``.
         concurrency: most workflows in flight (>= 1).
         api: ``generate`` | ``chat`` | ``auto``.
-        vocab_size: token ids are drawn below this (``generate`` only).
+        vocab_size: token ids are drawn below this (``generate`` only); ``None``: the served model's
+            vocabulary (:func:`detect_vocab_size`), else 32,000.
         gap_scale: sleep ``gap_scale`` x the recorded gap between a workflow's invocations (0 = none).
         model: ``model`` field of chat requests.
         timeout_s: per-request timeout, seconds.
@@ -215,20 +223,21 @@ async def replay(records: Sequence[Any], target: str, concurrency: int, api: str
         ValueError: a bad argument (see :func:`check_arguments`) or a trace without invocations.
     """
     check_arguments(target=target, concurrency=concurrency, api=api, gap_scale=gap_scale, timeout_s=timeout_s,
-                    max_output_tokens=max_output_tokens)
+                    max_output_tokens=max_output_tokens, vocab_size=vocab_size)
     workflows = group_workflows(records)
     if not workflows:
         raise ValueError("the trace holds no invocations")
     end_status = {r.workflow_id: r.status for r in records if isinstance(r, WorkflowEndRecord)}
-    book = PromptBook(vocab_size)
-    if api != "chat":
-        ids = {id(r): book.token_ids(r) for invs in workflows.values() for r in invs}
-    texts = {id(r): book.text(r) for invs in workflows.values() for r in invs} if api != "generate" else {}
     target = target.rstrip("/")
     limits = httpx.Limits(max_connections=concurrency * 2 + 4)
     async with httpx.AsyncClient(base_url=target, timeout=timeout_s, limits=limits) as client:
         if api == "auto":
             api = await _detect_api(client)
+        if vocab_size is None:
+            vocab_size = (await detect_vocab_size(client) if api == "generate" else None) or 32000
+        book = PromptBook(vocab_size)
+        ids = {id(r): book.token_ids(r) for invs in workflows.values() for r in invs} if api == "generate" else {}
+        texts = {id(r): book.text(r) for invs in workflows.values() for r in invs} if api == "chat" else {}
         task_id = progress.add_task("live replay", total=sum(len(v) for v in workflows.values())) if progress else None
         sem = asyncio.Semaphore(concurrency)
         results: list[RequestResult] = []
@@ -260,6 +269,20 @@ async def replay(records: Sequence[Any], target: str, concurrency: int, api: str
         await asyncio.gather(*(run_workflow(wf, invs) for wf, invs in workflows.items()))
         wall = time.perf_counter() - t0
     return _summarise(api, target, concurrency, len(workflows), results, wf_latencies, wall, ends)
+
+
+async def detect_vocab_size(client: httpx.AsyncClient) -> int | None:
+    """The served model's vocabulary size, from ``config.json`` in the folder SGLang's
+    ``/get_model_info`` names, when that folder is readable from here (a server on this machine);
+    ``None`` otherwise. Token ids at or above it would fail the request."""
+    try:
+        r = await client.get("/get_model_info")
+        path = Path(r.json()["model_path"]) / "config.json"
+        config = json.loads(path.read_text())
+        vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+        return int(vocab) if vocab and int(vocab) > TOKEN_ID_LOW else None
+    except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 async def _detect_api(client: httpx.AsyncClient) -> str:
@@ -376,7 +399,9 @@ def command(
     target: str = typer.Option(..., "--target", help="server base URL, e.g. http://127.0.0.1:30000"),
     concurrency: int = typer.Option(8, "--concurrency", help="most workflows in flight (closed loop)"),
     api: str = typer.Option("auto", "--api", help="generate (SGLang /generate) | chat (OpenAI) | auto"),
-    vocab_size: int = typer.Option(32000, "--vocab-size", help="token ids are drawn below this (generate)"),
+    vocab_size: Optional[int] = typer.Option(
+        None, "--vocab-size", help="token ids are drawn below this (generate; default: the served model's "
+                                   "vocabulary when its config.json is readable here, else 32000)"),
     gap_scale: float = typer.Option(0.0, "--gap-scale", help="replay recorded gaps x this (0 = back to back)"),
     model: str = typer.Option("default", "--model", help="model field of chat requests"),
     limit: Optional[int] = typer.Option(None, "--limit", help="replay only the first N workflows"),
@@ -388,7 +413,7 @@ def command(
     """Replay a trace against a live server (SGLang or pbkv-server) and measure TTFT, latency, cached tokens."""
     try:
         check_arguments(target=target, concurrency=concurrency, api=api, gap_scale=gap_scale, timeout_s=timeout_s,
-                        max_output_tokens=max_output_tokens, limit=limit)
+                        max_output_tokens=max_output_tokens, limit=limit, vocab_size=vocab_size)
     except ValueError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=2) from None

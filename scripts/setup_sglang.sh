@@ -6,9 +6,13 @@
 #      dependencies pull CUDA-only packages that do not install on a CPU machine),
 #   3. the test tools, then this project itself (editable, --no-deps) so that the
 #      `sglang.srt.plugins` entry point `pbkv` is registered,
-#   4. TEST ENVIRONMENT ONLY: when torchvision cannot be imported (no CPU build here), a tiny
-#      import stub from scripts/sglang_test_stubs/ so that sglang.srt.configs imports. It is never
-#      installed on a machine that has a real torchvision (e.g. the GPU check).
+#   4. TEST ENVIRONMENT ONLY, each only when the real package does not import:
+#      - torchvision (no CPU build here): scripts/sglang_test_stubs/torchvision_stub, so that
+#        sglang.srt.configs imports;
+#      - sgl_kernel (no CPU build on PyPI): scripts/sglang_test_stubs/sgl_kernel_stub, so that
+#        SGLang's CPU engine (SGLANG_USE_CPU_ENGINE=1 --device cpu) starts for the real-server tests.
+#      Both raise if anything in them is called. Neither is installed on a machine that has the
+#      real package (e.g. the GPU check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -24,11 +28,17 @@ P="$VENV/bin/python"
   "pytest-timeout==$(grep -i '^pytest-timeout==' constraints.txt | cut -d= -f3)" \
   "hypothesis==$(grep -i '^hypothesis==' constraints.txt | cut -d= -f3)"
 "$P" -m pip install -q --no-deps -e .
-if ! "$P" -c "import torchvision" >/dev/null 2>&1; then
+install_test_stub() {  # $1 = importable name, $2 = stub folder under scripts/sglang_test_stubs
+  if "$P" -c "import $1" >/dev/null 2>&1 && ! "$P" -c "import sys, $1; sys.exit(0 if getattr($1, '__pbkv_test_stub__', False) else 1)"; then
+    return  # the real package: never shadow it
+  fi
   # Built from a temporary copy so that no build/ or egg-info lands in the checkout.
-  STUB_TMP=$(mktemp -d)
-  cp -r scripts/sglang_test_stubs/. "$STUB_TMP"
-  "$P" -m pip install -q --no-deps "$STUB_TMP"
-  rm -rf "$STUB_TMP"
-fi
+  local tmp
+  tmp=$(mktemp -d)
+  cp -r "scripts/sglang_test_stubs/$2/." "$tmp"
+  "$P" -m pip install -q --no-deps "$tmp"
+  rm -rf "$tmp"
+}
+install_test_stub torchvision torchvision_stub
+install_test_stub sgl_kernel sgl_kernel_stub
 "$P" -c "import sglang, pbkv_server; print('PBKV SGLang environment ready in $VENV, sglang', sglang.__version__)"

@@ -230,6 +230,30 @@ class PrefixCache:
             self.unlock(node)
             node = parent
 
+    def insert_output(self, end: Node | None, keys: list, toks: list, now: float, workflow: Workflow | None,
+                      agent: str | None, active: bool) -> Node | None:
+        """Keep a finished request's output KV as SGLang does at finish: a leaf under the prompt's
+        last cached node ``end`` (or the root), recorded for ``workflow`` like a prompt use.
+
+        Call it right after :meth:`release` of the request's reservation, which holds the room,
+        so nothing is evicted. Args as in :meth:`acquire`; ``keys``/``toks`` are the output's units.
+
+        Returns:
+            The new leaf, or ``None`` when ``keys`` is empty or the room is gone.
+        """
+        if not keys or sum(toks) > self.device_free():
+            return None
+        parent = end if end is not None and end.attached and end.tier == DEVICE else self.tree.root
+        node = self.tree.insert(parent, keys, toks, DEVICE, now)
+        node.sc = NodeScore(node)
+        if workflow is not None and active:
+            self.board.touch(node.sc, workflow.workflow_id, agent)
+        elif workflow is not None:
+            self.board.note_ended_use(node.sc)
+        self.refresh(node)
+        self.refresh(parent)
+        return node
+
     def rescore(self, records: Sequence[NodeScore]) -> None:
         """Re-file the nodes whose score or prefetch value changed (a new prediction, an end)."""
         for rec in records:

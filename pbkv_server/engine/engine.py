@@ -325,5 +325,22 @@ class Engine:
         self._known_ids.discard(r.req.request_id)
         self.cache.release(r.end, r.reserve)
         self._stats.requests_finished += 1
+        if self.config.cache_outputs and r.output_tokens > 1:
+            self._cache_output(r)
         if r.wf is not None:
             self.workflows.finished(r.wf, self._lifecycle_now())
+
+    def _cache_output(self, r: _Request) -> None:
+        """SGLang's insert at finish (see ``EngineConfig.cache_outputs``): prompt + output[:-1], in
+        whole pages, so the uncached prompt tail and the output fill pages together."""
+        tokens = r.output_tokens - 1 + r.tail
+        key = f"\x00out:{r.req.request_id}:{r.index}"  # never a prompt's key: no later prompt matches it
+        page = self.config.page_size
+        if page is None:
+            keys, toks = [key], [tokens]
+        else:
+            keys = [(key, i) for i in range(tokens // page)]
+            toks = [page] * len(keys)
+        wf = r.wf
+        active = wf is not None and self._active.get(wf.workflow_id) is wf
+        self.cache.insert_output(r.end, keys, toks, self.clock, wf, r.agent, active)

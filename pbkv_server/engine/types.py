@@ -175,6 +175,11 @@ class EngineConfig:
         batch_predictions: ask a predictor that does not learn online once per scheduling step
             for every invocation since the last step (one batched forward pass), instead of once
             per invocation; the results are identical.
+        cache_outputs: keep each finished request's output KV as SGLang does (it inserts prompt +
+            output[:-1] into its radix tree at finish): a leaf of ``output_tokens - 1`` tokens under the
+            prompt, recorded for the request's workflow. Traces hash prompts by text, so no later
+            prompt matches it: it costs capacity only, as in ``pbkv-bench live-replay`` against SGLang
+            (whose outputs are never re-sent). ``False`` (default): outputs are not cached.
     """
 
     profile: HardwareProfile
@@ -193,3 +198,4 @@ class EngineConfig:
     max_ended_ids: int = 100_000
     page_size: int | None = None
     batch_predictions: bool = True
+    cache_outputs: bool = False

@@ -270,6 +270,7 @@ def simulate(
     timeline_bins: int = 40,
     app_graphs: dict[str, dict[str, Sequence[str]]] | None = None,
     on_workflow_end: Callable[[int], None] | None = None,
+    cache_outputs: bool = False,
 ) -> SimResult:
     """Replay ``workload`` under ``policy`` and return its metrics.
 
@@ -290,6 +291,7 @@ def simulate(
         app_graphs: static agent graph per app for ``kvflow`` (default: learned from the workload,
             see :func:`static_graphs`).
         on_workflow_end: called with the number of finished replay units after each one (progress bars).
+        cache_outputs: keep finished outputs in the cache as SGLang does (``EngineConfig.cache_outputs``).
 
     Raises:
         ValueError: ``concurrency`` < 1 or an unknown policy (from the engine).
@@ -304,7 +306,7 @@ def simulate(
         engine = Engine(EngineConfig(
             profile=profile, policy=policy, device_tokens=device_tokens, host_tokens=host_tokens,
             horizon=horizon, gamma=gamma, rho=rho, predictor=predictor, max_batch=max_batch, future=future,
-            page_size=page_size, batch_predictions=batch_predictions,
+            page_size=page_size, batch_predictions=batch_predictions, cache_outputs=cache_outputs,
         ))
         for app, edges in graphs.items():
             engine.set_app_graph(app, edges)

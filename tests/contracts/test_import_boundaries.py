@@ -71,3 +71,15 @@ def test_the_static_check_sees_an_sdk_import(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("import pbkv_sdk.stamping\nfrom pbkv_sdk.context import workflow\nfrom . import x\n")
     assert [name for _, name in _imports(probe)] == ["pbkv_sdk.stamping", "pbkv_sdk.context"]
+
+
+def test_the_server_cli_loads_no_sim_http_stack_before_it_serves():
+    # `pbkv-server --engine sglang` runs in SGLang's own environment, which has no httptools:
+    # the CLI module may read the HTTP config, not the sim server's protocol and app.
+    code = (
+        "import sys\n"
+        "import pbkv_server.cli\n"
+        "print(sorted(m for m in sys.modules if m in ('httptools', 'pbkv_server.http.protocol', 'pbkv_server.http.app')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

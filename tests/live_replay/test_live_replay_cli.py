@@ -124,6 +124,35 @@ def test_generate_api_sends_input_ids_recorded_lengths_and_hints(serve_asgi):
     assert {b["sampling_params"]["max_new_tokens"] for b in seen} == {2}  # recorded 3, capped at 2
 
 
+def test_generate_ids_stay_below_the_served_models_vocabulary(tmp_path, serve_asgi):
+    """SGLang's /get_model_info names the model folder; its config.json gives the vocabulary (a
+    tiny model's 8,192 entries: ids drawn below the default 32,000 would fail every request)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"vocab_size": 8192}))
+    seen = []
+    app = FastAPI()
+
+    @app.get("/get_model_info")
+    async def info():
+        return {"model_path": str(model)}
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        seen.extend((await request.json())["input_ids"])
+
+        async def stream():
+            yield "data: " + json.dumps({"text": "a", "meta_info": {"completion_tokens": 1}}) + "\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    server = serve_asgi(app)
+    summary = asyncio.run(replay(_records(), server.url, concurrency=2))
+    assert summary.errors == 0 and len(seen) > 500
+    assert max(seen) < 8192 and min(seen) >= 1000
+    assert max(seen) > 7000  # drawn from the whole range, not from a smaller default
+
+
 def test_unreadable_trace_is_a_clear_error(tmp_path):
     from pbkv_server.bench_cli import app
 
@@ -146,6 +175,7 @@ def test_unreadable_trace_is_a_clear_error(tmp_path):
         (["--gap-scale", "-1"], "--gap-scale must be a finite number >= 0"),
         (["--max-output-tokens", "0"], "--max-output-tokens must be >= 1, got 0"),
         (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
+        (["--vocab-size", "1000"], "--vocab-size must exceed 1000"),
     ],
 )
 def test_bad_arguments_are_refused_before_the_trace_is_read(tmp_path, flags, message):

@@ -141,3 +141,44 @@ class TablePredictor(Predictor):
     def predict(self, queries):
         return [Prediction([dict(d) for d in self.TABLE[q.agent]]) for q in queries]
 
+
+
+# ---------------------------------------------------------------------------- real servers
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The seeded tiny random Qwen2 model (``pbkv_server.backends.sglang.tiny_model``), built once."""
+    pytest.importorskip("sglang.srt.plugins")
+    from pbkv_server.backends.sglang.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+#: Servers the real-server tests share; launched together when the first of those tests starts
+#: (their start-up, about 20-40 s of imports each, overlaps).
+LIVE_POLICIES = ("pbkv", "lru")
+
+
+@pytest.fixture(scope="session")
+def live_servers(tiny_model_dir, tmp_path_factory):
+    """``live_servers(policy)`` -> a running :class:`sglang_live.LiveServer`, one per policy for the
+    whole session (started again if a test stopped it); all stop at the end of the session."""
+    from sglang_live import LiveServer
+
+    logs = tmp_path_factory.mktemp("sglang-logs")
+    servers = {p: LiveServer(p, tiny_model_dir, logs / f"{p}.log").launch() for p in LIVE_POLICIES}
+
+    def get(policy: str) -> LiveServer:
+        server = servers.get(policy)
+        if server is None or server.exited:
+            server = servers[policy] = LiveServer(policy, tiny_model_dir, logs / f"{policy}.log").launch()
+        return server.wait_ready()
+
+    try:
+        yield get
+    finally:
+        for server in servers.values():
+            server.terminate()
+        for server in servers.values():
+            server.stop()

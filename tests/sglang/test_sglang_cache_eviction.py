@@ -19,6 +19,7 @@ def test_ended_workflows_private_nodes_are_evicted_before_older_active_ones(harn
     h.cache.book.predictor = TablePredictor()
     h.serve([1, 2, 3, 4], _hint("wfA", "plan", 0))   # A: shared prefix [1,2], private [3,4]
     h.serve([1, 2, 5, 6], _hint("wfB", "plan", 0))   # B: private [5,6], most recently used
+    h.serve([1, 2, 5, 6], _hint("wfB", "code", 1))   # a second step: B is a multi-step workflow
     h.cache.end_workflow("wfB")
     nodes = h.nodes()
     assert nodes[5].sc.retired and not nodes[1].sc.retired and not nodes[3].sc.retired
@@ -117,6 +118,7 @@ def test_idle_workflows_are_retired(harness):
     now = [100.0]
     h.cache.book.clock = lambda: now[0]
     h.serve([1, 2], _hint("wfA", "plan", 0))
+    h.serve([1, 2], _hint("wfA", "code", 1))  # multi-step: its cache counts as retired once it ends
     now[0] = 111.0
     h.serve([3, 4], _hint("wfB", "plan", 0))  # any invocation checks idleness first
     assert "wfA" not in h.cache.book.workflows and h.nodes()[1].sc.retired

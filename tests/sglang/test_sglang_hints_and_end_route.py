@@ -121,6 +121,7 @@ def test_end_message_crosses_sglangs_msgpack_ipc_and_retires_the_workflow(harnes
 
     h = harness("pbkv-he", kv_tokens=64)
     h.serve([1, 2], {"workflow_id": "wf-9", "agent": "a", "step": 0})
+    h.serve([1, 2], {"workflow_id": "wf-9", "agent": "b", "step": 1})  # multi-step: retired once it ends
     decoded = msgpack_decode(msgpack_encode(PBKVEndWorkflowReq(workflow_id="wf-9", status="failed")))
     assert isinstance(decoded, PBKVEndWorkflowReq) and decoded.status == "failed"
     scheduler = SimpleNamespace(tree_cache=h.cache, _request_dispatcher=TypeBasedDispatcher([]))

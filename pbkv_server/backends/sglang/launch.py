@@ -2,7 +2,10 @@
 
 The plugin loads itself in the launched server through the ``sglang.srt.plugins`` entry point;
 this module only picks the interpreter of the SGLang environment, adds the policy and backend
-flags, and waits for the server (forwarding Ctrl-C / SIGTERM). It imports no SGLang, so the main
+flags and ``--enable-cache-report`` (so OpenAI ``usage`` carries ``prompt_tokens_details.cached_tokens``,
+which ``pbkv-bench live-replay`` and the SDK's users read), sets ``SGLANG_USE_CPU_ENGINE=1`` for
+``--device cpu`` (without it SGLang 0.5.23 does not take the CPU path and fails importing vllm),
+and waits for the server (forwarding Ctrl-C / SIGTERM). It imports no SGLang, so the main
 environment's ``pbkv-server`` can call :func:`main`.
 """
 
@@ -19,9 +22,11 @@ from pbkv_server.engine.policies import BASELINE_POLICY, available_policies, pol
 
 from .settings import BACKEND_NAME, PLUGIN_NAME
 
-__all__ = ["main", "build_command", "resolve_policy", "sglang_python", "LaunchError"]
+__all__ = ["main", "build_command", "build_env", "resolve_policy", "sglang_python", "LaunchError"]
 
 _OWN_FLAGS = ("--radix-eviction-policy", "--radix-cache-backend")
+#: Added unless given: SGLang reports cached prompt tokens in ``usage`` only with it.
+_CACHE_REPORT_FLAG = "--enable-cache-report"
 
 
 class LaunchError(ValueError):
@@ -63,7 +68,8 @@ def sglang_python() -> str:
 
 
 def build_command(policy: str, sglang_args: Sequence[str], python: str | None = None) -> list[str]:
-    """The server command line.
+    """The server command line: ``sglang_args``, then the policy flags, then
+    ``--enable-cache-report`` unless ``sglang_args`` already has it.
 
     Raises:
         LaunchError: ``sglang_args`` already sets ``--radix-eviction-policy`` or
@@ -76,7 +82,37 @@ def build_command(policy: str, sglang_args: Sequence[str], python: str | None = 
     cmd = [python or sglang_python(), "-m", "sglang.launch_server", *sglang_args, "--radix-eviction-policy", name]
     if needs_backend:
         cmd += ["--radix-cache-backend", BACKEND_NAME]
+    if _CACHE_REPORT_FLAG not in sglang_args:
+        cmd.append(_CACHE_REPORT_FLAG)
     return cmd
+
+
+def build_env(sglang_args: Sequence[str], environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The server's environment: ``environ`` (default ``os.environ``) plus what the plugin needs.
+
+    - ``SGLANG_PLUGINS``: a whitelist without ``pbkv`` would silently drop the plugin, so ``pbkv``
+      is appended to it.
+    - ``SGLANG_USE_CPU_ENGINE=1`` when ``sglang_args`` hold ``--device cpu`` and the variable is
+      unset: SGLang 0.5.23 selects its CPU platform only with it.
+    """
+    env = dict(os.environ if environ is None else environ)
+    allowed = env.get("SGLANG_PLUGINS")
+    if allowed and PLUGIN_NAME not in {p.strip() for p in allowed.split(",")}:
+        env["SGLANG_PLUGINS"] = f"{allowed},{PLUGIN_NAME}"
+    if _device(sglang_args) == "cpu":
+        env.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+    return env
+
+
+def _device(sglang_args: Sequence[str]) -> str | None:
+    """Value of the last ``--device`` flag (``--device X`` or ``--device=X``), else None."""
+    device = None
+    for i, arg in enumerate(sglang_args):
+        if arg == "--device" and i + 1 < len(sglang_args):
+            device = sglang_args[i + 1]
+        elif arg.startswith("--device="):
+            device = arg.split("=", 1)[1]
+    return device
 
 
 def main(policy: str, sglang_args: list[str]) -> int:
@@ -96,11 +132,7 @@ def main(policy: str, sglang_args: list[str]) -> int:
     except LaunchError as exc:
         print(f"pbkv-server: {exc}", file=sys.stderr)
         return 2
-    env = dict(os.environ)
-    allowed = env.get("SGLANG_PLUGINS")
-    if allowed and PLUGIN_NAME not in {p.strip() for p in allowed.split(",")}:
-        env["SGLANG_PLUGINS"] = f"{allowed},{PLUGIN_NAME}"  # a whitelist without us would silently drop it
-    proc = subprocess.Popen(cmd, env=env)
+    proc = subprocess.Popen(cmd, env=build_env(sglang_args))
 
     def forward(signum, _frame):
         proc.send_signal(signum)

@@ -16,7 +16,7 @@ import sys
 import types
 
 REASON = (
-    "is unavailable: this is PBKV's test-only torchvision stub (scripts/sglang_test_stubs); "
+    "is unavailable: this is PBKV's test-only torchvision stub (scripts/sglang_test_stubs/torchvision_stub); "
     "install a real torchvision to use vision models"
 )
 
