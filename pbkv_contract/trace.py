@@ -62,6 +62,10 @@ class InvocationRecord:
             when several workflows form one user's sequence, such as a chat whose turns are each a
             workflow; ``None``: the workflow is its own session. Replay runs a session's
             workflows one after the other.
+        priority: the request priority the client sent (SGLang ``priority``, Dynamo
+            ``nvext.agent_hints.priority``), when known.
+        cache_ttl_s: the cache TTL the client asked for (Dynamo ``nvext.cache_control``),
+            seconds, when known.
     """
 
     app: str
@@ -80,11 +84,13 @@ class InvocationRecord:
     text: str | None = None
     block_tokens: list[int] | None = None
     session_id: str | None = None
+    priority: int | None = None
+    cache_ttl_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of this record (``type`` and ``v`` included; optional fields only if set)."""
         data = {"type": "invocation", "v": TRACE_VERSION, **asdict(self)}
-        for optional in ("text", "block_tokens", "session_id"):
+        for optional in ("text", "block_tokens", "session_id", "priority", "cache_ttl_s"):
             if data[optional] is None:
                 del data[optional]
         return data
@@ -149,6 +155,11 @@ def _check_invocation(rec: InvocationRecord) -> None:
         raise ValueError("invocation needs workflow_id and agent strings")
     if rec.session_id is not None and (not isinstance(rec.session_id, str) or not rec.session_id):
         raise ValueError("session_id must be a non-empty string or null")
+    if rec.priority is not None and (not isinstance(rec.priority, int) or isinstance(rec.priority, bool)):
+        raise ValueError("priority must be an integer or null")
+    if rec.cache_ttl_s is not None and (not isinstance(rec.cache_ttl_s, (int, float))
+                                        or isinstance(rec.cache_ttl_s, bool) or not rec.cache_ttl_s >= 0):
+        raise ValueError("cache_ttl_s must be a non-negative number or null")
     for name in ("step", "prompt_tokens", "completion_tokens", "cached_tokens", "block_chars"):
         value = getattr(rec, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:

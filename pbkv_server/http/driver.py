@@ -146,6 +146,12 @@ class SimDriver:
             self._wake.set()  # ending may free memory a waiting request needs
         return active
 
+    def close_session(self, session_id: str) -> bool:
+        """SGLang ``/close_session``: the policy drops the session's tags, and the PBKV workflow of
+        the same id ends (``completed``); True if that workflow was active."""
+        self.engine.close_session(session_id)
+        return self.end_workflow(session_id, "completed")
+
     def retire_idle(self) -> list[str]:
         """Retire the engine's idle workflows now (the server's sweeper calls it); returns their ids."""
         retired = self.engine.retire_idle()
