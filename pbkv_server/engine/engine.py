@@ -204,12 +204,17 @@ class Engine:
         self.cache.now = self.clock
         admitted: list[_Request] = []
         max_batch = self.config.max_batch
+        reorders = self.policy.reorders_queue
         while self._waiting and len(self._running) + len(admitted) < max_batch:
-            if not self._admit(self._waiting[0]):
+            # FIFO, unless the policy schedules some waiting request first (Continuum: jobs whose
+            # KV it pinned); the request it picks blocks the rest like the head does
+            i = self.policy.pick_waiting([r.req for r in self._waiting]) if reorders else 0
+            if not self._admit(self._waiting[i]):
                 if not self._running and not admitted and self.policy.relieve():
                     continue  # the policy's pins blocked an idle engine: it gave one up, retry
                 break
-            admitted.append(self._waiting.popleft())
+            admitted.append(self._waiting[i])
+            del self._waiting[i]
         events: list[FirstToken | Finished] = []
         profile = self.profile
         if admitted:

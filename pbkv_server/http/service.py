@@ -417,7 +417,7 @@ class PbkvService:
             self._scenarios[app] = found  # only registered apps are cached: the map stays small
         return found
 
-            hints, hint_status = self.workflows.session_hints(extras.session_id), "session"    def _malformed(self, reason: str) -> None:
+    def _malformed(self, reason: str) -> None:
         self.metrics.malformed_hints.inc()
         if reason not in self._logged_reasons and len(self._logged_reasons) < _LOGGED_REASONS_MAX:
             self._logged_reasons.add(reason)

@@ -192,6 +192,8 @@ class Policy:
             node rank alike and eviction takes the whole tail it needs at once.
         holds_nodes: the policy pins nodes (:meth:`holds`, :meth:`keeps`); the cache asks it only
             if True.
+        reorders_queue: the engine asks :meth:`pick_waiting` which waiting request to admit next
+            (otherwise the queue is FIFO).
         speculative_prefill: see :class:`PolicyInfo`.
     """
 
@@ -206,6 +208,7 @@ class Policy:
     iterates_order = False
     unit_priority = False
     holds_nodes = False
+    reorders_queue = False
     speculative_prefill = False
 
     def __init__(self, cache: "PrefixCache | None") -> None:
@@ -240,6 +243,10 @@ class Policy:
         """True if ``node`` must not leave the cache: a device victim that the host tier cannot
         take stays on the device instead of being dropped (as when a held node hangs below)."""
         return False
+
+    def pick_waiting(self, waiting: Sequence["EngineRequest"]) -> int:
+        """Index in ``waiting`` (oldest first) of the request to admit next (``reorders_queue``)."""
+        return 0
 
     def relieve(self) -> bool:
         """Give up one hold because the queue head cannot be admitted and nothing runs (a deadlock

@@ -17,16 +17,17 @@ call is expected to take, so the job's next turn finds its context:
   request running the pin that expires last is dropped.
 
 Pinned nodes rank after every unpinned one and are never evicted while pinned (LRU otherwise,
-vLLM's free-block order). Continuum also reorders the waiting queue (jobs with pinned KV first);
-the engine core's queue is FIFO for every policy, so only the cache half is modelled here.
+vLLM's free-block order). Continuum's scheduler admits the waiting turns of jobs whose KV is pinned
+first (``scheduling_policy = "continuum"``), so a pinned context is used
+before it blocks others; :meth:`pick_waiting` does that here (the oldest such turn; otherwise the
+queue is FIFO, where Continuum orders the rest by job arrival).
 
 Modelling choices: a job is a PBKV workflow; ``is_last_step`` is :attr:`EngineRequest.last_step`
 (replay: the workflow's last invocation in the trace; ``pbkv-server``: the body's ``is_last_step``);
 the tool a request calls is identified by its app and agent (each agent of the examples calls one
 kind of tool: HoVer's query writer retrieval, SWE-bench's coder the test run), since traces carry
-no tool names; anonymous requests are never pinned. "No request of the job waits" is read as "the
-workflow has no request in flight" (a running request locks its own path anyway); the deadlock
-guard fires when nothing runs.
+no tool names; anonymous requests are never pinned. The deadlock guard fires when nothing runs
+(the release checks for at most one running request).
 """
 
 from __future__ import annotations
@@ -49,14 +50,16 @@ class ContinuumPolicy(Policy):
 
     summary = "Continuum: pin a job's KV across its tool call (2 s if the tool's learned mean is <= 2 s)"
     holds_nodes = True
+    reorders_queue = True
 
     def __init__(self, cache) -> None:
         super().__init__(cache)
         self._count: dict = {}  # node -> number of job pins covering it
-        self._pins: dict[str, tuple] = {}  # workflow id -> (deadline, workflow, path nodes)
+        self._pins: dict[str, tuple] = {}  # workflow id -> (deadline, path nodes)
         self._deadlines: list = []  # (deadline, seq, workflow id), stale entries skipped
         self._seq = itertools.count()
         self._departed: dict[str, tuple[float, tuple]] = {}  # workflow id -> (finish time, tool)
+        self._queued: dict[str, int] = {}  # workflow id -> its requests submitted and not yet admitted
         self._samples: dict[tuple, list[float]] = {}  # tool -> [sum of durations, count]
 
     def priority(self, node) -> tuple:
@@ -77,6 +80,14 @@ class ContinuumPolicy(Policy):
         """A pinned node stays on the device."""
         return self.pinned(node)
 
+    def pick_waiting(self, waiting) -> int:
+        """The oldest waiting request of a job whose KV is pinned, else the queue head."""
+        if self._pins:
+            for i, req in enumerate(waiting):
+                if req.hints is not None and req.hints.workflow_id in self._pins:
+                    return i
+        return 0
+
     def relieve(self) -> bool:
         """Deadlock guard: drop the pin whose deadline is latest."""
         if not self._pins:
@@ -87,12 +98,21 @@ class ContinuumPolicy(Policy):
     # ----------------------------------------------------------------- hooks
     def on_invocation(self, wf, previous_agent) -> None:
         """The job's next request arrived: its tool took ``now - departure`` (one sample)."""
+        self._queued[wf.workflow_id] = self._queued.get(wf.workflow_id, 0) + 1
         left = self._departed.pop(wf.workflow_id, None)
         if left is not None:
             finished_at, tool = left
             s = self._samples.setdefault(tool, [0.0, 0])
             s[0] += max(0.0, self.cache.now - finished_at)
             s[1] += 1
+
+    def on_admit(self, admission, path) -> None:
+        """The job's request left the waiting queue."""
+        wf = admission.workflow
+        if wf is not None and self._queued.get(wf.workflow_id, 0) > 0:
+            self._queued[wf.workflow_id] -= 1
+            if not self._queued[wf.workflow_id]:
+                del self._queued[wf.workflow_id]
 
     def on_finish(self, request, wf, end) -> None:
         """Release the job's earlier pin; pin this request's path unless it is the last step or
@@ -116,7 +136,7 @@ class ContinuumPolicy(Policy):
             path.append(node)
             node = node.parent
         deadline = now + PIN_S
-        self._pins[wid] = (deadline, wf, path)
+        self._pins[wid] = (deadline, path)
         heapq.heappush(self._deadlines, (deadline, next(self._seq), wid))
         for node in path:
             self._count[node] = self._count.get(node, 0) + 1
@@ -132,7 +152,7 @@ class ContinuumPolicy(Policy):
         n = self._count.get(bottom)
         if n:
             self._count[top] = n
-            for _, _, path in self._pins.values():
+            for _, path in self._pins.values():
                 if bottom in path:
                     path.append(top)
 
@@ -142,7 +162,7 @@ class ContinuumPolicy(Policy):
 
     # ----------------------------------------------------------------- internals
     def _sweep(self) -> None:
-        """Release pins whose deadline passed while the job has no request in flight."""
+        """Release pins whose deadline passed while no request of the job waits for admission."""
         heap, now = self._deadlines, self.cache.now
         waiting = []
         while heap and heap[0][0] <= now:
@@ -150,15 +170,15 @@ class ContinuumPolicy(Policy):
             pin = self._pins.get(entry[2])
             if pin is None or pin[0] != entry[0]:
                 continue  # released or replaced meanwhile
-            if pin[1].inflight > 0:
-                waiting.append(entry)  # the job's next request is queued or running: the pin waits
+            if entry[2] in self._queued:
+                waiting.append(entry)  # the job's next request waits for admission: the pin waits too
             else:
                 self._unpin(entry[2])
         for entry in waiting:
             heapq.heappush(heap, entry)
 
     def _unpin(self, wid: str) -> None:
-        _, _, path = self._pins.pop(wid)
+        _, path = self._pins.pop(wid)
         for node in path:
             n = self._count.get(node, 0) - 1
             if n > 0:
