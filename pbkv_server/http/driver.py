@@ -140,7 +140,10 @@ class SimDriver:
         return sub
 
     def end_workflow(self, workflow_id: str, status: str = "completed") -> bool:
-        """Tell the engine a workflow ended (idempotent, unknown ids are fine); True if it was active."""
+        """Tell the engine a workflow ended (idempotent, unknown ids are fine); True if it was active.
+        The SGLang session of the same id closes with it (a client that sends both forms names its
+        session after its workflow)."""
+        self.engine.close_session(workflow_id)
         active = self.engine.end_workflow(workflow_id, status)
         if self._wake is not None:
             self._wake.set()  # ending may free memory a waiting request needs
@@ -149,7 +152,6 @@ class SimDriver:
     def close_session(self, session_id: str) -> bool:
         """SGLang ``/close_session``: the policy drops the session's tags, and the PBKV workflow of
         the same id ends (``completed``); True if that workflow was active."""
-        self.engine.close_session(session_id)
         return self.end_workflow(session_id, "completed")
 
     def retire_idle(self) -> list[str]:

@@ -169,4 +169,13 @@ def test_an_sglang_session_is_the_workflow_and_sglangs_close_session_ends_it(har
     assert closed and "conv-7" not in h.cache.book.workflows and h.nodes()[1].sc.retired
     end_session_workflow(None, scheduler, CloseSessionReqInput(session_id="conv-7"))  # idempotent
     assert "wf-x" in h.cache.book.workflows
+    # the other way round: with --enable-session-radix-cache, a PBKV end closes the session of the
+    # same id (a client sending both forms names its session after its workflow)
+    from pbkv_server.backends.sglang.ipc import PBKVEndWorkflowReq, handle_end_workflow
+
+    h.cache.enable_session_radix_cache = True
+    with mock.patch.object(h.cache, "release_radix_session") as release:
+        handle_end_workflow(scheduler, PBKVEndWorkflowReq(workflow_id="wf-x"))
+    release.assert_called_once_with("wf-x")
+    assert "wf-x" not in h.cache.book.workflows
 

@@ -95,6 +95,9 @@ def handle_end_workflow(scheduler: Any, message: PBKVEndWorkflowReq) -> None:
         cache.end_workflow(message.workflow_id, message.status)
     except ValueError:
         log.warning("PBKV end for %s with bad status %r ignored", message.workflow_id, message.status)
+    if getattr(cache, "enable_session_radix_cache", False):
+        # a client sending both forms names its SGLang session after its workflow: close it too
+        cache.release_radix_session(message.workflow_id)
     return None
 
 

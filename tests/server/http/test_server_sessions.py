@@ -128,3 +128,17 @@ def test_ttl_pin_server_pins_a_prefix_asked_with_cache_control(start_server):
         r = chat(client, [{"role": "user", "content": text_of_tokens(60, "pinned")}],
                  nvext={"cache_control": {"type": "ephemeral", "ttl": "5m"}})
         assert policy.pinned_tokens == int(r.headers["X-PBKV-Prompt-Tokens"]) > 0
+
+
+def test_the_pbkv_end_signal_also_closes_the_session_of_the_same_id(start_server):
+    """A client sending both forms (PBKV hints and session_id = workflow id, as the SDK does with
+    body hints) ends both with one PBKV end signal."""
+    server = start_server(policy="sglang-session")
+    engine = server.service.driver.engine
+    with httpx.Client(base_url=server.url) as client:
+        chat(client, [{"role": "user", "content": text_of_tokens(60, "both")}], Hints("w-5", "coder", 0, "app"),
+             session_id="w-5")
+        assert any(engine.policy.referenced(n) for n in engine.tree.nodes())
+        assert client.post("/pbkv/v1/workflows/w-5/end").status_code == 204
+        assert not any(engine.policy.referenced(n) for n in engine.tree.nodes())
+        assert "w-5" not in server.service.workflows.workflows
