@@ -173,16 +173,19 @@ def _next_prefix(req: EngineRequest, following: EngineRequest | None) -> tuple[l
     blocks, toks = list(req.blocks), list(req.block_tokens)
     reply = req.output_tokens
     if following is not None and blocks:
-        shared = len(blocks) - 1  # chained keys: sharing the last full block means sharing all before it
         nxt = following.blocks
-        if shared == 0 or (len(nxt) >= shared and nxt[shared - 1] == blocks[shared - 1]):
+        shared = 0  # blocks in common (chained keys: the common blocks are a prefix)
+        while shared < min(len(blocks), len(nxt)) and nxt[shared] == blocks[shared]:
+            shared += 1
+        # it extends the prompt when it shares every block but perhaps the last, partial one
+        if shared >= max(1, len(blocks) - 1):
             limit, acc, n = sum(toks) + reply, 0, 0
             for t in following.block_tokens:
                 if acc + t > limit:
                     break
                 acc += t
                 n += 1
-            if n >= shared:
+            if n >= len(blocks) - 1:
                 return list(nxt[:n]), list(following.block_tokens[:n])
     return blocks + [f"{req.request_id}~reply"], toks + [reply]
 

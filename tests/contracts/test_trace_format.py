@@ -126,3 +126,23 @@ def test_lone_surrogates_from_json_hash_instead_of_crashing():
     hashes = prefix_hashes([{"role": "user", "content": text}], block_chars=8)
     assert len(hashes) == math.ceil(len("<|user|>" + text + "<|end|>") / 8)
     assert hashes != prefix_hashes([{"role": "user", "content": "\udc00 x"}], block_chars=8)
+
+
+def test_optional_priority_and_cache_ttl_round_trip_and_bad_values_are_skipped(tmp_path, caplog):
+    """``priority`` and ``cache_ttl_s`` are written only when set and read back; a record with a
+    string priority or a negative TTL is a malformed line (skipped with a warning)."""
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(str(path)) as w:
+        w.write(_inv(priority=7, cache_ttl_s=300.0))
+        w.write(_inv(step=1))
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert (lines[0]["priority"], lines[0]["cache_ttl_s"]) == (7, 300.0)
+    assert "priority" not in lines[1] and "cache_ttl_s" not in lines[1]
+    recs = read_trace(str(path))
+    assert (recs[0].priority, recs[0].cache_ttl_s, recs[1].priority) == (7, 300.0, None)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps({**lines[1], **field}) for field in
+                             ({"priority": "high"}, {"cache_ttl_s": -1}, {"priority": True}, {})) + "\n")
+    with caplog.at_level(logging.WARNING):
+        assert len(read_trace(str(bad))) == 1
+    assert sum("skipping malformed trace line" in r.message for r in caplog.records) == 3

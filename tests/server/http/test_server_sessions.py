@@ -142,3 +142,24 @@ def test_the_pbkv_end_signal_also_closes_the_session_of_the_same_id(start_server
         assert client.post("/pbkv/v1/workflows/w-5/end").status_code == 204
         assert not any(engine.policy.referenced(n) for n in engine.tree.nodes())
         assert "w-5" not in server.service.workflows.workflows
+
+
+def test_spec_prefill_server_prefills_every_chat_turn_and_the_next_turn_hits_the_reply(start_server):
+    """Under ``spec-prefill`` every chat request carries its next-turn prefix; once the turn is
+    answered the engine prefills conversation + reply (counted apart from the hit rate), so the
+    next turn finds the reply's tokens cached: more than the first prompt."""
+    import time
+
+    server = start_server(policy="spec-prefill")
+    stats = server.service.driver.engine.stats
+    messages = [{"role": "user", "content": text_of_tokens(60, "spec")}]
+    with httpx.Client(base_url=server.url) as client:
+        first = chat(client, messages)
+        deadline = time.monotonic() + 5
+        while stats.speculative_prefill_tokens == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stats.speculative_prefill_tokens > int(first.headers["X-PBKV-Prompt-Tokens"])
+        messages += [{"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
+                     {"role": "user", "content": "more"}]
+        second = chat(client, messages)
+    assert int(second.headers["X-PBKV-Cached-Tokens"]) > int(first.headers["X-PBKV-Prompt-Tokens"])
