@@ -30,6 +30,12 @@ A trace is a JSONL file with one object per line; every line carries ``"v": 1`` 
                        for itself (AutoGen speaker
                        selection); replay keeps it,
                        predictor training skips it
+  ``priority``         the request priority the client sent   ``None``
+                       (SGLang ``priority``, Dynamo
+                       ``nvext.agent_hints.priority``; int)
+  ``cache_ttl_s``      the cache TTL the client asked for     ``None``
+                       (Dynamo ``nvext.cache_control``),
+                       seconds (>= 0)
   ===================  =====================================  ====================================
 
 ``workflow_end``: the end of a workflow. Required ``app``, ``workflow_id``, ``t`` (number, Unix
@@ -112,6 +118,10 @@ class InvocationRecord:
             (AutoGen's speaker selection): cache replay keeps it, predictor training skips it.
             ``None`` (the default, and every trace written before this field) means an agent step;
             the key is only written when set.
+        priority: the request priority the client sent (SGLang ``priority``, Dynamo
+            ``nvext.agent_hints.priority``), when known.
+        cache_ttl_s: the cache TTL the client asked for (Dynamo ``nvext.cache_control``),
+            seconds, when known.
     """
 
     app: str
@@ -131,6 +141,8 @@ class InvocationRecord:
     block_tokens: list[int] | None = None
     session_id: str | None = None
     internal: bool | None = None
+    priority: int | None = None
+    cache_ttl_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of this record (``type`` and ``v`` included; unknown optional fields left out)."""
@@ -148,7 +160,8 @@ class InvocationRecord:
 
 
 #: Optional invocation fields whose unknown value is ``None`` (left out when writing).
-_NULLABLE = ("ttft_s", "cached_tokens", "block_chars", "text", "block_tokens", "session_id", "internal")
+_NULLABLE = ("ttft_s", "cached_tokens", "block_chars", "text", "block_tokens", "session_id", "internal", "priority",
+             "cache_ttl_s")
 
 
 @dataclass(slots=True)
@@ -348,6 +361,7 @@ _INVOCATION: dict[str, tuple[bool, Callable[[Any], Any]]] = {
     "ttft_s": (False, partial(_number, minimum=0.0)), "cached_tokens": (False, _integer),
     "block_chars": (False, partial(_integer, minimum=1)), "features": (False, _features), "text": (False, _string),
     "block_tokens": (False, _counts), "session_id": (False, _name), "internal": (False, _flag),
+    "priority": (False, partial(_integer, minimum=-(2**63))), "cache_ttl_s": (False, partial(_number, minimum=0.0)),
 }
 _WORKFLOW_END: dict[str, tuple[bool, Callable[[Any], Any]]] = {
     "app": (True, _string), "workflow_id": (True, _string), "t": (True, _number), "status": (False, _string),

@@ -8,7 +8,8 @@ For each request to an LLM endpoint (path ending in ``/chat/completions``, ``/co
 ``/generate``) made inside a workflow (see :mod:`pbkv_sdk.context`), the transport
 
 1. reserves the workflow's next step and adds the four ``X-PBKV-*`` headers (and, with
-   ``body_hints``, ``custom_params.pbkv`` in the JSON body, the route SGLang keeps);
+   ``body_hints``, ``custom_params.pbkv`` in the JSON body, the route SGLang keeps, and SGLang's
+   own top-level ``session_id`` = the workflow id unless the app set one);
 2. when the workflow records a trace, watches the response stream (first token time, bytes) and
    hands the finished call to the recorder thread.
 
@@ -237,6 +238,7 @@ def _with_body_hints(request: httpx.Request, body: bytes, hints: Hints) -> httpx
     custom = dict(custom) if isinstance(custom, dict) else {}
     custom[BODY_KEY] = hints.to_body()
     data["custom_params"] = custom
+    data.setdefault("session_id", hints.workflow_id)  # SGLang's form: the workflow is also a session
     content = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
     return httpx.Request(request.method, request.url, headers=headers, content=content, extensions=request.extensions)

@@ -59,6 +59,8 @@ ENGINE_METRICS = (
     Metric("dropped_tokens", "counter", "tokens",
            "Tokens that left the cache for good (device evictions the host could not take, host evictions)"),
     Metric("prefetched_tokens", "counter", "tokens", "Tokens prefetched from the host tier to the device"),
+    Metric("speculative_prefill_tokens", "counter", "tokens",
+           "Prompt tokens of speculative next-turn prefills (not counted in prompt_tokens or the hit rates)"),
     Metric("hit_rate", "gauge", "ratio",
            "Token-level device hit rate: prompt tokens served from device cache / all prompt tokens"),
     Metric("host_hit_rate", "gauge", "ratio",

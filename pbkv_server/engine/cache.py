@@ -15,7 +15,10 @@ ever sits below an evicted one. It moves the freed part to the host tier when th
 room (by dropping host leaves in policy order, again only what is needed), and otherwise drops it
 with its host subtree. Nodes on the path of a running request, and nodes pinned with
 :meth:`PrefixCache.lock`, never move: a node is kept on the device rather than dropped while a
-pinned host node hangs below it.
+pinned host node hangs below it. A policy that pins nodes itself (``holds_nodes``: TTL pins,
+Continuum's tool-call pins) is asked :meth:`~pbkv_server.engine.policies.Policy.holds` about each
+victim (a held node stays on its tier) and
+:meth:`~pbkv_server.engine.policies.Policy.keeps` before a drop (a kept node stays in the cache).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .cost import HardwareProfile
 from .policies import make_policy
 from .radix import DEVICE, HOST, Node, RadixTree
 from .scoring import NodeScore, ScoreBoard
-from .types import Admission, EngineConfig, EngineStats
+from .types import Admission, EngineConfig, EngineRequest, EngineStats
 from .workflows import Workflow
 
 __all__ = ["PrefixCache", "Acquired"]
@@ -137,7 +140,7 @@ class PrefixCache:
     # ================================================================ requests
     def acquire(self, blocks: list, toks: list, cum: list, reserve: int, now: float,
                 workflow: Workflow | None, agent: str | None, active: bool, index: int,
-                uncached: int = 0) -> Acquired | None:
+                uncached: int = 0, request: EngineRequest | None = None, count: bool = True) -> Acquired | None:
         """Admit a request's prompt if its KV fits: lock its cached prefix, load its host part,
         insert its new part, evict what is needed, and reserve room for its output.
 
@@ -152,6 +155,9 @@ class PrefixCache:
             index: the request's submission index (for policies that read the future).
             uncached: prompt tokens after the last whole page, never cached: prefilled, counted
                 in the prompt, and held in ``reserve``.
+            request: the request, handed to the policy in its :class:`Admission`.
+            count: count the prompt in the hit-rate figures; ``False`` for a speculative prefill
+                (counted in ``speculative_prefill_tokens`` only).
 
         Returns:
             The locked prefix, or ``None`` when the request does not fit now (nothing changed but
@@ -215,10 +221,13 @@ class PrefixCache:
                     board.touch(node.sc, workflow.workflow_id, agent)
         self._reserved += reserve
         s = self.stats
-        s.prompt_tokens += cum[-1] + uncached
-        s.device_hit_tokens += device_hit
-        s.host_hit_tokens += host_hit
-        self.policy.on_admit(Admission(index, blocks, workflow, agent), path)
+        if count:
+            s.prompt_tokens += cum[-1] + uncached
+            s.device_hit_tokens += device_hit
+            s.host_hit_tokens += host_hit
+        else:
+            s.speculative_prefill_tokens += cum[-1] + uncached
+        self.policy.on_admit(Admission(index, blocks, workflow, agent, request), path)
         return Acquired(path, device_hit, host_hit, load, inserted + uncached)
 
     def release(self, end: Node | None, reserve: int) -> None:
@@ -324,8 +333,14 @@ class PrefixCache:
         # a policy whose priority differs between the units of one node (its last unit decides)
         # takes one unit at a time, so that the rest of the node is ranked again
         per_unit = self.policy.unit_priority
+        holds = self.policy.holds_nodes
         while freed < tokens:
             node = self.peek_victim()
+            if holds and node is not None:
+                if self.policy.holds(node):
+                    break  # held nodes rank last: everything left is held
+                if self.peek_victim() is not node:
+                    continue  # the policy cleared expired holds and re-filed nodes: new order
             need = min(tokens - freed, node.toks[-1]) if per_unit and node is not None else tokens - freed
             if node is None or (limit is not None and not limit(node, self._tail_tokens(node, need))):
                 break
@@ -408,7 +423,7 @@ class PrefixCache:
                 self.refresh(node)
                 self.refresh(parent)
                 return True
-        if self._pinned_below(node):
+        if self._pinned_below(node) or (self.policy.holds_nodes and self.policy.keeps(node)):
             return False
         self._count_eviction(node)
         self._drop_subtree(node)
@@ -423,10 +438,16 @@ class PrefixCache:
     def _evict_host(self, tokens: int) -> int:
         freed = 0
         heap = self._host_heap
+        holds = self.policy.holds_nodes
         while freed < tokens and heap:
             entry = heapq.heappop(heap)
             if not self._host_valid(entry):
                 continue
+            if holds and self.policy.holds(entry[3]):
+                heapq.heappush(heap, entry)  # held nodes rank last: everything left is held
+                break
+            if holds and not self._host_valid(entry):
+                continue  # an expired hold was cleared and the node re-filed: take it in order
             node = self._split_tail(entry[3], tokens - freed)
             parent = node.parent
             freed += node.tokens
@@ -458,12 +479,13 @@ class PrefixCache:
             acc += toks[-m]
         return m
 
-    @staticmethod
-    def _pinned_below(node: Node) -> bool:
+    def _pinned_below(self, node: Node) -> bool:
+        """A node below ``node`` is locked, or kept by the policy (then ``node`` cannot be dropped)."""
+        keeps = self.policy.keeps if self.policy.holds_nodes else None
         stack = list(node.children.values())
         while stack:
             n = stack.pop()
-            if n.lock:
+            if n.lock or (keeps is not None and keeps(n)):
                 return True
             stack.extend(n.children.values())
         return False

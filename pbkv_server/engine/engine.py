@@ -58,6 +58,7 @@ class _Request:
     load: int = 0
     done_at: int = 0
     cum: list = field(default_factory=list)
+    internal: bool = False  # a speculative prefill the engine submitted itself: no events, not counted
 
 
 class Engine:
@@ -110,6 +111,7 @@ class Engine:
         self._finish_heap: list = []
         self._iters = 0
         self._submitted = 0
+        self._internal = itertools.count(1)  # speculative prefills: negative indices, never the caller's
 
     # ================================================================ public API
     @property
@@ -141,29 +143,19 @@ class Engine:
                 the id is already waiting or running, or the request's KV (prompt + output
                 tokens) exceeds the device capacity (a real server rejects it too).
         """
-        toks = [int(t) for t in req.block_tokens]
-        if len(req.blocks) != len(toks):
-            raise ValueError(f"request {req.request_id}: {len(req.blocks)} blocks but {len(toks)} token counts")
-        if toks and min(toks) < 0:
-            raise ValueError(f"request {req.request_id}: negative block token count")
-        if req.request_id in self._known_ids:
-            raise ValueError(f"request id {req.request_id!r} is already waiting or running")
-        prompt = sum(toks)
-        out = max(1, int(req.output_tokens))
-        if prompt + out > self.device_capacity:
-            raise ValueError(f"request {req.request_id} needs {prompt + out} tokens of KV cache; "
-                             f"the device holds {self.device_capacity}")
-        units = to_units(req.blocks, toks, self.config.page_size)
+        r = self._request(req, self._submitted)
         self.cache.now = self.clock
-        # the uncached tail (less than a page) holds KV while the request runs, like its output
-        r = _Request(req, units.keys, units.toks, prompt, out, self._submitted, self.clock, None, None,
-                     reserve=out + units.tail, tail=units.tail, cum=[0, *itertools.accumulate(units.toks)])
         self._submitted += 1
         hints = req.hints
         if hints is not None:
             r.wf, r.agent = self._invocation(hints, tuple(req.features))
         self._known_ids.add(req.request_id)
         self._waiting.append(r)
+
+    def close_session(self, session_id: str) -> None:
+        """The client closed SGLang session ``session_id`` (``/close_session``): tell the policy.
+        A PBKV workflow of the same id is ended separately (:meth:`end_workflow`)."""
+        self.policy.on_session_close(session_id)
 
     def end_workflow(self, workflow_id: str, status: str = "completed", reason: str = END_CLIENT) -> bool:
         """The workflow ended: its nodes lose it (retired if it was their last). Idempotent.
@@ -212,10 +204,17 @@ class Engine:
         self.cache.now = self.clock
         admitted: list[_Request] = []
         max_batch = self.config.max_batch
+        reorders = self.policy.reorders_queue
         while self._waiting and len(self._running) + len(admitted) < max_batch:
-            if not self._admit(self._waiting[0]):
+            # FIFO, unless the policy schedules some waiting request first (Continuum: jobs whose
+            # KV it pinned); the request it picks blocks the rest like the head does
+            i = self.policy.pick_waiting([r.req for r in self._waiting]) if reorders else 0
+            if not self._admit(self._waiting[i]):
+                if not self._running and not admitted and self.policy.relieve():
+                    continue  # the policy's pins blocked an idle engine: it gave one up, retry
                 break
-            admitted.append(self._waiting.popleft())
+            admitted.append(self._waiting[i])
+            del self._waiting[i]
         events: list[FirstToken | Finished] = []
         profile = self.profile
         if admitted:
@@ -232,7 +231,8 @@ class Engine:
                 r.done_at = start_iter + r.output_tokens
                 self._running[r.req.request_id] = r
                 heapq.heappush(self._finish_heap, (r.done_at, r.index, r))
-                events.append(FirstToken(r.req.request_id, self.clock, r.prompt_tokens, r.device_hit, r.host_hit))
+                if not r.internal:
+                    events.append(FirstToken(r.req.request_id, self.clock, r.prompt_tokens, r.device_hit, r.host_hit))
         elif self._running:
             dt = profile.decode_step_time(len(self._running))
             k = self._finish_heap[0][0] - self._iters
@@ -252,10 +252,12 @@ class Engine:
             raise RuntimeError("engine stalled: a waiting request does not fit an idle device")
         else:
             return events
+        self.cache.now = self.clock  # completions happen at the end of the iteration
         while self._finish_heap and self._finish_heap[0][0] <= self._iters:
             _, _, r = heapq.heappop(self._finish_heap)
             self._finish(r)
-            events.append(Finished(r.req.request_id, self.clock, r.output_tokens))
+            if not r.internal:
+                events.append(Finished(r.req.request_id, self.clock, r.output_tokens))
         return events
 
     def refresh(self, node: Node) -> None:
@@ -283,6 +285,42 @@ class Engine:
         return list(self._active.values())
 
     # ================================================================ internals
+    def _request(self, req: EngineRequest, index: int) -> _Request:
+        """Check ``req`` and turn it into the scheduler's record (see :meth:`submit` for errors)."""
+        toks = [int(t) for t in req.block_tokens]
+        if len(req.blocks) != len(toks):
+            raise ValueError(f"request {req.request_id}: {len(req.blocks)} blocks but {len(toks)} token counts")
+        if toks and min(toks) < 0:
+            raise ValueError(f"request {req.request_id}: negative block token count")
+        if req.request_id in self._known_ids:
+            raise ValueError(f"request id {req.request_id!r} is already waiting or running")
+        prompt = sum(toks)
+        out = max(1, int(req.output_tokens))
+        if prompt + out > self.device_capacity:
+            raise ValueError(f"request {req.request_id} needs {prompt + out} tokens of KV cache; "
+                             f"the device holds {self.device_capacity}")
+        units = to_units(req.blocks, toks, self.config.page_size)
+        # the uncached tail (less than a page) holds KV while the request runs, like its output
+        return _Request(req, units.keys, units.toks, prompt, out, index, self.clock, None, None,
+                        reserve=out + units.tail, tail=units.tail, cum=[0, *itertools.accumulate(units.toks)])
+
+    def _speculative_prefill(self, r: _Request) -> None:
+        """Queue the one-token prefill of ``r``'s next-turn prefix (Dynamo ``speculative_prefill``:
+        the frontend sends it once a turn finishes, so the next turn finds it cached). It costs
+        prefill compute like any request, emits no events, and its prompt is counted in
+        ``speculative_prefill_tokens`` instead of the hit-rate figures."""
+        blocks, toks = r.req.speculative_next
+        if not blocks:
+            return
+        spec = EngineRequest(f"{r.req.request_id}~speculative", list(blocks), list(toks), 1)
+        try:
+            q = self._request(spec, -next(self._internal))
+        except ValueError:  # larger than the device, or (never expected) a clash of ids
+            return
+        q.internal = True
+        self._known_ids.add(spec.request_id)
+        self._waiting.append(q)
+
     def _lifecycle_now(self) -> float:
         return self.clock if self._lifecycle_clock is None else self._lifecycle_clock()
 
@@ -313,7 +351,7 @@ class Engine:
         wf = r.wf
         active = wf is None or self._active.get(wf.workflow_id) is wf
         got = self.cache.acquire(r.blocks, r.toks, r.cum, r.reserve, self.clock, wf, r.agent, active, r.index,
-                                 uncached=r.tail)
+                                 uncached=r.tail, request=r.req, count=not r.internal)
         if got is None:
             return False
         r.end = got.end
@@ -323,12 +361,17 @@ class Engine:
     def _finish(self, r: _Request) -> None:
         del self._running[r.req.request_id]
         self._known_ids.discard(r.req.request_id)
+        self.policy.on_finish(r.req, r.wf, r.end)  # before the release: pins are set on a locked path
         self.cache.release(r.end, r.reserve)
+        if r.internal:
+            return
         self._stats.requests_finished += 1
         if self.config.cache_outputs and r.output_tokens > 1:
             self._cache_output(r)
         if r.wf is not None:
             self.workflows.finished(r.wf, self._lifecycle_now())
+        if r.req.speculative_next is not None:
+            self._speculative_prefill(r)
 
     def _cache_output(self, r: _Request) -> None:
         """SGLang's insert at finish (see ``EngineConfig.cache_outputs``): prompt + output[:-1], in

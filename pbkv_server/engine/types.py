@@ -36,6 +36,21 @@ class EngineRequest:
         output_tokens: tokens to generate (values < 1 are served as 1: the first token).
         hints: workflow identity; ``None`` = anonymous request (no workflow, LRU-like treatment).
         features: request feature vector passed to the predictor.
+
+    Request metadata that users of other cache managers send, read only by the policies that model
+    them (``docs/architecture.md``, "Compared policies"); every other policy ignores them:
+
+    Attributes:
+        session_id: SGLang's top-level ``session_id`` (the session radix cache tags KV by it);
+            replay: the trace's ``session_id``, else the workflow id.
+        priority: the request's ``priority`` (SGLang, Dynamo ``nvext.agent_hints.priority``);
+            ``None``: not sent (SGLang's default 0).
+        cache_ttl_s: Dynamo ``nvext.cache_control`` TTL, seconds; ``None``: not sent.
+        last_step: the client marks this request as its workflow's last (Continuum's
+            ``is_last_step``).
+        speculative_next: ``(blocks, block_tokens)`` of the next turn's prefix (this prompt plus
+            its reply) that the client's frontend prefills with one output token after this
+            request finishes (Dynamo ``speculative_prefill``); ``None``: no such prefill.
     """
 
     request_id: str
@@ -44,6 +59,11 @@ class EngineRequest:
     output_tokens: int
     hints: Hints | None = None
     features: tuple[float, ...] = ()
+    session_id: str | None = None
+    priority: int | None = None
+    cache_ttl_s: float | None = None
+    last_step: bool = False
+    speculative_next: tuple[Sequence[Hashable], Sequence[int]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +99,15 @@ class Admission:
         blocks: its prompt's block keys, in order.
         workflow: its workflow (``None`` for an anonymous request).
         agent: the agent that made it (``None`` for an anonymous request).
+        request: the request itself (its session, priority, TTL...), ``None`` when a caller of
+            :meth:`PrefixCache.acquire` passed none.
     """
 
     index: int
     blocks: Sequence[Hashable]
     workflow: "Workflow | None"
     agent: str | None
+    request: EngineRequest | None = None
 
 
 @runtime_checkable
@@ -121,6 +144,7 @@ class EngineStats:
     evicted_tokens: int = 0
     dropped_tokens: int = 0
     prefetched_tokens: int = 0
+    speculative_prefill_tokens: int = 0
     device_used_tokens: int = 0
     host_used_tokens: int = 0
     active_workflows: int = 0

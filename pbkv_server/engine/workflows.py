@@ -37,12 +37,14 @@ from .scoring import NodeScore, ScoreBoard
 log = logging.getLogger(__name__)
 
 __all__ = ["Workflow", "WorkflowTable", "Invocation", "END_CLIENT", "END_IDLE", "END_TABLE_FULL",
-           "RETIRED_STATUS"]
+           "RETIRED_STATUS", "SESSION_AGENT"]
 
 #: Why a workflow ended: the client's end signal, idleness, or the table bound.
 END_CLIENT, END_IDLE, END_TABLE_FULL = "client", "idle", "table_full"
 #: End status recorded when the server retires a workflow (idle or table bound).
 RETIRED_STATUS = "cancelled"
+#: Agent of a request whose only identity is an SGLang ``session_id`` (a chat session has one speaker).
+SESSION_AGENT = "assistant"
 
 
 @dataclass(slots=True)
@@ -180,6 +182,15 @@ class WorkflowTable:
     def get(self, workflow_id: str) -> Workflow | None:
         """The active workflow ``workflow_id``, or ``None``."""
         return self.workflows.get(workflow_id)
+
+    def session_hints(self, session_id: str) -> Hints:
+        """Hints of a request that names only an SGLang session (top-level ``session_id``, no PBKV
+        hints): the session is the workflow, :data:`SESSION_AGENT` the agent, and the step counts
+        the session's invocations so far, so an app that uses SGLang sessions gets the workflow
+        lifecycle without the PBKV SDK (``/close_session`` is its end signal). The caller checked
+        ``session_id`` against the workflow-id rule."""
+        wf = self.workflows.get(session_id)
+        return Hints(session_id, SESSION_AGENT, len(wf.history) if wf is not None else 0)
 
     def ended_status(self, workflow_id: str) -> str | None:
         """End status of a remembered ended workflow (``None``: active, unknown or forgotten)."""

@@ -7,8 +7,10 @@ Routes (``docs/architecture.md``, "Hint protocol" and "Live server"):
   headers ``X-PBKV-Prompt-Tokens``, ``X-PBKV-Cached-Tokens``, ``X-PBKV-Host-Cached-Tokens``,
   ``X-PBKV-TTFT-S`` (simulated, engine seconds) and ``X-PBKV-Hints`` (ok | anonymous | ignored).
 * ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics``.
-* ``POST /pbkv/v1/workflows/{workflow_id}/end`` (204, idempotent, unknown ids fine) and
-  ``PUT /pbkv/v1/apps/{app}/graph`` (204): the only routes guarded by ``--hint-token``.
+* ``POST /pbkv/v1/workflows/{workflow_id}/end`` (204, idempotent, unknown ids fine),
+  ``POST /close_session`` (SGLang's, ``{"session_id": ...}``, 200: closes the session's tags and
+  ends the PBKV workflow of that id) and ``PUT /pbkv/v1/apps/{app}/graph`` (204): the only routes
+  guarded by ``--hint-token``.
 * ``GET /openapi.json``: the OpenAPI document of all of the above (:mod:`pbkv_server.http.openapi`).
 
 Bodies are read by the routes themselves: size checked on ``Content-Length`` before reading, JSON
@@ -36,6 +38,7 @@ from pbkv_server.http.openapi import (
     AGENT_MAP,
     AppGraph,
     ChatCompletion,
+    CloseSession,
     Health,
     ModelCard,
     ModelList,
@@ -49,7 +52,10 @@ from pbkv_server.http.responses import full_response, model_card, stream_events
 from pbkv_server.http.service import PbkvService
 from pbkv_contract.hints import END_PATH, GRAPH_PATH
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "CLOSE_SESSION_PATH"]
+
+#: SGLang's session-close route (``python/sglang/srt/entrypoints/http_server.py``).
+CLOSE_SESSION_PATH = "/close_session"
 
 
 def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConfig] | None = None) -> FastAPI:
@@ -162,6 +168,15 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
         body = await _optional_json(request, config.max_body_bytes, config.max_json_depth)
         service.end_workflow(workflow_id, body)
         return Response(status_code=204)
+
+    @app.post(CLOSE_SESSION_PATH, openapi_extra=json_body(CloseSession),
+              responses=responses(None, 400, 401, 413, 431), response_class=Response)
+    async def close_session(request: Request) -> Response:
+        """SGLang's session close: the session's cache tags go, and its PBKV workflow ends (idempotent)."""
+        service.check_hint_token(request.headers)
+        body = await read_json_body(request, config.max_body_bytes, config.max_json_depth)
+        service.close_session(body)
+        return Response(status_code=200)
 
     @app.put(GRAPH_PATH.replace("{app}", "{app_name:path}"), status_code=204,
              openapi_extra=json_body({"anyOf": [{"$ref": "#/components/schemas/AppGraph"}, AGENT_MAP]}),

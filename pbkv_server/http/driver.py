@@ -140,11 +140,19 @@ class SimDriver:
         return sub
 
     def end_workflow(self, workflow_id: str, status: str = "completed") -> bool:
-        """Tell the engine a workflow ended (idempotent, unknown ids are fine); True if it was active."""
+        """Tell the engine a workflow ended (idempotent, unknown ids are fine); True if it was active.
+        The SGLang session of the same id closes with it (a client that sends both forms names its
+        session after its workflow)."""
+        self.engine.close_session(workflow_id)
         active = self.engine.end_workflow(workflow_id, status)
         if self._wake is not None:
             self._wake.set()  # ending may free memory a waiting request needs
         return active
+
+    def close_session(self, session_id: str) -> bool:
+        """SGLang ``/close_session``: the policy drops the session's tags, and the PBKV workflow of
+        the same id ends (``completed``); True if that workflow was active."""
+        return self.end_workflow(session_id, "completed")
 
     def retire_idle(self) -> list[str]:
         """Retire the engine's idle workflows now (the server's sweeper calls it); returns their ids."""

@@ -1,21 +1,24 @@
 """The parts of one LLM exchange: the validated request, its outcome, and their wire forms.
 
-:func:`request_messages` and :func:`request_max_tokens` read a validated OpenAI body; :class:`Prepared`
+:func:`request_messages` and :func:`request_max_tokens` read a validated OpenAI body;
+:func:`request_extras` reads the fields that clients of other cache managers send (SGLang's
+``session_id`` and ``priority``, Dynamo's ``nvext``, Continuum's ``is_last_step``); :class:`Prepared`
 is a request ready for the engine; :class:`Completion` is its outcome in tokens and engine
 seconds, with the OpenAI ``usage`` object and the ``X-PBKV-*`` response headers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from pbkv_contract.hints import Hints
+from pbkv_contract.hints import HintError, Hints, validate_workflow_id
 from pbkv_server.engine import EngineRequest
 
-__all__ = ["Prepared", "Completion", "figure_headers", "request_messages", "request_max_tokens",
-           "HEADER_PROMPT_TOKENS", "HEADER_CACHED_TOKENS", "HEADER_HOST_CACHED_TOKENS", "HEADER_TTFT",
-           "HEADER_HINTS"]
+__all__ = ["Prepared", "Completion", "RequestExtras", "figure_headers", "request_messages", "request_max_tokens",
+           "request_extras", "cache_control_ttl", "HEADER_PROMPT_TOKENS", "HEADER_CACHED_TOKENS",
+           "HEADER_HOST_CACHED_TOKENS", "HEADER_TTFT", "HEADER_HINTS"]
 
 #: Header names of the per-request figures the server reports.
 HEADER_PROMPT_TOKENS = "X-PBKV-Prompt-Tokens"
@@ -23,6 +26,89 @@ HEADER_CACHED_TOKENS = "X-PBKV-Cached-Tokens"
 HEADER_HOST_CACHED_TOKENS = "X-PBKV-Host-Cached-Tokens"
 HEADER_TTFT = "X-PBKV-TTFT-S"
 HEADER_HINTS = "X-PBKV-Hints"
+
+#: Dynamo's ``cache_control`` TTL range and the TTL of a string it does not recognise, seconds.
+TTL_MIN_S, TTL_MAX_S, TTL_DEFAULT_S = 300.0, 3600.0, 300.0
+_TTL_RE = re.compile(r"^\s*(\d+)\s*([smh]?)\s*$")
+_TTL_UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+@dataclass(slots=True)
+class RequestExtras:
+    """What a request body says for the cache managers users run today (all optional).
+
+    Attributes:
+        session_id: SGLang's top-level ``session_id`` (1-128 of ``[A-Za-z0-9._:-]``, the workflow-id
+            rule, since the server also uses it as the PBKV workflow id).
+        priority: the top-level ``priority`` (SGLang, vLLM), else ``nvext.agent_hints.priority``
+            (Dynamo).
+        cache_ttl_s: ``nvext.cache_control`` TTL, seconds, clamped as Dynamo does.
+        speculative_prefill: ``nvext.agent_hints.speculative_prefill`` is true.
+        last_step: Continuum's top-level ``is_last_step``.
+        problems: why a field was ignored (wrong type or value); never an error for the request.
+    """
+
+    session_id: str | None = None
+    priority: int | None = None
+    cache_ttl_s: float | None = None
+    speculative_prefill: bool = False
+    last_step: bool = False
+    problems: list[str] = field(default_factory=list)
+
+
+def request_extras(body: Mapping[str, Any]) -> RequestExtras:
+    """Read :class:`RequestExtras` from a decoded JSON body. Never raises: a field of the wrong
+    type or value is ignored and named in ``problems`` (like a malformed hint)."""
+    out = RequestExtras()
+    sid = body.get("session_id")
+    if sid is not None:
+        try:
+            out.session_id = validate_workflow_id(sid) if isinstance(sid, str) else None
+        except HintError:
+            pass
+        if out.session_id is None:
+            out.problems.append("session_id must be 1-128 characters of [A-Za-z0-9._:-]")
+    nvext = body.get("nvext")
+    hints = nvext.get("agent_hints") if isinstance(nvext, Mapping) else None
+    hints = hints if isinstance(hints, Mapping) else {}
+    priority = body.get("priority", hints.get("priority"))
+    if priority is not None:
+        if isinstance(priority, int) and not isinstance(priority, bool):
+            out.priority = priority
+        else:
+            out.problems.append("priority must be an integer")
+    out.speculative_prefill = hints.get("speculative_prefill") is True
+    control = nvext.get("cache_control") if isinstance(nvext, Mapping) else None
+    if control is not None:
+        out.cache_ttl_s = cache_control_ttl(control)
+        if out.cache_ttl_s is None:
+            out.problems.append('nvext.cache_control must be {"type": "ephemeral", "ttl": ...}')
+    last = body.get("is_last_step")
+    if last is not None:
+        if isinstance(last, bool):
+            out.last_step = last
+        else:
+            out.problems.append("is_last_step must be a boolean")
+    return out
+
+
+def cache_control_ttl(control: Any) -> float | None:
+    """The TTL, seconds, of a Dynamo ``nvext.cache_control`` object, or ``None`` if it is not one.
+
+    ``ttl`` is whole seconds (``"600"``, ``600``, ``"600s"``) or a shorthand (``"5m"``, ``"1h"``); a
+    string Dynamo does not recognise means 300 s, and the result is clamped to [300, 3600] s, as
+    Dynamo's ``CacheControl::ttl_seconds`` does (ai-dynamo/dynamo PR #6213; "SGLang for Agentic
+    Workloads", Request Format). Only ``type: "ephemeral"`` exists; another type is ``None``.
+    """
+    if not isinstance(control, Mapping) or control.get("type", "ephemeral") != "ephemeral":
+        return None
+    ttl = control.get("ttl")
+    seconds = TTL_DEFAULT_S
+    if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) and ttl == ttl:
+        seconds = float(ttl)
+    elif isinstance(ttl, str) and (m := _TTL_RE.match(ttl)):
+        seconds = int(m.group(1)) * _TTL_UNIT[m.group(2)]
+    return min(TTL_MAX_S, max(TTL_MIN_S, seconds))
 
 @dataclass(slots=True)
 class Prepared:
@@ -35,7 +121,8 @@ class Prepared:
         stream: answer as server-sent events.
         include_usage: streaming only: send a final usage chunk.
         hints: the request's valid hints, or ``None`` (anonymous or malformed).
-        hint_status: ``"ok"``, ``"anonymous"`` or ``"ignored"`` (malformed).
+        hint_status: ``"ok"``, ``"anonymous"``, ``"ignored"`` (malformed) or ``"session"`` (no PBKV
+            hints: the workflow is the request's SGLang ``session_id``).
         engine_request: blocks, block tokens, output tokens, hints, features.
         text: the reply the scenario wrote (already cut to ``max_tokens``).
         completion_tokens: tokens of ``text``.

@@ -127,6 +127,8 @@ def route_label(path: str) -> str:
         return "workflow_end"
     if path.startswith("/pbkv/v1/apps/"):
         return "app_graph"
+    if path == "/close_session":
+        return "close_session"
     if path in ("/health", "/metrics", "/v1/models"):
         return path.strip("/").replace("/", "_")
     return "other"

@@ -22,7 +22,7 @@ from pbkv_contract.hints import END_STATUSES
 from pbkv_server.http.validation import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["install_openapi", "json_body", "responses", "ChatCompletion", "TextCompletion", "ErrorResponse",
-           "WorkflowEnd", "AppGraph", "AGENT_MAP", "ModelCard", "ModelList", "Health"]
+           "WorkflowEnd", "CloseSession", "AppGraph", "AGENT_MAP", "ModelCard", "ModelList", "Health"]
 
 _REF = "#/components/schemas/{model}"
 
@@ -146,6 +146,13 @@ class WorkflowEnd(BaseModel):
     status: Literal[END_STATUSES] = "completed"  # type: ignore[valid-type]
 
 
+class CloseSession(BaseModel):
+    """Body of SGLang's ``/close_session``: the session to close (also the PBKV workflow it ends)."""
+
+    model_config = ConfigDict(extra="allow")
+    session_id: str = Field(pattern="^[A-Za-z0-9._:-]{1,128}$")
+
+
 class AppGraph(BaseModel):
     """Static call graph of an app (KVFlow): agent -> agents it may call next."""
 
@@ -156,7 +163,7 @@ class AppGraph(BaseModel):
 #: The call graph given as the agent map itself (without the ``edges`` key).
 AGENT_MAP = {"type": "object", "minProperties": 1, "additionalProperties": {"type": "array", "items": {"type": "string"}}}
 
-_REQUEST_MODELS = (ChatCompletionRequest, CompletionRequest, WorkflowEnd, AppGraph)
+_REQUEST_MODELS = (ChatCompletionRequest, CompletionRequest, WorkflowEnd, CloseSession, AppGraph)
 
 
 def json_body(model: type[BaseModel] | dict[str, Any], required: bool = True, description: str = "") -> dict[str, Any]:

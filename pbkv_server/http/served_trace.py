@@ -64,6 +64,11 @@ class ServedTrace:
                 block_chars=prep.block_chars,
                 features=list(req.features),
                 block_tokens=list(req.block_tokens),
+                # an SGLang session other than the workflow itself (a session that is its own
+                # workflow replays as one anyway), and what the client asked of other cache managers
+                session_id=req.session_id if req.session_id not in (None, hints.workflow_id) else None,
+                priority=req.priority,
+                cache_ttl_s=req.cache_ttl_s,
             )
         )
 

@@ -32,7 +32,7 @@ from pbkv_server.engine import EngineConfig, EngineRequest, Workflow, WorkflowTa
 from pbkv_server.http.config import ServerConfig
 from pbkv_server.http.driver import SimDriver, Submission
 from pbkv_server.http.errors import ApiError
-from pbkv_server.http.exchange import Completion, Prepared, request_max_tokens, request_messages
+from pbkv_server.http.exchange import Completion, Prepared, request_extras, request_max_tokens, request_messages
 from pbkv_server.http.metrics import ServerMetrics
 from pbkv_server.http.served_trace import ServedTrace, trace_workflow_id
 from pbkv_server.scenario import Scenario, ScenarioRequest, get_scenario, load_scenario
@@ -117,6 +117,10 @@ class PbkvService:
         self._id_base = uuid.uuid4().hex[:12]
         self._ids = itertools.count()
         self._sweeper: asyncio.Task[None] | None = None
+        from pbkv_server.engine.policies import policy_info
+
+        # a speculative-prefill policy: every chat request carries its next-turn prefix
+        self._speculative_prefill = policy_info(config.policy).speculative_prefill
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -169,6 +173,13 @@ class PbkvService:
         if reason is not None:
             hint_status = "ignored"
             self._malformed(reason)
+        extras = request_extras(body)
+        for problem in extras.problems:
+            self._malformed(problem)
+        if hints is None and reason is None and extras.session_id is not None:
+            # an app that uses SGLang sessions gets PBKV's lifecycle without the SDK: the session
+            # is the workflow, ``/close_session`` its end signal
+            hints, hint_status = self.workflows.session_hints(extras.session_id), "session"
 
         prompt: Any = messages if kind == "chat" else messages[0]["content"]
         prompt_param = "messages" if kind == "chat" else "prompt"
@@ -200,6 +211,11 @@ class PbkvService:
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         # A per-server random part plus a counter: unique without an os.urandom call per request.
         request_id = f"{prefix}{self._id_base}{next(self._ids):x}"
+        speculative = None
+        if kind == "chat" and (extras.speculative_prefill or self._speculative_prefill):
+            # Dynamo's frontend: the conversation plus this reply, as the next turn will start
+            turn = [*messages, {"role": "assistant", "content": text}]
+            speculative = (prefix_hashes(turn, self.config.block_chars), block_tokens(turn, self.config.block_chars))
         engine_request = EngineRequest(
             request_id=request_id,
             blocks=keys,
@@ -207,6 +223,11 @@ class PbkvService:
             output_tokens=output_tokens,
             hints=hints,
             features=tuple(request_features(prompt)),
+            session_id=extras.session_id,
+            priority=extras.priority,
+            cache_ttl_s=extras.cache_ttl_s,
+            last_step=extras.last_step,
+            speculative_next=speculative,
         )
         finish = "length" if max_tokens is not None and completion_tokens >= max_tokens else "stop"
         model = body.get("model") if isinstance(body.get("model"), str) else self.config.model_name
@@ -304,6 +325,23 @@ class PbkvService:
             if status not in END_STATUSES:
                 raise ApiError(400, f"status must be one of {', '.join(END_STATUSES)}", "invalid_value", "status")
         return self.driver.end_workflow(workflow_id, status)
+
+    def close_session(self, body: Any) -> None:
+        """Handle SGLang's ``POST /close_session`` (``{"session_id": ...}``): the policy drops the
+        session's tags and the PBKV workflow of the same id ends (``completed``). Idempotent; an
+        unknown session is fine.
+
+        Raises:
+            ApiError: 400 for a body that is not an object or a ``session_id`` outside the
+                workflow-id rule (1-128 of ``[A-Za-z0-9._:-]``).
+        """
+        sid = body.get("session_id") if isinstance(body, dict) else None
+        try:
+            validate_workflow_id(sid)
+        except (HintError, TypeError):
+            raise ApiError(400, "body must be {\"session_id\": \"...\"} with 1-128 characters of [A-Za-z0-9._:-]",
+                           "invalid_session_id", "session_id") from None
+        self.driver.close_session(sid)
 
     @property
     def workflows(self) -> WorkflowTable:

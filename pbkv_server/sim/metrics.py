@@ -193,7 +193,8 @@ class MetricsCollector:
         Keys: ``hit_rate``, ``host_hit_rate``, ``mean_latency_s``, ``p50_latency_s``,
         ``p99_latency_s``, ``mean_ttft_s``, ``p99_ttft_s``, ``per_agent_ttft_s``, ``per_app``, ``workflows``,
         ``requests``, ``timeline``; with ``engine_stats`` (an ``EngineStats``) also ``evictions``,
-        ``evicted_tokens``, ``prefetched_tokens`` and ``latency_ms`` (per kind: n, mean_ms, p99_ms).
+        ``evicted_tokens``, ``prefetched_tokens``, ``speculative_prefill_tokens`` and ``latency_ms``
+        (per kind: n, mean_ms, p99_ms).
         """
         ttfts = [r.first_token - r.arrival for r in self._requests.values() if not math.isnan(r.first_token)]
         lat = [end - self._wf_start[w] for w, end in self._wf_end.items()]
@@ -216,6 +217,7 @@ class MetricsCollector:
             out["evictions"] = engine_stats.evictions
             out["evicted_tokens"] = engine_stats.evicted_tokens
             out["prefetched_tokens"] = engine_stats.prefetched_tokens
+            out["speculative_prefill_tokens"] = engine_stats.speculative_prefill_tokens
             out["latency_ms"] = {
                 name.removesuffix("_s"): latency_summary(getattr(engine_stats, name, ()))
                 for name in (m.key for m in LATENCY_METRICS)

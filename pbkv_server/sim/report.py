@@ -44,13 +44,20 @@ def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -> 
     return table
 
 
+#: Smallest baseline-to-reference gap (device hit rate) that "gap closed" is computed over: below
+#: half a point, the ratio of two near-equal differences says nothing (a trace whose reuse LRU
+#: already gets, e.g. one where no workflow reuses its own cache).
+MIN_GAP = 0.005
+
+
 def gap_closed(hit_rate: float, baseline_hit_rate: float | None, reference_hit_rate: float | None) -> float | None:
     """Share of the baseline-to-reference hit-rate gap a policy closes: ``(h - h_base) / (h_ref - h_base)``.
 
     0 is the baseline (LRU), 1 the offline reference; a policy below the baseline is negative.
-    ``None`` (shown as "-") when either end is missing or the two ends are equal (no gap to close).
+    ``None`` (shown as "-") when either end is missing or the reference is less than
+    :data:`MIN_GAP` above the baseline (no gap to close).
     """
-    if baseline_hit_rate is None or reference_hit_rate is None or reference_hit_rate == baseline_hit_rate:
+    if baseline_hit_rate is None or reference_hit_rate is None or reference_hit_rate - baseline_hit_rate < MIN_GAP:
         return None
     return (hit_rate - baseline_hit_rate) / (reference_hit_rate - baseline_hit_rate)
 

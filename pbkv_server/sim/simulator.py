@@ -9,6 +9,11 @@ radix cache and the eviction policy; this module only drives it:
 * inside a workflow, invocation j+1 is sent when invocation j finished plus the recorded tool gap
   (``t_start[j+1] - t_end[j]``), and ``end_workflow`` is sent after the recorded trailing gap;
 * offline policies (``belady``) get a :class:`~pbkv_server.sim.future.TraceFuture` built from the trace;
+* the driver plays the client of the cache managers users run today: each request carries its
+  session (the trace's ``session_id``, else its workflow), priority, cache TTL and last-step flag
+  (:func:`load_workload`), a unit's session is closed when the unit ends (SGLang
+  ``/close_session``), and for a policy that declares ``speculative_prefill`` each request carries
+  its next-turn prefix (Dynamo's speculative prefill);
 * metrics follow :mod:`pbkv_server.sim.metrics`.
 """
 
@@ -17,7 +22,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 from pbkv_contract.hints import Hints
@@ -37,6 +42,13 @@ __all__ = ["Workload", "ReplayUnit", "SimResult", "SimulationError", "load_workl
 
 #: Most replays of an order-iterating offline policy (``opt``) before its order must be stable.
 MAX_ORDER_RUNS = 8
+#: Priority of an agent app's requests when the trace records none: the example value of Dynamo's
+#: "SGLang for Agentic Workloads" guide (``nvext.agent_hints.priority: 10``); other traffic keeps
+#: SGLang's default 0. An agent app is one whose workflows make two or more LLM calls.
+REPLAY_AGENT_PRIORITY = 10
+#: Cache TTL of every request when the trace records none, seconds: ``cache_control`` "5m"
+#: (Anthropic's default ephemeral TTL, Dynamo's lower clamp, SGLang PR #18941's demonstration).
+REPLAY_CACHE_TTL_S = 300.0
 
 
 class SimulationError(RuntimeError):
@@ -63,6 +75,8 @@ class ReplayUnit:
         durations_s: recorded duration of each request, seconds (for the offline reference order).
         ends: after request j, ``(workflow id, seconds until its end signal, status)`` if j is its
             workflow's last request, else ``None``.
+        next_prefix: for request j, the blocks and block tokens of its next-turn prefix (its
+            prompt plus its reply) that a speculative prefill would send; see :func:`load_workload`.
     """
 
     unit_id: str
@@ -73,6 +87,7 @@ class ReplayUnit:
     gaps_s: list[float]
     durations_s: list[float]
     ends: list[tuple[str, float, str] | None]
+    next_prefix: list[tuple[list, list]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -126,6 +141,15 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
     is logged as one warning and kept in :attr:`Workload.hash_collisions`. A collision under the
     same parent cannot be told from real sharing: full-width hashes make it negligible.
 
+    Each request also carries what a client of today's cache managers would send: its session
+    (the record's ``session_id``, else its workflow id), its priority (the record's, else
+    :data:`REPLAY_AGENT_PRIORITY` for an agent app and none otherwise), its cache TTL (the record's,
+    else :data:`REPLAY_CACHE_TTL_S`) and whether it is its workflow's last request. Its next-turn
+    prefix (:attr:`ReplayUnit.next_prefix`) is what Dynamo's frontend would prefill after it: the
+    prompt plus the reply. When the unit's next request extends the prompt (it shares every full
+    block; the last, partial one may differ), that request's blocks covering prompt + reply tokens;
+    otherwise the prompt's blocks plus one block of the reply's tokens that no request shares.
+
     Raises:
         TraceFormatError: the records hold no invocation.
     """
@@ -141,6 +165,7 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
             ends[rec.workflow_id] = rec
     if not invs:
         raise TraceFormatError("trace holds no invocation records")
+    agent_apps = {recs[0].app for recs in invs.values() if len(recs) >= 2}
     units = []
     keys = _PathKeys()
     for unit_id, wids in sessions.items():
@@ -151,7 +176,9 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
         for k, wid in enumerate(wids):
             recs = invs[wid]
             _add_workflow(unit, wid, recs, ends.get(wid), invs[wids[k + 1]][0] if k + 1 < len(wids) else None,
-                          keys)
+                          keys, unit_id, agent_apps)
+        unit.next_prefix = [_next_prefix(req, unit.requests[j + 1] if j + 1 < len(unit.requests) else None)
+                            for j, req in enumerate(unit.requests)]
         units.append(unit)
     if keys.collisions:
         log.warning("%d block hash(es) of the trace follow two or more different blocks (hash collisions, or hashes "
@@ -187,10 +214,34 @@ class _PathKeys:
         return out
 
 
+def _next_prefix(req: EngineRequest, following: EngineRequest | None) -> tuple[list, list]:
+    """Blocks and tokens of ``req``'s prompt plus its reply, as the next turn will start (see
+    :func:`load_workload`); ``following`` is the unit's next request, if any."""
+    blocks, toks = list(req.blocks), list(req.block_tokens)
+    reply = req.output_tokens
+    if following is not None and blocks:
+        nxt = following.blocks
+        shared = 0  # blocks in common (chained keys: the common blocks are a prefix)
+        while shared < min(len(blocks), len(nxt)) and nxt[shared] == blocks[shared]:
+            shared += 1
+        # it extends the prompt when it shares every block but perhaps the last, partial one
+        if shared >= max(1, len(blocks) - 1):
+            limit, acc, n = sum(toks) + reply, 0, 0
+            for t in following.block_tokens:
+                if acc + t > limit:
+                    break
+                acc += t
+                n += 1
+            if n >= len(blocks) - 1:
+                return list(nxt[:n]), list(following.block_tokens[:n])
+    return blocks + [f"{req.request_id}~reply"], toks + [reply]
+
+
 def _add_workflow(unit: ReplayUnit, wid: str, recs: list[InvocationRecord], end: WorkflowEndRecord | None,
-                  next_first: InvocationRecord | None, keys: "_PathKeys") -> None:
+                  next_first: InvocationRecord | None, keys: "_PathKeys", session: str, agent_apps: set) -> None:
     """Append one workflow's requests to ``unit``; ``next_first`` is the unit's next request;
-    ``keys`` turns block hashes into replay keys (one per path)."""
+    ``keys`` turns block hashes into replay keys (one per path), ``session`` is the unit's session
+    id, ``agent_apps`` the apps with multi-call workflows."""
     ids, warned = set(), False
     for j, r in enumerate(recs):
         # Ids must be unique: the driver and the metrics key on them. A step number that
@@ -210,6 +261,11 @@ def _add_workflow(unit: ReplayUnit, wid: str, recs: list[InvocationRecord], end:
             output_tokens=max(1, r.completion_tokens),
             hints=Hints(workflow_id=wid, agent=r.agent, step=r.step, app=r.app),
             features=tuple(r.features),
+            session_id=session,
+            priority=r.priority if r.priority is not None else (
+                REPLAY_AGENT_PRIORITY if r.app in agent_apps else None),
+            cache_ttl_s=r.cache_ttl_s if r.cache_ttl_s is not None else REPLAY_CACHE_TTL_S,
+            last_step=j + 1 == len(recs),
         ))
         unit.workflow_ids.append(wid)
         unit.apps.append(r.app)
@@ -311,7 +367,7 @@ def simulate(
         for app, edges in graphs.items():
             engine.set_app_graph(app, edges)
         metrics = MetricsCollector(timeline_bins)
-        driver = _Driver(engine, workload, concurrency, future, on_workflow_end, metrics)
+        driver = _Driver(engine, workload, concurrency, future, on_workflow_end, metrics, info.speculative_prefill)
         driver.run()
         summary = metrics.summary(engine.stats)
         summary["hash_collisions"] = workload.hash_collisions
@@ -361,8 +417,9 @@ class _Driver:
     #: Engine steps in a row without any event or clock progress before we give up.
     STALL_LIMIT = 10_000
 
-    def __init__(self, engine, workload, concurrency, future, on_unit_end, metrics):
+    def __init__(self, engine, workload, concurrency, future, on_unit_end, metrics, speculative=False):
         self.engine = engine
+        self.speculative = speculative  # attach each request's next-turn prefix (speculative prefill)
         self.units = workload.units
         self.concurrency = concurrency
         self.future = future
@@ -418,6 +475,8 @@ class _Driver:
             if self.future is not None:
                 self.future.bind(self.engine.submitted, req.request_id)
             self.submitted_ids.append(req.request_id)
+            if self.speculative and unit.next_prefix:
+                req = replace(req, speculative_next=unit.next_prefix[j])
             try:
                 self.engine.submit(req)
             except ValueError as exc:  # e.g. a prompt larger than the device cache
@@ -427,6 +486,7 @@ class _Driver:
         self.engine.end_workflow(wid, status)
         self.metrics.workflow_ended(wid, time)
         if j + 1 == len(unit.requests):  # the unit's last workflow ended: its slot goes to the next unit
+            self.engine.close_session(unit.unit_id)  # the app closes its session (SGLang /close_session)
             self.done += 1
             if self.on_unit_end is not None:
                 self.on_unit_end(self.done)

@@ -141,3 +141,26 @@ def test_internal_flag_round_trips_and_old_lines_without_it_read_as_agent_steps(
     path.write_text(json.dumps(old) + "\n" + json.dumps({**old, "step": 2, "internal": "yes"}) + "\n")
     recs = list(iter_trace(path))  # an invalid optional field reads as unknown: the line is kept
     assert [(r.step, r.internal) for r in recs] == [(1, None), (2, None)]
+
+
+def test_optional_priority_and_cache_ttl_round_trip_and_bad_values_read_as_unknown(tmp_path, caplog):
+    """``priority`` and ``cache_ttl_s`` are written only when set and read back; a string priority,
+    a boolean one or a negative TTL is read as unknown and the line kept, with one warning line."""
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(str(path)) as w:
+        w.write(_inv(priority=7, cache_ttl_s=300.0))
+        w.write(_inv(step=1, priority=-2))
+        w.write(_inv(step=2))
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert (lines[0]["priority"], lines[0]["cache_ttl_s"]) == (7, 300.0)
+    assert "priority" not in lines[2] and "cache_ttl_s" not in lines[2]
+    recs = read_trace(str(path))
+    assert [(r.priority, r.cache_ttl_s) for r in recs] == [(7, 300.0), (-2, None), (None, None)]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps({**lines[2], **field}) for field in
+                             ({"priority": "high"}, {"cache_ttl_s": -1}, {"priority": True}, {})) + "\n")
+    with caplog.at_level(logging.WARNING):
+        recs = read_trace(str(bad))
+    assert [(r.priority, r.cache_ttl_s) for r in recs] == [(None, None)] * 4
+    warnings = [r.message for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "priority on 2 lines" in warnings[0] and "cache_ttl_s on 1 line" in warnings[0]

@@ -17,14 +17,16 @@ from pbkv_contract.trace import (
     read_trace,
 )
 
-OPTIONAL = ("ttft_s", "cached_tokens", "block_chars", "features", "text", "block_tokens")
+OPTIONAL = ("ttft_s", "cached_tokens", "block_chars", "features", "text", "block_tokens", "session_id", "internal",
+            "priority", "cache_ttl_s")
 
 
 def _line(**overrides):
     data = {"type": "invocation", "v": 1, "app": "t", "workflow_id": "w", "step": 0, "agent": "planner",
             "t_start": 1.0, "t_end": 2.0, "prompt_tokens": 10, "completion_tokens": 3, "prefix_hashes": ["a", "b"],
             "ttft_s": 0.5, "cached_tokens": 4, "block_chars": 64, "features": [0.125] * FEATURE_DIM,
-            "text": "hi", "block_tokens": [6, 4]}
+            "text": "hi", "block_tokens": [6, 4], "session_id": "s", "internal": True, "priority": 3,
+            "cache_ttl_s": 60.0}
     data.update(overrides)
     return json.dumps({k: v for k, v in data.items() if v is not ...})
 
@@ -33,6 +35,7 @@ def test_null_in_every_optional_field_reads_as_unknown():
     rec = parse_line(_line(**{name: None for name in OPTIONAL}))
     assert (rec.ttft_s, rec.cached_tokens, rec.block_chars, rec.features, rec.text, rec.block_tokens) == (
         None, None, None, [], None, None)
+    assert (rec.session_id, rec.internal, rec.priority, rec.cache_ttl_s) == (None, None, None, None)
     # unknown block tokens: replay spreads the prompt evenly
     assert rec.tokens_per_block() == [5, 5]
     end = parse_line(json.dumps({"type": "workflow_end", "v": 1, "app": "t", "workflow_id": "w", "t": 3.0,

@@ -58,6 +58,7 @@ def test_body_hints_travel_in_custom_params_and_parse_back(fake_llm: FakeOpenAI)
             assert _chat(client, "check").startswith("Thought:")
     body = fake_llm.requests[0].body
     assert body["custom_params"]["pbkv"] == {"workflow_id": "wf-body", "agent": "verifier", "step": 0, "app": "demo"}
+    assert body["session_id"] == "wf-body"  # SGLang's own form too (the PBKV end signal closes it)
     assert body["messages"] == [{"role": "user", "content": "check"}]  # the rest of the body is intact
     hints, reason = parse_hints({}, body)
     assert reason is None and (hints.workflow_id, hints.agent, hints.step) == ("wf-body", "verifier", 0)

@@ -128,3 +128,55 @@ def test_end_message_crosses_sglangs_msgpack_ipc_and_retires_the_workflow(harnes
     extend_scheduler_dispatcher(None, scheduler)  # what the AFTER hook on init_request_dispatcher does
     assert scheduler._request_dispatcher(decoded) is None  # no reply to the tokenizer
     assert "wf-9" not in h.cache.book.workflows and h.nodes()[1].sc.retired
+
+
+def test_an_sglang_session_is_the_workflow_and_sglangs_close_session_ends_it(harness):
+    """A real ``Req`` with SGLang's top-level ``session_id`` and no PBKV hints is an invocation of
+    the workflow of that id (agent ``assistant``, steps counted); PBKV hints win where both are
+    sent; the AFTER hook on ``Scheduler.close_session`` ends the session's workflow."""
+    from array import array
+
+    from sglang.srt.managers.io_struct import CloseSessionReqInput
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    from pbkv_server.backends.sglang.ipc import end_session_workflow
+
+    h = harness("pbkv-he", kv_tokens=64)
+
+    def serve(rid, tokens, custom=None):
+        req = Req(rid, "", array("q", tokens), SamplingParams(max_new_tokens=1, custom_params=custom),
+                  session_id="conv-7")
+        h.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens)), req=req))
+        h.cache.observe_request(req, h.insert(tokens).last_device_node)
+
+    serve("a", [1, 2])
+    serve("b", [1, 2, 3])
+    serve("c", [9], {"pbkv": {"workflow_id": "wf-x", "agent": "plan", "step": 0}})
+    wf = h.cache.book.workflows["conv-7"]
+    assert wf.history == ["assistant", "assistant"] and wf.last_step == 1
+    assert h.nodes()[1].sc.access == {"conv-7": {"assistant"}} and "wf-x" in h.cache.book.workflows
+    # SGLang's own Scheduler.close_session (patched with the plugin's AFTER hook), on a scheduler
+    # without --enable-session-radix-cache and with no streaming session of that id
+    from sglang.srt.managers.scheduler import Scheduler
+
+    closed = []
+    scheduler = SimpleNamespace(tree_cache=h.cache, enable_session_radix_cache=False,
+                                session_controller=mock.MagicMock(close=closed.append))
+    scheduler.session_controller.__contains__ = lambda self, sid: False
+    Scheduler.close_session(scheduler, CloseSessionReqInput(session_id="conv-7"))
+    assert closed and "conv-7" not in h.cache.book.workflows and h.nodes()[1].sc.retired
+    end_session_workflow(None, scheduler, CloseSessionReqInput(session_id="conv-7"))  # idempotent
+    assert "wf-x" in h.cache.book.workflows
+    # the other way round: with --enable-session-radix-cache, a PBKV end closes the session of the
+    # same id (a client sending both forms names its session after its workflow)
+    from pbkv_server.backends.sglang.ipc import PBKVEndWorkflowReq, handle_end_workflow
+
+    h.cache.enable_session_radix_cache = True
+    with mock.patch.object(h.cache, "release_radix_session") as release:
+        handle_end_workflow(scheduler, PBKVEndWorkflowReq(workflow_id="wf-x"))
+    release.assert_called_once_with("wf-x")
+    assert "wf-x" not in h.cache.book.workflows
+

@@ -12,7 +12,8 @@ def test_load_plugins_registers_policies_backends_and_hooks(plugins_loaded):
     from sglang.srt.mem_cache.utils import get_eviction_strategy
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from pbkv_server.backends.sglang.plugin import SCHEDULER_BATCH_TARGET, SCHEDULER_DISPATCH_TARGET
+    from pbkv_server.backends.sglang.plugin import (SCHEDULER_BATCH_TARGET, SCHEDULER_CLOSE_SESSION_TARGET,
+                                                    SCHEDULER_DISPATCH_TARGET)
     from pbkv_server.backends.sglang.strategy import strategy_class
 
     # each plugin policy is an SGLang choice whose strategy ranks like the engine policy it names
@@ -24,7 +25,7 @@ def test_load_plugins_registers_policies_backends_and_hooks(plugins_loaded):
     assert get_eviction_strategy("pbkv").prefetch and not get_eviction_strategy("pbkv-he").prefetch
     assert "pbkv" in registered_radix_cache_backends()
     assert "pbkv" in registered_tree_core_backends()
-    assert {SCHEDULER_BATCH_TARGET, SCHEDULER_DISPATCH_TARGET} <= HookRegistry._patched
+    assert {SCHEDULER_BATCH_TARGET, SCHEDULER_DISPATCH_TARGET, SCHEDULER_CLOSE_SESSION_TARGET} <= HookRegistry._patched
 
 
 def test_loading_twice_registers_each_policy_once(plugins_loaded):

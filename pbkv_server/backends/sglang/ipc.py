@@ -7,7 +7,8 @@ scheduler's request dispatcher, extended by :func:`extend_scheduler_dispatcher`,
 PBKV cache. The route answers 204 at once (idempotent; unknown ids are fine).
 
 Also here: :func:`headers_to_custom_params`, which copies ``X-PBKV-*`` headers of an OpenAI request
-into ``custom_params.pbkv`` (SGLang drops most headers before the scheduler).
+into ``custom_params.pbkv`` (SGLang drops most headers before the scheduler), and
+:func:`end_session_workflow`, which makes SGLang's own ``/close_session`` a workflow end.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pbkv_contract.hints import BODY_KEY, END_PATH, END_STATUSES, HintError, par
 log = logging.getLogger(__name__)
 
 __all__ = ["PBKVEndWorkflowReq", "install_http_routes", "dispatch_to_scheduler", "extend_scheduler_dispatcher",
-           "handle_end_workflow", "headers_to_custom_params", "END_ROUTE"]
+           "handle_end_workflow", "end_session_workflow", "headers_to_custom_params", "END_ROUTE"]
 
 #: FastAPI path of the end route.
 END_ROUTE = END_PATH
@@ -94,6 +95,25 @@ def handle_end_workflow(scheduler: Any, message: PBKVEndWorkflowReq) -> None:
         cache.end_workflow(message.workflow_id, message.status)
     except ValueError:
         log.warning("PBKV end for %s with bad status %r ignored", message.workflow_id, message.status)
+    if getattr(cache, "enable_session_radix_cache", False):
+        # a client sending both forms names its SGLang session after its workflow: close it too
+        cache.release_radix_session(message.workflow_id)
+    return None
+
+
+def end_session_workflow(result: Any, scheduler: Any, recv_req: Any = None, *args: Any, **kwargs: Any) -> None:
+    """AFTER hook of ``Scheduler.close_session``: SGLang's ``/close_session`` also ends the PBKV
+    workflow of the same id (a request that named only a session belongs to it). Never raises."""
+    from .cache import PBKVRadixCache
+
+    try:
+        recv_req = recv_req if recv_req is not None else kwargs.get("recv_req")
+        sid = getattr(recv_req, "session_id", None)
+        cache = getattr(scheduler, "tree_cache", None)
+        if isinstance(sid, str) and isinstance(cache, PBKVRadixCache):
+            cache.end_workflow(sid, "completed")
+    except Exception:
+        log.debug("PBKV: session close not applied to the workflow book", exc_info=True)
     return None
 
 

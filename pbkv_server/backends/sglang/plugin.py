@@ -7,8 +7,9 @@ again in every scheduler process. It is idempotent and adds:
   ``pbkv-lae``, ...: choices of ``--radix-eviction-policy`` and factories in
   ``_EVICTION_POLICY_FACTORIES``);
 - tree-core backend ``pbkv`` and radix-cache backend ``pbkv`` (``--radix-cache-backend pbkv``);
-- the IPC message for workflow end, a scheduler dispatcher hook for it, and the decode-batch
-  prefetch hook (HookRegistry AFTER hooks on ``Scheduler``);
+- the IPC message for workflow end, a scheduler dispatcher hook for it, the decode-batch
+  prefetch hook, and a hook making SGLang's ``/close_session`` a workflow end (HookRegistry
+  AFTER hooks on ``Scheduler``);
 - in the launcher process only: the end route on SGLang's HTTP app and the hook copying
   ``X-PBKV-*`` headers of OpenAI requests into ``custom_params``.
 """
@@ -20,10 +21,12 @@ import multiprocessing
 
 log = logging.getLogger(__name__)
 
-__all__ = ["register", "register_policies", "SCHEDULER_DISPATCH_TARGET", "SCHEDULER_BATCH_TARGET", "OPENAI_CONVERT_TARGETS"]
+__all__ = ["register", "register_policies", "SCHEDULER_DISPATCH_TARGET", "SCHEDULER_BATCH_TARGET",
+           "SCHEDULER_CLOSE_SESSION_TARGET", "OPENAI_CONVERT_TARGETS"]
 
 SCHEDULER_DISPATCH_TARGET = "sglang.srt.managers.scheduler.Scheduler.init_request_dispatcher"
 SCHEDULER_BATCH_TARGET = "sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run"
+SCHEDULER_CLOSE_SESSION_TARGET = "sglang.srt.managers.scheduler.Scheduler.close_session"
 OPENAI_CONVERT_TARGETS = (
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._convert_to_internal_request",
     "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._convert_to_internal_request",
@@ -52,7 +55,7 @@ def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from .cache import BACKEND_NAME, make_pbkv_cache
-    from .ipc import PBKVEndWorkflowReq, extend_scheduler_dispatcher, headers_to_custom_params
+    from .ipc import PBKVEndWorkflowReq, end_session_workflow, extend_scheduler_dispatcher, headers_to_custom_params
     from .prefetch import after_next_batch
     from .tree_core import TREE_CORE_NAME, make_tree_core
 
@@ -64,6 +67,7 @@ def register() -> None:
 
     HookRegistry.register(SCHEDULER_DISPATCH_TARGET, extend_scheduler_dispatcher, HookType.AFTER)
     HookRegistry.register(SCHEDULER_BATCH_TARGET, after_next_batch, HookType.AFTER)
+    HookRegistry.register(SCHEDULER_CLOSE_SESSION_TARGET, end_session_workflow, HookType.AFTER)
     if multiprocessing.parent_process() is None:  # the launcher: HTTP app and OpenAI conversion live here
         from sglang.srt.entrypoints import http_server
 

@@ -5,7 +5,10 @@ backends' shared :class:`~pbkv_server.backends.book.WorkflowBook` (the engine co
 table and score board) plus what is SGLang's own: hints arrive as
 ``req.sampling_params.custom_params["pbkv"]`` (hint protocol v1, body form), parsed once per
 ``Req``, and a request's first sight by the cache is its invocation. A malformed hint is counted,
-logged once, and the request is served anonymously.
+logged once, and the request is served anonymously. A request without PBKV hints that carries
+SGLang's own top-level ``session_id`` (``Req.session_id``) belongs to the workflow of that id
+(:meth:`~pbkv_server.engine.workflows.WorkflowTable.session_hints`), and SGLang's
+``/close_session`` ends it (:func:`~pbkv_server.backends.sglang.ipc.end_session_workflow`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pbkv_contract.hints import BODY_KEY, Hints, parse_hints
+from pbkv_contract.hints import BODY_KEY, HintError, Hints, parse_hints, validate_workflow_id
 from pbkv_contract.prediction import Predictor
 from pbkv_server.backends.book import WorkflowBook, build_predictor
 
@@ -83,4 +86,26 @@ class SGLangWorkflowBook(WorkflowBook):
             req._pbkv_begun = True
         except Exception:
             pass
+        if hints is None and reason is None:
+            session = self._session_hints(req)
+            if session is not None:
+                self.invocation(session)
+                return session
         return self.request(hints, reason)
+
+    def _session_hints(self, req: Any) -> Hints | None:
+        """Hints of a request that names only an SGLang session (cached on the request like parsed
+        hints), or ``None``; an id outside the workflow-id rule is left anonymous."""
+        sid = getattr(req, "session_id", None)
+        if not isinstance(sid, str):
+            return None
+        try:
+            validate_workflow_id(sid)
+        except HintError:
+            return None
+        hints = self.table.session_hints(sid)
+        try:
+            setattr(req, _REQ_ATTR, (hints, None))
+        except Exception:
+            pass
+        return hints

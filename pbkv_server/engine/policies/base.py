@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 if TYPE_CHECKING:
     from ..cache import PrefixCache
     from ..scoring import NodeScore
-    from ..types import Admission
+    from ..types import Admission, EngineRequest
     from ..workflows import Workflow
 
 __all__ = [
@@ -68,6 +68,8 @@ class PolicyInfo:
         uses_app_graph: reads the apps' declared static agent graphs (``PUT .../graph``).
         iterates_order: offline, and needs its future in the replay's own submission order (the
             simulator replays until that order is stable).
+        speculative_prefill: clients prefill each request's next-turn prefix after it finishes
+            (Dynamo ``speculative_prefill``); the simulator and the server attach that prefix.
     """
 
     name: str
@@ -79,6 +81,7 @@ class PolicyInfo:
     sglang_name: str | None
     uses_app_graph: bool
     iterates_order: bool
+    speculative_prefill: bool = False
 
 
 def register_policy(name: str) -> Callable[[type], type]:
@@ -187,6 +190,11 @@ class Policy:
         unit_priority: the priority is that of the node's last unit and differs between the units
             of one node, so eviction takes one unit at a time (``opt``); otherwise all units of a
             node rank alike and eviction takes the whole tail it needs at once.
+        holds_nodes: the policy pins nodes (:meth:`holds`, :meth:`keeps`); the cache asks it only
+            if True.
+        reorders_queue: the engine asks :meth:`pick_waiting` which waiting request to admit next
+            (otherwise the queue is FIFO).
+        speculative_prefill: see :class:`PolicyInfo`.
     """
 
     name = "base"
@@ -199,6 +207,9 @@ class Policy:
     uses_app_graph = False
     iterates_order = False
     unit_priority = False
+    holds_nodes = False
+    reorders_queue = False
+    speculative_prefill = False
 
     def __init__(self, cache: "PrefixCache | None") -> None:
         self.cache = cache
@@ -220,6 +231,28 @@ class Policy:
     def prefetch(self, seconds: float) -> None:
         """Prefetch during a decode-only stretch of ``seconds`` engine time (PCIe is otherwise idle)."""
 
+    # ----------------------------------------------------------------- pins (``holds_nodes``)
+    def holds(self, node: NodeView) -> bool:
+        """True if ``node`` must stay on the tier it is on now (a device victim is not evicted, a
+        host victim is not dropped). A policy that holds nodes ranks every held node after every
+        unheld one on that tier, so the cache stops at the first held victim; it may clear an
+        expired hold here (re-filing the node) and answer False."""
+        return False
+
+    def keeps(self, node: NodeView) -> bool:
+        """True if ``node`` must not leave the cache: a device victim that the host tier cannot
+        take stays on the device instead of being dropped (as when a held node hangs below)."""
+        return False
+
+    def pick_waiting(self, waiting: Sequence["EngineRequest"]) -> int:
+        """Index in ``waiting`` (oldest first) of the request to admit next (``reorders_queue``)."""
+        return 0
+
+    def relieve(self) -> bool:
+        """Give up one hold because the queue head cannot be admitted and nothing runs (a deadlock
+        guard); True if a hold was released."""
+        return False
+
     # ----------------------------------------------------------------- hooks
     def on_admit(self, admission: "Admission", path: Sequence[NodeView]) -> None:
         """A request was admitted; ``path`` are its nodes from the root down (root excluded)."""
@@ -229,6 +262,13 @@ class Policy:
 
     def on_workflow_end(self, wf: "Workflow") -> None:
         """Workflow ``wf`` ended: by its end signal, idleness or the workflow table's bound."""
+
+    def on_finish(self, request: "EngineRequest", wf: "Workflow | None", end: NodeView | None) -> None:
+        """``request`` (of workflow ``wf``, or anonymous) produced its last token; ``end`` is the
+        deepest node of its prompt (its path is still locked when this is called)."""
+
+    def on_session_close(self, session_id: str) -> None:
+        """The client closed session ``session_id`` (SGLang ``/close_session``)."""
 
     def on_split(self, top: NodeView, bottom: NodeView) -> None:
         """``bottom`` was cut; ``top`` is its new upper part (see :meth:`RadixTree.split`)."""
@@ -257,7 +297,8 @@ def _info(cls: type[Policy]) -> PolicyInfo:
         backends |= {SGLANG}
     summary = cls.summary or (cls.__doc__ or "").strip().split("\n")[0]
     return PolicyInfo(cls.name, summary, bool(cls.uses_predictions), bool(cls.prefetches), bool(cls.offline),
-                      backends, cls.sglang_name, bool(cls.uses_app_graph), bool(cls.iterates_order))
+                      backends, cls.sglang_name, bool(cls.uses_app_graph), bool(cls.iterates_order),
+                      bool(cls.speculative_prefill))
 
 
 def _load_entry_points() -> None:

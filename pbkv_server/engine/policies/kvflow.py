@@ -128,7 +128,11 @@ class KVFlowPolicy(Policy):
             key = (app, agent)
             if self._steps.get(key, INF_STEPS) != best:
                 self._steps[key] = best
-                self._refresh_path(self._fixed.get(key))
+                self._steps_changed(key)
+
+    def _steps_changed(self, key: tuple[str, str]) -> None:
+        """Re-file the nodes whose priority reads the steps of ``key`` (its fixed prompt)."""
+        self._refresh_path(self._fixed.get(key))
 
     def _refresh_path(self, node) -> None:
         while node is not None and node.parent is not None:

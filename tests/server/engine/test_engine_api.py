@@ -12,8 +12,10 @@ from pbkv_server.engine import (Engine, EngineConfig, EngineRequest, Finished, F
 from engine_helpers import PROFILE, TablePredictor, chain, make_engine, request, run
 
 
-def test_registry_lists_all_seven_policies_and_rejects_unknown_names():
-    assert available_policies() == ["lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "opt", "belady"]
+def test_registry_lists_every_builtin_policy_and_rejects_unknown_names():
+    assert available_policies() == ["lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "sglang-session",
+                                    "sglang-priority", "ttl-pin", "continuum", "spec-prefill", "kvflow-shipped",
+                                    "opt", "belady"]
     with pytest.raises(ValueError, match="unknown policy 'fifo'.*lru"):
         make_engine("fifo")
 

@@ -147,7 +147,11 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
     (shared system and agent blocks, per-workflow history, fresh blocks); workflow 3 means anonymous. After every operation
     the invariants of check_invariants hold; evictions obey CheckedEngine's rules; everything
     submitted finishes and every FirstToken splits its prompt into cached + prefilled tokens;
-    scores stay equal to Eq. 2 recomputed from scratch (check_scores)."""
+    scores stay equal to Eq. 2 recomputed from scratch (check_scores). Requests also carry the
+    metadata other cache managers read (session = workflow, closed with it; priority 0/5/10;
+    a 300 s cache TTL on odd outputs; the last step on the longest history; a speculative
+    next-turn prefix), so session tags, priorities, TTL and tool-call pins and speculative
+    prefills are exercised too."""
     cfg = EngineConfig(profile=PROFILE, policy=policy, device_tokens=100, host_tokens=host,
                        predictor=HashPredictor(), future=HashOracle(), rho=0.3, idle_retire_s=0.5)
     eng = CheckedEngine(cfg)
@@ -164,7 +168,10 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
                 hints = Hints(f"wf{wf}", agent, steps.get(wf, 0), "app")
             rid = f"r{n}"
             toks = [block_tokens(x) for x in labels]
-            req = EngineRequest(rid, chain(labels), toks, out, hints)
+            nxt = labels + [f"reply{n}"]
+            req = EngineRequest(rid, chain(labels), toks, out, hints, session_id=f"wf{wf}" if wf < 3 else None,
+                                priority=5 * (n % 3), cache_ttl_s=300.0 if out % 2 else None, last_step=suffix == 4,
+                                speculative_next=(chain(nxt), [block_tokens(x) for x in nxt]))
             if sum(toks) + out > eng.device_capacity:
                 with pytest.raises(ValueError, match="tokens of KV cache"):
                     eng.submit(req)
@@ -183,6 +190,7 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
                     finished.add(e.request_id)
         elif op[0] == "end":
             eng.end_workflow(f"wf{op[1]}")
+            eng.close_session(f"wf{op[1]}")
         else:
             eng.advance_to(eng.clock + op[1] / 100)
         check_invariants(eng)

@@ -54,6 +54,13 @@ def test_builtin_declarations():
     opt = policy_info("opt")
     assert opt.offline and opt.iterates_order and opt.backends == {REPLAY}
     assert sglang_policy_names() == {"pbkv-lae": "lae", "pbkv-he": "he", "pbkv": "pbkv"}
+    # what users run today: online, on replay and the server, not plugin strategies (they need hooks)
+    for name in ("sglang-session", "sglang-priority", "ttl-pin", "continuum", "spec-prefill", "kvflow-shipped"):
+        info = policy_info(name)
+        assert info.backends == {REPLAY, SERVER} and not info.predictive and info.sglang_name is None, name
+        assert info.speculative_prefill == (name == "spec-prefill"), name
+    shipped = policy_info("kvflow-shipped")
+    assert shipped.uses_app_graph and shipped.prefetches
     assert resolve_policy_name("pbkv-he") == "he" and policy_info("pbkv-lae").name == "lae"
 
 

@@ -117,6 +117,8 @@ def test_gap_closed_formula_and_edge_cases():
     assert gap_closed(0.1, 0.2, 0.4) == pytest.approx(-0.5)  # below the baseline
     assert gap_closed(0.5, 0.2, 0.4) == pytest.approx(1.5)  # above the reference (it is no bound)
     assert gap_closed(0.3, 0.25, 0.25) is None  # no gap to close
+    assert gap_closed(0.7150, 0.7149, 0.7151) is None  # under half a point: a ratio of noise
+    assert gap_closed(0.7175, 0.715, 0.720) == pytest.approx(0.5)  # half a point is a gap
     assert gap_closed(0.3, None, 0.4) is None and gap_closed(0.3, 0.2, None) is None
 
 
