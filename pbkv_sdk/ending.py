@@ -83,9 +83,11 @@ def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str
 def queue_request(method: str, url: str, payload: Any, timeout_s: float, *, cooldown: bool = False) -> None:
     """Queue one hint-endpoint request (JSON ``payload``) on the end-signal threads; returns at once.
 
-    Failures are logged once per server, never raised. With ``cooldown``, a server that did not
-    answer (connection refused, timeout) is skipped for :data:`pbkv_sdk.routing.REPLICA_COOLDOWN_S`,
-    so a dead replica in a fan-out costs one timeout, not one per signal.
+    Failures are logged once per server, never raised. With ``cooldown``, a server that cannot be
+    connected to (refused, or no connection within the timeout) is skipped for
+    :data:`pbkv_sdk.routing.REPLICA_COOLDOWN_S`, so a dead replica in a fan-out costs one timeout,
+    not one per signal. A slow answer (read timeout) does not count: the replica is alive, and
+    skipping it would lose the ends of every workflow it serves.
     """
     _sender().put(method, url, payload, timeout_s, cooldown)
 
@@ -170,7 +172,7 @@ class _Sender:
         except ValueError:
             origin = url
         if cooldown and self._down_until.get(origin, 0.0) > time.monotonic():
-            log.debug("PBKV: %s skipped (%s did not answer recently)", url, origin)
+            log.debug("PBKV: %s skipped (no connection to %s recently)", url, origin)
             return
         try:
             token = os.environ.get("PBKV_HINT_TOKEN")
@@ -179,7 +181,7 @@ class _Sender:
             if response.status_code >= 400:
                 raise httpx.HTTPStatusError(_status_problem(response), request=response.request, response=response)
         except Exception as exc:  # fail open: the server retires idle workflows anyway
-            if cooldown and isinstance(exc, httpx.TransportError):
+            if cooldown and isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
                 self._down_until[origin] = time.monotonic() + routing.REPLICA_COOLDOWN_S
             if origin not in self._warned:
                 self._warned.add(origin)

@@ -23,8 +23,8 @@ graph declarations cannot travel through it (and hints must travel in the body,
 * an app graph goes to every listed replica (any of them may serve the app).
 
 Bounded and fail-open: at most :data:`MAX_REPLICAS` replicas, one request per replica on the
-end-signal threads, each within the end timeout; a replica that did not answer is skipped for
-:data:`REPLICA_COOLDOWN_S` (it retires idle workflows itself). Idempotent: the server's end is, and
+end-signal threads, each within the end timeout; a replica that cannot be connected to is skipped
+for :data:`REPLICA_COOLDOWN_S` (it retires idle workflows itself). Idempotent: the server's end is, and
 a replica that never saw the workflow answers 204.
 """
 
@@ -54,7 +54,7 @@ ENV_ROUTING_HEADER = "PBKV_ROUTING_HEADER"
 ENV_REPLICAS = "PBKV_REPLICAS"
 #: Most replicas an end signal or graph is sent to (bounds the fan-out).
 MAX_REPLICAS = 256
-#: Seconds a replica that did not answer is skipped by later end signals and graphs.
+#: Seconds a replica that could not be connected to is skipped by later end signals and graphs.
 REPLICA_COOLDOWN_S = 10.0
 #: Answer headers in which a router names the worker that served the request (SMG 1.13).
 SERVED_BY_HEADERS = ("x-smg-routed-worker-id",)

@@ -152,6 +152,18 @@ def test_a_dead_replica_in_the_list_fails_open_and_is_skipped_for_a_while(three:
     assert len(warnings) == 1
 
 
+def test_a_slow_replica_is_not_skipped_its_later_ends_are_still_sent(three: list[FakeOpenAI]):
+    router, slow, _ = three
+    slow.end_delay_s = 0.5  # answers after the 0.1 s budget: a read timeout, but the replica is alive
+    routing.configure(replicas=[slow.url])
+    client = _client(router.base_url)
+    for wid in ("wf-s1", "wf-s2"):
+        with pbkv_sdk.workflow(app="demo", workflow_id=wid, server_url=router.url, end_timeout_s=0.1):
+            _chat(client, "one")
+        assert ending.flush(5.0)
+    assert [e[0] for e in slow.ends] == ["wf-s1", "wf-s2"]
+
+
 def test_end_to_an_smg_router_without_a_replica_list_names_the_fix(serve_asgi, caplog):
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
