@@ -124,9 +124,12 @@ def run(router: str, policy: str, claims: list, args: argparse.Namespace, device
         scraped = {i: _scrape(cluster, i) for i in alive}
         if kill is not None:
             scraped[kill] = at_kill[kill]
+            after = {i: {k: scraped[i][k] - at_kill[i][k] for k in at_kill[i]} for i in alive}
             figures["before_after_kill"] = {
-                i: (_rate(at_kill[i]), _rate({k: scraped[i][k] - at_kill[i][k] for k in at_kill[i]}) if i in alive
-                    else None) for i in range(args.replicas)}
+                i: {"hit_before": _rate(at_kill[i]), "hit_after": _rate(after[i]) if i in alive else None,
+                    "requests_before": at_kill[i]["chat_requests"],
+                    "requests_after": after[i]["chat_requests"] if i in alive else None}
+                for i in range(args.replicas)}
         figures["active_after"] = sum(httpx.get(cluster.replica_urls[i] + "/health").json()["active_workflows"]
                                       for i in alive)
     figures["claims_completed"] = sum(1 for o in outcomes if o["verdict"])
@@ -143,6 +146,7 @@ def _scrape(cluster: Any, i: int) -> dict[str, float]:
     names = ("pbkv_prompt_tokens_total", "pbkv_device_hit_tokens_total", "pbkv_host_hit_tokens_total")
     got = {n: cluster.metric(i, n) for n in names}
     got["end_posts"] = cluster.metric(i, "pbkv_requests_total", route="workflow_end")
+    got["chat_requests"] = cluster.metric(i, "pbkv_requests_total", route="chat")
     return got
 
 
@@ -190,7 +194,8 @@ def _from_traces(out: Path, replicas: int, scraped: dict[int, dict[str, float]],
     prompt = sum(s["pbkv_prompt_tokens_total"] for s in scraped.values())
     device = sum(s["pbkv_device_hit_tokens_total"] for s in scraped.values())
     host = sum(s["pbkv_host_hit_tokens_total"] for s in scraped.values())
-    per_replica = {i: {"hit_rate": s["pbkv_device_hit_tokens_total"] / s["pbkv_prompt_tokens_total"]
+    per_replica = {i: {"moved_in": sum(1 for ws in served_by.values() if len(ws) > 1 and i in ws and i != kill),
+                       "hit_rate": s["pbkv_device_hit_tokens_total"] / s["pbkv_prompt_tokens_total"]
                        if s["pbkv_prompt_tokens_total"] else 0.0,
                        "workflows": sum(1 for ws in served_by.values() if i in ws),
                        "requests": requests[i]}
@@ -235,10 +240,11 @@ def _failure_report(failed: dict[str, Any], base: dict[str, Any] | None) -> str:
              f"before the crash; {failed['moved_workflows']} workflows moved to another replica; the first request "
              f"of a moved workflow on its new replica found {pct(moved)} of its prompt cached (device + host), the "
              f"same agents' requests in workflows that stayed {pct(stayed)}"]
-    for i, (before, after) in failed["before_after_kill"].items():
+    for i, f in failed["before_after_kill"].items():
         r = failed["per_replica"][i]
-        lines.append(f"  replica {i}: device hit {pct(before)} before the kill, {pct(after)} after; {r['workflows']} "
-                     f"workflows")
+        lines.append(f"  replica {i}: device hit {pct(f['hit_before'])} before the kill, {pct(f['hit_after'])} after; "
+                     f"requests {f['requests_before']:.0f} before, {f['requests_after'] or 0:.0f} after; "
+                     f"{r['workflows']} workflows, {r['moved_in']} of them moved in")
     if base is not None:
         lines.append(f"  cluster device hit {failed['device_hit_rate']:.3f} (same run without the failure "
                      f"{base['device_hit_rate']:.3f})")

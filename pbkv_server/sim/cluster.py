@@ -11,16 +11,27 @@ as the real routers do:
   ``model_gateway/src/worker/hash_ring.rs``, 150 virtual nodes per worker; blake2b here, blake3
   there, so the replica a given id lands on differs from SMG's, the spread does not);
 * ``round-robin``: the next replica for every request (SMG ``round_robin``);
-* ``cache-aware``: SMG's HTTP ``cache_aware`` policy (``model_gateway/src/policies/cache_aware.rs``
-  and ``docs/configuration/routing.md``). The router mirrors, per replica, the prefixes it has
-  sent there (block keys; SMG keeps a radix tree of request text, evicted only past
-  ``--max-tree-size``, so it over-estimates a replica's cache once the replica evicts). With
-  ``load`` = requests in flight on a replica, the system is imbalanced when
-  ``max - min > balance_abs_threshold`` and ``max > balance_rel_threshold * min``: the request
-  goes to the least loaded replica. Otherwise to the replica with the longest matched prefix if
-  matched tokens / prompt tokens > ``cache_threshold`` (ties: lower load, then lower index), else
-  to the replica whose mirror holds the fewest tokens ("most cache capacity"). Defaults are
-  SMG's: 0.3, 64, 1.5.
+* ``cache-aware``: SMG's HTTP ``cache_aware`` policy as SMG 1.13 runs it (smg-project/smg
+  ``model_gateway/src/policies/cache_aware.rs``: ``select_worker``, ``select_worker_with_text``,
+  ``select_matched_candidate``, ``gate_selected_candidate``; the margin cap from ``smg launch
+  --help`` 1.13). The router mirrors, per replica, the prefixes it has sent there (block keys here;
+  SMG keeps a radix tree of request text, evicted only past ``--max-tree-size``, so it
+  over-estimates a replica's cache once the replica evicts). If the longest mirrored prefix covers
+  more than ``cache_threshold`` of the prompt's tokens, the request goes to the least loaded of the
+  replicas holding it (``load`` = requests in flight; SMG breaks ties at random, lowest index
+  here), unless that replica is over the spill gate: ``load > balance_rel_threshold * mean`` and
+  ``load > mean + margin``, ``margin = min(balance_abs_threshold, max(4, 2 * sqrt(mean)))`` (two
+  standard deviations of a Poisson in-flight count: our reading of "the in-flight count's natural
+  swing"); then, and on a miss, to the least loaded replica (ties: fewer requests routed, then
+  lower index). The spill target becomes a holder of the prefix, so hot prefixes replicate.
+  Thin replicas are warmed as ``--worker-warmup-divert-every`` says: one cache hit in
+  ``divert_every`` goes to a thin replica with nothing in flight (the smallest mirror first; thin:
+  a mirror under ``thin_ratio`` x the median mirror, until it has grown by ``warmup_blocks``
+  blocks). Without it a replica that missed the first requests never holds a shared prefix and
+  idles. SMG's age-based warm-up slice (misses offered to workers during their first 60 s) is not
+  modelled: misses already go to the least loaded replica. Defaults are SMG's: 0.3, 64, 1.5, 8,
+  0.5, 1024. (SMG's ``docs/configuration/routing.md`` still describes the older rule: a global
+  max-min imbalance check, and the smallest tree on a miss.)
 
 End signals go to every replica that served the workflow (what the SDK does with SMG's served-by
 answer header, ``pbkv_sdk.routing``). Engine clocks advance together: the driver always steps the
@@ -36,6 +47,7 @@ import bisect
 import hashlib
 import heapq
 import math
+import statistics
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -60,17 +72,23 @@ VIRTUAL_NODES = 150
 @dataclass(frozen=True, slots=True)
 class CacheAwareSettings:
     """SMG's cache-aware thresholds (``--cache-threshold``, ``--balance-abs-threshold``,
-    ``--balance-rel-threshold``; defaults as documented in SMG's ``docs/configuration/routing.md``).
+    ``--balance-rel-threshold``; SMG's defaults).
 
     Attributes:
-        cache_threshold: matched share of the prompt (0-1) above which the best match wins.
-        balance_abs_threshold: requests in flight, max minus min, over which the cluster may be imbalanced.
-        balance_rel_threshold: ratio max / min over which the cluster may be imbalanced.
+        cache_threshold: matched share of the prompt (0-1) above which a holder of the match is chosen.
+        balance_abs_threshold: spill gate, requests in flight above the mean (capped, see the module docstring).
+        balance_rel_threshold: spill gate, multiple of the mean load.
+        divert_every: one cache hit in this many goes to a thin replica (0: never).
+        thin_ratio: a mirror under this share of the median mirror (blocks) is thin.
+        warmup_blocks: a thin replica is warm once its mirror grew by this many blocks.
     """
 
     cache_threshold: float = 0.3
     balance_abs_threshold: int = 64
     balance_rel_threshold: float = 1.5
+    divert_every: int = 8
+    thin_ratio: float = 0.5
+    warmup_blocks: int = 1024
 
 
 class Router(ABC):
@@ -126,52 +144,68 @@ class CacheAwareRouter(Router):
     def __init__(self, replicas: int, settings: CacheAwareSettings = CacheAwareSettings()):
         self._n = replicas
         self.settings = settings
-        # Block keys are chained (a key fixes its whole prefix), so "key routed to replica r"
-        # stands for the radix-tree path; one bit per replica.
-        self._owners: dict[Any, int] = {}
-        self._tree_tokens = [0] * replicas
+        # Block keys are chained (a key fixes its whole prefix), so a key stands for its
+        # radix-tree path; the value has one bit per replica that holds the path.
+        self._holders: dict[Any, int] = {}
+        self._routed = [0] * replicas
+        self._blocks = [0] * replicas  # blocks in each replica's mirror
+        self._thin_from: list[int | None] = [None] * replicas  # mirror size when it became thin
+        self._hits = 0
 
     def route(self, req: EngineRequest, workflow_id: str, engines: Sequence[Engine]) -> int:
         s = self.settings
         loads = [_load(e) for e in engines]
-        hi, lo = max(loads), min(loads)
-        if hi - lo > s.balance_abs_threshold and hi > s.balance_rel_threshold * lo:
-            choice = loads.index(lo)
-        else:
-            matched = self._matched(req)
-            best = min(range(self._n), key=lambda r: (-matched[r], loads[r], r))
-            prompt = sum(req.block_tokens)
-            if prompt and matched[best] / prompt > s.cache_threshold:
-                choice = best
+        least = min(range(self._n), key=lambda r: (loads[r], self._routed[r], r))
+        choice = least
+        tokens, holders = self._longest_match(req)
+        prompt = sum(req.block_tokens)
+        if holders and prompt and tokens / prompt > s.cache_threshold:
+            self._hits += 1
+            thin = self._thin_idle(loads) if s.divert_every and self._hits % s.divert_every == 0 else None
+            if thin is not None:
+                choice = thin
             else:
-                choice = min(range(self._n), key=lambda r: (self._tree_tokens[r], r))
+                choice = min(_bits(holders), key=lambda r: (loads[r], r))
+                mean = sum(loads) / self._n
+                margin = min(s.balance_abs_threshold, max(4.0, 2.0 * math.sqrt(mean)))
+                if loads[choice] > s.balance_rel_threshold * mean and loads[choice] > mean + margin:
+                    choice = least  # spill: the least loaded replica becomes a holder too
         self._insert(req, choice)
         return choice
 
-    def _matched(self, req: EngineRequest) -> list[int]:
-        """Tokens of the longest prefix of ``req`` each replica's mirror holds."""
-        matched = [0] * self._n
-        alive, tokens = (1 << self._n) - 1, 0
-        owners = self._owners
+    def _thin_idle(self, loads: list[int]) -> int | None:
+        """The thin replica with nothing in flight and the smallest mirror, or ``None``."""
+        s, sizes = self.settings, self._blocks
+        median = statistics.median(sizes)
+        for r in range(self._n):
+            start = self._thin_from[r]
+            if start is None and (sizes[r] == 0 or sizes[r] < s.thin_ratio * median):
+                self._thin_from[r] = sizes[r]
+            elif start is not None and sizes[r] - start >= s.warmup_blocks:
+                self._thin_from[r] = None
+        idle = [r for r in range(self._n) if self._thin_from[r] is not None and loads[r] == 0]
+        return min(idle, key=lambda r: (sizes[r], r)) if idle else None
+
+    def _longest_match(self, req: EngineRequest) -> tuple[int, int]:
+        """(tokens, holder bits) of the longest prefix of ``req`` any replica's mirror holds; (0, 0) if none."""
+        tokens, holders = 0, 0
+        mirror = self._holders
         for key, tok in zip(req.blocks, req.block_tokens):
-            still = owners.get(key, 0) & alive
-            for r in _bits(alive & ~still):
-                matched[r] = tokens
-            alive = still
-            if not alive:
-                return matched
+            bits = mirror.get(key, 0)
+            if not bits:
+                break
             tokens += tok
-        for r in _bits(alive):
-            matched[r] = tokens
-        return matched
+            holders = bits
+        return tokens, holders
 
     def _insert(self, req: EngineRequest, r: int) -> None:
-        bit, owners = 1 << r, self._owners
-        for key, tok in zip(req.blocks, req.block_tokens):
-            held = owners.get(key, 0)
+        bit, mirror = 1 << r, self._holders
+        for key in req.blocks:
+            held = mirror.get(key, 0)
             if not held & bit:
-                owners[key] = held | bit
-                self._tree_tokens[r] += tok
+                mirror[key] = held | bit
+                self._blocks[r] += 1
+        self._routed[r] += 1
 
 
 def make_router(name: str, replicas: int, cache_aware: CacheAwareSettings = CacheAwareSettings()) -> Router:

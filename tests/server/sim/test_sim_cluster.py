@@ -82,28 +82,58 @@ def _engines(*loads):
     return [SimpleNamespace(stats=SimpleNamespace(queue_depth=0, running=n)) for n in loads]
 
 
-def test_cache_aware_follows_the_longest_prefix_above_the_threshold_else_the_smallest_mirror():
+def test_cache_aware_sends_a_match_to_its_least_loaded_holder_and_a_miss_to_the_least_loaded():
     router = CacheAwareRouter(3)
-    idle = _engines(0, 0, 0)
-    assert router.route(_req("a", "ABC", [10, 10, 10]), "w1", idle) == 0  # empty mirrors: smallest, lowest index
-    assert router.route(_req("b", "XY", [10, 10]), "w2", idle) == 1  # no match: replica 1 holds 0 tokens
-    # A, B, C, D: 30 of 40 tokens match on replica 0 (75% > 30%)
-    assert router.route(_req("c", "ABCD", [10, 10, 10, 10]), "w1", idle) == 0
-    # A + 90 new tokens: 10/100 = 10% <= 30% -> the smallest mirror: replica 2 (0 tokens)
-    assert router.route(_req("d", "AZ", [10, 90]), "w3", idle) == 2
-    # X Y Q: 20 of 30 on replica 1 (67%), although replica 1 is the busiest of a balanced cluster
-    assert router.route(_req("e", "XYQ", [10, 10, 10]), "w2", _engines(1, 9, 1)) == 1
+    assert router.route(_req("a", "ABC", [10, 10, 10]), "w1", _engines(0, 0, 0)) == 0  # all equal: lowest index
+    assert router.route(_req("b", "XY", [10, 10]), "w2", _engines(1, 0, 0)) == 1  # no match: least loaded
+    # A, B, C, D: 30 of 40 tokens held by replica 0 (75% > 30%), although replica 0 is the busiest
+    # (3 > 1.5 x mean 1.67, but 3 <= 1.67 + 4: under the spill gate)
+    assert router.route(_req("c", "ABCD", [10, 10, 10, 10]), "w1", _engines(3, 1, 1)) == 0
+    # A + 90 new tokens: 10/100 = 10% <= 30%: the least loaded, replica 2
+    assert router.route(_req("d", "AZ", [10, 90]), "w3", _engines(1, 1, 0)) == 2
+    # equal loads: fewer requests routed so far wins (replicas 1 and 2 got one each, replica 0 two)
+    assert router.route(_req("e", "Q", [10]), "w4", _engines(0, 0, 0)) == 1
+    # A is held by replicas 0 and 2: "AP" (10 of 20 = 50%) goes to the less loaded holder, 2
+    assert router.route(_req("f", "AP", [10, 10]), "w5", _engines(2, 0, 1)) == 2
 
 
 @pytest.mark.parametrize("loads, expected", [
-    ((10, 3), 1),  # 10 - 3 > 4 and 10 > 1.5 * 3: imbalanced, the least loaded despite the full match
-    ((10, 7), 0),  # 10 - 7 <= 4: balanced, the match wins
-    ((30, 21), 0),  # 30 - 21 > 4 but 30 <= 1.5 * 21: balanced
+    ((10, 0), 1),  # mean 5: 10 > 7.5 and 10 > 5 + max(4, 2 sqrt 5 = 4.47): spills to the least loaded
+    ((9, 1), 0),  # mean 5: 9 <= 5 + 4.47: stays with the holder
+    ((20, 16), 0),  # mean 18: 20 <= 1.5 x 18: stays
+    ((100, 0), 1),  # mean 50: margin min(64, max(4, 14.1)) = 14.1: spills
 ])
-def test_cache_aware_goes_to_the_least_loaded_replica_only_when_the_cluster_is_imbalanced(loads, expected):
-    router = CacheAwareRouter(2, CacheAwareSettings(balance_abs_threshold=4, balance_rel_threshold=1.5))
+def test_cache_aware_spills_a_hot_holder_over_both_gate_margins(loads, expected):
+    router = CacheAwareRouter(2)
     router.route(_req("a", "AB", [10, 10]), "w1", _engines(0, 0))  # mirrored on replica 0
-    assert router.route(_req("b", "AB", [10, 10]), "w1", _engines(*loads)) == expected
+    assert router.route(_req("b", "AB", [10, 10]), "w2", _engines(*loads)) == expected
+
+
+@pytest.mark.parametrize("thin_load, expected", [(0, 1), (1, 0)])
+def test_cache_aware_diverts_every_nth_hit_to_an_idle_thin_replica(thin_load, expected):
+    router = CacheAwareRouter(2, CacheAwareSettings(divert_every=4))
+    router.route(_req("a", "AB", [10, 10]), "w1", _engines(0, 0))  # a miss: replica 0 now holds A, B
+    for i in range(3):  # hits 1-3 stay with the holder (2 is under the spill gate at mean 1)
+        assert router.route(_req(f"h{i}", "AB", [10, 10]), "w1", _engines(2, thin_load)) == 0
+    # hit 4: replica 1's mirror is empty (thin); diverted to it only if nothing is in flight there
+    assert router.route(_req("h3", "AB", [10, 10]), "w1", _engines(2, thin_load)) == expected
+
+
+def test_cache_aware_spreads_a_long_shared_prefix_like_smg_does():
+    # Measured on SMG 1.13 (4 pbkv-server replicas, 400 requests, 64 in flight, a 400-word shared
+    # system prompt): 115 / 98 / 94 / 93 requests per replica. The model spreads them too.
+    router = CacheAwareRouter(4)
+    inflight: list[list[int]] = [[], [], [], []]
+    counts = [0, 0, 0, 0]
+    for i in range(400):
+        if sum(map(len, inflight)) >= 64:  # one finishes (oldest first) before the next is sent
+            oldest = min((q[0], r) for r, q in enumerate(inflight) if q)[1]
+            inflight[oldest].pop(0)
+        r = router.route(_req(f"q{i}", ["S1", "S2", "S3", "S4", f"u{i}"], [100, 100, 100, 100, 20]), f"w{i}",
+                         _engines(*map(len, inflight)))
+        inflight[r].append(i)
+        counts[r] += 1
+    assert min(counts) >= 60 and max(counts) <= 140
 
 
 def test_offline_policies_are_refused_on_a_cluster(trace):
