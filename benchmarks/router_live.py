@@ -46,7 +46,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace  # noqa: E402
-from pbkv_server.local_cluster import local_cluster  # noqa: E402
+from pbkv_server.local_cluster import free_port, local_cluster  # noqa: E402
 
 SCENARIO = "examples.hover_langchain.scenario:HoverScenario"
 ROUTERS = ("consistent_hashing", "cache_aware", "round_robin")
@@ -72,6 +72,9 @@ def main() -> None:
 
     claims = list(load_hover())[:-N_EXAMPLES][: args.claims]
     per_replica_c = max(1, args.concurrency // args.replicas)
+    # The same replica URLs in every run: SMG's ring hashes them, so consistent_hashing maps each
+    # workflow to the same replica index in every run (lru vs pbkv, with and without the failure).
+    args.ports = sorted({free_port() for _ in range(8 * args.replicas)})[: args.replicas]
     work = Path(tempfile.mkdtemp(prefix="pbkv-router-live-"))
     device = args.device_tokens or _pilot_capacity(claims, per_replica_c, work / "pilot")
     print(f"{len(claims)} HoVer claims, {args.concurrency} in flight, {args.replicas} replicas of {device} device "
@@ -102,18 +105,21 @@ def run(router: str, policy: str, claims: list, args: argparse.Namespace, device
     flags = ["--policy", policy, "--scenario", SCENARIO, "--device-tokens", str(device), "--idle-retire-s", "0"]
     figures: dict[str, Any] = {"router": router, "policy": policy, "device_tokens": device}
     with local_cluster(args.replicas, router_policy=router, server_flags=flags, trace_dir=out / "served",
-                       log_dir=out / "logs") as cluster:
+                       log_dir=out / "logs", ports=args.ports) as cluster:
         os.environ["PBKV_BODY_HINTS"] = "1"
         os.environ["PBKV_REPLICAS"] = ",".join(cluster.replica_urls)
         done = [0]
-        at_kill: dict[int, dict[str, float]] = {}
+        at_split: dict[int, dict[str, float]] = {}
 
         def on_done() -> None:
             done[0] += 1
-            if kill is not None and not at_kill and done[0] >= args.kill_at * len(claims):
-                at_kill.update({i: _scrape(cluster, i) for i in range(args.replicas)})  # figures up to the crash
-                cluster.kill_replica(kill)
-                figures["killed"] = {"replica": kill, "at_claims_done": done[0]}
+            if not at_split and done[0] >= args.kill_at * len(claims):
+                # figures up to this point on every replica (with --failure: up to the crash)
+                at_split.update({i: _scrape(cluster, i) for i in range(args.replicas)})
+                figures["split_at_claims_done"] = done[0]
+                if kill is not None:
+                    cluster.kill_replica(kill)
+                    figures["killed"] = {"replica": kill, "at_claims_done": done[0]}
 
         t0 = time.perf_counter()
         outcomes = asyncio.run(run_claims(claims, cluster.router_url, str(out / "app.jsonl"), args.concurrency,
@@ -123,13 +129,13 @@ def run(router: str, policy: str, claims: list, args: argparse.Namespace, device
         alive = [i for i in range(args.replicas) if i != kill]
         scraped = {i: _scrape(cluster, i) for i in alive}
         if kill is not None:
-            scraped[kill] = at_kill[kill]
-            after = {i: {k: scraped[i][k] - at_kill[i][k] for k in at_kill[i]} for i in alive}
-            figures["before_after_kill"] = {
-                i: {"hit_before": _rate(at_kill[i]), "hit_after": _rate(after[i]) if i in alive else None,
-                    "requests_before": at_kill[i]["chat_requests"],
-                    "requests_after": after[i]["chat_requests"] if i in alive else None}
-                for i in range(args.replicas)}
+            scraped[kill] = at_split[kill]
+        after = {i: {k: scraped[i][k] - at_split[i][k] for k in at_split[i]} for i in alive}
+        figures["before_after_split"] = {
+            i: {"hit_before": _rate(at_split[i]), "hit_after": _rate(after[i]) if i in alive else None,
+                "requests_before": at_split[i]["chat_requests"],
+                "requests_after": after[i]["chat_requests"] if i in alive else None}
+            for i in range(args.replicas)}
         figures["active_after"] = sum(httpx.get(cluster.replica_urls[i] + "/health").json()["active_workflows"]
                                       for i in alive)
     figures["claims_completed"] = sum(1 for o in outcomes if o["verdict"])
@@ -240,11 +246,14 @@ def _failure_report(failed: dict[str, Any], base: dict[str, Any] | None) -> str:
              f"before the crash; {failed['moved_workflows']} workflows moved to another replica; the first request "
              f"of a moved workflow on its new replica found {pct(moved)} of its prompt cached (device + host), the "
              f"same agents' requests in workflows that stayed {pct(stayed)}"]
-    for i, f in failed["before_after_kill"].items():
-        r = failed["per_replica"][i]
+    ref = base["before_after_split"] if base is not None else {}
+    for i, f in failed["before_after_split"].items():
+        r, b = failed["per_replica"][i], ref.get(i)
+        same = (f"; without the failure (same ring): {pct(b['hit_before'])} / {pct(b['hit_after'])}, requests "
+                f"{b['requests_before']:.0f} / {b['requests_after']:.0f}") if b else ""
         lines.append(f"  replica {i}: device hit {pct(f['hit_before'])} before the kill, {pct(f['hit_after'])} after; "
                      f"requests {f['requests_before']:.0f} before, {f['requests_after'] or 0:.0f} after; "
-                     f"{r['workflows']} workflows, {r['moved_in']} of them moved in")
+                     f"{r['workflows']} workflows, {r['moved_in']} of them moved in{same}")
     if base is not None:
         lines.append(f"  cluster device hit {failed['device_hit_rate']:.3f} (same run without the failure "
                      f"{base['device_hit_rate']:.3f})")

@@ -96,7 +96,7 @@ def free_port() -> int:
 def local_cluster(replicas: int, *, router_policy: str = "consistent_hashing", server_flags: Sequence[str] = (),
                   router_flags: Sequence[str] = (), trace_dir: str | os.PathLike[str] | None = None,
                   env: Mapping[str, str] | None = None, log_dir: str | os.PathLike[str] | None = None,
-                  startup_timeout_s: float = 60.0) -> Iterator[LocalCluster]:
+                  ports: Sequence[int] | None = None, startup_timeout_s: float = 60.0) -> Iterator[LocalCluster]:
     """Start ``replicas`` pbkv-server replicas and an SMG router on 127.0.0.1; stop all on exit.
 
     Args:
@@ -107,6 +107,8 @@ def local_cluster(replicas: int, *, router_policy: str = "consistent_hashing", s
         trace_dir: if set, replica i writes ``replica-i.jsonl`` there (``--trace-out``).
         env: extra environment of the replicas (e.g. ``PBKV_DATA_DIR`` for a scenario).
         log_dir: where the processes' output goes (``replica-i.log``, ``router.log``); default discarded.
+        ports: the replicas' ports (default: free ones). SMG's ring hashes the worker URLs, so the
+            same ports give the same workflow-to-replica map in every run.
         startup_timeout_s: longest wait for each replica's ``/health`` and for the router's registration.
 
     Yields:
@@ -115,10 +117,12 @@ def local_cluster(replicas: int, *, router_policy: str = "consistent_hashing", s
     Raises:
         RouterUnavailable: ``smg`` is not installed, exits or does not register the replicas in time.
         RuntimeError: a replica exits or does not answer in time (its log tail in the message).
-        ValueError: ``replicas`` < 1 or an unknown ``router_policy``.
+        ValueError: ``replicas`` < 1, an unknown ``router_policy``, or ``ports`` not ``replicas`` long.
     """
     if replicas < 1:
         raise ValueError("replicas must be >= 1")
+    if ports is not None and len(ports) != replicas:
+        raise ValueError(f"{len(ports)} ports for {replicas} replicas")
     if router_policy not in SMG_POLICIES:
         raise ValueError(f"unknown SMG policy {router_policy!r}; known: {', '.join(SMG_POLICIES)}")
     smg = smg_executable()
@@ -137,7 +141,7 @@ def local_cluster(replicas: int, *, router_policy: str = "consistent_hashing", s
     try:
         urls = []
         for i in range(replicas):
-            port = free_port()
+            port = ports[i] if ports is not None else free_port()
             cmd = [server, "--port", str(port), *server_flags]
             if traces[i] is not None:
                 cmd += ["--trace-out", str(traces[i])]
