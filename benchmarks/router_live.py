@@ -46,11 +46,12 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace  # noqa: E402
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY  # noqa: E402
 from pbkv_server.local_cluster import free_port, local_cluster  # noqa: E402
 
 SCENARIO = "examples.hover_langchain.scenario:HoverScenario"
 ROUTERS = ("consistent_hashing", "cache_aware", "round_robin")
-POLICIES = ("lru", "pbkv")
+POLICIES = (BASELINE_POLICY, DEFAULT_POLICY)
 
 
 def main() -> None:
@@ -86,10 +87,10 @@ def main() -> None:
             results[name] = run(router, policy, claims, args, device, work / name.replace("/", "-"))
             print(_line(name, results[name]), flush=True)
     if args.failure:
-        name = "consistent_hashing/pbkv + replica 1 killed"
-        results[name] = run("consistent_hashing", "pbkv", claims, args, device, work / "failure", kill=1)
+        name = f"consistent_hashing/{DEFAULT_POLICY} + replica 1 killed"
+        results[name] = run("consistent_hashing", DEFAULT_POLICY, claims, args, device, work / "failure", kill=1)
         print(_line(name, results[name]), flush=True)
-        base = results.get("consistent_hashing/pbkv")
+        base = results.get(f"consistent_hashing/{DEFAULT_POLICY}")
         print(_failure_report(results[name], base), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
@@ -266,7 +267,7 @@ def _pilot_capacity(claims: list, concurrency: int, out: Path) -> int:
     from examples.hover_langchain.run import run_claims
 
     pilot = claims[: max(2 * concurrency, 16)]
-    flags = ["--policy", "lru", "--scenario", SCENARIO, "--idle-retire-s", "0"]
+    flags = ["--policy", BASELINE_POLICY, "--scenario", SCENARIO, "--idle-retire-s", "0"]
     with local_cluster(1, server_flags=flags, log_dir=out / "logs") as cluster:
         os.environ["PBKV_BODY_HINTS"] = "1"
         os.environ["PBKV_REPLICAS"] = cluster.replica_urls[0]

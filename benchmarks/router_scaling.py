@@ -22,13 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY  # noqa: E402
 from pbkv_server.predictors import make_predictor  # noqa: E402
 from pbkv_server.sim.cluster import ROUTERS, simulate_cluster  # noqa: E402
 from pbkv_server.sim.profiles import get_profile, host_tokens_for  # noqa: E402
 from pbkv_server.sim.simulator import load_workload  # noqa: E402
 from pbkv_server.sim.synth import generate  # noqa: E402
 
-POLICIES = ("lru", "pbkv")
+POLICIES = (BASELINE_POLICY, DEFAULT_POLICY)
 
 
 def main() -> None:
@@ -86,7 +87,7 @@ def _plot(rows: list[dict], path: Path, args: argparse.Namespace) -> None:
     single = {r["policy"]: r for r in rows if r["replicas"] == 1}
     colors = {"affinity": "tab:blue", "cache-aware": "tab:green", "round-robin": "tab:red"}
     for router in ROUTERS:
-        for policy, style in (("lru", "--"), ("pbkv", "-")):
+        for policy, style in zip(POLICIES, ("--", "-")):
             pts = [single[policy]] if policy in single else []
             pts += [r for r in rows if r["router"] == router and r["policy"] == policy]
             xs = [r["replicas"] for r in pts]

@@ -52,6 +52,8 @@ def test_hover_through_smg_keeps_each_workflow_on_one_replica_and_ends_it_there(
     served_steps: Counter = Counter()
     ended: dict[int, set[str]] = defaultdict(set)
     for i, path in enumerate(cluster.traces):
+        if not path.is_file() or path.stat().st_size == 0:
+            continue  # the ring gave this replica no workflow (it depends on the free ports drawn)
         for rec in read_trace(path):
             if isinstance(rec, InvocationRecord):
                 served_by[rec.workflow_id].add(i)
