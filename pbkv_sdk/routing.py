@@ -184,14 +184,15 @@ def declare_graph(app: str, edges: Mapping[str, Sequence[str]], *, server_url: s
         a warning says so).
 
     Raises:
-        ValueError: ``app`` is empty or ``edges`` is not a map of agent names to lists of names.
+        ValueError: ``app`` is empty or ``edges`` is not a map of agent names to lists (or
+            tuples) of names.
     """
     from pbkv_sdk.ending import queue_request
 
     if not isinstance(app, str) or not app:
         raise ValueError("app must be a non-empty string")
     if not isinstance(edges, Mapping) or not all(
-            isinstance(k, str) and not isinstance(v, str) and all(isinstance(x, str) for x in v)
+            isinstance(k, str) and isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
             for k, v in edges.items()):
         raise ValueError("edges must map agent names to lists of agent names")
     payload = {"edges": {k: list(v) for k, v in edges.items()}}

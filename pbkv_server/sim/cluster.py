@@ -347,7 +347,6 @@ class _ClusterDriver(_Driver):
         super().__init__(engines[0], workload, concurrency, None, on_unit_end, metrics)
         self.engines = engines
         self.router = router
-        self.index = {id(e): r for r, e in enumerate(engines)}
         self.busy: list[tuple[float, int]] = []  # (clock, replica) of every busy engine, once each
         self.served: dict[str, dict[int, None]] = {}  # workflow -> replicas in first-service order
         self.tokens = [[0, 0, 0, 0] for _ in engines]  # per replica: requests, prompt, device, host

@@ -208,6 +208,9 @@ def test_declare_graph_reaches_every_listed_replica(three: list[FakeOpenAI]):
     assert routing.declare_graph("solo", {"a": ["b"]}, server_url=router.base_url) == 1  # /v1 dropped
     assert ending.flush(5.0)
     assert router.graphs == [("solo", {"edges": {"a": ["b"]}})]
+    for bad in ({"a": "b"}, {"a": 3}, {"a": [1]}, [("a", ["b"])]):
+        with pytest.raises(ValueError, match="edges"):
+            routing.declare_graph("solo", bad)
 
 
 def test_replica_lists_are_checked_and_normalised(monkeypatch, caplog):
