@@ -26,6 +26,7 @@ from typing import Iterator
 
 from pbkv_contract.hints import END_STATUSES, HintError, validate_workflow_id
 from pbkv_contract.trace import WorkflowEndRecord
+from pbkv_sdk.routing import routing_header
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,13 @@ class Workflow:
         self.t_start = time.time()
         #: Origin (``scheme://host:port``) of the first stamped request; fallback end-signal target.
         self.llm_origin: str | None = None
+        #: Router affinity header stamped with the workflow id (``pbkv_sdk.routing``), or ``None``.
+        self.routing_header = routing_header()
+        #: Worker URLs a router reported serving this workflow's requests (end-signal targets).
+        self.served_by: set[str] = set()
+        #: Whether stamping reads the answers' headers: always with a replica list (for
+        #: :attr:`served_by`), else the first answer only (``pbkv_sdk.routing.note_response``).
+        self.read_answers = True
         self._lock = threading.Lock()
         self._next_step = 0
         self._expected_calls = 0
@@ -161,7 +169,8 @@ class Workflow:
 
         target = self.server_url or self.llm_origin
         if target is not None:
-            end_workflow(self.workflow_id, status, server_url=target, timeout_s=self.end_timeout_s)
+            end_workflow(self.workflow_id, status, server_url=target, timeout_s=self.end_timeout_s,
+                         served_by=tuple(self.served_by))
         recorder = self.recorder
         if recorder is not None:
             recorder.write(WorkflowEndRecord(app=self.app, workflow_id=self.workflow_id, t=time.time(), status=status))

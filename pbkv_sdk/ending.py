@@ -7,6 +7,9 @@ sees its errors: a failure, or a malformed ``server_url``, is logged as one warn
 (later ones at debug level), because the server also retires idle workflows by itself.
 :func:`flush` lets tests wait for delivery; at interpreter exit the SDK waits at most the largest
 end timeout in use (capped at :data:`EXIT_FLUSH_S`).
+
+Behind a router with a replica list (:mod:`pbkv_sdk.routing`), the signal goes to the replicas
+that served the workflow (else to every listed one) instead of ``server_url``.
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ import logging
 import os
 import queue
 import threading
+import time
 import urllib.parse
+from typing import Any, Iterable
 
 import httpx
 
 from pbkv_contract.hints import END_PATH, END_STATUSES, HEADER_HINT_TOKEN
+from pbkv_sdk import routing
 from pbkv_sdk.queues import wait_done
 
 log = logging.getLogger(__name__)
@@ -32,7 +38,8 @@ EXIT_FLUSH_S = 2.0
 SENDER_THREADS = 4
 
 
-def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str | None = None, timeout_s: float = 0.5) -> None:
+def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str | None = None, timeout_s: float = 0.5,
+                 served_by: Iterable[str] = ()) -> None:
     """Queue the end signal of ``workflow_id``; returns at once (never blocks, never raises on I/O).
 
     Args:
@@ -43,6 +50,10 @@ def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str
             With neither, or with a URL that is not ``http(s)://host[:port][/path]``, nothing is
             sent and one warning per URL is logged.
         timeout_s: time budget of each phase of the POST (connect, write, read), seconds.
+        served_by: worker URLs a router reported for the workflow's requests. With a replica
+            list (``$PBKV_REPLICAS``, :func:`pbkv_sdk.routing.configure`) the signal goes to the
+            listed ones among them, else to every listed replica, and ``server_url`` is not used
+            (:func:`pbkv_sdk.routing.end_targets`).
 
     The shared secret of a server started with ``--hint-token`` is read from
     ``$PBKV_HINT_TOKEN`` and sent as the ``X-PBKV-Hint-Token`` header.
@@ -52,6 +63,11 @@ def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str
     """
     if status not in END_STATUSES:
         raise ValueError(f"status must be one of {END_STATUSES}, got {status!r}")
+    replicas = routing.end_targets(served_by)
+    if replicas is not None:  # behind a router: the replicas themselves (bounded, see pbkv_sdk.routing)
+        for base in replicas:
+            queue_request("POST", end_url(base, workflow_id), {"status": status}, timeout_s, cooldown=True)
+        return
     server_url = server_url or os.environ.get("PBKV_SERVER_URL")
     if not server_url:
         _warn_once_about("<no server>", "PBKV end signal not sent: no server_url and PBKV_SERVER_URL is unset")
@@ -61,7 +77,19 @@ def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str
     except ValueError as exc:
         _warn_once_about(server_url, "PBKV end signals not sent: %s; the app continues", exc)
         return
-    _sender().put(url, status, timeout_s)
+    queue_request("POST", url, {"status": status}, timeout_s)
+
+
+def queue_request(method: str, url: str, payload: Any, timeout_s: float, *, cooldown: bool = False) -> None:
+    """Queue one hint-endpoint request (JSON ``payload``) on the end-signal threads; returns at once.
+
+    Failures are logged once per server, never raised. With ``cooldown``, a server that cannot be
+    connected to (refused, or no connection within the timeout) is skipped for
+    :data:`pbkv_sdk.routing.REPLICA_COOLDOWN_S`, so a dead replica in a fan-out costs one timeout,
+    not one per signal. A slow answer (read timeout) does not count: the replica is alive, and
+    skipping it would lose the ends of every workflow it serves.
+    """
+    _sender().put(method, url, payload, timeout_s, cooldown)
 
 
 def end_url(server_url: str, workflow_id: str) -> str:
@@ -94,8 +122,10 @@ class _Sender:
     """:data:`SENDER_THREADS` daemon threads draining a queue of end signals with one pooled httpx client."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[str, str, float] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[str, str, Any, float, bool] | None] = queue.Queue()
         self._warned: set[str] = set()
+        # origin -> monotonic time until which it is skipped (cooldown requests only)
+        self._down_until: dict[str, float] = {}
         # Built by the first sending thread, not here: httpx.Client() loads the TLS trust store
         # (about 0.1-0.2 s), which must not land on the app thread that ends the first workflow.
         self._client: httpx.Client | None = None
@@ -108,9 +138,9 @@ class _Sender:
         for thread in self._threads:
             thread.start()
 
-    def put(self, url: str, status: str, timeout_s: float) -> None:
+    def put(self, method: str, url: str, payload: Any, timeout_s: float, cooldown: bool = False) -> None:
         self.max_timeout_s = max(self.max_timeout_s, timeout_s)
-        self._queue.put((url, status, timeout_s))
+        self._queue.put((method, url, payload, timeout_s, cooldown))
 
     def alive(self) -> int:
         """Number of sender threads still running (all of them, unless something is badly wrong)."""
@@ -136,18 +166,23 @@ class _Sender:
                 self._client = httpx.Client()
             return self._client
 
-    def _send(self, url: str, status: str, timeout_s: float) -> None:
+    def _send(self, method: str, url: str, payload: Any, timeout_s: float, cooldown: bool) -> None:
+        try:
+            origin = urllib.parse.urlsplit(url).netloc
+        except ValueError:
+            origin = url
+        if cooldown and self._down_until.get(origin, 0.0) > time.monotonic():
+            log.debug("PBKV: %s skipped (no connection to %s recently)", url, origin)
+            return
         try:
             token = os.environ.get("PBKV_HINT_TOKEN")
             headers = {HEADER_HINT_TOKEN: token} if token else None
-            response = self._http().post(url, json={"status": status}, headers=headers, timeout=httpx.Timeout(timeout_s))
+            response = self._http().request(method, url, json=payload, headers=headers, timeout=httpx.Timeout(timeout_s))
             if response.status_code >= 400:
-                raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request, response=response)
+                raise httpx.HTTPStatusError(_status_problem(response), request=response.request, response=response)
         except Exception as exc:  # fail open: the server retires idle workflows anyway
-            try:
-                origin = urllib.parse.urlsplit(url).netloc
-            except ValueError:
-                origin = url
+            if cooldown and isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+                self._down_until[origin] = time.monotonic() + routing.REPLICA_COOLDOWN_S
             if origin not in self._warned:
                 self._warned.add(origin)
                 log.warning(
@@ -157,6 +192,14 @@ class _Sender:
                 )
             else:
                 log.debug("PBKV end signal to %s failed: %s", url, exc)
+
+
+def _status_problem(response: httpx.Response) -> str:
+    """The failure text of an error answer; names the fix when the server is an SMG router."""
+    if response.status_code == 404 and "x-smg-error-code" in response.headers:
+        return (f"HTTP 404 from an SMG router, which does not forward {END_PATH.split('{')[0]}... paths: list "
+                f"the replicas in {routing.ENV_REPLICAS} so that end signals reach them")
+    return f"HTTP {response.status_code}"
 
 
 _SENDER: _Sender | None = None

@@ -9,9 +9,11 @@ For each request to an LLM endpoint (path ending in ``/chat/completions``, ``/co
 
 1. reserves the workflow's next step and adds the four ``X-PBKV-*`` headers (and, with
    ``body_hints``, ``custom_params.pbkv`` in the JSON body, the route SGLang keeps, and SGLang's
-   own top-level ``session_id`` = the workflow id unless the app set one);
-2. when the workflow records a trace, watches the response stream (first token time, bytes) and
-   hands the finished call to the recorder thread.
+   own top-level ``session_id`` = the workflow id unless the app set one), plus the workflow id
+   in the router's affinity header (``X-SMG-Routing-Key``, :mod:`pbkv_sdk.routing`);
+2. reads the answer's headers (the worker a router names, hints a router dropped) and, when the
+   workflow records a trace, watches the response stream (first token time, bytes) and hands
+   the finished call to the recorder thread.
 
 Requests outside a workflow, and non-LLM requests, pass through untouched. Stamping fails open:
 any error in it logs one warning and the request goes out unstamped.
@@ -32,6 +34,7 @@ import httpx
 from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, current_agent, current_internal, current_workflow
 from pbkv_contract.hints import BODY_KEY, Hints, fit_name
 from pbkv_sdk.recorder import FIRST_TOKEN_RE, CallCapture, TraceRecorder
+from pbkv_sdk.routing import note_response
 
 log = logging.getLogger(__name__)
 
@@ -139,13 +142,15 @@ class AsyncPBKVTransport(httpx.AsyncBaseTransport):
 
 @dataclass(slots=True)
 class PendingCall:
-    """A stamped request waiting for its response (only kept when the workflow records)."""
+    """A stamped request waiting for its response (``recorder`` only when the workflow records)."""
 
     hints: Hints
-    recorder: TraceRecorder
+    recorder: TraceRecorder | None
     t_start: float
     request_body: bytes
     internal: bool = False
+    workflow: Workflow | None = None
+    body_hints: bool = False
 
 
 def prepare_request(request: httpx.Request, *, body_hints: bool | None = False) -> tuple[httpx.Request, PendingCall | None]:
@@ -180,6 +185,14 @@ def observe_response(response: httpx.Response, pending: PendingCall | None, *, i
     """
     if pending is None:
         return response
+    wf = pending.workflow
+    if wf is not None and wf.read_answers:
+        try:
+            note_response(wf, response.headers, pending.body_hints)
+        except Exception as exc:  # fail open: routing bookkeeping must never break a response
+            _warn_once("route", "PBKV: answer headers not read (%s: %s)", type(exc).__name__, exc)
+    if pending.recorder is None:
+        return response
     try:
         sse = "text/event-stream" in response.headers.get("content-type", "")
         encoding = response.headers.get("content-encoding", "")
@@ -206,16 +219,20 @@ def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[http
     headers = request.headers
     for name, value in hints.to_headers().items():
         headers[name] = value
+    routing_key = wf.routing_header
+    if routing_key is not None and routing_key not in headers:  # a key the app set itself wins
+        headers[routing_key] = wf.workflow_id
     request.extensions[_STAMPED] = True  # inner PBKV layers (patched transports) leave it alone
     recorder = wf.recorder
+    body = b""
     if body_hints or recorder is not None:
         body = request.read()
         if body_hints:
             request = _with_body_hints(request, body, hints)
             body = request.content
-        if recorder is not None:
-            return request, PendingCall(hints, recorder, time.time(), body, current_internal())
-    return request, None
+    if recorder is None and not wf.read_answers:
+        return request, None
+    return request, PendingCall(hints, recorder, time.time(), body, current_internal(), wf, body_hints)
 
 
 def _step_for(request: httpx.Request, wf: Workflow) -> int:

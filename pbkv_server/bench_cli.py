@@ -3,7 +3,7 @@
     pbkv-bench synth --graph codegen --workflows N --seed S --out FILE.jsonl
     pbkv-bench replay FILE.jsonl --policy P[,P...] --predictor SPEC --concurrency C \\
         --profile NAME [--device-tokens T] [--host-ratio R | --host-tokens H] [--threads N] \\
-        --json OUT.json [--plot OUT.png]
+        [--replicas N --router affinity|round-robin|cache-aware] --json OUT.json [--plot OUT.png]
     pbkv-bench profiles
 
 Bad input never ends in a traceback: lines the trace reader cannot use are skipped, with one
@@ -104,6 +104,10 @@ def replay(
         True, help="also replay the baseline and the offline reference when not listed, for 'gap closed' "
                    "only (not added to the table or JSON); --no-gap: gap closed is '-' unless both are listed"),
     threads: int = typer.Option(DEFAULT_TORCH_THREADS, help="torch CPU threads for a trained model"),
+    replicas: int = typer.Option(1, help="replicas behind a router, each its own engine and device "
+                                         "(--concurrency is the whole cluster's; online policies only)"),
+    router: str = typer.Option("affinity", help="with --replicas: affinity (consistent hashing of the workflow id), "
+                                                "round-robin (per request) or cache-aware (SMG's)"),
 ) -> None:
     """Replay a trace under each policy; print a table, optionally write JSON and a plot.
 
@@ -113,10 +117,11 @@ def replay(
     is replayed too (unless ``--no-gap``), for its hit rate only.
     """
     from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace
-    from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies
+    from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.profiles import get_profile, host_tokens_for
     from pbkv_server.sim.report import add_gap_closed, plot_timelines, results_table, write_json
+    from pbkv_server.sim.cluster import ROUTERS, cluster_line, simulate_cluster
     from pbkv_server.sim.simulator import SimulationError, load_workload, simulate
 
     known = available_policies(REPLAY)
@@ -142,6 +147,13 @@ def replay(
         raise _fail(f"--host-ratio must be a finite number >= 0 (0 = no host tier), got {host_ratio}")
     if threads < 1:
         raise _fail("--threads must be >= 1")
+    if replicas < 1 or router not in ROUTERS:
+        raise _fail(f"--replicas must be >= 1 and --router one of {', '.join(ROUTERS)}")
+    if replicas > 1:  # offline references need one engine's future: no gap closed on a cluster
+        offline = [p for p in policies if policy_info(p).offline]
+        if offline:
+            raise _fail(f"{', '.join(offline)}: offline references cannot run with --replicas")
+        gap = False
     # gap closed needs both ends of the scale: replay the missing ones too, after the listed ones
     scale_only = [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if gap and p not in policies and p in known]
     # Check outputs before the runs: a bad path must not cost a whole study.
@@ -174,15 +186,17 @@ def replay(
         for name in policies + scale_only:
             label = f"{name} (gap)" if name in scale_only else name
             task = progress.add_task(f"{label:16s}", total=len(workload.units))
+            settings = dict(concurrency=concurrency, device_tokens=device_tokens, host_tokens=host, horizon=horizon,
+                            gamma=gamma, rho=rho, page_size=page_size, timeline_bins=timeline_bins,
+                            on_workflow_end=lambda done, task=task: progress.update(task, completed=done))
             try:
-                result = simulate(
-                    workload, name, hw, concurrency=concurrency,
-                    predictor=make_predictor(predictor, horizon, records, app=trace_app),
-                    device_tokens=device_tokens, host_tokens=host, horizon=horizon, gamma=gamma, rho=rho,
-                    page_size=page_size,
-                    timeline_bins=timeline_bins,
-                    on_workflow_end=lambda done, task=task: progress.update(task, completed=done),
-                )
+                if replicas > 1:
+                    result = simulate_cluster(workload, name, hw, replicas=replicas, router=router, **settings,
+                                              predictor_factory=lambda: make_predictor(predictor, horizon, records,
+                                                                                       app=trace_app))
+                else:
+                    result = simulate(workload, name, hw, **settings,
+                                      predictor=make_predictor(predictor, horizon, records, app=trace_app))
             except (SimulationError, ValueError) as exc:
                 raise _fail(f"{name}: {exc}") from None
             device, host_size = result.engine.device_capacity, result.engine.host_capacity
@@ -196,7 +210,11 @@ def replay(
              f"predictor {predictor}, C={concurrency}, {hw.name}, device {first['device_tokens']} tok, "
              f"host {first['host_tokens']} tok ({first['host_ratio']:.3g}x); gap closed: 0 = {BASELINE_POLICY} "
              f"{_rate(ends[BASELINE_POLICY])}, 1 = {REFERENCE_POLICY} {_rate(ends[REFERENCE_POLICY])}")
+    if replicas > 1:
+        title += f"; {replicas} replicas ({first['device_tokens']} device tok each), router {router}"
     console.print(results_table(results, title))
+    for name in results if replicas > 1 else ():
+        console.print(cluster_line(name, results[name]), highlight=False)
     try:
         if json_out is not None:
             write_json(json_out, results)

@@ -478,12 +478,12 @@ class _Driver:
             if self.speculative and unit.next_prefix:
                 req = replace(req, speculative_next=unit.next_prefix[j])
             try:
-                self.engine.submit(req)
+                self._submit(req, unit.workflow_ids[j], time)
             except ValueError as exc:  # e.g. a prompt larger than the device cache
                 raise SimulationError(f"cannot replay {req.request_id}: {exc}") from None
             return
         wid, _, status = unit.ends[j]
-        self.engine.end_workflow(wid, status)
+        self._end(wid, status, time)
         self.metrics.workflow_ended(wid, time)
         if j + 1 == len(unit.requests):  # the unit's last workflow ended: its slot goes to the next unit
             self.engine.close_session(unit.unit_id)  # the app closes its session (SGLang /close_session)
@@ -491,6 +491,14 @@ class _Driver:
             if self.on_unit_end is not None:
                 self.on_unit_end(self.done)
             self._start_next(time)
+
+    def _submit(self, req: EngineRequest, workflow_id: str, time: float) -> None:
+        """Hand ``req`` (of ``workflow_id``, due at ``time``) to the engine (a cluster routes it)."""
+        self.engine.submit(req)
+
+    def _end(self, workflow_id: str, status: str, time: float) -> None:
+        """Send the workflow's end signal (a cluster sends it to the replicas that served it)."""
+        self.engine.end_workflow(workflow_id, status)
 
     def _engine_event(self, ev: FirstToken | Finished) -> None:
         if isinstance(ev, FirstToken):

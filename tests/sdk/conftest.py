@@ -27,21 +27,26 @@ def _fresh_sdk_state(monkeypatch) -> Iterator[None]:
     """Each test starts with no PBKV environment and with its own 'warn once' memory."""
     import sys
 
-    from pbkv_sdk import context, ending, stamping
+    from pbkv_sdk import context, ending, routing, stamping
 
-    for name in ("PBKV_SERVER_URL", "PBKV_TRACE_PATH", "PBKV_APP", "PBKV_BODY_HINTS", "PBKV_END_TIMEOUT_S"):
+    for name in ("PBKV_SERVER_URL", "PBKV_TRACE_PATH", "PBKV_APP", "PBKV_BODY_HINTS", "PBKV_END_TIMEOUT_S",
+                 "PBKV_ROUTING_HEADER", "PBKV_REPLICAS"):
         monkeypatch.delenv(name, raising=False)
+    routing.configure(routing_header=None, replicas=None)
+    routing._WARNED.clear()
     stamping._WARNED.clear()
     context._UNSTAMPED_WARNED.clear()
     ending._NO_SERVER_WARNED.clear()
     if ending._SENDER is not None:
         ending._SENDER._warned.clear()
+        ending._SENDER._down_until.clear()
     for name in ("pbkv_sdk.integrations.autogen", "pbkv_sdk.integrations.langchain"):
         module = sys.modules.get(name)  # only if a test imported it: importing a framework is slow
         if module is not None:
             module._WARNED.clear()
     yield
     ending.flush(5.0)
+    routing.configure(routing_header=None, replicas=None)
     from pbkv_sdk import autopatch
 
     for holder in autopatch.holders():  # e.g. instrument_team, which holds it for the process

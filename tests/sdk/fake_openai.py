@@ -1,7 +1,7 @@
 """An OpenAI-compatible fake LLM server for SDK tests (FastAPI), recording every request.
 
 Serves ``POST /v1/chat/completions`` (streaming and not, usage in both) and the PBKV workflow
-end endpoint. Replies are deterministic and framework-friendly:
+end and app graph endpoints. Replies are deterministic and framework-friendly:
 
 * a speaker-selection prompt of AutoGen's SelectorGroupChat ("select the next role from [a, b]")
   is answered with the first listed role;
@@ -56,6 +56,8 @@ class FakeOpenAI:
         reply_delay_s: delay before any reply (streamed or not).
         reply_fn: scripted replies, see above; ``None`` for the default replies.
         send_usage: include ``usage`` in non-streamed replies (streams follow ``include_usage``).
+        answer_headers: extra headers on every LLM answer (e.g. a router's served-by header).
+        graphs: ``(app, body)`` of every app graph received.
     """
 
     requests: list[Recorded] = field(default_factory=list)
@@ -66,6 +68,8 @@ class FakeOpenAI:
     reply_delay_s: float = 0.0
     reply_fn: Any = None
     send_usage: bool = True
+    answer_headers: dict[str, str] = field(default_factory=dict)
+    graphs: list[tuple[str, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _counter: int = 0
 
@@ -73,6 +77,7 @@ class FakeOpenAI:
         self.app = FastAPI()
         self.app.post("/v1/chat/completions")(self._chat)
         self.app.post("/pbkv/v1/workflows/{workflow_id}/end")(self._end)
+        self.app.put("/pbkv/v1/apps/{app_name}/graph")(self._graph)
 
     def hints_of(self, request: Recorded) -> tuple[str | None, str | None, int | None, str | None]:
         """``(workflow_id, agent (percent-decoded), step, app)`` headers of a recorded request."""
@@ -120,9 +125,10 @@ class FakeOpenAI:
             }
             if self.send_usage:
                 data["usage"] = usage
-            return JSONResponse(data)
+            return JSONResponse(data, headers=self.answer_headers)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return StreamingResponse(self._stream(n, model, message, finish, usage if include_usage else None), media_type="text/event-stream")
+        return StreamingResponse(self._stream(n, model, message, finish, usage if include_usage else None),
+                                 media_type="text/event-stream", headers=self.answer_headers)
 
     async def _stream(self, n: int, model: str, message: dict[str, Any], finish: str, usage: dict[str, Any] | None):
         def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
@@ -156,6 +162,12 @@ class FakeOpenAI:
         if self.end_delay_s:
             await asyncio.sleep(self.end_delay_s)
         return Response(status_code=self.end_status_code)
+
+    async def _graph(self, app_name: str, request: Request) -> Response:
+        body = await request.json()
+        with self._lock:
+            self.graphs.append((app_name, body))
+        return Response(status_code=204)
 
 
 def _text(message: dict[str, Any]) -> str:
