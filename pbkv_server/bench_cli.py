@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -27,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pbkv_contract.files import output_problem
 from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
@@ -62,7 +62,7 @@ def synth(
         raise _fail(f"--out {out} is a directory; give a file path")
     if out.exists():
         raise _fail(f"{out} exists; refusing to append a second workload to it")
-    problem = _output_problem(out)
+    problem = output_problem(out)
     if problem:
         raise _fail(f"--out {out}: {problem}")
     try:
@@ -158,7 +158,7 @@ def replay(
     scale_only = [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if gap and p not in policies and p in known]
     # Check outputs before the runs: a bad path must not cost a whole study.
     for option, path in (("--json", json_out), ("--plot", plot)):
-        problem = _output_problem(path)
+        problem = output_problem(path, [trace])
         if problem:
             raise _fail(f"{option} {path}: {problem}")
     try:
@@ -230,28 +230,6 @@ def _rate(value: float | None) -> str:
     return "(not run)" if value is None else f"{value:.3f}"
 
 
-def _output_problem(path: Optional[Path]) -> str | None:
-    """Why ``path`` cannot be written as an output file (``None`` if it looks writable).
-
-    Missing parent folders are fine (the writers create them) as long as the nearest existing
-    ancestor is a writable folder.
-    """
-    if path is None:
-        return None
-    if path.is_dir():
-        return "is a directory"
-    ancestor = path.absolute().parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        return f"{ancestor} is not a directory"
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        return f"{ancestor} is not writable"
-    if path.exists() and not os.access(path, os.W_OK):
-        return "is not writable"
-    return None
-
-
 @app.command()
 def policies() -> None:
     """List the registered cache policies: what each needs and does, and where it runs."""
@@ -260,13 +238,19 @@ def policies() -> None:
 
     from pbkv_server.engine.policies import available_policies, policy_info
 
+    # Whole names at any width (80 columns when piped): names and SGLang names never wrap or get
+    # cut, one backend per line, two-line headers; only the rule wraps.
+    names = available_policies()
+    infos = [policy_info(name) for name in names]
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("name", "predictive", "prefetch", "offline", "runs on", "SGLang name", "rule"):
-        table.add_column(col, no_wrap=col != "rule")
-    for name in available_policies():
-        info = policy_info(name)
+    table.add_column("name", no_wrap=True, min_width=max(map(len, names)))
+    for col in ("pre-\ndicts", "pre-\nfetch", "off-\nline", "runs\non"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("SGLang\nname", no_wrap=True, min_width=max((len(i.sglang_name or "-") for i in infos), default=1))
+    table.add_column("rule", min_width=16)
+    for name, info in zip(names, infos):
         table.add_row(name, _yes(info.predictive), _yes(info.prefetches), _yes(info.offline),
-                      ",".join(sorted(info.backends)), info.sglang_name or "-", info.summary)
+                      "\n".join(sorted(info.backends)), info.sglang_name or "-", info.summary)
     console.print(table)
 
 
