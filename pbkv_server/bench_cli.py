@@ -116,7 +116,7 @@ def replay(
     from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.profiles import get_profile, host_tokens_for
-    from pbkv_server.sim.report import add_gap_closed, plot_timelines, results_table, write_json
+    from pbkv_server.sim.report import add_gap_closed, breakdown_table, plot_timelines, results_table, write_json
     from pbkv_server.sim.simulator import SimulationError, load_workload, simulate
 
     known = available_policies(REPLAY)
@@ -197,6 +197,7 @@ def replay(
              f"host {first['host_tokens']} tok ({first['host_ratio']:.3g}x); gap closed: 0 = {BASELINE_POLICY} "
              f"{_rate(ends[BASELINE_POLICY])}, 1 = {REFERENCE_POLICY} {_rate(ends[REFERENCE_POLICY])}")
     console.print(results_table(results, title))
+    console.print(breakdown_table(results, "where the mean workflow latency goes (simulated seconds)"))
     try:
         if json_out is not None:
             write_json(json_out, results)

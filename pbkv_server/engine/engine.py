@@ -222,9 +222,14 @@ class Engine:
             n_decode = len(self._running)
             load = sum(r.load for r in admitted)
             fresh = sum(r.new_tokens for r in admitted)
-            dt = profile.load_time(load) + profile.prefill_time(fresh)
+            load_s, prefill_s = profile.load_time(load), profile.prefill_time(fresh)
+            dt = load_s + prefill_s
             if n_decode:
-                dt += profile.decode_step_time(n_decode)
+                decode_s = profile.decode_step_time(n_decode)
+                dt += decode_s
+                self._stats.decode_iterations += 1
+                self._stats.decode_s += decode_s
+            admitted_at = self.clock
             self.clock += dt
             start_iter = self._iters
             self._iters += 1
@@ -232,7 +237,8 @@ class Engine:
                 r.done_at = start_iter + r.output_tokens
                 self._running[r.req.request_id] = r
                 heapq.heappush(self._finish_heap, (r.done_at, r.index, r))
-                events.append(FirstToken(r.req.request_id, self.clock, r.prompt_tokens, r.device_hit, r.host_hit))
+                events.append(FirstToken(r.req.request_id, self.clock, r.prompt_tokens, r.device_hit, r.host_hit,
+                                         admitted_at, load_s, prefill_s))
         elif self._running:
             dt = profile.decode_step_time(len(self._running))
             k = self._finish_heap[0][0] - self._iters
@@ -246,6 +252,8 @@ class Engine:
             clock = self.clock + dt * k
             if until is not None and clock < until <= clock + 1e-9 * max(1.0, until):
                 clock = until  # the boundary is ``until`` itself; keep float rounding from landing before it
+            self._stats.decode_iterations += k
+            self._stats.decode_s += clock - self.clock
             self.clock = clock
             self._iters += k
         elif self._waiting:  # cannot happen: submit() rejects requests larger than the device

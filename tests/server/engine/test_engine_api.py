@@ -62,7 +62,7 @@ def test_empty_prompt_and_zero_output_are_served():
     eng = make_engine("lru")
     eng.submit(EngineRequest("e", [], [], 0))
     events = run(eng)
-    assert events == [FirstToken("e", 0.0, 0, 0, 0), Finished("e", 0.0, 1)]
+    assert events == [FirstToken("e", 0.0, 0, 0, 0, admitted_at=0.0), Finished("e", 0.0, 1)]
 
 
 class _Broken(TablePredictor):
