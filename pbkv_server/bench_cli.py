@@ -264,18 +264,20 @@ def profiles() -> None:
     from rich.table import Table
 
     from pbkv_server.sim.profiles import PROFILES
+    from pbkv_server.sim.report import _tokens
 
     # Fits 80 columns with whole names: light box, two-line headers, the name column never
     # wrapped or cut (the numeric columns are narrow enough to take what is left).
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))
     table.add_column("name", no_wrap=True, min_width=max((len(n) for n in PROFILES), default=4))
-    for col in ("prefill\ntok/s", "decode ms\nbase+/seq", "PCIe\nGB/s", "KV\nB/tok", "device\ntok", "host\ntok"):
-        table.add_column(col, justify="right")
+    for col in ("prefill\ntok/s", "decode\nbase ms", "ms per\n1k ctx", "PCIe\nGB/s", "KV\nKiB", "device\ntok",
+                "host\ntok"):
+        table.add_column(col, justify="right", no_wrap=True)
     for p in PROFILES.values():
         table.add_row(p.name, f"{p.prefill_tokens_per_s:.0f}",
-                      f"{p.decode_base_s * 1e3:.1f}+{p.decode_per_seq_s * 1e3:.2f}",
-                      f"{p.pcie_bytes_per_s / 1e9:.1f}", str(p.kv_bytes_per_token), str(p.device_kv_tokens),
-                      str(p.host_kv_tokens))
+                      f"{p.decode_base_s * 1e3:.1f}", f"{p.decode_per_token_s * 1e6:.3f}",
+                      f"{p.pcie_bytes_per_s / 1e9:.1f}", f"{p.kv_bytes_per_token / 1024:g}",
+                      _tokens(p.device_kv_tokens), _tokens(p.host_kv_tokens))
     console.print(table)
     for p in PROFILES.values():
         console.print(f"[bold]{p.name}[/]: {p.description}. Source: {p.source}", highlight=False)
