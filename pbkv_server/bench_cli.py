@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pbkv_server.sim.study_cli import study as study_command
 from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
@@ -296,6 +297,7 @@ def _register_live_replay() -> None:
 
 
 _register_live_replay()
+app.command("study")(study_command)  # pbkv_server/sim/study_cli.py: the paper's sensitivity studies
 
 
 if __name__ == "__main__":

@@ -270,6 +270,18 @@ class MetricsCollector:
                 sums[i] += part
         return {k: v / len(served) for k, v in zip(BREAKDOWN_PARTS[:4], sums)}
 
+    def mean_queue_length(self) -> float:
+        """Mean number of requests waiting for admission over the replay, by Little's law: the
+        total admission wait of the served requests over the span from the first arrival to the
+        last first token (0 when nothing was served). At 1 or more, the device on average no
+        longer admits every request when it arrives."""
+        served = [r for r in self._requests.values() if not math.isnan(r.first_token)]
+        if not served:
+            return 0.0
+        span = max(r.first_token for r in served) - min(r.arrival for r in served)
+        wait = sum(r.admission() - r.arrival for r in served)
+        return wait / span if span > 0 else 0.0
+
     def per_agent_ttft(self) -> dict[str, float]:
         """Mean TTFT (seconds) per agent name, over requests that got their first token."""
         sums: dict[str, list[float]] = {}
@@ -284,7 +296,8 @@ class MetricsCollector:
         Keys: ``hit_rate``, ``host_hit_rate``, ``mean_latency_s``, ``p50_latency_s``,
         ``p99_latency_s``, ``mean_ttft_s``, ``p99_ttft_s``, ``per_agent_ttft_s``, ``per_app``, ``workflows``,
         ``requests``, ``timeline``, ``latency_breakdown_s`` (:meth:`latency_breakdown`),
-        ``ttft_breakdown_s`` (:meth:`ttft_breakdown`); with ``engine_stats`` (an ``EngineStats``)
+        ``ttft_breakdown_s`` (:meth:`ttft_breakdown`), ``mean_queue_length``
+        (:meth:`mean_queue_length`); with ``engine_stats`` (an ``EngineStats``)
         also ``evictions``, ``evicted_tokens``, ``prefetched_tokens``, ``mean_decode_step_s``
         (mean duration of the decode part of an iteration, NaN without any) and ``latency_ms``
         (per kind: n, mean_ms, p99_ms).
@@ -307,6 +320,7 @@ class MetricsCollector:
             "timeline": self.timeline(),
             "latency_breakdown_s": self.latency_breakdown(),
             "ttft_breakdown_s": self.ttft_breakdown(),
+            "mean_queue_length": self.mean_queue_length(),
         }
         if engine_stats is not None:
             n_decode = getattr(engine_stats, "decode_iterations", 0)

@@ -54,6 +54,12 @@ def test_ttft_breakdown_is_the_admission_iteration_of_each_request():
     assert sum(summary["ttft_breakdown_s"].values()) == pytest.approx(summary["mean_ttft_s"])
 
 
+def test_mean_queue_length_is_the_total_wait_over_the_served_span():
+    # waits 0.5 s (r1) and 0.2 s (r2) over [0, 2.5] (first arrival to last first token)
+    assert _two_workflows().mean_queue_length() == pytest.approx(0.7 / 2.5)
+    assert MetricsCollector().mean_queue_length() == 0.0
+
+
 def test_first_token_without_admission_time_counts_the_ttft_as_waiting():
     m = MetricsCollector()
     m.workflow_started("w", 0.0)
