@@ -77,25 +77,29 @@ def _line(ax, i: int, pts: Sequence[Point], key: str, label: str, scale: float =
 
 
 def _concurrency(plt, points: Sequence[Point]):
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    fig, grid = plt.subplots(2, 2, figsize=(13, 8.4))
+    axes = grid.ravel()
     limits = admission_limits(points)
     for i, (policy, pts) in enumerate(_by_policy(points).items()):
         limit = limits.get(policy)
         label = f"{policy} (admission limit C={limit})" if limit is not None else f"{policy} (no limit reached)"
         _line(axes[0], i, pts, "hit_rate", label, 100)
         _line(axes[1], i, pts, "mean_latency_s", policy)
-        _line(axes[2], i, pts, "mean_queue_length", policy)
+        _line(axes[2], i, pts, "latency_ratio", policy)
+        _line(axes[3], i, pts, "mean_queue_length", policy)
         if limit is not None:  # mark where the policy can no longer admit every request on arrival
             at = next(p for p in pts if p.x == limit)
             axes[0].plot([limit], [100 * at.mean["hit_rate"]], marker="x", color="black", markersize=9)
-    axes[2].axhline(1.0, color="black", linewidth=0.8, linestyle=":", label="admission limit (1 request waiting)")
-    for ax, ylabel in zip(axes, ("device hit rate (%, token level)", "mean workflow latency (s)",
-                                 "requests waiting for admission (mean)")):
+    axes[3].axhline(1.0, color="black", linewidth=0.8, linestyle=":", label="admission limit (1 request waiting)")
+    ylabels = ("device hit rate (%, token level)", "mean workflow latency (s)",
+               f"speedup over {BASELINE_POLICY} (mean latency ratio)", "requests waiting for admission (mean)")
+    for ax, ylabel in zip(axes, ylabels):
         ax.set_xlabel("concurrency (workflows in flight)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize="x-small", title="policy (x: admission limit)", title_fontsize="x-small")
-    axes[2].legend(fontsize="x-small")
+    for ax in axes[1:]:
+        ax.legend(fontsize="x-small")
     return fig
 
 
