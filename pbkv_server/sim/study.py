@@ -391,18 +391,21 @@ def _horizon(replay: _Replayer, models: _Models, settings: StudySettings, seeds:
 
 
 def _gamma(replay: _Replayer, models: _Models, settings: StudySettings, seeds: int) -> None:
-    for gamma in settings.gammas:
-        for seed in range(seeds):
-            replay.run("gamma", DEFAULT_POLICY, gamma, seed, concurrency=settings.concurrency,
-                       predictor=models.predictor(seed), gamma=gamma)
+    _setting_sweep(replay, models, settings, seeds, "gamma", settings.gammas, [DEFAULT_POLICY])
 
 
 def _rho(replay: _Replayer, models: _Models, settings: StudySettings, seeds: int) -> None:
-    for rho in settings.rhos:
-        for policy in _rho_policies():
+    _setting_sweep(replay, models, settings, seeds, "rho", settings.rhos, _rho_policies())
+
+
+def _setting_sweep(replay: _Replayer, models: _Models, settings: StudySettings, seeds: int, study: str,
+                   values: Sequence[float], policies: Sequence[str]) -> None:
+    """Replay ``policies`` with the engine setting named ``study`` at each of ``values``, per seed."""
+    for value in values:
+        for policy in policies:
             for seed in range(seeds):
-                replay.run("rho", policy, rho, seed, concurrency=settings.concurrency,
-                           predictor=models.predictor(seed), rho=rho)
+                replay.run(study, policy, value, seed, concurrency=settings.concurrency,
+                           predictor=models.predictor(seed), **{study: value})
 
 
 def _noise(replay: _Replayer, models: _Models, settings: StudySettings, seeds: int) -> None:

@@ -7,35 +7,23 @@ call's messages (no server), one claim at a time so the calls are in workflow or
 from __future__ import annotations
 
 import asyncio
-import random
 from pathlib import Path
 
 import pytest
 
-from pbkv_server.scenario import ScenarioRequest, get_scenario
-
 
 def _recording_model():
-    from langchain_core.language_models import BaseChatModel
-    from langchain_core.messages import AIMessage
-    from langchain_core.outputs import ChatGeneration, ChatResult
+    """The scenario chat model of the scenario tests, recording each call's (agent, messages)."""
+    from test_examples_scenarios import _scenario_chat_model
 
-    scenario = get_scenario("hover")
-    roles = {"system": "system", "human": "user", "ai": "assistant"}
-
-    class Recording(BaseChatModel):
+    class Recording(_scenario_chat_model("hover")):
         calls: list = []
-
-        @property
-        def _llm_type(self) -> str:
-            return "recording-scenario"
 
         def _generate(self, messages, stop=None, run_manager=None, **kwargs):
             agent = (run_manager.metadata or {}).get("langgraph_node") if run_manager else None
-            msgs = [{"role": roles[m.type], "content": m.content} for m in messages]
-            self.calls.append((agent, msgs))
-            text = scenario.reply(ScenarioRequest("hover", agent, "w", 0, msgs), random.Random(msgs[-1]["content"]))
-            return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
+            roles = {"system": "system", "human": "user", "ai": "assistant"}
+            self.calls.append((agent, [{"role": roles[m.type], "content": m.content} for m in messages]))
+            return super()._generate(messages, stop, run_manager, **kwargs)
 
     return Recording(calls=[])
 
