@@ -7,6 +7,7 @@ lists (:func:`pbkv_server.sim.study.aggregate`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import textwrap
 from typing import Sequence
@@ -77,22 +78,27 @@ def _line(ax, i: int, pts: Sequence[Point], key: str, label: str, scale: float =
 
 
 def _concurrency(plt, points: Sequence[Point]):
-    fig, grid = plt.subplots(2, 2, figsize=(13, 8.4))
+    fig, grid = plt.subplots(2, 3, figsize=(17, 8.6))
     axes = grid.ravel()
     limits = admission_limits(points)
     for i, (policy, pts) in enumerate(_by_policy(points).items()):
         limit = limits.get(policy)
         label = f"{policy} (admission limit C={limit})" if limit is not None else f"{policy} (no limit reached)"
-        _line(axes[0], i, pts, "hit_rate", label, 100)
-        _line(axes[1], i, pts, "mean_latency_s", policy)
-        _line(axes[2], i, pts, "latency_ratio", policy)
-        _line(axes[3], i, pts, "mean_queue_length", policy)
+        # device + host: what the two tiers together kept (std of the sum bounded by the parts')
+        pts = [dataclasses.replace(p, mean={**p.mean, "device_host_hit_rate": p.mean["hit_rate"] + p.mean["host_hit_rate"]},
+                                   std={**p.std, "device_host_hit_rate": p.std["hit_rate"] + p.std["host_hit_rate"]})
+               for p in pts]
+        for ax, key, scale in zip(axes, ("hit_rate", "device_host_hit_rate", "mean_queue_length", "mean_latency_s",
+                                         "latency_ratio", "mean_ttft_s"), (100, 100, 1, 1, 1, 1)):
+            _line(ax, i, pts, key, label if key == "hit_rate" else policy, scale)
         if limit is not None:  # mark where the policy can no longer admit every request on arrival
             at = next(p for p in pts if p.x == limit)
             axes[0].plot([limit], [100 * at.mean["hit_rate"]], marker="x", color="black", markersize=9)
-    axes[3].axhline(1.0, color="black", linewidth=0.8, linestyle=":", label="admission limit (1 request waiting)")
-    ylabels = ("device hit rate (%, token level)", "mean workflow latency (s)",
-               f"speedup over {BASELINE_POLICY} (mean latency ratio)", "requests waiting for admission (mean)")
+    axes[2].axhline(1.0, color="black", linewidth=0.8, linestyle=":", label="admission limit (1 request waiting)")
+    axes[4].axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
+    ylabels = ("device hit rate (%, token level)", "device + host hit rate (%, token level)",
+               "requests waiting for admission (mean)", "mean workflow latency (s)",
+               f"speedup over {BASELINE_POLICY} (mean latency ratio)", "mean TTFT (s)")
     for ax, ylabel in zip(axes, ylabels):
         ax.set_xlabel("concurrency (workflows in flight)")
         ax.set_ylabel(ylabel)
