@@ -7,15 +7,20 @@ gain, each policy's admission limit, and where the latency goes at the base conc
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Sequence
 
+from pbkv_server.engine import EngineConfig
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY
 from pbkv_server.sim.metrics import BREAKDOWN_PARTS
 from pbkv_server.sim.study import Point, StudyResult, admission_limits
 from pbkv_server.sim.study_plots import FIGURES
 
 __all__ = ["report_markdown", "best_regime"]
+
+#: Engine defaults (gamma, horizon K) that the summary's "at the base concurrency" figures assume.
+_ENGINE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
 
 _X_NAMES = {"concurrency": "concurrency", "backbone": "backbone", "horizon": "K", "gamma": "gamma", "rho": "rho",
             "noise": "lambda"}
@@ -62,8 +67,7 @@ def _summary(runs: Sequence[tuple[str, StudyResult]]) -> list[str]:
         pts = result.points
         s, t = result.settings, result.trace
         base = result.baselines.get(s.concurrency)
-        own = next((p for p in pts if p.study == "concurrency" and p.policy == DEFAULT_POLICY and p.x == s.concurrency),
-                   None)
+        own = _default_point(pts, s.concurrency)
         lat, hit = best_regime(pts, "latency_ratio"), best_regime(pts, "hit_ratio")
         limits = admission_limits(pts)
         setup = (f"{t['profile']}, device {t['device_tokens']:,} tok, host {s.host_ratio:g}x, base C {s.concurrency}")
@@ -77,6 +81,15 @@ def _summary(runs: Sequence[tuple[str, StudyResult]]) -> list[str]:
             f"{_limit(limits.get(BASELINE_POLICY, 'n/a'))} / {_limit(limits.get(DEFAULT_POLICY, 'n/a'))} |")
     lines.append("")
     return lines
+
+
+def _default_point(points: Sequence[Point], concurrency: int) -> Point | None:
+    """The default policy at the base concurrency with the engine's default settings: its point of
+    the concurrency study, else its point at the default gamma or horizon (studies replayed at the
+    base concurrency); ``None`` if no study has it."""
+    defaults = {"concurrency": concurrency, "gamma": _ENGINE_DEFAULTS["gamma"], "horizon": _ENGINE_DEFAULTS["horizon"]}
+    return next((p for study, x in defaults.items() for p in points
+                 if p.study == study and p.policy == DEFAULT_POLICY and p.x == x), None)
 
 
 def _run_section(label: str, result: StudyResult, figures: dict[str, str]) -> list[str]:
@@ -117,8 +130,9 @@ def _concurrency_findings(points: Sequence[Point], result: StudyResult) -> list[
         lines.append(f"No policy reaches the admission limit up to C={top} (mean queue below 1 request).")
     lat, hit = best_regime(points, "latency_ratio"), best_regime(points, "hit_ratio")
     if lat is not None and hit is not None:
-        lines.append(f"{DEFAULT_POLICY} gains most in latency at C={lat.x} ({_x(lat, 'latency_ratio')} {BASELINE_POLICY}) "
-                     f"and in hit rate at C={hit.x} ({_x(hit, 'hit_ratio')}).")
+        lines.append(f"{DEFAULT_POLICY} gains most in latency at C={lat.x} ({_x(lat, 'latency_ratio')} {BASELINE_POLICY}"
+                     f"{_none(lat, 'latency_ratio')}) and in hit rate at C={hit.x} ({_x(hit, 'hit_ratio')}"
+                     f"{_none(hit, 'hit_ratio')}).")
     base_c = result.settings.concurrency
     rows = [p for p in points if p.x == base_c and p.policy in (BASELINE_POLICY, DEFAULT_POLICY)]
     if lat is not None and lat.x != base_c:
@@ -171,7 +185,12 @@ def _x(p: Point | None, key: str) -> str:
 
 
 def _regime(p: Point | None, key: str) -> str:
-    return "-" if p is None else f"C={p.x}: {p.mean[key]:.3f}x"
+    return "-" if p is None else f"C={p.x}: {p.mean[key]:.3f}x{_none(p, key)}"
+
+
+def _none(p: Point, key: str) -> str:
+    """Says so when the largest gain is none at all (under 0.5%)."""
+    return ", no gain at any concurrency" if p.mean[key] < 1.005 else ""
 
 
 def _limit(value) -> str:
