@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pbkv_contract.files import output_problem
+from pbkv_server.sim.study_cli import study as study_command
 from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
@@ -120,7 +121,7 @@ def replay(
     from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.profiles import get_profile, host_tokens_for
-    from pbkv_server.sim.report import add_gap_closed, plot_timelines, results_table, write_json
+    from pbkv_server.sim.report import add_gap_closed, breakdown_table, plot_timelines, results_table, write_json
     from pbkv_server.sim.cluster import ROUTERS, cluster_line, simulate_cluster
     from pbkv_server.sim.simulator import SimulationError, load_workload, simulate
 
@@ -213,6 +214,7 @@ def replay(
     if replicas > 1:
         title += f"; {replicas} replicas ({first['device_tokens']} device tok each), router {router}"
     console.print(results_table(results, title))
+    console.print(breakdown_table(results, "where the mean workflow latency goes (simulated seconds)"))
     for name in results if replicas > 1 else ():
         console.print(cluster_line(name, results[name]), highlight=False)
     try:
@@ -265,18 +267,20 @@ def profiles() -> None:
     from rich.table import Table
 
     from pbkv_server.sim.profiles import PROFILES
+    from pbkv_server.sim.report import _tokens
 
     # Fits 80 columns with whole names: light box, two-line headers, the name column never
     # wrapped or cut (the numeric columns are narrow enough to take what is left).
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))
     table.add_column("name", no_wrap=True, min_width=max((len(n) for n in PROFILES), default=4))
-    for col in ("prefill\ntok/s", "decode ms\nbase+/seq", "PCIe\nGB/s", "KV\nB/tok", "device\ntok", "host\ntok"):
-        table.add_column(col, justify="right")
+    for col in ("prefill\ntok/s", "decode\nbase ms", "ms per\n1k ctx", "PCIe\nGB/s", "KV\nKiB", "device\ntok",
+                "host\ntok"):
+        table.add_column(col, justify="right", no_wrap=True)
     for p in PROFILES.values():
         table.add_row(p.name, f"{p.prefill_tokens_per_s:.0f}",
-                      f"{p.decode_base_s * 1e3:.1f}+{p.decode_per_seq_s * 1e3:.2f}",
-                      f"{p.pcie_bytes_per_s / 1e9:.1f}", str(p.kv_bytes_per_token), str(p.device_kv_tokens),
-                      str(p.host_kv_tokens))
+                      f"{p.decode_base_s * 1e3:.1f}", f"{p.decode_per_token_s * 1e6:.3f}",
+                      f"{p.pcie_bytes_per_s / 1e9:.1f}", f"{p.kv_bytes_per_token / 1024:g}",
+                      _tokens(p.device_kv_tokens), _tokens(p.host_kv_tokens))
     console.print(table)
     for p in PROFILES.values():
         console.print(f"[bold]{p.name}[/]: {p.description}. Source: {p.source}", highlight=False)
@@ -296,6 +300,7 @@ def _register_live_replay() -> None:
 
 _register_live_replay()
 app.command("live-compare")(importlib.import_module("pbkv_server.sim.live_compare").command)
+app.command("study")(study_command)  # pbkv_server/sim/study_cli.py: the paper's sensitivity studies
 
 
 if __name__ == "__main__":

@@ -25,10 +25,11 @@ from rich.table import Table
 
 from pbkv_contract.files import output_problem
 from pbkv_contract.trace import read_trace
-from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, build_samples, build_vocab, holdout_split, split_workflows, workflows_from_records
+from predictor.backbones import fit_workflows
+from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, split_workflows, workflows_from_records
 from predictor.model import count_parameters
 from predictor.store import save_model
-from predictor.train import MODEL_NAMES, TrainConfig, fit, predict_proba, run_experiment, top1_accuracy
+from predictor.train import MODEL_NAMES, TrainConfig, predict_proba, run_experiment, top1_accuracy
 
 app = typer.Typer(help="PBKV workflow predictor: train, evaluate, learning curves.", no_args_is_help=True)
 console = Console()
@@ -184,22 +185,18 @@ def train(
     workflows = _load(traces, app_name)
     _threads(threads)
     t0 = time.perf_counter()
-    train_wfs, val_wfs = holdout_split(workflows, seed, 0.1)
-    vocab = build_vocab(workflows[0].app, train_wfs)
-    tr = build_samples(train_wfs, vocab, k, DEFAULT_MAX_PREFIX)
-    va = build_samples(val_wfs, vocab, k, DEFAULT_MAX_PREFIX) if val_wfs else None
-    config = TrainConfig(epochs=epochs)
     with _progress() as progress:
-        task = progress.add_task(f"training on {len(train_wfs)} workflows ({len(tr)} samples)", total=epochs)
+        task = progress.add_task(f"training on {len(workflows)} workflows", total=epochs)
 
         def on_epoch(epoch: int, loss: float) -> None:
             progress.update(task, completed=epoch + 1, description=f"epoch {epoch + 1}: loss {loss:.3f}")
 
-        net = fit("graphsage", vocab, train_wfs, tr, va, seed, k, DEFAULT_MAX_PREFIX, config, on_epoch)
+        backbone, va = fit_workflows("graphsage", workflows, seed=seed, k=k, epochs=epochs, on_epoch=on_epoch)
         progress.update(task, completed=epochs)
+    net, vocab = backbone.model, backbone.vocab
     info = {
-        "train_workflows": len(train_wfs),
-        "train_samples": len(tr),
+        "train_workflows": backbone.info["train_workflows"],
+        "train_samples": backbone.info["train_samples"],
         "parameters": count_parameters(net),
         "seconds": round(time.perf_counter() - t0, 2),
     }

@@ -232,3 +232,14 @@ def test_unwritable_json_location_is_found_by_a_real_probe(tmp_path: Path, monke
 def test_seed_and_host_ratio_are_checked_before_the_run(args: list[str], tmp_path: Path) -> None:
     code, out = _invoke("hover_langchain", "--quick", *args, "--out-dir", str(tmp_path / "runs"))
     assert code == 2 and args[0] in out
+
+
+@pytest.mark.parametrize(("example", "args", "message"), [
+    ("hover_langchain", ["--setup", "cloud"], "unknown setup 'cloud'"),
+    ("hover_langchain", ["--messages", "gossip"], "not a message convention of hover_langchain (per-agent, shared)"),
+    ("swe_autogen", ["--messages", "shared"], "this app builds its prompts one way"),
+])
+def test_setup_and_message_convention_are_checked_before_the_run(example: str, args: list[str], message: str,
+                                                                 tmp_path: Path) -> None:
+    code, out = _invoke(example, "--quick", *args, "--out-dir", str(tmp_path / "runs"))
+    assert code == 2 and message in " ".join(out.split()) and not (tmp_path / "runs").exists()
