@@ -1,4 +1,4 @@
-"""``pbkv-bench``: synthetic traces and trace replay under every cache policy (issue 2 CLI contract).
+"""``pbkv-bench``: synthetic traces and trace replay under every cache policy.
 
     pbkv-bench synth --graph codegen --workflows N --seed S --out FILE.jsonl
     pbkv-bench replay FILE.jsonl --policy P[,P...] --predictor SPEC --concurrency C \\

@@ -42,7 +42,7 @@ from pbkv_server.sim.synth import DEFAULT_SYNTH_BLOCK_CHARS, CHARS_PER_TOKEN, se
 __all__ = ["TOLERANCE", "Published", "KVFLOW_SPEEDUPS", "PBKV_DECODE_STEP", "kvflow_records", "kvflow_latencies",
            "decode_step", "CalibrationRow", "compare"]
 
-#: Relative disagreement beyond which a cost term must be examined (issue 14).
+#: Relative disagreement beyond which a cost term must be examined and fixed from a published source, or documented.
 TOLERANCE = 0.15
 
 

@@ -1,5 +1,5 @@
 """Trace format v1 from other tools: ``null`` optional fields read as unknown, graded problems,
-one warning per file with counts (issue 13, item 3)."""
+one warning per file with counts."""
 
 import json
 import logging
