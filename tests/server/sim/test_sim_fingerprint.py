@@ -2,7 +2,7 @@
 
 ``tests/server/sim/fixtures/replay_fingerprint.json`` holds the figures of every policy on a fixed
 synthetic trace (oracle and markov predictors, two capacities), recorded with
-``scripts/replay_fingerprint.py record FIXTURE --workflows 60 --policies ...``. A refactor must
+``scripts/replay_fingerprint.py record FIXTURE --workflows 60`` (every registered replay policy). A refactor must
 leave them identical; a deliberate behaviour change re-records the fixture in the same commit and
 says why in its message.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURE = Path(__file__).parent / "fixtures" / "replay_fingerprint.json"
-POLICIES = "lru,lae,he,pbkv,pbkv-aggressive,kvflow,belady"
+POLICIES = None  # every registered replay policy: a new policy is covered as soon as it is registered
 
 
 def _script():
