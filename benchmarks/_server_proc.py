@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
+
+from pbkv_server.local_cluster import free_port
+from pbkv_server.sim.metrics import percentile  # noqa: F401  (the benchmarks' one percentile rule)
 
 
 def start_server(*flags: str) -> tuple[subprocess.Popen, str]:
@@ -37,13 +39,6 @@ def stop_server(proc: subprocess.Popen) -> None:
     """Interrupt the server (graceful uvicorn shutdown) and wait for it."""
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=30)
-
-
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
@@ -74,11 +69,3 @@ def cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def percentile(values: list[float], p: float) -> float:
-    """The ``p``-th percentile of ``values`` (nearest rank on the sorted list; NaN when empty)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]

@@ -36,6 +36,7 @@ from pathlib import Path
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
 from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
+from pbkv_server.sim.profiles import DEFAULT_HOST_RATIO
 from pbkv_server.sim.profiles import get_profile
 from pbkv_server.sim.report import gap_closed, jsonable
 from pbkv_server.sim.simulator import load_workload, simulate
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--device", type=int, default=120_000, help="device KV capacity, tokens")
     p.add_argument("--host", type=int, default=None, help="host KV capacity, tokens (default: --host-ratio x device)")
-    p.add_argument("--host-ratio", type=float, default=2.0)
+    p.add_argument("--host-ratio", type=float, default=DEFAULT_HOST_RATIO)
     p.add_argument("--profile", default="h100-qwen2.5-32b")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)

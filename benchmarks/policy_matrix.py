@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.sim.profiles import DEFAULT_HOST_RATIO, get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import write_trace
 from pbkv_contract.trace import read_trace
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--predictor", default="markov", help="comma-separated predictor specs")
     p.add_argument("--concurrency", default="16", help="comma-separated")
     p.add_argument("--device", default="120000", help="comma-separated device capacities, tokens")
-    p.add_argument("--host-ratio", type=float, default=2.0)
+    p.add_argument("--host-ratio", type=float, default=DEFAULT_HOST_RATIO)
     p.add_argument("--profile", default="h100-qwen2.5-32b")
     p.add_argument("--per-app", action="store_true", help="print hit rates per app (mixed traces)")
     p.add_argument("--json", type=Path, default=None)

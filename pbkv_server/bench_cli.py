@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pbkv_contract.files import output_problem
+from pbkv_server.sim.profiles import DEFAULT_PROFILE
 from pbkv_server.sim.study_cli import study as study_command
 from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
@@ -86,7 +87,7 @@ def replay(
         "markov", help="oracle | uniform | markov | noise:LAMBDA | PATH (a trained model; it must be for the "
                        "trace's app when the trace holds one app)"),
     concurrency: int = typer.Option(32, help="most workflows in flight (closed loop)"),
-    profile: str = typer.Option("a6000-qwen3-14b", help="hardware profile (pbkv-bench profiles)"),
+    profile: str = typer.Option(DEFAULT_PROFILE, help="hardware profile (pbkv-bench profiles)"),
     device_tokens: Optional[int] = typer.Option(None, help="device KV capacity in tokens (default: the profile's)"),
     host_ratio: Optional[float] = typer.Option(
         None, help="host KV tier = RATIO x device capacity, 0 = no host tier (default: 2, SGLang HiCache's default, "

@@ -46,6 +46,7 @@ from pbkv_contract.trace import (
     group_workflows,
     read_trace,
 )
+from pbkv_server.sim.metrics import percentile
 
 __all__ = ["command", "replay", "check_arguments", "detect_vocab_size", "block_token_ids", "PromptBook", "RequestResult",
            "ReplaySummary"]
@@ -385,11 +386,9 @@ def _summarise(api: str, target: str, concurrency: int, n_wf: int, results: list
 
 
 def _quantile(sorted_values: list[float], q: float) -> float | None:
-    """Nearest-rank quantile of an ascending list (None if empty)."""
-    if not sorted_values:
-        return None
-    index = min(len(sorted_values) - 1, max(0, int(round(q * len(sorted_values) + 0.5)) - 1))
-    return sorted_values[index]
+    """Quantile ``q`` (0-1) as the simulator computes it (:func:`pbkv_server.sim.metrics.percentile`,
+    linear interpolation), so live and simulated figures compare; None if empty."""
+    return percentile(sorted_values, 100 * q) if sorted_values else None
 
 
 # ---------------------------------------------------------------------------- CLI

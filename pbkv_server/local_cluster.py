@@ -86,7 +86,8 @@ def smg_executable() -> str | None:
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it; shared by the tests,
+    the benchmarks and the SGLang CPU launcher)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -31,7 +31,8 @@ from predictor.model import count_parameters
 from predictor.store import save_model
 from predictor.train import MODEL_NAMES, TrainConfig, predict_proba, run_experiment, top1_accuracy
 
-app = typer.Typer(help="PBKV workflow predictor: train, evaluate, learning curves.", no_args_is_help=True)
+app = typer.Typer(help="PBKV workflow predictor: train, evaluate, learning curves.", no_args_is_help=True,
+                  add_completion=False)
 console = Console()
 err_console = Console(stderr=True)
 

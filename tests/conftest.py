@@ -7,23 +7,17 @@ CrewAI telemetry and tracing are switched off for the whole session (no outbound
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from typing import Any, Callable, Iterator
 
 import pytest
 
+from pbkv_server.local_cluster import free_port as find_free_port
+
 for _name in ("CREWAI_DISABLE_TELEMETRY", "OTEL_SDK_DISABLED"):
     os.environ[_name] = "true"
 os.environ["CREWAI_TRACING_ENABLED"] = "false"
-
-
-def find_free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ThreadedServer:

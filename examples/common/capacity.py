@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pbkv_contract.trace import InvocationRecord, TraceRecord
+from pbkv_server.sim.profiles import HICACHE_RATIO
 
 __all__ = ["WorkingSet", "working_set", "device_capacity", "DEFAULT_PRESSURE", "SETUPS", "DEFAULT_SETUP",
            "DEFAULT_HOST_RATIOS", "Capacity", "replay_capacity"]
@@ -36,8 +37,10 @@ DEFAULT_PRESSURE = 0.5
 #: Named capacity setups of the examples' replay: the paper's and the trace-derived rule.
 SETUPS = ("paper", "trace")
 DEFAULT_SETUP = "paper"
+#: The trace rule never sizes the device below this many of the largest prompt (room to batch).
+MIN_REQUESTS = 4
 #: Host tier / device of each setup when none is given: the paper's HiCache ratio 1, SGLang's default 2.
-DEFAULT_HOST_RATIOS = {"paper": 1.0, "trace": 2.0}
+DEFAULT_HOST_RATIOS = {"paper": 1.0, "trace": HICACHE_RATIO}
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ def working_set(records: Sequence[TraceRecord]) -> WorkingSet:
     return WorkingSet(len(workflows), shared, private / len(workflows), single, max_prompt, total, n_requests, unshared)
 
 
-def device_capacity(ws: WorkingSet, concurrency: int, pressure: float = DEFAULT_PRESSURE, min_requests: int = 4) -> int:
+def device_capacity(ws: WorkingSet, concurrency: int, pressure: float = DEFAULT_PRESSURE,
+                    min_requests: int = MIN_REQUESTS) -> int:
     """Device KV tokens for a replay: ``max(ceil(A + pressure * W), min_requests * max_prompt)``.
 
     Raises:
@@ -158,6 +162,6 @@ def replay_capacity(setup: str, ws: WorkingSet, concurrency: int, profile_device
                 f"host tier {ratio:g}x device = {round(ratio * device)} tok")
     else:
         device = device_capacity(ws, concurrency, pressure)
-        rule = (f"setup trace: device = A + {pressure:g} W = {device} tok (at least 4 x the largest prompt), "
+        rule = (f"setup trace: device = A + {pressure:g} W = {device} tok (at least {MIN_REQUESTS} x the largest prompt), "
                 f"host tier {ratio:g}x device = {round(ratio * device)} tok")
     return Capacity(setup, device, round(ratio * device), ratio, rule)

@@ -36,7 +36,7 @@ from examples.common.results import compare, to_json
 from pbkv_server.engine.policies import (
     BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info,
 )
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
 
 __all__ = ["ExampleSpec", "RunOptions", "run_example", "check_outputs", "OutputPathError", "seeded_split",
            "RESULT_FILES", "replay_policies", "run_name"]
@@ -111,7 +111,7 @@ class RunOptions:
     n_test: int | None = None
     app_concurrency: int = 16
     replay_concurrency: int | None = None
-    profile: str = "a6000-qwen3-14b"
+    profile: str = DEFAULT_PROFILE
     setup: str = cap.DEFAULT_SETUP
     pressure: float = cap.DEFAULT_PRESSURE
     host_ratio: float | None = None

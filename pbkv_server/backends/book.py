@@ -30,7 +30,7 @@ from pbkv_server.engine.workflows import Workflow, WorkflowTable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WorkflowBook", "build_predictor"]
+__all__ = ["WorkflowBook", "predictor_or_none"]
 
 
 class WorkflowBook:
@@ -172,7 +172,7 @@ class WorkflowBook:
             top.sc = self.board.copy(rec, top)
 
 
-def build_predictor(spec: str, horizon: int) -> Predictor | None:
+def predictor_or_none(spec: str, horizon: int) -> Predictor | None:
     """The predictor named by ``spec`` (``markov``, ``uniform`` or a model file), or ``None`` if it
     cannot be built (logged: the backend then orders by lifecycle only)."""
     try:

@@ -80,11 +80,6 @@ class Workflow:
         """Agent of the latest invocation."""
         return self.history[-1] if self.history else None
 
-    @property
-    def last_seen(self) -> float:
-        """Alias of :attr:`last_activity`."""
-        return self.last_activity
-
 
 class Invocation(NamedTuple):
     """Result of :meth:`WorkflowTable.invocation`.

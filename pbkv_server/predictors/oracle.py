@@ -69,8 +69,3 @@ class OraclePredictor(Predictor):
                 continue
             out.append(Prediction([{agent: 1.0} for agent in future]))
         return out
-
-    @staticmethod
-    def from_invocations(invocations: Iterable[InvocationRecord], horizon: int = 3) -> "OraclePredictor":
-        """Same as the constructor, for a plain list of invocation records."""
-        return OraclePredictor(list(invocations), horizon)

@@ -36,6 +36,7 @@ from pbkv_contract.trace import InvocationRecord, TraceRecord, WorkflowEndRecord
 
 from pbkv_server.engine.cost import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, available_policies
+from pbkv_server.sim.profiles import HICACHE_RATIO  # host tier of the HiCache runs: SGLang's default
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import DEFAULT_SYNTH_BLOCK_CHARS, CHARS_PER_TOKEN, segment_hashes
 
@@ -79,8 +80,6 @@ PBKV_DECODE_STEP = Published("mean decode step", 12.34, "ms", "PBKV (arXiv 2605.
 #: Stages of KVFlow's sequential workflow and runs measured after the warm-up.
 KVFLOW_STAGES = 10
 KVFLOW_RUNS = 10
-#: Host tier of the HiCache runs: SGLang's default --hicache-ratio.
-HICACHE_RATIO = 2.0
 
 
 def kvflow_records(fixed: int = 4096, dynamic: int = 32, output: int = 32, stages: int = KVFLOW_STAGES,

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 from pbkv_contract.trace import InvocationRecord, TraceRecord
 from pbkv_server.engine.policies import (BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies,
                                          policy_info)
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
 from pbkv_server.sim.simulator import Workload, load_workload, simulate
 
 __all__ = ["STUDIES", "StudySettings", "Run", "Point", "StudyResult", "run_study", "aggregate", "admission_limits",
@@ -71,7 +71,7 @@ class StudySettings:
         studies: which studies run (subset of :data:`STUDIES`, report order kept).
     """
 
-    profile: str = "a6000-qwen3-14b"
+    profile: str = DEFAULT_PROFILE
     device_tokens: int | None = None
     host_ratio: float = 1.0
     concurrency: int = 72
@@ -102,6 +102,12 @@ class StudySettings:
             raise ValueError("gammas must be in (0, 1]")
         if any(not 0 <= v <= 1 for v in (*self.rhos, *self.lambdas)):
             raise ValueError("rho and lambda values must be in [0, 1]")
+        if "backbone" in self.studies:  # it trains each backbone (torch): fail before any replay
+            from predictor.train import MODEL_NAMES
+
+            bad = [b for b in self.backbones if b not in MODEL_NAMES]
+            if bad or not self.backbones:
+                raise ValueError(f"unknown backbone {bad[0] if bad else None!r}; choose from {', '.join(MODEL_NAMES)}")
         unknown = [s for s in self.studies if s not in STUDIES]
         if unknown:
             raise ValueError(f"unknown study {unknown[0]!r}; choose from {', '.join(STUDIES)}")
@@ -228,7 +234,9 @@ class _Models:
             from predictor.serving import load_predictor
 
             return load_predictor(self.model_path, app=self.app)
-        return self.backbone(BACKBONES[0], 3, seed).predictor()
+        from predictor.data import DEFAULT_K
+
+        return self.backbone(BACKBONES[0], DEFAULT_K, seed).predictor()
 
 
 def study_steps(settings: StudySettings, seeds: int, studies: Sequence[str] | None = None) -> dict[str, int]:

@@ -24,6 +24,7 @@ from typing import List, Optional
 
 import typer
 
+from pbkv_server.sim.profiles import DEFAULT_PROFILE
 from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 __all__ = ["study"]
@@ -40,7 +41,7 @@ def study(
     model: Optional[Path] = typer.Option(None, "--model", help="trained predictor of a trace-file RUN"),
     train_trace: Optional[Path] = typer.Option(None, "--train-trace", help="training trace of a trace-file RUN"),
     labels: Optional[str] = typer.Option(None, "--labels", help="comma-separated run labels (default: folder names)"),
-    profile: str = typer.Option("a6000-qwen3-14b", help="hardware profile (pbkv-bench profiles)"),
+    profile: str = typer.Option(DEFAULT_PROFILE, help="hardware profile (pbkv-bench profiles)"),
     device_tokens: Optional[int] = typer.Option(None, help="device KV tokens (default: the profile's GPU memory)"),
     host_ratio: float = typer.Option(1.0, help="host tier / device (1 = the PBKV paper's HiCache setting, 0 = none)"),
     concurrency: int = typer.Option(72, help="base concurrency of every study but the sweep (the paper's HoVer 72)"),

@@ -14,27 +14,21 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
+from pbkv_server.local_cluster import free_port
+
 from .launch import sglang_python
 
-__all__ = ["CpuServer", "cpu_server_args", "free_port"]
+__all__ = ["CpuServer", "cpu_server_args"]
 
 #: ``--mem-fraction-static`` of the probe that first ran SGLang here; the pool itself is
 #: ``--max-total-tokens`` tokens.
 _MEM_FRACTION = "0.3"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_server_args(model_dir: str | Path, port: int, max_total_tokens: int, *extra: str) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pbkv_contract.hints import BODY_KEY, HintError, Hints, parse_hints, validate_workflow_id
 from pbkv_contract.prediction import Predictor
-from pbkv_server.backends.book import WorkflowBook, build_predictor
+from pbkv_server.backends.book import WorkflowBook, predictor_or_none
 
 from .settings import PluginSettings
 
@@ -69,7 +69,7 @@ class SGLangWorkflowBook(WorkflowBook):
     def __init__(self, settings: PluginSettings, predictor: Predictor | None = None, clock=time.monotonic,
                  predict: bool = True):
         if predictor is None:
-            predictor = build_predictor(settings.predictor, settings.horizon)
+            predictor = predictor_or_none(settings.predictor, settings.horizon)
         super().__init__(settings.gamma, settings.horizon, predictor, settings.idle_retire_s, clock, predict)
         self.settings = settings
 

@@ -19,6 +19,7 @@ plus its :func:`register_policy` line. Policies outside this package register th
 
 from __future__ import annotations
 
+import abc
 import importlib.metadata
 import logging
 from dataclasses import dataclass
@@ -169,7 +170,7 @@ class NodeView(Protocol):
     sc: "NodeScore | None"
 
 
-class Policy:
+class Policy(abc.ABC):
     """Eviction (and optionally prefetch) rule. Lower :meth:`priority` = evicted first.
 
     A policy sees the cache through :class:`~pbkv_server.engine.cache.PrefixCache`'s primitives
@@ -214,9 +215,9 @@ class Policy:
     def __init__(self, cache: "PrefixCache | None") -> None:
         self.cache = cache
 
+    @abc.abstractmethod
     def priority(self, node: NodeView) -> tuple:
         """Sort key of an evictable node; the smallest leaves first (device and host tiers)."""
-        raise NotImplementedError
 
     def is_retired(self, node: NodeView) -> bool:
         """True if all workflows that touched the node have ended and one was multi-step

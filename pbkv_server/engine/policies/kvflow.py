@@ -61,10 +61,6 @@ class KVFlowPolicy(Policy):
         """Steps-to-execution of ``agent`` in ``app`` (:data:`INF_STEPS` if unreachable)."""
         return self._steps.get((app, agent), INF_STEPS)
 
-    def fixed_node(self, app: str, agent: str):
-        """Last node of the agent's fixed prompt, or ``None``."""
-        return self._fixed.get((app, agent))
-
     def priority(self, node) -> tuple:
         """``(1, -steps, last_access)`` for a node of a fixed prompt whose agent some active
         workflow can reach (``steps`` = its smallest steps-to-execution); ``(0, 0, last_access)``

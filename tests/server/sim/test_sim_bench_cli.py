@@ -192,7 +192,8 @@ def test_live_replay_subcommand_is_registered_when_its_module_exists(monkeypatch
 def test_a_file_that_is_not_a_model_is_a_clear_error(trace, tmp_path):
     junk = tmp_path / "model.pt"
     junk.write_bytes(b"not a model")
-    _bad(["replay", str(trace), "--policy", "lru", "--predictor", str(junk)])
+    text = _bad(["replay", str(trace), "--policy", "lru", "--predictor", str(junk)])
+    assert "model" in text.lower() and str(junk.name) in text
 
 
 def test_output_paths_are_checked_before_any_run(trace, tmp_path):
