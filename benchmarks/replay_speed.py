@@ -1,4 +1,4 @@
-"""Replay speed with a trained predictor: invocations replayed per second (issue 13 target: >= 1,000/s).
+"""Replay speed with a trained predictor: invocations replayed per second (target: >= 1,000/s).
 
 In a temporary folder: writes a synthetic training trace and trains a GraphSAGE model on it with
 ``pbkv-predictor train`` (a few epochs: speed does not depend on accuracy), writes a ~1,400-invocation

@@ -1,4 +1,4 @@
-"""Every bad input of issue 17 against a live pbkv-server over raw sockets: status, code, CPU.
+"""Every known bad input (oversized, malformed, out-of-range, control bytes) against a live pbkv-server over raw sockets: status, code, CPU.
 
 Starts ``pbkv-server`` as a subprocess on a free loopback port (or probes ``--target``), sends
 each input as raw bytes (so header values with control bytes, raw latin-1 or invalid UTF-8 reach
@@ -25,7 +25,6 @@ from _server_proc import cpu_s, start_server, stop_server
 
 CHAT = "/v1/chat/completions"
 USER = [{"role": "user", "content": "Hello there, how are you?"}]
-GOOD_HINTS = {"X-PBKV-Workflow-Id": b"wf-probe", "X-PBKV-Step": b"0"}
 
 
 def raw_request(host: str, port: int, path: str, body: bytes, headers: list[tuple[bytes, bytes]],
@@ -99,7 +98,7 @@ def _body_hints(**pbkv: object) -> bytes:
 
 
 def cases() -> list[tuple[str, str, bytes, list[tuple[bytes, bytes]]]]:
-    """(name, path, body, extra headers) of every bad input the issue and regression case 10 list."""
+    """(name, path, body, extra headers) of every bad input: oversized bodies and headers, deep JSON, invalid fields, control bytes and non-ASCII in hint headers."""
     words = (b"lorem ipsum dolor sit amet " * 520_000)[:14_000_000]
     big = b'{"model": "m", "messages": [{"role": "user", "content": "' + words + b'"}]}'
     deep = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "metadata": ' + b"[" * 200 + b"]" * 200 + b"}"

@@ -1,6 +1,6 @@
 """Simulator speed: 1,000 synthetic workflows (~10 invocations each) replayed under all 7 policies.
 
-Target (issue 2): at most 60 s for the seven replays together on the 2-core CI machine. Prints the
+Target: at most 60 s for the seven replays together on the 2-core CI machine. Prints the
 seconds of trace generation, of each policy's replay and the replay total, in wall-clock time and
 in this process's CPU time (the fair figure on a shared machine, where other processes' load
 stretches wall time), with the load average.

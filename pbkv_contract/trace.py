@@ -48,14 +48,17 @@ them parse lines with :func:`parse_line`) can still use:
   missing, ``null`` or invalid) is skipped;
 * an optional field that is present but invalid (``features`` of the wrong length, a negative
   ``cached_tokens``, ...) is read as unknown and the line kept;
+* inconsistent values are mended and the line kept: ``t_end`` before ``t_start`` reads as
+  ``t_start``, ``cached_tokens`` above ``prompt_tokens`` as unknown, and text with lone surrogates
+  (a JSON ``"\ud800"`` escape, not valid Unicode) gets U+FFFD in their place;
 * a field this reader does not know is ignored (other tools may add their own);
 * integral floats (``3.0``) are read as ints;
 * a line with a ``v`` other than 1 stops the whole file with :class:`TraceFormatError` (the file is
   of another format version), and a trace without any usable invocation is a
   :class:`TraceFormatError` that says what was skipped.
 
-Each file's problems are summed up in at most two warnings (skipped lines; fields read as unknown
-or ignored), each with its count and the first line concerned, however many lines are affected.
+Each file's problems are summed up in at most two warnings (skipped lines; fields read as unknown,
+mended or ignored), each with its count and the first line concerned, however many lines are affected.
 Writers append whole lines and flush (:class:`TraceWriter`), and leave unknown optional fields out.
 """
 
@@ -212,7 +215,7 @@ class TraceFileReport:
     fields: dict[str, list[Any]] = field(default_factory=dict)
 
     def warnings(self) -> list[str]:
-        """At most two one-line summaries: skipped lines, then fields read as unknown or ignored."""
+        """At most two one-line summaries: skipped lines, then fields read as unknown, mended or ignored."""
         out = []
         if self.skipped:
             lineno, reason = self.skipped[0]
@@ -223,7 +226,7 @@ class TraceFileReport:
         if self.fields:
             parts = [f"{name} on {n} line{'s' if n != 1 else ''} (first: line {first}: {reason})"
                      for name, (n, first, reason) in self.fields.items()]
-            out.append(f"{self.path}: fields read as unknown or ignored: " + "; ".join(parts))
+            out.append(f"{self.path}: fields read as unknown, mended or ignored: " + "; ".join(parts))
         return out
 
     def _note(self, lineno: int, notes: list[tuple[str, str]]) -> None:
@@ -293,11 +296,38 @@ def parse_record(data: Any, notes: list[tuple[str, str]] | None = None) -> Trace
                 notes.append((name, f"{exc}; read as unknown"))
     if notes is not None:
         notes.extend((name, "unknown field, ignored") for name in data if name not in spec and name not in ("v", "type"))
-    if kind == "invocation" and "block_tokens" in values and len(values["block_tokens"]) != len(values["prefix_hashes"]):
-        del values["block_tokens"]
-        if notes is not None:
-            notes.append(("block_tokens", "not one count per prefix hash; read as unknown"))
+    found: list[tuple[str, str]] = []
+    for name, value in values.items():
+        if isinstance(value, str) and not _is_unicode(value):
+            # a JSON "\ud800" escape decodes to a lone surrogate, which no UTF-8 output can carry
+            values[name] = value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+            found.append((name, "lone surrogate(s), replaced by U+FFFD"))
+    if kind == "invocation":
+        _reconcile(values, found)
+    if notes is not None:
+        notes.extend(found)
     return make(**values)
+
+
+def _reconcile(values: dict[str, Any], found: list[tuple[str, str]]) -> None:
+    """Cross-field rules of an invocation: each fix keeps the line and is reported in ``found``."""
+    if "block_tokens" in values and len(values["block_tokens"]) != len(values["prefix_hashes"]):
+        del values["block_tokens"]
+        found.append(("block_tokens", "not one count per prefix hash; read as unknown"))
+    if values["t_end"] < values["t_start"]:
+        values["t_end"] = values["t_start"]  # a latency below 0 would poison every mean it enters
+        found.append(("t_end", "before t_start; read as t_start"))
+    if values.get("cached_tokens", 0) > values["prompt_tokens"]:
+        del values["cached_tokens"]
+        found.append(("cached_tokens", "more than prompt_tokens; read as unknown"))
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _string(value: Any) -> str:

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pbkv_contract.files import output_problem
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord
 from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
 from pbkv_sdk.stats import TraceSummary, ValidationReport, summarize, validate_file
@@ -173,6 +174,11 @@ def import_chatdev_cmd(
         from pbkv_sdk.importers.chatdev import import_chatdev
     except ImportError as exc:
         err_console.print(f"[red]the ChatDev importer is not available ({exc})[/red]")
+        raise typer.Exit(2)
+    problem = output_problem(out, [src])
+    if problem is not None:
+        err_console.print(f"[red]cannot import: --out {escape(str(out))} {escape(problem)}[/red]", highlight=False,
+                          soft_wrap=True)
         raise typer.Exit(2)
     try:
         summary = import_chatdev(src, out, agent_key=agent_key)

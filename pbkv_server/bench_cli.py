@@ -1,4 +1,4 @@
-"""``pbkv-bench``: synthetic traces and trace replay under every cache policy (issue 2 CLI contract).
+"""``pbkv-bench``: synthetic traces and trace replay under every cache policy.
 
     pbkv-bench synth --graph codegen --workflows N --seed S --out FILE.jsonl
     pbkv-bench replay FILE.jsonl --policy P[,P...] --predictor SPEC --concurrency C \\
@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -27,6 +26,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pbkv_contract.files import output_problem
+from pbkv_server.sim.study_cli import study as study_command
 from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
@@ -62,7 +63,7 @@ def synth(
         raise _fail(f"--out {out} is a directory; give a file path")
     if out.exists():
         raise _fail(f"{out} exists; refusing to append a second workload to it")
-    problem = _output_problem(out)
+    problem = output_problem(out)
     if problem:
         raise _fail(f"--out {out}: {problem}")
     try:
@@ -120,7 +121,7 @@ def replay(
     from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.profiles import get_profile, host_tokens_for
-    from pbkv_server.sim.report import add_gap_closed, plot_timelines, results_table, write_json
+    from pbkv_server.sim.report import add_gap_closed, breakdown_table, plot_timelines, results_table, write_json
     from pbkv_server.sim.cluster import ROUTERS, cluster_line, simulate_cluster
     from pbkv_server.sim.simulator import SimulationError, load_workload, simulate
 
@@ -158,7 +159,7 @@ def replay(
     scale_only = [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if gap and p not in policies and p in known]
     # Check outputs before the runs: a bad path must not cost a whole study.
     for option, path in (("--json", json_out), ("--plot", plot)):
-        problem = _output_problem(path)
+        problem = output_problem(path, [trace])
         if problem:
             raise _fail(f"{option} {path}: {problem}")
     try:
@@ -213,6 +214,7 @@ def replay(
     if replicas > 1:
         title += f"; {replicas} replicas ({first['device_tokens']} device tok each), router {router}"
     console.print(results_table(results, title))
+    console.print(breakdown_table(results, "where the mean workflow latency goes (simulated seconds)"))
     for name in results if replicas > 1 else ():
         console.print(cluster_line(name, results[name]), highlight=False)
     try:
@@ -230,28 +232,6 @@ def _rate(value: float | None) -> str:
     return "(not run)" if value is None else f"{value:.3f}"
 
 
-def _output_problem(path: Optional[Path]) -> str | None:
-    """Why ``path`` cannot be written as an output file (``None`` if it looks writable).
-
-    Missing parent folders are fine (the writers create them) as long as the nearest existing
-    ancestor is a writable folder.
-    """
-    if path is None:
-        return None
-    if path.is_dir():
-        return "is a directory"
-    ancestor = path.absolute().parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        return f"{ancestor} is not a directory"
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        return f"{ancestor} is not writable"
-    if path.exists() and not os.access(path, os.W_OK):
-        return "is not writable"
-    return None
-
-
 @app.command()
 def policies() -> None:
     """List the registered cache policies: what each needs and does, and where it runs."""
@@ -260,13 +240,19 @@ def policies() -> None:
 
     from pbkv_server.engine.policies import available_policies, policy_info
 
+    # Whole names at any width (80 columns when piped): names and SGLang names never wrap or get
+    # cut, one backend per line, two-line headers; only the rule wraps.
+    names = available_policies()
+    infos = [policy_info(name) for name in names]
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("name", "predictive", "prefetch", "offline", "runs on", "SGLang name", "rule"):
-        table.add_column(col, no_wrap=col != "rule")
-    for name in available_policies():
-        info = policy_info(name)
+    table.add_column("name", no_wrap=True, min_width=max(map(len, names)))
+    for col in ("pre-\ndicts", "pre-\nfetch", "off-\nline", "runs\non"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("SGLang\nname", no_wrap=True, min_width=max((len(i.sglang_name or "-") for i in infos), default=1))
+    table.add_column("rule", min_width=16)
+    for name, info in zip(names, infos):
         table.add_row(name, _yes(info.predictive), _yes(info.prefetches), _yes(info.offline),
-                      ",".join(sorted(info.backends)), info.sglang_name or "-", info.summary)
+                      "\n".join(sorted(info.backends)), info.sglang_name or "-", info.summary)
     console.print(table)
 
 
@@ -281,18 +267,20 @@ def profiles() -> None:
     from rich.table import Table
 
     from pbkv_server.sim.profiles import PROFILES
+    from pbkv_server.sim.report import _tokens
 
     # Fits 80 columns with whole names: light box, two-line headers, the name column never
     # wrapped or cut (the numeric columns are narrow enough to take what is left).
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1, 0, 0))
     table.add_column("name", no_wrap=True, min_width=max((len(n) for n in PROFILES), default=4))
-    for col in ("prefill\ntok/s", "decode ms\nbase+/seq", "PCIe\nGB/s", "KV\nB/tok", "device\ntok", "host\ntok"):
-        table.add_column(col, justify="right")
+    for col in ("prefill\ntok/s", "decode\nbase ms", "ms per\n1k ctx", "PCIe\nGB/s", "KV\nKiB", "device\ntok",
+                "host\ntok"):
+        table.add_column(col, justify="right", no_wrap=True)
     for p in PROFILES.values():
         table.add_row(p.name, f"{p.prefill_tokens_per_s:.0f}",
-                      f"{p.decode_base_s * 1e3:.1f}+{p.decode_per_seq_s * 1e3:.2f}",
-                      f"{p.pcie_bytes_per_s / 1e9:.1f}", str(p.kv_bytes_per_token), str(p.device_kv_tokens),
-                      str(p.host_kv_tokens))
+                      f"{p.decode_base_s * 1e3:.1f}", f"{p.decode_per_token_s * 1e6:.3f}",
+                      f"{p.pcie_bytes_per_s / 1e9:.1f}", f"{p.kv_bytes_per_token / 1024:g}",
+                      _tokens(p.device_kv_tokens), _tokens(p.host_kv_tokens))
     console.print(table)
     for p in PROFILES.values():
         console.print(f"[bold]{p.name}[/]: {p.description}. Source: {p.source}", highlight=False)
@@ -312,6 +300,7 @@ def _register_live_replay() -> None:
 
 _register_live_replay()
 app.command("live-compare")(importlib.import_module("pbkv_server.sim.live_compare").command)
+app.command("study")(study_command)  # pbkv_server/sim/study_cli.py: the paper's sensitivity studies
 
 
 if __name__ == "__main__":

@@ -97,8 +97,9 @@ def main(
             f"pbkv-server ({config.policy}, predictors {config.predictors or 'none'}) on {url}/v1", err=False))
     except (ValueError, ImportError) as exc:
         _fail(str(exc))
-    except OSError as exc:  # the runner's bind error already names the address
-        _fail(exc.strerror or str(exc))
+    except OSError as exc:  # the runner's bind error already names the address; a file error names its path
+        reason = exc.strerror or str(exc)
+        _fail(f"{exc.filename}: {reason}" if exc.filename else reason)
 
 
 def _fail(message: str) -> NoReturn:

@@ -37,6 +37,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pbkv_contract.files import output_problem
 from pbkv_contract.hints import BODY_KEY, END_PATH, Hints
 from pbkv_contract.trace import (
     InvocationRecord,
@@ -414,6 +415,8 @@ def command(
     try:
         check_arguments(target=target, concurrency=concurrency, api=api, gap_scale=gap_scale, timeout_s=timeout_s,
                         max_output_tokens=max_output_tokens, limit=limit, vocab_size=vocab_size)
+        if (problem := output_problem(json_out, trace)) is not None:  # before a long replay, not after it
+            raise ValueError(f"--json {json_out}: {problem}")
     except ValueError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=2) from None

@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import List, NoReturn, Optional
+from typing import List, NoReturn, Optional, Sequence
 
 import numpy as np
 import torch
@@ -23,11 +23,13 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pbkv_contract.files import output_problem
 from pbkv_contract.trace import read_trace
-from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, build_samples, build_vocab, holdout_split, split_workflows, workflows_from_records
+from predictor.backbones import fit_workflows
+from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, split_workflows, workflows_from_records
 from predictor.model import count_parameters
 from predictor.store import save_model
-from predictor.train import MODEL_NAMES, TrainConfig, fit, predict_proba, run_experiment, top1_accuracy
+from predictor.train import MODEL_NAMES, TrainConfig, predict_proba, run_experiment, top1_accuracy
 
 app = typer.Typer(help="PBKV workflow predictor: train, evaluate, learning curves.", no_args_is_help=True)
 console = Console()
@@ -120,22 +122,19 @@ def _parse_sizes(sizes: str) -> list[int]:
     return out
 
 
-def _check_writable(path: Path, flag: str) -> None:
-    """Exit 2 now, before any training, if ``path`` cannot be written later.
+def _check_writable(path: Path, flag: str, inputs: Sequence[Path] = ()) -> None:
+    """Exit 2 now, before any training, if ``path`` cannot be written later or is one of ``inputs``.
 
-    ``path`` must not be a directory, and a file must be creatable in its nearest existing
-    ancestor directory (probed with a temporary file, which also catches read-only file systems
-    and root-owned places where ``os.access`` says yes). Nothing is left behind.
+    Besides :func:`pbkv_contract.files.output_problem`, a file must be creatable in the nearest
+    existing ancestor directory (probed with a temporary file, which also catches read-only file
+    systems and root-owned places where ``os.access`` says yes). Nothing is left behind.
     """
-    if path.is_dir():
-        _fail(f"{flag} {path} is a directory; give a file path")
-    if path.exists() and not os.access(path, os.W_OK):
-        _fail(f"{flag} {path} is not writable")
+    problem = output_problem(path, inputs)
+    if problem is not None:
+        _fail(f"{flag} {path} {problem}")
     ancestor = path.absolute().parent
     while not ancestor.exists():
         ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        _fail(f"{flag} {path} cannot be created: {ancestor} is not a directory")
     try:
         with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".pbkv-probe-"):
             pass
@@ -182,26 +181,22 @@ def train(
     below 1), an --out that cannot be written, or traces without a usable set of workflows.
     """
     _check_at_least_one(k=k, epochs=epochs, threads=threads)
-    _check_writable(out, "--out")
+    _check_writable(out, "--out", traces)
     workflows = _load(traces, app_name)
     _threads(threads)
     t0 = time.perf_counter()
-    train_wfs, val_wfs = holdout_split(workflows, seed, 0.1)
-    vocab = build_vocab(workflows[0].app, train_wfs)
-    tr = build_samples(train_wfs, vocab, k, DEFAULT_MAX_PREFIX)
-    va = build_samples(val_wfs, vocab, k, DEFAULT_MAX_PREFIX) if val_wfs else None
-    config = TrainConfig(epochs=epochs)
     with _progress() as progress:
-        task = progress.add_task(f"training on {len(train_wfs)} workflows ({len(tr)} samples)", total=epochs)
+        task = progress.add_task(f"training on {len(workflows)} workflows", total=epochs)
 
         def on_epoch(epoch: int, loss: float) -> None:
             progress.update(task, completed=epoch + 1, description=f"epoch {epoch + 1}: loss {loss:.3f}")
 
-        net = fit("graphsage", vocab, train_wfs, tr, va, seed, k, DEFAULT_MAX_PREFIX, config, on_epoch)
+        backbone, va = fit_workflows("graphsage", workflows, seed=seed, k=k, epochs=epochs, on_epoch=on_epoch)
         progress.update(task, completed=epochs)
+    net, vocab = backbone.model, backbone.vocab
     info = {
-        "train_workflows": len(train_wfs),
-        "train_samples": len(tr),
+        "train_workflows": backbone.info["train_workflows"],
+        "train_samples": backbone.info["train_samples"],
         "parameters": count_parameters(net),
         "seconds": round(time.perf_counter() - t0, 2),
     }
@@ -235,7 +230,7 @@ def evaluate(
     _check_at_least_one(seeds=seeds, k=k, train_size=train_size, epochs=epochs, threads=threads)
     names = _parse_models(models)
     if json_out is not None:
-        _check_writable(json_out, "--json")
+        _check_writable(json_out, "--json", traces)
     workflows = _load(traces, app_name, MIN_SPLIT_WORKFLOWS)
     _threads(threads)
     results = _run_seeds(workflows, names, seeds, k, train_size, TrainConfig(epochs=epochs))
@@ -267,7 +262,7 @@ def curve(
     size_list = _parse_sizes(sizes)
     names = _parse_models(models)
     if json_out is not None:
-        _check_writable(json_out, "--json")
+        _check_writable(json_out, "--json", traces)
     workflows = _load(traces, app_name, MIN_SPLIT_WORKFLOWS)
     # The training split has the same size for every seed; a larger size would silently train on
     # fewer workflows than its row label says.

@@ -13,6 +13,11 @@ at once. The device gets
 half of what the live workflows could reuse stays cached, the regime where the eviction choice
 matters), and never less than ``min_requests`` times the largest prompt.
 The host tier gets ``host_ratio`` times the device (SGLang HiCache's default ratio 2.0).
+
+That rule is the ``trace`` setup of the examples. The ``paper`` setup (:func:`replay_capacity`,
+the default) is the PBKV paper's: the device KV pool is what the hardware profile's GPU memory
+holds after the weights (:mod:`pbkv_server.sim.profiles`), and the host tier equals it (SGLang
+HiCache with ``HICACHE_RATIO=1``, the paper's baseline), at the paper's concurrency.
 """
 
 from __future__ import annotations
@@ -24,9 +29,15 @@ from typing import Sequence
 
 from pbkv_contract.trace import InvocationRecord, TraceRecord
 
-__all__ = ["WorkingSet", "working_set", "device_capacity", "DEFAULT_PRESSURE"]
+__all__ = ["WorkingSet", "working_set", "device_capacity", "DEFAULT_PRESSURE", "SETUPS", "DEFAULT_SETUP",
+           "DEFAULT_HOST_RATIOS", "Capacity", "replay_capacity"]
 
 DEFAULT_PRESSURE = 0.5
+#: Named capacity setups of the examples' replay: the paper's and the trace-derived rule.
+SETUPS = ("paper", "trace")
+DEFAULT_SETUP = "paper"
+#: Host tier / device of each setup when none is given: the paper's HiCache ratio 1, SGLang's default 2.
+DEFAULT_HOST_RATIOS = {"paper": 1.0, "trace": 2.0}
 
 
 @dataclass(frozen=True)
@@ -105,3 +116,48 @@ def device_capacity(ws: WorkingSet, concurrency: int, pressure: float = DEFAULT_
         raise ValueError("concurrency must be >= 1")
     need = ws.in_flight_tokens(concurrency) + pressure * ws.live_tokens(concurrency)
     return max(math.ceil(need), min_requests * ws.max_prompt_tokens)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The capacities one replay of an example runs with.
+
+    Attributes:
+        setup: ``"paper"`` or ``"trace"`` (:data:`SETUPS`).
+        device_tokens / host_tokens: KV capacities, tokens.
+        host_ratio: host / device.
+        rule: one line saying where the device size comes from (printed by the examples).
+    """
+
+    setup: str
+    device_tokens: int
+    host_tokens: int
+    host_ratio: float
+    rule: str
+
+
+def replay_capacity(setup: str, ws: WorkingSet, concurrency: int, profile_device_tokens: int, profile_name: str,
+                    host_ratio: float | None = None, pressure: float = DEFAULT_PRESSURE) -> Capacity:
+    """Device and host capacity of a replay under a named setup.
+
+    ``paper``: the profile's GPU-memory capacity ``profile_device_tokens``; ``trace``:
+    :func:`device_capacity` of the working set. The host tier is ``host_ratio`` x device
+    (default :data:`DEFAULT_HOST_RATIOS` of the setup; 0 = none).
+
+    Raises:
+        ValueError: unknown setup, negative ``host_ratio``, or a bad pressure/concurrency (trace).
+    """
+    if setup not in SETUPS:
+        raise ValueError(f"unknown setup {setup!r}; choose from {', '.join(SETUPS)}")
+    ratio = DEFAULT_HOST_RATIOS[setup] if host_ratio is None else host_ratio
+    if not ratio >= 0:
+        raise ValueError(f"host ratio must be >= 0, got {ratio}")
+    if setup == "paper":
+        device = profile_device_tokens
+        rule = (f"setup paper: device = GPU memory of profile {profile_name} after the weights = {device} tok, "
+                f"host tier {ratio:g}x device = {round(ratio * device)} tok")
+    else:
+        device = device_capacity(ws, concurrency, pressure)
+        rule = (f"setup trace: device = A + {pressure:g} W = {device} tok (at least 4 x the largest prompt), "
+                f"host tier {ratio:g}x device = {round(ratio * device)} tok")
+    return Capacity(setup, device, round(ratio * device), ratio, rule)

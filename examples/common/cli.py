@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from examples.common.data import DataError
+from examples.common.capacity import DEFAULT_SETUP
 from examples.common.pipeline import ExampleSpec, RunOptions, run_example
 
 __all__ = ["make_app"]
@@ -25,14 +26,22 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
     def main(
         quick: bool = typer.Option(False, "--quick", help="reduced task counts (CI; about 2 minutes)"),
         json_out: Optional[Path] = typer.Option(None, "--json", help="write the JSON summary here"),
-        out_dir: Path = typer.Option(Path("runs"), "--out-dir", help="traces, model and plots go to OUT_DIR/<example>"),
+        out_dir: Path = typer.Option(Path("runs"), "--out-dir", help="traces, model and plots go to OUT_DIR/<example> "
+                                     "(OUT_DIR/<example>-<messages> for a non-default --messages)"),
         train: Optional[int] = typer.Option(None, "--train", min=1, help="training tasks (default per size)"),
         test: Optional[int] = typer.Option(None, "--test", min=1, help="test tasks (default per size)"),
         app_concurrency: int = typer.Option(16, "--app-concurrency", min=1, help="workflows the app runs at once"),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="replay concurrency (default: the paper's)"),
         profile: str = typer.Option("a6000-qwen3-14b", "--profile", help="hardware profile (pbkv_server.sim.profiles)"),
-        pressure: float = typer.Option(0.5, "--pressure", min=0.01, max=1.0, help="device capacity / live working set"),
-        host_ratio: float = typer.Option(2.0, "--host-ratio", min=0.0, max=64.0, help="host KV tier / device (2 = HiCache default, 0 = none)"),
+        setup: str = typer.Option(DEFAULT_SETUP, "--setup", help="replay capacities: paper (device from the profile's GPU "
+                                  "memory, host tier = device, the PBKV paper's) or trace (device A + pressure x W "
+                                  "from the test trace, host tier 2x)"),
+        pressure: float = typer.Option(0.5, "--pressure", min=0.01, max=1.0, help="device capacity / live working set (--setup trace)"),
+        host_ratio: Optional[float] = typer.Option(None, "--host-ratio", min=0.0, max=64.0,
+                                                   help="host KV tier / device (default: 1 with --setup paper, "
+                                                        "2 = HiCache's default with --setup trace; 0 = none)"),
+        messages: Optional[str] = typer.Option(None, "--messages", help="prompt convention of the app, where it offers "
+                                               "several (HoVer: per-agent, the default, or shared)"),
         seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="task split, scenario and training seed"),
         epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="predictor training epochs"),
         no_belady: bool = typer.Option(False, "--no-belady", help="skip the offline Belady reference"),
@@ -44,7 +53,8 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
         # Piped output (CI logs, README capture) keeps the full table width instead of 80 columns.
         console = Console() if sys.stdout.isatty() else Console(width=160)
         opts = RunOptions(quick=quick, n_train=train, n_test=test, app_concurrency=app_concurrency,
-                          replay_concurrency=concurrency, profile=profile, pressure=pressure, host_ratio=host_ratio, seed=seed,
+                          replay_concurrency=concurrency, profile=profile, setup=setup, pressure=pressure,
+                          host_ratio=host_ratio, messages=messages, seed=seed,
                           out_dir=out_dir, json_out=json_out, belady=not no_belady, epochs=epochs)
         try:
             run_example(spec_factory(), opts, console)

@@ -65,9 +65,12 @@ def describe_tasks(tasks: Any) -> str:
 
 
 def skip_row(path: Path, index: int, reason: str, detail: str, skipped: Counter[str]) -> None:
-    """Count row ``index`` of ``path`` as skipped for ``reason`` and log a warning naming file and row."""
+    """Count row ``index`` of ``path`` as skipped for ``reason``; the first row of each reason gets a
+    warning naming file and row (the rest are counted in the load summary, not one line each)."""
     skipped[reason] += 1
-    log.warning("%s: row %d skipped: %s", path, index, detail)
+    if skipped[reason] == 1:
+        log.warning("%s: row %d skipped: %s (later rows with the same problem are only counted)",
+                    path, index, detail)
 
 
 def default_data_dir() -> Path:

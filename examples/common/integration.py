@@ -148,7 +148,8 @@ def summary_to_result(policy: str, summary: Mapping[str, Any]) -> PolicyResult:
                 if not math.isnan(b["hit_rate"])]
     ends = [b["t_end"] for b in summary.get("timeline", [])]
     starts = [b["t_start"] for b in summary.get("timeline", [])]
-    extra = {k: summary[k] for k in ("evictions", "evicted_tokens", "prefetched_tokens", "latency_ms", "workflows", "requests")
+    extra = {k: summary[k] for k in ("evictions", "evicted_tokens", "prefetched_tokens", "latency_ms", "workflows", "requests",
+                                     "latency_breakdown_s", "ttft_breakdown_s", "mean_decode_step_s")
              if k in summary}
     return PolicyResult(
         policy=policy,

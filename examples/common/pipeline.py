@@ -5,7 +5,8 @@
    through the PBKV SDK (one JSONL file per split);
 3. train the workflow predictor on the training traces (``pbkv-predictor train``);
 4. replay the test traces under every policy at the paper's concurrency and a named hardware
-   profile, with the device capacity from :mod:`examples.common.capacity`;
+   profile, with the capacities of the chosen setup (:mod:`examples.common.capacity`: ``paper``,
+   the device from the profile's GPU memory and a host tier of the same size, or ``trace``);
 5. print the Table-1-style comparison, save the plots, optionally write JSON.
 
 Each example supplies an :class:`ExampleSpec`; everything else is shared here.
@@ -35,9 +36,10 @@ from examples.common.results import compare, to_json
 from pbkv_server.engine.policies import (
     BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info,
 )
+from pbkv_server.sim.profiles import get_profile
 
 __all__ = ["ExampleSpec", "RunOptions", "run_example", "check_outputs", "OutputPathError", "seeded_split",
-           "RESULT_FILES", "replay_policies"]
+           "RESULT_FILES", "replay_policies", "run_name"]
 
 #: Predictor epochs of a --quick run (the CLI default, 60 with early stopping, is for full runs).
 QUICK_EPOCHS = 15
@@ -61,6 +63,8 @@ class ExampleSpec:
         static_graph: the app's declared static agent graph (for policies that read one, such as
             kvflow), or ``None`` (they learn it from the trace).
         summarise_outcomes: ``outcomes -> dict`` of app-level figures (loops per task property, ...).
+        message_conventions: the ways the app can build its prompts, default first (empty: one
+            way); a chosen one reaches ``run_tasks`` as ``messages=NAME``.
     """
 
     name: str
@@ -73,6 +77,7 @@ class ExampleSpec:
     sizes: Mapping[str, tuple[int, int]]
     static_graph: Mapping[str, Sequence[str]] | None = None
     summarise_outcomes: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None
+    message_conventions: tuple[str, ...] = ()
 
 
 @dataclass
@@ -85,9 +90,14 @@ class RunOptions:
         app_concurrency: workflows the app runs at once against the live server.
         replay_concurrency: override of the paper's replay concurrency.
         profile: hardware profile name (``pbkv_server.sim.profiles``).
-        pressure: device capacity as a fraction of the live working set (``capacity`` module).
-        host_ratio: host-tier KV capacity / device capacity (2.0 = SGLang HiCache's default
-            ``--hicache-ratio``; 0 = no host tier: every evicted block must be recomputed).
+        setup: replay capacities, ``"paper"`` (device from the profile's GPU memory, host tier =
+            device: the PBKV paper's SGLang HiCache with ``HICACHE_RATIO=1``) or ``"trace"`` (the
+            working-set rule of :mod:`examples.common.capacity`, host tier 2x).
+        pressure: device capacity as a fraction of the live working set (``trace`` setup).
+        host_ratio: host-tier KV capacity / device capacity; ``None``: the setup's (1 for
+            ``paper``, SGLang HiCache's default 2 for ``trace``); 0 = no host tier.
+        messages: the app's prompt convention (``ExampleSpec.message_conventions``); ``None``:
+            the default one. A non-default convention runs in ``OUT_DIR/<example>-<messages>``.
         seed: seeds task split, scenario and training.
         out_dir: where traces, model, plots and JSON go.
         json_out: path of the JSON summary, or ``None``.
@@ -102,8 +112,10 @@ class RunOptions:
     app_concurrency: int = 16
     replay_concurrency: int | None = None
     profile: str = "a6000-qwen3-14b"
+    setup: str = cap.DEFAULT_SETUP
     pressure: float = cap.DEFAULT_PRESSURE
-    host_ratio: float = 2.0
+    host_ratio: float | None = None
+    messages: str | None = None
     seed: int = 0
     out_dir: Path = Path("runs")
     json_out: Path | None = None
@@ -130,7 +142,7 @@ def check_outputs(spec: ExampleSpec, opts: RunOptions) -> None:
     Raises:
         OutputPathError: naming the path and the reason.
     """
-    out = Path(opts.out_dir) / spec.name
+    out = Path(opts.out_dir) / run_name(spec, opts)
     for folder, flag in ((Path(opts.out_dir), "--out-dir"), (out, "--out-dir"), (_staging_dir(out), "--out-dir")):
         if folder.exists() and not folder.is_dir():
             raise OutputPathError(f"{flag}: {folder} exists and is not a directory")
@@ -162,14 +174,17 @@ def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = N
         examples.common.data.DataError: the data set is missing, malformed or too small.
         RuntimeError: a stage failed (the message names the stage).
     """
-    from pbkv_server.sim.profiles import get_profile
-
     console = console or Console()
     t0 = time.perf_counter()
     try:
         get_profile(opts.profile)
     except KeyError as exc:
         raise ValueError(exc.args[0]) from None
+    if opts.setup not in cap.SETUPS:
+        raise ValueError(f"unknown setup {opts.setup!r}; choose from {', '.join(cap.SETUPS)}")
+    if opts.messages is not None and opts.messages not in spec.message_conventions:
+        offered = ", ".join(spec.message_conventions) or "none: this app builds its prompts one way"
+        raise ValueError(f"--messages {opts.messages!r} is not a message convention of {spec.name} ({offered})")
     check_outputs(spec, opts)
     n_train, n_test = spec.sizes["quick" if opts.quick else "full"]
     n_train, n_test = opts.n_train or n_train, opts.n_test or n_test
@@ -180,7 +195,7 @@ def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = N
     except ValueError as exc:
         raise DataError(f"{exc}; {describe_tasks(tasks)}") from None
 
-    out = Path(opts.out_dir) / spec.name
+    out = Path(opts.out_dir) / run_name(spec, opts)
     stage = _staging_dir(out)
     shutil.rmtree(stage, ignore_errors=True)  # leftovers of a killed run
     stage.mkdir(parents=True)
@@ -231,14 +246,16 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
     concurrency = opts.replay_concurrency or spec.replay_concurrency
     records = integ.read_records(traces["test"])
     ws = cap.working_set(records)
-    device = cap.device_capacity(ws, concurrency, opts.pressure)
-    host = round(opts.host_ratio * device)
+    profile = get_profile(opts.profile)
+    capacity = cap.replay_capacity(opts.setup, ws, concurrency, profile.device_kv_tokens, profile.name,
+                                   opts.host_ratio, opts.pressure)
+    device, host = capacity.device_tokens, capacity.host_tokens
     console.print(
         f"reusable working set W: shared {ws.shared_tokens} tok + {min(concurrency, ws.workflows)} x "
         f"{ws.mean_private_tokens:.0f} tok per workflow = {ws.live_tokens(concurrency):.0f} tok; in flight A = "
-        f"{ws.in_flight_tokens(concurrency):.0f} tok; device capacity A + {opts.pressure} W = {device} tok, "
-        f"host {host} tok; profile {opts.profile}"
+        f"{ws.in_flight_tokens(concurrency):.0f} tok"
     )
+    console.print(f"{capacity.rule}; concurrency {concurrency}; profile {opts.profile}")
     policies = replay_policies(reference=opts.belady)
     t = time.perf_counter()
     results = integ.replay(
@@ -247,14 +264,17 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
     )
     timings["replay_s"] = time.perf_counter() - t
     comparisons = compare(results, baseline=BASELINE_POLICY, reference=REFERENCE_POLICY if opts.belady else None)
-    title = f"{spec.title}: simulated timing, profile {opts.profile}, concurrency {concurrency}, host tier {opts.host_ratio:g}x device"
+    conv = f", messages {opts.messages}" if opts.messages else ""
+    setting = (f"setup {opts.setup}: device {device} tok, host {capacity.host_ratio:g}x, profile {opts.profile}, "
+               f"concurrency {concurrency}{conv}")
+    title = f"{spec.title}: simulated timing, {setting}"
     print_results(title, results, comparisons, console)
     for graph_policy in (p for p in policies if spec.static_graph is not None and policy_info(p).uses_app_graph):
         # the app declared its graph: compare PBKV with the graph-based baseline (the paper's KVFlow row)
         pb = next(c for c in compare(results, baseline=graph_policy, reference=None) if c.policy == DEFAULT_POLICY)
         console.print(f"{DEFAULT_POLICY} over {graph_policy}: latency {pb.latency_speedup:.2f}x, "
                       f"hit rate {pb.hit_rate_ratio:.2f}x")
-    plot_title = f"{spec.title}\nsimulated timing, profile {opts.profile}, concurrency {concurrency}, host {opts.host_ratio:g}x device"
+    plot_title = f"{spec.title}\nsimulated timing, {setting}"
     plot_hit_rate_over_time(results, str(stage / "hit_rate_over_time.png"), plot_title)
     plot_bars(results, str(stage / "bars.png"), plot_title)
     plots = {"hit_rate_over_time": str(out / "hit_rate_over_time.png"), "bars": str(out / "bars.png")}
@@ -264,11 +284,20 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
         "example": spec.name, "app": spec.app, "quick": opts.quick, "profile": opts.profile,
         "replay_concurrency": concurrency, "app_concurrency": opts.app_concurrency, "seed": opts.seed,
         "train_tasks": len(train), "test_tasks": len(test),
-        "working_set": asdict(ws), "pressure": opts.pressure, "device_tokens": device, "host_tokens": host, "host_ratio": opts.host_ratio,
+        "working_set": asdict(ws), "setup": opts.setup, "messages": opts.messages or (spec.message_conventions or (None,))[0],
+        "pressure": opts.pressure, "device_tokens": device, "host_tokens": host, "host_ratio": capacity.host_ratio,
         "app_outcomes": app_summary, "timings_s": timings, "plots": plots,
         "traces": {k: str(out / v.name) for k, v in traces.items()},
         "model": str(out / model_path.name), **to_json(results, comparisons),
     }
+
+
+def run_name(spec: ExampleSpec, opts: RunOptions) -> str:
+    """Folder name of a run under ``--out-dir``: the example's name, plus ``-<messages>`` for a
+    message convention other than the app's default (so both conventions' runs can be kept)."""
+    if opts.messages is None or not spec.message_conventions or opts.messages == spec.message_conventions[0]:
+        return spec.name
+    return f"{spec.name}-{opts.messages}"
 
 
 def replay_policies(reference: bool = True) -> list[str]:
@@ -313,8 +342,9 @@ def _run_with_progress(spec: ExampleSpec, tasks: list[Any], url: str, trace: Pat
     with Progress(TextColumn(f"app run ({label})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
         bar = progress.add_task(label, total=len(tasks))
+        options = {"messages": opts.messages or spec.message_conventions[0]} if spec.message_conventions else {}
         return asyncio.run(spec.run_tasks(tasks, url, str(trace), opts.app_concurrency,
-                                          lambda: progress.advance(bar)))
+                                          lambda: progress.advance(bar), **options))
 
 
 def _finite(obj: Any) -> Any:

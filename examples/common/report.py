@@ -11,7 +11,8 @@ from rich.table import Table
 from examples.common.results import Comparison, PolicyResult
 from pbkv_server.engine.policies import REFERENCE_POLICY, policy_info
 
-__all__ = ["results_table", "agent_ttft_table", "print_results", "plot_hit_rate_over_time", "plot_bars"]
+__all__ = ["results_table", "agent_ttft_table", "latency_breakdown_table", "print_results", "plot_hit_rate_over_time",
+           "plot_bars"]
 
 
 def results_table(title: str, results: Sequence[PolicyResult], comparisons: Sequence[Comparison]) -> Table:
@@ -42,10 +43,22 @@ def agent_ttft_table(results: Sequence[PolicyResult]) -> Table:
     return table
 
 
+def latency_breakdown_table(results: Sequence[PolicyResult]) -> Table:
+    """Rich table of where each policy's mean workflow latency goes (seconds): admission wait for
+    KV memory, host-to-device load, prefill, decode and tool gaps, with the latency ratio to the
+    first policy (:func:`pbkv_server.sim.report.breakdown_table` over the replay summaries)."""
+    from pbkv_server.sim.report import breakdown_table
+
+    rows = {r.policy: {"mean_latency_s": r.mean_latency_s, "latency_breakdown_s": r.extra.get("latency_breakdown_s")}
+            for r in results}
+    return breakdown_table(rows, "where the mean workflow latency goes (simulated seconds)")
+
+
 def print_results(title: str, results: Sequence[PolicyResult], comparisons: Sequence[Comparison], console: Console | None = None) -> None:
-    """Print both tables."""
+    """Print the result table, the latency breakdown and per-agent TTFT."""
     console = console or Console()
     console.print(results_table(title, results, comparisons))
+    console.print(latency_breakdown_table(results))
     console.print(agent_ttft_table(results))
 
 
@@ -77,8 +90,17 @@ def plot_hit_rate_over_time(results: Sequence[PolicyResult], path: str, title: s
     return path
 
 
+#: Colours of the latency parts in :func:`plot_bars` (same order as the breakdown).
+_PART_COLOURS = {"queue_s": "tab:red", "load_s": "tab:orange", "prefill_s": "tab:purple", "decode_s": "tab:blue",
+                 "tool_s": "tab:gray"}
+_PART_LABELS = {"queue_s": "admission wait", "load_s": "host load", "prefill_s": "prefill", "decode_s": "decode",
+                "tool_s": "tool gaps"}
+
+
 def plot_bars(results: Sequence[PolicyResult], path: str, title: str) -> str:
-    """Two bar panels per policy: mean workflow latency (s) and device hit rate (%).
+    """Three bar panels per policy, each bar labelled with its value: mean workflow latency (s),
+    stacked by where it goes (admission wait, host load, prefill, decode, tool gaps) when the
+    results carry the breakdown; device hit rate (%); host hit rate (%).
 
     Returns:
         ``path`` (PNG written).
@@ -89,20 +111,44 @@ def plot_bars(results: Sequence[PolicyResult], path: str, title: str) -> str:
     import matplotlib.pyplot as plt
 
     names = [r.policy for r in results]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
-    ax1.bar(names, [r.mean_latency_s for r in results], color="tab:blue")
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 4.8))
+    totals = [r.mean_latency_s for r in results]
+    breakdowns = [r.extra.get("latency_breakdown_s") for r in results]
+    if all(breakdowns):
+        bottom = [0.0] * len(results)
+        for part, colour in _PART_COLOURS.items():
+            values = [b.get(part, 0.0) for b in breakdowns]
+            ax1.bar(names, values, bottom=bottom, color=colour, label=_PART_LABELS[part])
+            bottom = [b + v for b, v in zip(bottom, values)]
+        ax1.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=3)
+    else:
+        ax1.bar(names, totals, color="tab:blue")
+    _label(ax1, names, totals, "{:.1f}")
     ax1.set_ylabel("mean workflow latency (s)")
     ax2.bar(names, [100 * r.hit_rate for r in results], color="tab:green")
+    _label(ax2, names, [100 * r.hit_rate for r in results], "{:.1f}%")
     ax2.set_ylabel("device hit rate (%)")
-    for ax in (ax1, ax2):
+    ax3.bar(names, [100 * r.host_hit_rate for r in results], color="tab:olive")
+    _label(ax3, names, [100 * r.host_hit_rate for r in results], "{:.1f}%")
+    ax3.set_ylabel("host hit rate (%, loaded over PCIe)")
+    for ax in (ax1, ax2, ax3):
         ax.tick_params(axis="x", rotation=30)
+        plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
         ax.grid(axis="y", alpha=0.3)
+        ax.set_ylim(0, max(ax.get_ylim()[1], 1.0) * 1.12)  # room for the value labels
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _label(ax, names: Sequence[str], values: Sequence[float], fmt: str) -> None:
+    """Write each bar's value above it."""
+    for name, value in zip(names, values):
+        ax.annotate(fmt.format(value), (name, value), xytext=(0, 2), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=7)
 
 
 def _offline(policy: str) -> bool:

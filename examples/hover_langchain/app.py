@@ -8,7 +8,9 @@ Graph (node names are the agent names the PBKV callback stamps)::
 
 The verifier's answer decides the loop (a conditional edge), within a budget of ``max_rounds``
 retrieval rounds. ``retrieve`` calls a LangChain tool over :class:`PassageIndex` and makes no LLM
-call.
+call. How each call's messages are built is the message convention (:mod:`prompts`): per-agent
+system prompts with the agent's own slice of the state, or one shared system prompt, the
+workflow's accumulated messages and the current agent's instruction.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ class ClaimState(TypedDict, total=False):
     evidence: Annotated[list[str], operator.add]  # every retrieved passage, "[title] text", in order
     seen_titles: Annotated[list[str], operator.add]
     notes: Annotated[list[str], operator.add]
+    history: Annotated[list[Any], operator.add]  # shared convention: every call's input and reply
     rounds: int
     verdict: str
 
 
-def build_graph(llm: Any, index: PassageIndex, examples: Sequence[HoverClaim], max_rounds: int = DEFAULT_MAX_ROUNDS) -> Any:
+def build_graph(llm: Any, index: PassageIndex, examples: Sequence[HoverClaim], max_rounds: int = DEFAULT_MAX_ROUNDS,
+                messages: str = P.PER_AGENT) -> Any:
     """Compile the fact-checking graph.
 
     Args:
@@ -50,21 +54,37 @@ def build_graph(llm: Any, index: PassageIndex, examples: Sequence[HoverClaim], m
         index: the passage index the retrieval tool searches.
         examples: held-out claims for the agents' worked examples (fixed for all workflows).
         max_rounds: retrieval-round budget (>= 1).
+        messages: message convention, ``"per-agent"`` or ``"shared"`` (:data:`prompts.CONVENTIONS`).
 
     Returns:
         a compiled LangGraph graph; ``await graph.ainvoke({"claim": claim})`` returns the final
         :class:`ClaimState` with ``verdict`` set.
 
     Raises:
-        ValueError: ``max_rounds`` < 1.
+        ValueError: ``max_rounds`` < 1 or an unknown convention.
     """
-    from langchain_core.messages import HumanMessage, SystemMessage
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
     from langchain_core.tools import tool
     from langgraph.graph import END, START, StateGraph
 
     if max_rounds < 1:
         raise ValueError("max_rounds must be >= 1")
+    if messages not in P.CONVENTIONS:
+        raise ValueError(f"unknown message convention {messages!r}; choose from {', '.join(P.CONVENTIONS)}")
+    shared = messages == P.SHARED
     systems = {agent: SystemMessage(P.system_prompt(agent, examples)) for agent in P.AGENTS}
+    shared_system = SystemMessage(P.shared_system_prompt(examples))
+
+    async def ask(agent: str, state: ClaimState, own: list[Any], shared_input: str) -> tuple[str, dict]:
+        """Call the model as ``agent``: its own messages (per-agent convention), or the shared
+        system prompt, the workflow's messages so far and the agent's instruction with
+        ``shared_input``; returns the reply text and the state update of the shared record."""
+        if not shared:
+            reply = await llm.ainvoke([systems[agent], *own])
+            return str(reply.content), {}
+        turn = HumanMessage(f"{P.instruction(agent)}\n{shared_input}" if shared_input else P.instruction(agent))
+        reply = await llm.ainvoke([shared_system, *state.get("history", []), turn])
+        return str(reply.content), {"history": [turn, AIMessage(str(reply.content))]}
 
     @tool
     def search_passages(query: str, exclude: list[str]) -> list[tuple[str, str]]:
@@ -76,16 +96,17 @@ def build_graph(llm: Any, index: PassageIndex, examples: Sequence[HoverClaim], m
         return f"{P.task_block(state['claim'])}\nSub-questions:\n{state.get('subquestions', '')}\nNotes so far:\n{notes}"
 
     async def decomposer(state: ClaimState) -> dict:
-        reply = await llm.ainvoke([systems[P.DECOMPOSER], HumanMessage(P.task_block(state["claim"]))])
-        lines = [ln for ln in str(reply.content).splitlines() if ln.startswith("Q")]
-        return {"subquestions": "\n".join(lines) or str(reply.content), "rounds": 0}
+        task = P.task_block(state["claim"])
+        content, update = await ask(P.DECOMPOSER, state, [HumanMessage(task)], task)
+        lines = [ln for ln in content.splitlines() if ln.startswith("Q")]
+        return {"subquestions": "\n".join(lines) or content, "rounds": 0, **update}
 
     async def query_writer(state: ClaimState) -> dict:
-        reply = await llm.ainvoke([systems[P.QUERY_WRITER], HumanMessage(evidence_block(state))])
+        content, update = await ask(P.QUERY_WRITER, state, [HumanMessage(evidence_block(state))], "")
         prefix = f"{P.QUERY_LABEL}:"
-        queries = [ln[len(prefix):].strip() for ln in str(reply.content).splitlines() if ln.startswith(prefix)]
+        queries = [ln[len(prefix):].strip() for ln in content.splitlines() if ln.startswith(prefix)]
         # A reply without a QUERY line still searches: fall back to the claim itself.
-        return {"queries": queries or [state["claim"].claim]}
+        return {"queries": queries or [state["claim"].claim], **update}
 
     def retrieve(state: ClaimState) -> dict:
         seen = list(state.get("seen_titles", []))
@@ -99,9 +120,10 @@ def build_graph(llm: Any, index: PassageIndex, examples: Sequence[HoverClaim], m
 
     async def summarizer(state: ClaimState) -> dict:
         passages = "\n".join(f"[{t}] {x}" for t, x in state["passages"]) or "(the search returned nothing)"
-        reply = await llm.ainvoke([systems[P.SUMMARIZER], HumanMessage(f"{P.task_block(state['claim'])}\nPassages:\n{passages}")])
-        notes = [ln for ln in str(reply.content).splitlines() if ln.startswith("NOTE [")]
-        return {"notes": notes}
+        own = [HumanMessage(f"{P.task_block(state['claim'])}\nPassages:\n{passages}")]
+        content, update = await ask(P.SUMMARIZER, state, own, f"Passages:\n{passages}")
+        notes = [ln for ln in content.splitlines() if ln.startswith("NOTE [")]
+        return {"notes": notes, **update}
 
     async def verifier(state: ClaimState) -> dict:
         # The verifier checks the notes against the passages themselves: its context accumulates
@@ -109,8 +131,8 @@ def build_graph(llm: Any, index: PassageIndex, examples: Sequence[HoverClaim], m
         passages = "\n".join(state.get("evidence", []))
         block = f"{P.task_block(state['claim'])}\nSub-questions:\n{state.get('subquestions', '')}\nPassages:\n{passages}"
         notes = "\n".join(state.get("notes", []))
-        reply = await llm.ainvoke([systems[P.VERIFIER], HumanMessage(block), HumanMessage(f"Notes:\n{notes}")])
-        return {"verdict": str(reply.content).splitlines()[0] if reply.content else ""}
+        content, update = await ask(P.VERIFIER, state, [HumanMessage(block), HumanMessage(f"Notes:\n{notes}")], "")
+        return {"verdict": content.splitlines()[0] if content else "", **update}
 
     def after_verifier(state: ClaimState) -> str:
         needs_more = P.VERDICT_MORE in state.get("verdict", "") or P.VERDICT_DONE not in state.get("verdict", "")

@@ -1,9 +1,16 @@
 """Prompt texts and reply markers of the HoVer fact-checking app (shared by app and scenario).
 
-Every agent has a fixed system prompt (instructions plus worked examples built from real HoVer
-claims that are held out of the task split), so requests of one agent share a long cached prefix
-across workflows; the task block and the growing notes follow, so successive calls of one agent
-within a workflow share the workflow's prefix too.
+Two message conventions (``--messages``):
+
+* ``per-agent`` (default): every agent has a fixed system prompt (instructions plus worked
+  examples built from real HoVer claims that are held out of the task split), so requests of one
+  agent share a long cached prefix across workflows; the task block and the growing notes
+  follow, so successive calls of one agent within a workflow share the workflow's prefix too.
+* ``shared``: the common-prefix convention the PBKV paper counts on (agents share "the system
+  prompt, tool/agent descriptions, and the history accumulated by upstream agents"): one system
+  prompt describing the tool and every agent (with all worked examples), then the workflow's
+  accumulated messages (each earlier call's input and reply), then the current agent's
+  instruction, so every call of a workflow extends the previous one.
 """
 
 from __future__ import annotations
@@ -55,8 +62,29 @@ _ROLE = {
 }
 
 
+#: Message conventions of the app (``--messages``), default first.
+PER_AGENT = "per-agent"
+SHARED = "shared"
+CONVENTIONS = (PER_AGENT, SHARED)
+
+#: The retrieval tool as the shared system prompt describes it to every agent.
+TOOL_DESCRIPTION = ("search_passages(query, exclude): keyword search over encyclopedia passages; returns the "
+                    "three best (title, text) pairs whose titles are not in exclude. It runs after the query "
+                    "writer, once per QUERY line, and its passages go to the summariser.")
+
+#: What the current agent is asked to do next (the last message under the shared convention).
+_INSTRUCTION = {
+    DECOMPOSER: "Decomposer, your turn: break the claim below into sub-questions, one 'Q<n>: ...' per line.",
+    QUERY_WRITER: "Query writer, your turn: find the sub-question the notes above do not answer yet and write "
+                  "one or two 'QUERY: ...' lines.",
+    SUMMARIZER: "Summariser, your turn: write one 'NOTE [<article title>]: ...' per passage below.",
+    VERIFIER: "Verifier, your turn: decide from the notes above whether every hop is covered and answer with "
+              "a 'VERDICT: ...' line.",
+}
+
+
 def system_prompt(agent: str, examples: Sequence[HoverClaim]) -> str:
-    """The fixed system prompt of ``agent``: role instructions plus worked examples.
+    """The fixed system prompt of ``agent`` (per-agent convention): role instructions plus worked examples.
 
     Args:
         agent: one of :data:`AGENTS`.
@@ -68,16 +96,44 @@ def system_prompt(agent: str, examples: Sequence[HoverClaim]) -> str:
     parts = [_ROLE[agent], "", "Worked examples:"]
     for n, ex in enumerate(examples, start=1):
         parts.append(f"\nExample {n}\n{CLAIM_LABEL} (example): {ex.claim}")
-        if agent == DECOMPOSER:
-            parts += [f"Q{i}: What does the article '{t}' say that bears on the claim?" for i, t in enumerate(ex.titles, 1)]
-        elif agent == QUERY_WRITER:
-            parts += [f"{QUERY_LABEL}: {t}" for t in ex.titles[:2]]
-        elif agent == SUMMARIZER:
-            parts += [f"NOTE [{t}]: the passage states the facts about {t} that the claim relies on." for t in ex.titles]
-        else:
-            verdict = "SUPPORTED" if ex.label == "SUPPORTED" else "NOT_SUPPORTED"
-            parts.append(f"{VERDICT_LABEL}: {VERDICT_DONE} ({verdict}) - {len(ex.titles)} articles cover the {ex.num_hops} hops.")
+        parts += _example_lines(agent, ex)
     return "\n".join(parts)
+
+
+def shared_system_prompt(examples: Sequence[HoverClaim]) -> str:
+    """The one system prompt of the shared convention: the team, the tool, every agent's role and
+    every agent's part of the worked examples (the same text for every call of every workflow)."""
+    parts = ["You are a multi-hop fact-checking team of four agents that take turns on one claim. "
+             "Each turn, one agent is told to act; the messages so far are the team's shared record.",
+             "", "Tool:", TOOL_DESCRIPTION, "", "Agents:"]
+    parts += [f"- {agent}: {_ROLE[agent]}" for agent in AGENTS]
+    parts += ["", "Worked examples:"]
+    for n, ex in enumerate(examples, start=1):
+        parts.append(f"\nExample {n}\n{CLAIM_LABEL} (example): {ex.claim}")
+        for agent in AGENTS:
+            parts += [f"{agent}: {line}" for line in _example_lines(agent, ex)]
+    return "\n".join(parts)
+
+
+def instruction(agent: str) -> str:
+    """The current agent's instruction, the last message of a call under the shared convention.
+
+    Raises:
+        KeyError: unknown agent.
+    """
+    return _INSTRUCTION[agent]
+
+
+def _example_lines(agent: str, ex: HoverClaim) -> list[str]:
+    """``agent``'s answer lines for the worked example ``ex``."""
+    if agent == DECOMPOSER:
+        return [f"Q{i}: What does the article '{t}' say that bears on the claim?" for i, t in enumerate(ex.titles, 1)]
+    if agent == QUERY_WRITER:
+        return [f"{QUERY_LABEL}: {t}" for t in ex.titles[:2]]
+    if agent == SUMMARIZER:
+        return [f"NOTE [{t}]: the passage states the facts about {t} that the claim relies on." for t in ex.titles]
+    verdict = "SUPPORTED" if ex.label == "SUPPORTED" else "NOT_SUPPORTED"
+    return [f"{VERDICT_LABEL}: {VERDICT_DONE} ({verdict}) - {len(ex.titles)} articles cover the {ex.num_hops} hops."]
 
 
 def task_block(claim: HoverClaim) -> str:

@@ -36,12 +36,13 @@ def _split(claims: list[HoverClaim], n_train: int, n_test: int, seed: int) -> tu
 
 
 async def run_claims(claims: list[HoverClaim], server_url: str, trace_path: str, concurrency: int,
-                     on_done: Callable[[], None] = lambda: None) -> list[dict[str, Any]]:
+                     on_done: Callable[[], None] = lambda: None, messages: str = P.PER_AGENT) -> list[dict[str, Any]]:
     """Fact-check ``claims`` with the LangGraph app against pbkv-server, ``concurrency`` at a time.
 
     The PBKV callback is installed the README's way: ``instrument(app=..., server_url=...,
     trace_path=...)`` once, and the chat model sends through the SDK's stamping httpx clients.
-    Each claim is one workflow (one root ``ainvoke``).
+    Each claim is one workflow (one root ``ainvoke``); ``messages`` is the prompt convention
+    (:data:`prompts.CONVENTIONS`).
 
     Returns:
         per claim: ``{"uid", "num_hops", "label", "rounds", "verdict"}``.
@@ -60,7 +61,7 @@ async def run_claims(claims: list[HoverClaim], server_url: str, trace_path: str,
         llm = ChatOpenAI(model="pbkv-sim", base_url=server_url + "/v1", api_key="not-needed", max_tokens=512,
                          temperature=0.0, max_retries=0, timeout=120,
                          http_client=pbkv_sdk.http_client(), http_async_client=pbkv_sdk.async_http_client())
-        graph = build_graph(llm, index, examples)
+        graph = build_graph(llm, index, examples, messages=messages)
         gate = asyncio.Semaphore(concurrency)
 
         async def one(claim: HoverClaim) -> dict[str, Any]:
@@ -95,4 +96,5 @@ def spec() -> ExampleSpec:
     return ExampleSpec(
         name="hover_langchain", app=P.APP, title="HoVer + LangGraph", replay_concurrency=72,
         load_tasks=load_hover, split=_split, run_tasks=run_claims, sizes=_SIZES, summarise_outcomes=summarise,
+        message_conventions=P.CONVENTIONS,
     )

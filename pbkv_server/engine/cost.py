@@ -1,12 +1,14 @@
 """Hardware cost model of one serving replica (``docs/architecture.md``, "Cost model").
 
 A :class:`HardwareProfile` turns work into engine seconds: prefill throughput (tokens/s), decode
-step time as an affine function of the batch size, and host<->device copies over PCIe. Named
-instances live in :mod:`pbkv_server.sim.profiles`; each cites where its numbers come from.
+step time as an affine function of the batch size and of the context the running sequences hold,
+and host<->device copies over PCIe. Named instances live in :mod:`pbkv_server.sim.profiles`; each
+cites where its numbers come from.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = ["HardwareProfile"]
@@ -23,6 +25,10 @@ class HardwareProfile:
         prefill_tokens_per_s: prefill throughput, tokens per second (> 0).
         decode_base_s: fixed part of one decode iteration, seconds (>= 0).
         decode_per_seq_s: added decode iteration time per running sequence, seconds (>= 0).
+        decode_per_token_s: added decode iteration time per token of context the running
+            sequences hold (prompt plus tokens generated so far), seconds (>= 0): a decode step
+            reads every running sequence's KV cache once, so this is KV bytes per token (per GPU)
+            over the achieved memory bandwidth. 0 = the step does not depend on context.
         pcie_bytes_per_s: effective host<->device copy bandwidth, bytes per second (> 0).
         kv_bytes_per_token: KV-cache bytes of one token over all layers (and TP ranks).
         device_kv_tokens: GPU KV-cache capacity, tokens.
@@ -42,11 +48,12 @@ class HardwareProfile:
     kv_bytes_per_token: int
     device_kv_tokens: int
     host_kv_tokens: int
+    decode_per_token_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.prefill_tokens_per_s <= 0 or self.pcie_bytes_per_s <= 0:
             raise ValueError(f"profile {self.name!r}: prefill and PCIe rates must be positive")
-        if min(self.decode_base_s, self.decode_per_seq_s, self.kv_bytes_per_token) < 0:
+        if min(self.decode_base_s, self.decode_per_seq_s, self.decode_per_token_s, self.kv_bytes_per_token) < 0:
             raise ValueError(f"profile {self.name!r}: decode times and KV bytes must be >= 0")
         if self.device_kv_tokens <= 0 or self.host_kv_tokens < 0:
             raise ValueError(f"profile {self.name!r}: device capacity must be > 0, host >= 0")
@@ -55,9 +62,39 @@ class HardwareProfile:
         """Seconds to prefill ``tokens`` uncached prompt tokens (linear in tokens)."""
         return tokens / self.prefill_tokens_per_s
 
-    def decode_step_time(self, batch: int) -> float:
-        """Seconds of one decode iteration for ``batch`` running sequences: base + per_seq * batch."""
-        return self.decode_base_s + self.decode_per_seq_s * batch
+    def decode_step_time(self, batch: int, context_tokens: int = 0) -> float:
+        """Seconds of one decode iteration for ``batch`` running sequences holding
+        ``context_tokens`` tokens of KV in all: base + per_seq * batch + per_token * context."""
+        return self.decode_base_s + self.decode_per_seq_s * batch + self.decode_per_token_s * context_tokens
+
+    def decode_steps_time(self, batch: int, context_tokens: int, steps: int) -> float:
+        """Seconds of ``steps`` consecutive decode iterations of the same ``batch``, whose context
+        grows by one token per sequence and iteration from ``context_tokens``:
+        ``steps * decode_step_time(batch, context) + per_token * batch * steps * (steps - 1) / 2``."""
+        first = self.decode_step_time(batch, context_tokens)
+        if not self.decode_per_token_s:
+            return first * steps
+        return first * steps + self.decode_per_token_s * batch * steps * (steps - 1) / 2
+
+    def decode_steps_until(self, batch: int, context_tokens: int, seconds: float) -> int:
+        """Fewest decode iterations (>= 1) of :meth:`decode_steps_time` that last ``seconds`` or
+        more (up to a relative 1e-9 of the first step, so float rounding never adds a step)."""
+        first = self.decode_step_time(batch, context_tokens)
+        if first <= 0:
+            return 1
+        if not self.decode_per_token_s:
+            return max(1, math.ceil(seconds / first - 1e-9))
+        target = seconds - 1e-9 * first
+        grow = self.decode_per_token_s * batch
+        # T(k) = first * k + grow * k (k - 1) / 2 >= target: the positive root, then settle by hand
+        b = first - grow / 2
+        k = max(1, math.ceil((-b + math.sqrt(b * b + 2 * grow * target)) / grow) if grow > 0 else
+                math.ceil(target / first))
+        while k > 1 and self.decode_steps_time(batch, context_tokens, k - 1) >= target:
+            k -= 1
+        while self.decode_steps_time(batch, context_tokens, k) < target:
+            k += 1
+        return k
 
     def load_time(self, tokens: int) -> float:
         """Seconds to copy the KV cache of ``tokens`` tokens between host and device over PCIe."""

@@ -57,6 +57,7 @@ class _Request:
     new_tokens: int = 0
     load: int = 0
     done_at: int = 0
+    context: int = 0  # KV tokens it adds to the decode batch's context once running
     cum: list = field(default_factory=list)
     internal: bool = False  # a speculative prefill the engine submitted itself: no events, not counted
 
@@ -109,6 +110,7 @@ class Engine:
         self._running: dict[str, _Request] = {}
         self._known_ids: set[str] = set()
         self._finish_heap: list = []
+        self._context = 0  # KV tokens the running requests hold (prompt + tokens generated so far)
         self._iters = 0
         self._submitted = 0
         self._internal = itertools.count(1)  # speculative prefills: negative indices, never the caller's
@@ -221,31 +223,44 @@ class Engine:
             n_decode = len(self._running)
             load = sum(r.load for r in admitted)
             fresh = sum(r.new_tokens for r in admitted)
-            dt = profile.load_time(load) + profile.prefill_time(fresh)
+            load_s, prefill_s = profile.load_time(load), profile.prefill_time(fresh)
+            dt = load_s + prefill_s
             if n_decode:
-                dt += profile.decode_step_time(n_decode)
+                decode_s = profile.decode_step_time(n_decode, self._context)
+                dt += decode_s
+                self._stats.decode_iterations += 1
+                self._stats.decode_s += decode_s
+                self._context += n_decode  # each running request generated one token
+            admitted_at = self.clock
             self.clock += dt
             start_iter = self._iters
             self._iters += 1
             for r in admitted:
                 r.done_at = start_iter + r.output_tokens
+                r.context = r.prompt_tokens + 1  # its prompt and its first token
+                self._context += r.context
                 self._running[r.req.request_id] = r
                 heapq.heappush(self._finish_heap, (r.done_at, r.index, r))
                 if not r.internal:
-                    events.append(FirstToken(r.req.request_id, self.clock, r.prompt_tokens, r.device_hit, r.host_hit))
+                    events.append(FirstToken(r.req.request_id, self.clock, r.prompt_tokens, r.device_hit, r.host_hit,
+                                             admitted_at, load_s, prefill_s))
         elif self._running:
-            dt = profile.decode_step_time(len(self._running))
+            n = len(self._running)
             k = self._finish_heap[0][0] - self._iters
-            if until is not None and dt > 0:
-                k = min(k, max(1, math.ceil((until - self.clock) / dt - 1e-9)))
+            if until is not None and profile.decode_step_time(n, self._context) > 0:
+                k = min(k, profile.decode_steps_until(n, self._context, until - self.clock))
             k = max(1, k)
+            stretch = profile.decode_steps_time(n, self._context, k)
             if self.policy.prefetches:
                 t0 = self.latency_clock()
-                self.policy.prefetch(dt * k)
+                self.policy.prefetch(stretch)
                 self._stats.prefetch_decision_s.append(self.latency_clock() - t0)
-            clock = self.clock + dt * k
+            self._context += n * k
+            clock = self.clock + stretch
             if until is not None and clock < until <= clock + 1e-9 * max(1.0, until):
                 clock = until  # the boundary is ``until`` itself; keep float rounding from landing before it
+            self._stats.decode_iterations += k
+            self._stats.decode_s += clock - self.clock
             self.clock = clock
             self._iters += k
         elif self._waiting:  # cannot happen: submit() rejects requests larger than the device
@@ -360,6 +375,7 @@ class Engine:
 
     def _finish(self, r: _Request) -> None:
         del self._running[r.req.request_id]
+        self._context -= r.context + r.output_tokens - 1  # its prompt and all its output tokens
         self._known_ids.discard(r.req.request_id)
         self.policy.on_finish(r.req, r.wf, r.end)  # before the release: pins are set on a locked path
         self.cache.release(r.end, r.reserve)

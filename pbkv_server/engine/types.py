@@ -72,6 +72,14 @@ class FirstToken:
 
     ``prompt_tokens`` = ``device_cached_tokens`` (device-tier hits) + ``host_cached_tokens``
     (loaded over PCIe) + tokens prefilled.
+
+    Where the time to first token went (``docs/architecture.md``, "Cost model"): the request was
+    admitted by the iteration that started at ``admitted_at`` (engine seconds; it waited in the
+    queue before that) and ended at ``time``. That iteration spent ``load_s`` seconds copying
+    the host-tier hits of every request it admitted, ``prefill_s`` seconds prefilling their
+    uncached tokens, and the rest, ``time - admitted_at - load_s - prefill_s``, decoding one
+    token for the requests already running. ``admitted_at`` is ``None`` when the producer does
+    not know it (the metrics then count the whole TTFT as queueing).
     """
 
     request_id: str
@@ -79,6 +87,9 @@ class FirstToken:
     prompt_tokens: int
     device_cached_tokens: int
     host_cached_tokens: int
+    admitted_at: float | None = None
+    load_s: float = 0.0
+    prefill_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +146,11 @@ class EngineStats:
     per predictor call. Totals: ``score_update_total_s`` and ``score_refile_total_s`` (re-filing
     the changed nodes in the eviction/prefetch heaps) over ``score_update_nodes`` nodes give the
     node-weighted means (small updates weigh less than in the sample mean).
+
+    Engine time (virtual seconds): ``decode_iterations`` counts the iterations that decoded a
+    token for at least one running request (decode-only iterations and admission iterations
+    with a running batch), ``decode_s`` sums the decode part of their durations, so
+    ``decode_s / decode_iterations`` is the mean decode step (PBKV Table 4 reports it).
     """
 
     prompt_tokens: int = 0
@@ -145,6 +161,8 @@ class EngineStats:
     dropped_tokens: int = 0
     prefetched_tokens: int = 0
     speculative_prefill_tokens: int = 0
+    decode_iterations: int = 0
+    decode_s: float = 0.0
     device_used_tokens: int = 0
     host_used_tokens: int = 0
     active_workflows: int = 0

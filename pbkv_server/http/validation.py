@@ -220,6 +220,10 @@ def _api_error(error: Mapping[str, Any], kind: str) -> ApiError:
                         f"(send {value} requests instead)", "unsupported_value", "n")
     if param == "n" and isinstance(value, int) and not isinstance(value, bool):
         return ApiError(400, f"n must be an integer from 1 to {MAX_N}, got {value}", "invalid_value", "n")
+    if param == "prompt" and kind == "completion" and isinstance(value, list) and value and all(
+            isinstance(v, int) or (isinstance(v, list) and all(isinstance(t, int) for t in v)) for v in value):
+        return ApiError(400, "prompt as token ids is not supported: pbkv-server takes the prompt as one string "
+                        "(it counts tokens itself)", "unsupported_value", "prompt")
     if param == "prompt" and kind == "completion" and isinstance(value, list) and kind_of == "too_long":
         return ApiError(400, "prompt must be one string (batched prompts are not supported)", "unsupported_value",
                         "prompt")

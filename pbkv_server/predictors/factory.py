@@ -82,6 +82,8 @@ def make_predictor(
         if _looks_like_path(spec):
             raise ValueError(missing)
         raise ValueError(f"unknown predictor {spec!r} (expected {PREDICTOR_SPECS}), and {missing}")
+    if os.path.isdir(path):
+        raise ValueError(f"predictor model path is a directory, not a model file: {spec}")
     from predictor.serving import load_predictor  # lazy: pulls in torch
 
     model = load_predictor(path, app=app)

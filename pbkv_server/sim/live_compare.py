@@ -47,6 +47,7 @@ from pbkv_contract.trace import (
     group_workflows,
     read_trace,
 )
+from pbkv_contract.files import output_problem
 from pbkv_server.engine.cost import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, sglang_policy_names
 from pbkv_server.live_replay import PromptBook, ReplaySummary, check_arguments, replay
@@ -223,9 +224,7 @@ def command(
             from pbkv_server.sim.profiles import get_profile
 
             get_profile(profile)
-        from pbkv_server.bench_cli import _output_problem  # imported here: bench_cli imports this module
-
-        if (problem := _output_problem(json_out)) is not None:
+        if (problem := output_problem(json_out, [trace])) is not None:
             raise ValueError(f"--json {json_out}: {problem}")
     except (ValueError, KeyError, OSError, TraceFormatError) as exc:
         raise fail(exc.args[0] if isinstance(exc, KeyError) else str(exc)) from None

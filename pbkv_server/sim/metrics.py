@@ -7,6 +7,8 @@
 * device hit rate (token level): prompt tokens served from device cache / all prompt tokens;
 * host hit rate: prompt tokens loaded from the host tier / all prompt tokens;
 * hit rate over time: the same ratios over the requests whose first token falls in each time bin;
+* latency breakdown (:meth:`MetricsCollector.latency_breakdown`): a workflow's latency split
+  into admission wait, host-to-device load, prefill, decode and tool gaps, which add up to it;
 * decision latencies: mean and p99 of the engine's eviction-decision, score-update,
   prefetch-decision and predictor-call samples (wall-clock, milliseconds in the summary).
 
@@ -15,14 +17,23 @@ Times are in the caller's clock (engine seconds in a replay).
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from pbkv_server.metrics import LATENCY_METRICS
 
-__all__ = ["MetricsCollector", "percentile", "latency_summary"]
+__all__ = ["MetricsCollector", "percentile", "latency_summary", "BREAKDOWN_PARTS"]
 
+#: Parts of a workflow's latency, in the order they happen to each request (seconds):
+#: ``queue_s`` waiting to be admitted (for KV memory or a batch slot, and for the iteration in
+#: progress when the request arrived), ``load_s`` host-to-device copies and ``prefill_s``
+#: prefill of its admission iteration, ``decode_s`` the rest until its last token (the
+#: admission iteration's decode step for the running batch, then one iteration per output
+#: token), ``tool_s`` the gaps between a request's last token and the workflow's next request
+#: or end (tools, framework, handoffs).
+BREAKDOWN_PARTS = ("queue_s", "load_s", "prefill_s", "decode_s", "tool_s")
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -49,11 +60,19 @@ class _Request:
     arrival: float
     agent: str | None
     app: str | None = None
+    workflow_id: str | None = None
     first_token: float = math.nan
     prompt_tokens: int = 0
     device_cached: int = 0
     host_cached: int = 0
     finish: float = math.nan
+    admitted: float = math.nan
+    load_s: float = 0.0
+    prefill_s: float = 0.0
+
+    def admission(self) -> float:
+        """Start of its admission iteration (its first-token time when the producer did not say)."""
+        return self.first_token if math.isnan(self.admitted) else self.admitted
 
 
 class MetricsCollector:
@@ -77,15 +96,20 @@ class MetricsCollector:
         self._requests: dict[str, _Request] = {}
         self._wf_start: dict[str, float] = {}
         self._wf_end: dict[str, float] = {}
+        # admission iterations: start -> (end, load seconds, prefill seconds)
+        self._iterations: dict[float, tuple[float, float, float]] = {}
 
     # ------------------------------------------------------------------ events
 
-    def request_arrived(self, request_id: str, time: float, agent: str | None = None, app: str | None = None) -> None:
-        """A request was sent at ``time`` by ``agent`` of ``app`` (``None`` for anonymous requests)."""
-        self._requests[request_id] = _Request(arrival=time, agent=agent, app=app)
+    def request_arrived(self, request_id: str, time: float, agent: str | None = None, app: str | None = None,
+                        workflow_id: str | None = None) -> None:
+        """A request of ``workflow_id`` was sent at ``time`` by ``agent`` of ``app`` (``None`` for
+        anonymous requests; requests without a workflow stay out of the latency breakdown)."""
+        self._requests[request_id] = _Request(arrival=time, agent=agent, app=app, workflow_id=workflow_id)
 
     def first_token(self, event: Any) -> None:
-        """Record a ``FirstToken``-like event (request_id, time, prompt_tokens, device/host cached tokens)."""
+        """Record a ``FirstToken``-like event (request_id, time, prompt_tokens, device/host cached
+        tokens, and when present ``admitted_at``, ``load_s``, ``prefill_s``)."""
         req = self._requests.get(event.request_id)
         if req is None:
             return
@@ -93,6 +117,13 @@ class MetricsCollector:
         req.prompt_tokens = event.prompt_tokens
         req.device_cached = event.device_cached_tokens
         req.host_cached = event.host_cached_tokens
+        admitted = getattr(event, "admitted_at", None)
+        if admitted is not None:
+            req.admitted = admitted
+            req.load_s = getattr(event, "load_s", 0.0)
+            req.prefill_s = getattr(event, "prefill_s", 0.0)
+            # one entry per admission iteration (every request it admitted reports the same)
+            self._iterations[admitted] = (event.time, req.load_s, req.prefill_s)
 
     def finished(self, request_id: str, time: float) -> None:
         """The request's last token was produced at ``time``."""
@@ -179,6 +210,78 @@ class MetricsCollector:
                       "host_hit_rate": h / p if p else 0.0, "mean_ttft_s": t / n}
                 for app, (n, p, d, h, t) in sorted(acc.items())}
 
+    def latency_breakdown(self) -> dict[str, float]:
+        """Mean workflow latency split into :data:`BREAKDOWN_PARTS` (seconds), over ended workflows.
+
+        A request's time in the engine (arrival to last token) is its admission wait, then
+        iterations: its own admission iteration (load and prefill of the requests it admitted,
+        the decode step of the running batch) and one iteration per further output token. Any
+        of those later iterations that admitted other requests also spent time loading and
+        prefilling them, during which this request waited (prefill is not chunked into decode
+        iterations), so ``load_s`` and ``prefill_s`` count the load and prefill seconds of every
+        iteration from its admission to its last token, and ``decode_s`` the rest. Per workflow
+        the parts of its finished requests are summed and ``tool_s`` = latency minus their
+        time in the engine. A workflow's requests run one after another, so the parts add up to
+        its latency and their means to the mean latency. A producer without admission times
+        counts each TTFT as admission wait. All parts are NaN when no workflow ended.
+        """
+        starts = sorted(self._iterations)
+        ends = [self._iterations[t][0] for t in starts]
+        cum_load, cum_prefill = [0.0], [0.0]
+        for t in starts:
+            _, load, prefill = self._iterations[t]
+            cum_load.append(cum_load[-1] + load)
+            cum_prefill.append(cum_prefill[-1] + prefill)
+        sums = {w: [0.0] * 5 for w in self._wf_end}
+        for r in self._requests.values():
+            acc = sums.get(r.workflow_id) if r.workflow_id is not None else None
+            if acc is None or math.isnan(r.finish):
+                continue
+            admitted = r.admission()
+            # iterations while it ran: started at or after its first token, ended by its last
+            lo, hi = bisect.bisect_left(starts, r.first_token), bisect.bisect_right(ends, r.finish)
+            load = r.load_s + (cum_load[hi] - cum_load[lo] if hi > lo else 0.0)
+            prefill = r.prefill_s + (cum_prefill[hi] - cum_prefill[lo] if hi > lo else 0.0)
+            acc[0] += admitted - r.arrival
+            acc[1] += load
+            acc[2] += prefill
+            acc[3] += r.finish - admitted - load - prefill
+            acc[4] += r.finish - r.arrival
+        if not sums:
+            return {k: math.nan for k in BREAKDOWN_PARTS}
+        n = len(sums)
+        means = [sum(acc[i] for acc in sums.values()) / n for i in range(4)]
+        latency = sum(end - self._wf_start[w] for w, end in self._wf_end.items()) / n
+        in_engine = sum(acc[4] for acc in sums.values()) / n
+        return dict(zip(BREAKDOWN_PARTS, [*means, latency - in_engine]))
+
+    def ttft_breakdown(self) -> dict[str, float]:
+        """Mean TTFT split into ``queue_s``, ``load_s``, ``prefill_s`` and ``decode_s`` (the
+        admission iteration's decode step for the running batch), over requests that got their
+        first token; NaN when none did."""
+        served = [r for r in self._requests.values() if not math.isnan(r.first_token)]
+        if not served:
+            return {k: math.nan for k in BREAKDOWN_PARTS[:4]}
+        sums = [0.0] * 4
+        for r in served:
+            admitted = r.admission()
+            for i, part in enumerate((admitted - r.arrival, r.load_s, r.prefill_s,
+                                      r.first_token - admitted - r.load_s - r.prefill_s)):
+                sums[i] += part
+        return {k: v / len(served) for k, v in zip(BREAKDOWN_PARTS[:4], sums)}
+
+    def mean_queue_length(self) -> float:
+        """Mean number of requests waiting for admission over the replay, by Little's law: the
+        total admission wait of the served requests over the span from the first arrival to the
+        last first token (0 when nothing was served). At 1 or more, the device on average no
+        longer admits every request when it arrives."""
+        served = [r for r in self._requests.values() if not math.isnan(r.first_token)]
+        if not served:
+            return 0.0
+        span = max(r.first_token for r in served) - min(r.arrival for r in served)
+        wait = sum(r.admission() - r.arrival for r in served)
+        return wait / span if span > 0 else 0.0
+
     def per_agent_ttft(self) -> dict[str, float]:
         """Mean TTFT (seconds) per agent name, over requests that got their first token."""
         sums: dict[str, list[float]] = {}
@@ -192,8 +295,11 @@ class MetricsCollector:
 
         Keys: ``hit_rate``, ``host_hit_rate``, ``mean_latency_s``, ``p50_latency_s``,
         ``p99_latency_s``, ``mean_ttft_s``, ``p99_ttft_s``, ``per_agent_ttft_s``, ``per_app``, ``workflows``,
-        ``requests``, ``timeline``; with ``engine_stats`` (an ``EngineStats``) also ``evictions``,
-        ``evicted_tokens``, ``prefetched_tokens``, ``speculative_prefill_tokens`` and ``latency_ms``
+        ``requests``, ``timeline``, ``latency_breakdown_s`` (:meth:`latency_breakdown`),
+        ``ttft_breakdown_s`` (:meth:`ttft_breakdown`), ``mean_queue_length``
+        (:meth:`mean_queue_length`); with ``engine_stats`` (an ``EngineStats``)
+        also ``evictions``, ``evicted_tokens``, ``prefetched_tokens``, ``speculative_prefill_tokens``,
+        ``mean_decode_step_s`` (mean duration of the decode part of an iteration, NaN without any) and ``latency_ms``
         (per kind: n, mean_ms, p99_ms).
         """
         ttfts = [r.first_token - r.arrival for r in self._requests.values() if not math.isnan(r.first_token)]
@@ -212,8 +318,13 @@ class MetricsCollector:
             "workflows": len(lat),
             "requests": len(ttfts),
             "timeline": self.timeline(),
+            "latency_breakdown_s": self.latency_breakdown(),
+            "ttft_breakdown_s": self.ttft_breakdown(),
+            "mean_queue_length": self.mean_queue_length(),
         }
         if engine_stats is not None:
+            n_decode = getattr(engine_stats, "decode_iterations", 0)
+            out["mean_decode_step_s"] = engine_stats.decode_s / n_decode if n_decode else math.nan
             out["evictions"] = engine_stats.evictions
             out["evicted_tokens"] = engine_stats.evicted_tokens
             out["prefetched_tokens"] = engine_stats.prefetched_tokens

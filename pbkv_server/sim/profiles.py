@@ -13,8 +13,11 @@ Every number of a profile is derived here, in the open, from a few published inp
   tokens/s (2 FLOPs per parameter per token, attention FLOPs ignored), with an MFU of 0.45, the
   typical figure reported for chunked prefill in SGLang/vLLM benchmarks; TP-2 over PCIe keeps
   90 % of linear scaling (all-reduce cost).
-* Decode step time is memory bound: ``weight bytes per GPU / (HBM bandwidth x 0.8)`` for the base,
-  plus per sequence the KV read of a mean 4,096-token context (agent prompts are long).
+* Decode step time is memory bound (each step reads the weights and, through attention, the whole
+  KV cache of every running sequence once; the memory-bound view of decode of vLLM, Kwon et al.,
+  SOSP 2023, Section 2): ``weight bytes per GPU / (HBM bandwidth x 0.8)`` for the base, plus per
+  token of context the running sequences hold (prompt + tokens generated so far; the engine
+  tracks it) ``KV bytes per token per GPU / (HBM bandwidth x 0.8)``.
 * PCIe host-to-device bandwidth: measured pinned-memory copy rates are about 78 % of the link's
   theoretical rate (PCIe 4.0 x16: 32 GB/s -> 25 GB/s; PCIe 5.0 x16: 64 GB/s -> 50 GB/s). Under
   TP-n each GPU loads its own shard over its own link, so the per-token rate scales by n.
@@ -47,8 +50,6 @@ PREFILL_MFU = 0.45
 TP_EFFICIENCY = 0.9
 #: Fraction of peak HBM bandwidth a decode step achieves.
 HBM_EFFICIENCY = 0.8
-#: Mean context length (tokens) whose KV each running sequence reads per decode step.
-DECODE_MEAN_CONTEXT = 4096
 #: Achieved pinned host-to-device copy rate as a fraction of the PCIe link's theoretical rate.
 PCIE_EFFICIENCY = 0.78
 
@@ -139,7 +140,8 @@ def derive_profile(name: str, model: ModelSpec, gpu: GpuSpec, tp: int, source: s
         source=source,
         prefill_tokens_per_s=prefill,
         decode_base_s=model.weight_bytes / tp / hbm,
-        decode_per_seq_s=DECODE_MEAN_CONTEXT * kv_per_gpu / hbm,
+        decode_per_seq_s=0.0,
+        decode_per_token_s=kv_per_gpu / hbm,
         pcie_bytes_per_s=gpu.pcie_bytes_per_s * PCIE_EFFICIENCY * tp,
         kv_bytes_per_token=model.kv_bytes_per_token,
         device_kv_tokens=device_tokens,
@@ -158,6 +160,12 @@ PROFILES: dict[str, HardwareProfile] = {
             "a6000x2-qwen3-32b-tp2", QWEN3_32B, RTX_A6000, tp=2,
             source=_A6000_SRC + "Qwen/Qwen3-32B config.json (64 layers, 8 KV heads, head_dim 128; "
             "32.8B params per model card); " + _SGLANG_SRC,
+        ),
+        derive_profile(
+            "a6000x8-qwen3-32b-tp8", QWEN3_32B, RTX_A6000, tp=8,
+            source=_A6000_SRC + "the PBKV paper's testbed (8 x RTX A6000 48 GB with NVLink, arXiv 2605.06472 "
+            "Section 5), all eight GPUs serving one model; Qwen/Qwen3-32B config.json (64 layers, 8 KV heads, "
+            "head_dim 128; 32.8B params per model card); " + _SGLANG_SRC,
         ),
         derive_profile(
             "a6000-qwen3-14b", QWEN3_14B, RTX_A6000, tp=1,

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from rich import box
 from rich.table import Table
 
-__all__ = ["results_table", "gap_closed", "add_gap_closed", "write_json", "plot_timelines", "jsonable"]
+__all__ = ["results_table", "breakdown_table", "gap_closed", "add_gap_closed", "write_json", "plot_timelines", "jsonable"]
 
 
 def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -> Table:
@@ -48,6 +48,34 @@ def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -> 
 #: half a point, the ratio of two near-equal differences says nothing (a trace whose reuse LRU
 #: already gets, e.g. one where no workflow reuses its own cache).
 MIN_GAP = 0.005
+
+
+#: Columns of :func:`breakdown_table`: summary key of ``latency_breakdown_s`` -> header.
+BREAKDOWN_COLUMNS = {"queue_s": "admission\nwait", "load_s": "host\nload", "prefill_s": "prefill",
+                     "decode_s": "decode", "tool_s": "tool\ngaps"}
+
+
+def breakdown_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -> Table:
+    """Where each policy's mean workflow latency goes: one row per policy, seconds per part
+    (``latency_breakdown_s`` of :meth:`~pbkv_server.sim.metrics.MetricsCollector.summary`:
+    admission wait for KV memory, host-to-device load, prefill, decode, tool gaps; the parts add
+    up to the mean latency), then the latency ratio to the first row's policy.
+
+    Rows without a breakdown (results of an older run) show ``-``.
+    """
+    table = Table(title=title or None, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    table.add_column("policy", no_wrap=True)
+    table.add_column("mean\nlat s", justify="right", no_wrap=True)
+    for header in BREAKDOWN_COLUMNS.values():
+        table.add_column(header, justify="right", no_wrap=True)
+    first = next(iter(results.values()), {})
+    table.add_column(f"lat x\n{next(iter(results), '')}"[:16], justify="right", no_wrap=True)
+    for name, s in results.items():
+        parts = s.get("latency_breakdown_s") or {}
+        ratio = first.get("mean_latency_s", math.nan) / s["mean_latency_s"] if s.get("mean_latency_s") else math.nan
+        table.add_row(name, _seconds(s["mean_latency_s"]), *(_seconds(parts.get(k)) for k in BREAKDOWN_COLUMNS),
+                      _num(ratio, 2) + ("x" if math.isfinite(ratio) else ""))
+    return table
 
 
 def gap_closed(hit_rate: float, baseline_hit_rate: float | None, reference_hit_rate: float | None) -> float | None:

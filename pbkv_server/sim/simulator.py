@@ -471,7 +471,7 @@ class _Driver:
         if kind == self._SUBMIT:
             req = unit.requests[j]
             self.metrics.workflow_started(unit.workflow_ids[j], time)  # its first request counts
-            self.metrics.request_arrived(req.request_id, time, unit.agents[j], unit.apps[j])
+            self.metrics.request_arrived(req.request_id, time, unit.agents[j], unit.apps[j], unit.workflow_ids[j])
             if self.future is not None:
                 self.future.bind(self.engine.submitted, req.request_id)
             self.submitted_ids.append(req.request_id)

@@ -1,5 +1,5 @@
 """Trace format v1 from other tools: ``null`` optional fields read as unknown, graded problems,
-one warning per file with counts (issue 13, item 3)."""
+one warning per file with counts."""
 
 import json
 import logging
@@ -127,7 +127,7 @@ def test_invalid_optional_fields_give_one_warning_per_file_listing_each_field(tm
                              "cached_tokens": [1, 4, "must be an integer >= 0; read as unknown"]}
     [warning] = caplog.records
     assert warning.getMessage() == (
-        f"{path}: fields read as unknown or ignored: features on 2 lines (first: line 2: has 1 numbers, not 64; "
+        f"{path}: fields read as unknown, mended or ignored: features on 2 lines (first: line 2: has 1 numbers, not 64; "
         "read as unknown); extra on 1 line (first: line 2: unknown field, ignored); cached_tokens on 1 line "
         "(first: line 4: must be an integer >= 0; read as unknown)")
 
@@ -155,3 +155,29 @@ def test_records_round_trip_through_a_file(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(rec.to_json()) + "\n")
     assert read_trace(path) == [rec]
+
+
+def test_inconsistent_values_are_mended_and_the_line_kept():
+    # t_end before t_start would make a negative latency that poisons every mean it enters
+    rec = parse_line(_line(t_start=5000.0, t_end=4000.0))
+    assert (rec.t_start, rec.t_end) == (5000.0, 5000.0)
+    # more cached than prompt tokens cannot be a measurement: unknown, not a figure
+    notes = []
+    rec = parse_line(_line(prompt_tokens=10, cached_tokens=11), notes)
+    assert rec.cached_tokens is None and ("cached_tokens", "more than prompt_tokens; read as unknown") in notes
+    assert parse_line(_line(prompt_tokens=10, cached_tokens=10)).cached_tokens == 10  # all cached is fine
+
+
+def test_lone_surrogates_in_text_fields_are_replaced_so_every_consumer_can_print_them(tmp_path, caplog):
+    # '\\ud800' in JSON decodes to a lone surrogate: valid JSON, but no UTF-8 output can carry it
+    line = _line(agent="\ud800x", app="a\udfffb")
+    notes = []
+    rec = parse_line(line, notes)
+    assert (rec.agent, rec.app) == ("\ufffdx", "a\ufffdb")
+    rec.agent.encode("utf-8")  # printable now
+    assert {name for name, _ in notes} == {"agent", "app"}
+    path = tmp_path / "s.jsonl"
+    path.write_text(line + "\n" + _line(step=1) + "\n")
+    with caplog.at_level(logging.WARNING):
+        assert [r.agent for r in read_trace(str(path))] == ["\ufffdx", "planner"]
+    assert sum("lone surrogate" in r.message for r in caplog.records) == 1

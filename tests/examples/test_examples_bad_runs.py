@@ -114,6 +114,19 @@ def test_hover_skips_empty_claims_and_duplicate_uids_with_a_warning(tmp_path: Pa
     assert f"{path}: row 1 skipped" in caplog.text and f"{path}: row 4 skipped" in caplog.text
 
 
+def test_many_rows_skipped_for_one_reason_give_one_warning_and_a_count(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rows = hover_rows(4)  # 12 claims; rows 6-11 repeat the uids of rows 0-5
+    for i in range(6, 12):
+        rows[i]["uid"] = rows[i - 6]["uid"]
+    path = _write_hover(tmp_path, rows)
+    with caplog.at_level(logging.WARNING):
+        claims = load_hover(tmp_path)
+    assert dict(claims.skipped) == {"duplicate uid": 6}
+    assert len(caplog.records) == 1  # the first row only, not six lines
+    assert f"{path}: row 6 skipped" in caplog.text
+    assert "6 skipped (6 duplicate uid)" in claims.describe()
+
+
 def test_swe_and_finance_skip_duplicate_ids_and_empty_text(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     swe = swe_rows(2)  # 4 instances
     swe[2]["instance_id"] = swe[0]["instance_id"]
@@ -219,3 +232,14 @@ def test_unwritable_json_location_is_found_by_a_real_probe(tmp_path: Path, monke
 def test_seed_and_host_ratio_are_checked_before_the_run(args: list[str], tmp_path: Path) -> None:
     code, out = _invoke("hover_langchain", "--quick", *args, "--out-dir", str(tmp_path / "runs"))
     assert code == 2 and args[0] in out
+
+
+@pytest.mark.parametrize(("example", "args", "message"), [
+    ("hover_langchain", ["--setup", "cloud"], "unknown setup 'cloud'"),
+    ("hover_langchain", ["--messages", "gossip"], "not a message convention of hover_langchain (per-agent, shared)"),
+    ("swe_autogen", ["--messages", "shared"], "this app builds its prompts one way"),
+])
+def test_setup_and_message_convention_are_checked_before_the_run(example: str, args: list[str], message: str,
+                                                                 tmp_path: Path) -> None:
+    code, out = _invoke(example, "--quick", *args, "--out-dir", str(tmp_path / "runs"))
+    assert code == 2 and message in " ".join(out.split()) and not (tmp_path / "runs").exists()

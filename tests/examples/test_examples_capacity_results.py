@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from examples.common.capacity import device_capacity, working_set
+from examples.common.capacity import device_capacity, replay_capacity, working_set
 from examples.common.results import PolicyResult, compare
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord
 
@@ -45,6 +45,23 @@ def test_device_capacity_rejects_bad_pressure_and_concurrency() -> None:
         device_capacity(ws, 4, 0.0)
     with pytest.raises(ValueError, match="concurrency"):
         device_capacity(ws, 0, 0.5)
+
+
+def test_paper_setup_takes_the_gpu_memory_capacity_and_a_host_tier_of_the_same_size() -> None:
+    ws = working_set([_inv("w", 0, ["b"], [10])])
+    paper = replay_capacity("paper", ws, 72, 96_092, "a6000-qwen3-14b")
+    assert (paper.device_tokens, paper.host_tokens, paper.host_ratio) == (96_092, 96_092, 1.0)
+    assert "GPU memory of profile a6000-qwen3-14b" in paper.rule and paper.setup == "paper"
+    assert replay_capacity("paper", ws, 72, 96_092, "p", host_ratio=0).host_tokens == 0
+
+
+def test_trace_setup_keeps_the_working_set_rule_and_hicache_default_ratio() -> None:
+    ws = working_set([_inv("w", 0, ["b"], [10])])
+    trace = replay_capacity("trace", ws, 8, 96_092, "p")
+    assert trace.device_tokens == device_capacity(ws, 8) and trace.host_tokens == 2 * trace.device_tokens
+    assert "A + 0.5 W" in trace.rule
+    with pytest.raises(ValueError, match="unknown setup"):
+        replay_capacity("cloud", ws, 8, 96_092, "p")
 
 
 def _result(policy: str, latency: float, ttft: float, hit: float) -> PolicyResult:

@@ -17,6 +17,7 @@ from examples_fixtures import write_data_dir
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
 from pbkv_server.engine.policies import REFERENCE_POLICY, REPLAY, available_policies, policy_info
+from pbkv_server.sim.profiles import get_profile
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,8 +68,7 @@ def test_quick_run_writes_traces_table_plots_and_json(example: str, quick_data: 
     ends = {r.workflow_id for r in records if isinstance(r, WorkflowEndRecord)}
     assert len({r.workflow_id for r in invocations}) == summary["test_tasks"] == len(ends)
     assert {r.agent for r in invocations} == agents
-    # The device capacity follows the documented rule from the measured working set.
-    ws = summary["working_set"]
-    live = min(concurrency, ws["workflows"])
-    expected = live * ws["unshared_prompt_tokens"] / ws["requests"] + 0.5 * (ws["shared_tokens"] + live * ws["mean_private_tokens"])
-    assert summary["device_tokens"] == max(int(-(-expected // 1)), 4 * ws["max_prompt_tokens"])
+    # The default is the paper's setup: the profile's GPU-memory capacity, a host tier of the same size.
+    assert summary["setup"] == "paper" and summary["host_ratio"] == 1.0
+    assert summary["device_tokens"] == summary["host_tokens"] == get_profile(summary["profile"]).device_kv_tokens
+    assert "setup paper: device = GPU memory of profile" in proc.stdout and "where the mean workflow latency goes" in proc.stdout

@@ -32,7 +32,8 @@ def no_training(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError("a model was trained although the command should have stopped first")
 
-    monkeypatch.setattr(cli, "fit", refuse)
+    monkeypatch.setattr(cli, "fit_workflows", refuse)
+    monkeypatch.setattr("predictor.backbones.fit", refuse)
     monkeypatch.setattr("predictor.train.fit", refuse)
 
 

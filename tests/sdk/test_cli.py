@@ -94,11 +94,12 @@ def test_stats_shows_cached_tokens_and_ttft_that_no_record_reports_as_unknown_no
 def test_stats_says_over_how_many_invocations_a_partly_reported_figure_is_computed(tmp_path):
     path = tmp_path / "t.jsonl"
     with TraceWriter(path) as w:
-        w.write(_inv("A", 0, "planner", cached_tokens=12000, ttft_s=None))
-        w.write(_inv("A", 1, "coder", cached_tokens=345, ttft_s=0.25))
+        w.write(_inv("A", 0, "planner", prompt_tokens=15000, cached_tokens=12000, ttft_s=None))
+        w.write(_inv("A", 1, "coder", prompt_tokens=400, cached_tokens=345, ttft_s=0.25))
         w.write(_inv("A", 2, "planner", ttft_s=None))
     text = _one_line(runner.invoke(app, ["stats", str(path)]).output)
-    assert "30 prompt, 12,345 cached (of 2/3 invocations that report it), 6 completion" in text
+    # prompt 15,000 + 400 + 10; cached over the first two only (the reader drops cached above prompt)
+    assert "15,410 prompt, 12,345 cached (of 2/3 invocations that report it), 6 completion" in text
     assert "mean TTFT 250.0 ms (of 1/3 invocations that report it)" in text
     data = json.loads(runner.invoke(app, ["stats", str(path), "--json"]).output)
     assert (data["cached_tokens"], data["cached_tokens_known"], data["mean_ttft_s"], data["ttft_known"]) == (12345, 2, 0.25, 1)

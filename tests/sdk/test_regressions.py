@@ -1,5 +1,5 @@
-"""Regression cases 8, 10 (SDK side), 11, 14, 15 and 16 of the shared list of real public bug
-reports, with the real frameworks against the fake server or pbkv-server."""
+"""Regression cases 8, 10 (SDK side), 11, 14, 15 and 16 (docs/regressions.md: bugs reported in
+neighbouring projects), with the real frameworks against the fake server or pbkv-server."""
 
 from __future__ import annotations
 

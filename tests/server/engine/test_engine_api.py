@@ -3,6 +3,8 @@ workflow lifecycle (end, idle retirement), stats and the policy registry."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pbkv_contract.hints import Hints
@@ -64,7 +66,7 @@ def test_empty_prompt_and_zero_output_are_served():
     eng = make_engine("lru")
     eng.submit(EngineRequest("e", [], [], 0))
     events = run(eng)
-    assert events == [FirstToken("e", 0.0, 0, 0, 0), Finished("e", 0.0, 1)]
+    assert events == [FirstToken("e", 0.0, 0, 0, 0, admitted_at=0.0), Finished("e", 0.0, 1)]
 
 
 class _Broken(TablePredictor):
@@ -141,3 +143,21 @@ def test_an_ended_workflow_keeps_its_cache_active_until_its_running_request_fini
     run(eng)
     assert eng.workflow("w1") is None and pred.ended == ["w1"]
     assert all(n.sc.retired for n in eng.tree.nodes()) and eng.stats.retired_workflows == 1
+
+
+def test_decode_step_reads_the_context_of_every_running_sequence():
+    # 0.01 s per step + 1 ms per 1,000 context tokens: a 1,000-token prompt generating 3 tokens.
+    profile = dataclasses.replace(PROFILE, decode_per_seq_s=0.0, decode_per_token_s=1e-6)
+    engine = Engine(EngineConfig(profile=profile, device_tokens=5000))
+    engine.submit(EngineRequest("a", chain(range(10)), [100] * 10, 3))
+    (first,) = engine.step()
+    assert first.time == pytest.approx(1.0)  # prefill of 1,000 tokens, nobody decoding
+    (done,) = engine.step()
+    # two decode steps over contexts of 1,001 and 1,002 tokens
+    assert done == Finished("a", pytest.approx(1.0 + 0.01 + 1.001e-3 + 0.01 + 1.002e-3), 3)
+    assert engine.stats.decode_iterations == 2
+    assert profile.decode_steps_time(1, 1001, 2) == pytest.approx(0.02 + 2.003e-3)
+    # a decode-only stretch stops at the first step boundary at or after ``until``
+    assert profile.decode_steps_until(1, 1001, 0.011001) == 1  # exactly one step (1,001 tokens of context)
+    assert profile.decode_steps_until(1, 1001, 0.012) == 2
+    assert profile.decode_steps_until(1, 1001, 0.023) == 3  # 0.011001 + 0.011002 + 0.011003 = 0.033006

@@ -4,6 +4,8 @@ and prefetches all happen. Invariants are checked after every operation and at e
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 
 import pytest
@@ -208,18 +210,20 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
     assert all(n.lock == 0 for n in eng.tree.nodes())
 
 
+@pytest.mark.parametrize("context", [False, True], ids=["per-sequence", "per-context-token"])
 @pytest.mark.parametrize("policy", ["lru", "he", "lae"])
 @settings(max_examples=30, deadline=None)
 @given(reqs=st.lists(st.tuples(st.integers(0, 5), st.integers(1, 6), st.integers(1, 30)), min_size=1, max_size=25),
        arrivals=st.lists(st.integers(0, 40), min_size=25, max_size=25))
-def test_decode_stretches_give_the_same_events_as_single_iterations(policy, reqs, arrivals):
+def test_decode_stretches_give_the_same_events_as_single_iterations(policy, context, reqs, arrivals):
     """Requests (shared prefix p, n fresh blocks of 10 tokens, output o) arrive at random times
     on a 100-token device. Advancing decode-only stretches in one go (step(until=next arrival))
-    must give exactly the events, in order and time, of stepping one iteration at a time.
-    Times are binary fractions (DYADIC profile, arrivals in 1/64 s) so float sums are exact in
+    must give exactly the events, in order and time, of stepping one iteration at a time, also
+    when the decode step grows with the running sequences' context (each step adds a token).
+    Times are binary fractions (DYADIC profiles, arrivals in 1/64 s) so float sums are exact in
     both modes and the comparison tests the batching, not rounding."""
     def replay(single: bool):
-        eng = make_engine_for(policy)
+        eng = make_engine_for(policy, DYADIC_CONTEXT if context else DYADIC)
         pending = sorted((arrivals[i] / 64, i) for i in range(len(reqs)))
         events = []
         while pending or eng.busy:
@@ -235,6 +239,7 @@ def test_decode_stretches_give_the_same_events_as_single_iterations(policy, reqs
             nxt = pending[0][0] if pending else None
             events += [(type(e).__name__, e.request_id, round(e.time, 9))
                        for e in eng.step(eng.clock if single else nxt)]
+        assert eng._context == 0  # the running batch's context is released with its last request
         return events
 
     assert replay(False) == replay(True)
@@ -248,8 +253,12 @@ DYADIC = HardwareProfile(name="dyadic", description="exact-float test profile", 
                          device_kv_tokens=100, host_kv_tokens=50)
 
 
-def make_engine_for(policy: str) -> Engine:
-    return Engine(EngineConfig(profile=DYADIC, policy=policy, predictor=HashPredictor()))
+#: DYADIC with the decode step growing by 1/65536 s per token of context the running batch holds.
+DYADIC_CONTEXT = dataclasses.replace(DYADIC, decode_per_seq_s=0.0, decode_per_token_s=1 / 65536)
+
+
+def make_engine_for(policy: str, profile: HardwareProfile = DYADIC) -> Engine:
+    return Engine(EngineConfig(profile=profile, policy=policy, predictor=HashPredictor()))
 
 
 def test_the_eviction_checks_see_every_eviction():

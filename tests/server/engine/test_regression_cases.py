@@ -1,4 +1,4 @@
-"""Regression cases 1, 2, 4 and 5 (bugs reported in neighbouring radix-cache projects), on the
+"""Regression cases 1, 2, 4 and 5 of docs/regressions.md (bugs reported in neighbouring radix-cache projects), on the
 engine core's cache.
 
 1. a lock walk that skips the matched node lets a running request's KV be evicted;

@@ -1,4 +1,4 @@
-"""Regression case 9: SSE stream shape, the usage-only chunk, and n (choices per request).
+"""Regression case 9 (docs/regressions.md): SSE stream shape, the usage-only chunk, and n (choices per request).
 
 pbkv-server answers one choice per request: n from 2 to 128 is a 400 that says so (never a silent
 single choice), n outside 1-128 is a 400 like OpenAI's. Streams are checked with a strict SSE

@@ -56,6 +56,10 @@ def test_missing_messages_and_prompt_name_the_required_parameter(start_server):
     assert (completion["code"], completion["param"]) == ("missing_required_parameter", "prompt")
     batch = _post(server, {"prompt": ["a", "b"]}, "/v1/completions").json()["error"]
     assert batch["code"] == "unsupported_value" and "batched prompts are not supported" in batch["message"]
+    for ids in ([1, 2, 3], [[1, 2], [3]]):  # one prompt as token ids is not a batch: say what it is
+        error = _post(server, {"prompt": ids}, "/v1/completions").json()["error"]
+        assert (error["code"], error["param"]) == ("unsupported_value", "prompt")
+        assert "token ids" in error["message"]
 
 
 @pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])

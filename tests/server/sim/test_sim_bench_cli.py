@@ -137,7 +137,8 @@ def test_profiles_table_fits_80_columns_with_whole_names(monkeypatch):
     for name, p in PROFILES.items():  # each row starts with the whole name and ends with host tokens
         row = [line for line in lines if line.split() and line.split()[0] == name]
         assert len(row) == 1, name
-        assert row[0].split()[-1] == str(p.host_kv_tokens)
+        host = p.host_kv_tokens
+        assert row[0].split()[-1] == (f"{host / 1e6:.2f}M" if host >= 1e6 else f"{host / 1e3:.1f}k")
 
 
 def test_replay_with_a_model_for_another_app_is_a_clear_error(trace, tmp_path):

@@ -194,6 +194,12 @@ def test_factory_missing_model_path_says_file_not_found_not_unknown_predictor(sp
     assert str(info.value) == f"predictor model file not found: {spec}"
 
 
+def test_factory_directory_as_model_path_says_so(tmp_path):
+    with pytest.raises(ValueError) as info:
+        make_predictor(str(tmp_path), 3, TRACE)
+    assert str(info.value) == f"predictor model path is a directory, not a model file: {tmp_path}"
+
+
 def test_factory_spec_that_is_neither_a_name_nor_a_file_names_both_readings():
     with pytest.raises(ValueError) as info:
         make_predictor("markof", 3, TRACE)

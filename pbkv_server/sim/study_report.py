@@ -1,0 +1,197 @@
+"""The markdown report of ``pbkv-bench study``: settings, findings, one table and figure per study.
+
+Findings are computed from the points, never written by hand: for the default policy against
+the baseline, the concurrency with the largest latency gain and the one with the largest hit-rate
+gain, each policy's admission limit, and where the latency goes at the base concurrency.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+from pbkv_server.engine import EngineConfig
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY
+from pbkv_server.sim.metrics import BREAKDOWN_PARTS
+from pbkv_server.sim.study import Point, StudyResult, admission_limits
+from pbkv_server.sim.study_plots import FIGURES
+
+__all__ = ["report_markdown", "best_regime"]
+
+#: Engine defaults (gamma, horizon K) that the summary's "at the base concurrency" figures assume.
+_ENGINE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+
+_X_NAMES = {"concurrency": "concurrency", "backbone": "backbone", "horizon": "K", "gamma": "gamma", "rho": "rho",
+            "noise": "lambda"}
+
+
+def best_regime(points: Sequence[Point], key: str) -> Point | None:
+    """The concurrency-study point of the default policy with the largest mean ``key``
+    (``latency_ratio`` or ``hit_ratio``); ``None`` without such points."""
+    own = [p for p in points if p.study == "concurrency" and p.policy == DEFAULT_POLICY and math.isfinite(p.mean[key])]
+    return max(own, key=lambda p: p.mean[key], default=None)
+
+
+def report_markdown(runs: Sequence[tuple[str, StudyResult]], command: str, figures: dict[str, dict[str, str]],
+                    seconds: float) -> str:
+    """The whole report for one or more studied runs.
+
+    Args:
+        runs: ``(label, result)`` per studied trace (e.g. one per message convention).
+        command: the command line that produced it.
+        figures: ``label -> study -> figure path`` relative to the report.
+        seconds: wall time of the whole study.
+    """
+    out = ["# PBKV sensitivity studies (simulated)", "",
+           f"Command: `{command}` ({seconds / 60:.1f} min wall on this machine). All times are engine seconds of "
+           "the simulator under the hardware profile; hit rates are token level; `x LRU` ratios compare with "
+           f"`{BASELINE_POLICY}` replayed in the same setup and concurrency. Error bars and `±` are one standard "
+           "deviation over predictor seeds (n = runs per point).", ""]
+    out += _summary(runs)
+    for label, result in runs:
+        out += _run_section(label, result, figures.get(label, {}))
+    return "\n".join(out) + "\n"
+
+
+def _summary(runs: Sequence[tuple[str, StudyResult]]) -> list[str]:
+    lines = ["## Summary", "",
+             f"Device hit rates at the base concurrency; the largest gains over the concurrency sweep, with the "
+             f"device + host hit rates of {BASELINE_POLICY} and {DEFAULT_POLICY} at the concurrency of the largest "
+             "latency gain.", "",
+             f"| run | setup | {BASELINE_POLICY} hit @ base C | {DEFAULT_POLICY} hit @ base C | hit x {BASELINE_POLICY} "
+             f"| latency x {BASELINE_POLICY} | largest latency gain | dev+host hit {BASELINE_POLICY} / {DEFAULT_POLICY} "
+             f"there | largest hit-rate gain | admission limit {BASELINE_POLICY} / {DEFAULT_POLICY} |",
+             "|---|---|---:|---:|---:|---:|---|---|---|---|"]
+    for label, result in runs:
+        pts = result.points
+        s, t = result.settings, result.trace
+        base = result.baselines.get(s.concurrency)
+        own = _default_point(pts, s.concurrency)
+        lat, hit = best_regime(pts, "latency_ratio"), best_regime(pts, "hit_ratio")
+        limits = admission_limits(pts)
+        setup = (f"{t['profile']}, device {t['device_tokens']:,} tok, host {s.host_ratio:g}x, base C {s.concurrency}")
+        at = next((p for p in pts if lat is not None and p.study == "concurrency" and p.x == lat.x
+                   and p.policy == BASELINE_POLICY), None)
+        there = f"{_pct(_both(at))} / {_pct(_both(lat))}" if at is not None and lat is not None else "-"
+        lines.append(
+            f"| {label} | {setup} | {_pct(base['hit_rate']) if base else '-'} | "
+            f"{_pct(own.mean['hit_rate']) if own else '-'} | {_x(own, 'hit_ratio')} | {_x(own, 'latency_ratio')} | "
+            f"{_regime(lat, 'latency_ratio')} | {there} | {_regime(hit, 'hit_ratio')} | "
+            f"{_limit(limits.get(BASELINE_POLICY, 'n/a'))} / {_limit(limits.get(DEFAULT_POLICY, 'n/a'))} |")
+    lines.append("")
+    return lines
+
+
+def _default_point(points: Sequence[Point], concurrency: int) -> Point | None:
+    """The default policy at the base concurrency with the engine's default settings: its point of
+    the concurrency study, else its point at the default gamma or horizon (studies replayed at the
+    base concurrency); ``None`` if no study has it."""
+    defaults = {"concurrency": concurrency, "gamma": _ENGINE_DEFAULTS["gamma"], "horizon": _ENGINE_DEFAULTS["horizon"]}
+    return next((p for study, x in defaults.items() for p in points
+                 if p.study == study and p.policy == DEFAULT_POLICY and p.x == x), None)
+
+
+def _run_section(label: str, result: StudyResult, figures: dict[str, str]) -> list[str]:
+    s, t = result.settings, result.trace
+    out = [f"## {label}", "",
+           f"Trace: {t['workflows']} workflows, {t['invocations']} invocations (app {t['app']}); profile "
+           f"`{t['profile']}`, device {t['device_tokens']:,} tokens, host tier {t['host_tokens']:,} tokens "
+           f"({s.host_ratio:g}x), base concurrency {s.concurrency}; predictor seeds per point: {t['seeds']}; "
+           f"training epochs at most {s.epochs}.", ""]
+    out += [f"- {note}" for note in result.notes] + ([""] if result.notes else [])
+    pts = result.points
+    for study in s.studies:
+        own = [p for p in pts if p.study == study]
+        if not own:
+            continue
+        stem, paper = FIGURES[study]
+        out += [f"### {study} ({paper})", ""]
+        if study in figures:
+            out += [f"![{label}: {study}]({figures[study]})", ""]
+        if study == "concurrency":
+            out += _concurrency_findings(own, result)
+        out += _table(study, own)
+    return out
+
+
+def _concurrency_findings(points: Sequence[Point], result: StudyResult) -> list[str]:
+    lines = []
+    limits = admission_limits(points)
+    reached = {p: c for p, c in limits.items() if c is not None}
+    top = max(p.x for p in points)
+    if reached:
+        lines.append("Admission limit (first concurrency at which on average at least one request waits to be "
+                     "admitted, i.e. the device no longer holds the KV of every request in flight): "
+                     + ", ".join(f"{p} C={c}" for p, c in reached.items())
+                     + (f"; not reached up to C={top}: " + ", ".join(p for p, c in limits.items() if c is None)
+                        if len(reached) < len(limits) else "") + ".")
+    else:
+        lines.append(f"No policy reaches the admission limit up to C={top} (mean queue below 1 request).")
+    lat, hit = best_regime(points, "latency_ratio"), best_regime(points, "hit_ratio")
+    if lat is not None and hit is not None:
+        lines.append(f"{DEFAULT_POLICY} gains most in latency at C={lat.x} ({_x(lat, 'latency_ratio')} {BASELINE_POLICY}"
+                     f"{_none(lat, 'latency_ratio')}) and in hit rate at C={hit.x} ({_x(hit, 'hit_ratio')}"
+                     f"{_none(hit, 'hit_ratio')}).")
+    base_c = result.settings.concurrency
+    rows = [p for p in points if p.x == base_c and p.policy in (BASELINE_POLICY, DEFAULT_POLICY)]
+    if lat is not None and lat.x != base_c:
+        rows += [p for p in points if p.x == lat.x and p.policy in (BASELINE_POLICY, DEFAULT_POLICY)]
+    if rows:
+        lines += ["", "Where the mean workflow latency goes (s):", "",
+                  "| C | policy | mean latency | admission wait | host load | prefill | decode | tool gaps |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|"]
+        for p in rows:
+            parts = " | ".join(f"{p.mean.get('breakdown_' + k, math.nan):.1f}" for k in BREAKDOWN_PARTS)
+            lines.append(f"| {p.x} | {p.policy} | {p.mean['mean_latency_s']:.1f} | {parts} |")
+    return lines + [""]
+
+
+def _table(study: str, points: Sequence[Point]) -> list[str]:
+    extra = study == "backbone"
+    head = f"| {_X_NAMES[study]} | policy | n | device hit | host hit | dev+host | hit x {BASELINE_POLICY} | " \
+           f"latency x {BASELINE_POLICY} | mean latency s | mean TTFT s | waiting |" + \
+           (" accuracy (k=1..K) | accuracy k=1 |" if extra else "")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for p in points:
+        row = (f"| {p.x} | {p.policy} | {p.n} | {_pm(p, 'hit_rate', 100, '%')} | {_pm(p, 'host_hit_rate', 100, '%')} | "
+               f"{_pct(_both(p))} | {_pm(p, 'hit_ratio', 1, 'x', 3)} | {_pm(p, 'latency_ratio', 1, 'x', 3)} | "
+               f"{_pm(p, 'mean_latency_s', 1, '', 1)} | {_pm(p, 'mean_ttft_s', 1, '', 2)} | "
+               f"{p.mean['mean_queue_length']:.2f} |")
+        if extra:
+            row += f" {_pm(p, 'accuracy', 100, '%')} | {_pm(p, 'accuracy_k1', 100, '%')} |"
+        lines.append(row)
+    return lines + [""]
+
+
+def _pm(p: Point, key: str, scale: float, unit: str, digits: int = 1) -> str:
+    mean, std = scale * p.mean.get(key, math.nan), scale * p.std.get(key, 0.0)
+    if not math.isfinite(mean):
+        return "-"
+    return f"{mean:.{digits}f}{unit}" + (f" ± {std:.{digits}f}" if std > 0 else "")
+
+
+def _both(p: Point) -> float:
+    """Device + host hit rate of a point (what the two tiers together kept)."""
+    return p.mean["hit_rate"] + p.mean["host_hit_rate"]
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _x(p: Point | None, key: str) -> str:
+    return "-" if p is None else f"{p.mean[key]:.3f}x"
+
+
+def _regime(p: Point | None, key: str) -> str:
+    return "-" if p is None else f"C={p.x}: {p.mean[key]:.3f}x{_none(p, key)}"
+
+
+def _none(p: Point, key: str) -> str:
+    """Says so when the largest gain is none at all (under 0.5%)."""
+    return ", no gain at any concurrency" if p.mean[key] < 1.005 else ""
+
+
+def _limit(value) -> str:
+    return "not reached" if value is None else str(value)

@@ -1,0 +1,53 @@
+"""An output path that names one of the command's own inputs is refused before anything runs
+(a ``--json`` or ``--out`` equal to the trace would replace the user's data): the shared check and
+the commands that read traces."""
+
+import os
+
+from typer.testing import CliRunner
+
+from pbkv_contract.files import output_problem
+from pbkv_server.bench_cli import app as bench_app
+from pbkv_server.sim.synth import write_trace
+from predictor.cli import app as predictor_app
+
+runner = CliRunner()
+
+
+def test_output_problem_sees_the_input_by_any_name(tmp_path, monkeypatch):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("{}\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(trace)
+    hard = tmp_path / "hard.jsonl"
+    os.link(trace, hard)
+    monkeypatch.chdir(tmp_path)
+    for same in (trace, "t.jsonl", tmp_path / "sub" / ".." / "t.jsonl", link, hard):
+        assert "is the input file" in output_problem(same, [trace])
+    assert output_problem(tmp_path / "other.json", [trace]) is None
+    assert output_problem(tmp_path / "new" / "deeper" / "x.json", [trace]) is None  # folders are created
+    assert output_problem(tmp_path, []) == "is a directory"
+    assert output_problem(None, [trace]) is None
+
+
+def _trace(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_trace(str(path), graph="codegen", workflows=4, seed=0)
+    return path, path.read_bytes()
+
+
+def test_replay_refuses_a_json_or_plot_path_equal_to_the_trace(tmp_path):
+    trace, before = _trace(tmp_path)
+    for option in ("--json", "--plot"):
+        result = runner.invoke(bench_app, ["replay", str(trace), "--policy", "lru", option, str(trace)])
+        assert result.exit_code == 2, result.output
+        assert "is the input file" in result.output
+    assert trace.read_bytes() == before
+
+
+def test_predictor_train_refuses_an_out_equal_to_a_trace(tmp_path):
+    trace, before = _trace(tmp_path)
+    result = runner.invoke(predictor_app, ["train", str(trace), "--out", str(trace), "--epochs", "1"])
+    assert result.exit_code == 2, result.output
+    assert "is the input file" in result.output
+    assert trace.read_bytes() == before
