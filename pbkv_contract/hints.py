@@ -8,19 +8,23 @@ header                body key (custom_params.pbkv)   value
 ====================  ==============================  =============================
 X-PBKV-Workflow-Id    workflow_id                     1-128 chars of [A-Za-z0-9._:-]
 X-PBKV-Agent          agent                           1-128 printable ASCII chars,
-                                                      anything else percent-encoded
+                                                      anything else percent-encoded;
+                                                      decoded: no control character
 X-PBKV-Step           step                            0-based int, < 2**31
 X-PBKV-App            app                             same rule as agent
 ====================  ==============================  =============================
 
 Malformed hints never fail an LLM request: :func:`parse_hints` returns ``(None, reason)``
-and the caller serves the request anonymously, counting and logging the reason.
+and the caller serves the request anonymously, counting and logging the reason. A server also
+refuses parsed hints whose decoded agent or app name breaks :func:`name_problem`'s rules
+(:func:`hint_name_problem`); clients check names with the same function before they send.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -158,6 +162,49 @@ def decode_name(value: str) -> str:
     if any(not (0x20 <= ord(c) < 0x7F) for c in value):
         raise HintError("name contains characters outside printable ASCII (percent-encode them)")
     return urllib.parse.unquote(value, errors="strict")
+
+
+def name_problem(name: object) -> str | None:
+    """Why a decoded agent or app name is not a valid hint, or ``None`` when it is.
+
+    The rules, checked in this order: a non-empty string; no control character (Unicode
+    category Cc: C0, DEL, C1) and no lone surrogate (Cs), which would reach servers' logs,
+    traces and metrics labels as is; a percent-encoded form (:func:`encode_name`) of at most
+    128 characters. pbkv-server serves a request whose names break them anonymously
+    (``X-PBKV-Hints: ignored``).
+
+    Returns:
+        e.g. ``"contains the control character U+0009 at index 3"``, to follow the field's
+        name; the index is the first bad character's position in ``name`` itself (a Python
+        ``str`` index: characters, not UTF-8 bytes nor the encoded form).
+    """
+    if not isinstance(name, str):
+        return f"is not a string ({type(name).__name__})"
+    if not name:
+        return "is empty"
+    for index, char in enumerate(name):
+        category = unicodedata.category(char)
+        if category in ("Cc", "Cs"):
+            what = "control character" if category == "Cc" else "lone surrogate"
+            return f"contains the {what} U+{ord(char):04X} at index {index}"
+    encoded = len(_quote(name))
+    if encoded > MAX_FIELD_CHARS:
+        return f"encodes to {encoded} chars, over {MAX_FIELD_CHARS}"
+    return None
+
+
+def hint_name_problem(hints: Hints) -> str | None:
+    """Why the hints' agent or app name is unusable (:func:`name_problem`), or ``None`` when both are fine.
+
+    :func:`parse_hints` lets decoded control characters through (a header percent-encodes
+    them); a server that parsed hints calls this before it uses them.
+    """
+    for field, name in (("agent", hints.agent), ("app", hints.app)):
+        if name is not None:
+            problem = name_problem(name)
+            if problem is not None:
+                return f"{field} name {problem}"
+    return None
 
 
 def validate_workflow_id(value: str) -> str:

@@ -24,8 +24,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from pbkv_contract.files import output_problem
-from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord
+from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
 from pbkv_sdk.stats import TraceSummary, ValidationReport, summarize, validate_file
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV client SDK tools.")
@@ -58,8 +58,11 @@ def record(
     switched off. Exits with the app's exit status (127: command not found, 126: not
     executable, 2: the trace file cannot be created, or exists and is not a trace: a typo in
     --out must not delete the app's own files), or 1 when the app succeeded but recorded no
-    LLM invocation: then one line names the interpreter that ran, and a trace file that this
-    command created is removed again.
+    LLM invocation: then one line names the interpreter that ran. Whatever the way out (the
+    command cannot run, the app fails or is interrupted before its first LLM call), a trace file
+    that this command created and that holds no invocation is removed again, and one line says
+    so. Ctrl-C reaches the app too; a second one stops the wait (exit 130), leaving the file to an
+    app that still runs.
     """
     out = out.resolve()
     created = append is False or not out.exists()
@@ -85,11 +88,18 @@ def record(
     try:
         status = _run_app(command, env)
     except FileNotFoundError:
-        err_console.print(f"[red]command not found: {command[0]}[/red]", highlight=False)
+        removed = _remove_if_ours(out, created)
+        err_console.print(f"[red]command not found: {escape(command[0])}{removed}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(127)
     except OSError as exc:  # not executable, bad interpreter line, ...
-        err_console.print(f"[red]cannot run {command[0]}: {_os_reason(exc)}[/red]", highlight=False)
+        removed = _remove_if_ours(out, created)
+        err_console.print(f"[red]cannot run {escape(command[0])}: {escape(_os_reason(exc))}{removed}[/red]",
+                          highlight=False, soft_wrap=True)
         raise typer.Exit(126)
+    if status is None:
+        err_console.print(f"[red]interrupted; the app is still running and may still record into {escape(str(out))} "
+                          f"(kept)[/red]", highlight=False, soft_wrap=True)
+        raise typer.Exit(130)
     report = validate_file(out) if out.exists() else ValidationReport()
     if not any(isinstance(r, InvocationRecord) for r in report.records):
         if created and out.exists():
@@ -196,18 +206,42 @@ def import_chatdev_cmd(
     )
 
 
-def _run_app(command: List[str], env: dict) -> int:
+def _run_app(command: List[str], env: dict) -> int | None:
     """Run the app to its end; its exit status in shell terms (128 + N when killed by signal N).
 
     Ctrl-C reaches the app too (same process group); we wait for it to finish writing, so the
-    summary of what was recorded still prints.
+    summary of what was recorded still prints. From the second Ctrl-C on we wait only
+    :data:`_GRACE_S` more: ``None`` when the app is still running then.
+
+    Raises:
+        OSError: the command cannot be started (``FileNotFoundError``: not found).
     """
-    with subprocess.Popen(command, env=env) as proc:
+    proc = subprocess.Popen(command, env=env)
+    interrupts = 0
+    while True:
         try:
-            status = proc.wait()
+            status = proc.wait(timeout=_GRACE_S if interrupts >= 2 else None)
+            return 128 - status if status < 0 else status
         except KeyboardInterrupt:
-            status = proc.wait()
-    return 128 - status if status < 0 else status
+            interrupts += 1
+        except subprocess.TimeoutExpired:
+            return None
+
+
+#: Seconds ``record`` still waits for the app after a second Ctrl-C.
+_GRACE_S = 0.5
+
+
+def _remove_if_ours(out: Path, created: bool) -> str:
+    """Remove ``out`` when this command created it and it holds no invocation record; the note to
+    add to the one-line message (``"; nothing recorded, removed PATH"`` or ``""``)."""
+    try:
+        if not created or not out.exists() or any(isinstance(r, InvocationRecord) for r in validate_file(out).records):
+            return ""
+        out.unlink()
+    except OSError:
+        return ""
+    return f"; nothing recorded, removed {escape(str(out))}"
 
 
 def _looks_like_trace(path: Path) -> bool:
@@ -266,10 +300,15 @@ def _interpreter(command: List[str]) -> str:
 
 def _print_summary(summary: TraceSummary, top: int) -> None:
     ended = ", ".join(f"{n} {s}" for s, n in summary.ended.most_common()) or "none"
+    n = summary.invocations
+    cached = "cached: unknown" if summary.cached_tokens is None else (
+        f"{summary.cached_tokens:,} cached{_known_part(summary.cached_known, n)}")
+    ttft = "unknown" if summary.mean_ttft_s is None else (
+        f"{summary.mean_ttft_s * 1000:.1f} ms{_known_part(summary.ttft_known, n)}")
     console.print(
-        f"[bold]{summary.workflows}[/bold] workflows ({ended} ended), [bold]{summary.invocations}[/bold] invocations, "
-        f"{summary.steps_per_workflow:.1f} per workflow; tokens: {summary.prompt_tokens} prompt "
-        f"({summary.cached_tokens} cached), {summary.completion_tokens} completion; mean TTFT {summary.mean_ttft_s * 1000:.1f} ms"
+        f"[bold]{summary.workflows}[/bold] workflows ({ended} ended), [bold]{n}[/bold] invocations, "
+        f"{summary.steps_per_workflow:.1f} per workflow; tokens: {summary.prompt_tokens:,} prompt, "
+        f"{cached}, {summary.completion_tokens:,} completion; mean TTFT {ttft}"
     )
     agents = Table(title="agents")
     agents.add_column("agent")
@@ -284,6 +323,11 @@ def _print_summary(summary: TraceSummary, top: int) -> None:
     for (a, b), n in summary.transitions.most_common(top):
         transitions.add_row(a, b, str(n))
     console.print(transitions)
+
+
+def _known_part(known: int, total: int) -> str:
+    """`` (of 40/60 invocations that report it)`` when only some invocations know a figure, else ``""``."""
+    return "" if known == total else f" (of {known}/{total} invocations that report it)"
 
 
 def main() -> None:  # pragma: no cover - console-script convenience

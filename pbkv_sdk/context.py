@@ -105,6 +105,7 @@ class Workflow:
         self._lock = threading.Lock()
         self._next_step = 0
         self._expected_calls = 0
+        self._unhinted = 0
         self._ended: str | None = None
 
     @property
@@ -147,6 +148,13 @@ class Workflow:
         with self._lock:
             self._expected_calls += 1
 
+    def sent_without_hints(self) -> None:
+        """Stamping sent one of this workflow's LLM calls without hints on purpose (a name the
+        server would ignore, already warned about): :meth:`end` does not count it as a call the
+        SDK could not reach."""
+        with self._lock:
+            self._unhinted += 1
+
     def end(self, status: str = "completed") -> bool:
         """End the workflow: non-blocking end signal to the server and a ``workflow_end`` record.
 
@@ -162,7 +170,7 @@ class Workflow:
             if self._ended is not None:
                 return False
             self._ended = status
-            missing = self._expected_calls - self._next_step
+            missing = self._expected_calls - self._next_step - self._unhinted
         if missing > 0:
             _warn_unstamped(self, missing)
         from pbkv_sdk.ending import end_workflow
@@ -333,8 +341,8 @@ def workflow_or_fresh(
     """A :class:`Workflow` with the user-chosen ``workflow_id``, or a fresh random id if it is bad.
 
     Framework integrations use it: a malformed user-chosen id (not 1-128 chars of
-    ``[A-Za-z0-9._:-]``, or not a string) must not break the user's run, so it is logged as a
-    warning and replaced (the SDK fails open).
+    ``[A-Za-z0-9._:-]``, or not a string) must not break the user's run, so it is replaced (the
+    SDK fails open) and logged as a warning once per distinct id (repeats at debug level).
 
     Args:
         app: app name, resolved with :func:`resolve_app` (``$PBKV_APP`` wins).
@@ -350,5 +358,20 @@ def workflow_or_fresh(
     try:
         return Workflow(resolve_app(app), workflow_id, **kwargs)  # type: ignore[arg-type]
     except HintError as exc:  # a bad user-chosen id must not break the run: use a fresh one
-        log.warning("PBKV: ignoring workflow id %r (%s)", workflow_id, exc)
+        _warn_bad_id(workflow_id, exc)
         return Workflow(resolve_app(app), None, **kwargs)
+
+
+#: Distinct bad workflow ids warned about at most; beyond it (ids made up per run) debug level.
+_MAX_BAD_IDS_WARNED = 256
+_BAD_IDS_WARNED: set[str] = set()
+
+
+def _warn_bad_id(workflow_id: object, exc: HintError) -> None:
+    """One warning per distinct bad id (an app passing the same one each run is told once)."""
+    key = repr(workflow_id)
+    if key in _BAD_IDS_WARNED or len(_BAD_IDS_WARNED) >= _MAX_BAD_IDS_WARNED:
+        log.debug("PBKV: ignoring workflow id %r (%s)", workflow_id, exc)
+        return
+    _BAD_IDS_WARNED.add(key)
+    log.warning("PBKV: ignoring workflow id %r (%s); each run with it gets a fresh random id", workflow_id, exc)

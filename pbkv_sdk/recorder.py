@@ -173,7 +173,7 @@ class TraceRecorder:
             ttft_s=max(0.0, ttft),
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            cached_tokens=cached or 0,
+            cached_tokens=cached,  # None: the server reported none (unknown, not 0: trace format v1)
             prefix_hashes=prefix_hashes(prompt, self.block_chars),
             block_chars=self.block_chars,
             features=request_features(prompt),

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_ROUTING_HEADER", "ENV_ROUTING_HEADER", "ENV_REPLICAS", "MAX_REPLICAS", "REPLICA_COOLDOWN_S",
-    "SERVED_BY_HEADERS", "configure", "routing_header", "replicas", "end_targets", "note_response",
+    "SERVED_BY_HEADERS", "configure", "routing_header", "replicas", "end_targets", "note_response", "note_hint_verdict",
     "declare_graph", "normalise_url",
 ]
 
@@ -142,27 +142,52 @@ def end_targets(served_by: Iterable[str]) -> tuple[str, ...] | None:
     return targeted or listed
 
 
-def note_response(workflow: Any, headers: Mapping[str, str], body_hints: bool) -> None:
-    """Read a stamped request's answer headers: the worker that served it, and dropped hints.
+def note_response(workflow: Any, headers: Mapping[str, str], body_hints: bool, hints: Any = None) -> None:
+    """Read a stamped request's answer headers: the worker that served it, and the hints' verdict.
 
     Adds the router's served-by worker URL to ``workflow.served_by`` (at most
-    :data:`MAX_REPLICAS` of them). If pbkv-server answers ``X-PBKV-Hints: anonymous`` to a request
-    stamped with headers only, something in between (a router: SMG forwards only its own headers)
-    dropped them: one warning says to send the hints in the body. Without a replica list only a
-    workflow's first answer is read (``workflow.read_answers`` goes false), which keeps the cost
-    per request down.
+    :data:`MAX_REPLICAS` of them), then :func:`note_hint_verdict`. Without a replica list only a
+    workflow's first answer is read here (``workflow.read_answers`` goes false), which keeps the
+    cost per request down; later answers get :func:`note_hint_verdict` alone.
     """
     for name in SERVED_BY_HEADERS:
         worker = headers.get(name)
         if worker and len(worker) <= 2048 and len(workflow.served_by) < MAX_REPLICAS:
             workflow.served_by.add(worker)
-    if not body_hints and headers.get(HINTS_ANSWER_HEADER) == "anonymous":
+    note_hint_verdict(headers, body_hints, hints)
+    if not replicas():
+        workflow.read_answers = False
+
+
+def note_hint_verdict(headers: Mapping[str, str], body_hints: bool, hints: Any = None) -> None:
+    """Warn (once per process per verdict) when pbkv-server's ``X-PBKV-Hints`` answer says a
+    stamped request's hints did not count.
+
+    ``ignored``: the server found the hints malformed and served the request anonymously; its
+    log line ``malformed PBKV hints ignored ...`` says why, and its ``pbkv_malformed_hints_total``
+    metric counts them. ``anonymous`` to a request stamped with headers only: something in between
+    (a router: SMG forwards only its own headers) dropped them; the fix is body hints. One header
+    read per answer.
+
+    Args:
+        headers: the answer's headers (case-insensitive mapping).
+        body_hints: the request also carried the hints in its body.
+        hints: the :class:`~pbkv_contract.hints.Hints` sent, named in the warning (optional).
+    """
+    verdict = headers.get(HINTS_ANSWER_HEADER)
+    if verdict is None or verdict == "ok":
+        return
+    if verdict == "ignored":
+        sent = "" if hints is None else f" (workflow {hints.workflow_id}, agent {hints.agent!r}, app {hints.app!r})"
+        _warn_once("ignored", "PBKV: the server answered X-PBKV-Hints: ignored: it found the hints of a request%s "
+                   "malformed and served it anonymously, as if it belonged to no workflow. The server's log says why "
+                   "('malformed PBKV hints ignored ...'), and its /metrics counts such requests in "
+                   "pbkv_malformed_hints_total. Further occurrences are logged at debug level.", sent)
+    elif verdict == "anonymous" and not body_hints:
         _warn_once("dropped", "PBKV: the server answered X-PBKV-Hints: anonymous to a request stamped with %s: a router "
                    "or proxy in between dropped the X-PBKV-* headers (SMG forwards only its own). Send the hints in the "
                    "body: PBKV_BODY_HINTS=1 (or body_hints=True). Further occurrences are logged at debug level.",
                    HEADER_WORKFLOW_ID)
-    if not replicas():
-        workflow.read_answers = False
 
 
 def declare_graph(app: str, edges: Mapping[str, Sequence[str]], *, server_url: str | None = None,

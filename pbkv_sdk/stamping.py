@@ -11,9 +11,16 @@ For each request to an LLM endpoint (path ending in ``/chat/completions``, ``/co
    ``body_hints``, ``custom_params.pbkv`` in the JSON body, the route SGLang keeps, and SGLang's
    own top-level ``session_id`` = the workflow id unless the app set one), plus the workflow id
    in the router's affinity header (``X-SMG-Routing-Key``, :mod:`pbkv_sdk.routing`);
-2. reads the answer's headers (the worker a router names, hints a router dropped) and, when the
-   workflow records a trace, watches the response stream (first token time, bytes) and hands
-   the finished call to the recorder thread.
+2. reads the answer's headers (the server's verdict on the hints, the worker a router names,
+   hints a router dropped) and, when the workflow records a trace, watches the response stream
+   (first token time, bytes) and hands the finished call to the recorder thread.
+
+Agent and app names are checked with the hint protocol's own rule
+(:func:`pbkv_contract.hints.name_problem`, the one pbkv-server applies) before they are sent. A
+name that encodes to more than 128 characters is sent cut to fit (one warning: two such names may
+collide). A name the server would ignore (a control character, not a string) is not sent: the
+request goes out without hints, is not recorded in the trace, and one warning names it, says why
+and what the server would have done.
 
 Requests outside a workflow, and non-LLM requests, pass through untouched. Stamping fails open:
 any error in it logs one warning and the request goes out unstamped.
@@ -22,6 +29,7 @@ any error in it logs one warning and the request goes out unstamped.
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import os
@@ -32,9 +40,9 @@ from typing import Any, AsyncIterator, Iterator
 import httpx
 
 from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, current_agent, current_internal, current_workflow
-from pbkv_contract.hints import BODY_KEY, Hints, fit_name
+from pbkv_contract.hints import BODY_KEY, MAX_FIELD_CHARS, Hints, fit_name, name_problem
 from pbkv_sdk.recorder import FIRST_TOKEN_RE, CallCapture, TraceRecorder
-from pbkv_sdk.routing import note_response
+from pbkv_sdk.routing import note_hint_verdict, note_response
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +52,8 @@ LLM_PATH_SUFFIXES = ("/chat/completions", "/completions", "/generate")
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 #: Agent name sent when a workflow is active but no agent was set.
 DEFAULT_AGENT = "unknown"
+#: App name sent when the workflow has none.
+DEFAULT_APP = "default"
 # request.extensions key of a request this SDK stamped
 _STAMPED = "pbkv_stamped"
 
@@ -186,11 +196,13 @@ def observe_response(response: httpx.Response, pending: PendingCall | None, *, i
     if pending is None:
         return response
     wf = pending.workflow
-    if wf is not None and wf.read_answers:
-        try:
-            note_response(wf, response.headers, pending.body_hints)
-        except Exception as exc:  # fail open: routing bookkeeping must never break a response
-            _warn_once("route", "PBKV: answer headers not read (%s: %s)", type(exc).__name__, exc)
+    try:
+        if wf is not None and wf.read_answers:
+            note_response(wf, response.headers, pending.body_hints, pending.hints)
+        else:  # every answer: the server's verdict on the hints (one header read)
+            note_hint_verdict(response.headers, pending.body_hints, pending.hints)
+    except Exception as exc:  # fail open: routing bookkeeping must never break a response
+        _warn_once("route", "PBKV: answer headers not read (%s: %s)", type(exc).__name__, exc)
     if pending.recorder is None:
         return response
     try:
@@ -211,9 +223,13 @@ def observe_response(response: httpx.Response, pending: PendingCall | None, *, i
 
 
 def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[httpx.Request, PendingCall | None]:
-    # fit_name shortens over-long names (cached); Hints.to_headers is the contract's one encoder.
-    agent = fit_name(current_agent() or DEFAULT_AGENT)
-    hints = Hints(wf.workflow_id, agent, _step_for(request, wf), fit_name(wf.app or "default"))
+    # _sendable checks and shortens names (cached); Hints.to_headers is the contract's one encoder.
+    agent = _sendable("agent", current_agent() or DEFAULT_AGENT)
+    app = _sendable("app", wf.app or DEFAULT_APP)
+    if agent is None or app is None:  # the server would ignore the hints: send none (warned)
+        wf.sent_without_hints()
+        return request, None
+    hints = Hints(wf.workflow_id, agent, _step_for(request, wf), app)
     if wf.llm_origin is None:
         wf.llm_origin = f"{request.url.scheme}://{request.url.netloc.decode('ascii')}"
     headers = request.headers
@@ -230,9 +246,30 @@ def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[http
         if body_hints:
             request = _with_body_hints(request, body, hints)
             body = request.content
-    if recorder is None and not wf.read_answers:
-        return request, None
     return request, PendingCall(hints, recorder, time.time(), body, current_internal(), wf, body_hints)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sendable(field: str, name: object) -> str | None:
+    """``name`` as the hints carry it: itself, cut to fit 128 encoded characters, or ``None``
+    when the server would ignore hints with it (a warning per distinct name says so)."""
+    problem = name_problem(name)
+    if problem is None:
+        return name  # type: ignore[return-value]  # name_problem accepts only strings
+    try:
+        fitted = fit_name(name)  # type: ignore[arg-type]
+    except (ValueError, TypeError):  # HintError; a lone surrogate has no UTF-8 form
+        fitted = None
+    if fitted is not None and name_problem(fitted) is None:  # only too long: cut it
+        _warn_once(f"cut:{field}:{name!r}", "PBKV: %s name %r %s; it is sent cut to %r (%d characters). Hint names "
+                   "are limited to %d characters percent-encoded: names that share their first part collide, and "
+                   "the server then sees them as one %s.", field, name, problem, fitted, len(fitted),
+                   MAX_FIELD_CHARS, field)
+        return fitted
+    _warn_once(f"bad:{field}:{name!r}", "PBKV: %s name %r %s: pbkv-server would ignore hints carrying it and serve "
+               "the requests anonymously, so requests under this %s name are sent without PBKV hints (and left out "
+               "of the trace). Rename the %s to use hints.", field, name, problem, field, field)
+    return None
 
 
 def _step_for(request: httpx.Request, wf: Workflow) -> int:
@@ -346,11 +383,13 @@ def _body_hints_default(value: bool | None) -> bool:
 
 
 _WARNED: set[str] = set()
+#: Distinct warnings given at most; beyond it (names made up per request) they go to debug level.
+_MAX_WARNINGS = 256
 _last_step_var: contextvars.ContextVar[tuple[Workflow, int] | None] = contextvars.ContextVar("pbkv_last_step", default=None)
 
 
 def _warn_once(kind: str, msg: str, *args: Any) -> None:
-    if kind in _WARNED:
+    if kind in _WARNED or len(_WARNED) >= _MAX_WARNINGS:
         log.debug(msg, *args)
     else:
         _WARNED.add(kind)

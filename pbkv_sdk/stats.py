@@ -29,10 +29,11 @@ class TraceSummary:
         apps: invocations per app.
         transitions: ``(agent, next agent)`` counts within workflows in step order; the last
             agent of an ended workflow transitions to ``<END>``.
-        prompt_tokens, completion_tokens, cached_tokens: totals, tokens (cached: over the
-            invocations that recorded it).
-        mean_ttft_s: mean time to first token over the invocations that recorded it, seconds
-            (0.0 if none).
+        prompt_tokens, completion_tokens: totals, tokens.
+        cached_tokens: total over the invocations that recorded it (``cached_known`` of them),
+            tokens; ``None`` when none did (trace format v1: unknown is not 0).
+        mean_ttft_s: mean time to first token over the invocations that recorded it
+            (``ttft_known`` of them), seconds; ``None`` when none did.
         steps_per_workflow: mean invocations per workflow.
     """
 
@@ -44,12 +45,15 @@ class TraceSummary:
     transitions: Counter = field(default_factory=Counter)
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached_tokens: int = 0
-    mean_ttft_s: float = 0.0
+    cached_tokens: int | None = None
+    cached_known: int = 0
+    mean_ttft_s: float | None = None
+    ttft_known: int = 0
     steps_per_workflow: float = 0.0
 
     def to_json(self) -> dict:
-        """JSON-friendly dict (transitions as ``"a -> b"`` keys)."""
+        """JSON-friendly dict (transitions as ``"a -> b"`` keys; unknown figures as ``null``, with
+        ``cached_tokens_known`` / ``ttft_known`` invocations that report them)."""
         return {
             "workflows": self.workflows,
             "invocations": self.invocations,
@@ -60,7 +64,9 @@ class TraceSummary:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cached_tokens": self.cached_tokens,
+            "cached_tokens_known": self.cached_known,
             "mean_ttft_s": self.mean_ttft_s,
+            "ttft_known": self.ttft_known,
             "steps_per_workflow": self.steps_per_workflow,
         }
 
@@ -71,17 +77,19 @@ def summarize(records: Iterable[TraceRecord]) -> TraceSummary:
     summary = TraceSummary()
     ends = {r.workflow_id: r.status for r in records if isinstance(r, WorkflowEndRecord)}
     workflows = group_workflows(records)
-    ttft_total, ttft_known = 0.0, 0
+    ttft_total, cached_total = 0.0, 0
     for wid, invs in workflows.items():
         for inv in invs:
             summary.agents[inv.agent] += 1
             summary.apps[inv.app] += 1
             summary.prompt_tokens += inv.prompt_tokens
             summary.completion_tokens += inv.completion_tokens
-            summary.cached_tokens += inv.cached_tokens or 0  # None: unknown (trace format v1)
+            if inv.cached_tokens is not None:  # None: unknown (trace format v1), left out
+                cached_total += inv.cached_tokens
+                summary.cached_known += 1
             if inv.ttft_s is not None:
                 ttft_total += inv.ttft_s
-                ttft_known += 1
+                summary.ttft_known += 1
         for a, b in zip(invs, invs[1:]):
             summary.transitions[(a.agent, b.agent)] += 1
         if wid in ends:
@@ -89,7 +97,8 @@ def summarize(records: Iterable[TraceRecord]) -> TraceSummary:
     summary.workflows = len(workflows)
     summary.invocations = sum(len(v) for v in workflows.values())
     summary.ended = Counter(status for wid, status in ends.items() if wid in workflows)
-    summary.mean_ttft_s = ttft_total / ttft_known if ttft_known else 0.0
+    summary.cached_tokens = cached_total if summary.cached_known else None
+    summary.mean_ttft_s = ttft_total / summary.ttft_known if summary.ttft_known else None
     summary.steps_per_workflow = summary.invocations / summary.workflows if summary.workflows else 0.0
     return summary
 

@@ -22,7 +22,7 @@ from pbkv_contract.hints import (
     HEADER_HINT_TOKEN,
     HintError,
     Hints,
-    encode_name,
+    name_problem,
     parse_hints,
     validate_workflow_id,
 )
@@ -440,11 +440,11 @@ class PbkvService:
 
 
 def _check_app_name(app: str) -> None:
-    """Raise a 400 :class:`ApiError` unless ``app`` is a name the hint protocol can carry."""
+    """Raise a 400 :class:`ApiError` unless ``app`` is a name the hint protocol can carry
+    (:func:`pbkv_contract.hints.name_problem`, the rule hints are checked with)."""
     # The path is percent-decoded with replacement: U+FFFD marks bytes that were not UTF-8 (%FF).
-    if "\ufffd" in app or any(ord(c) < 0x20 or ord(c) == 0x7F for c in app):
-        raise ApiError(400, "app name must be UTF-8 text without control characters", "invalid_app", "app")
-    try:
-        encode_name(app)
-    except HintError as exc:
-        raise ApiError(400, f"invalid app name: {exc}", "invalid_app", "app") from None
+    if "\ufffd" in app:
+        raise ApiError(400, "app name must be UTF-8 text (the path holds bytes that are not)", "invalid_app", "app")
+    problem = name_problem(app)
+    if problem is not None:
+        raise ApiError(400, f"invalid app name: it {problem}", "invalid_app", "app")

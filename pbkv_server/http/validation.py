@@ -14,17 +14,17 @@ schema-driven fuzz test (``tests/server/http/test_http_fuzz.py``) checks both di
 
 :func:`validate_request` turns the first validation error into an :class:`ApiError` in OpenAI's
 error shape (``param`` names the field, e.g. ``messages[0].role``). :func:`hint_name_problem`
-rejects hint names with control characters, which the hint protocol's parser lets through.
+(the hint protocol's own, re-exported) rejects hint names with control characters, which the
+protocol's parser lets through.
 """
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Annotated, Any, Literal, Mapping, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from pbkv_contract.hints import Hints
+from pbkv_contract.hints import hint_name_problem
 from pbkv_server.http.errors import ApiError
 
 __all__ = ["ChatCompletionRequest", "CompletionRequest", "validate_request", "hint_name_problem", "MAX_N"]
@@ -201,22 +201,6 @@ def validate_request(body: Any, kind: str) -> ChatCompletionRequest | Completion
         # OpenAI: "stream_options: only set this when you set stream: true".
         raise ApiError(400, "stream_options is only allowed when stream is true", "invalid_value", "stream_options")
     return parsed
-
-
-def hint_name_problem(hints: Hints) -> str | None:
-    """Why the hints' agent or app name is unusable, or ``None`` when both are fine.
-
-    A name with control characters (Unicode category Cc: C0, DEL, C1) or lone surrogates would
-    reach logs, traces and metrics labels as is; the hint protocol percent-encodes such names in
-    headers, so a decoded name that still holds one is malformed.
-    """
-    for field, name in (("agent", hints.agent), ("app", hints.app)):
-        if name is None:
-            continue
-        bad = next((c for c in name if unicodedata.category(c) in ("Cc", "Cs")), None)
-        if bad is not None:
-            return f"{field} name contains the control character U+{ord(bad):04X}"
-    return None
 
 
 def _most_specific(errors: list[Any]) -> Any:

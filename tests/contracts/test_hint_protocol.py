@@ -11,6 +11,8 @@ from pbkv_contract.hints import (
     Hints,
     decode_name,
     encode_name,
+    hint_name_problem,
+    name_problem,
     parse_hints,
 )
 
@@ -116,3 +118,24 @@ def test_fit_name_shortens_to_the_header_limit_and_refuses_empty_names():
         fit_name("")
     with pytest.raises(HintError):
         encode_name("é" * 22)
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("planner", None), ("Ré viewer/α 100%", None), ("x" * 128, None),
+    ("", "is empty"), (7, "is not a string (int)"),
+    ("αβ\tγ\n", "contains the control character U+0009 at index 2"),  # by characters: byte 4, encoded 12
+    ("ok\x85", "contains the control character U+0085 at index 2"),  # C1
+    ("\udc80x", "contains the lone surrogate U+DC80 at index 0"),
+    ("é" * 22, "encodes to 132 chars, over 128"),  # 6 encoded chars each
+])
+def test_name_problem_says_what_breaks_the_rule_and_where(name, problem):
+    assert name_problem(name) == problem
+
+
+def test_a_header_name_is_checked_decoded_and_the_index_is_its_decoded_position():
+    # "R%C3%A9%09x" is "Ré\tx": the tab is character 2 (byte 3, encoded position 7)
+    hints, error = parse_hints({HEADER_WORKFLOW_ID: "w", HEADER_AGENT: "R%C3%A9%09x", HEADER_STEP: "0", HEADER_APP: "a%7F"})
+    assert error is None and hints.agent == "Ré\tx"
+    assert hint_name_problem(hints) == "agent name contains the control character U+0009 at index 2"
+    assert hint_name_problem(Hints("w", "fine", 0, "a\x7f")) == "app name contains the control character U+007F at index 1"
+    assert hint_name_problem(Hints("w", "fine", 0, None)) is None

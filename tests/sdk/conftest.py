@@ -35,7 +35,9 @@ def _fresh_sdk_state(monkeypatch) -> Iterator[None]:
     routing.configure(routing_header=None, replicas=None)
     routing._WARNED.clear()
     stamping._WARNED.clear()
+    stamping._sendable.cache_clear()  # it warns on a name's first use
     context._UNSTAMPED_WARNED.clear()
+    context._BAD_IDS_WARNED.clear()
     ending._NO_SERVER_WARNED.clear()
     if ending._SENDER is not None:
         ending._SENDER._warned.clear()

@@ -223,8 +223,10 @@ def _langgraph_paths(base: str) -> list:
 def _autogen_paths(base: str) -> list:
     from autogen_core import CancellationToken
 
-    from .apps import build_autogen_team
+    from .apps import AUTOGEN_AGENTS, build_autogen_team
 
+    # The server's selector answers are drawn per workflow id: waiting for one given agent (say
+    # the planner) would let about 1 run in 50 reach max_turns before it speaks, and complete.
     v1 = base + "/v1"
 
     def run():
@@ -251,7 +253,7 @@ def _autogen_paths(base: str) -> list:
             stream = build_autogen_team(v1, max_turns=6).run_stream(task="fix bug 5", cancellation_token=token)
             try:
                 async for message in stream:
-                    if getattr(message, "source", "") == "planner":
+                    if getattr(message, "source", "") in AUTOGEN_AGENTS:  # the first agent message
                         token.cancel()
             except asyncio.CancelledError:
                 pass
@@ -262,7 +264,7 @@ def _autogen_paths(base: str) -> list:
         async def go():
             stream = build_autogen_team(v1, max_turns=6).run_stream(task="fix bug 6")
             async for message in stream:
-                if getattr(message, "source", "") == "planner":
+                if getattr(message, "source", "") in AUTOGEN_AGENTS:  # the first agent message
                     break
             await stream.aclose()
 
@@ -384,9 +386,16 @@ def _agents_sdk_paths(base: str) -> list:
     async def reject(ctx, agent, output):
         return GuardrailFunctionOutput(output_info="rejected", tripwire_triggered=True)
 
-    def agent(guarded: bool = False) -> Agent:
+    @output_guardrail
+    async def slow_review(ctx, agent, output):
+        # A slow check of the answer (a moderation call, say): the run is still going when the
+        # cancel comes; without it a one-call run may finish before the cancelling task runs.
+        await asyncio.sleep(5)
+        return GuardrailFunctionOutput(output_info="fine", tripwire_triggered=False)
+
+    def agent(*guardrails: Any) -> Agent:
         model = OpenAIChatCompletionsModel("m", AsyncOpenAI(base_url=base + "/v1", api_key="x", max_retries=0))
-        return Agent(name="Assistant", instructions="You are helpful.", model=model, output_guardrails=[reject] if guarded else [])
+        return Agent(name="Assistant", instructions="You are helpful.", model=model, output_guardrails=list(guardrails))
 
     def run_sync():
         Runner.run_sync(agent(), "hello")
@@ -407,13 +416,13 @@ def _agents_sdk_paths(base: str) -> list:
 
     def cancel():
         async def go():
-            await _cancel_after_first_request(Runner.run(agent(), "hello"))
+            await _cancel_after_first_request(Runner.run(agent(slow_review), "hello"))
 
         asyncio.run(go())
 
     def fail():
         try:
-            Runner.run_sync(agent(guarded=True), "hello")
+            Runner.run_sync(agent(reject), "hello")
         except Exception:
             pass
 

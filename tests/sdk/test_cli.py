@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -74,6 +78,31 @@ def test_stats_counts_agents_and_transitions_including_end(tmp_path):
     assert data["transitions"] == {"planner -> coder": 2, "coder -> planner": 1, "planner -> <END>": 1}
     assert (data["prompt_tokens"], data["cached_tokens"], data["steps_per_workflow"]) == (50, 4, 2.5)
     assert abs(data["mean_ttft_s"] - 0.1) < 1e-12
+
+
+def test_stats_shows_cached_tokens_and_ttft_that_no_record_reports_as_unknown_not_zero(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path) as w:
+        for step in range(3):
+            w.write(_inv("A", step, "planner", ttft_s=None))  # cached_tokens left out: unknown
+    text = _one_line(runner.invoke(app, ["stats", str(path)]).output)
+    assert "tokens: 30 prompt, cached: unknown, 6 completion; mean TTFT unknown" in text
+    data = json.loads(runner.invoke(app, ["stats", str(path), "--json"]).output)
+    assert (data["cached_tokens"], data["cached_tokens_known"], data["mean_ttft_s"], data["ttft_known"]) == (None, 0, None, 0)
+
+
+def test_stats_says_over_how_many_invocations_a_partly_reported_figure_is_computed(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path) as w:
+        w.write(_inv("A", 0, "planner", prompt_tokens=15000, cached_tokens=12000, ttft_s=None))
+        w.write(_inv("A", 1, "coder", prompt_tokens=400, cached_tokens=345, ttft_s=0.25))
+        w.write(_inv("A", 2, "planner", ttft_s=None))
+    text = _one_line(runner.invoke(app, ["stats", str(path)]).output)
+    # prompt 15,000 + 400 + 10; cached over the first two only (the reader drops cached above prompt)
+    assert "15,410 prompt, 12,345 cached (of 2/3 invocations that report it), 6 completion" in text
+    assert "mean TTFT 250.0 ms (of 1/3 invocations that report it)" in text
+    data = json.loads(runner.invoke(app, ["stats", str(path), "--json"]).output)
+    assert (data["cached_tokens"], data["cached_tokens_known"], data["mean_ttft_s"], data["ttft_known"]) == (12345, 2, 0.25, 1)
 
 
 def test_validate_lists_each_bad_line_and_exits_nonzero(tmp_path):
@@ -176,6 +205,74 @@ def test_record_of_a_command_that_cannot_run_is_a_clear_error(tmp_path):
     assert "command not found" in missing.output
     assert "cannot run" in _one_line(denied.output) and "Permission denied" in _one_line(denied.output)
     assert not isinstance(missing.exception, OSError) and not isinstance(denied.exception, OSError)
+
+
+def test_record_removes_the_trace_it_created_when_the_command_cannot_run_or_the_app_fails_first(tmp_path):
+    script = tmp_path / "app.py"
+    script.write_text("print('hi')\n")  # not executable
+    for args, code in (([str(tmp_path / "nope")], 127), ([str(script)], 126),
+                       ([sys.executable, "-c", "raise RuntimeError('crashed before any LLM call')"], 1)):
+        out = tmp_path / "rec.jsonl"
+        result = runner.invoke(app, ["record", "--out", str(out), "--app", "demo", "--", *args])
+        assert result.exit_code == code, result.output
+        assert not out.exists(), args
+        assert f"removed {out}" in _one_line(result.output)
+    kept = tmp_path / "old.jsonl"  # --append to an earlier trace: not ours to remove
+    with TraceWriter(kept) as w:
+        w.write(_inv("A", 0, "x"))
+    result = runner.invoke(app, ["record", "--out", str(kept), "--append", "--", str(tmp_path / "nope")])
+    assert result.exit_code == 127 and len(list(iter_trace(kept))) == 1
+
+
+def test_record_keeps_the_trace_of_an_app_that_fails_after_its_llm_calls_and_passes_its_status_on(fake_llm: FakeOpenAI,
+                                                                                                     tmp_path):
+    out = tmp_path / "rec.jsonl"
+    code = ("import openai, pbkv_sdk\n"
+            f"client = openai.OpenAI(base_url={fake_llm.base_url!r}, api_key='x', http_client=pbkv_sdk.http_client())\n"
+            f"with pbkv_sdk.workflow(app='x', server_url={fake_llm.url!r}), pbkv_sdk.agent('planner'):\n"
+            "    client.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'x'}])\n"
+            "raise SystemExit(3)\n")
+    result = runner.invoke(app, ["record", "--out", str(out), "--", sys.executable, "-c", code])
+    assert result.exit_code == 3, result.output
+    assert [(r.agent, r.step) for r in iter_trace(out, strict=True) if isinstance(r, InvocationRecord)] == [("planner", 0)]
+    assert "removed" not in _one_line(result.output)
+
+
+def _record_and_interrupt_twice(tmp_path, app_code: str) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """Run ``pbkv-sdk record`` in its own process group; once the app is up, press Ctrl-C twice
+    (SIGINT to the group, 0.3 s apart: two separate interrupts). Returns (result, trace, app pid file)."""
+    out, ready = tmp_path / "rec.jsonl", tmp_path / "ready"
+    code = f"import os, signal, time\n{app_code}\nopen({str(ready)!r}, 'w').write(str(os.getpid()))\ntime.sleep(20)\n"
+    proc = subprocess.Popen([sys.executable, "-m", "pbkv_sdk.cli", "record", "--out", str(out), "--", sys.executable, "-c", code],
+                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (ready.exists() and ready.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for _ in range(2):
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.3)
+        output, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, output), out, ready
+
+
+def test_record_interrupted_by_ctrl_c_twice_removes_its_empty_trace_once_the_app_ended(tmp_path):
+    # the app lets the first Ctrl-C pass (cleaning up, say) and stops at the second
+    result, out, _ = _record_and_interrupt_twice(
+        tmp_path, "signal.signal(signal.SIGINT, lambda s, f: signal.signal(signal.SIGINT, signal.default_int_handler))")
+    assert result.returncode == 130, result.stdout
+    assert not out.exists()
+    assert f"no LLM invocation was recorded (nothing; removed {out.resolve()})" in _one_line(result.stdout)
+
+
+def test_record_interrupted_twice_keeps_the_trace_of_an_app_that_still_runs_and_says_so(tmp_path):
+    result, out, ready = _record_and_interrupt_twice(tmp_path, "signal.signal(signal.SIGINT, signal.SIG_IGN)")
+    os.kill(int(ready.read_text()), signal.SIGKILL)  # the app ignored both
+    assert result.returncode == 130, result.stdout
+    assert out.exists() and "the app is still running" in _one_line(result.stdout)
 
 
 def test_record_into_an_unwritable_place_fails_before_running_the_app(tmp_path):

@@ -27,6 +27,14 @@ def test_a_bad_user_id_warns_once_and_gets_a_fresh_random_id(bad, caplog):
     assert len(messages) == 1 and f"ignoring workflow id {bad!r}" in messages[0]
 
 
+def test_the_same_bad_id_warns_once_and_each_distinct_one_once(caplog):
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        ids = [workflow_or_fresh("finance", bad).workflow_id for bad in ("bad id", "bad id", "other bad", "bad id")]
+    assert len(set(ids)) == 4  # a fresh id for every run all the same
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [m.split(" (")[0] for m in messages] == ["PBKV: ignoring workflow id 'bad id'", "PBKV: ignoring workflow id 'other bad'"]
+
+
 def test_app_and_trace_path_come_from_the_environment_like_the_sdk(monkeypatch, tmp_path):
     monkeypatch.setenv("PBKV_APP", "from-env")
     monkeypatch.setenv("PBKV_TRACE_PATH", str(tmp_path / "t.jsonl"))

@@ -191,9 +191,11 @@ def test_graph_without_edges_or_with_a_bad_app_name_is_400(start_server):
         for body in ({}, {"edges": {}}):
             err = _is_openai_error(client.put(GRAPH_PATH.format(app="demo"), json=body), 400)
             assert err["code"] == "invalid_graph" and "no edges" in err["message"]
-        for raw in ("%FF", "a%09b", "y" * 200):
+        for raw, why in (("%FF", "not"), ("a%09b", "control character U+0009 at index 1"),
+                         ("c%C2%85", "control character U+0085 at index 1"),  # C1: hints with it are ignored too
+                         ("y" * 200, "encodes to 200 chars")):
             err = _is_openai_error(client.put(f"/pbkv/v1/apps/{raw}/graph", json=edges), 400)
-            assert err["code"] == "invalid_app" and err["param"] == "app", raw
+            assert err["code"] == "invalid_app" and err["param"] == "app" and why in err["message"], raw
         # A non-ASCII name, percent-encoded as UTF-8, is a valid app.
         assert client.put("/pbkv/v1/apps/caf%C3%A9/graph", json=edges).status_code == 204
     assert set(server.service.driver.engine.app_graphs) == {"café"}
