@@ -15,9 +15,10 @@ X-PBKV-App            app                             same rule as agent
 ====================  ==============================  =============================
 
 Malformed hints never fail an LLM request: :func:`parse_hints` returns ``(None, reason)``
-and the caller serves the request anonymously, counting and logging the reason. A server also
-refuses parsed hints whose decoded agent or app name breaks :func:`name_problem`'s rules
-(:func:`hint_name_problem`); clients check names with the same function before they send.
+and the caller serves the request anonymously, counting and logging the reason. That includes
+hints whose decoded agent or app name breaks :func:`name_problem`'s rules
+(:func:`hint_name_problem`), so pbkv-server and the SGLang plugin accept the same names; clients
+check names with the same function before they send.
 """
 
 from __future__ import annotations
@@ -243,11 +244,14 @@ def parse_hints(headers: Mapping[str, str] | None, body: Any = None) -> tuple[Hi
     """
     lowered = {k.lower(): v for k, v in (headers or {}).items()}
     try:
+        hints = None
         if lowered.get(HEADER_WORKFLOW_ID.lower()) is not None:
-            return _hints_from_headers(lowered), None
-        pbkv = _body_hints(body)
-        if pbkv is not None:
-            return _hints_from_body(pbkv), None
+            hints = _hints_from_headers(lowered)
+        elif (pbkv := _body_hints(body)) is not None:
+            hints = _hints_from_body(pbkv)
+        if hints is not None:  # decoded names obey one rule in every server and plugin
+            problem = hint_name_problem(hints)
+            return (None, problem) if problem is not None else (hints, None)
     except HintError as exc:
         return None, str(exc)
     except Exception as exc:  # defensive: any odd value is a malformed hint, never a 500

@@ -37,7 +37,7 @@ from pbkv_server.http.metrics import ServerMetrics
 from pbkv_server.http.served_trace import ServedTrace, trace_workflow_id
 from pbkv_server.scenario import Scenario, ScenarioRequest, get_scenario, load_scenario
 from pbkv_server.scenarios.default import DefaultScenario, answers_selection, selection_candidates
-from pbkv_server.http.validation import hint_name_problem, validate_request
+from pbkv_server.http.validation import validate_request
 from pbkv_server.tokenizer import TokenBudgetExceeded, block_tokens, count_tokens, truncate_to_tokens
 
 __all__ = ["PbkvService", "engine_config_from", "HEADER_HINT_TOKEN"]
@@ -164,11 +164,7 @@ class PbkvService:
         stream = bool(request.stream)
         include_usage = bool(stream and request.stream_options and request.stream_options.include_usage)
 
-        hints, reason = parse_hints(headers, body)
-        if hints is not None:
-            reason = hint_name_problem(hints)  # the contract's parser lets decoded control characters through
-            if reason is not None:
-                hints = None
+        hints, reason = parse_hints(headers, body)  # names checked there (contract rule)
         hint_status = "ok" if hints else "anonymous"
         if reason is not None:
             hint_status = "ignored"

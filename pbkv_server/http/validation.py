@@ -13,9 +13,8 @@ The same models generate the request schemas of the server's OpenAPI document
 schema-driven fuzz test (``tests/server/http/test_http_fuzz.py``) checks both directions.
 
 :func:`validate_request` turns the first validation error into an :class:`ApiError` in OpenAI's
-error shape (``param`` names the field, e.g. ``messages[0].role``). :func:`hint_name_problem`
-(the hint protocol's own, re-exported) rejects hint names with control characters, which the
-protocol's parser lets through.
+error shape (``param`` names the field, e.g. ``messages[0].role``). Hint names are checked by the hint
+protocol's parser itself (:func:`pbkv_contract.hints.parse_hints`).
 """
 
 from __future__ import annotations
@@ -24,10 +23,9 @@ from typing import Annotated, Any, Literal, Mapping, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from pbkv_contract.hints import hint_name_problem
 from pbkv_server.http.errors import ApiError
 
-__all__ = ["ChatCompletionRequest", "CompletionRequest", "validate_request", "hint_name_problem", "MAX_N"]
+__all__ = ["ChatCompletionRequest", "CompletionRequest", "validate_request", "MAX_N"]
 
 #: OpenAI's upper bound of ``n`` (choices per request).
 MAX_N = 128

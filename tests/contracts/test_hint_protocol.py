@@ -133,9 +133,18 @@ def test_name_problem_says_what_breaks_the_rule_and_where(name, problem):
 
 
 def test_a_header_name_is_checked_decoded_and_the_index_is_its_decoded_position():
-    # "R%C3%A9%09x" is "Ré\tx": the tab is character 2 (byte 3, encoded position 7)
+    # "R%C3%A9%09x" is "Ré\tx": the tab is character 2 (byte 3, encoded position 7); the parser
+    # refuses it, so every server and plugin that parses hints serves the request anonymously
     hints, error = parse_hints({HEADER_WORKFLOW_ID: "w", HEADER_AGENT: "R%C3%A9%09x", HEADER_STEP: "0", HEADER_APP: "a%7F"})
-    assert error is None and hints.agent == "Ré\tx"
-    assert hint_name_problem(hints) == "agent name contains the control character U+0009 at index 2"
+    assert hints is None and error == "agent name contains the control character U+0009 at index 2"
+    assert hint_name_problem(Hints("w", "Ré\tx", 0, None)) == "agent name contains the control character U+0009 at index 2"
     assert hint_name_problem(Hints("w", "fine", 0, "a\x7f")) == "app name contains the control character U+007F at index 1"
     assert hint_name_problem(Hints("w", "fine", 0, None)) is None
+
+
+def test_a_body_name_with_a_control_character_is_refused_by_the_parser():
+    body = {"custom_params": {"pbkv": {"workflow_id": "w", "agent": "ok", "step": 1, "app": "x\x01y"}}}
+    assert parse_hints({}, body) == (None, "app name contains the control character U+0001 at index 1")
+    body["custom_params"]["pbkv"]["app"] = "xy"
+    hints, error = parse_hints({}, body)
+    assert error is None and (hints.agent, hints.app) == ("ok", "xy")
