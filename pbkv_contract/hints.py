@@ -40,6 +40,15 @@ HEADERS = (HEADER_WORKFLOW_ID, HEADER_AGENT, HEADER_STEP, HEADER_APP)
 #: Shared secret for the hint endpoints (the server also accepts ``Authorization: Bearer``).
 HEADER_HINT_TOKEN = "X-PBKV-Hint-Token"
 
+#: Answer headers: the per-request figures pbkv-server reports on every answer (prompt, device-
+#: and host-cached tokens; TTFT in seconds) and how it read the hints (``ok``, ``anonymous``,
+#: ``ignored``). Clients read them when the body carries no usage.
+HEADER_PROMPT_TOKENS = "X-PBKV-Prompt-Tokens"
+HEADER_CACHED_TOKENS = "X-PBKV-Cached-Tokens"
+HEADER_HOST_CACHED_TOKENS = "X-PBKV-Host-Cached-Tokens"
+HEADER_TTFT = "X-PBKV-TTFT-S"
+HEADER_HINTS = "X-PBKV-Hints"
+
 #: Key under ``custom_params`` in an OpenAI-style JSON body.
 BODY_KEY = "pbkv"
 

@@ -27,6 +27,7 @@ from typing import Iterator
 from pbkv_contract.hints import END_STATUSES, HintError, validate_workflow_id
 from pbkv_contract.trace import WorkflowEndRecord
 from pbkv_sdk.routing import routing_header
+from pbkv_sdk.once import WarnOnce
 
 log = logging.getLogger(__name__)
 
@@ -298,23 +299,17 @@ def _env_end_timeout() -> float:
         value = float("nan")
     if value > 0 and value != float("inf"):
         return value
-    if raw not in _BAD_TIMEOUTS_WARNED:
-        _BAD_TIMEOUTS_WARNED.add(raw)
-        log.warning("PBKV: %s=%r is not a positive number of seconds; using %s", ENV_END_TIMEOUT, raw, DEFAULT_END_TIMEOUT_S)
+    _BAD_TIMEOUTS_WARNED(raw, "PBKV: %s=%r is not a positive number of seconds; using %s", ENV_END_TIMEOUT, raw,
+                         DEFAULT_END_TIMEOUT_S)
     return DEFAULT_END_TIMEOUT_S
 
 
-_BAD_TIMEOUTS_WARNED: set[str] = set()
-_UNSTAMPED_WARNED: list[bool] = []
+_BAD_TIMEOUTS_WARNED = WarnOnce(log)
+_UNSTAMPED_WARNED = WarnOnce(log)
 
 
 def _warn_unstamped(wf: Workflow, missing: int) -> None:
-    args = (missing, wf._expected_calls, wf.workflow_id, wf.app)
-    if _UNSTAMPED_WARNED:
-        log.debug(UNSTAMPED_WARNING, *args)
-    else:
-        _UNSTAMPED_WARNED.append(True)
-        log.warning(UNSTAMPED_WARNING, *args)
+    _UNSTAMPED_WARNED("unstamped", UNSTAMPED_WARNING, missing, wf._expected_calls, wf.workflow_id, wf.app)
 
 
 def resolve_app(app: str | None) -> str:
@@ -362,16 +357,11 @@ def workflow_or_fresh(
         return Workflow(resolve_app(app), None, **kwargs)
 
 
-#: Distinct bad workflow ids warned about at most; beyond it (ids made up per run) debug level.
-_MAX_BAD_IDS_WARNED = 256
-_BAD_IDS_WARNED: set[str] = set()
+#: One warning per distinct bad workflow id; ids made up per run are capped (beyond, debug level).
+_BAD_IDS_WARNED = WarnOnce(log)
 
 
 def _warn_bad_id(workflow_id: object, exc: HintError) -> None:
     """One warning per distinct bad id (an app passing the same one each run is told once)."""
-    key = repr(workflow_id)
-    if key in _BAD_IDS_WARNED or len(_BAD_IDS_WARNED) >= _MAX_BAD_IDS_WARNED:
-        log.debug("PBKV: ignoring workflow id %r (%s)", workflow_id, exc)
-        return
-    _BAD_IDS_WARNED.add(key)
-    log.warning("PBKV: ignoring workflow id %r (%s); each run with it gets a fresh random id", workflow_id, exc)
+    _BAD_IDS_WARNED(repr(workflow_id), "PBKV: ignoring workflow id %r (%s); each run with it gets a fresh random id",
+                    workflow_id, exc)

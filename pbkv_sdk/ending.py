@@ -28,6 +28,7 @@ import httpx
 from pbkv_contract.hints import END_PATH, END_STATUSES, HEADER_HINT_TOKEN
 from pbkv_sdk import routing
 from pbkv_sdk.queues import wait_done
+from pbkv_sdk.once import WarnOnce
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,9 @@ def _status_problem(response: httpx.Response) -> str:
 
 
 _SENDER: _Sender | None = None
-_NO_SERVER_WARNED: set[str] = set()
+#: One warning per server URL that end signals cannot reach (or for no URL at all).
+_NO_SERVER_WARNED = WarnOnce(log)
+_warn_once_about = _NO_SERVER_WARNED
 _SENDER_LOCK = threading.Lock()
 
 
@@ -224,9 +227,3 @@ def _flush_at_exit() -> None:
         sender.flush(min(EXIT_FLUSH_S, sender.max_timeout_s + 0.1))
 
 
-def _warn_once_about(key: str, msg: str, *args: object) -> None:
-    if key in _NO_SERVER_WARNED:
-        log.debug(msg, *args)
-    else:
-        _NO_SERVER_WARNED.add(key)
-        log.warning(msg, *args)

@@ -26,6 +26,7 @@ from pbkv_sdk.queues import wait_done
 from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter
 from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, canonical_prompt, prefix_hashes
 from pbkv_contract.features import request_features
+from pbkv_contract.hints import HEADER_CACHED_TOKENS, HEADER_PROMPT_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,8 @@ ENV_TRACE_TEXT = "PBKV_TRACE_TEXT"
 CHARS_PER_TOKEN_ESTIMATE = 4
 #: Response headers in which pbkv-server reports its own prompt and cached token counts on every
 #: answer (README "Running pbkv-server"); used when the body carries no usage.
-HEADER_SERVER_PROMPT_TOKENS = "x-pbkv-prompt-tokens"
-HEADER_SERVER_CACHED_TOKENS = "x-pbkv-cached-tokens"
+HEADER_SERVER_PROMPT_TOKENS = HEADER_PROMPT_TOKENS.lower()
+HEADER_SERVER_CACHED_TOKENS = HEADER_CACHED_TOKENS.lower()
 
 
 @dataclass(slots=True)

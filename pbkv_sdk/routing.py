@@ -38,7 +38,8 @@ import urllib.parse
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
-from pbkv_contract.hints import GRAPH_PATH, HEADER_WORKFLOW_ID
+from pbkv_contract.hints import GRAPH_PATH, HEADER_HINTS, HEADER_WORKFLOW_ID
+from pbkv_sdk.once import WarnOnce
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +60,14 @@ REPLICA_COOLDOWN_S = 10.0
 #: Answer headers in which a router names the worker that served the request (SMG 1.13).
 SERVED_BY_HEADERS = ("x-smg-routed-worker-id",)
 #: Answer header in which pbkv-server says how it read the hints.
-HINTS_ANSWER_HEADER = "x-pbkv-hints"
+HINTS_ANSWER_HEADER = HEADER_HINTS.lower()
 
 # RFC 9110 5.1: a field name is a token.
 _TOKEN_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _UNSET: Any = object()
 _LOCK = threading.Lock()
 _configured: dict[str, Any] = {}
-_WARNED: set[str] = set()
+_WARNED = WarnOnce(log)
 
 
 def configure(*, routing_header: str | None = _UNSET, replicas: Sequence[str] | None = _UNSET) -> None:
@@ -298,9 +299,4 @@ def _parse_env_replicas(raw: str) -> tuple[str, ...]:
     return tuple(urls)
 
 
-def _warn_once(key: str, msg: str, *args: object) -> None:
-    if key in _WARNED:
-        log.debug(msg, *args)
-    else:
-        _WARNED.add(key)
-        log.warning(msg, *args)
+_warn_once = _WARNED

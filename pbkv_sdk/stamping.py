@@ -43,6 +43,7 @@ from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, current_agent, current_in
 from pbkv_contract.hints import BODY_KEY, MAX_FIELD_CHARS, Hints, fit_name, name_problem
 from pbkv_sdk.recorder import FIRST_TOKEN_RE, CallCapture, TraceRecorder
 from pbkv_sdk.routing import note_hint_verdict, note_response
+from pbkv_sdk.once import WarnOnce
 
 log = logging.getLogger(__name__)
 
@@ -382,15 +383,9 @@ def _body_hints_default(value: bool | None) -> bool:
     return os.environ.get(ENV_BODY_HINTS) == "1" if value is None else value
 
 
-_WARNED: set[str] = set()
-#: Distinct warnings given at most; beyond it (names made up per request) they go to debug level.
-_MAX_WARNINGS = 256
+#: One warning per kind of trouble; names made up per request are capped (beyond, debug level).
+_WARNED = WarnOnce(log, suffix=" (further occurrences at debug level)")
 _last_step_var: contextvars.ContextVar[tuple[Workflow, int] | None] = contextvars.ContextVar("pbkv_last_step", default=None)
 
 
-def _warn_once(kind: str, msg: str, *args: Any) -> None:
-    if kind in _WARNED or len(_WARNED) >= _MAX_WARNINGS:
-        log.debug(msg, *args)
-    else:
-        _WARNED.add(kind)
-        log.warning(msg + " (further occurrences at debug level)", *args)
+_warn_once = _WARNED

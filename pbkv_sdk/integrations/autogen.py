@@ -54,6 +54,7 @@ from pbkv_sdk.context import (
     workflow_or_fresh,
 )
 from pbkv_sdk.stamping import wrap_client
+from pbkv_sdk.once import WarnOnce
 
 log = logging.getLogger(__name__)
 
@@ -319,16 +320,11 @@ def _sends_http(client: Any) -> bool:
     return isinstance(client, BaseOpenAIChatCompletionClient)
 
 
-_WARNED: set[str] = set()
+#: One warning per kind of trouble per process (every team of an app would repeat it).
+_WARNED = WarnOnce(log)
 
 
-def _warn_once(kind: str, msg: str, *args: Any) -> None:
-    """One warning per kind of trouble per process (every team of an app would repeat it)."""
-    if kind in _WARNED:
-        log.debug(msg, *args)
-    else:
-        _WARNED.add(kind)
-        log.warning(msg, *args)
+_warn_once = _WARNED
 
 
 def _reset(*tokens: contextvars.Token) -> None:

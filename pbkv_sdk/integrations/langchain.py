@@ -43,6 +43,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 
 from pbkv_sdk import autopatch
 from pbkv_sdk.context import Workflow, set_agent, set_workflow, workflow_or_fresh
+from pbkv_sdk.once import WarnOnce
 
 try:  # LangGraph is optional: plain LangChain apps have no interrupts
     from langgraph.errors import GraphInterrupt as _GraphInterrupt
@@ -307,14 +308,12 @@ def uninstrument() -> None:
             hooks[:] = [hook for hook in hooks if hook[0] is not var]
             continue
         handler.enabled = False
-        if "uninstrument" not in _WARNED:
-            _WARNED.add("uninstrument")
-            log.warning("PBKV: cannot detach the LangChain callback in this langchain-core; it is switched off instead")
+        _WARNED("uninstrument", "PBKV: cannot detach the LangChain callback in this langchain-core; it is switched off instead")
 
 
 _HOLDER = "langchain"
 _INSTALLED: list[tuple[contextvars.ContextVar, PBKVCallbackHandler]] = []
-_WARNED: set[str] = set()
+_WARNED = WarnOnce(log)
 
 
 def _status_of(error: BaseException) -> str:

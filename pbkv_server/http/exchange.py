@@ -13,19 +13,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from pbkv_contract.hints import HintError, Hints, validate_workflow_id
+from pbkv_contract.hints import (  # the answer headers are the contract's, re-exported here
+    HEADER_CACHED_TOKENS, HEADER_HINTS, HEADER_HOST_CACHED_TOKENS, HEADER_PROMPT_TOKENS, HEADER_TTFT, HintError, Hints,
+    validate_workflow_id,
+)
 from pbkv_server.engine import EngineRequest
 
 __all__ = ["Prepared", "Completion", "RequestExtras", "figure_headers", "request_messages", "request_max_tokens",
            "request_extras", "cache_control_ttl", "HEADER_PROMPT_TOKENS", "HEADER_CACHED_TOKENS",
            "HEADER_HOST_CACHED_TOKENS", "HEADER_TTFT", "HEADER_HINTS"]
-
-#: Header names of the per-request figures the server reports.
-HEADER_PROMPT_TOKENS = "X-PBKV-Prompt-Tokens"
-HEADER_CACHED_TOKENS = "X-PBKV-Cached-Tokens"
-HEADER_HOST_CACHED_TOKENS = "X-PBKV-Host-Cached-Tokens"
-HEADER_TTFT = "X-PBKV-TTFT-S"
-HEADER_HINTS = "X-PBKV-Hints"
 
 #: Dynamo's ``cache_control`` TTL range and the TTL of a string it does not recognise, seconds.
 TTL_MIN_S, TTL_MAX_S, TTL_DEFAULT_S = 300.0, 3600.0, 300.0
