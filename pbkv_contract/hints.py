@@ -65,7 +65,12 @@ END_STATUSES = ("completed", "failed", "cancelled")
 
 MAX_FIELD_CHARS = 128
 MAX_STEP = 2**31 - 1
-_WORKFLOW_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+#: Characters of a workflow id (and of an SGLang-style session id).
+WORKFLOW_ID_CHARS = "A-Za-z0-9._:-"
+#: The rule a workflow id obeys, in words (error messages say it).
+WORKFLOW_ID_RULE = f"1-{MAX_FIELD_CHARS} chars of [{WORKFLOW_ID_CHARS}]"
+_WORKFLOW_ID_RE = re.compile(rf"^[{WORKFLOW_ID_CHARS}]{{1,{MAX_FIELD_CHARS}}}$")
+_NOT_WORKFLOW_ID_CHAR = re.compile(rf"[^{WORKFLOW_ID_CHARS}]")
 # Printable ASCII except '%', which is reserved as the escape character of the encoding.
 _SAFE_CHARS = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 
@@ -220,8 +225,21 @@ def hint_name_problem(hints: Hints) -> str | None:
 def validate_workflow_id(value: str) -> str:
     """Return ``value`` if it is a valid workflow id, else raise :class:`HintError`."""
     if not isinstance(value, str) or not _WORKFLOW_ID_RE.match(value):
-        raise HintError("workflow id must be 1-128 chars of [A-Za-z0-9._:-]")
+        raise HintError(f"workflow id must be {WORKFLOW_ID_RULE}")
     return value
+
+
+def workflow_id_from(text: str, max_chars: int = MAX_FIELD_CHARS, empty: str = "workflow") -> str:
+    """A valid workflow id made from any text (a task id, a log file name): characters outside
+    ``[A-Za-z0-9._:-]`` become ``_``, cut to ``max_chars`` (<= 128); ``empty`` if nothing is left.
+
+    Raises:
+        ValueError: ``max_chars`` outside 1-128, or ``empty`` not a valid workflow id.
+    """
+    if not 1 <= max_chars <= MAX_FIELD_CHARS:
+        raise ValueError(f"max_chars must be 1-{MAX_FIELD_CHARS}, got {max_chars}")
+    validate_workflow_id(empty)
+    return _NOT_WORKFLOW_ID_CHAR.sub("_", text)[:max_chars] or empty
 
 
 def parse_step(value: Any) -> int:

@@ -232,7 +232,6 @@ def workflow_id_for(task_id: str) -> str:
     make the app's behaviour (rounds, retries) and hence every figure change from run to run.
     Characters outside ``[A-Za-z0-9._:-]`` become ``_``; at most 128 characters (protocol v1).
     """
-    import re
+    from pbkv_contract.hints import workflow_id_from
 
-    clean = re.sub(r"[^A-Za-z0-9._:-]", "_", task_id)[:128]
-    return clean or "task"
+    return workflow_id_from(task_id, empty="task")

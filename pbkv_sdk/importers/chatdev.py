@@ -41,6 +41,7 @@ from typing import IO, Iterator
 from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
 from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, prefix_hashes
 from pbkv_contract.features import request_features
+from pbkv_contract.hints import workflow_id_from
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +346,8 @@ def _decode(fh: IO[bytes]) -> str:
 
 
 def _workflow_id(name: str, used: set[str]) -> str:
-    base = re.sub(r"[^A-Za-z0-9._:-]", "_", name[:-4] if name.endswith(".log") else name)[:120] or "log"
+    # 120 characters leave room for the ".N" that tells apart logs of the same name
+    base = workflow_id_from(name[:-4] if name.endswith(".log") else name, max_chars=120, empty="log")
     wid, n = base, 1
     while wid in used:
         n += 1

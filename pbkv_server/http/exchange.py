@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from pbkv_contract.hints import (  # the answer headers are the contract's, re-exported here
     HEADER_CACHED_TOKENS, HEADER_HINTS, HEADER_HOST_CACHED_TOKENS, HEADER_PROMPT_TOKENS, HEADER_TTFT, HintError, Hints,
-    validate_workflow_id,
+    WORKFLOW_ID_RULE, validate_workflow_id,
 )
 from pbkv_server.engine import EngineRequest
 
@@ -63,7 +63,7 @@ def request_extras(body: Mapping[str, Any]) -> RequestExtras:
         except HintError:
             pass
         if out.session_id is None:
-            out.problems.append("session_id must be 1-128 characters of [A-Za-z0-9._:-]")
+            out.problems.append(f"session_id must be {WORKFLOW_ID_RULE}")
     nvext = body.get("nvext")
     hints = nvext.get("agent_hints") if isinstance(nvext, Mapping) else None
     hints = hints if isinstance(hints, Mapping) else {}

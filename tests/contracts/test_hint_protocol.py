@@ -14,6 +14,8 @@ from pbkv_contract.hints import (
     hint_name_problem,
     name_problem,
     parse_hints,
+    validate_workflow_id,
+    workflow_id_from,
 )
 
 
@@ -148,3 +150,13 @@ def test_a_body_name_with_a_control_character_is_refused_by_the_parser():
     body["custom_params"]["pbkv"]["app"] = "xy"
     hints, error = parse_hints({}, body)
     assert error is None and (hints.agent, hints.app) == ("ok", "xy")
+
+
+def test_workflow_id_from_any_text_replaces_other_characters_and_cuts_to_the_limit():
+    assert workflow_id_from("HoVer claim #12 (é)") == "HoVer_claim__12____"
+    assert workflow_id_from("") == "workflow" and workflow_id_from("", empty="log") == "log"
+    long = workflow_id_from("a" * 300)
+    assert long == "a" * 128 and validate_workflow_id(long) == long
+    assert workflow_id_from("x" * 300, max_chars=120) == "x" * 120
+    with pytest.raises(ValueError):
+        workflow_id_from("x", max_chars=129)
