@@ -6,6 +6,12 @@ All other nodes are ordered by Score(c) of PBKV Eq. 2 (:mod:`pbkv_server.engine.
 the engine keeps current incrementally; LRU breaks ties (equal scores, e.g. 0 for cache of
 anonymous requests and of ended single-request workflows, or without a predictor), so traffic
 without hints or predictions is ordered exactly as ``lru`` orders it.
+
+Robustness guard (:mod:`~pbkv_server.engine.guard`): while :attr:`~Policy.fallback` is set, the
+score is ignored and the order is ``lae``'s (retired first, then LRU), the same tuple shape with
+score 0. Retired-first stays because it uses no prediction (only end signals) and ``lae`` never
+fell behind ``lru`` in ``benchmarks/policy_matrix.py``; the guard's ghost still compares with
+pure LRU, so a retired-first order that lost would keep the guard in fallback.
 """
 
 from __future__ import annotations
@@ -20,11 +26,18 @@ class HierarchicalPolicy(Policy):
     summary = "hierarchical: retired first, then ascending lookahead score (PBKV Eq. 2)"
     uses_predictions = True
     sglang_name = "pbkv-he"
+    guardable = True
+    #: In fallback, keep ranking retired cache first (``lae`` order) rather than pure LRU.
+    fallback_retired_first = True
 
     def priority(self, node) -> tuple:
         """See class docstring."""
         sc = node.sc
         if sc is None:
+            return (1, 0.0, node.last_access)
+        if self.fallback:
+            if sc.retired and self.fallback_retired_first:
+                return (0, 0 if sc.finished_private else 1, node.last_access)
             return (1, 0.0, node.last_access)
         if sc.retired:
             return (0, 0 if sc.finished_private else 1, node.last_access)

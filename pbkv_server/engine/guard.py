@@ -1,0 +1,226 @@
+"""Robustness guard of the predictive policies: fall back to LRU order while LRU would do better.
+
+A predictive eviction order is only as good as its predictions. Learning-augmented caching makes
+a predictor-following algorithm robust by running it next to a robust one and following whichever
+has done better on the requests seen so far (Lykouris & Vassilvitskii, "Competitive caching with
+machine learned advice", ICML 2018; the switching combination with growing phases is the classic
+one of Fiat et al. 1991, used for predicted caching by Antoniadis et al., "Online metric
+algorithms with untrusted predictions", ICML 2020). The robust algorithm here is LRU, the order
+every comparison in this project is made against (``policies.BASELINE_POLICY``); it is simulated
+by a ghost directory as ARC simulates the lists it does not hold (Megiddo & Modha, "ARC: a
+self-tuning, low overhead replacement cache", FAST 2003): keys and token counts only, no KV.
+
+Modelling choices (each a module constant, see ``docs/architecture.md``, "Robustness guard"):
+
+- The ghost (:class:`ShadowLRU`) replays every admitted prompt with LRU eviction at the real
+  device capacity minus the tokens reserved for running outputs, keyed by the real cache's unit
+  keys; no host tier, no timing, no pins. Unit keys are chained (a key names its whole prefix,
+  :mod:`pbkv_contract.blocks`, :mod:`~pbkv_server.engine.pages`), so a flat ordered dict is a
+  prefix cache: a prompt hits its longest run of present keys.
+- The comparison is over a sliding window of the newest :data:`WINDOW_CAPACITIES` x device
+  capacity prompt tokens, per traffic class (the workflow's app; anonymous requests form one
+  class): "never slower than LRU" must hold for each class served, not only on average, since a
+  policy may win on agents what it loses on chat.
+- The policy is behind when, in the window, a class with at least :data:`MIN_CLASS_SHARE` of the
+  window's prompt tokens (or the whole window) has fewer device hit tokens than the ghost by more
+  than :data:`MARGIN` of that class's prompt tokens.
+- Hysteresis: the window restarts at every switch, so each mode is judged on a full window of
+  its own traffic; in fallback the policy cannot show it would be ahead (it follows LRU), so it
+  resumes the predicted order after a hold of :data:`HOLD_WINDOWS` windows (a probe). A probe
+  that is behind at its first judgement doubles the next hold (up to :data:`MAX_HOLD_WINDOWS`
+  windows: geometric phases bound the cost of probing to a logarithmic number of windows); a
+  probe that survives its first judgement resets the hold.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Hashable, Sequence
+
+__all__ = ["ShadowLRU", "LRUGuard", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SHARE", "HOLD_WINDOWS",
+           "MAX_HOLD_WINDOWS"]
+
+#: Window of the comparison, in device capacities of prompt tokens.
+WINDOW_CAPACITIES = 2.0
+#: Allowed deficit of device hit tokens vs the ghost, as a share of a class's prompt tokens.
+MARGIN = 0.01
+#: Least share of the window's prompt tokens a class needs to be judged on its own.
+MIN_CLASS_SHARE = 0.1
+#: First fallback hold, in windows of prompt tokens.
+HOLD_WINDOWS = 16
+#: Longest fallback hold, in windows (holds double after each failed probe).
+MAX_HOLD_WINDOWS = 256
+
+
+class ShadowLRU:
+    """Ghost directory of an LRU prefix cache: unit key -> tokens, least recently used first.
+
+    Args:
+        capacity: device KV capacity, tokens.
+
+    Attributes:
+        used: tokens of the units the ghost holds (at most the room given to :meth:`admit`).
+        hit_tokens: prompt tokens the ghost found, over all counted admissions.
+    """
+
+    __slots__ = ("capacity", "used", "hit_tokens", "_units")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.hit_tokens = 0
+        self._units: OrderedDict[Hashable, int] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+    def admit(self, keys: Sequence[Hashable], toks: Sequence[int], room: int, count: bool = True) -> int:
+        """Look ``keys`` up, then cache them as LRU would and evict to ``room`` tokens.
+
+        Args:
+            keys: the prompt's unit keys (chained); toks: tokens per unit.
+            room: device tokens the cached units may take after this admission (capacity minus the
+                tokens reserved for running outputs, this request's included).
+            count: add the hit to :attr:`hit_tokens` (``False`` for speculative prefills).
+
+        Returns:
+            Prompt tokens found (the longest prefix of ``keys`` the ghost holds), counted with
+            ``toks`` as the real cache counts them.
+
+        The prompt's units become the most recent ones, deepest first, so a prefix is always more
+        recent than its extensions and eviction (oldest first) takes tails before their prefixes,
+        the order in which a radix tree evicts leaves. The prompt's own units are never evicted.
+        """
+        units = self._units
+        hit = n = 0
+        for key, t in zip(keys, toks):
+            if key not in units:
+                break
+            hit += t
+            n += 1
+        for i in range(len(keys) - 1, -1, -1):
+            key = keys[i]
+            if key in units:
+                units.move_to_end(key)
+            else:
+                units[key] = toks[i]
+                self.used += toks[i]
+        keep = len(keys)
+        while self.used > room and len(units) > keep:
+            self.used -= units.popitem(last=False)[1]
+        if count:
+            self.hit_tokens += hit
+        return hit
+
+
+class LRUGuard:
+    """Decides whether a predictive policy follows its predicted order or LRU's (module docstring).
+
+    Args:
+        capacity: device KV capacity, tokens (the ghost's, and the window's unit).
+        window_capacities, margin, min_class_share, hold_windows, max_hold_windows: see the
+            module constants.
+
+    Attributes:
+        ghost: the :class:`ShadowLRU`.
+        fallback: True while the policy must use LRU order.
+        switches: mode changes so far (both directions).
+        window_tokens: size of the comparison window, prompt tokens.
+
+    Raises:
+        ValueError: capacity < 1, a window <= 0, a margin < 0 or holds < 1.
+    """
+
+    def __init__(self, capacity: int, window_capacities: float = WINDOW_CAPACITIES, margin: float = MARGIN,
+                 min_class_share: float = MIN_CLASS_SHARE, hold_windows: int = HOLD_WINDOWS,
+                 max_hold_windows: int = MAX_HOLD_WINDOWS) -> None:
+        if capacity < 1 or window_capacities <= 0 or margin < 0 or not 1 <= hold_windows <= max_hold_windows:
+            raise ValueError("guard needs capacity >= 1, window > 0, margin >= 0, 1 <= hold <= max hold")
+        self.ghost = ShadowLRU(capacity)
+        self.window_tokens = max(1, int(window_capacities * capacity))
+        self.margin = margin
+        self.min_class_share = min_class_share
+        self.fallback = False
+        self.switches = 0
+        self._hold_windows = self._base_hold = hold_windows
+        self._max_hold = max_hold_windows
+        self._window: deque[tuple[object, int, int, int]] = deque()  # (class, prompt, real hit, ghost hit)
+        self._sums: dict[object, list[int]] = {}  # class -> [prompt, real hit, ghost hit] in the window
+        self._total = 0  # prompt tokens in the window
+        self._seen = 0  # counted prompt tokens since the last switch
+        self._hold_until = 0
+
+    def observe(self, cls: object, keys: Sequence[Hashable], toks: Sequence[int], room: int, prompt: int,
+                device_hit: int, count: bool = True) -> bool:
+        """Record one admission: the ghost replays it, the window adds it; returns True when the
+        mode changed (the caller re-files the evictable nodes).
+
+        Args:
+            cls: the request's traffic class (its workflow's app; ``None`` for anonymous ones).
+            keys, toks: the prompt's unit keys and tokens per unit (as the real cache keys them).
+            room: device tokens cached units may take now (capacity minus reserved outputs).
+            prompt: the prompt's tokens (the hit-rate denominator of the real cache).
+            device_hit: prompt tokens the real cache found on the device.
+            count: the admission counts in the hit rates (``False``: speculative prefill, which
+                the ghost replays but the window ignores).
+        """
+        ghost_hit = self.ghost.admit(keys, toks, room, count)
+        if not count or prompt <= 0:
+            return False
+        self._window.append((cls, prompt, device_hit, ghost_hit))
+        s = self._sums.get(cls)
+        if s is None:
+            s = self._sums[cls] = [0, 0, 0]
+        s[0] += prompt
+        s[1] += device_hit
+        s[2] += ghost_hit
+        self._total += prompt
+        self._seen += prompt
+        while self._total - self._window[0][1] >= self.window_tokens:
+            old_cls, p, r, g = self._window.popleft()
+            s = self._sums[old_cls]
+            s[0] -= p
+            s[1] -= r
+            s[2] -= g
+            if s[0] == 0:
+                del self._sums[old_cls]
+            self._total -= p
+        if self.fallback:
+            if self._seen >= self._hold_until:
+                self._switch(False)
+                return True
+            return False
+        if self._total < self.window_tokens:
+            return False
+        if self.behind():
+            # a probe that did not last as long as the hold before it doubles the next hold
+            lasted = self._seen >= self._hold_windows * self.window_tokens
+            self._hold_windows = self._base_hold if lasted else min(self._max_hold, 2 * self._hold_windows)
+            self._switch(True)
+            return True
+        return False
+
+    def behind(self) -> bool:
+        """True if, in the current window, the policy has fewer device hit tokens than the ghost
+        by more than ``margin`` of the prompt tokens of some class holding at least
+        ``min_class_share`` of the window, or of the whole window."""
+        total = self._total
+        if total <= 0:
+            return False
+        margin = self.margin
+        real = ghost = 0
+        for prompt, r, g in self._sums.values():
+            real += r
+            ghost += g
+            if prompt >= self.min_class_share * total and g - r > margin * prompt:
+                return True
+        return ghost - real > margin * total
+
+    def _switch(self, fallback: bool) -> None:
+        self.fallback = fallback
+        self.switches += 1
+        self._window.clear()
+        self._sums.clear()
+        self._total = 0
+        self._seen = 0
+        self._hold_until = self._hold_windows * self.window_tokens
