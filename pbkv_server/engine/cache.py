@@ -267,6 +267,8 @@ class PrefixCache:
             self.board.note_ended_use(node.sc)
         self.refresh(node)
         self.refresh(parent)
+        if self.guard is not None:  # the output takes room in LRU's cache too (never a hit)
+            self.guard.ghost.admit(keys, toks, self.device_capacity - self._reserved, count=False)
         return node
 
     def rescore(self, records: Sequence[NodeScore]) -> None:

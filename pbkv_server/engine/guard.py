@@ -21,9 +21,13 @@ Modelling choices (each a module constant, see ``docs/architecture.md``, "Robust
   capacity prompt tokens, per traffic class (the workflow's app; anonymous requests form one
   class): "never slower than LRU" must hold for each class served, not only on average, since a
   policy may win on agents what it loses on chat.
-- The policy is behind when, in the window, a class with at least :data:`MIN_CLASS_SHARE` of the
-  window's prompt tokens (or the whole window) has fewer device hit tokens than the ghost by more
-  than :data:`MARGIN` of that class's prompt tokens.
+- The policy is behind when a class with at least :data:`MIN_CLASS_SHARE` of the window's prompt
+  tokens (or all traffic) has fewer device hit tokens than the ghost by more than :data:`MARGIN`
+  of that class's prompt tokens in the window (it trails now) and has no credit left: its hit
+  tokens minus the ghost's since the last switch, with a surplus counted up to
+  :data:`CREDIT_SHARE` x window tokens. The combining algorithms switch on costs accumulated over
+  the phase; the cap keeps an old surplus from hiding a new regime for long, while a policy well
+  ahead of LRU does not trip on one unlucky window of a handful of long prompts.
 - Hysteresis: the window restarts at every switch, so each mode is judged on a full window of
   its own traffic; in fallback the policy cannot show it would be ahead (it follows LRU), so it
   resumes the predicted order after a hold of :data:`HOLD_WINDOWS` windows (a probe). A probe
@@ -35,19 +39,29 @@ Modelling choices (each a module constant, see ``docs/architecture.md``, "Robust
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from itertools import takewhile
 from typing import Hashable, Sequence
 
-__all__ = ["ShadowLRU", "LRUGuard", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SHARE", "HOLD_WINDOWS",
-           "MAX_HOLD_WINDOWS"]
+__all__ = ["ShadowLRU", "LRUGuard", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SHARE", "CREDIT_SHARE",
+           "HOLD_WINDOWS", "MAX_HOLD_WINDOWS"]
 
-#: Window of the comparison, in device capacities of prompt tokens.
-WINDOW_CAPACITIES = 2.0
+#: Window of the comparison, in device capacities of prompt tokens. Measured choice
+#: (``benchmarks/policy_matrix.py``, chat-mix C=32 and ChatDev): 2 and 4 capacities noticed a
+#: losing order later and cost the chat class up to 1.7 points more; the credit below keeps the
+#: short window from tripping a policy that is well ahead.
+WINDOW_CAPACITIES = 1.0
 #: Allowed deficit of device hit tokens vs the ghost, as a share of a class's prompt tokens.
 MARGIN = 0.01
 #: Least share of the window's prompt tokens a class needs to be judged on its own.
 MIN_CLASS_SHARE = 0.1
-#: First fallback hold, in windows of prompt tokens.
-HOLD_WINDOWS = 16
+#: Key of the all-traffic credit (no app is named by this object).
+_ALL = object()
+#: Most surplus a class may bank against later deficits, as a share of the window's prompt tokens.
+CREDIT_SHARE = 0.05
+#: First fallback hold, in windows of prompt tokens (each probe of the predicted order costs
+#: about a window of LRU's hits when predictions are still wrong, so holds are long: 2 to 16
+#: windows left chat-mix C=32 up to 0.8% slower than LRU).
+HOLD_WINDOWS = 32
 #: Longest fallback hold, in windows (holds double after each failed probe).
 MAX_HOLD_WINDOWS = 256
 
@@ -92,19 +106,17 @@ class ShadowLRU:
         the order in which a radix tree evicts leaves. The prompt's own units are never evicted.
         """
         units = self._units
-        hit = n = 0
-        for key, t in zip(keys, toks):
-            if key not in units:
-                break
-            hit += t
-            n += 1
-        for i in range(len(keys) - 1, -1, -1):
-            key = keys[i]
-            if key in units:
-                units.move_to_end(key)
-            else:
-                units[key] = toks[i]
-                self.used += toks[i]
+        n = sum(1 for _ in takewhile(units.__contains__, keys))
+        hit = sum(toks[:n])
+        if n < len(keys):
+            # chained keys: the ghost is prefix-closed, so the units after the first miss are new
+            before = len(units)
+            units.update(zip(reversed(keys[n:]), reversed(toks[n:])))
+            if len(units) - before == len(keys) - n:
+                self.used += sum(toks[n:])
+            else:  # a key repeated at another depth (keys not chained): recount
+                self.used = sum(units.values())
+        deque(map(units.move_to_end, reversed(keys[:n])), maxlen=0)  # the loop runs in C
         keep = len(keys)
         while self.used > room and len(units) > keep:
             self.used -= units.popitem(last=False)[1]
@@ -118,8 +130,8 @@ class LRUGuard:
 
     Args:
         capacity: device KV capacity, tokens (the ghost's, and the window's unit).
-        window_capacities, margin, min_class_share, hold_windows, max_hold_windows: see the
-            module constants.
+        window_capacities, margin, min_class_share, hold_windows, max_hold_windows, credit_share:
+            see the module constants.
 
     Attributes:
         ghost: the :class:`ShadowLRU`.
@@ -128,14 +140,16 @@ class LRUGuard:
         window_tokens: size of the comparison window, prompt tokens.
 
     Raises:
-        ValueError: capacity < 1, a window <= 0, a margin < 0 or holds < 1.
+        ValueError: capacity < 1, a window <= 0, a margin or credit share < 0, holds < 1 or a
+            first hold above the longest.
     """
 
     def __init__(self, capacity: int, window_capacities: float = WINDOW_CAPACITIES, margin: float = MARGIN,
                  min_class_share: float = MIN_CLASS_SHARE, hold_windows: int = HOLD_WINDOWS,
-                 max_hold_windows: int = MAX_HOLD_WINDOWS) -> None:
-        if capacity < 1 or window_capacities <= 0 or margin < 0 or not 1 <= hold_windows <= max_hold_windows:
-            raise ValueError("guard needs capacity >= 1, window > 0, margin >= 0, 1 <= hold <= max hold")
+                 max_hold_windows: int = MAX_HOLD_WINDOWS, credit_share: float = CREDIT_SHARE) -> None:
+        if (capacity < 1 or window_capacities <= 0 or margin < 0 or credit_share < 0
+                or not 1 <= hold_windows <= max_hold_windows):
+            raise ValueError("guard needs capacity >= 1, window > 0, margin >= 0, credit >= 0, 1 <= hold <= max hold")
         self.ghost = ShadowLRU(capacity)
         self.window_tokens = max(1, int(window_capacities * capacity))
         self.margin = margin
@@ -146,6 +160,8 @@ class LRUGuard:
         self._max_hold = max_hold_windows
         self._window: deque[tuple[object, int, int, int]] = deque()  # (class, prompt, real hit, ghost hit)
         self._sums: dict[object, list[int]] = {}  # class -> [prompt, real hit, ghost hit] in the window
+        self._credit: dict[object, float] = {}  # class (and _ALL) -> capped surplus since the last switch
+        self._credit_cap = credit_share * self.window_tokens
         self._total = 0  # prompt tokens in the window
         self._seen = 0  # counted prompt tokens since the last switch
         self._hold_until = 0
@@ -174,6 +190,9 @@ class LRUGuard:
         s[0] += prompt
         s[1] += device_hit
         s[2] += ghost_hit
+        credit, cap, gain = self._credit, self._credit_cap, device_hit - ghost_hit
+        credit[cls] = min(cap, credit.get(cls, 0.0) + gain)
+        credit[_ALL] = min(cap, credit.get(_ALL, 0.0) + gain)
         self._total += prompt
         self._seen += prompt
         while self._total - self._window[0][1] >= self.window_tokens:
@@ -201,26 +220,29 @@ class LRUGuard:
         return False
 
     def behind(self) -> bool:
-        """True if, in the current window, the policy has fewer device hit tokens than the ghost
-        by more than ``margin`` of the prompt tokens of some class holding at least
-        ``min_class_share`` of the window, or of the whole window."""
+        """True if the policy trails the ghost now and has no surplus left: for some class holding
+        at least ``min_class_share`` of the window's prompt tokens (or for all traffic), the device
+        hit tokens in the window are below the ghost's by more than ``margin`` of that class's
+        prompt tokens, and the class's credit (its hit tokens minus the ghost's since the last
+        switch, a surplus counted up to ``credit_share`` x window tokens) is negative."""
         total = self._total
         if total <= 0:
             return False
-        margin = self.margin
+        margin, credit = self.margin, self._credit
         real = ghost = 0
-        for prompt, r, g in self._sums.values():
+        for cls, (prompt, r, g) in self._sums.items():
             real += r
             ghost += g
-            if prompt >= self.min_class_share * total and g - r > margin * prompt:
+            if prompt >= self.min_class_share * total and g - r > margin * prompt and credit[cls] < 0:
                 return True
-        return ghost - real > margin * total
+        return ghost - real > margin * total and credit[_ALL] < 0
 
     def _switch(self, fallback: bool) -> None:
         self.fallback = fallback
         self.switches += 1
         self._window.clear()
         self._sums.clear()
+        self._credit.clear()
         self._total = 0
         self._seen = 0
         self._hold_until = self._hold_windows * self.window_tokens
