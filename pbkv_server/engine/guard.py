@@ -31,9 +31,10 @@ Modelling choices (each a module constant, see ``docs/architecture.md``, "Robust
 - Hysteresis: the window restarts at every switch, so each mode is judged on a full window of
   its own traffic; in fallback the policy cannot show it would be ahead (it follows LRU), so it
   resumes the predicted order after a hold of :data:`HOLD_WINDOWS` windows (a probe). A probe
-  that is behind at its first judgement doubles the next hold (up to :data:`MAX_HOLD_WINDOWS`
-  windows: geometric phases bound the cost of probing to a logarithmic number of windows); a
-  probe that survives its first judgement resets the hold.
+  that trips before it has lasted as long as the hold before it doubles the next hold (up to
+  :data:`MAX_HOLD_WINDOWS` windows: geometric phases bound the cost of probing to a logarithmic
+  number of windows); a probe that lasts that long, and the first predicted phase, leave the
+  next hold at :data:`HOLD_WINDOWS`.
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ __all__ = ["ShadowLRU", "LRUGuard", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SH
            "HOLD_WINDOWS", "MAX_HOLD_WINDOWS"]
 
 #: Window of the comparison, in device capacities of prompt tokens. Measured choice
-#: (``benchmarks/policy_matrix.py``, chat-mix C=32 and ChatDev): 2 and 4 capacities noticed a
-#: losing order later and cost the chat class up to 1.7 points more; the credit below keeps the
-#: short window from tripping a policy that is well ahead.
+#: (``benchmarks/policy_matrix.py``, chat-mix C=32 and ChatDev): with 2 capacities (same hold in
+#: tokens) a losing order was noticed later, ``he``'s chat class ended 1.6 points lower at 120k
+#: tokens and ChatDev 0.2 points lower; the credit below keeps the short window from tripping a
+#: policy that is well ahead.
 WINDOW_CAPACITIES = 1.0
 #: Allowed deficit of device hit tokens vs the ghost, as a share of a class's prompt tokens.
 MARGIN = 0.01
@@ -58,12 +60,14 @@ MIN_CLASS_SHARE = 0.1
 _ALL = object()
 #: Most surplus a class may bank against later deficits, as a share of the window's prompt tokens.
 CREDIT_SHARE = 0.05
-#: First fallback hold, in windows of prompt tokens (each probe of the predicted order costs
-#: about a window of LRU's hits when predictions are still wrong, so holds are long: 2 to 16
-#: windows left chat-mix C=32 up to 0.8% slower than LRU).
-HOLD_WINDOWS = 32
+#: First fallback hold, in windows of prompt tokens. Each probe of the predicted order costs
+#: about a window of LRU's hits while predictions are still wrong (and the chat class pays most of
+#: it), so holds are long: on chat-mix C=32, first holds of 8 device capacities left the 40k-token
+#: cell 0.8% slower than LRU; 32 capacities 0.35% slower with the chat class 0.6 points below LRU
+#: at 80k tokens; 64 capacities 0.3% slower and chat within 0.3 points at 40k and 80k.
+HOLD_WINDOWS = 64
 #: Longest fallback hold, in windows (holds double after each failed probe).
-MAX_HOLD_WINDOWS = 256
+MAX_HOLD_WINDOWS = 512
 
 
 class ShadowLRU:
@@ -165,6 +169,7 @@ class LRUGuard:
         self._total = 0  # prompt tokens in the window
         self._seen = 0  # counted prompt tokens since the last switch
         self._hold_until = 0
+        self._probing = False  # the predicted phase began at the end of a hold
 
     def observe(self, cls: object, keys: Sequence[Hashable], toks: Sequence[int], room: int, prompt: int,
                 device_hit: int, count: bool = True) -> bool:
@@ -207,14 +212,15 @@ class LRUGuard:
         if self.fallback:
             if self._seen >= self._hold_until:
                 self._switch(False)
+                self._probing = True
                 return True
             return False
         if self._total < self.window_tokens:
             return False
         if self.behind():
             # a probe that did not last as long as the hold before it doubles the next hold
-            lasted = self._seen >= self._hold_windows * self.window_tokens
-            self._hold_windows = self._base_hold if lasted else min(self._max_hold, 2 * self._hold_windows)
+            failed = self._probing and self._seen < self._hold_windows * self.window_tokens
+            self._hold_windows = min(self._max_hold, 2 * self._hold_windows) if failed else self._base_hold
             self._switch(True)
             return True
         return False

@@ -9,9 +9,11 @@ without hints or predictions is ordered exactly as ``lru`` orders it.
 
 Robustness guard (:mod:`~pbkv_server.engine.guard`): while :attr:`~Policy.fallback` is set, the
 score is ignored and the order is ``lae``'s (retired first, then LRU), the same tuple shape with
-score 0. Retired-first stays because it uses no prediction (only end signals) and ``lae`` never
-fell behind ``lru`` in ``benchmarks/policy_matrix.py``; the guard's ghost still compares with
-pure LRU, so a retired-first order that lost would keep the guard in fallback.
+score 0. Retired-first stays because it uses no prediction (only end signals) and ``lae`` was
+never more than 0.3% slower than ``lru`` in ``benchmarks/policy_matrix.py`` (chat-mix C=32 at 40k
+tokens: 1.003x); a pure-LRU fallback, measured on chat-mix C=32, was 0.05-1.8% slower than the
+retired-first one and its chat class 1.1 points higher to 0.9 points lower. The guard's ghost
+still compares with pure LRU, so a retired-first order that lost would keep it in fallback.
 """
 
 from __future__ import annotations
@@ -27,18 +29,12 @@ class HierarchicalPolicy(Policy):
     uses_predictions = True
     sglang_name = "pbkv-he"
     guardable = True
-    #: In fallback, keep ranking retired cache first (``lae`` order) rather than pure LRU.
-    fallback_retired_first = True
 
     def priority(self, node) -> tuple:
         """See class docstring."""
         sc = node.sc
         if sc is None:
             return (1, 0.0, node.last_access)
-        if self.fallback:
-            if sc.retired and self.fallback_retired_first:
-                return (0, 0 if sc.finished_private else 1, node.last_access)
-            return (1, 0.0, node.last_access)
         if sc.retired:
             return (0, 0 if sc.finished_private else 1, node.last_access)
-        return (1, sc.score, node.last_access)
+        return (1, 0.0 if self.fallback else sc.score, node.last_access)
