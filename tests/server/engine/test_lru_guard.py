@@ -58,9 +58,9 @@ def test_guard_falls_back_to_lru_order_under_adversarial_predictions_then_resume
     cache = keep_x_cache
     # Capacity 2 units; x, a, b, a, b, a, b. Keeping x leaves one slot for a/b: every request misses.
     # The ghost LRU evicts x at request 3 (b) and hits a at request 4: in the window [b, a] the ghost
-    # has 1 hit token more than the policy (> 1% of 2 tokens): fallback. In LRU order request 5 (b)
-    # evicts x (oldest), and a, b hit from then on. The hold (1 window = 2 tokens) ends at
-    # request 6: the predicted order resumes, and with x gone it equals LRU: no further switch.
+    # has 1 hit token more than the policy (> 1% of 2 tokens) and the policy has no credit: fallback.
+    # In LRU order request 5 (b) evicts x (oldest), and a, b hit from then on. The hold (1 window =
+    # 2 tokens) ends at request 6: the predicted order resumes, and with x gone it equals LRU.
     hits, contents = [], []
     for t, key in enumerate("xabababab", start=1):
         hits.append(_serve(cache, key, t))
@@ -73,6 +73,16 @@ def test_guard_falls_back_to_lru_order_under_adversarial_predictions_then_resume
     assert cache.stats.guard_switches == 2  # to LRU at request 4, back at request 6
     assert not cache.policy.fallback
     assert cache.stats.evictions == 3 and cache.stats.guard_fallback_evictions == 1
+
+    # Now the prediction is right: x returns every third request between new keys. LRU evicts x
+    # each time (two newer keys come between its uses); the predicted order keeps it and hits it at
+    # requests 13, 16 and 19. The policy is ahead, so the guard stays off.
+    later = ["x", "c1", "c2", "x", "c3", "c4", "x", "c5", "c6", "x"]
+    hits = [_serve(cache, key, t) for t, key in enumerate(later, start=10)]
+    assert hits == [0, 0, 0, 1, 0, 0, 1, 0, 0, 1]
+    assert cache.guard.ghost.hit_tokens == 6  # LRU never finds x
+    assert cache.stats.guard_switches == 2 and not cache.policy.fallback
+    assert _device(cache) == {"x", "c6"}
 
 
 def test_guard_switched_off_keeps_the_adversarial_order(keep_x_cache):
