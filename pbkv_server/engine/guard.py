@@ -40,6 +40,7 @@ Modelling choices (each a module constant, see ``docs/architecture.md``, "Robust
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from itertools import takewhile
 from typing import Hashable, Sequence
 
 __all__ = ["ShadowLRU", "LRUGuard", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SHARE", "CREDIT_SHARE",
@@ -109,19 +110,12 @@ class ShadowLRU:
         the order in which a radix tree evicts leaves. The prompt's own units are never evicted.
         """
         units = self._units
-        # chained keys and a prefix-closed ghost: the present keys are a prefix of the prompt, so
-        # the first missing one is found by bisection (log n lookups instead of n)
-        lo, hi = 0, len(keys)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if keys[mid] in units:
-                lo = mid + 1
-            else:
-                hi = mid
-        n = lo
+        # a linear scan, not a bisection: keys that are not chained (tests, foreign traces) may be
+        # present after a missing one
+        n = sum(1 for _ in takewhile(units.__contains__, keys))
         hit = sum(toks[:n])
         if n < len(keys):
-            # the units after the first miss are new (prefix-closed ghost)
+            # with chained keys the units after the first miss are new (the ghost is prefix-closed)
             before = len(units)
             units.update(zip(reversed(keys[n:]), reversed(toks[n:])))
             if len(units) - before == len(keys) - n:
