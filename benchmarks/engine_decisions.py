@@ -11,6 +11,7 @@ true K-step distributions. Prints mean and p99 of:
   node-weighted, the time to re-file the changed nodes in the eviction/prefetch heaps);
 - prefetch decision: one prefetch round on a decode-only step, ms;
 - predictor call, us;
+- robustness guard per admission (ghost LRU replay, window, re-filing at a switch), us;
 
 plus the tree size and the number of samples. Targets (paper Table 4, CPython): eviction
 <= 0.44 ms mean, prefetch <= 0.64 ms mean, score update <= 5 us per node.
@@ -179,10 +180,15 @@ def main() -> None:
     print(f"tree: {engine.tree.n_nodes} nodes, device {engine.tree.device_tokens} / {engine.device_capacity} tokens, "
           f"host {engine.tree.host_tokens} / {engine.host_capacity}; hit rate {s.hit_rate:.3f}, "
           f"host hit rate {s.host_hit_rate:.3f}, evictions {s.evictions}, prefetched {s.prefetched_tokens} tokens")
+    if engine.cache.guard is not None:
+        guard = engine.cache.guard
+        print(f"lru guard: {s.guard_switches} switches, {s.guard_fallback_evictions} evictions in LRU order, "
+              f"ghost {len(guard.ghost)} units / {guard.ghost.used} tokens")
     rows = [("eviction decision", s.eviction_decision_s, 1e3, "ms", 0.44),
             ("score update / node", s.score_update_s, 1e6, "us", 5.0),
             ("prefetch decision", s.prefetch_decision_s, 1e3, "ms", 0.64),
-            ("predictor call", s.predictor_call_s, 1e6, "us", None)]
+            ("predictor call", s.predictor_call_s, 1e6, "us", None),
+            ("lru guard / admission", s.guard_decision_s, 1e6, "us", None)]
     print(f"{'measure':22s} {'mean':>10s} {'p99':>10s} {'unit':>5s} {'samples':>8s}  target (mean)")
     for name, samples, scale, unit, target in rows:
         mean, p99, n = _summary(samples, scale)

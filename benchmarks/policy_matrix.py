@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-app", action="store_true", help="print hit rates per app (mixed traces)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--compare", type=Path, default=None, help="a previous --json of the same grid")
+    p.add_argument("--no-lru-guard", action="store_true",
+                   help="predictive policies always follow their predicted order (EngineConfig.lru_guard off)")
     args = p.parse_args(argv)
 
     profile = get_profile(args.profile)
@@ -69,10 +71,13 @@ def main(argv: list[str] | None = None) -> int:
                         for policy in policies:
                             r = simulate(workload, policy, profile, concurrency=conc,
                                          predictor=make_predictor(pred, 3, records), device_tokens=device,
-                                         host_tokens=int(args.host_ratio * device)).summary
+                                         host_tokens=int(args.host_ratio * device),
+                                         lru_guard=not args.no_lru_guard).summary
                             row[policy] = {"hit_rate": r["hit_rate"], "host_hit_rate": r["host_hit_rate"],
                                            "mean_latency_s": r["mean_latency_s"], "mean_ttft_s": r["mean_ttft_s"],
                                            "per_app": r.get("per_app", {})}
+                            if "guard" in r:
+                                row[policy]["guard"] = r["guard"]
                         results[key] = row
                         _print_row(key, row, args.per_app)
     before = json.loads(args.compare.read_text()) if args.compare else None

@@ -110,6 +110,9 @@ def replay(
                                          "(--concurrency is the whole cluster's; online policies only)"),
     router: str = typer.Option("affinity", help="with --replicas: affinity (consistent hashing of the workflow id), "
                                                 "round-robin (per request) or cache-aware (SMG's)"),
+    lru_guard: bool = typer.Option(
+        True, help="robustness guard of he/pbkv/pbkv-aggressive: LRU order while a ghost LRU would hit more "
+                   "(--no-lru-guard: always the predicted order)"),
 ) -> None:
     """Replay a trace under each policy; print a table, optionally write JSON and a plot.
 
@@ -190,7 +193,7 @@ def replay(
             task = progress.add_task(f"{label:16s}", total=len(workload.units))
             settings = dict(concurrency=concurrency, device_tokens=device_tokens, host_tokens=host, horizon=horizon,
                             gamma=gamma, rho=rho, page_size=page_size, timeline_bins=timeline_bins,
-                            on_workflow_end=lambda done, task=task: progress.update(task, completed=done))
+                            lru_guard=lru_guard, on_workflow_end=lambda done, task=task: progress.update(task, completed=done))
             try:
                 if replicas > 1:
                     result = simulate_cluster(workload, name, hw, replicas=replicas, router=router, **settings,

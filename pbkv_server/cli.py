@@ -59,6 +59,9 @@ def main(
     max_prompt_tokens: Optional[int] = typer.Option(
         None, min=1, help="Tokenization budget per request (default: the device KV capacity); longer prompts get 400."),
     log_level: str = typer.Option("info", help="Python log level."),
+    lru_guard: bool = typer.Option(
+        True, help="Robustness guard of he/pbkv/pbkv-aggressive: LRU order while a ghost LRU would hit more "
+                   "(--no-lru-guard: always the predicted order)."),
 ) -> None:
     """Start the server; extra arguments after ``--`` go to SGLang (``--engine sglang``).
 
@@ -88,7 +91,7 @@ def main(
             pace=pace, trace_out=trace_out, hint_token=hint_token, device_tokens=device_tokens,
             host_tokens=host_tokens, host_ratio=host_ratio, idle_retire_s=idle_retire_s, seed=seed,
             page_size=page_size, max_body_bytes=max_body_bytes, max_header_bytes=max_header_bytes,
-            max_headers=max_headers, max_prompt_tokens=max_prompt_tokens,
+            max_headers=max_headers, max_prompt_tokens=max_prompt_tokens, lru_guard=lru_guard,
         )
         limit_torch_threads(threads, config.predictors.values())  # before a model file loads
         from pbkv_server.http.runner import serve_forever

@@ -71,6 +71,11 @@ ENGINE_METRICS = (
     Metric("retired_workflows", "counter", "workflows", "Workflows the engine has retired (ended, idle or over the bound)"),
     Metric("queue_depth", "gauge", "requests", "Requests waiting for admission"),
     Metric("running", "gauge", "requests", "Requests in the running batch"),
+    Metric("guard_switches", "counter", "switches",
+           "Robustness guard mode changes (predicted order <-> LRU order, predictive policies)"),
+    Metric("guard_fallback_evictions", "counter", "nodes", "Device evictions made in LRU order by the robustness guard"),
+    Metric("guard_ghost_hit_tokens", "counter", "tokens",
+           "Prompt tokens the guard's ghost LRU found on its device (compare device_hit_tokens)"),
 )
 
 LATENCY_METRICS = (
@@ -78,6 +83,7 @@ LATENCY_METRICS = (
     Metric("score_update_s", "latency", "seconds", "Score update latency per node of a re-predicted workflow"),
     Metric("prefetch_decision_s", "latency", "seconds", "Prefetch decision latency per round"),
     Metric("predictor_call_s", "latency", "seconds", "Predictor call latency"),
+    Metric("guard_decision_s", "latency", "seconds", "Robustness guard work per admission (ghost LRU, window, re-filing)"),
 )
 
 REQUEST_METRICS = (

@@ -29,6 +29,7 @@ import time
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 from .cost import HardwareProfile
+from .guard import LRUGuard
 from .policies import make_policy
 from .radix import DEVICE, HOST, Node, RadixTree
 from .scoring import NodeScore, ScoreBoard
@@ -110,6 +111,9 @@ class PrefixCache:
         self._condemned: dict[Node, None] = {}
         self.now = 0.0
         self.policy = make_policy(config.policy, self)
+        # robustness guard (guard.py): a ghost LRU at the same capacity; while the policy is behind
+        # it, the policy ranks in LRU order (policy.fallback) and the heaps are re-filed
+        self.guard = LRUGuard(self.device_capacity) if config.lru_guard and self.policy.guardable else None
 
     # ================================================================ accounting
     @property
@@ -227,6 +231,8 @@ class PrefixCache:
             s.host_hit_tokens += host_hit
         else:
             s.speculative_prefill_tokens += cum[-1] + uncached
+        if self.guard is not None:
+            self._observe(blocks, toks, cum[-1] + uncached, device_hit, workflow, count)
         self.policy.on_admit(Admission(index, blocks, workflow, agent, request), path)
         return Acquired(path, device_hit, host_hit, load, inserted + uncached)
 
@@ -261,6 +267,8 @@ class PrefixCache:
             self.board.note_ended_use(node.sc)
         self.refresh(node)
         self.refresh(parent)
+        if self.guard is not None:  # the output takes room in LRU's cache too (never a hit)
+            self.guard.ghost.admit(keys, toks, self.device_capacity - self._reserved, count=False)
         return node
 
     def rescore(self, records: Sequence[NodeScore]) -> None:
@@ -407,6 +415,22 @@ class PrefixCache:
             self.refresh(node)
 
     # ================================================================ internals
+    def _observe(self, blocks: list, toks: list, prompt: int, device_hit: int, workflow: Workflow | None,
+                 count: bool) -> None:
+        """Feed an admission to the guard; on a mode switch, tell the policy and re-file every
+        evictable node under its new priority (the heaps hold tuples of the old mode)."""
+        t0 = self.latency_clock()
+        guard = self.guard
+        room = self.device_capacity - self._reserved
+        if guard.observe(workflow.app if workflow is not None else None, blocks, toks, room, prompt, device_hit, count):
+            self.policy.fallback = guard.fallback
+            self.stats.guard_switches += 1
+            self._dev_heap, self._host_heap = [], []
+            for node in self.tree.nodes():
+                self.refresh(node)
+        self.stats.guard_ghost_hit_tokens = guard.ghost.hit_tokens
+        self.stats.guard_decision_s.append(self.latency_clock() - t0)
+
     def _evict(self, node: Node) -> bool:
         """Move device node ``node`` to the host tier, or drop it (and its host subtree) if the
         host cannot make room. Returns False (nothing changed on the device) when it could only be
@@ -434,6 +458,8 @@ class PrefixCache:
         s = self.stats
         s.evictions += 1
         s.evicted_tokens += node.tokens
+        if self.policy.fallback:
+            s.guard_fallback_evictions += 1
 
     def _evict_host(self, tokens: int) -> int:
         freed = 0

@@ -151,6 +151,12 @@ class EngineStats:
     token for at least one running request (decode-only iterations and admission iterations
     with a running batch), ``decode_s`` sums the decode part of their durations, so
     ``decode_s / decode_iterations`` is the mean decode step (PBKV Table 4 reports it).
+
+    Robustness guard (:mod:`~pbkv_server.engine.guard`, predictive policies): ``guard_switches``
+    counts mode changes (to LRU order and back), ``guard_fallback_evictions`` the device evictions
+    made in LRU order (share: / ``evictions``), ``guard_ghost_hit_tokens`` the prompt tokens the
+    ghost LRU found on its device (compare ``device_hit_tokens``); ``guard_decision_s`` samples
+    the guard's work per admission (ghost replay, window, and the re-filing at a switch).
     """
 
     prompt_tokens: int = 0
@@ -173,10 +179,14 @@ class EngineStats:
     score_update_total_s: float = 0.0
     score_refile_total_s: float = 0.0
     score_update_nodes: int = 0
+    guard_switches: int = 0
+    guard_fallback_evictions: int = 0
+    guard_ghost_hit_tokens: int = 0
     eviction_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     score_update_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     prefetch_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     predictor_call_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    guard_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
 
     @property
     def hit_rate(self) -> float:
@@ -222,6 +232,10 @@ class EngineConfig:
             prompt, recorded for the request's workflow. Traces hash prompts by text, so no later
             prompt matches it: it costs capacity only, as in ``pbkv-bench live-replay`` against SGLang
             (whose outputs are never re-sent). ``False`` (default): outputs are not cached.
+        lru_guard: run the robustness guard (:mod:`~pbkv_server.engine.guard`) for policies that
+            declare ``guardable`` (``he``, ``pbkv``, ``pbkv-aggressive``): while a ghost LRU at the
+            same capacity finds more device hits than the policy, the policy ranks in LRU order.
+            ``False`` = always the predicted order (``--no-lru-guard``).
     """
 
     profile: HardwareProfile
@@ -241,3 +255,4 @@ class EngineConfig:
     page_size: int | None = None
     batch_predictions: bool = True
     cache_outputs: bool = False
+    lru_guard: bool = True

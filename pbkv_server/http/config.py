@@ -70,6 +70,8 @@ class ServerConfig:
             only and evicts page by page; 1 (token granularity, SGLang's default) by default.
         seed: seeds the scenario's random source (replies are a function of seed, workflow, step, agent).
         model_name: the model id reported by ``/v1/models``.
+        lru_guard: run the robustness guard of the predictive policies (``EngineConfig.lru_guard``;
+            ``pbkv-server --no-lru-guard`` turns it off).
     """
 
     engine: str = "sim"
@@ -101,6 +103,7 @@ class ServerConfig:
     page_size: int = 1
     seed: int = 0
     model_name: str = "pbkv-sim"
+    lru_guard: bool = True
 
     def __post_init__(self) -> None:
         if not self.predictors and _predictive(self.policy):

@@ -82,6 +82,7 @@ def engine_config_from(config: ServerConfig) -> EngineConfig:
         lifecycle_clock=time.monotonic,
         max_active_workflows=config.max_active_workflows,
         max_ended_ids=config.max_ended_ids,
+        lru_guard=config.lru_guard,
     )
 
 

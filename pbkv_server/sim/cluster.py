@@ -273,6 +273,7 @@ def simulate_cluster(
     app_graphs: dict[str, dict[str, Sequence[str]]] | None = None,
     on_workflow_end: Callable[[int], None] | None = None,
     cache_aware: CacheAwareSettings = CacheAwareSettings(),
+    lru_guard: bool = True,
 ) -> ClusterResult:
     """Replay ``workload`` on ``replicas`` replicas of ``policy`` behind ``router``.
 
@@ -290,6 +291,8 @@ def simulate_cluster(
         horizon, gamma, rho, max_batch, page_size, batch_predictions, timeline_bins, app_graphs,
         on_workflow_end: as for :func:`~pbkv_server.sim.simulator.simulate`.
         cache_aware: thresholds of the ``cache-aware`` router.
+        lru_guard: each replica runs the robustness guard of the predictive policies
+            (``EngineConfig.lru_guard``).
 
     Raises:
         ValueError: ``replicas`` or ``concurrency`` < 1, an unknown router or policy, or an
@@ -309,7 +312,7 @@ def simulate_cluster(
         engine = Engine(EngineConfig(
             profile=profile, policy=policy, device_tokens=device_tokens, host_tokens=host_tokens, horizon=horizon,
             gamma=gamma, rho=rho, predictor=predictor_factory() if predictor_factory else None, max_batch=max_batch,
-            page_size=page_size, batch_predictions=batch_predictions,
+            page_size=page_size, batch_predictions=batch_predictions, lru_guard=lru_guard,
         ))
         for app, edges in graphs.items():
             engine.set_app_graph(app, edges)

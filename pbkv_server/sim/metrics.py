@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 from pbkv_server.metrics import LATENCY_METRICS
 
-__all__ = ["MetricsCollector", "percentile", "latency_summary", "BREAKDOWN_PARTS"]
+__all__ = ["MetricsCollector", "percentile", "latency_summary", "guard_summary", "BREAKDOWN_PARTS"]
 
 #: Parts of a workflow's latency, in the order they happen to each request (seconds):
 #: ``queue_s`` waiting to be admitted (for KV memory or a batch slot, and for the iteration in
@@ -34,6 +34,22 @@ __all__ = ["MetricsCollector", "percentile", "latency_summary", "BREAKDOWN_PARTS
 #: token), ``tool_s`` the gaps between a request's last token and the workflow's next request
 #: or end (tools, framework, handoffs).
 BREAKDOWN_PARTS = ("queue_s", "load_s", "prefill_s", "decode_s", "tool_s")
+
+
+def guard_summary(stats: Any) -> dict[str, Any]:
+    """The robustness guard's figures of a run (:mod:`pbkv_server.engine.guard`), for replay JSON.
+
+    Keys: ``switches`` (mode changes, both directions), ``fallback_evictions`` (device evictions
+    made in LRU order), ``fallback_eviction_share`` (of all device evictions; 0 without any),
+    ``ghost_hit_rate`` (device hit rate the ghost LRU had on the same admissions).
+    """
+    ev = stats.evictions
+    return {
+        "switches": stats.guard_switches,
+        "fallback_evictions": stats.guard_fallback_evictions,
+        "fallback_eviction_share": stats.guard_fallback_evictions / ev if ev else 0.0,
+        "ghost_hit_rate": stats.guard_ghost_hit_tokens / stats.prompt_tokens if stats.prompt_tokens else 0.0,
+    }
 
 
 def percentile(values: Iterable[float], q: float) -> float:

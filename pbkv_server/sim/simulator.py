@@ -33,7 +33,7 @@ from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, Fi
 from pbkv_server.engine.pages import to_units
 from pbkv_server.engine.policies import policy_info
 from pbkv_server.sim.future import TraceFuture, reference_order
-from pbkv_server.sim.metrics import MetricsCollector
+from pbkv_server.sim.metrics import MetricsCollector, guard_summary
 
 log = logging.getLogger(__name__)
 
@@ -327,6 +327,7 @@ def simulate(
     app_graphs: dict[str, dict[str, Sequence[str]]] | None = None,
     on_workflow_end: Callable[[int], None] | None = None,
     cache_outputs: bool = False,
+    lru_guard: bool = True,
 ) -> SimResult:
     """Replay ``workload`` under ``policy`` and return its metrics.
 
@@ -348,6 +349,7 @@ def simulate(
             see :func:`static_graphs`).
         on_workflow_end: called with the number of finished replay units after each one (progress bars).
         cache_outputs: keep finished outputs in the cache as SGLang does (``EngineConfig.cache_outputs``).
+        lru_guard: run the robustness guard of the predictive policies (``EngineConfig.lru_guard``).
 
     Raises:
         ValueError: ``concurrency`` < 1 or an unknown policy (from the engine).
@@ -363,6 +365,7 @@ def simulate(
             profile=profile, policy=policy, device_tokens=device_tokens, host_tokens=host_tokens,
             horizon=horizon, gamma=gamma, rho=rho, predictor=predictor, max_batch=max_batch, future=future,
             page_size=page_size, batch_predictions=batch_predictions, cache_outputs=cache_outputs,
+            lru_guard=lru_guard,
         ))
         for app, edges in graphs.items():
             engine.set_app_graph(app, edges)
@@ -370,6 +373,8 @@ def simulate(
         driver = _Driver(engine, workload, concurrency, future, on_workflow_end, metrics, info.speculative_prefill)
         driver.run()
         summary = metrics.summary(engine.stats)
+        if engine.cache.guard is not None:
+            summary["guard"] = guard_summary(engine.stats)
         summary["hash_collisions"] = workload.hash_collisions
         return SimResult(policy, summary, engine, metrics), driver.submitted_ids
 

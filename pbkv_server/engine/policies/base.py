@@ -196,6 +196,13 @@ class Policy(abc.ABC):
         reorders_queue: the engine asks :meth:`pick_waiting` which waiting request to admit next
             (otherwise the queue is FIFO).
         speculative_prefill: see :class:`PolicyInfo`.
+        guardable: the engine runs the robustness guard (:mod:`~pbkv_server.engine.guard`) for
+            this policy when ``EngineConfig.lru_guard`` is on; the policy then ranks in LRU order
+            (retired-first allowed) while :attr:`fallback` is True.
+
+    Attributes:
+        fallback: set by the cache's guard: True while LRU would have done better on the traffic
+            served; a ``guardable`` policy's :meth:`priority` then ignores its predictions.
     """
 
     name = "base"
@@ -211,9 +218,11 @@ class Policy(abc.ABC):
     holds_nodes = False
     reorders_queue = False
     speculative_prefill = False
+    guardable = False
 
     def __init__(self, cache: "PrefixCache | None") -> None:
         self.cache = cache
+        self.fallback = False
 
     @abc.abstractmethod
     def priority(self, node: NodeView) -> tuple:

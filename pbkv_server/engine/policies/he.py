@@ -6,6 +6,14 @@ All other nodes are ordered by Score(c) of PBKV Eq. 2 (:mod:`pbkv_server.engine.
 the engine keeps current incrementally; LRU breaks ties (equal scores, e.g. 0 for cache of
 anonymous requests and of ended single-request workflows, or without a predictor), so traffic
 without hints or predictions is ordered exactly as ``lru`` orders it.
+
+Robustness guard (:mod:`~pbkv_server.engine.guard`): while :attr:`~Policy.fallback` is set, the
+score is ignored and the order is ``lae``'s (retired first, then LRU), the same tuple shape with
+score 0. Retired-first stays because it uses no prediction (only end signals) and ``lae`` was
+never more than 0.3% slower than ``lru`` in ``benchmarks/policy_matrix.py`` (chat-mix C=32 at 40k
+tokens: 1.003x); a pure-LRU fallback, measured on chat-mix C=32, was 0.05-1.8% slower than the
+retired-first one and its chat class 1.1 points higher to 0.9 points lower. The guard's ghost
+still compares with pure LRU, so a retired-first order that lost would keep it in fallback.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ class HierarchicalPolicy(Policy):
     summary = "hierarchical: retired first, then ascending lookahead score (PBKV Eq. 2)"
     uses_predictions = True
     sglang_name = "pbkv-he"
+    guardable = True
 
     def priority(self, node) -> tuple:
         """See class docstring."""
@@ -28,4 +37,4 @@ class HierarchicalPolicy(Policy):
             return (1, 0.0, node.last_access)
         if sc.retired:
             return (0, 0 if sc.finished_private else 1, node.last_access)
-        return (1, sc.score, node.last_access)
+        return (1, 0.0 if self.fallback else sc.score, node.last_access)

@@ -14,6 +14,10 @@ what the paper intends:
   windows: the span the prediction that justified the prefetch speaks about.
 
 Both use :data:`DEFAULT_WINDOW_S` until a gap is seen.
+
+While the robustness guard holds the policy in LRU order (:attr:`~Policy.fallback`), prefetch is
+``pbkv``'s conservative one: displacement ranks active cache by the predicted score, the very
+order the guard has stopped trusting.
 """
 
 from __future__ import annotations
@@ -82,7 +86,11 @@ class AggressivePBKVPolicy(PBKVPolicy):
         self._last_seen.pop(wf.workflow_id, None)
 
     def prefetch(self, seconds: float) -> None:
-        """One bounded aggressive round (see :func:`~pbkv_server.engine.prefetch.aggressive_prefetch`)."""
+        """One bounded aggressive round (see :func:`~pbkv_server.engine.prefetch.aggressive_prefetch`);
+        a conservative one while the guard holds the policy in LRU order."""
+        if self.fallback:
+            super().prefetch(seconds)
+            return
         now, window, horizon = self.cache.now, self.window_s, self.horizon_s
         self._budget = min(self._cap, self._budget + self._cap * max(0.0, now - self._refilled_at) / window)
         self._refilled_at = now

@@ -28,6 +28,14 @@ def test_flags_build_the_server_config():
         build_config(policy="lru", predictor=["a=markov", "a=uniform"], idle_retire_s=1)
 
 
+def test_no_lru_guard_reaches_the_engine_config():
+    from pbkv_server.http.service import engine_config_from
+
+    assert engine_config_from(build_config(policy="pbkv", predictor=[], idle_retire_s=60)).lru_guard
+    off = build_config(policy="pbkv", predictor=[], idle_retire_s=60, lru_guard=False)
+    assert not engine_config_from(off).lru_guard
+
+
 def test_unknown_policy_exits_2_with_a_clear_message():
     result = CliRunner().invoke(app, ["--policy", "nope", "--port", "0"])
     assert result.exit_code == 2

@@ -273,3 +273,19 @@ def test_synth_rejects_a_directory_and_an_unbounded_workflow_count(tmp_path):
     assert result.exit_code == 2 and "is a directory" in result.output
     huge = runner.invoke(app, ["synth", "--workflows", "100000000000", "--out", str(tmp_path / "x.jsonl")])
     assert huge.exit_code == 2 and not (tmp_path / "x.jsonl").exists()
+
+
+def test_replay_reports_the_lru_guard_and_no_lru_guard_turns_it_off(trace, tmp_path):
+    figures = {}
+    for flag in ("--lru-guard", "--no-lru-guard"):
+        out = tmp_path / f"{flag}.json"
+        result = runner.invoke(app, ["replay", str(trace), "--policy", "lru,pbkv", "--predictor", "markov",
+                                     "--device-tokens", "30000", "--no-gap", flag, "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        figures[flag] = json.loads(out.read_text())
+    on, off = figures["--lru-guard"], figures["--no-lru-guard"]
+    guard = on["pbkv"]["guard"]
+    assert set(guard) == {"switches", "fallback_evictions", "fallback_eviction_share", "ghost_hit_rate"}
+    assert 0.0 <= guard["fallback_eviction_share"] <= 1.0 and 0.0 < guard["ghost_hit_rate"] <= 1.0
+    assert "guard" not in off["pbkv"] and "guard" not in on["lru"]  # lru is not guarded
+    assert on["lru"]["hit_rate"] == off["lru"]["hit_rate"]
