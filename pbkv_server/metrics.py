@@ -74,6 +74,8 @@ ENGINE_METRICS = (
     Metric("guard_switches", "counter", "switches",
            "Robustness guard mode changes (predicted order <-> LRU order, predictive policies)"),
     Metric("guard_fallback_evictions", "counter", "nodes", "Device evictions made in LRU order by the robustness guard"),
+    Metric("guard_ghost_host_hit_tokens", "counter", "tokens",
+           "Prompt tokens the guard's ghost LRU found on its host tier (compare host_hit_tokens)"),
     Metric("guard_ghost_hit_tokens", "counter", "tokens",
            "Prompt tokens the guard's ghost LRU found on its device (compare device_hit_tokens)"),
 )

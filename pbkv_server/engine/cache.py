@@ -29,7 +29,7 @@ import time
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 from .cost import HardwareProfile
-from .guard import LRUGuard
+from .guard import LRUGuard, host_value
 from .policies import make_policy
 from .radix import DEVICE, HOST, Node, RadixTree
 from .scoring import NodeScore, ScoreBoard
@@ -113,7 +113,8 @@ class PrefixCache:
         self.policy = make_policy(config.policy, self)
         # robustness guard (guard.py): a ghost LRU at the same capacity; while the policy is behind
         # it, the policy ranks in LRU order (policy.fallback) and the heaps are re-filed
-        self.guard = LRUGuard(self.device_capacity) if config.lru_guard and self.policy.guardable else None
+        self.guard = (LRUGuard(self.device_capacity, self.host_capacity, host_value(self.profile))
+                      if config.lru_guard and self.policy.guardable else None)
 
     # ================================================================ accounting
     @property
@@ -232,7 +233,7 @@ class PrefixCache:
         else:
             s.speculative_prefill_tokens += cum[-1] + uncached
         if self.guard is not None:
-            self._observe(blocks, toks, cum[-1] + uncached, device_hit, workflow, count)
+            self._observe(blocks, toks, cum[-1] + uncached, device_hit, host_hit, workflow, count)
         self.policy.on_admit(Admission(index, blocks, workflow, agent, request), path)
         return Acquired(path, device_hit, host_hit, load, inserted + uncached)
 
@@ -415,20 +416,22 @@ class PrefixCache:
             self.refresh(node)
 
     # ================================================================ internals
-    def _observe(self, blocks: list, toks: list, prompt: int, device_hit: int, workflow: Workflow | None,
-                 count: bool) -> None:
+    def _observe(self, blocks: list, toks: list, prompt: int, device_hit: int, host_hit: int,
+                 workflow: Workflow | None, count: bool) -> None:
         """Feed an admission to the guard; on a mode switch, tell the policy and re-file every
         evictable node under its new priority (the heaps hold tuples of the old mode)."""
         t0 = self.latency_clock()
         guard = self.guard
         room = self.device_capacity - self._reserved
-        if guard.observe(workflow.app if workflow is not None else None, blocks, toks, room, prompt, device_hit, count):
+        if guard.observe(workflow.app if workflow is not None else None, blocks, toks, room, prompt, device_hit, count,
+                         host_hit):
             self.policy.fallback = guard.fallback
             self.stats.guard_switches += 1
             self._dev_heap, self._host_heap = [], []
             for node in self.tree.nodes():
                 self.refresh(node)
         self.stats.guard_ghost_hit_tokens = guard.ghost.hit_tokens
+        self.stats.guard_ghost_host_hit_tokens = guard.ghost.host_hit_tokens
         self.stats.guard_decision_s.append(self.latency_clock() - t0)
 
     def _evict(self, node: Node) -> bool:

@@ -14,15 +14,22 @@ Modelling choices (each a module constant, see ``docs/architecture.md``, "Robust
 
 - The ghost (:class:`ShadowLRU`) replays every admitted prompt with LRU eviction at the real
   device capacity minus the tokens reserved for running outputs, keyed by the real cache's unit
-  keys; no host tier, no timing, no pins. Unit keys are chained (a key names its whole prefix,
-  :mod:`pbkv_contract.blocks`, :mod:`~pbkv_server.engine.pages`), so a flat ordered dict is a
-  prefix cache: a prompt hits its longest run of present keys.
+  keys, and with the real host tier's capacity behind it: what LRU evicts from the device moves to
+  the ghost host (LRU there too), as SGLang HiCache writes evicted KV back; no timing, no pins.
+  Unit keys are chained (a key names its whole prefix, :mod:`pbkv_contract.blocks`,
+  :mod:`~pbkv_server.engine.pages`), so flat ordered dicts are a prefix cache: a prompt hits its
+  longest run of keys present on either tier.
+- What is compared is the prefill work a policy saves, in prompt-token equivalents: a device hit
+  saves a token's prefill, a host hit saves it less the host-to-device load
+  (``host_value = 1 - load_time / prefill_time`` per token, from the hardware profile). Comparing
+  device hits alone would call a policy that keeps a workflow's history on the host tier, where
+  LRU drops it, "behind" exactly where it is fastest (PBKV's gain past the admission limit).
 - The comparison is over a sliding window of the newest :data:`WINDOW_CAPACITIES` x device
   capacity prompt tokens, per traffic class (the workflow's app; anonymous requests form one
   class): "never slower than LRU" must hold for each class served, not only on average, since a
   policy may win on agents what it loses on chat.
 - The policy is behind when a class with at least :data:`MIN_CLASS_SHARE` of the window's prompt
-  tokens (or all traffic) has fewer device hit tokens than the ghost by more than :data:`MARGIN`
+  tokens (or all traffic) saves fewer tokens than the ghost by more than :data:`MARGIN`
   of that class's prompt tokens in the window (it trails now) and has no credit left: its hit
   tokens minus the ghost's since the last switch, with a surplus counted up to
   :data:`CREDIT_SHARE` x window tokens. The combining algorithms switch on costs accumulated over
@@ -43,7 +50,7 @@ from collections import OrderedDict, deque
 from itertools import takewhile
 from typing import Hashable, Sequence
 
-__all__ = ["ShadowLRU", "LRUGuard", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SHARE", "CREDIT_SHARE",
+__all__ = ["ShadowLRU", "LRUGuard", "host_value", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SHARE", "CREDIT_SHARE",
            "HOLD_WINDOWS", "MAX_HOLD_WINDOWS"]
 
 #: Window of the comparison, in device capacities of prompt tokens. Measured choice
@@ -52,7 +59,8 @@ __all__ = ["ShadowLRU", "LRUGuard", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SH
 #: tokens and ChatDev 0.2 points lower; the credit below keeps the short window from tripping a
 #: policy that is well ahead.
 WINDOW_CAPACITIES = 1.0
-#: Allowed deficit of device hit tokens vs the ghost, as a share of a class's prompt tokens.
+#: Allowed deficit of saved tokens (device hits + host_value x host hits) vs the ghost, as a share
+#: of a class's prompt tokens.
 MARGIN = 0.01
 #: Least share of the window's prompt tokens a class needs to be judged on its own.
 MIN_CLASS_SHARE = 0.1
@@ -70,50 +78,86 @@ HOLD_WINDOWS = 64
 MAX_HOLD_WINDOWS = 512
 
 
+def host_value(profile) -> float:
+    """Share of a prompt token's prefill that a host-tier hit saves under ``profile`` (a
+    :class:`~pbkv_server.engine.cost.HardwareProfile`): ``1 - load_time / prefill_time`` per token,
+    clamped to [0, 1] (both are linear in tokens, docs/architecture.md "Cost model")."""
+    prefill = profile.prefill_time(1_000_000)
+    return min(1.0, max(0.0, 1.0 - profile.load_time(1_000_000) / prefill)) if prefill > 0 else 0.0
+
+
 class ShadowLRU:
-    """Ghost directory of an LRU prefix cache: unit key -> tokens, least recently used first.
+    """Ghost directory of a two-tier LRU prefix cache: unit key -> tokens, least recently used
+    first, on the device and (behind it) on the host tier.
 
     Args:
         capacity: device KV capacity, tokens.
+        host_capacity: host-tier KV capacity, tokens (0: none; what LRU evicts is dropped).
 
     Attributes:
-        used: tokens of the units the ghost holds (at most the room given to :meth:`admit`).
-        hit_tokens: prompt tokens the ghost found, over all counted admissions.
+        used: tokens of the device units the ghost holds (at most the room given to :meth:`admit`).
+        host_used: tokens of the host units (at most ``host_capacity``).
+        hit_tokens, host_hit_tokens: prompt tokens the ghost found on the device and on the host,
+            over all counted admissions.
     """
 
-    __slots__ = ("capacity", "used", "hit_tokens", "_units")
+    __slots__ = ("capacity", "host_capacity", "used", "host_used", "hit_tokens", "host_hit_tokens", "_units",
+                 "_host")
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, host_capacity: int = 0) -> None:
         self.capacity = capacity
-        self.used = 0
-        self.hit_tokens = 0
+        self.host_capacity = max(0, host_capacity)
+        self.used = self.host_used = 0
+        self.hit_tokens = self.host_hit_tokens = 0
         self._units: OrderedDict[Hashable, int] = OrderedDict()
+        self._host: OrderedDict[Hashable, int] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._units)
 
     def admit(self, keys: Sequence[Hashable], toks: Sequence[int], room: int, count: bool = True) -> int:
-        """Look ``keys`` up, then cache them as LRU would and evict to ``room`` tokens.
+        """:meth:`admit_tiers`, device hit only (outputs, and callers without a host tier)."""
+        return self.admit_tiers(keys, toks, room, count)[0]
+
+    def admit_tiers(self, keys: Sequence[Hashable], toks: Sequence[int], room: int,
+                    count: bool = True) -> tuple[int, int]:
+        """Look ``keys`` up, then cache them on the device as LRU would, evicting to ``room``
+        tokens; evicted units move to the host tier (LRU there too) while it has room.
 
         Args:
             keys: the prompt's unit keys (chained); toks: tokens per unit.
             room: device tokens the cached units may take after this admission (capacity minus the
                 tokens reserved for running outputs, this request's included).
-            count: add the hit to :attr:`hit_tokens` (``False`` for speculative prefills).
+            count: add the hits to :attr:`hit_tokens` / :attr:`host_hit_tokens` (``False`` for
+                speculative prefills and outputs).
 
         Returns:
-            Prompt tokens found (the longest prefix of ``keys`` the ghost holds), counted with
-            ``toks`` as the real cache counts them.
+            ``(device hit, host hit)`` prompt tokens of the longest prefix of ``keys`` the ghost
+            holds on either tier, counted with ``toks`` as the real cache counts them.
 
-        The prompt's units become the most recent ones, deepest first, so a prefix is always more
-        recent than its extensions and eviction (oldest first) takes tails before their prefixes,
-        the order in which a radix tree evicts leaves. The prompt's own units are never evicted.
+        The prompt's units become the most recent device units, deepest first, so a prefix is
+        always more recent than its extensions and eviction (oldest first) takes tails before
+        their prefixes, the order in which a radix tree evicts leaves. The prompt's own units are
+        never evicted.
         """
-        units = self._units
+        units, host = self._units, self._host
         # a linear scan, not a bisection: keys that are not chained (tests, foreign traces) may be
         # present after a missing one
         n = sum(1 for _ in takewhile(units.__contains__, keys))
         hit = sum(toks[:n])
+        host_hit = 0
+        if host and n < len(keys):  # the prefix continues on the host tier: load it back
+            m = n + sum(1 for _ in takewhile(lambda k: k in host or k in units, keys[n:]))
+            for key in keys[n:m]:
+                tok = host.pop(key, None)
+                if tok is not None:  # loaded back: a device unit again
+                    self.host_used -= tok
+                    host_hit += tok
+                    units[key] = tok
+                    self.used += tok
+                else:
+                    hit += units[key]
+            n = m
         if n < len(keys):
             # with chained keys the units after the first miss are new (the ghost is prefix-closed)
             before = len(units)
@@ -125,10 +169,17 @@ class ShadowLRU:
         deque(map(units.move_to_end, reversed(keys[:n])), maxlen=0)  # the loop runs in C
         keep = len(keys)
         while self.used > room and len(units) > keep:
-            self.used -= units.popitem(last=False)[1]
+            key, tok = units.popitem(last=False)
+            self.used -= tok
+            if tok <= self.host_capacity:  # write back to the host tier, its LRU units make room
+                host[key] = tok
+                self.host_used += tok
+                while self.host_used > self.host_capacity:
+                    self.host_used -= host.popitem(last=False)[1]
         if count:
             self.hit_tokens += hit
-        return hit
+            self.host_hit_tokens += host_hit
+        return hit, host_hit
 
 
 class LRUGuard:
@@ -136,6 +187,9 @@ class LRUGuard:
 
     Args:
         capacity: device KV capacity, tokens (the ghost's, and the window's unit).
+        host_capacity: host-tier KV capacity, tokens (the ghost's host tier; 0: none).
+        host_value: share of a token's prefill that a host hit saves (1 - load / prefill time per
+            token), in [0, 1].
         window_capacities, margin, min_class_share, hold_windows, max_hold_windows, credit_share:
             see the module constants.
 
@@ -147,16 +201,18 @@ class LRUGuard:
 
     Raises:
         ValueError: capacity < 1, a window <= 0, a margin or credit share < 0, holds < 1 or a
-            first hold above the longest.
+            first hold above the longest, a host value outside [0, 1].
     """
 
-    def __init__(self, capacity: int, window_capacities: float = WINDOW_CAPACITIES, margin: float = MARGIN,
+    def __init__(self, capacity: int, host_capacity: int = 0, host_value: float = 1.0, window_capacities: float = WINDOW_CAPACITIES, margin: float = MARGIN,
                  min_class_share: float = MIN_CLASS_SHARE, hold_windows: int = HOLD_WINDOWS,
                  max_hold_windows: int = MAX_HOLD_WINDOWS, credit_share: float = CREDIT_SHARE) -> None:
         if (capacity < 1 or window_capacities <= 0 or margin < 0 or credit_share < 0
-                or not 1 <= hold_windows <= max_hold_windows):
-            raise ValueError("guard needs capacity >= 1, window > 0, margin >= 0, credit >= 0, 1 <= hold <= max hold")
-        self.ghost = ShadowLRU(capacity)
+                or not 1 <= hold_windows <= max_hold_windows or not 0 <= host_value <= 1):
+            raise ValueError("guard needs capacity >= 1, window > 0, margin >= 0, credit >= 0, 1 <= hold <= max hold, "
+                             "0 <= host value <= 1")
+        self.ghost = ShadowLRU(capacity, host_capacity)
+        self.host_value = host_value
         self.window_tokens = max(1, int(window_capacities * capacity))
         self.margin = margin
         self.min_class_share = min_class_share
@@ -164,8 +220,8 @@ class LRUGuard:
         self.switches = 0
         self._hold_windows = self._base_hold = hold_windows
         self._max_hold = max_hold_windows
-        self._window: deque[tuple[object, int, int, int]] = deque()  # (class, prompt, real hit, ghost hit)
-        self._sums: dict[object, list[int]] = {}  # class -> [prompt, real hit, ghost hit] in the window
+        self._window: deque[tuple[object, int, float, float]] = deque()  # (class, prompt, real saved, ghost saved)
+        self._sums: dict[object, list[float]] = {}  # class -> [prompt, real saved, ghost saved] in the window
         self._credit: dict[object, float] = {}  # class (and _ALL) -> capped surplus since the last switch
         self._credit_cap = credit_share * self.window_tokens
         self._total = 0  # prompt tokens in the window
@@ -174,7 +230,7 @@ class LRUGuard:
         self._probing = False  # the predicted phase began at the end of a hold
 
     def observe(self, cls: object, keys: Sequence[Hashable], toks: Sequence[int], room: int, prompt: int,
-                device_hit: int, count: bool = True) -> bool:
+                device_hit: int, count: bool = True, host_hit: int = 0) -> bool:
         """Record one admission: the ghost replays it, the window adds it; returns True when the
         mode changed (the caller re-files the evictable nodes).
 
@@ -186,10 +242,13 @@ class LRUGuard:
             device_hit: prompt tokens the real cache found on the device.
             count: the admission counts in the hit rates (``False``: speculative prefill, which
                 the ghost replays but the window ignores).
+            host_hit: prompt tokens the real cache loaded back from the host tier.
         """
-        ghost_hit = self.ghost.admit(keys, toks, room, count)
+        ghost_dev, ghost_host = self.ghost.admit_tiers(keys, toks, room, count)
         if not count or prompt <= 0:
             return False
+        v = self.host_value
+        device_hit, ghost_hit = device_hit + v * host_hit, ghost_dev + v * ghost_host  # prefill saved
         self._window.append((cls, prompt, device_hit, ghost_hit))
         s = self._sums.get(cls)
         if s is None:
@@ -229,9 +288,9 @@ class LRUGuard:
 
     def behind(self) -> bool:
         """True if the policy trails the ghost now and has no surplus left: for some class holding
-        at least ``min_class_share`` of the window's prompt tokens (or for all traffic), the device
-        hit tokens in the window are below the ghost's by more than ``margin`` of that class's
-        prompt tokens, and the class's credit (its hit tokens minus the ghost's since the last
+        at least ``min_class_share`` of the window's prompt tokens (or for all traffic), the saved
+        tokens (device hits + ``host_value`` x host hits) in the window are below the ghost's by more than ``margin`` of that class's
+        prompt tokens, and the class's credit (its saved tokens minus the ghost's since the last
         switch, a surplus counted up to ``credit_share`` x window tokens) is negative."""
         total = self._total
         if total <= 0:

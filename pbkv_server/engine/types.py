@@ -155,7 +155,8 @@ class EngineStats:
     Robustness guard (:mod:`~pbkv_server.engine.guard`, predictive policies): ``guard_switches``
     counts mode changes (to LRU order and back), ``guard_fallback_evictions`` the device evictions
     made in LRU order (share: / ``evictions``), ``guard_ghost_hit_tokens`` the prompt tokens the
-    ghost LRU found on its device (compare ``device_hit_tokens``); ``guard_decision_s`` samples
+    ghost LRU found on its device (compare ``device_hit_tokens``), ``guard_ghost_host_hit_tokens``
+    those it found on its host tier (compare ``host_hit_tokens``); ``guard_decision_s`` samples
     the guard's work per admission (ghost replay, window, and the re-filing at a switch).
     """
 
@@ -182,6 +183,7 @@ class EngineStats:
     guard_switches: int = 0
     guard_fallback_evictions: int = 0
     guard_ghost_hit_tokens: int = 0
+    guard_ghost_host_hit_tokens: int = 0
     eviction_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     score_update_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     prefetch_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))

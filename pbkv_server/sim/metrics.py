@@ -41,14 +41,16 @@ def guard_summary(stats: Any) -> dict[str, Any]:
 
     Keys: ``switches`` (mode changes, both directions), ``fallback_evictions`` (device evictions
     made in LRU order), ``fallback_eviction_share`` (of all device evictions; 0 without any),
-    ``ghost_hit_rate`` (device hit rate the ghost LRU had on the same admissions).
+    ``ghost_hit_rate`` and ``ghost_host_hit_rate`` (device and host hit rates the ghost LRU had
+    on the same admissions).
     """
-    ev = stats.evictions
+    ev, prompt = stats.evictions, stats.prompt_tokens
     return {
         "switches": stats.guard_switches,
         "fallback_evictions": stats.guard_fallback_evictions,
         "fallback_eviction_share": stats.guard_fallback_evictions / ev if ev else 0.0,
-        "ghost_hit_rate": stats.guard_ghost_hit_tokens / stats.prompt_tokens if stats.prompt_tokens else 0.0,
+        "ghost_hit_rate": stats.guard_ghost_hit_tokens / prompt if prompt else 0.0,
+        "ghost_host_hit_rate": stats.guard_ghost_host_hit_tokens / prompt if prompt else 0.0,
     }
 
 

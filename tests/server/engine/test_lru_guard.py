@@ -137,3 +137,17 @@ def test_lru_guard_off_reports_no_guard(tmp_path):
     assert "guard" not in off
     lru = simulate(workload, "lru", PROFILE, concurrency=4, device_tokens=40000, host_tokens=0).summary
     assert "guard" not in lru  # only the guardable policies run it
+
+
+def test_two_tier_ghost_matches_the_lru_policy_replay_with_a_host_tier_at_concurrency_1(tmp_path):
+    # what LRU evicts from the device is written back to the host tier, LRU there too: at C=1 the
+    # ghost's device hits are the real lru's exactly; its host tier is a flat LRU of units (the
+    # real one drops a host node with its host subtree, keyed by nodes), within half a point here
+    records, workload = _trace(tmp_path, "chat-mix", 60)
+    for device, host in ((40000, 40000), (40000, 80000)):
+        lru = simulate(workload, "lru", PROFILE, concurrency=1, device_tokens=device, host_tokens=host).summary
+        he = simulate(workload, "he", PROFILE, concurrency=1, predictor=make_predictor("markov", 3, records),
+                      device_tokens=device, host_tokens=host).summary
+        assert lru["host_hit_rate"] > 0
+        assert he["guard"]["ghost_hit_rate"] == lru["hit_rate"]
+        assert he["guard"]["ghost_host_hit_rate"] == pytest.approx(lru["host_hit_rate"], abs=0.005)
