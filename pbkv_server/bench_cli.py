@@ -148,8 +148,6 @@ def replay(
         raise _fail("--horizon and --timeline-bins must be >= 1")
     if (device_tokens is not None and device_tokens < 1) or (host_tokens is not None and host_tokens < 0):
         raise _fail("--device-tokens must be >= 1 and --host-tokens >= 0")
-    if host_ratio is not None and not (math.isfinite(host_ratio) and host_ratio >= 0):
-        raise _fail(f"--host-ratio must be a finite number >= 0 (0 = no host tier), got {host_ratio}")
     if threads < 1:
         raise _fail("--threads must be >= 1")
     if replicas < 1 or router not in ROUTERS:
@@ -170,7 +168,10 @@ def replay(
         hw = get_profile(profile)
     except KeyError as exc:
         raise _fail(exc.args[0]) from None
-    host = host_tokens_for(hw, device_tokens, host_tokens, host_ratio)
+    try:
+        host = host_tokens_for(hw, device_tokens, host_tokens, host_ratio)
+    except ValueError as exc:
+        raise _fail(f"--host-ratio: {exc}") from None
     saved_threads = limit_torch_threads(threads, [predictor])  # before a trained model loads
     if saved_threads is not None:  # in-process callers (tests, notebooks) get their setting back
         ctx.call_on_close(lambda: limit_torch_threads(saved_threads))

@@ -77,6 +77,8 @@ def main(
         _fail(f"unknown engine {engine!r}: expected sim or sglang")
     if ctx.args:
         _fail(f"unexpected arguments {ctx.args} (only --engine sglang takes extra arguments)")
+    if not math.isfinite(pace):
+        _fail(f"--pace must be a finite number >= 0 (0 = as fast as possible), got {pace:g}")
     if not math.isfinite(idle_retire_s) or idle_retire_s < 0:
         _fail(f"--idle-retire-s must be a finite number >= 0 (0 = never retire), got {idle_retire_s:g}")
     if not host.strip():

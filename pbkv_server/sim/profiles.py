@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from pbkv_server.engine.cost import HardwareProfile
 
-__all__ = ["PROFILES", "DEFAULT_PROFILE", "DEFAULT_HOST_RATIO", "get_profile", "profile_names", "host_tokens_for",
+__all__ = ["PROFILES", "DEFAULT_PROFILE", "DEFAULT_HOST_RATIO", "MAX_HOST_RATIO", "get_profile", "profile_names",
+           "host_tokens_for",
            "ModelSpec", "GpuSpec", "derive_profile"]
 
 #: Fraction of GPU memory SGLang reserves for weights + KV pool (``--mem-fraction-static``).
@@ -44,6 +45,9 @@ HICACHE_RATIO = 2.0
 #: HiCache's default, as in the profiles' own host sizes. The PBKV paper's baseline (SGLang HiCache
 #: with ``HICACHE_RATIO=1``) is host = device: ``--host-ratio 1``.
 DEFAULT_HOST_RATIO = HICACHE_RATIO
+#: Largest host / device ratio accepted (a host tier 1000x the device is beyond any real server;
+#: the bound keeps ratio x device a finite token count).
+MAX_HOST_RATIO = 1000.0
 #: Model FLOPs utilisation of chunked prefill.
 PREFILL_MFU = 0.45
 #: Fraction of linear scaling kept by tensor parallelism over PCIe (all-reduce cost).
@@ -212,10 +216,11 @@ def host_tokens_for(profile: HardwareProfile, device_tokens: int | None = None, 
     profile's host size. A ratio of 0 means no host tier.
 
     Raises:
-        ValueError: ``host_ratio`` negative or not finite, ``host_tokens`` < 0 or ``device_tokens`` < 1.
+        ValueError: ``host_ratio`` negative, not finite or above :data:`MAX_HOST_RATIO`,
+            ``host_tokens`` < 0 or ``device_tokens`` < 1.
     """
-    if host_ratio is not None and not (math.isfinite(host_ratio) and host_ratio >= 0):
-        raise ValueError(f"host ratio must be a finite number >= 0 (0 = no host tier), got {host_ratio}")
+    if host_ratio is not None and not (math.isfinite(host_ratio) and 0 <= host_ratio <= MAX_HOST_RATIO):
+        raise ValueError(f"host ratio must be a number from 0 (no host tier) to {MAX_HOST_RATIO:g}, got {host_ratio}")
     if host_tokens is not None and host_tokens < 0:
         raise ValueError(f"host tokens must be >= 0, got {host_tokens}")
     if device_tokens is not None and device_tokens < 1:

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 from pbkv_contract.trace import InvocationRecord, TraceRecord
 from pbkv_server.engine.policies import (BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies,
                                          policy_info)
-from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
+from pbkv_server.sim.profiles import DEFAULT_PROFILE, MAX_HOST_RATIO, get_profile
 from pbkv_server.sim.simulator import Workload, load_workload, simulate
 
 __all__ = ["STUDIES", "StudySettings", "Run", "Point", "StudyResult", "run_study", "aggregate", "admission_limits",
@@ -90,8 +90,8 @@ class StudySettings:
         """Raise ``ValueError`` naming the first bad setting (before any replay)."""
         if self.device_tokens is not None and self.device_tokens < 1:
             raise ValueError("device tokens must be >= 1")
-        if not (math.isfinite(self.host_ratio) and self.host_ratio >= 0):
-            raise ValueError(f"host ratio must be a finite number >= 0, got {self.host_ratio}")
+        if not (math.isfinite(self.host_ratio) and 0 <= self.host_ratio <= MAX_HOST_RATIO):
+            raise ValueError(f"host ratio must be a number from 0 to {MAX_HOST_RATIO:g}, got {self.host_ratio}")
         if self.concurrency < 1 or not self.concurrencies or min(self.concurrencies) < 1:
             raise ValueError("concurrencies must be >= 1")
         if self.seeds < 1 or self.epochs < 1:

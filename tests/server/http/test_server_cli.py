@@ -176,6 +176,14 @@ def test_idle_retire_must_be_finite(value):
     assert "--idle-retire-s must be a finite number" in _startup_error(["--idle-retire-s", value, "--port", "0"])
 
 
+def test_pace_must_be_finite():  # an infinite pace held every request for ever
+    assert "--pace must be a finite number" in _startup_error(["--pace", "inf", "--port", "0"])
+
+
+def test_host_ratio_that_overflows_the_host_size_is_a_clear_error():
+    assert "host ratio must be a number from 0" in _startup_error(["--host-ratio", "1e308", "--port", "0"])
+
+
 def test_limit_flags_reach_the_server_config():
     cfg = build_config(policy="lru", predictor=[], idle_retire_s=1, max_body_bytes=1000, max_header_bytes=2048,
                        max_headers=10, max_prompt_tokens=300)

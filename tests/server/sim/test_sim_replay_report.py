@@ -78,9 +78,11 @@ def test_without_device_tokens_the_profiles_sizes_run(trace, tmp_path):
     assert (data["lru"]["device_tokens"], data["lru"]["host_tokens"]) == (p.device_kv_tokens, p.host_kv_tokens)
 
 
-def test_bad_host_ratio_is_a_clear_error(trace):
-    result = runner.invoke(app, ["replay", str(trace), "--host-ratio", "-1"])
-    assert result.exit_code == 2 and "--host-ratio must be a finite number >= 0" in result.output
+@pytest.mark.parametrize("ratio", ["-1", "nan", "1e308"])  # 1e308 x device tokens overflowed to a traceback
+def test_bad_host_ratio_is_a_clear_error(trace, ratio):
+    result = runner.invoke(app, ["replay", str(trace), "--host-ratio", ratio])
+    assert result.exit_code == 2 and "--host-ratio: host ratio must be a number from 0" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_gap_closed_is_computed_per_policy_on_the_baseline_to_reference_scale(trace, tmp_path):
