@@ -353,6 +353,7 @@ class _ClusterDriver(_Driver):
         self.busy: list[tuple[float, int]] = []  # (clock, replica) of every busy engine, once each
         self.served: dict[str, dict[int, None]] = {}  # workflow -> replicas in first-service order
         self.tokens = [[0, 0, 0, 0] for _ in engines]  # per replica: requests, prompt, device, host
+        self.replica_of: dict[str, int] = {}  # request id -> replica, until its first token
 
     def run(self) -> None:
         for _ in range(min(self.concurrency, len(self.units))):
@@ -385,8 +386,12 @@ class _ClusterDriver(_Driver):
             else:
                 break
 
+    def _source(self, request_id: str) -> object:
+        return self.replica_of.pop(request_id, None)
+
     def _submit(self, req: EngineRequest, workflow_id: str, time: float) -> None:
         r = self.router.route(req, workflow_id, self.engines)
+        self.replica_of[req.request_id] = r  # its iterations are that replica's (latency breakdown)
         engine = self.engines[r]
         idle = not engine.busy
         if idle:

@@ -87,6 +87,7 @@ class _Request:
     admitted: float = math.nan
     load_s: float = 0.0
     prefill_s: float = 0.0
+    source: Any = None  # the engine that served it (replica index on a cluster)
 
     def admission(self) -> float:
         """Start of its admission iteration (its first-token time when the producer did not say)."""
@@ -114,8 +115,8 @@ class MetricsCollector:
         self._requests: dict[str, _Request] = {}
         self._wf_start: dict[str, float] = {}
         self._wf_end: dict[str, float] = {}
-        # admission iterations: start -> (end, load seconds, prefill seconds)
-        self._iterations: dict[float, tuple[float, float, float]] = {}
+        # admission iterations per engine: source -> start -> (end, load seconds, prefill seconds)
+        self._iterations: dict[Any, dict[float, tuple[float, float, float]]] = {}
 
     # ------------------------------------------------------------------ events
 
@@ -125,9 +126,11 @@ class MetricsCollector:
         anonymous requests; requests without a workflow stay out of the latency breakdown)."""
         self._requests[request_id] = _Request(arrival=time, agent=agent, app=app, workflow_id=workflow_id)
 
-    def first_token(self, event: Any) -> None:
+    def first_token(self, event: Any, source: Any = None) -> None:
         """Record a ``FirstToken``-like event (request_id, time, prompt_tokens, device/host cached
-        tokens, and when present ``admitted_at``, ``load_s``, ``prefill_s``)."""
+        tokens, and when present ``admitted_at``, ``load_s``, ``prefill_s``) of the engine named
+        ``source`` (a replica index on a cluster; iterations of one engine never stall another's
+        requests)."""
         req = self._requests.get(event.request_id)
         if req is None:
             return
@@ -141,7 +144,8 @@ class MetricsCollector:
             req.load_s = getattr(event, "load_s", 0.0)
             req.prefill_s = getattr(event, "prefill_s", 0.0)
             # one entry per admission iteration (every request it admitted reports the same)
-            self._iterations[admitted] = (event.time, req.load_s, req.prefill_s)
+            req.source = source
+            self._iterations.setdefault(source, {})[admitted] = (event.time, req.load_s, req.prefill_s)
 
     def finished(self, request_id: str, time: float) -> None:
         """The request's last token was produced at ``time``."""
@@ -243,20 +247,24 @@ class MetricsCollector:
         its latency and their means to the mean latency. A producer without admission times
         counts each TTFT as admission wait. All parts are NaN when no workflow ended.
         """
-        starts = sorted(self._iterations)
-        ends = [self._iterations[t][0] for t in starts]
-        cum_load, cum_prefill = [0.0], [0.0]
-        for t in starts:
-            _, load, prefill = self._iterations[t]
-            cum_load.append(cum_load[-1] + load)
-            cum_prefill.append(cum_prefill[-1] + prefill)
+        per_source = {}  # engine -> (starts, ends, cumulative load, cumulative prefill) of its iterations
+        for source, iterations in self._iterations.items():
+            starts = sorted(iterations)
+            cum_load, cum_prefill = [0.0], [0.0]
+            for t in starts:
+                _, load, prefill = iterations[t]
+                cum_load.append(cum_load[-1] + load)
+                cum_prefill.append(cum_prefill[-1] + prefill)
+            per_source[source] = (starts, [iterations[t][0] for t in starts], cum_load, cum_prefill)
+        empty = ([], [], [0.0], [0.0])
         sums = {w: [0.0] * 5 for w in self._wf_end}
         for r in self._requests.values():
             acc = sums.get(r.workflow_id) if r.workflow_id is not None else None
             if acc is None or math.isnan(r.finish):
                 continue
             admitted = r.admission()
-            # iterations while it ran: started at or after its first token, ended by its last
+            starts, ends, cum_load, cum_prefill = per_source.get(r.source, empty)
+            # iterations of its engine while it ran: started at or after its first token, ended by its last
             lo, hi = bisect.bisect_left(starts, r.first_token), bisect.bisect_right(ends, r.finish)
             load = r.load_s + (cum_load[hi] - cum_load[lo] if hi > lo else 0.0)
             prefill = r.prefill_s + (cum_prefill[hi] - cum_prefill[lo] if hi > lo else 0.0)

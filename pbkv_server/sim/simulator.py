@@ -505,9 +505,13 @@ class _Driver:
         """Send the workflow's end signal (a cluster sends it to the replicas that served it)."""
         self.engine.end_workflow(workflow_id, status)
 
+    def _source(self, request_id: str) -> object:
+        """The engine that served ``request_id``, for the latency breakdown (one engine here)."""
+        return None
+
     def _engine_event(self, ev: FirstToken | Finished) -> None:
         if isinstance(ev, FirstToken):
-            self.metrics.first_token(ev)
+            self.metrics.first_token(ev, self._source(ev.request_id))
             if self.future is not None:
                 self.future.consume(ev.request_id)
             return

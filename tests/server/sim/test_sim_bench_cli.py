@@ -285,7 +285,8 @@ def test_replay_reports_the_lru_guard_and_no_lru_guard_turns_it_off(trace, tmp_p
         figures[flag] = json.loads(out.read_text())
     on, off = figures["--lru-guard"], figures["--no-lru-guard"]
     guard = on["pbkv"]["guard"]
-    assert set(guard) == {"switches", "fallback_evictions", "fallback_eviction_share", "ghost_hit_rate"}
+    assert set(guard) == {"switches", "fallback_evictions", "fallback_eviction_share", "ghost_hit_rate",
+                          "ghost_host_hit_rate"}
     assert 0.0 <= guard["fallback_eviction_share"] <= 1.0 and 0.0 < guard["ghost_hit_rate"] <= 1.0
     assert "guard" not in off["pbkv"] and "guard" not in on["lru"]  # lru is not guarded
     assert on["lru"]["hit_rate"] == off["lru"]["hit_rate"]

@@ -157,3 +157,19 @@ def test_bench_replay_with_replicas_writes_the_cluster_figures(tmp_path):
     assert bad.exit_code == 2 and "offline" in bad.output
     bad = runner.invoke(app, ["replay", str(path), "--replicas", "2", "--router", "random"])
     assert bad.exit_code == 2 and "--router" in bad.output
+
+
+@pytest.mark.parametrize("replicas", [1, 8])
+def test_latency_breakdown_counts_only_the_serving_replicas_iterations(trace, replicas):
+    # Each request is stalled only by the admission iterations of the replica that serves it: with
+    # many replicas, counting every replica's prefill as a stall made decode (the rest)
+    # negative (-21 s of a 57 s mean here).
+    records, workload = trace
+    result = simulate_cluster(workload, "lru", HW, replicas=replicas, router="round-robin", concurrency=64,
+                              device_tokens=30_000)
+    parts = result.summary["latency_breakdown_s"]
+    assert all(parts[k] >= 0.0 for k in ("queue_s", "load_s", "prefill_s", "decode_s", "tool_s")), parts
+    assert sum(parts.values()) == pytest.approx(result.summary["mean_latency_s"], rel=1e-9)
+    if replicas == 1:  # one replica is the single engine, part for part
+        single = simulate(workload, "lru", HW, concurrency=64, device_tokens=30_000)
+        assert parts == pytest.approx(single.summary["latency_breakdown_s"], rel=1e-12)
