@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Optional
 
-__all__ = ["output_problem"]
+__all__ = ["output_problem", "shared_output"]
 
 
 def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.PathLike[str] | str] = ()) -> str | None:
@@ -46,6 +46,31 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
         return f"{ancestor} is not writable"
     if out.exists() and not os.access(out, os.W_OK):
         return "is not writable"
+    return None
+
+
+def shared_output(outputs: Iterable[tuple[str, Optional[os.PathLike[str] | str]]]) -> str | None:
+    """Why two outputs of one command cannot be written, when they name the same file; else ``None``.
+
+    Two outputs on one path would be written one after the other, the second silently replacing
+    the first (a ``--plot`` PNG over the ``--json`` summary).
+
+    Args:
+        outputs: ``(label, path)`` pairs, a label being what the user typed ("--json") or what
+            names a file the command writes itself ("--out-dir file bars.png"); ``None`` paths
+            (outputs not asked for) are skipped.
+
+    Returns:
+        ``"--json x and --plot x are the same file; give each output its own path"`` for the
+        first such pair (compared like :func:`output_problem` compares an output and an input),
+        or ``None``.
+    """
+    given = [(label, Path(path)) for label, path in outputs if path is not None]
+    for i, (label, path) in enumerate(given):
+        for other_label, other in given[:i]:
+            if _same_file(path, other):
+                return (f"{other_label} {other} and {label} {path} are the same file; "
+                        "give each output its own path")
     return None
 
 

@@ -80,7 +80,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TRACE_VERSION", "TraceFormatError", "InvocationRecord", "WorkflowEndRecord", "TraceRecord",
            "TraceFileReport", "parse_line", "parse_record", "iter_trace", "read_trace", "group_workflows",
-           "TraceWriter"]
+           "TraceWriter", "looks_like_trace"]
 
 TRACE_VERSION = 1
 
@@ -484,6 +484,29 @@ def group_workflows(records: Iterable[TraceRecord]) -> dict[str, list[Invocation
 
 
 # --------------------------------------------------------------------------- writing
+
+
+def looks_like_trace(path: str | os.PathLike[str]) -> bool:
+    """Whether a writer may add v1 records to the existing file ``path`` (or replace it).
+
+    True when the file is empty (or blank), or its first non-blank line is a JSON object with the
+    keys ``type`` and ``v`` = :data:`TRACE_VERSION`; only that line is read. Commands that write
+    traces (``pbkv-sdk record --out``, ``pbkv-server --trace-out``) refuse any other file: a typo
+    in the path must not append JSON to, or delete, a file that is not a trace, and records of
+    another version would make the whole file unreadable.
+
+    Raises:
+        OSError: the file cannot be read (missing, a directory, no permission).
+    """
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    first = json.loads(line)
+                except ValueError:  # also UnicodeDecodeError: binary files
+                    return False
+                return isinstance(first, dict) and "type" in first and first.get("v") == TRACE_VERSION
+    return True
 
 
 class TraceWriter:

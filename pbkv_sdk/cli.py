@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pbkv_contract.files import output_problem
-from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, looks_like_trace
 from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
 from pbkv_sdk.stats import TraceSummary, ValidationReport, summarize, validate_file
 
@@ -69,7 +69,7 @@ def record(
     try:
         if out.is_dir():
             raise IsADirectoryError(f"{out} is a directory")
-        if out.exists() and not _looks_like_trace(out):
+        if out.exists() and not looks_like_trace(out):
             err_console.print(f"[red]refusing to overwrite {out}: it is not a PBKV trace[/red]", highlight=False)
             raise typer.Exit(2)
         if out.exists() and not append:
@@ -242,19 +242,6 @@ def _remove_if_ours(out: Path, created: bool) -> str:
     except OSError:
         return ""
     return f"; nothing recorded, removed {escape(str(out))}"
-
-
-def _looks_like_trace(path: Path) -> bool:
-    """Empty, or its first non-blank line is a JSON object with the trace keys ``type`` and ``v``."""
-    with open(path, "rb") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    first = json.loads(line)
-                except ValueError:
-                    return False
-                return isinstance(first, dict) and "type" in first and "v" in first
-    return True
 
 
 def _read_report(file: Path) -> ValidationReport:

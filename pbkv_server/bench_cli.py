@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pbkv_contract.files import output_problem
+from pbkv_contract.files import output_problem, shared_output
 from pbkv_server.sim.profiles import DEFAULT_PROFILE
 from pbkv_server.sim.study_cli import study as study_command
 from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
@@ -164,6 +164,8 @@ def replay(
         problem = output_problem(path, [trace])
         if problem:
             raise _fail(f"{option} {path}: {problem}")
+    if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:
+        raise _fail(problem)
     try:
         hw = get_profile(profile)
     except KeyError as exc:

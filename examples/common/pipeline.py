@@ -33,6 +33,7 @@ from examples.common import integration as integ
 from examples.common.data import DataError, describe_tasks
 from examples.common.report import plot_bars, plot_hit_rate_over_time, print_results
 from examples.common.results import compare, to_json
+from pbkv_contract.files import shared_output
 from pbkv_server.engine.policies import (
     BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info,
 )
@@ -136,8 +137,9 @@ def check_outputs(spec: ExampleSpec, opts: RunOptions) -> None:
 
     Checked: ``--json`` is not a directory and its folder exists or can be created; ``--out-dir``
     and ``OUT_DIR/<example>`` are directories or can be created; no result file name
-    (:data:`RESULT_FILES`) is taken by a directory. "Can be created" means the nearest existing
-    ancestor is a writable directory.
+    (:data:`RESULT_FILES`) is taken by a directory; ``--json`` is neither one of the result files
+    nor in the staging folder. "Can be created" means the nearest existing ancestor is a writable
+    directory.
 
     Raises:
         OutputPathError: naming the path and the reason.
@@ -157,6 +159,13 @@ def check_outputs(spec: ExampleSpec, opts: RunOptions) -> None:
         if path.exists() and not os.access(path, os.W_OK):
             raise OutputPathError(f"--json: {path} is not writable")
         _check_creatable(path.parent, "--json")
+        # The result files are moved into OUT_DIR/<example> before the summary is written: a
+        # --json on one of them would replace it; in the staging folder it would be removed.
+        problem = shared_output([("--out-dir file", out / name) for name in RESULT_FILES] + [("--json", path)])
+        if problem is not None:
+            raise OutputPathError(problem)
+        if path.absolute().resolve().is_relative_to(_staging_dir(out).absolute().resolve()):
+            raise OutputPathError(f"--json: {path} is in the staging folder {_staging_dir(out)}, which the run removes")
 
 
 def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = None) -> dict[str, Any]:

@@ -12,13 +12,17 @@ recorded virtual gaps reproduces the server's schedule.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 
-from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
+from pbkv_contract.trace import TRACE_VERSION, InvocationRecord, TraceWriter, WorkflowEndRecord, looks_like_trace
 from pbkv_server.http.driver import Submission
 from pbkv_server.http.exchange import Completion, Prepared
 
 __all__ = ["ServedTrace", "UNKNOWN_APP", "trace_workflow_id"]
+
+log = logging.getLogger(__name__)
 
 #: App name recorded for workflows whose hints carried no app.
 UNKNOWN_APP = "unknown"
@@ -28,18 +32,25 @@ class ServedTrace:
     """Appends served requests and workflow ends to a v1 trace file.
 
     Args:
-        path: the JSONL file (appended to; parent directories are created).
+        path: the JSONL file (an existing v1 trace is appended to, which the log says; parent
+            directories are created).
 
     Raises:
-        ValueError: the file cannot be opened (a directory, an unwritable or impossible path);
-            the message names the path and the reason.
+        ValueError: the file cannot be opened (a directory, an unwritable or impossible path), or
+            it exists, is not empty and is not a v1 trace (the rule of ``pbkv-sdk record``,
+            :func:`pbkv_contract.trace.looks_like_trace`); the message names the path and the reason.
     """
 
     def __init__(self, path: str):
         try:
+            existing = os.path.isfile(path) and os.path.getsize(path) > 0
+            if existing and not looks_like_trace(path):
+                raise ValueError(f"refusing to append to {path!r}: it is not a PBKV trace (v{TRACE_VERSION})")
             self._writer = TraceWriter(path)
         except OSError as exc:  # a startup setting error, reported like the other bad flags
             raise ValueError(f"cannot write the trace {path!r}: {exc.strerror or exc}") from None
+        if existing:
+            log.info("appending to the existing trace %s", path)
         self.epoch = time.time()
 
     def invocation(self, prep: Prepared, sub: Submission, result: Completion, t_end: float) -> None:

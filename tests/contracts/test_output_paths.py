@@ -6,7 +6,7 @@ import os
 
 from typer.testing import CliRunner
 
-from pbkv_contract.files import output_problem
+from pbkv_contract.files import output_problem, shared_output
 from pbkv_server.bench_cli import app as bench_app
 from pbkv_server.sim.synth import write_trace
 from predictor.cli import app as predictor_app
@@ -30,6 +30,14 @@ def test_output_problem_sees_the_input_by_any_name(tmp_path, monkeypatch):
     assert output_problem(None, [trace]) is None
 
 
+def test_shared_output_names_two_outputs_on_one_file_by_any_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    message = shared_output([("--json", "r.out"), ("--plot", tmp_path / "r.out")])
+    assert message.startswith("--json r.out and --plot ") and "are the same file" in message
+    assert shared_output([("--json", "a.json"), ("--plot", "a.png"), ("--other", None)]) is None
+    assert shared_output([("--json", None), ("--plot", None)]) is None
+
+
 def _trace(tmp_path):
     path = tmp_path / "t.jsonl"
     write_trace(str(path), graph="codegen", workflows=4, seed=0)
@@ -43,6 +51,15 @@ def test_replay_refuses_a_json_or_plot_path_equal_to_the_trace(tmp_path):
         assert result.exit_code == 2, result.output
         assert "is the input file" in result.output
     assert trace.read_bytes() == before
+
+
+def test_replay_refuses_one_path_for_json_and_plot_before_running(tmp_path):
+    trace, _ = _trace(tmp_path)
+    out = tmp_path / "r.out"
+    result = runner.invoke(bench_app, ["replay", str(trace), "--policy", "lru", "--json", str(out), "--plot", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "are the same file" in result.output and "\n" not in result.output.strip()
+    assert not out.exists()  # refused before the replay, not after it
 
 
 def test_predictor_train_refuses_an_out_equal_to_a_trace(tmp_path):

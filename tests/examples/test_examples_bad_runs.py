@@ -71,6 +71,18 @@ def test_result_file_name_taken_by_a_directory_exits_2(tmp_path: Path, monkeypat
     assert code == 2 and "predictor.pt is a directory" in out
 
 
+def test_json_on_a_result_file_or_in_the_staging_folder_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The result files are moved in before the summary is written, so --json on test.jsonl would
+    # replace the test trace; the staging folder is removed at the end, taking the summary with it.
+    monkeypatch.setenv("PBKV_DATA_DIR", str(tmp_path / "no-data"))
+    runs = tmp_path / "runs"
+    code, out = _invoke("hover_langchain", "--quick", "--out-dir", str(runs), "--json", str(runs / "hover_langchain" / "test.jsonl"))
+    assert code == 2 and "are the same file" in out and "PBKV_DATA_DIR" not in out
+    code, out = _invoke("hover_langchain", "--quick", "--out-dir", str(runs), "--json", str(runs / "hover_langchain.partial" / "s.json"))
+    assert code == 2 and "staging folder" in out and "PBKV_DATA_DIR" not in out
+    assert not runs.exists()
+
+
 def test_unknown_profile_message_has_no_extra_quotes(tmp_path: Path) -> None:
     code, out = _invoke("hover_langchain", "--quick", "--profile", "nope", "--out-dir", str(tmp_path / "runs"))
     assert code == 2

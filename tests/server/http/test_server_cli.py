@@ -133,6 +133,36 @@ def test_unwritable_trace_out_is_one_line(tmp_path, target):
     assert f"cannot write the trace {path!r}" in line
 
 
+@pytest.mark.parametrize("content", ["my notes\n", '{"type": "invocation", "v": 2}\n', "\n\x00\xff binary"])
+def test_trace_out_on_a_file_that_is_not_a_v1_trace_is_refused_and_kept(tmp_path, content):
+    path = tmp_path / "notes.txt"
+    path.write_text(content, encoding="latin-1")
+    line = _startup_error(["--port", "0", "--policy", "lru", "--trace-out", str(path)])
+    assert "it is not a PBKV trace" in line and str(path) in line
+    assert path.read_text(encoding="latin-1") == content
+
+
+def test_trace_out_appends_to_an_existing_trace_and_logs_it(tmp_path, caplog):
+    from pbkv_contract.trace import TraceWriter, WorkflowEndRecord, iter_trace
+    from pbkv_server.http.served_trace import ServedTrace
+
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path) as writer:
+        writer.write(WorkflowEndRecord("a", "w1", 1.0, "done"))
+    with caplog.at_level("INFO", logger="pbkv_server.http.served_trace"):
+        served = ServedTrace(str(path))
+    served.workflow_end("b", "w2", 2.0, "done")
+    served.close()
+    assert [r.workflow_id for r in iter_trace(path)] == ["w1", "w2"]
+    assert any("appending to the existing trace" in r.getMessage() for r in caplog.records)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="pbkv_server.http.served_trace"):
+        ServedTrace(str(empty)).close()  # an empty file is a new trace: accepted, nothing to say
+    assert not caplog.records
+
+
 def test_unknown_log_level_is_one_line():
     assert "unknown --log-level 'banana'" in _startup_error(["--log-level", "banana", "--port", "0"])
 
