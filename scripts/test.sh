@@ -7,8 +7,16 @@ cd "$(dirname "$0")/.."
 export CREWAI_DISABLE_TELEMETRY=true OTEL_SDK_DISABLED=true CREWAI_TRACING_ENABLED=false
 export PBKV_DATA_DIR=${PBKV_DATA_DIR:-$(cd .. && pwd)/shared/data}
 bash scripts/setup.sh
-.venv/bin/python -m pytest tests --ignore=tests/sglang "$@"
+# Both suites always run (a failure in the first must not hide the second's result); the
+# script fails at the end when either did.
+main_rc=0
+.venv/bin/python -m pytest tests --ignore=tests/sglang "$@" || main_rc=$?
+sglang_rc=0
 if [ -f scripts/setup_sglang.sh ] && [ -d tests/sglang ] && ls tests/sglang/test_*.py >/dev/null 2>&1; then
   bash scripts/setup_sglang.sh
-  .venv-sglang/bin/python -m pytest tests/sglang -p no:cacheprovider "$@"
+  .venv-sglang/bin/python -m pytest tests/sglang -p no:cacheprovider "$@" || sglang_rc=$?
+fi
+if [ "$main_rc" -ne 0 ] || [ "$sglang_rc" -ne 0 ]; then
+  echo "tests failed: main suite exit $main_rc, SGLang suite exit $sglang_rc" >&2
+  exit 1
 fi

@@ -45,7 +45,9 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
                                                "several (HoVer: per-agent, the default, or shared)"),
         seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="task split, scenario and training seed"),
         epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="predictor training epochs"),
-        no_belady: bool = typer.Option(False, "--no-belady", help="skip the offline Belady reference"),
+        no_belady: bool = typer.Option(False, "--no-opt", "--no-belady",
+                                       help="skip the offline optimum opt, the reference every gap is measured "
+                                            "against (--no-belady is its former name)"),
     ) -> None:
         """Run the example end to end: app -> traces -> predictor -> replay under every policy -> table, plots."""
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

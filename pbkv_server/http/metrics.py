@@ -59,7 +59,7 @@ class ServerMetrics:
             "pbkv_request_latency_seconds", "Wall time from request arrival to last byte", registry=self.registry
         )
         self.malformed_hints = Counter(
-            "pbkv_malformed_hints", "Requests whose PBKV hints were malformed (served anonymously)",
+            "pbkv_malformed_hints", "Malformed PBKV hints ignored, one count each (the request is still served)",
             registry=self.registry,
         )
         self.rejected = Counter(

@@ -169,10 +169,13 @@ class PbkvService:
         hint_status = "ok" if hints else "anonymous"
         if reason is not None:
             hint_status = "ignored"
-            self._malformed(reason)
+            self._malformed(reason, "request served anonymously")
         extras = request_extras(body)
         for problem in extras.problems:
-            self._malformed(problem)
+            # a bad cache hint (priority, TTL, session id) leaves the workflow hints in force
+            self._malformed(problem, "the workflow hints still apply" if hints else "request served anonymously")
+        if extras.problems and hints is None:
+            hint_status = "ignored"  # what the client sent (a bad session_id, say) was not taken
         if hints is None and reason is None and extras.session_id is not None:
             # an app that uses SGLang sessions gets PBKV's lifecycle without the SDK: the session
             # is the workflow, ``/close_session`` its end signal
@@ -414,11 +417,12 @@ class PbkvService:
             self._scenarios[app] = found  # only registered apps are cached: the map stays small
         return found
 
-    def _malformed(self, reason: str) -> None:
+    def _malformed(self, reason: str, outcome: str) -> None:
+        """Count one ignored hint; log each distinct ``reason`` once, with what became of the request."""
         self.metrics.malformed_hints.inc()
         if reason not in self._logged_reasons and len(self._logged_reasons) < _LOGGED_REASONS_MAX:
             self._logged_reasons.add(reason)
-            log.warning("malformed PBKV hints ignored (request served anonymously): %s", reason)
+            log.warning("malformed hint ignored (%s): %s", outcome, reason)
 
     def _workflow_ended(self, wf: Workflow, status: str, reason: str) -> None:
         """Engine end listener: every end (client signal, idleness, table bound) is counted with its

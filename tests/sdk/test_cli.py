@@ -240,18 +240,25 @@ def test_record_keeps_the_trace_of_an_app_that_fails_after_its_llm_calls_and_pas
 
 def _record_and_interrupt_twice(tmp_path, app_code: str) -> tuple[subprocess.CompletedProcess, Path, Path]:
     """Run ``pbkv-sdk record`` in its own process group; once the app is up, press Ctrl-C twice
-    (SIGINT to the group, 0.3 s apart: two separate interrupts). Returns (result, trace, app pid file)."""
-    out, ready = tmp_path / "rec.jsonl", tmp_path / "ready"
-    code = f"import os, signal, time\n{app_code}\nopen({str(ready)!r}, 'w').write(str(os.getpid()))\ntime.sleep(20)\n"
+    (SIGINT to the group). The second comes once the app has written the file named by ``ACK``
+    (an app whose handler does so), else 0.3 s later, after at least 0.3 s either way: on a loaded
+    machine two signals close together reach a process as one. Returns (result, trace, app pid file)."""
+    out, ready, ack = tmp_path / "rec.jsonl", tmp_path / "ready", tmp_path / "ack"
+    code = (f"import os, signal, time\nACK = {str(ack)!r}\n{app_code}\n"
+            f"open({str(ready)!r}, 'w').write(str(os.getpid()))\ntime.sleep(20)\n")
     proc = subprocess.Popen([sys.executable, "-m", "pbkv_sdk.cli", "record", "--out", str(out), "--", sys.executable, "-c", code],
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 20
         while not (ready.exists() and ready.read_text()) and time.monotonic() < deadline:
             time.sleep(0.02)
-        for _ in range(2):
-            os.killpg(proc.pid, signal.SIGINT)
-            time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while "ACK" in app_code and not ack.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
         output, _ = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:
@@ -262,7 +269,8 @@ def _record_and_interrupt_twice(tmp_path, app_code: str) -> tuple[subprocess.Com
 def test_record_interrupted_by_ctrl_c_twice_removes_its_empty_trace_once_the_app_ended(tmp_path):
     # the app lets the first Ctrl-C pass (cleaning up, say) and stops at the second
     result, out, _ = _record_and_interrupt_twice(
-        tmp_path, "signal.signal(signal.SIGINT, lambda s, f: signal.signal(signal.SIGINT, signal.default_int_handler))")
+        tmp_path, "signal.signal(signal.SIGINT, lambda s, f: (signal.signal(signal.SIGINT, signal.default_int_handler),"
+                  " open(ACK, 'w').close()))")
     assert result.returncode == 130, result.stdout
     assert not out.exists()
     assert f"no LLM invocation was recorded (nothing; removed {out.resolve()})" in _one_line(result.stdout)

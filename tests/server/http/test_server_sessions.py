@@ -88,17 +88,22 @@ def test_priority_ttl_speculative_prefill_and_last_step_reach_the_engine(start_s
 
 def test_malformed_extras_are_ignored_and_counted_never_an_error(start_server, monkeypatch):
     """A session id outside the workflow-id rule, a string priority, a cache_control that is not an
-    object and a non-boolean is_last_step: the request is served (anonymously) and each problem
-    counts as a malformed hint."""
+    object and a non-boolean is_last_step: the request is served (anonymously, its hints answered
+    ``ignored``: none was taken) and each problem counts as a malformed hint; with valid workflow
+    hints beside the same bad extras, those hints apply (``ok``)."""
     server = start_server(policy="lru")
     seen = _engine_request(server, monkeypatch)
     with httpx.Client(base_url=server.url) as client:
         r = chat(client, [{"role": "user", "content": "hi"}], session_id="a/b", priority="high",
                  nvext={"cache_control": "5m"}, is_last_step="yes")
-        assert r.status_code == 200 and r.headers["X-PBKV-Hints"] == "anonymous"
+        assert r.status_code == 200 and r.headers["X-PBKV-Hints"] == "ignored"
         assert metric(client.get("/metrics").text, "pbkv_malformed_hints_total") == 4
-    req = seen[-1]
-    assert (req.session_id, req.priority, req.cache_ttl_s, req.last_step) == (None, None, None, False)
+        req = seen[-1]
+        assert (req.session_id, req.priority, req.cache_ttl_s, req.last_step) == (None, None, None, False)
+        r = chat(client, [{"role": "user", "content": "hi"}], Hints("w1", "a", 0, "app"), priority="high")
+        assert r.status_code == 200 and r.headers["X-PBKV-Hints"] == "ok"
+        assert metric(client.get("/metrics").text, "pbkv_malformed_hints_total") == 5
+    assert seen[-1].hints.workflow_id == "w1" and seen[-1].priority is None
 
 
 @pytest.mark.parametrize("body", [None, [], {"session_id": ""}, {"session_id": "a/b"}, {"session_id": 5}])

@@ -3,6 +3,9 @@
 At a device capacity where LRU's token hit rate is in the paper's 20-35 % regime:
 with the oracle predictor, belady >= he >= lae >= lru, pbkv >= he and pbkv / lru >= 2;
 with pure-noise predictions (lambda = 1), pbkv still >= lae (graceful degradation).
+``belady`` here is the earlier heuristic offline reference (farthest next use of a node's first
+block in a timing-only order), not the offline bound ``opt`` (``REFERENCE_POLICY``) that gap
+closed is measured against; the test checks the order against it, not optimality.
 """
 
 from __future__ import annotations
