@@ -67,7 +67,12 @@ MIN_CLASS_SHARE = 0.1
 #: Key of the all-traffic credit (no app is named by this object).
 _ALL = object()
 #: Most surplus a class may bank against later deficits, as a share of the window's prompt tokens.
-CREDIT_SHARE = 0.05
+#: Measured choice (``benchmarks/policy_matrix.py``, codegen and supervisor at 120k tokens, C=16,
+#: host 2x): with 0.05, policies ahead of the ghost by 9-19% of their prompt tokens over the run
+#: still tripped on one losing window (``pbkv`` with markov on codegen at 74% of the run) and lost
+#: 1.4-6.9% of mean latency in the fallback hold; with 0.5 (and 1.0) none tripped there, and
+#: chat-mix C=32 at 40k-120k tokens gave the same figures (its chat class never banks a surplus).
+CREDIT_SHARE = 0.5
 #: First fallback hold, in windows of prompt tokens. Each probe of the predicted order costs
 #: about a window of LRU's hits while predictions are still wrong (and the chat class pays most of
 #: it), so holds are long: on chat-mix C=32, first holds of 8 device capacities left the 40k-token
