@@ -50,7 +50,8 @@ them parse lines with :func:`parse_line`) can still use:
   ``cached_tokens``, ...) is read as unknown and the line kept;
 * inconsistent values are mended and the line kept: ``t_end`` before ``t_start`` reads as
   ``t_start``, ``cached_tokens`` above ``prompt_tokens`` as unknown, and text with lone surrogates
-  (a JSON ``"\ud800"`` escape, not valid Unicode) gets U+FFFD in their place;
+  (a JSON ``"\ud800"`` escape, not valid Unicode) gets U+FFFD in their place, as do bytes that
+  are not UTF-8 (counted under ``utf-8``);
 * a field this reader does not know is ignored (other tools may add their own);
 * integral floats (``3.0``) are read as ints;
 * a line with a ``v`` other than 1 stops the whole file with :class:`TraceFormatError` (the file is
@@ -68,6 +69,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -83,6 +85,9 @@ __all__ = ["TRACE_VERSION", "TraceFormatError", "InvocationRecord", "WorkflowEnd
            "TraceWriter", "looks_like_trace"]
 
 TRACE_VERSION = 1
+
+#: Bytes that were not UTF-8, as ``errors="surrogateescape"`` decodes them.
+_ESCAPED_BYTES = re.compile("[\udc80-\udcff]")
 
 
 class TraceFormatError(ValueError):
@@ -419,13 +424,21 @@ def iter_trace(
     """
     report = report if report is not None else TraceFileReport(os.fspath(path))
     notes: list[tuple[str, str]] = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    # surrogateescape keeps invalid UTF-8 bytes visible (as lone surrogates U+DC80-U+DCFF, which a
+    # JSON "\udc80" escape never produces: that stays six ASCII characters until parsed), so a line
+    # whose bytes had to be replaced is counted as mended instead of passing unnoticed
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             report.lines += 1
+            bad_bytes = _ESCAPED_BYTES.search(line) is not None
+            if bad_bytes:
+                line = _ESCAPED_BYTES.sub("\ufffd", line)
             try:
                 record = parse_line(line, notes)
+                if bad_bytes:
+                    notes.append(("utf-8", "invalid UTF-8 bytes replaced by U+FFFD"))
             except TraceFormatError as exc:
                 raise TraceFormatError(f"{path}:{lineno}: {exc}") from None
             except ValueError as exc:

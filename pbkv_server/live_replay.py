@@ -34,6 +34,7 @@ from typing import Any, Optional, Sequence
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -439,9 +440,17 @@ def command(
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(summary.to_json(), indent=1))
-    if summary.requests and summary.errors == summary.requests:
-        err_console.print("[bold red]error:[/] every request failed (see --json for the reasons)")
-        raise typer.Exit(code=1)
+    if summary.errors:
+        # the first failure's reason on the console (a dead target, a wrong --api, a 4xx) so the
+        # user need not open --json to learn why
+        first = next((r.error for r in summary.results if not r.ok and r.error), "no reason recorded")
+        alike = sum(not r.ok and (r.error or "no reason recorded") == first for r in summary.results)
+        what = "every request failed" if summary.errors == summary.requests else \
+            f"{summary.errors} of {summary.requests} requests failed"
+        err_console.print(f"[bold red]error:[/] {what}; the first: {escape(first)} "
+                          f"({alike} failed the same way; --json lists them all)", highlight=False, soft_wrap=True)
+        if summary.errors == summary.requests:
+            raise typer.Exit(code=1)
 
 
 def _print_summary(s: ReplaySummary) -> None:

@@ -52,6 +52,10 @@ STUDIES = ("concurrency", "backbone", "horizon", "gamma", "rho", "noise")
 BACKBONES = ("graphsage", "mlp", "markov3", "transformer")
 #: Mean requests waiting for admission at which a concurrency counts as past the admission limit.
 QUEUE_LIMIT = 1.0
+#: Most predictor seeds per point: each one trains a GraphSAGE model per run and replays every
+#: trained point once more; 10 gives error bars with room to spare, and a typo such as
+#: ``--seeds 100000`` is refused instead of training for days.
+MAX_SEEDS = 10
 
 
 @dataclass
@@ -96,6 +100,9 @@ class StudySettings:
             raise ValueError("concurrencies must be >= 1")
         if self.seeds < 1 or self.epochs < 1:
             raise ValueError("seeds and epochs must be >= 1")
+        if self.seeds > MAX_SEEDS:
+            raise ValueError(f"seeds must be at most {MAX_SEEDS} (each seed trains a GraphSAGE model per run and "
+                             f"replays every trained point once more), got {self.seeds}")
         if min(self.horizons, default=1) < 1:
             raise ValueError("horizons must be >= 1")
         if any(not 0 < g <= 1 for g in self.gammas):

@@ -48,7 +48,7 @@ def study(
     concurrencies: str = typer.Option("8,24,48,72,96,128,192", help="concurrencies of the sweep (Figure 5a)"),
     policies: Optional[str] = typer.Option(None, help="policies of the concurrency sweep (default: every online one)"),
     studies: str = typer.Option("concurrency,backbone,horizon,gamma,rho,noise", help="studies to run"),
-    seeds: int = typer.Option(2, help="predictor seeds per point (the model file, then GraphSAGE trained with seeds 1..)"),
+    seeds: int = typer.Option(2, help="predictor seeds per point, 1-10 (the model file, then GraphSAGE trained with seeds 1..)"),
     epochs: int = typer.Option(60, help="maximum training epochs of trained backbones (early stopping)"),
     threads: int = typer.Option(DEFAULT_TORCH_THREADS, help="torch CPU threads"),
 ) -> None:

@@ -92,6 +92,22 @@ def test_truncated_and_malformed_lines_are_skipped_with_one_warning_naming_the_f
     assert "step must be an integer >= 0" in warning.getMessage()
 
 
+def test_bytes_that_are_not_utf8_are_replaced_and_counted_as_mended(tmp_path, caplog):
+    # a latin-1 agent name in an otherwise valid line: the line is kept, the byte becomes U+FFFD,
+    # and the file's warning counts it (the first line, JSON-escaped é, is not mended)
+    path = tmp_path / "t.jsonl"
+    good = json.dumps(_inv(agent="caf\u00e9").to_json()).encode()
+    latin1 = good.replace("caf\\u00e9".encode(), b"caf\xe9")
+    assert latin1 != good
+    path.write_bytes(good + b"\n" + latin1 + b"\n" + latin1 + b"\n")
+    with caplog.at_level(logging.WARNING):
+        recs = read_trace(path)
+    assert [r.agent for r in recs] == ["caf\u00e9", "caf\ufffd", "caf\ufffd"]
+    [warning] = caplog.records
+    assert warning.getMessage() == (f"{path}: fields read as unknown, mended or ignored: utf-8 on 2 lines "
+                                    "(first: line 2: invalid UTF-8 bytes replaced by U+FFFD)")
+
+
 def test_unknown_version_and_empty_trace_are_clear_errors(tmp_path):
     path = tmp_path / "v2.jsonl"
     path.write_text(json.dumps({**_inv().to_json(), "v": 2}) + "\n")

@@ -193,3 +193,20 @@ def test_replay_function_checks_its_arguments_too():
         asyncio.run(replay([], "http://127.0.0.1:9", concurrency=1, timeout_s=0))
     with pytest.raises(ValueError, match="is not an http"):
         asyncio.run(replay([], "127.0.0.1:9", concurrency=1))
+
+
+def test_a_dead_target_says_why_every_request_failed(tmp_path):
+    # nothing listens on a freshly freed loopback port: each request gets a connection error, and
+    # the console names it (with how many failed alike) instead of pointing at --json only
+    from pbkv_server.bench_cli import app
+    from pbkv_server.local_cluster import free_port
+
+    trace = tmp_path / "t.jsonl"
+    with TraceWriter(trace) as writer:
+        for rec in _records():
+            writer.write(rec)
+    result = CliRunner().invoke(app, ["live-replay", str(trace), "--target", f"http://127.0.0.1:{free_port()}",
+                                      "--api", "chat", "--timeout", "5"], terminal_width=400)
+    assert result.exit_code == 1, result.output
+    assert "every request failed; the first: ConnectError" in result.output
+    assert "(6 failed the same way; --json lists them all)" in result.output

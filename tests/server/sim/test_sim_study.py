@@ -126,6 +126,7 @@ def test_study_command_writes_a_report_json_and_one_figure_per_study(run_dir, tm
     (["--studies", "concurrency,dance"], "unknown study 'dance'"),
     (["--gammas-are-not-an-option"], None),
     (["--seeds", "0"], "seeds and epochs must be >= 1"),
+    (["--seeds", "11"], "seeds must be at most 10"),
     (["--policies", "opt"], "cannot be swept"),
 ])
 def test_bad_study_options_stop_before_any_replay(run_dir, tmp_path, args, message):
