@@ -33,6 +33,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from _cli import check_output, run_script
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
 from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="h100-qwen2.5-32b")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
+    check_output(p, args.json, args.trace)
     if not args.graph and not args.trace:
         p.error("give --graph or --trace")
 
@@ -149,7 +151,7 @@ def sessions_as_workflows(records: list) -> list | None:
 
 def markdown(rows: list[dict]) -> str:
     """The rows as a markdown table."""
-    lines = ["| policy | predictor | device hit | host hit | gap closed | mean latency s | latency x LRU | mean TTFT s |",
+    lines = ["| policy | predictor | device hit | host hit | gap closed | mean latency s | latency / LRU | mean TTFT s |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         gap = "n/a" if math.isnan(r["gap_closed"]) else f"{100 * r['gap_closed']:.0f}%"
@@ -159,4 +161,4 @@ def markdown(rows: list[dict]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

@@ -31,13 +31,17 @@ DEFAULT_HOVER_TRACE = Path("runs/hover_langchain/test.jsonl")
 def main(argv: list[str] | None = None) -> int:
     """Replay the published settings and print the table; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hover-trace", type=Path, default=DEFAULT_HOVER_TRACE,
-                        help="recorded HoVer test trace for the decode-step row (python -m examples.hover_langchain)")
+    parser.add_argument("--hover-trace", type=Path, default=None,
+                        help="recorded HoVer test trace for the decode-step row (python -m examples.hover_langchain; "
+                             f"default {DEFAULT_HOVER_TRACE}, whose row is skipped when it is missing)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    hover = read_trace(args.hover_trace) if args.hover_trace.is_file() else None
+    if args.hover_trace is not None and not args.hover_trace.is_file():
+        parser.error(f"--hover-trace {args.hover_trace}: no such file")  # a path the user gave must exist
+    trace = args.hover_trace or DEFAULT_HOVER_TRACE
+    hover = read_trace(trace) if trace.is_file() else None
     if hover is None:
-        print(f"(no HoVer trace at {args.hover_trace}: the decode-step row is skipped)", file=sys.stderr)
+        print(f"(no HoVer trace at {trace}: the decode-step row is skipped)", file=sys.stderr)
     qwen3_32b = [p for p in PROFILES.values() if "Qwen3-32B" in p.description]
     rows = compare(get_profile(KVFLOW_PROFILE), qwen3_32b, hover)
     print(f"| figure | source | setting | profile | ours | published | ours / published - 1 | within {TOLERANCE:.0%} |")

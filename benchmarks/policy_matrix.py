@@ -25,6 +25,7 @@ from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.profiles import DEFAULT_HOST_RATIO, get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import write_trace
+from _cli import check_output, run_script
 from pbkv_contract.trace import read_trace
 
 
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-lru-guard", action="store_true",
                    help="predictive policies always follow their predicted order (EngineConfig.lru_guard off)")
     args = p.parse_args(argv)
+    check_output(p, args.json, [args.trace] if args.trace else [])
 
     profile = get_profile(args.profile)
     policies = args.policy.split(",")
@@ -113,4 +115,4 @@ def _print_change(before: dict, after: dict, policies: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

@@ -266,10 +266,19 @@ def parse_hints(headers: Mapping[str, str] | None, body: Any = None) -> tuple[Hi
 
     Returns:
         ``(hints, None)`` when valid hints are present; ``(None, None)`` when the request has no
-        hints at all (anonymous); ``(None, reason)`` when hints are present but malformed. Never
-        raises: a malformed hint must not fail the LLM request.
+        hints at all (anonymous); ``(None, reason)`` when hints are present but malformed (a hint
+        header repeated in a multi-dict such as Starlette's ``Headers`` included). Never raises: a
+        malformed hint must not fail the LLM request.
     """
-    lowered = {k.lower(): v for k, v in (headers or {}).items()}
+    pairs = [(k.lower(), v) for k, v in (headers or {}).items()]  # multi-dicts list repeated names
+    lowered = dict(pairs)
+    if len(lowered) < len(pairs):
+        # one hint header sent twice has no single meaning (RFC 9110, 5.3: only list-valued fields
+        # may repeat); taking either copy could file the request under the wrong workflow
+        names = [k for k, _ in pairs]
+        repeated = next((h for h in HEADERS if names.count(h.lower()) > 1), None)
+        if repeated is not None:
+            return None, f"{repeated} sent {names.count(repeated.lower())} times"
     try:
         hints = None
         if lowered.get(HEADER_WORKFLOW_ID.lower()) is not None:

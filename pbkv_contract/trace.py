@@ -527,7 +527,12 @@ class TraceWriter:
 
     Each record is written as one ``write`` of a complete line followed by ``flush``, under a
     lock, so concurrent writers never interleave partial lines and a crash loses at most the line
-    being written. Use as a context manager or call :meth:`close`.
+    being written. A file whose last line was cut off (a crash mid-write) gets a line break before
+    the first new record, so that record stays readable and only the cut line is skipped. Use as a
+    context manager or call :meth:`close`.
+
+    Raises:
+        OSError: the file cannot be created or opened for appending.
     """
 
     def __init__(self, path: str | os.PathLike[str]):
@@ -537,6 +542,9 @@ class TraceWriter:
             os.makedirs(parent, exist_ok=True)
         self._fh: IO[str] | None = open(self.path, "a", encoding="utf-8")
         self._lock = threading.Lock()
+        if _ends_mid_line(self.path):
+            self._fh.write("\n")
+            self._fh.flush()
 
     def write(self, record: TraceRecord) -> None:
         """Append one record as a line. Raises ``ValueError`` after :meth:`close`."""
@@ -559,3 +567,16 @@ class TraceWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _ends_mid_line(path: str) -> bool:
+    """Whether the file is non-empty and its last byte is not a line break."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except OSError:  # not seekable (a FIFO, /dev/stdout): nothing to mend
+        return False

@@ -61,11 +61,14 @@ def record(
     LLM invocation: then one line names the interpreter that ran. Whatever the way out (the
     command cannot run, the app fails or is interrupted before its first LLM call), a trace file
     that this command created and that holds no invocation is removed again, and one line says
-    so. Ctrl-C reaches the app too; a second one stops the wait (exit 130), leaving the file to an
-    app that still runs.
+    so. Without --append an existing trace is replaced, but only by a recording that holds an
+    invocation: it is moved to OUT.previous while the app runs and put back if the new recording
+    is empty or the command cannot run. Ctrl-C reaches the app too; a second one stops the wait
+    (exit 130), leaving the file to an app that still runs (and OUT.previous where it is).
     """
     out = out.resolve()
     created = append is False or not out.exists()
+    previous: Path | None = None  # an earlier trace moved aside until the new one holds an invocation
     try:
         if out.is_dir():
             raise IsADirectoryError(f"{out} is a directory")
@@ -73,7 +76,11 @@ def record(
             err_console.print(f"[red]refusing to overwrite {out}: it is not a PBKV trace[/red]", highlight=False)
             raise typer.Exit(2)
         if out.exists() and not append:
-            out.unlink()
+            if out.stat().st_size > 0:
+                previous = out.with_name(out.name + ".previous")
+                os.replace(out, previous)
+            else:
+                out.unlink()
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "a", encoding="utf-8"):  # fail here, not inside the app, if it cannot be written
             pass
@@ -88,17 +95,18 @@ def record(
     try:
         status = _run_app(command, env)
     except FileNotFoundError:
-        removed = _remove_if_ours(out, created)
+        removed = _remove_if_ours(out, created) + _put_back(previous, out)
         err_console.print(f"[red]command not found: {escape(command[0])}{removed}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(127)
     except OSError as exc:  # not executable, bad interpreter line, ...
-        removed = _remove_if_ours(out, created)
+        removed = _remove_if_ours(out, created) + _put_back(previous, out)
         err_console.print(f"[red]cannot run {escape(command[0])}: {escape(_os_reason(exc))}{removed}[/red]",
                           highlight=False, soft_wrap=True)
         raise typer.Exit(126)
     if status is None:
+        kept = f"; the previous trace is in {escape(str(previous))}" if previous is not None else ""
         err_console.print(f"[red]interrupted; the app is still running and may still record into {escape(str(out))} "
-                          f"(kept)[/red]", highlight=False, soft_wrap=True)
+                          f"(kept){kept}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(130)
     report = validate_file(out) if out.exists() else ValidationReport()
     if not any(isinstance(r, InvocationRecord) for r in report.records):
@@ -106,13 +114,16 @@ def record(
             out.unlink()  # ours, and useless: leave no file that looks like a recording
         ends = sum(isinstance(r, WorkflowEndRecord) for r in report.records)
         what = f"only {ends} workflow end(s)" if ends else "nothing"
+        fate = _put_back(previous, out).removeprefix("; ") or f"{'removed' if created else 'kept'} {escape(str(out))}"
         err_console.print(
-            f"[red]no LLM invocation was recorded ({what}; {'removed' if created else 'kept'} {escape(str(out))}): "
+            f"[red]no LLM invocation was recorded ({what}; {fate}): "
             f"the app ran with {escape(_interpreter(command))}; is pbkv installed there, does the app call a PBKV "
             f"instrument(...) function, and do its LLM calls reach the server?[/red]",
             highlight=False, soft_wrap=True,
         )
         raise typer.Exit(status or 1)
+    if previous is not None:
+        previous.unlink(missing_ok=True)  # replaced by a recording that holds invocations
     _print_summary(summarize(report.records), top)
     if report.invalid:
         err_console.print(f"[red]{len(report.invalid)} invalid line(s) in {out}[/red]")
@@ -242,6 +253,18 @@ def _remove_if_ours(out: Path, created: bool) -> str:
     except OSError:
         return ""
     return f"; nothing recorded, removed {escape(str(out))}"
+
+
+def _put_back(previous: Path | None, out: Path) -> str:
+    """Move the trace that ``record`` set aside back to ``out`` (nothing was recorded to replace
+    it); the note to add to the one-line message (``"; the previous trace is back in PATH"``)."""
+    if previous is None or out.exists():
+        return ""
+    try:
+        os.replace(previous, out)
+    except OSError:
+        return f"; the previous trace is in {escape(str(previous))}"
+    return f"; the previous trace is back in {escape(str(out))}"
 
 
 def _read_report(file: Path) -> ValidationReport:

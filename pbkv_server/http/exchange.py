@@ -65,7 +65,11 @@ def request_extras(body: Mapping[str, Any]) -> RequestExtras:
         if out.session_id is None:
             out.problems.append(f"session_id must be {WORKFLOW_ID_RULE}")
     nvext = body.get("nvext")
+    if nvext is not None and not isinstance(nvext, Mapping):
+        out.problems.append("nvext must be an object")
     hints = nvext.get("agent_hints") if isinstance(nvext, Mapping) else None
+    if hints is not None and not isinstance(hints, Mapping):
+        out.problems.append("nvext.agent_hints must be an object")
     hints = hints if isinstance(hints, Mapping) else {}
     priority = body.get("priority", hints.get("priority"))
     if priority is not None:

@@ -77,8 +77,24 @@ class ContentPart(_Open):
     text: str | None = None
 
 
+#: Roles whose message must carry ``content`` (OpenAI: required; an assistant message may leave it
+#: out when it carries ``tool_calls`` or ``function_call``).
+CONTENT_ROLES = ("system", "developer", "user", "tool", "function")
+_PRESENT = {"not": {"type": "null"}}
+
+
 class Message(_Open):
-    """One chat message."""
+    """One chat message (``content`` required by role: checked in :func:`validate_request`, and
+    stated in the schema)."""
+
+    model_config = ConfigDict(json_schema_extra={"allOf": [
+        {"if": {"properties": {"role": {"enum": list(CONTENT_ROLES)}}, "required": ["role"]},
+         "then": {"required": ["content"], "properties": {"content": _PRESENT}}},
+        {"if": {"properties": {"role": {"const": "assistant"}}, "required": ["role"]},
+         "then": {"anyOf": [{"required": ["content"], "properties": {"content": _PRESENT}},
+                            {"required": ["tool_calls"], "properties": {"tool_calls": _PRESENT}},
+                            {"required": ["function_call"], "properties": {"function_call": _PRESENT}}]}},
+    ]})
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: Union[str, list[ContentPart], None] = None
@@ -198,6 +214,13 @@ def validate_request(body: Any, kind: str) -> ChatCompletionRequest | Completion
     if parsed.stream_options is not None and not parsed.stream:
         # OpenAI: "stream_options: only set this when you set stream: true".
         raise ApiError(400, "stream_options is only allowed when stream is true", "invalid_value", "stream_options")
+    if kind == "chat":
+        for i, message in enumerate(parsed.messages):
+            if message.content is None and (message.role in CONTENT_ROLES or (
+                    message.tool_calls is None and (message.model_extra or {}).get("function_call") is None)):
+                needs = "content" if message.role in CONTENT_ROLES else "content, tool_calls or function_call"
+                raise ApiError(400, f"Missing required parameter: 'messages[{i}].content' (the {message.role} message "
+                               f"needs {needs})", "missing_required_parameter", f"messages[{i}].content")
     return parsed
 
 

@@ -180,3 +180,17 @@ def test_optional_priority_and_cache_ttl_round_trip_and_bad_values_read_as_unkno
     assert [(r.priority, r.cache_ttl_s) for r in recs] == [(None, None)] * 4
     warnings = [r.message for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "priority on 2 lines" in warnings[0] and "cache_ttl_s on 1 line" in warnings[0]
+
+
+def test_appending_after_a_cut_off_last_line_starts_a_new_line(tmp_path):
+    # a crash mid-write leaves a partial last line: the next writer's first record must not be
+    # glued onto it (only the cut line is lost, and the reader skips just that one)
+    path = tmp_path / "t.jsonl"
+    good = json.dumps(_inv(wf="w1").to_json())
+    path.write_text(good + "\n" + good[: len(good) // 2])
+    with TraceWriter(path) as writer:
+        writer.write(_inv(wf="w2"))
+    assert [r.workflow_id for r in iter_trace(path)] == ["w1", "w2"]
+    with TraceWriter(path) as writer:  # a file that ends with a line break gets no blank line
+        writer.write(_inv(wf="w3"))
+    assert path.read_text().endswith("\n" + json.dumps(_inv(wf="w3").to_json(), separators=(",", ":")) + "\n")

@@ -361,11 +361,29 @@ def test_record_refuses_to_overwrite_a_file_that_is_not_a_trace(tmp_path):
     result = runner.invoke(app, ["record", "--out", str(script), "--", sys.executable, "-c", "pass"])
     assert result.exit_code == 2 and "refusing to overwrite" in _one_line(result.output)
     assert script.read_text() == "print('my precious app')\n"
-    old = tmp_path / "old.jsonl"  # an earlier trace is replaced (or appended to with --append)
+
+
+def test_record_replaces_an_earlier_trace_only_with_a_recording_that_holds_an_invocation(tmp_path):
+    old = tmp_path / "old.jsonl"
     with TraceWriter(old) as w:
         w.write(_inv("A", 0, "x"))
-    result = runner.invoke(app, ["record", "--out", str(old), "--", sys.executable, "-c", "pass"])
-    assert result.exit_code == 1 and not old.exists()  # replaced by a recording of nothing, which is removed
+    before = old.read_bytes()
+    # the app records nothing, or cannot run at all: the earlier trace is put back, byte for byte
+    for command in ([sys.executable, "-c", "pass"], [str(tmp_path / "no-such-app")]):
+        result = runner.invoke(app, ["record", "--out", str(old), "--", *command])
+        assert result.exit_code in (1, 127), result.output
+        assert f"the previous trace is back in {old}" in _one_line(result.output)
+        assert old.read_bytes() == before and not (tmp_path / "old.jsonl.previous").exists()
+    # an app that records an invocation replaces it, and nothing is left beside it
+    code = ("from pbkv_contract.trace import InvocationRecord, TraceWriter\n"
+            "import os\n"
+            "with TraceWriter(os.environ['PBKV_TRACE_PATH']) as w:\n"
+            "    w.write(InvocationRecord(app='b', workflow_id='w9', step=0, agent='y', t_start=0.0, t_end=1.0,"
+            " prompt_tokens=3, completion_tokens=1, prefix_hashes=['ab']))\n")
+    result = runner.invoke(app, ["record", "--out", str(old), "--", sys.executable, "-c", code])
+    assert result.exit_code == 0, result.output
+    assert [r.workflow_id for r in iter_trace(old)] == ["w9"]
+    assert not (tmp_path / "old.jsonl.previous").exists()
 
 
 def test_record_of_an_app_whose_calls_were_not_stamped_fails_names_the_interpreter_and_removes_its_file(tmp_path):

@@ -56,6 +56,18 @@ def test_invalid_hint_header_bytes_are_served_ignored_and_counted(start_server, 
     assert metric(text, "pbkv_malformed_hints_total") == 1 and metric(text, "pbkv_active_workflows") == 0
 
 
+def test_a_hint_header_sent_twice_is_ignored_and_counted_not_resolved_to_one_copy(start_server, caplog):
+    # two workflow ids on one request: either copy could file it under the wrong workflow
+    server = start_server(policy="lru")
+    with caplog.at_level(logging.WARNING):
+        status, headers, _ = raw_post(server, [(b"X-PBKV-Workflow-Id", b"wf3"), *hint_headers()[1:],
+                                               (b"X-PBKV-Workflow-Id", b"wf4")])
+    assert status == 200 and headers["x-pbkv-hints"] == "ignored"
+    assert server.service.workflows.get("wf3") is None and server.service.workflows.get("wf4") is None
+    assert metric(raw_metrics(server), "pbkv_malformed_hints_total") == 1
+    assert any("X-PBKV-Workflow-Id sent 2 times" in r.getMessage() for r in caplog.records)
+
+
 def test_percent_encoded_utf8_agent_decodes_to_the_right_name(start_server):
     server = start_server(policy="lru")
     status, headers, _ = raw_post(server, hint_headers("%E5%AE%A1%E6%A0%B8%E5%91%98".encode()))

@@ -62,6 +62,20 @@ def test_missing_messages_and_prompt_name_the_required_parameter(start_server):
         assert "token ids" in error["message"]
 
 
+def test_a_message_without_content_is_refused_unless_an_assistant_calls_a_tool(start_server):
+    # OpenAI requires content on every message but an assistant one that carries tool_calls or a
+    # function_call (content null or left out there)
+    server = start_server(policy="lru")
+    for message in ({"role": "user"}, {"role": "user", "content": None}, {"role": "system", "content": None},
+                    {"role": "assistant"}, {"role": "assistant", "content": None}):
+        err = _post(server, {"messages": [*USER, message]}).json()["error"]
+        assert (err["code"], err["param"]) == ("missing_required_parameter", "messages[1].content"), message
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    served = _post(server, {"messages": [*USER, {"role": "assistant", "content": None, "tool_calls": [call]},
+                                         {"role": "tool", "tool_call_id": "c1", "content": "42"}, *USER]})
+    assert served.status_code == 200, served.text
+
+
 @pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])
 def test_nan_and_infinity_literals_are_invalid_json(start_server, literal):
     server = start_server(policy="lru")

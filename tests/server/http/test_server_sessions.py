@@ -103,7 +103,12 @@ def test_malformed_extras_are_ignored_and_counted_never_an_error(start_server, m
         r = chat(client, [{"role": "user", "content": "hi"}], Hints("w1", "a", 0, "app"), priority="high")
         assert r.status_code == 200 and r.headers["X-PBKV-Hints"] == "ok"
         assert metric(client.get("/metrics").text, "pbkv_malformed_hints_total") == 5
-    assert seen[-1].hints.workflow_id == "w1" and seen[-1].priority is None
+        hinted = seen[-1]
+        for nvext in ("x", {"agent_hints": 7}):  # not objects where objects belong: counted too
+            r = chat(client, [{"role": "user", "content": "hi"}], nvext=nvext)
+            assert r.status_code == 200 and r.headers["X-PBKV-Hints"] == "ignored"
+        assert metric(client.get("/metrics").text, "pbkv_malformed_hints_total") == 7
+    assert hinted.hints.workflow_id == "w1" and hinted.priority is None
 
 
 @pytest.mark.parametrize("body", [None, [], {"session_id": ""}, {"session_id": "a/b"}, {"session_id": 5}])

@@ -1,0 +1,43 @@
+"""What the replay benchmark scripts share at their command line: bad input is one line, not a traceback.
+
+``alternatives_table.py`` and ``policy_matrix.py`` are run on users' own traces (README, "Compared
+with what users run today"), so a mistyped path or option must read like the ``pbkv-bench``
+errors: ``error: ...`` on one line and exit status 2, with no file written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from pbkv_contract.files import output_problem
+from pbkv_contract.trace import TraceFormatError
+from pbkv_server.sim.simulator import SimulationError
+
+__all__ = ["run_script", "check_output"]
+
+
+def run_script(main: Callable[[Optional[list[str]]], int], argv: Optional[list[str]] = None) -> int:
+    """Run a script's ``main(argv)``; an unreadable trace, an unknown name or a value the simulator
+    refuses (``OSError``, ``TraceFormatError``, ``KeyError``, ``ValueError``, ``SimulationError``)
+    is printed as one ``error:`` line and returns 2. Other exceptions propagate (they are bugs)."""
+    try:
+        return main(argv)
+    except KeyError as exc:  # the registries' KeyErrors carry a whole sentence
+        message = exc.args[0] if exc.args else exc
+    except (OSError, TraceFormatError, ValueError, SimulationError) as exc:
+        message = exc
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def check_output(parser: argparse.ArgumentParser, json_out: Optional[Path], inputs: Iterable[str]) -> None:
+    """Stop (``parser.error``, exit 2) before any replay when ``--json`` names one of the input
+    traces (writing it would destroy the trace) or a directory."""
+    if json_out is None:
+        return
+    problem = output_problem(json_out, list(inputs))
+    if problem:
+        parser.error(f"--json {json_out}: {problem}")
