@@ -315,13 +315,7 @@ class PrefixCache:
 
     def peek_victim(self) -> Node | None:
         """The device node the policy would evict next (not removed), or ``None``."""
-        heap = self._dev_heap
-        while heap:
-            entry = heap[0]
-            if self._dev_valid(entry):
-                return entry[3]
-            heapq.heappop(heap)
-        return None
+        return self._peek(self._dev_heap, self._dev_valid)
 
     def evict_device(self, tokens: int, limit: Callable[[Node, int], bool] | None = None) -> int:
         """Evict device nodes in policy order until ``tokens`` are freed.
@@ -367,11 +361,14 @@ class PrefixCache:
 
     def peek_prefetch(self) -> Node | None:
         """The host node with the highest prefetch value whose parent is on the device, or None."""
-        heap = self._pf_heap
+        return self._peek(self._pf_heap, self._pf_valid)
+
+    @staticmethod
+    def _peek(heap: list, valid: Callable[[tuple], bool]) -> Node | None:
+        """The node of ``heap``'s best valid entry, dropping stale entries above it (lazy deletion)."""
         while heap:
-            entry = heap[0]
-            if self._pf_valid(entry):
-                return entry[3]
+            if valid(heap[0]):
+                return heap[0][3]
             heapq.heappop(heap)
         return None
 
