@@ -403,8 +403,7 @@ def _workflow(spec: GraphSpec, roles: dict[str, int], wid: str, t0: float, rng: 
         hashes, block_tokens = hasher.hashes_and_tokens(segments)
         prompt_tokens = sum(block_tokens)
         completion = _loguniform(rng, *agent.output_tokens)
-        ttft = 0.1 + prompt_tokens / 4000.0  # nominal recorded timing; replay recomputes it
-        t_end = t + ttft + completion * 0.025
+        ttft, t_end = _nominal_times(t, prompt_tokens, completion)
         yield InvocationRecord(
             app=spec.app, workflow_id=wid, step=step, agent=agent_name, t_start=round(t, 3),
             t_end=round(t_end, 3), ttft_s=round(ttft, 3), prompt_tokens=prompt_tokens,
@@ -423,6 +422,14 @@ def _workflow(spec: GraphSpec, roles: dict[str, int], wid: str, t0: float, rng: 
         t = t_end + rng.uniform(*agent.tool_gap_s)
     hasher.forget_workflows()
     yield WorkflowEndRecord(app=spec.app, workflow_id=wid, t=round(t, 3), status="completed")
+
+
+def _nominal_times(t: float, prompt_tokens: int, output_tokens: int) -> tuple[float, float]:
+    """Recorded ``(ttft_s, t_end)`` of a synthetic call started at ``t`` (seconds): a nominal 0.1 s
+    + 4,000 prompt tokens/s prefill and 25 ms per output token. Replay recomputes timing from the
+    cost model; these only make the trace look like a recording."""
+    ttft = 0.1 + prompt_tokens / 4000.0
+    return ttft, t + ttft + output_tokens * 0.025
 
 
 def _loguniform(rng: random.Random, lo: int, hi: int) -> int:
