@@ -383,20 +383,45 @@ class PrefixCache:
         """Put back an entry taken with :meth:`pop_prefetch` (it stays valid if the node is unchanged)."""
         heapq.heappush(self._pf_heap, entry)
 
-    def load(self, node: Node) -> None:
+    def load(self, node: Node) -> bool:
         """Copy host node ``node`` to the device as a prefetch (caller checked space; parent on device).
 
-        Raises:
-            ValueError: the node is locked (a pinned node never moves).
+        Every policy's prefetch passes here, so this is where the rule "a pinned node is never
+        moved by prefetch" (regression case 5) is kept, once: a locked node is refused.
+
+        Returns:
+            True if the node was loaded; False, with nothing changed, if it is pinned (locked by a
+            running request or with :meth:`lock`): the caller treats it as a load that failed.
         """
         if node.lock:
-            raise ValueError(f"cannot prefetch {node!r}: it is pinned")
+            return False
         self._condemned.pop(node, None)  # brought back for a reason: no longer the rest of a victim
         self.tree.set_tier(node, DEVICE)
         self.stats.prefetched_tokens += node.tokens
         self.refresh(node)
         for child in node.children.values():
             self.refresh(child)
+        return True
+
+    def evict_for(self, node: Node, tokens: int, limit: Callable[[Node, int], bool] | None = None) -> int:
+        """Evict device nodes (as :meth:`evict_device`) to free ``tokens`` for prefetching host node ``node``.
+
+        ``node`` and its parent are locked meanwhile: a demotion could otherwise drop the node from
+        a full host tier, and the node it hangs from must stay on the device. A pinned ``node``
+        cannot be loaded (:meth:`load`), so nothing is evicted for it.
+
+        Returns:
+            Tokens freed (0 for a pinned node).
+        """
+        if node.lock:
+            return 0
+        parent = node.parent
+        self.lock(parent)
+        self.lock(node)
+        freed = self.evict_device(tokens, limit)
+        self.unlock(node)
+        self.unlock(parent)
+        return freed
 
     def lock(self, node: Node) -> None:
         """Pin ``node`` (one more user); a pinned node is never moved or dropped."""

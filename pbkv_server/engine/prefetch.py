@@ -178,14 +178,7 @@ class _EvictingRoom:
                 return True
             return False
 
-        parent = node.parent
-        # pin the candidate (else demotions could drop it from a full host tier) and its parent
-        # (never evict the node it hangs from to make room for it)
-        cache.lock(parent)
-        cache.lock(node)
-        cache.evict_device(short, may_evict)
-        cache.unlock(node)
-        cache.unlock(parent)
+        cache.evict_for(node, short, may_evict)
 
 
 def _engine_round(cache: "PrefixCache", budget: int, room: _EvictingRoom,
@@ -195,7 +188,8 @@ def _engine_round(cache: "PrefixCache", budget: int, room: _EvictingRoom,
         return PrefetchOutcome(0, 0)
 
     def load(entry: tuple) -> bool:
-        cache.load(entry[3])
+        if not cache.load(entry[3]):  # pinned: refused by the cache, stays queued
+            return False
         if on_load is not None:
             on_load(entry[3])
         return True

@@ -217,7 +217,6 @@ class KVFlowPolicy(Policy):
                 chain.append(node)
                 node = node.parent
             for node in reversed(chain):
-                if node.tokens > budget:
+                if node.tokens > budget or not cache.load(node):  # no budget, or pinned
                     break
-                cache.load(node)
                 budget -= node.tokens

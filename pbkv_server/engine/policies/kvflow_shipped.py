@@ -166,9 +166,8 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
                         break  # dropped from a full host tier while room was made for its parent
                     if node.tokens > budget:
                         return  # the stretch's PCIe time is spent
-                    if not self._room(node, step):
+                    if not self._room(node, step) or not cache.load(node):
                         return  # the fork's ``to_break``: the round ends at the first failed load
-                    cache.load(node)
                     budget -= node.tokens
 
     def _room(self, node, step: int) -> bool:
@@ -177,10 +176,5 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
         short = node.tokens - cache.device_free()
         if short <= 0:
             return True
-        parent = node.parent
-        cache.lock(parent)  # never evict the node's parent, and keep the node itself in place
-        cache.lock(node)
-        cache.evict_device(short, lambda victim, tokens: self.hold_priority(victim) > step)
-        cache.unlock(node)
-        cache.unlock(parent)
+        cache.evict_for(node, short, lambda victim, tokens: self.hold_priority(victim) > step)
         return cache.device_free() >= node.tokens
