@@ -9,6 +9,14 @@ so other processes on a shared machine do not count). Target: p50 <= 1 ms and p9
 leaves, roughly flat from 5k to 50k.
 
     python benchmarks/eviction_scaling.py [--leaves 5000,20000,40000,50000] [--policy lru,he,pbkv]
+
+``--fill`` times filling the tree instead: N prompts of 64 tokens (one shared block per agent,
+63 own) of one workflow walking the pipeline A -> B -> C -> A, so that every invocation changes
+the steps-to-execution of the agents (``kvflow``, ``kvflow-shipped``); no eviction. Prints the
+CPU seconds of the whole fill (issue 27: ``kvflow-shipped`` re-filed every node of an agent at
+each change, quadratic in N).
+
+    python benchmarks/eviction_scaling.py --fill --leaves 5000,20000 --policy lru,kvflow,kvflow-shipped
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import time
 
 from pbkv_contract.hints import END_AGENT, Hints
 from pbkv_contract.prediction import Prediction, Predictor
-from pbkv_server.engine import EngineConfig, EngineStats, PrefixCache, ScoreBoard
+from pbkv_server.engine import Engine, EngineConfig, EngineRequest, EngineStats, PrefixCache, ScoreBoard
 from pbkv_server.engine.workflows import WorkflowTable
 from pbkv_server.sim.profiles import get_profile
 
@@ -73,6 +81,22 @@ def run(policy: str, leaves: int, rounds: int, seed: int) -> list[float]:
     return times
 
 
+def fill(policy: str, leaves: int) -> float:
+    """CPU seconds (this thread) to cache ``leaves`` prompts through the engine (see ``--fill``)."""
+    config = EngineConfig(profile=get_profile("h100-qwen2.5-32b"), policy=policy,
+                          device_tokens=leaves * 64 + 64, host_tokens=0)
+    engine = Engine(config)
+    engine.set_app_graph("app", {"A": ["B"], "B": ["C"], "C": ["A"]})
+    t0 = time.thread_time()
+    for i in range(leaves):
+        agent = "ABC"[i % 3]
+        keys = [f"sys-{agent}"] + [f"p{i}-{j}" for j in range(63)]
+        engine.submit(EngineRequest(f"r{i}", keys, [1] * 64, 1, Hints("w", agent, i, "app")))
+        while engine.busy:
+            engine.step()
+    return time.thread_time() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the table; returns the exit status."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -80,7 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policy", default="lru,lae,he,pbkv,kvflow")
     p.add_argument("--rounds", type=int, default=300)
     p.add_argument("--seed", type=int, default=4)
+    p.add_argument("--fill", action="store_true", help="time filling the tree (see the module docstring)")
     args = p.parse_args(argv)
+    if args.fill:
+        print(f"{'policy':15} {'leaves':>7} {'fill s':>8} {'us/leaf':>8}")
+        for policy in args.policy.split(","):
+            for n in (int(x) for x in args.leaves.split(",")):
+                t = fill(policy, n)
+                print(f"{policy:15} {n:7d} {t:8.2f} {1e6 * t / n:8.1f}", flush=True)
+        return 0
     print(f"{'policy':10} {'leaves':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for policy in args.policy.split(","):
         for n in (int(x) for x in args.leaves.split(",")):

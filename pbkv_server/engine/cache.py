@@ -315,6 +315,7 @@ class PrefixCache:
 
     def peek_victim(self) -> Node | None:
         """The device node the policy would evict next (not removed), or ``None``."""
+        self.policy.settle()
         return self._peek(self._dev_heap, self._dev_valid)
 
     def evict_device(self, tokens: int, limit: Callable[[Node, int], bool] | None = None) -> int:
@@ -487,6 +488,7 @@ class PrefixCache:
             s.guard_fallback_evictions += 1
 
     def _evict_host(self, tokens: int) -> int:
+        self.policy.settle()
         freed = 0
         heap = self._host_heap
         holds = self.policy.holds_nodes

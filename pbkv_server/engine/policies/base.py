@@ -234,6 +234,11 @@ class Policy(abc.ABC):
         sc = node.sc
         return sc is not None and sc.retired
 
+    def settle(self) -> None:
+        """Re-file nodes whose priority changed since the last call (a policy that defers refreshes
+        so that a change touching many nodes costs once per eviction, not once per change). The
+        cache calls it before it reads its heaps; the default has nothing pending."""
+
     def prefetch_value(self, node: NodeView) -> float:
         """Value of loading host node ``node`` to the device; <= 0 means never prefetch it."""
         return 0.0

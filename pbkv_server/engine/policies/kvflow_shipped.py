@@ -66,6 +66,11 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
         self._born: dict = {}  # node -> creation order
         self._frontier: dict = {}  # (app, agent) -> {node: None}
         self._order = itertools.count()
+        # agents whose steps changed since the cache last read its heaps (insertion-ordered)
+        self._pending: dict = {}
+        # tagged nodes of creation order 0 (the first node, upper parts cut off it), which tie
+        # with untagged nodes (order 0 by default): re-filed at once, see _steps_changed
+        self._zero: dict = {}
 
     def hold_priority(self, node) -> int:
         """The fork's ``get_node_hold_priority``: min over the node's agents of min(5, steps)."""
@@ -116,6 +121,8 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
         if key not in tags:
             tags.add(key)
             self._tagged.setdefault(key, {})[node] = None
+            if self._born.get(node, 0) == 0:
+                self._zero[node] = None
 
     @staticmethod
     def _below(node, ancestor) -> bool:
@@ -126,9 +133,34 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
         return False
 
     def _steps_changed(self, key) -> None:
-        """Re-file every node tagged with the agent whose steps changed."""
-        for node in self._tagged.get(key, ()):
-            self.cache.refresh(node)
+        """Note that the nodes tagged with ``key`` need re-filing; :meth:`settle` does it.
+
+        Every node inherits its parent's agents, so an agent is tagged on most of its workflows'
+        nodes, and steps change at every invocation of a pipeline: re-filing them here cost
+        O(tree) per invocation (quadratic while a tree fills). The fork pays for a plan update
+        when it evicts (``get_node_hold_priority`` recomputes a stale node's priority as its
+        eviction pass reaches it); deferring the re-filing to the next heap read does the same.
+
+        Decisions are those of re-filing at once: a heap read sees every node filed under its
+        current priority, and priorities ``(pass, creation order)`` are unique except for order
+        0, which the tagged nodes of order 0 share with untagged ones (there the refresh sequence
+        breaks the tie), so those few are still re-filed at once.
+        """
+        self._pending[key] = None
+        refresh = self.cache.refresh
+        for node in self._zero:
+            if key in self._tags[node]:
+                refresh(node)
+
+    def settle(self) -> None:
+        """Re-file the nodes of every agent whose steps changed, in the order the changes came."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        refresh = self.cache.refresh
+        for key in pending:
+            for node in self._tagged.get(key, ()):
+                refresh(node)
 
     def on_split(self, top, bottom) -> None:
         """The upper part keeps the agents and the place of the node it was cut from."""
@@ -139,6 +171,7 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
     def on_drop(self, node) -> None:
         """Forget the node, and take it out of the frontiers."""
         self._born.pop(node, None)
+        self._zero.pop(node, None)
         for key in self._tags.pop(node, ()):
             self._tagged[key].pop(node, None)
             front = self._frontier.get(key)
