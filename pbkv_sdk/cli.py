@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pbkv_contract.extras import missing_module_line
 from pbkv_contract.files import output_problem
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, looks_like_trace
 from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
@@ -184,7 +185,9 @@ def import_chatdev_cmd(
     try:
         from pbkv_sdk.importers.chatdev import import_chatdev
     except ImportError as exc:
-        err_console.print(f"[red]the ChatDev importer is not available ({exc})[/red]")
+        line = missing_module_line("pbkv-sdk", exc, "")
+        err_console.print(escape(line) if line else f"[red]the ChatDev importer is not available ({escape(str(exc))})[/red]",
+                          highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     problem = output_problem(out, [src])
     if problem is not None:

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pbkv_contract.extras import missing_module_line
 from pbkv_contract.files import output_problem, shared_output
 from pbkv_server.sim.profiles import DEFAULT_PROFILE
 from pbkv_server.sim.study_cli import study as study_command
@@ -178,6 +179,8 @@ def replay(
     if saved_threads is not None:  # in-process callers (tests, notebooks) get their setting back
         ctx.call_on_close(lambda: limit_torch_threads(saved_threads))
     try:
+        if plot is not None:  # before the runs: a missing plotting extra fails at once, not after them
+            importlib.import_module("matplotlib")
         records = read_trace(trace)
         workload = load_workload(records)
         # A trained model must belong to the trace's app (when it holds one): a model for another
@@ -186,7 +189,7 @@ def replay(
         trace_app = next(iter(apps)) if len(apps) == 1 else None
         make_predictor(predictor, horizon, records, app=trace_app)  # validate the spec before the first run
     except (TraceFormatError, OSError, ValueError, ImportError) as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None
 
     results, scale = {}, {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

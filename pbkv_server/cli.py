@@ -14,6 +14,7 @@ from typing import List, NoReturn, Optional
 
 import typer
 
+from pbkv_contract.extras import missing_module_line
 from pbkv_server.engine.policies import DEFAULT_POLICY
 from pbkv_server.http.config import (
     DEFAULT_MAX_BODY_BYTES,
@@ -101,15 +102,20 @@ def main(
         serve_forever(config, announce=lambda url: typer.echo(
             f"pbkv-server ({config.policy}, predictors {config.predictors or 'none'}) on {url}/v1", err=False))
     except (ValueError, ImportError) as exc:
-        _fail(str(exc))
+        _fail(_missing_extra(exc) or str(exc))
     except OSError as exc:  # the runner's bind error already names the address; a file error names its path
         reason = exc.strerror or str(exc)
         _fail(f"{exc.filename}: {reason}" if exc.filename else reason)
 
 
 def _fail(message: str) -> NoReturn:
-    typer.echo(f"pbkv-server: {message}", err=True)
+    typer.echo(message if message.startswith("pbkv-server: ") else f"pbkv-server: {message}", err=True)
     raise typer.Exit(2)
+
+
+def _missing_extra(exc: BaseException) -> str | None:
+    """The one line naming the extra for a missing module (``None``: not a missing module)."""
+    return missing_module_line("pbkv-server", exc, "server")
 
 
 def _log_level(name: str) -> int:

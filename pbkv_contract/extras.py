@@ -1,0 +1,104 @@
+"""Console-script entry points that name the missing install extra in one line.
+
+A light install (``pip install -e .``) has the SDK's dependencies only; ``pbkv-server``,
+``pbkv-bench`` and ``pbkv-predictor`` need the ``server`` or ``predictor`` extra
+(``pyproject.toml``, ``[project.optional-dependencies]``). Without it the CLI used to end in a bare
+``No module named 'uvicorn'`` or a ModuleNotFoundError traceback. Each console script now enters
+through :func:`run`, which imports its CLI module and runs it; a third-party module that is not
+installed, at import or while the command runs, becomes one line on stderr naming the extra to
+install, and exit status 2.
+
+Standard library only (the line must print when nothing else is installed). The package is not on
+PyPI: the hint gives the checkout form first.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+__all__ = ["EXTRA_OF", "install_hint", "missing_module_line", "run", "pbkv_server", "pbkv_bench",
+           "pbkv_predictor", "pbkv_sdk"]
+
+#: Top-level module -> the extra that installs it ("" = the base install). Modules declared by
+#: several extras map to the one that the CLIs need them for; anything else falls back to the
+#: CLI's own extra.
+EXTRA_OF: dict[str, str] = {
+    "httpx": "", "typer": "", "rich": "", "click": "",
+    "fastapi": "server", "starlette": "server", "uvicorn": "server", "httptools": "server",
+    "pydantic": "server", "prometheus_client": "server", "matplotlib": "server", "tokenizers": "server",
+    "torch": "predictor",
+    "langchain_core": "langchain", "langgraph": "langchain", "langchain_openai": "langchain",
+    "autogen_agentchat": "autogen", "autogen_ext": "autogen", "autogen_core": "autogen",
+    "crewai": "crewai", "agents": "openai-agents", "openai": "openai-agents",
+    "opentelemetry": "otel", "openinference": "otel",
+    "sglang": "sglang",
+    "pytest": "test", "hypothesis": "test", "schemathesis": "test",
+}
+
+#: Our own packages: a missing one of these is a broken checkout, not a missing extra.
+_OWN = {"pbkv_contract", "pbkv_sdk", "pbkv_server", "predictor", "examples"}
+
+
+def install_hint(extra: str) -> str:
+    """The install command for ``extra`` ("" = base), checkout form first (pbkv is not on PyPI)."""
+    if not extra:
+        return 'from a checkout: pip install -e . (a built wheel: pip install "pbkv")'
+    return f'from a checkout: pip install -e ".[{extra}]" (a built wheel: pip install "pbkv[{extra}]")'
+
+
+def missing_module_line(cli: str, exc: BaseException, default_extra: str) -> str | None:
+    """One line for a missing third-party module, or ``None`` if ``exc`` is not one.
+
+    Args:
+        cli: the console script's name (starts the line).
+        exc: the exception caught.
+        default_extra: the CLI's own extra, named for a module :data:`EXTRA_OF` does not list.
+    """
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    if top in _OWN:
+        return None
+    extra = EXTRA_OF.get(top, default_extra)
+    what = f'the "{extra}" extra' if extra else "its base dependencies"
+    return f"{cli}: Python module {top!r} is not installed; {cli} needs {what}: {install_hint(extra)}"
+
+
+def run(cli: str, target: str, default_extra: str) -> int:
+    """Import ``target`` (``module:attribute``), call it, and turn a missing module into one line.
+
+    Returns:
+        The command's exit status (2 for a missing module).
+    """
+    module, _, attr = target.partition(":")
+    try:
+        entry = getattr(importlib.import_module(module), attr)
+        result = entry()
+    except ModuleNotFoundError as exc:
+        line = missing_module_line(cli, exc, default_extra)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 2
+    return result if isinstance(result, int) else 0
+
+
+def pbkv_server() -> int:
+    """``pbkv-server``."""
+    return run("pbkv-server", "pbkv_server.cli:app", "server")
+
+
+def pbkv_bench() -> int:
+    """``pbkv-bench``."""
+    return run("pbkv-bench", "pbkv_server.bench_cli:app", "server")
+
+
+def pbkv_predictor() -> int:
+    """``pbkv-predictor``."""
+    return run("pbkv-predictor", "predictor.cli:app", "predictor")
+
+
+def pbkv_sdk() -> int:
+    """``pbkv-sdk``."""
+    return run("pbkv-sdk", "pbkv_sdk.cli:app", "")
