@@ -158,6 +158,14 @@ def stats(
 def validate(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Trace file.")) -> None:
     """Check every line of a trace; list invalid ones and exit 1 if there are any, or no invocation record."""
     report = _read_report(file)
+    if report.valid == 0 and report.invalid:
+        # not one trace record: another tool's file (a ChatDev log, chat-completions JSONL...), so
+        # one line saying so beats one error per line
+        lineno, reason = report.invalid[0]
+        err_console.print(f"{escape(str(file))} is not a PBKV trace (v1): none of its {len(report.invalid)} line(s) is "
+                          f"a trace record (line {lineno}: {escape(reason)}). {_importers_line()}",
+                          highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
     for lineno, reason in report.invalid[:50]:
         console.print(f"{file}:{lineno}: {reason}", markup=False, highlight=False)
     if len(report.invalid) > 50:
@@ -268,6 +276,13 @@ def _put_back(previous: Path | None, out: Path) -> str:
     except OSError:
         return f"; the previous trace is in {escape(str(previous))}"
     return f"; the previous trace is back in {escape(str(out))}"
+
+
+def _importers_line() -> str:
+    """Names the importers that convert other tools' logs (the ``pbkv-sdk import`` commands)."""
+    names = [c.name or c.callback.__name__ for c in import_app.registered_commands]
+    return ("To convert another tool's log: " + "; ".join(f"pbkv-sdk import {n} SRC --out OUT" for n in names)
+            + " (see pbkv-sdk import --help).")
 
 
 def _read_report(file: Path) -> ValidationReport:
