@@ -236,8 +236,13 @@ async def replay(records: Sequence[Any], target: str, concurrency: int, api: str
     async with httpx.AsyncClient(base_url=target, timeout=timeout_s, limits=limits) as client:
         if api == "auto":
             api = await _detect_api(client)
+        if vocab_size is None and api == "generate":
+            vocab_size = await detect_vocab_size(client)
+            if vocab_size is None:  # a guess could send ids outside the vocabulary and crash the server
+                raise ValueError(f"cannot learn the vocabulary of the model served at {target} (its /get_model_info "
+                                 "model_path has no config.json readable from here); pass --vocab-size N")
         if vocab_size is None:
-            vocab_size = (await detect_vocab_size(client) if api == "generate" else None) or 32000
+            vocab_size = 32000  # chat API: ids only make up the prompt text
         book = PromptBook(vocab_size)
         ids = {id(r): book.token_ids(r) for invs in workflows.values() for r in invs} if api == "generate" else {}
         texts = {id(r): book.text(r) for invs in workflows.values() for r in invs} if api == "chat" else {}
@@ -279,13 +284,20 @@ async def detect_vocab_size(client: httpx.AsyncClient) -> int | None:
     ``/get_model_info`` names, when that folder is readable from here (a server on this machine);
     ``None`` otherwise. Token ids at or above it would fail the request."""
     try:
-        r = await client.get("/get_model_info")
-        path = Path(r.json()["model_path"]) / "config.json"
-        config = json.loads(path.read_text())
-        vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
-        return int(vocab) if vocab and int(vocab) > TOKEN_ID_LOW else None
-    except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        info = (await client.get("/get_model_info")).json()
+    except (httpx.HTTPError, ValueError):
         return None
+    if not isinstance(info, dict):
+        return None
+    for key in ("model_path", "tokenizer_path"):  # the tokenizer folder usually holds config.json too
+        try:
+            config = json.loads((Path(info[key]) / "config.json").read_text())
+            vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+            if vocab and int(vocab) > TOKEN_ID_LOW:
+                return int(vocab)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return None
 
 
 async def _detect_api(client: httpx.AsyncClient) -> str:

@@ -107,7 +107,8 @@ def test_generate_api_sends_input_ids_recorded_lengths_and_hints(serve_asgi):
 
     server = serve_asgi(app)
     records = _records()
-    summary = asyncio.run(replay(records, server.url, concurrency=1, api="auto"))
+    # the stub's model_path has no config.json: the vocabulary is given (no silent 32,000 guess)
+    summary = asyncio.run(replay(records, server.url, concurrency=1, api="auto", vocab_size=32000))
     assert summary.api == "generate" and summary.errors == 0 and summary.requests == 6
     first = seen[0]
     inv = records[0]
@@ -120,7 +121,7 @@ def test_generate_api_sends_input_ids_recorded_lengths_and_hints(serve_asgi):
     assert summary.cached_tokens == sum(len(b["input_ids"]) // 2 for b in seen)
     assert summary.hit_rate == pytest.approx(summary.cached_tokens / summary.prompt_tokens)
     seen.clear()
-    asyncio.run(replay(records, server.url, concurrency=2, api="generate", max_output_tokens=2))
+    asyncio.run(replay(records, server.url, concurrency=2, api="generate", max_output_tokens=2, vocab_size=32000))
     assert {b["sampling_params"]["max_new_tokens"] for b in seen} == {2}  # recorded 3, capped at 2
 
 

@@ -79,12 +79,40 @@ def build_command(policy: str, sglang_args: Sequence[str], python: str | None = 
         if arg.split("=", 1)[0] in _OWN_FLAGS:
             raise LaunchError(f"{arg.split('=', 1)[0]} is set by --policy; remove it from the SGLang arguments")
     name, needs_backend = resolve_policy(policy)
+    sglang_args = absolute_paths(sglang_args)
     cmd = [python or sglang_python(), "-m", "sglang.launch_server", *sglang_args, "--radix-eviction-policy", name]
     if needs_backend:
         cmd += ["--radix-cache-backend", BACKEND_NAME]
     if _CACHE_REPORT_FLAG not in sglang_args:
         cmd.append(_CACHE_REPORT_FLAG)
     return cmd
+
+
+#: Flags whose value SGLang reports back (``/get_model_info``): clients read the model's files there.
+_PATH_FLAGS = ("--model-path", "--tokenizer-path")
+
+
+def absolute_paths(sglang_args: Sequence[str], cwd: str | None = None) -> list[str]:
+    """``sglang_args`` with a relative ``--model-path`` / ``--tokenizer-path`` that exists here made
+    absolute (a hub id such as ``Qwen/Qwen2.5-7B`` is not a local path and stays).
+
+    SGLang reports the path as given; a client in another directory (``pbkv-bench live-compare``
+    reads the vocabulary from the model's ``config.json``) could not open a relative one.
+    """
+    base = cwd or os.getcwd()
+    out = list(sglang_args)
+    for i, arg in enumerate(out):
+        flag, eq, value = arg.partition("=")
+        if flag not in _PATH_FLAGS:
+            continue
+        if not eq:
+            if i + 1 >= len(out):
+                continue
+            i, value = i + 1, out[i + 1]
+        path = os.path.join(base, value)
+        if value and not os.path.isabs(value) and os.path.exists(path):
+            out[i] = f"{flag}={os.path.abspath(path)}" if eq else os.path.abspath(path)
+    return out
 
 
 def build_env(sglang_args: Sequence[str], environ: dict[str, str] | None = None) -> dict[str, str]:
