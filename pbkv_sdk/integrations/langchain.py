@@ -120,13 +120,20 @@ class PBKVCallbackHandler(BaseCallbackHandler):
     @property
     def active_workflows(self) -> int:
         """Number of workflows running now (paused ones not included)."""
-        return len(self._workflows)
+        with self._lock:
+            return len(self._workflows) - len(self._paused_live())
 
     @property
     def paused_workflows(self) -> dict[str, Workflow]:
-        """Interrupted workflows waiting for a resume, by LangGraph ``thread_id`` (a copy)."""
+        """Interrupted workflows waiting for a resume, by LangGraph ``thread_id`` (a copy); this
+        includes a root run paused at its interrupt whose async stream is not closed yet."""
         with self._lock:
-            return dict(self._paused)
+            return {**self._paused, **self._paused_live()}
+
+    def _paused_live(self) -> dict[str, Workflow]:
+        """Thread id -> workflow of root runs still open but paused at an interrupt (lock held)."""
+        return {self._thread_of[root]: self._workflows[root] for root in self._interrupted
+                if root in self._workflows and root in self._thread_of}
 
     # ----------------------------------------------------------------- run tree
 

@@ -117,6 +117,8 @@ def test_langgraph_stream_left_at_the_interrupt_pauses_and_the_resume_ends_it_on
     def before_resume():
         assert ending.flush(5.0)
         ends_at_pause.extend(fake_llm.ends)
+        assert list(lc_handler.paused_workflows) == [config["configurable"]["thread_id"]]
+        assert lc_handler.active_workflows == 0
 
     _stream_to_the_interrupt(graph, config, mode, leave, before_resume)
     assert ending.flush(5.0)
