@@ -12,7 +12,14 @@ X-PBKV-Agent          agent                           1-128 printable ASCII char
                                                       decoded: no control character
 X-PBKV-Step           step                            0-based int, < 2**31
 X-PBKV-App            app                             same rule as agent
+X-PBKV-Internal       internal                        optional: header ``1`` / ``0``,
+                                                      body ``true`` / ``false``
 ====================  ==============================  =============================
+
+``internal`` marks a call the framework makes for itself rather than as an agent step (AutoGen's
+speaker selection): servers serve it like any call and write ``internal: true`` in their trace,
+so predictor training and ``pbkv-sdk stats`` can skip it. Clients send it only when true (a
+server that predates it ignores the header).
 
 Malformed hints never fail an LLM request: :func:`parse_hints` returns ``(None, reason)``
 and the caller serves the request anonymously, counting and logging the reason. That includes
@@ -36,7 +43,10 @@ HEADER_WORKFLOW_ID = "X-PBKV-Workflow-Id"
 HEADER_AGENT = "X-PBKV-Agent"
 HEADER_STEP = "X-PBKV-Step"
 HEADER_APP = "X-PBKV-App"
+HEADER_INTERNAL = "X-PBKV-Internal"
 HEADERS = (HEADER_WORKFLOW_ID, HEADER_AGENT, HEADER_STEP, HEADER_APP)
+#: Hint headers that may be left out even with a workflow id (absent: ``False``).
+OPTIONAL_HEADERS = (HEADER_INTERNAL,)
 #: Shared secret for the hint endpoints (the server also accepts ``Authorization: Bearer``).
 HEADER_HINT_TOKEN = "X-PBKV-Hint-Token"
 
@@ -88,12 +98,14 @@ class Hints:
         agent: decoded agent name (the node, participant or role that made the call).
         step: 0-based index of this invocation within its workflow.
         app: application name; selects the predictor and the call graph. ``None`` if not sent.
+        internal: a framework-internal call (speaker selection), not an agent step.
     """
 
     workflow_id: str
     agent: str
     step: int
     app: str | None = None
+    internal: bool = False
 
     def to_headers(self) -> dict[str, str]:
         """Header form, with agent and app percent-encoded (see :func:`encode_name`).
@@ -106,19 +118,25 @@ class Hints:
         """
         # One dict literal per form: this runs on every stamped LLM request.
         if self.app is None:
-            return {HEADER_WORKFLOW_ID: self.workflow_id, HEADER_AGENT: encode_name(self.agent), HEADER_STEP: str(self.step)}
-        return {
-            HEADER_WORKFLOW_ID: self.workflow_id,
-            HEADER_AGENT: encode_name(self.agent),
-            HEADER_STEP: str(self.step),
-            HEADER_APP: encode_name(self.app),
-        }
+            headers = {HEADER_WORKFLOW_ID: self.workflow_id, HEADER_AGENT: encode_name(self.agent), HEADER_STEP: str(self.step)}
+        else:
+            headers = {
+                HEADER_WORKFLOW_ID: self.workflow_id,
+                HEADER_AGENT: encode_name(self.agent),
+                HEADER_STEP: str(self.step),
+                HEADER_APP: encode_name(self.app),
+            }
+        if self.internal:  # sent only when true: the common call carries the four fields alone
+            headers[HEADER_INTERNAL] = "1"
+        return headers
 
     def to_body(self) -> dict[str, Any]:
         """Body form for ``custom_params.pbkv`` (names are sent decoded: JSON carries any text)."""
         body: dict[str, Any] = {"workflow_id": self.workflow_id, "agent": self.agent, "step": self.step}
         if self.app is not None:
             body["app"] = self.app
+        if self.internal:
+            body["internal"] = True
         return body
 
 
@@ -276,7 +294,7 @@ def parse_hints(headers: Mapping[str, str] | None, body: Any = None) -> tuple[Hi
         # one hint header sent twice has no single meaning (RFC 9110, 5.3: only list-valued fields
         # may repeat); taking either copy could file the request under the wrong workflow
         names = [k for k, _ in pairs]
-        repeated = next((h for h in HEADERS if names.count(h.lower()) > 1), None)
+        repeated = next((h for h in HEADERS + OPTIONAL_HEADERS if names.count(h.lower()) > 1), None)
         if repeated is not None:
             return None, f"{repeated} sent {names.count(repeated.lower())} times"
     try:
@@ -292,7 +310,7 @@ def parse_hints(headers: Mapping[str, str] | None, body: Any = None) -> tuple[Hi
         return None, str(exc)
     except Exception as exc:  # defensive: any odd value is a malformed hint, never a 500
         return None, f"malformed hint: {type(exc).__name__}"
-    if any(h.lower() in lowered for h in HEADERS[1:]):
+    if any(h.lower() in lowered for h in HEADERS[1:] + OPTIONAL_HEADERS):
         return None, f"{HEADER_WORKFLOW_ID} missing while other PBKV headers are present"
     return None, None
 
@@ -312,11 +330,15 @@ def _hints_from_headers(lowered: Mapping[str, str]) -> Hints:
     if agent is None or step is None:
         raise HintError(f"{HEADER_AGENT} and {HEADER_STEP} are required with {HEADER_WORKFLOW_ID}")
     app = lowered.get(HEADER_APP.lower())
+    internal = lowered.get(HEADER_INTERNAL.lower(), "0")
+    if internal not in ("0", "1"):
+        raise HintError(f"{HEADER_INTERNAL} must be 1 or 0, got {internal[:20]!r}")
     return Hints(
         workflow_id=validate_workflow_id(lowered[HEADER_WORKFLOW_ID.lower()]),
         agent=decode_name(agent),
         step=parse_step(step),
         app=decode_name(app) if app is not None else None,
+        internal=internal == "1",
     )
 
 
@@ -329,9 +351,13 @@ def _hints_from_body(pbkv: Any) -> Hints:
             continue
         if not isinstance(value, str) or not value or len(encode_name(value)) > MAX_FIELD_CHARS:
             raise HintError(f"custom_params.pbkv.{name} must be a non-empty string")
+    internal = pbkv.get("internal", False)
+    if not isinstance(internal, bool):
+        raise HintError("custom_params.pbkv.internal must be true or false")
     return Hints(
         workflow_id=validate_workflow_id(pbkv.get("workflow_id")),
         agent=agent,
         step=parse_step(pbkv.get("step")),
         app=app,
+        internal=internal,
     )

@@ -333,9 +333,10 @@ def _print_summary(summary: TraceSummary, top: int) -> None:
         f"{summary.cached_tokens:,} cached{_known_part(summary.cached_known, n)}")
     ttft = "unknown" if summary.mean_ttft_s is None else (
         f"{summary.mean_ttft_s * 1000:.1f} ms{_known_part(summary.ttft_known, n)}")
+    internal = f" ({summary.internal} internal, left out of the transitions)" if summary.internal else ""
     console.print(
         f"[bold]{summary.workflows}[/bold] workflows ({ended} ended), [bold]{n}[/bold] invocations, "
-        f"{summary.steps_per_workflow:.1f} per workflow; tokens: {summary.prompt_tokens:,} prompt, "
+        f"{summary.steps_per_workflow:.1f} per workflow{internal}; tokens: {summary.prompt_tokens:,} prompt, "
         f"{cached}, {summary.completion_tokens:,} completion; mean TTFT {ttft}"
     )
     agents = Table(title="agents")

@@ -7,7 +7,8 @@ transports stamp (:mod:`pbkv_sdk.autopatch`). Elsewhere, hand :func:`http_client
 For each request to an LLM endpoint (path ending in ``/chat/completions``, ``/completions`` or
 ``/generate``) made inside a workflow (see :mod:`pbkv_sdk.context`), the transport
 
-1. reserves the workflow's next step and adds the four ``X-PBKV-*`` headers (and, with
+1. reserves the workflow's next step and adds the four ``X-PBKV-*`` headers (a fifth,
+   ``X-PBKV-Internal: 1``, on framework-internal calls such as speaker selection) (and, with
    ``body_hints``, ``custom_params.pbkv`` in the JSON body, the route SGLang keeps, and SGLang's
    own top-level ``session_id`` = the workflow id unless the app set one), plus the workflow id
    in the router's affinity header (``X-SMG-Routing-Key``, :mod:`pbkv_sdk.routing`);
@@ -230,7 +231,8 @@ def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[http
     if agent is None or app is None:  # the server would ignore the hints: send none (warned)
         wf.sent_without_hints()
         return request, None
-    hints = Hints(wf.workflow_id, agent, _step_for(request, wf), app)
+    internal = current_internal()  # a framework-internal call tells the server too (X-PBKV-Internal)
+    hints = Hints(wf.workflow_id, agent, _step_for(request, wf), app, internal)
     if wf.llm_origin is None:
         wf.llm_origin = f"{request.url.scheme}://{request.url.netloc.decode('ascii')}"
     headers = request.headers
@@ -247,7 +249,7 @@ def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[http
         if body_hints:
             request = _with_body_hints(request, body, hints)
             body = request.content
-    return request, PendingCall(hints, recorder, time.time(), body, current_internal(), wf, body_hints)
+    return request, PendingCall(hints, recorder, time.time(), body, internal, wf, body_hints)
 
 
 @functools.lru_cache(maxsize=4096)

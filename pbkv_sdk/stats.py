@@ -28,7 +28,10 @@ class TraceSummary:
         agents: invocations per agent.
         apps: invocations per app.
         transitions: ``(agent, next agent)`` counts within workflows in step order; the last
-            agent of an ended workflow transitions to ``<END>``.
+            agent of an ended workflow transitions to ``<END>``. Internal invocations (the
+            framework's own calls, e.g. AutoGen's speaker selection) are left out: control passes
+            from agent to agent around them, as the predictor's training targets see it.
+        internal: invocations flagged ``internal`` (counted in ``agents`` and tokens too).
         prompt_tokens, completion_tokens: totals, tokens.
         cached_tokens: total over the invocations that recorded it (``cached_known`` of them),
             tokens; ``None`` when none did (trace format v1: unknown is not 0).
@@ -43,6 +46,7 @@ class TraceSummary:
     agents: Counter = field(default_factory=Counter)
     apps: Counter = field(default_factory=Counter)
     transitions: Counter = field(default_factory=Counter)
+    internal: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int | None = None
@@ -61,6 +65,7 @@ class TraceSummary:
             "agents": dict(self.agents),
             "apps": dict(self.apps),
             "transitions": {f"{a} -> {b}": n for (a, b), n in self.transitions.most_common()},
+            "internal_invocations": self.internal,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cached_tokens": self.cached_tokens,
@@ -90,10 +95,12 @@ def summarize(records: Iterable[TraceRecord]) -> TraceSummary:
             if inv.ttft_s is not None:
                 ttft_total += inv.ttft_s
                 summary.ttft_known += 1
-        for a, b in zip(invs, invs[1:]):
+        steps = [inv for inv in invs if not inv.internal]  # agent steps only
+        summary.internal += len(invs) - len(steps)
+        for a, b in zip(steps, steps[1:]):
             summary.transitions[(a.agent, b.agent)] += 1
-        if wid in ends:
-            summary.transitions[(invs[-1].agent, END_AGENT)] += 1
+        if wid in ends and steps:
+            summary.transitions[(steps[-1].agent, END_AGENT)] += 1
     summary.workflows = len(workflows)
     summary.invocations = sum(len(v) for v in workflows.values())
     summary.ended = Counter(status for wid, status in ends.items() if wid in workflows)

@@ -310,7 +310,7 @@ async def _detect_api(client: httpx.AsyncClient) -> str:
 
 async def _send(client: httpx.AsyncClient, api: str, rec: InvocationRecord, prompt: Any,
                 model: str, max_output_tokens: int | None = None) -> RequestResult:
-    hints = Hints(rec.workflow_id, rec.agent, rec.step, rec.app)
+    hints = Hints(rec.workflow_id, rec.agent, rec.step, rec.app, bool(rec.internal))  # internal travels on
     out = RequestResult(rec.workflow_id, rec.step, rec.agent, ok=False)
     max_new = max(1, rec.completion_tokens)
     if max_output_tokens is not None:

@@ -18,7 +18,9 @@ Run control (each path is one workflow id and at most one end):
 * the root run returns: ends ``completed``; a node raises: ``failed``; the task is cancelled,
   or the caller stops consuming ``stream``/``astream`` early: ``cancelled``;
 * a node calls ``interrupt(...)`` (human in the loop, with a checkpointer): the workflow is
-  *paused*, not ended; the next run on the same ``thread_id`` whose input is
+  *paused*, not ended, whether the caller reads the stream to its end or breaks out of it at
+  the ``__interrupt__`` event (sync or async, even before the async generator is closed); the
+  next run on the same ``thread_id`` whose input is
   ``Command(resume=...)`` or ``None`` continues it (same id, steps go on); a run on that thread
   with a new input instead ends the paused one ``cancelled`` and starts a new workflow. A paused
   workflow never resumed is retired by the server after its idle time.
@@ -118,13 +120,20 @@ class PBKVCallbackHandler(BaseCallbackHandler):
     @property
     def active_workflows(self) -> int:
         """Number of workflows running now (paused ones not included)."""
-        return len(self._workflows)
+        with self._lock:
+            return len(self._workflows) - len(self._paused_live())
 
     @property
     def paused_workflows(self) -> dict[str, Workflow]:
-        """Interrupted workflows waiting for a resume, by LangGraph ``thread_id`` (a copy)."""
+        """Interrupted workflows waiting for a resume, by LangGraph ``thread_id`` (a copy); this
+        includes a root run paused at its interrupt whose async stream is not closed yet."""
         with self._lock:
-            return dict(self._paused)
+            return {**self._paused, **self._paused_live()}
+
+    def _paused_live(self) -> dict[str, Workflow]:
+        """Thread id -> workflow of root runs still open but paused at an interrupt (lock held)."""
+        return {self._thread_of[root]: self._workflows[root] for root in self._interrupted
+                if root in self._workflows and root in self._thread_of}
 
     # ----------------------------------------------------------------- run tree
 
@@ -212,10 +221,29 @@ class PBKVCallbackHandler(BaseCallbackHandler):
         with self._lock:
             paused = self._paused.pop(thread, None)
         if paused is None:
+            paused = self._take_over_interrupted(thread)
+        if paused is None:
             return None
         if inputs is None or (_Command is not None and isinstance(inputs, _Command)):
             return paused
         paused.end("cancelled")  # the thread starts over: the interrupted run will never finish
+        return None
+
+    def _take_over_interrupted(self, thread: str) -> Workflow | None:
+        """The workflow of a root run on ``thread`` that paused at an interrupt but has not ended.
+
+        A caller that breaks out of ``async for chunk in graph.astream(...)`` at the
+        ``__interrupt__`` event leaves the async generator open: LangGraph's root run ends only
+        when the generator is finalized (garbage collection, or the event loop's shutdown),
+        which may come after the resume. The resume takes the workflow over; the old root's
+        late end then finds no workflow and sends nothing.
+        """
+        with self._lock:
+            for root in list(self._interrupted):
+                if self._thread_of.get(root) == thread and root in self._workflows:
+                    self._interrupted.discard(root)
+                    del self._thread_of[root]
+                    return self._workflows.pop(root)
         return None
 
     def _exit(self, run_id: UUID, status: str) -> None:
@@ -227,7 +255,11 @@ class PBKVCallbackHandler(BaseCallbackHandler):
             thread = self._thread_of.pop(run_id, None)
             interrupted = run_id in self._interrupted
             self._interrupted.discard(run_id)
-            if wf is not None and interrupted and status == "completed" and thread is not None:
+            # A run that paused at an interrupt is paused however the caller leaves it: the
+            # stream read to its end ("completed"), or closed at the ``__interrupt__`` event
+            # (``break`` out of ``for chunk in graph.stream(...)``: GeneratorExit, "cancelled").
+            # The checkpoint holds the state, so a resume continues the workflow.
+            if wf is not None and interrupted and status in ("completed", "cancelled") and thread is not None:
                 self._paused[thread] = wf  # paused, not finished: no end signal
                 while len(self._paused) > MAX_PAUSED:
                     self._paused.popitem(last=False)

@@ -80,6 +80,8 @@ class ServedTrace:
                 session_id=req.session_id if req.session_id not in (None, hints.workflow_id) else None,
                 priority=req.priority,
                 cache_ttl_s=req.cache_ttl_s,
+                # the client's flag for a framework-internal call (speaker selection), as in its trace
+                internal=True if hints.internal else None,
             )
         )
 

@@ -5,6 +5,7 @@ import pytest
 from pbkv_contract.hints import (
     HEADER_AGENT,
     HEADER_APP,
+    HEADER_INTERNAL,
     HEADER_STEP,
     HEADER_WORKFLOW_ID,
     HintError,
@@ -84,6 +85,36 @@ def test_malformed_header_hints_return_reason_and_never_raise(headers, fragment)
 def test_malformed_body_hints_return_reason(pbkv):
     parsed, error = parse_hints({}, {"custom_params": {"pbkv": pbkv}})
     assert parsed is None and error
+
+
+def test_the_internal_flag_travels_in_headers_and_body_and_is_sent_only_when_true():
+    plain, internal = Hints("w", "speaker_selector", 3, "swe"), Hints("w", "speaker_selector", 3, "swe", internal=True)
+    assert HEADER_INTERNAL not in plain.to_headers() and "internal" not in plain.to_body()
+    assert internal.to_headers()[HEADER_INTERNAL] == "1" and internal.to_body()["internal"] is True
+    assert parse_hints(internal.to_headers()) == (internal, None)
+    assert parse_hints({}, {"custom_params": {"pbkv": internal.to_body()}}) == (internal, None)
+    assert parse_hints({**plain.to_headers(), HEADER_INTERNAL: "0"}) == (plain, None)
+    assert parse_hints(plain.to_headers()) == (plain, None)  # absent: an agent step
+
+
+@pytest.mark.parametrize("value", ["true", "yes", "2", ""])
+def test_a_malformed_internal_flag_is_a_malformed_hint(value):
+    headers = {**Hints("w", "a", 0).to_headers(), HEADER_INTERNAL: value}
+    parsed, error = parse_hints(headers)
+    assert parsed is None and HEADER_INTERNAL in error
+    parsed, error = parse_hints({}, {"custom_params": {"pbkv": {"workflow_id": "w", "agent": "a", "step": 0, "internal": value}}})
+    assert parsed is None and "internal" in error
+
+
+def test_an_internal_flag_without_a_workflow_id_or_sent_twice_is_malformed():
+    assert "missing" in parse_hints({HEADER_INTERNAL: "1"})[1]
+    twice = list(Hints("w", "a", 0).to_headers().items()) + [(HEADER_INTERNAL, "1"), (HEADER_INTERNAL.lower(), "1")]
+
+    class Multi(dict):  # a multi-dict's items() lists a repeated header twice, as Starlette's does
+        def items(self):
+            return twice
+
+    assert "sent 2 times" in parse_hints(Multi(twice))[1]
 
 
 def test_encode_name_rejects_too_long_after_encoding():

@@ -5,6 +5,7 @@ Runs in the main .venv: the chat path against a real ``pbkv-server`` (sim engine
 """
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -123,6 +124,14 @@ def test_generate_api_sends_input_ids_recorded_lengths_and_hints(serve_asgi):
     seen.clear()
     asyncio.run(replay(records, server.url, concurrency=2, api="generate", max_output_tokens=2, vocab_size=32000))
     assert {b["sampling_params"]["max_new_tokens"] for b in seen} == {2}  # recorded 3, capped at 2
+    # a call the trace flags internal (a speaker selection) is replayed flagged, the others not
+    seen.clear()
+    records[1] = dataclasses.replace(records[1], internal=True)
+    asyncio.run(replay(records, server.url, concurrency=1, api="generate"))
+    flags = {(b["sampling_params"]["custom_params"]["pbkv"]["workflow_id"],
+              b["sampling_params"]["custom_params"]["pbkv"]["step"]): b["sampling_params"]["custom_params"]["pbkv"].get("internal")
+             for b in seen}
+    assert flags == {("wf0", 0): None, ("wf0", 1): True, ("wf0", 2): None, ("wf1", 0): None, ("wf1", 1): None, ("wf1", 2): None}
 
 
 def test_generate_ids_stay_below_the_served_models_vocabulary(tmp_path, serve_asgi):

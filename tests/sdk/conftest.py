@@ -42,7 +42,7 @@ def _fresh_sdk_state(monkeypatch) -> Iterator[None]:
     if ending._SENDER is not None:
         ending._SENDER._warned.clear()
         ending._SENDER._down_until.clear()
-    for name in ("pbkv_sdk.integrations.autogen", "pbkv_sdk.integrations.langchain"):
+    for name in ("pbkv_sdk.integrations.autogen", "pbkv_sdk.integrations.langchain", "pbkv_sdk.integrations.openai_agents"):
         module = sys.modules.get(name)  # only if a test imported it: importing a framework is slow
         if module is not None:
             module._WARNED.clear()

@@ -182,6 +182,25 @@ def _langgraph_paths(base: str) -> list:
         graph.invoke({"messages": [("user", "draft")]}, config)
         graph.invoke(Command(resume="approved"), config)
 
+    def break_resume():
+        # LangGraph's examples: leave the stream at the __interrupt__ event, then resume
+        graph, config = hitl(), {"configurable": {"thread_id": "p4"}}
+        for chunk in graph.stream({"messages": [("user", "draft")]}, config):
+            if "__interrupt__" in chunk:
+                break
+        graph.invoke(Command(resume="approved"), config)
+
+    def abreak_resume():
+        graph, config = hitl(), {"configurable": {"thread_id": "p5"}}
+
+        async def run():
+            async for chunk in graph.astream({"messages": [("user", "draft")]}, config):
+                if "__interrupt__" in chunk:
+                    break
+            await graph.ainvoke(Command(resume="approved"), config)
+
+        asyncio.run(run())
+
     def restart():
         graph, config = hitl(), {"configurable": {"thread_id": "p3"}}
         graph.invoke({"messages": [("user", "draft")]}, config)
@@ -214,6 +233,8 @@ def _langgraph_paths(base: str) -> list:
         ("interrupt (human in the loop)", "paused: no end", pause, {}),
         ("interrupt, then Command(resume)", "same id, 1 completed", pause_resume, {"completed": 1}),
         ("interrupt, then new input on the thread", "1 cancelled, new run paused", restart, {"cancelled": 1}),
+        ("stream left at __interrupt__, then resume", "same id, 1 completed", break_resume, {"completed": 1}),
+        ("astream left at __interrupt__, then resume", "same id, 1 completed", abreak_resume, {"completed": 1}),
         ("task cancelled mid-run", "1 cancelled", cancel, {"cancelled": 1}),
         ("stream abandoned after 1 chunk", "1 cancelled", abandon, {"cancelled": 1}),
         ("node raises", "1 failed", fail, {"failed": 1}),
@@ -415,6 +436,15 @@ def _agents_sdk_paths(base: str) -> list:
 
         asyncio.run(go())
 
+    def untraced():
+        from agents import set_tracing_disabled
+
+        set_tracing_disabled(True)  # common in production: the SDK then calls no trace processor
+        try:
+            Runner.run_sync(agent(), "hello")
+        finally:
+            set_tracing_disabled(False)
+
     def cancel():
         async def go():
             await _cancel_after_first_request(Runner.run(agent(slow_review), "hello"))
@@ -431,6 +461,7 @@ def _agents_sdk_paths(base: str) -> list:
         ("Runner.run_sync", "1 workflow, 1 completed", run_sync, {"completed": 1}),
         ("3 concurrent Runner.run", "3 workflows, 3 completed", concurrent, {"completed": 3}),
         ("Runner.run_streamed", "1 workflow, 1 completed", streamed, {"completed": 1}),
+        ("Runner.run_sync, tracing disabled", "1 workflow, 1 completed", untraced, {"completed": 1}),
         ("run task cancelled", "1 cancelled", cancel, {"cancelled": 1}),
         ("output guardrail trips", "1 failed", fail, {"failed": 1}),
     ]

@@ -80,6 +80,21 @@ def test_stats_counts_agents_and_transitions_including_end(tmp_path):
     assert abs(data["mean_ttft_s"] - 0.1) < 1e-12
 
 
+def test_stats_leaves_internal_selector_calls_out_of_the_agent_transitions(tmp_path):
+    # A SelectorGroupChat turn: the hidden selector call, then the chosen participant's call.
+    path = tmp_path / "t.jsonl"
+    agents = ["speaker_selector", "planner", "speaker_selector", "critic", "speaker_selector", "planner"]
+    with TraceWriter(path) as w:
+        for step, agent in enumerate(agents):
+            w.write(_inv("A", step, agent, internal=True if agent == "speaker_selector" else None))
+        w.write(WorkflowEndRecord(app="demo", workflow_id="A", t=9.0))
+    data = json.loads(runner.invoke(app, ["stats", str(path), "--json"]).output)
+    assert data["transitions"] == {"planner -> critic": 1, "critic -> planner": 1, "planner -> <END>": 1}
+    assert data["agents"] == {"speaker_selector": 3, "planner": 2, "critic": 1} and data["internal_invocations"] == 3
+    text = _one_line(runner.invoke(app, ["stats", str(path)]).output)
+    assert "(3 internal, left out of the transitions)" in text
+
+
 def test_stats_shows_cached_tokens_and_ttft_that_no_record_reports_as_unknown_not_zero(tmp_path):
     path = tmp_path / "t.jsonl"
     with TraceWriter(path) as w:

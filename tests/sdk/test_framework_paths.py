@@ -26,4 +26,4 @@ def test_every_framework_path_is_stamped_and_ended_as_documented():
     assert done.returncode == 0 and not failed, "\n".join(failed) or done.stdout[-3000:] + done.stderr[-3000:]
     assert {row.split(" | ")[0].lstrip("| ") for row in rows} == set(FRAMEWORKS)
     assert re.search(rf"^{len(rows)}/{len(rows)} paths as expected", done.stdout, re.M)
-    assert len(rows) == 29  # 9 LangGraph, 6 AutoGen, 6 CrewAI, 5 Agents SDK, 3 OpenTelemetry
+    assert len(rows) == 32  # 11 LangGraph, 6 AutoGen, 6 CrewAI, 6 Agents SDK, 3 OpenTelemetry

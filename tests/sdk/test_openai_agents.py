@@ -1,5 +1,6 @@
 """OpenAI Agents SDK with the PBKV tracing processor, against the scripted fake server: one
-workflow per run, the calling agent's name across handoffs and tools, and one end per run."""
+workflow per run, the calling agent's name across handoffs and tools, and one end per run, with
+the Agents SDK's tracing on and with it disabled (``agents.set_tracing_disabled(True)``)."""
 
 from __future__ import annotations
 
@@ -33,15 +34,50 @@ def _script(body: dict, n: int):
     return "ok"
 
 
+class _Exporter:
+    """The app's own trace processor: what the Agents SDK exports (nothing while tracing is disabled)."""
+
+    def __init__(self):
+        self.events: list[str] = []
+
+    def on_trace_start(self, trace):
+        self.events.append("trace")
+
+    def on_trace_end(self, trace):
+        self.events.append("trace_end")
+
+    def on_span_start(self, span):
+        self.events.append("span")
+
+    def on_span_end(self, span):
+        self.events.append("span_end")
+
+    def shutdown(self):
+        pass
+
+    def force_flush(self):
+        pass
+
+
+@pytest.fixture(params=["traced", "untraced"])
+def tracing(request):
+    """``"traced"``: the Agents SDK's default; ``"untraced"``: ``agents.set_tracing_disabled(True)``
+    (common in production), so the SDK calls no trace processor."""
+    agents.set_tracing_disabled(request.param == "untraced")
+    yield request.param
+    agents.set_tracing_disabled(False)
+
+
 @pytest.fixture
-def agent_app(fake_llm: FakeOpenAI, tmp_path):
+def agent_app(fake_llm: FakeOpenAI, tmp_path, tracing):
     """The app as written without PBKV (triage -> billing with an add tool), plus the README line."""
     from agents import Agent, OpenAIChatCompletionsModel, function_tool, set_trace_processors
     from openai import AsyncOpenAI
 
     from pbkv_sdk.integrations.openai_agents import instrument, uninstrument
 
-    set_trace_processors([])  # the default exporter would post traces to api.openai.com
+    exporter = _Exporter()
+    set_trace_processors([exporter])  # replaces the default exporter, which would post to api.openai.com
     fake_llm.reply_fn = _script
     calls: list[tuple[int, int]] = []
 
@@ -65,6 +101,8 @@ def agent_app(fake_llm: FakeOpenAI, tmp_path):
     yield build, calls, trace
     uninstrument()
     set_trace_processors([])
+    if tracing == "untraced":  # the shadows PBKV sees untraced runs through export nothing
+        assert exporter.events == []
 
 
 def _wire(fake: FakeOpenAI) -> dict[str, list[tuple[int, str]]]:
@@ -126,3 +164,38 @@ def test_a_failing_run_ends_failed_and_a_cancelled_one_cancelled(fake_llm, agent
     asyncio.run(cancel_after(Runner.run(build(), "slow"), 0.3))
     assert ending.flush(5.0)
     assert sorted(s for _, s, _ in fake_llm.ends) == ["cancelled", "failed"]
+
+
+def test_a_run_with_tracing_disabled_in_its_run_config_is_stamped_like_a_traced_one(fake_llm, agent_app):
+    from agents import RunConfig, Runner
+
+    build, calls, _ = agent_app
+    result = Runner.run_sync(build(), "What is 5 + 3?", run_config=RunConfig(tracing_disabled=True))
+    assert result.final_output == "The total is 8."
+    assert ending.flush(5.0)
+    [(wf, steps)] = _wire(fake_llm).items()
+    assert steps == [(0, "Triage"), (1, "Billing"), (2, "Billing")]
+    assert [(w, s) for w, s, _ in fake_llm.ends] == [(wf, "completed")]
+
+
+def test_a_trace_provider_replaced_after_instrument_leaves_untraced_runs_unstamped_with_one_warning(
+        fake_llm, agent_app, tracing, caplog):
+    from agents import Runner
+    from agents.tracing import get_trace_provider, set_trace_provider
+
+    build, _, _ = agent_app
+    wrapper = get_trace_provider()
+    set_trace_provider(wrapper.inner)  # the app installs a provider of its own after instrument()
+    try:
+        with caplog.at_level("WARNING", logger="pbkv_sdk.integrations.openai_agents"):
+            Runner.run_sync(build(), "What is 5 + 3?")
+            Runner.run_sync(build(), "What is 5 + 3?")
+    finally:
+        set_trace_provider(wrapper)
+    assert ending.flush(5.0)
+    warned = [r for r in caplog.records if "tracing disabled" in r.getMessage()]
+    if tracing == "traced":  # the processor still sees traced runs
+        assert len(_wire(fake_llm)) == 2 and not warned
+    else:
+        assert [fake_llm.hints_of(r)[0] for r in fake_llm.requests] == [None] * 6 and fake_llm.ends == []
+        assert len(warned) == 1 and "after agents.set_trace_provider" in warned[0].getMessage()

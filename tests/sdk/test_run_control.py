@@ -79,6 +79,57 @@ def test_langgraph_interrupt_pauses_and_resume_continues_the_same_workflow(fake_
     assert lc_handler.paused_workflows == {} and lc_handler.active_workflows == 0
 
 
+def _stream_to_the_interrupt(graph, config, mode: str, leave: str, before_resume) -> None:
+    """Run ``graph`` with ``stream``/``astream`` until it pauses, leaving the loop by ``break`` at
+    the ``__interrupt__`` event or by reading it to its end; ``before_resume()``; then resume with
+    ``invoke``/``ainvoke`` on the same thread."""
+    from langgraph.types import Command
+
+    seen: list[str] = []
+    if mode == "sync":
+        for chunk in graph.stream({"text": "x"}, config):
+            seen.extend(chunk)
+            if "__interrupt__" in chunk and leave == "break":
+                break
+        before_resume()
+        graph.invoke(Command(resume="yes"), config)
+    else:
+        async def main():
+            # the broken-out async generator stays open until the loop shuts down, after the resume
+            async for chunk in graph.astream({"text": "x"}, config):
+                seen.extend(chunk)
+                if "__interrupt__" in chunk and leave == "break":
+                    break
+            before_resume()
+            await graph.ainvoke(Command(resume="yes"), config)
+
+        asyncio.run(main())
+    assert seen == ["writer", "__interrupt__"]
+
+
+@pytest.mark.parametrize("leave", ["break", "exhaust"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_langgraph_stream_left_at_the_interrupt_pauses_and_the_resume_ends_it_once(fake_llm, lc_handler, mode, leave):
+    graph = _hitl_graph(fake_llm.base_url)
+    config = {"configurable": {"thread_id": f"t-{mode}-{leave}"}}
+    ends_at_pause: list = []
+
+    def before_resume():
+        assert ending.flush(5.0)
+        ends_at_pause.extend(fake_llm.ends)
+        assert list(lc_handler.paused_workflows) == [config["configurable"]["thread_id"]]
+        assert lc_handler.active_workflows == 0
+
+    _stream_to_the_interrupt(graph, config, mode, leave, before_resume)
+    assert ending.flush(5.0)
+    assert ends_at_pause == []  # paused at the interrupt: no end, however the loop was left
+    wf = fake_llm.hints_of(fake_llm.requests[0])[0]
+    assert _hints(fake_llm) == [(wf, "writer", 0), (wf, "finalize", 1)]  # one workflow, steps go on
+    [(end_wf, status, t_end)] = fake_llm.ends
+    assert (end_wf, status) == (wf, "completed") and t_end >= fake_llm.requests[-1].t  # after the final node
+    assert lc_handler.paused_workflows == {} and lc_handler.active_workflows == 0
+
+
 def test_langgraph_new_input_on_a_paused_thread_cancels_it_and_starts_a_new_workflow(fake_llm, lc_handler):
     graph = _hitl_graph(fake_llm.base_url)
     config = {"configurable": {"thread_id": "t2"}}

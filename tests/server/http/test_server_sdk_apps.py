@@ -78,20 +78,36 @@ def test_langgraph_app_runs_against_pbkv_server(start_server, tmp_path, streamin
     assert agents[3:6] == ["summarizer", "check", "judge"]
 
 
-def test_autogen_team_runs_against_pbkv_server(start_server, tmp_path):
+@pytest.mark.parametrize("body_hints", [False, True], ids=["headers", "body"])
+def test_autogen_team_runs_against_pbkv_server(start_server, tmp_path, body_hints):
+    from pbkv_sdk.recorder import flush_all
+    from pbkv_sdk.stats import summarize
+
     apps = _apps()
     trace = tmp_path / "served.jsonl"
+    client_trace = tmp_path / "client.jsonl"
     server = start_server(trace_out=str(trace))
-    team = apps.build_autogen_team(server.base_url, app="swe", server_url=server.url, max_turns=4)
+    team = apps.build_autogen_team(server.base_url, app="swe", server_url=server.url, max_turns=4,
+                                   trace_path=str(client_trace), body_hints=body_hints)
     result = asyncio.run(team.run(task="Please fix bug 17 in the parser."))
     assert len(result.messages) == 5  # the task + 4 agent turns
-    assert _ends(server, 1) == 1
+    assert _ends(server, 1) == 1 and flush_all(10.0)
     (invs,) = _served(trace, "swe").values()
     agents = [r.agent for r in invs]
     # Each turn: one speaker-selection call, then the chosen participant's call.
     assert agents[0::2] == ["speaker_selector"] * 4
     assert set(agents[1::2]) <= set(apps.AUTOGEN_AGENTS)
     assert [m.source for m in result.messages[1:]] == agents[1::2]
+    # The selector calls are flagged internal in the server's trace as in the client's own.
+    (client_invs,) = _served(client_trace, "swe").values()
+    assert [(r.agent, r.internal) for r in client_invs] == [(r.agent, r.internal) for r in invs]
+    assert [r.internal for r in invs] == [True, None] * 4
+    # Transitions go participant to participant: the hidden selector calls are not agent steps.
+    turns = agents[1::2]
+    summary = summarize(read_trace(trace))
+    assert summary.internal == 4
+    assert all("speaker_selector" not in pair for pair in summary.transitions)
+    assert sorted(p for p in summary.transitions.elements() if p[1] != "<END>") == sorted(zip(turns, turns[1:]))
 
 
 def test_crewai_crew_runs_against_pbkv_server(start_server, tmp_path):
