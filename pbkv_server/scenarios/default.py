@@ -24,7 +24,7 @@ from pbkv_server.scenario import Scenario, ScenarioRequest
 from pbkv_server.tokenizer import count_tokens, truncate_to_tokens
 from pbkv_contract.blocks import message_text
 
-__all__ = ["DefaultScenario", "MEDIAN_REPLY_TOKENS", "selection_candidates", "answers_selection"]
+__all__ = ["DefaultScenario", "MEDIAN_REPLY_TOKENS", "selection_candidates", "answers_selection", "prompt_words"]
 
 #: Median reply length in tokens of the log-normal draw.
 MEDIAN_REPLY_TOKENS = 120
@@ -68,7 +68,7 @@ class DefaultScenario(Scenario):
         target = _draw_length(rng)
         if request.max_tokens is not None:
             target = min(target, max(1, request.max_tokens))
-        words = _prompt_words(request) or _FILLER
+        words = prompt_words(request) or _FILLER
         if _wants_react(request):
             # ReAct-style agents (CrewAI) parse a "Final Answer:" line; tools are never called.
             text = _REACT_PREFIX + _text_reply(_role(request.agent), words, target, rng)
@@ -128,7 +128,8 @@ def _role(agent: str | None) -> str:
     return "generic"
 
 
-def _prompt_words(request: ScenarioRequest) -> list[str]:
+def prompt_words(request: ScenarioRequest) -> list[str]:
+    """Words (3+ letters) of the newest non-system message, at most 400."""
     # The newest non-system message is what the agent is answering; keep a bounded vocabulary.
     for message in reversed(request.messages):
         if message.get("role") != "system":
