@@ -200,9 +200,10 @@ def _array(node: Mapping[str, Any], rng: random.Random, words: Sequence[str], ro
     if items is False:  # only the prefix is allowed
         high = len(prefix) if high is None else min(high, len(prefix))
     lo, hi = (_DEFAULT_ITEMS if depth < MAX_DEPTH else (0, 0))
-    lo, hi = max(lo, low), hi if high is None else min(max(hi, low), high)
-    hi = max(hi, lo)
-    count = rng.randint(min(lo, hi), hi)
+    lo, hi = max(lo, low), max(hi, low)  # the default length range, raised to minItems
+    if high is not None:
+        lo, hi = min(lo, high), min(hi, high)  # and cut to maxItems
+    count = rng.randint(lo, hi)
     item_schema = items if isinstance(items, Mapping) else {}
     out: list[Any] = []
     for i in range(count):
