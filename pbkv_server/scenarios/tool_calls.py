@@ -9,8 +9,9 @@ The decision (:func:`decide_tool_call`), with the knobs of :class:`ToolSettings`
 * ``tool_choice: "required"`` or a named function: always a call (the named one, or one drawn
   from the offered tools), as OpenAI guarantees.
 * ``"auto"`` (or absent): a call with probability ``call_probability`` when the conversation's
-  last message is not a tool result, ``after_result_probability`` when it is (a model that got
-  its tool's answer usually answers in text), and never after ``max_tool_rounds`` consecutive
+  last message is not the result of one of the offered tools, ``after_result_probability`` when
+  it is (a model that got its tool's answer usually answers in text; the result of a tool it is
+  not offered, a handoff, starts a fresh turn), and never after ``max_tool_rounds`` consecutive
   tool rounds, so every ReAct loop ends.
 
 The arguments are :func:`pbkv_server.scenarios.schema_values.schema_value` of the function's
@@ -133,9 +134,32 @@ def decide_tool_call(extra: Mapping[str, Any], messages: Sequence[Mapping[str, A
         return rng.choice(functions)
     if consecutive_tool_rounds(messages) >= settings.max_tool_rounds:
         return None
-    after_result = bool(messages) and messages[-1].get("role") in ("tool", "function")
-    p = settings.after_result_probability if after_result else settings.call_probability
+    p = settings.after_result_probability if _answered_own_call(messages, functions) else settings.call_probability
     return rng.choice(functions) if rng.random() < p else None
+
+
+def _answered_own_call(messages: Sequence[Mapping[str, Any]], functions: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the last message is the result of a call of one of ``functions``.
+
+    A result of a tool this request does not offer is a handoff (OpenAI Agents SDK: the previous
+    agent's ``transfer_to_...`` call): for the new agent that is a fresh turn, not an answer to
+    its own call. A result whose call cannot be found counts as the agent's own.
+    """
+    if not messages or messages[-1].get("role") not in ("tool", "function"):
+        return False
+    last = messages[-1]
+    if last.get("role") == "function":
+        name = last.get("name")
+    else:
+        call_id = last.get("tool_call_id")
+        name = None
+        for message in reversed(messages[:-1]):
+            for call in message.get("tool_calls") or () if message.get("role") == "assistant" else ():
+                if isinstance(call, Mapping) and call.get("id") == call_id:
+                    name = (call.get("function") or {}).get("name")
+            if name is not None:
+                break
+    return name is None or any(f["name"] == name for f in functions)
 
 
 def draw_tool_call(function: Mapping[str, Any], rng: random.Random, words: Sequence[str] = ()) -> ToolCall:

@@ -95,3 +95,16 @@ def test_scenario_tool_call_uses_the_subclass_settings():
     assert all(Never().tool_call(request, random.Random(i)) is None for i in range(50))
     calls = [DefaultScenario().tool_call(request, random.Random(i)) for i in range(50)]
     assert 25 <= sum(c is not None for c in calls) <= 50  # default 0.8: 40 expected
+
+
+def test_result_of_a_tool_not_offered_is_a_fresh_turn_for_the_new_agent():
+    # OpenAI Agents SDK handoff: Triage called transfer_to_billing; Billing is offered other tools
+    handoff = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_h", "type": "function", "function": {"name": "transfer_to_billing", "arguments": "{}"}}]}
+    done = {"role": "tool", "tool_call_id": "call_h", "content": "{\"assistant\": \"Billing\"}"}
+    settings = ToolSettings(call_probability=1.0, after_result_probability=0.0)
+    assert _share({"tools": [LOOKUP]}, [*USER, handoff, done], settings, 50) == 1.0
+    # its own tool's result: the after-result probability applies
+    assert _share({"tools": [SEARCH]}, [*USER, CALL, RESULT], settings, 50) == 0.0
+    # a result whose call is not in the conversation counts as the agent's own
+    assert _share({"tools": [LOOKUP]}, [*USER, RESULT], settings, 50) == 0.0
