@@ -99,3 +99,26 @@ def test_autogen_assistant_agent_calls_its_tool(start_server, streaming):
     assert kinds == ["TextMessage", "ToolCallRequestEvent", "ToolCallExecutionEvent", "TextMessage"], kinds
     assert len(looked_up) == 1 and looked_up[0]
     assert result.messages[-1].source == "coder" and result.messages[-1].content
+
+
+def test_crewai_agent_calls_its_tool_natively(start_server):
+    pytest.importorskip("crewai")
+    from crewai import LLM, Agent, Crew, Process, Task
+    from crewai.tools import tool
+
+    server = start_server(policy="lru", scenario=SCENARIO)
+    fetched: list[str] = []
+
+    @tool("fetch_filing")
+    def fetch_filing(ticker: str) -> str:
+        """Fetch the latest 10-K excerpt of the company with this ticker."""
+        fetched.append(ticker)
+        return "Revenue 2023: 1,200 million USD"
+
+    llm = LLM(model="openai/m", base_url=server.base_url, api_key="x", max_retries=0)
+    analyst = Agent(role="analyst", goal="Answer from the filing", backstory="Reads 10-Ks.", llm=llm,
+                    tools=[fetch_filing], allow_delegation=False)
+    task = Task(description="What was the 2023 revenue of ACME?", expected_output="The figure.", agent=analyst)
+    out = Crew(agents=[analyst], tasks=[task], process=Process.sequential, verbose=False).kickoff()
+    assert len(fetched) == 1 and fetched[0]  # the offered tool was called through function calling
+    assert out.raw
