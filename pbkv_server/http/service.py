@@ -422,10 +422,15 @@ class PbkvService:
     def _tool_call(self, scenario: Scenario, request: ScenarioRequest, seed: str) -> ToolCall | None:
         # A source of its own: the text reply's draws stay what they are without tools.
         try:
-            return scenario.tool_call(request, random.Random(seed + ":tools"))
+            call = scenario.tool_call(request, random.Random(seed + ":tools"))
         except Exception:  # a broken app scenario must not fail the request: the base rule decides
             log.exception("scenario %s failed to write a tool call; using the default rule", type(scenario).__name__)
             return Scenario.tool_call(DefaultScenario(), request, random.Random(seed + ":tools"))
+        choice = request.extra.get("tool_choice")
+        if call is None and (choice == "required" or isinstance(choice, dict) and choice.get("type") == "function"):
+            # OpenAI guarantees a call here; an app scenario that declined is overruled by the base rule
+            call = Scenario.tool_call(DefaultScenario(), request, random.Random(seed + ":tools"))
+        return call
 
     @staticmethod
     def _cut_tool_call(call: ToolCall, max_tokens: int | None) -> tuple[list[dict[str, Any]], int]:

@@ -4,7 +4,10 @@
 fields of OpenAI's Chat Completions and (legacy) Completions APIs, with OpenAI's documented types
 and ranges (API reference, "Create chat completion" / "Create completion"): ``temperature`` a
 finite number in [0, 2], ``top_p`` in [0, 1], penalties in [-2, 2], ``stop`` a string or at most 4
-strings, ``tools`` an array of function tools, and so on. Numbers are strict (``"0.5"`` is not a
+strings, ``tools`` an array of function tools whose ``parameters`` is an object schema with
+well-shaped keywords (:class:`SchemaNode`: ``type``, ``properties``, ``required``, ``items``,
+``enum``, ``anyOf``/``oneOf``/``allOf``, ``$defs``, ``$ref``), ``tool_choice`` forcing a call only
+with tools and naming only an offered function, and so on. Numbers are strict (``"0.5"`` is not a
 number, ``true`` is not an integer) as in OpenAI's validator. Unknown fields are accepted and
 ignored, as vLLM and SGLang do, so that clients newer than this list keep working.
 

@@ -53,3 +53,10 @@ class CallOnceScenario(DefaultScenario):
     in text after a tool result (one tool round per turn), so framework loops are deterministic."""
 
     tool_settings = ToolSettings(call_probability=1.0, after_result_probability=0.0)
+
+
+class DeclineToolsScenario(DefaultScenario):
+    """Test scenario: never writes a tool call itself (an app scenario written before tool calls)."""
+
+    def tool_call(self, request: ScenarioRequest, rng: random.Random) -> None:
+        return None

@@ -155,3 +155,12 @@ def test_malformed_tools_get_one_clear_400(start_server, body, param):
     assert resp.status_code == 400, resp.text
     error = resp.json()["error"]
     assert error["param"] == param and "\n" not in error["message"] and error["type"] == "invalid_request_error"
+
+
+def test_a_scenario_that_declines_is_overruled_only_when_a_call_is_forced(start_server):
+    server = start_server(policy="lru", scenario="server_http_fixtures:DeclineToolsScenario")
+    forced = _post(server, tools=TOOLS[:1], tool_choice="required").json()["choices"][0]
+    assert forced["finish_reason"] == "tool_calls" and forced["message"]["tool_calls"]
+    auto = [_post(server, messages=[{"role": "user", "content": f"question {i}"}], tools=TOOLS).json()["choices"][0]
+            for i in range(5)]
+    assert all(c["finish_reason"] == "stop" and "tool_calls" not in c["message"] for c in auto)
