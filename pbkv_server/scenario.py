@@ -6,6 +6,10 @@ question type), so that real framework code downstream branches on realistic dec
 
 Apps register their scenario by app name; :func:`get_scenario` falls back to the default.
 ``pbkv-server --scenario module:Name`` imports a scenario class by path.
+
+A request that offers ``tools`` may be answered with a tool call instead of text:
+:meth:`Scenario.tool_call` decides, by default with the scenario's :attr:`Scenario.tool_settings`
+(:class:`pbkv_server.scenarios.tool_calls.ToolSettings`), and draws schema-valid arguments.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import importlib
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+from pbkv_server.scenarios.tool_calls import ToolCall, ToolSettings, decide_tool_call, draw_tool_call
 
 __all__ = ["ScenarioRequest", "Scenario", "register_scenario", "get_scenario", "load_scenario"]
 
@@ -43,11 +49,28 @@ class ScenarioRequest:
 
 
 class Scenario(ABC):
-    """Writes the reply text of each request; must be deterministic given the ``rng`` state."""
+    """Writes the reply of each request (text, or a tool call); must be deterministic given the ``rng`` state."""
+
+    #: When ``tool_choice: "auto"`` calls a tool; a subclass sets its own (a class attribute).
+    tool_settings: ClassVar[ToolSettings] = ToolSettings()
 
     @abstractmethod
     def reply(self, request: ScenarioRequest, rng: random.Random) -> str:
         """Return the assistant's reply text for ``request``."""
+
+    def tool_call(self, request: ScenarioRequest, rng: random.Random) -> ToolCall | None:
+        """The tool call that answers ``request`` instead of text, or ``None`` for a text answer.
+
+        Called only for chat requests that offer tools and whose ``tool_choice`` is not
+        ``"none"``, with an ``rng`` of its own (seeded like :meth:`reply`'s), so requests without
+        tools are answered exactly as before. The default follows ``tool_choice`` and
+        :attr:`tool_settings` (:func:`pbkv_server.scenarios.tool_calls.decide_tool_call`) and fills
+        the arguments from the function's ``parameters`` schema with words of the prompt.
+        """
+        from pbkv_server.scenarios.default import prompt_words  # the default scenario imports this module
+
+        function = decide_tool_call(request.extra, request.messages, self.tool_settings, rng)
+        return None if function is None else draw_tool_call(function, rng, prompt_words(request)[:50])
 
 
 _REGISTRY: dict[str, Callable[[], Scenario]] = {}

@@ -126,11 +126,13 @@ class Prepared:
         engine_request: blocks, block tokens, output tokens, hints, features.
         text: the reply the scenario wrote (already cut to ``max_tokens``).
         completion_tokens: tokens of ``text``.
-        finish_reason: ``"stop"`` or ``"length"``.
+        finish_reason: ``"stop"``, ``"length"`` or ``"tool_calls"``.
         arrival: wall time (monotonic seconds) the request arrived.
         block_chars: characters per cache block of ``engine_request.blocks``.
         incarnation: which use of the workflow id this request belongs to (1 unless the id was
             used again after it ended; set at submission).
+        tool_calls: the answer's OpenAI ``tool_calls`` (then ``text`` is empty and the message's
+            content null), or ``None`` for a text answer.
     """
 
     kind: str
@@ -147,6 +149,7 @@ class Prepared:
     arrival: float
     block_chars: int
     incarnation: int = 1
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)

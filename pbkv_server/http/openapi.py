@@ -61,11 +61,30 @@ class Usage(_Closed):
     prompt_tokens_details: PromptTokensDetails
 
 
+class CalledFunction(_Closed):
+    """The function of a tool call: its name and its arguments as JSON text."""
+
+    name: str = Field(min_length=1)
+    arguments: str
+
+
+class ToolCallOut(_Closed):
+    """One tool call of the reply."""
+
+    id: str = Field(min_length=1)
+    type: Literal["function"]
+    function: CalledFunction
+
+
 class AssistantMessage(_Closed):
-    """The reply of a chat completion."""
+    """The reply of a chat completion: text, or (``content`` null) tool calls."""
+
+    model_config = ConfigDict(json_schema_extra={
+        "if": {"properties": {"content": {"type": "null"}}}, "then": {"required": ["tool_calls"]}})
 
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    tool_calls: list[ToolCallOut] | None = Field(None, min_length=1)
 
 
 class ChatChoice(_Closed):
@@ -74,7 +93,7 @@ class ChatChoice(_Closed):
     index: Literal[0]
     message: AssistantMessage
     logprobs: None
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
 
 
 class TextChoice(_Closed):

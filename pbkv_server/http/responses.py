@@ -4,6 +4,12 @@ Shapes follow the OpenAI API: ``chat.completion`` / ``text_completion`` objects 
 (``prompt_tokens_details.cached_tokens``); streams of ``chat.completion.chunk`` events, the role
 first, ``usage: null`` on every chunk when ``stream_options.include_usage`` is set and a final
 usage chunk with empty ``choices``, then ``data: [DONE]``.
+
+A tool-call answer is ``message.tool_calls`` with ``content: null`` and ``finish_reason:
+"tool_calls"``; streamed, its first delta carries the role and each call's ``index``, ``id``,
+``type`` and ``function.name`` with empty ``arguments``, and the following deltas carry the
+arguments text in fragments of a few tokens (``tool_calls[{index, function: {arguments}}]``), as
+OpenAI streams them.
 """
 
 from __future__ import annotations
@@ -16,11 +22,14 @@ from typing import Any, AsyncIterator
 from pbkv_server.http.driver import EngineFailure, Submission
 from pbkv_server.http.errors import error_body
 from pbkv_server.http.exchange import Completion, Prepared
+from pbkv_server.tokenizer import token_starts
 
 __all__ = ["full_response", "stream_events", "model_card"]
 
 # Words per streamed content chunk: real servers stream a token or a few per chunk.
 _WORDS_PER_CHUNK = 4
+# Tokens per streamed fragment of a tool call's arguments.
+_TOKENS_PER_ARGS_CHUNK = 4
 _CHUNK_RE = re.compile(r"\S+\s*|\s+")
 
 
@@ -38,7 +47,8 @@ def full_response(prep: Prepared, result: Completion) -> dict[str, Any]:
     if prep.kind == "chat":
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": prep.text},
+            "message": ({"role": "assistant", "content": None, "tool_calls": prep.tool_calls} if prep.tool_calls
+                        else {"role": "assistant", "content": prep.text}),
             "logprobs": None,
             "finish_reason": prep.finish_reason,
         }
@@ -65,19 +75,27 @@ async def stream_events(service: Any, prep: Prepared, sub: Submission) -> AsyncI
     mid-stream ends the stream with an OpenAI error event.
     """
     created = int(time.time())
-    pieces = _CHUNK_RE.findall(prep.text)
-    chunks = ["".join(pieces[i : i + _WORDS_PER_CHUNK]) for i in range(0, len(pieces), _WORDS_PER_CHUNK)]
-    # First token has arrived: send the role and the first chunk now, the rest when decoding ends.
-    yield _chunk(prep, created, "" if prep.kind == "chat" else None, None, role=True)
-    if chunks:
-        yield _chunk(prep, created, chunks[0], None)
+    # First token has arrived: the events in ``first`` go out now, ``rest`` when decoding ends.
+    if prep.tool_calls:
+        heads = [{"index": i, "id": c["id"], "type": "function",
+                  "function": {"name": c["function"]["name"], "arguments": ""}} for i, c in enumerate(prep.tool_calls)]
+        pieces = [_delta(prep, created, {"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+                  for i, c in enumerate(prep.tool_calls) for piece in _fragments(c["function"]["arguments"])]
+        head = _delta(prep, created, {"role": "assistant", "content": None, "tool_calls": heads})
+    else:
+        words = _CHUNK_RE.findall(prep.text)
+        pieces = [_chunk(prep, created, "".join(words[i : i + _WORDS_PER_CHUNK]), None)
+                  for i in range(0, len(words), _WORDS_PER_CHUNK)]
+        head = _chunk(prep, created, "" if prep.kind == "chat" else None, None, role=True)
+    for event in (head, *pieces[:1]):
+        yield event
     try:
         result = await service.finish(prep, sub)
     except EngineFailure as exc:
         yield "data: " + json.dumps(error_body(500, str(exc), "engine_failure")) + "\n\n"
         return
-    for piece in chunks[1:]:
-        yield _chunk(prep, created, piece, None)
+    for event in pieces[1:]:
+        yield event
     yield _chunk(prep, created, None, prep.finish_reason)
     if prep.include_usage:
         obj = "chat.completion.chunk" if prep.kind == "chat" else "text_completion"
@@ -85,6 +103,21 @@ async def stream_events(service: Any, prep: Prepared, sub: Submission) -> AsyncI
                  "choices": [], "usage": result.usage()}
         yield "data: " + json.dumps(usage, separators=(",", ":")) + "\n\n"
     yield "data: [DONE]\n\n"
+
+
+def _fragments(arguments: str) -> list[str]:
+    """``arguments`` in pieces of :data:`_TOKENS_PER_ARGS_CHUNK` tokens (none for an empty string)."""
+    starts = token_starts(arguments)[::_TOKENS_PER_ARGS_CHUNK]
+    return [arguments[a:b] for a, b in zip(starts, [*starts[1:], len(arguments)])]
+
+
+def _delta(prep: Prepared, created: int, delta: dict[str, Any]) -> str:
+    """A chat chunk with ``delta`` and no finish reason."""
+    data = {"id": prep.request_id, "object": "chat.completion.chunk", "created": created, "model": prep.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+    if prep.include_usage:
+        data["usage"] = None
+    return "data: " + json.dumps(data, separators=(",", ":")) + "\n\n"
 
 
 def _chunk(prep: Prepared, created: int, content: str | None, finish: str | None, role: bool = False) -> str:

@@ -36,6 +36,7 @@ from pbkv_server.http.exchange import Completion, Prepared, request_extras, requ
 from pbkv_server.http.metrics import ServerMetrics
 from pbkv_server.http.served_trace import ServedTrace, trace_workflow_id
 from pbkv_server.scenario import Scenario, ScenarioRequest, get_scenario, load_scenario
+from pbkv_server.scenarios.tool_calls import ToolCall
 from pbkv_server.scenarios.default import DefaultScenario, answers_selection, selection_candidates
 from pbkv_server.http.validation import validate_request
 from pbkv_server.tokenizer import TokenBudgetExceeded, block_tokens, count_tokens, truncate_to_tokens
@@ -196,7 +197,7 @@ class PbkvService:
                 prompt_param,
             ) from None
         keys = prefix_hashes(prompt, self.config.block_chars)
-        text, completion_tokens = self._reply(hints, messages, max_tokens, body, prompt)
+        text, tool_calls, completion_tokens = self._reply(hints, messages, max_tokens, body, prompt, kind)
         # The engine emits the first token after prefill, so even an empty reply costs one token.
         output_tokens = max(1, completion_tokens)
         prompt_tokens = sum(tokens)
@@ -214,7 +215,9 @@ class PbkvService:
         speculative = None
         if kind == "chat" and (extras.speculative_prefill or self._speculative_prefill):
             # Dynamo's frontend: the conversation plus this reply, as the next turn will start
-            turn = [*messages, {"role": "assistant", "content": text}]
+            answer = {"role": "assistant", "content": None, "tool_calls": tool_calls} if tool_calls else {
+                "role": "assistant", "content": text}
+            turn = [*messages, answer]
             speculative = (prefix_hashes(turn, self.config.block_chars), block_tokens(turn, self.config.block_chars))
         engine_request = EngineRequest(
             request_id=request_id,
@@ -230,9 +233,12 @@ class PbkvService:
             speculative_next=speculative,
         )
         finish = "length" if max_tokens is not None and completion_tokens >= max_tokens else "stop"
+        if tool_calls and finish == "stop":
+            finish = "tool_calls"  # a call cut by max_tokens ends with "length", as OpenAI's does
         model = body.get("model") if isinstance(body.get("model"), str) else self.config.model_name
         return Prepared(kind, request_id, model, stream, include_usage, hints, hint_status,
-                        engine_request, text, completion_tokens, finish, arrival, self.config.block_chars)
+                        engine_request, text, completion_tokens, finish, arrival, self.config.block_chars,
+                        tool_calls=tool_calls)
 
     def submit(self, prep: Prepared) -> Submission:
         """Queue the prepared request in the engine.
@@ -371,7 +377,9 @@ class PbkvService:
     # ------------------------------------------------------------------ helpers
 
     def _reply(self, hints: Hints | None, messages: list[dict[str, Any]], max_tokens: int | None,
-               body: Mapping[str, Any], prompt: Any) -> tuple[str, int]:
+               body: Mapping[str, Any], prompt: Any, kind: str) -> tuple[str, list[dict[str, Any]] | None, int]:
+        """The answer: ``(text, tool_calls, completion_tokens)``; ``tool_calls`` is ``None`` for a
+        text answer, else ``text`` is empty and the tokens are those of the call's name and arguments."""
         app = hints.app if hints else None
         scenario = self._scenario(app)
         if hints is not None:
@@ -388,6 +396,10 @@ class PbkvService:
             max_tokens=max_tokens,
             extra=extra,
         )
+        if kind == "chat" and body.get("tools") and body.get("tool_choice") != "none":
+            call = self._tool_call(scenario, request, seed)
+            if call is not None:
+                return "", *self._cut_tool_call(call, max_tokens)
         try:
             text = scenario.reply(request, random.Random(seed))
         except Exception:  # a broken app scenario must not fail the request: fall back
@@ -403,8 +415,33 @@ class PbkvService:
             text = DefaultScenario().reply(request, random.Random(seed))
         # App scenarios may ignore max_tokens: the cap is enforced here, as a real server would.
         if max_tokens is not None:
-            return truncate_to_tokens(text, max_tokens)
-        return text, count_tokens(text)
+            text, tokens = truncate_to_tokens(text, max_tokens)
+            return text, None, tokens
+        return text, None, count_tokens(text)
+
+    def _tool_call(self, scenario: Scenario, request: ScenarioRequest, seed: str) -> ToolCall | None:
+        # A source of its own: the text reply's draws stay what they are without tools.
+        try:
+            call = scenario.tool_call(request, random.Random(seed + ":tools"))
+        except Exception:  # a broken app scenario must not fail the request: the base rule decides
+            log.exception("scenario %s failed to write a tool call; using the default rule", type(scenario).__name__)
+            return Scenario.tool_call(DefaultScenario(), request, random.Random(seed + ":tools"))
+        choice = request.extra.get("tool_choice")
+        if call is None and (choice == "required" or isinstance(choice, dict) and choice.get("type") == "function"):
+            # OpenAI guarantees a call here; an app scenario that declined is overruled by the base rule
+            call = Scenario.tool_call(DefaultScenario(), request, random.Random(seed + ":tools"))
+        return call
+
+    @staticmethod
+    def _cut_tool_call(call: ToolCall, max_tokens: int | None) -> tuple[list[dict[str, Any]], int]:
+        """The call's OpenAI form and its completion tokens (name + arguments, counted like text);
+        arguments beyond ``max_tokens`` are cut, as a real model's output is (then not valid JSON)."""
+        name_tokens = count_tokens(call.name)
+        arguments, arg_tokens = call.arguments, count_tokens(call.arguments)
+        if max_tokens is not None and name_tokens + arg_tokens > max_tokens:
+            arguments, arg_tokens = truncate_to_tokens(call.arguments, max(0, max_tokens - name_tokens))
+        cut = ToolCall(call.id, call.name, arguments)
+        return [cut.as_openai()], name_tokens + arg_tokens
 
     def _scenario(self, app: str | None) -> Scenario:
         if app is None:

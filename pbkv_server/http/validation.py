@@ -4,7 +4,10 @@
 fields of OpenAI's Chat Completions and (legacy) Completions APIs, with OpenAI's documented types
 and ranges (API reference, "Create chat completion" / "Create completion"): ``temperature`` a
 finite number in [0, 2], ``top_p`` in [0, 1], penalties in [-2, 2], ``stop`` a string or at most 4
-strings, ``tools`` an array of function tools, and so on. Numbers are strict (``"0.5"`` is not a
+strings, ``tools`` an array of function tools whose ``parameters`` is an object schema with
+well-shaped keywords (:class:`SchemaNode`: ``type``, ``properties``, ``required``, ``items``,
+``enum``, ``anyOf``/``oneOf``/``allOf``, ``$defs``, ``$ref``), ``tool_choice`` forcing a call only
+with tools and naming only an offered function, and so on. Numbers are strict (``"0.5"`` is not a
 number, ``true`` is not an integer) as in OpenAI's validator. Unknown fields are accepted and
 ignored, as vLLM and SGLang do, so that clients newer than this list keep working.
 
@@ -103,12 +106,40 @@ class Message(_Open):
     tool_calls: list[dict[str, Any]] | None = None
 
 
+JsonType = Literal["string", "number", "integer", "boolean", "object", "array", "null"]
+
+
+class SchemaNode(_Open):
+    """One node of a tool's JSON Schema: the keywords the simulator reads must have the right shape
+    (other keywords are kept and not checked). A node may also be ``true`` / ``false``."""
+
+    type: Union[JsonType, Annotated[list[JsonType], Field(min_length=1)], None] = None
+    properties: dict[str, Union["SchemaNode", bool]] | None = None
+    required: list[str] | None = None
+    items: Union["SchemaNode", bool, None] = None
+    prefixItems: Annotated[list[Union["SchemaNode", bool]], Field(min_length=1)] | None = None
+    additionalProperties: Union["SchemaNode", bool, None] = None
+    enum: Annotated[list[Any], Field(min_length=1)] | None = None
+    anyOf: Annotated[list[Union["SchemaNode", bool]], Field(min_length=1)] | None = None
+    oneOf: Annotated[list[Union["SchemaNode", bool]], Field(min_length=1)] | None = None
+    allOf: Annotated[list[Union["SchemaNode", bool]], Field(min_length=1)] | None = None
+    defs: dict[str, Union["SchemaNode", bool]] | None = Field(None, alias="$defs")
+    definitions: dict[str, Union["SchemaNode", bool]] | None = None
+    ref: str | None = Field(None, alias="$ref")
+
+
+class FunctionParameters(SchemaNode):
+    """A function's ``parameters``: a JSON Schema of an object (OpenAI refuses other types)."""
+
+    type: Literal["object"] | None = None
+
+
 class FunctionDefinition(_Open):
     """The function of a function tool."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: FunctionParameters | None = None
     strict: bool | None = None
 
 
@@ -119,10 +150,23 @@ class Tool(_Open):
     function: FunctionDefinition
 
 
+class ChosenFunction(_Open):
+    """The function a named ``tool_choice`` forces."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
 class NamedToolChoice(_Open):
-    """``tool_choice`` naming one tool (or an ``allowed_tools`` / ``custom`` choice)."""
+    """``tool_choice`` naming one function (``{"type": "function", "function": {"name": ...}}``, which
+    must be one of ``tools``), or an ``allowed_tools`` / ``custom`` choice."""
+
+    model_config = ConfigDict(json_schema_extra={
+        "if": {"properties": {"type": {"const": "function"}}, "required": ["type"]},
+        "then": {"required": ["function"], "properties": {"function": _PRESENT}},
+    })
 
     type: Literal["function", "allowed_tools", "custom"]
+    function: ChosenFunction | None = None
 
 
 class StreamOptions(_Open):
@@ -164,8 +208,18 @@ class _Common(_Open):
         "(workflow_id, agent, step, app). Malformed hints are ignored and counted, never an error.")
 
 
+#: ``tool_choice`` values that force a call: they need at least one tool (stated in the schema).
+_FORCING = {"anyOf": [{"const": "required"}, {"type": "object"}]}
+
+
 class ChatCompletionRequest(_Common):
     """Body of ``POST /v1/chat/completions``."""
+
+    model_config = ConfigDict(json_schema_extra={"allOf": [
+        _Common.model_config["json_schema_extra"],
+        {"if": {"properties": {"tool_choice": _FORCING}, "required": ["tool_choice"]},
+         "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}}},
+    ]})
 
     messages: Annotated[list[Message], Field(min_length=1)]
     max_completion_tokens: PositiveInt | None = None
@@ -215,6 +269,7 @@ def validate_request(body: Any, kind: str) -> ChatCompletionRequest | Completion
         # OpenAI: "stream_options: only set this when you set stream: true".
         raise ApiError(400, "stream_options is only allowed when stream is true", "invalid_value", "stream_options")
     if kind == "chat":
+        _check_tool_choice(parsed)
         for i, message in enumerate(parsed.messages):
             if message.content is None and (message.role in CONTENT_ROLES or (
                     message.tool_calls is None and (message.model_extra or {}).get("function_call") is None)):
@@ -222,6 +277,25 @@ def validate_request(body: Any, kind: str) -> ChatCompletionRequest | Completion
                 raise ApiError(400, f"Missing required parameter: 'messages[{i}].content' (the {message.role} message "
                                f"needs {needs})", "missing_required_parameter", f"messages[{i}].content")
     return parsed
+
+
+def _check_tool_choice(parsed: ChatCompletionRequest) -> None:
+    """A forcing ``tool_choice`` needs tools, and a named one must name an offered function (OpenAI
+    refuses both; the second is a rule between two fields that the schema cannot state)."""
+    choice = parsed.tool_choice
+    if choice is None or choice in ("none", "auto"):
+        return
+    if not parsed.tools:
+        raise ApiError(400, f"tool_choice {choice if isinstance(choice, str) else choice.type!r} needs tools: "
+                       "the request offers none", "invalid_value", "tool_choice")
+    if isinstance(choice, NamedToolChoice) and choice.type == "function":
+        if choice.function is None:
+            raise ApiError(400, "Missing required parameter: 'tool_choice.function'", "missing_required_parameter",
+                           "tool_choice.function")
+        offered = [t.function.name for t in parsed.tools]
+        if choice.function.name not in offered:
+            raise ApiError(400, f"tool_choice names function {choice.function.name!r}, which is not in tools "
+                           f"(offered: {', '.join(offered)})", "invalid_value", "tool_choice.function.name")
 
 
 def _most_specific(errors: list[Any]) -> Any:
@@ -262,9 +336,9 @@ def _param(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif isinstance(part, str) and part.isidentifier() and part not in _TYPE_TAGS:
+        elif isinstance(part, str) and part.lstrip("$").isidentifier() and part not in _TYPE_TAGS:
             out += f".{part}" if out else part
     return out or "body"
 
 
-_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple", "literal"})
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple", "literal", "SchemaNode"})

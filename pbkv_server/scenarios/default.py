@@ -6,7 +6,9 @@ the agent's role suggests (a verdict for verifiers/critics, a plan for planners,
 JSON when ``response_format`` asks for it) from words of the prompt, with a realistic length.
 It also speaks the two protocols frameworks parse: a speaker-selection prompt ("select the next
 role from [a, b]") gets one listed role, and a ReAct prompt (one that mentions ``Final Answer:``,
-as CrewAI's do) gets a ``Thought: ... Final Answer: ...`` reply.
+as CrewAI's do) gets a ``Thought: ... Final Answer: ...`` reply. Native tool calls (a request
+that offers ``tools``) are decided before any of this, by :meth:`Scenario.tool_call`
+(:mod:`pbkv_server.scenarios.tool_calls`).
 
 Lengths: agent replies in the multi-agent traces of the PBKV and KVFlow evaluations are a few
 tens to a few hundred tokens; we draw ``exp(N(ln 120, 0.6))`` tokens, clipped to [12, 600], and
@@ -24,7 +26,7 @@ from pbkv_server.scenario import Scenario, ScenarioRequest
 from pbkv_server.tokenizer import count_tokens, truncate_to_tokens
 from pbkv_contract.blocks import message_text
 
-__all__ = ["DefaultScenario", "MEDIAN_REPLY_TOKENS", "selection_candidates", "answers_selection"]
+__all__ = ["DefaultScenario", "MEDIAN_REPLY_TOKENS", "selection_candidates", "answers_selection", "prompt_words"]
 
 #: Median reply length in tokens of the log-normal draw.
 MEDIAN_REPLY_TOKENS = 120
@@ -68,9 +70,10 @@ class DefaultScenario(Scenario):
         target = _draw_length(rng)
         if request.max_tokens is not None:
             target = min(target, max(1, request.max_tokens))
-        words = _prompt_words(request) or _FILLER
+        words = prompt_words(request) or _FILLER
         if _wants_react(request):
-            # ReAct-style agents (CrewAI) parse a "Final Answer:" line; tools are never called.
+            # ReAct-style agents (CrewAI without native tools) parse a "Final Answer:" line; text-format
+            # "Action:" tool calls are never written (native ones come from Scenario.tool_call).
             text = _REACT_PREFIX + _text_reply(_role(request.agent), words, target, rng)
             cap = target + count_tokens(_REACT_PREFIX)
             if request.max_tokens is not None:
@@ -128,7 +131,8 @@ def _role(agent: str | None) -> str:
     return "generic"
 
 
-def _prompt_words(request: ScenarioRequest) -> list[str]:
+def prompt_words(request: ScenarioRequest) -> list[str]:
+    """Words (3+ letters) of the newest non-system message, at most 400."""
     # The newest non-system message is what the agent is answering; keep a bounded vocabulary.
     for message in reversed(request.messages):
         if message.get("role") != "system":

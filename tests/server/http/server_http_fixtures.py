@@ -10,6 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pbkv_contract.hints import Hints
 from pbkv_server.scenario import Scenario, ScenarioRequest
+from pbkv_server.scenarios.default import DefaultScenario
+from pbkv_server.scenarios.tool_calls import ToolSettings
 from pbkv_server.tokenizer import count_tokens
 
 
@@ -44,3 +46,17 @@ class EchoScenario(Scenario):
 
     def reply(self, request: ScenarioRequest, rng: random.Random) -> str:
         return f"echo {request.agent} step {request.step}"
+
+
+class CallOnceScenario(DefaultScenario):
+    """Test scenario: ``tool_choice: "auto"`` always calls a tool on a fresh turn and always answers
+    in text after a tool result (one tool round per turn), so framework loops are deterministic."""
+
+    tool_settings = ToolSettings(call_probability=1.0, after_result_probability=0.0)
+
+
+class DeclineToolsScenario(DefaultScenario):
+    """Test scenario: never writes a tool call itself (an app scenario written before tool calls)."""
+
+    def tool_call(self, request: ScenarioRequest, rng: random.Random) -> None:
+        return None

@@ -46,3 +46,13 @@ def test_openapi_document_describes_request_bodies_and_error_shapes(start_server
     assert (temperature["minimum"], temperature["maximum"], temperature["type"]) == (0, 2, "number")
     error = doc["components"]["schemas"]["ErrorDetail"]
     assert set(error["required"]) == {"message", "type", "param", "code"}
+
+
+def test_the_one_cross_field_rule_the_schema_cannot_state_is_recognised():
+    # tool_choice naming a function outside tools: schema-valid, refused by the server (test_http_tool_calls)
+    from pbkv_server.http.fuzzing import names_unoffered_tool
+
+    tools = [{"type": "function", "function": {"name": "a"}}]
+    assert names_unoffered_tool({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "b"}}})
+    assert not names_unoffered_tool({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "a"}}})
+    assert not names_unoffered_tool({"tools": tools, "tool_choice": "required"})
