@@ -7,7 +7,9 @@
 #      checkout, PBKV_VLLM_PACKAGES to override) with --no-deps: vLLM's declared dependencies
 #      pull CUDA-only packages that do not install on a CPU machine; the torch line is skipped
 #      (step 1 installed it, and `torch==2.13.0+cpu` names a local build that no index serves),
-#   3. the test tools, then this project itself (editable, --no-deps) so that the
+#   3. what PBKV itself needs there and the shared list lacks (httpx for pbkv_server, uvicorn for
+#      vLLM's API server and the middleware tests), pinned from constraints.txt with --no-deps,
+#   4. the test tools, then this project itself (editable, --no-deps) so that the
 #      `vllm.general_plugins` entry point `pbkv` is registered.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,8 +30,8 @@ req=$(mktemp)
 trap 'rm -f "$req"' EXIT
 grep -Ev '^\s*(#|$)|^torch==' "$PKGS" >"$req"
 "$P" -m pip install -q --no-deps -r "$req"
-"$P" -m pip install -q "pytest==$(grep -i '^pytest==' constraints.txt | cut -d= -f3)" \
-  "pytest-timeout==$(grep -i '^pytest-timeout==' constraints.txt | cut -d= -f3)" \
-  "hypothesis==$(grep -i '^hypothesis==' constraints.txt | cut -d= -f3)"
+pin() { echo "$1==$(grep -i "^$1==" constraints.txt | cut -d= -f3)"; }
+"$P" -m pip install -q --no-deps "$(pin httpx)" "$(pin httpcore)" "$(pin uvicorn)" "$(pin httptools)"
+"$P" -m pip install -q "$(pin pytest)" "$(pin pytest-timeout)" "$(pin hypothesis)"
 "$P" -m pip install -q --no-deps -e .
 "$P" -c "import vllm.v1.core.kv_cache_manager, vllm.v1.core.block_pool, pbkv_server; import vllm; print('PBKV vLLM environment ready in $VENV, vllm', vllm.__version__)"

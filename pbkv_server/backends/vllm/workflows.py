@@ -117,12 +117,12 @@ class VLLMRuntime:
         hints: Hints | None = None
         try:
             hints, reason = hints_of_request(request)
-            if hints is None and reason is None:
-                hints = self._session_hints(request)
-                if hints is not None:
-                    self.book.invocation(hints)
+            session = self._session_hints(request) if hints is None and reason is None else None
+            if session is not None:
+                self.book.invocation(session)
+                hints = session
             else:
-                hints = self.book.request(hints, reason)
+                hints = self.book.request(hints, reason)  # counts anonymous and malformed ones
         except Exception:  # bookkeeping must never fail a request
             log.exception("PBKV: hint bookkeeping failed for request %s", rid)
             hints = None
