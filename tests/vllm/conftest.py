@@ -89,6 +89,17 @@ class ManagerHarness:
             block_pool.uninstall()
             set_runtime(None)
         self.pool = self.manager.block_pool
+        self.connector = None
+        if policy is not None:  # the scheduler's connector, bound to its manager as vLLM does
+            from types import SimpleNamespace
+
+            from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+            from pbkv_server.backends.vllm.connector import PBKVConnector
+
+            self.connector = PBKVConnector(SimpleNamespace(kv_transfer_config=SimpleNamespace()),
+                                           KVConnectorRole.SCHEDULER, config)
+            self.connector.bind_kv_cache_manager(self.manager)
         self.label = {}  # block id -> first token of the cached block
         self._rid = 0
 
@@ -104,19 +115,24 @@ class ManagerHarness:
         return Request(f"r{self._rid}", list(tokens), params, None, block_hasher=self.hasher, session_id=session_id)
 
     def serve(self, tokens, hints: dict | None = None, **kw):
-        """What the scheduler does with one request that finishes after its prefill: match the
-        prompt, allocate, tell the connector (``update_state_after_alloc``), compute, free."""
+        """What vLLM's scheduler does with one request that finishes after its prefill, with the
+        connector calls in its order: ``on_new_request``, match the prompt, allocate,
+        ``update_state_after_alloc``, ``build_connector_meta``, compute, ``request_finished``, free."""
         req = self.request(tokens, hints, **kw)
+        if self.connector is not None:
+            self.connector.on_new_request(req)
         hit_blocks, hit_tokens, *_ = self.manager.get_computed_blocks(req)
         blocks = self.manager.allocate_slots(req, len(tokens) - hit_tokens, hit_tokens, hit_blocks)
         assert blocks is not None, "allocation failed"
-        if self.runtime is not None:  # PBKVConnector.update_state_after_alloc does exactly this
-            for group in self.manager.get_blocks(req.request_id).blocks:
-                self.pool.observe(req, group, BLOCK)
+        if self.connector is not None:
+            self.connector.update_state_after_alloc(req, self.manager.get_blocks(req.request_id), 0)
+            self.connector.build_connector_meta(None)
         req.num_computed_tokens = len(tokens)
         for i, blk in enumerate(self.manager.get_blocks(req.request_id).blocks[0]):
             if blk.block_hash is not None:
                 self.label[blk.block_id] = tokens[i * BLOCK]
+        if self.connector is not None:
+            assert self.connector.request_finished(req, []) == (False, None)  # vLLM frees the blocks
         self.manager.free(req)
         return req, hit_tokens
 
