@@ -103,7 +103,8 @@ class ManagerHarness:
         self.label = {}  # block id -> first token of the cached block
         self._rid = 0
 
-    def request(self, tokens, hints: dict | None = None, session_id: str | None = None, extra: dict | None = None):
+    def request(self, tokens, hints: dict | None = None, session_id: str | None = None, extra: dict | None = None,
+                kv_hints=None):
         from vllm.sampling_params import SamplingParams
         from vllm.v1.request import Request
 
@@ -112,7 +113,8 @@ class ManagerHarness:
         if hints is not None:
             extra_args["pbkv"] = hints
         params = SamplingParams(max_tokens=1, extra_args=extra_args or None)
-        return Request(f"r{self._rid}", list(tokens), params, None, block_hasher=self.hasher, session_id=session_id)
+        return Request(f"r{self._rid}", list(tokens), params, None, block_hasher=self.hasher, session_id=session_id,
+                       kv_hints=kv_hints)
 
     def serve(self, tokens, hints: dict | None = None, **kw):
         """What vLLM's scheduler does with one request that finishes after its prefill, with the

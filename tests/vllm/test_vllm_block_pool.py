@@ -122,3 +122,33 @@ def test_session_id_names_the_workflow_and_bad_hints_are_counted(harness):
     counters = h.runtime.book.counters
     assert "sess-1" in h.runtime.book.workflows
     assert counters["malformed"] == 1 and counters["anonymous"] == 1 and counters["invocations"] == 1
+
+
+def test_kv_hint_envelope_on_a_vllm_request_demotes_a_trajectory(harness):
+    """vLLM's own ``Request.kv_hints`` (``KvHintsEnvelope``): a ``kv.demote`` of wfA retires it, so
+    its blocks go first as after an end; an unknown action is ignored and counted; a malformed
+    envelope is a malformed hint, and the request is still served with its other hints."""
+    from vllm.v1.kv_hints import KvHintAction, KvHintsEnvelope
+
+    h = harness("pbkv-he")
+    h.serve(block_tokens([1, 2]), _hint("wfA", "plan", 0))
+    h.serve(block_tokens([1, 2, 3]), _hint("wfA", "code", 1))
+    h.serve(block_tokens([6]), _hint("wfC", "plan", 0))
+    # without the hint, by hand (gamma 0.7, table predictor after agent code): block 3 (agent code)
+    # scores 0.2 + 0.49*0.9*0.6*0.5 = 0.3323, blocks 1, 2 (plan and code) 0.3323 + 0.7*0.9*0.6 =
+    # 0.7103, block 6 (wfC, plan) 0.44112
+    assert h.eviction_order() == [3, 6, 2, 1]
+    h = harness("pbkv-he")
+    h.serve(block_tokens([1, 2]), _hint("wfA", "plan", 0))
+    h.serve(block_tokens([1, 2, 3]), _hint("wfA", "code", 1))
+    envelope = KvHintsEnvelope(protocol_version="0.1", message_id="m1", actions=[
+        KvHintAction(action_id="d", action_type="kv.demote", action_version="1.0", payload={"workflow_id": "wfA"}),
+        KvHintAction(action_id="s", action_type="kv.share", action_version="1.0", payload={}),
+    ])
+    h.serve(block_tokens([6]), _hint("wfC", "plan", 0), kv_hints=envelope)
+    assert "wfA" not in h.runtime.book.workflows
+    assert h.runtime.kv_hint_counts["demote"] == 1 and h.runtime.kv_hint_counts["ignored"] == 1
+    assert h.eviction_order() == [3, 2, 1, 6]
+    bad = KvHintsEnvelope(protocol_version="0.1", message_id="", actions=[])
+    h.serve(block_tokens([7]), _hint("wfC", "code", 1), kv_hints=bad)
+    assert h.runtime.book.counters["malformed"] == 1 and "wfC" in h.runtime.book.workflows

@@ -63,6 +63,13 @@ def test_headers_win_and_malformed_headers_are_forwarded_as_malformed():
     assert hinted_body({}, plain) is plain  # no hints: the body passes untouched
 
 
+def test_the_kv_hint_envelope_travels_in_vllm_xargs():
+    envelope = {"protocol_version": "0.1", "message_id": "m", "actions": [
+        {"action_id": "a", "action_type": "kv.evict", "action_version": "1.0", "payload": {"workflow_id": "w"}}]}
+    out = hinted_body({}, {"model": "m", "kv_hints": envelope})
+    assert "kv_hints" not in out and json.loads(out["vllm_xargs"]["pbkv_kv_hints"]) == envelope
+
+
 def test_a_non_json_body_passes_untouched():
     seen, status, _ = _asgi("POST", "/v1/completions", b"not json", [("content-type", "application/json")])
     assert status == 200 and seen["body"] == b"not json"

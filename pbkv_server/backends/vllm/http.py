@@ -8,7 +8,9 @@ engine core; its ``vllm_xargs`` body field reaches the scheduler's ``Request`` a
   ``custom_params.pbkv``) and writes them into ``vllm_xargs`` as ``pbkv_workflow_id``,
   ``pbkv_agent``, ``pbkv_step``, ``pbkv_app`` (:data:`~.workflows.FLAT_KEYS`); a malformed hint is
   forwarded as ``pbkv_malformed`` (the reason), so the engine core counts it and serves the
-  request anonymously; a body that is not JSON is passed on untouched;
+  request anonymously; a body that is not JSON is passed on untouched; the body's KV-hint
+  envelope ``kv_hints`` (which vLLM 0.33.0's HTTP server does not read) travels JSON-encoded as
+  ``vllm_xargs.pbkv_kv_hints``;
 - answers ``POST /pbkv/v1/workflows/{workflow_id}/end`` (hint protocol v1: optional JSON body
   ``{"status": ...}``; 204, 400 with a reason, 503 without a control socket) by sending the end to
   the engine core (:func:`~.control.send_end`, socket ``PBKV_VLLM_CONTROL``).
@@ -24,11 +26,11 @@ import os
 import re
 from typing import Any, Awaitable, Callable
 
-from pbkv_contract.hints import BODY_KEY, END_STATUSES, HintError, parse_hints, validate_workflow_id
+from pbkv_contract.hints import BODY_KEY, END_STATUSES, KV_HINTS_KEY, HintError, parse_hints, validate_workflow_id
 
 from .control import send_end
 from .settings import ENV_CONTROL
-from .workflows import FLAT_KEYS, MALFORMED_KEY
+from .workflows import FLAT_KEYS, KV_HINTS_XARG, MALFORMED_KEY
 
 log = logging.getLogger(__name__)
 
@@ -45,18 +47,21 @@ def hinted_body(headers: dict[str, str], body: Any) -> Any:
     if not isinstance(body, dict):
         return body
     hints, reason = parse_hints(headers, body)
-    if hints is None and reason is None:
+    envelope = body.get(KV_HINTS_KEY)
+    if hints is None and reason is None and envelope is None:
         return body
     xargs = body.get("vllm_xargs")
     xargs = dict(xargs) if isinstance(xargs, dict) else {}
-    for key in (*FLAT_KEYS.values(), MALFORMED_KEY):
+    for key in (*FLAT_KEYS.values(), MALFORMED_KEY, KV_HINTS_XARG):
         xargs.pop(key, None)
-    if hints is None:
-        xargs[MALFORMED_KEY] = reason[:200]
-    else:
+    if hints is not None:
         for field, value in hints.to_body().items():
             xargs[FLAT_KEYS[field]] = value
-    out = {k: v for k, v in body.items() if k != "custom_params"}
+    elif reason is not None:
+        xargs[MALFORMED_KEY] = reason[:200]
+    if envelope is not None:
+        xargs[KV_HINTS_XARG] = json.dumps(envelope)
+    out = {k: v for k, v in body.items() if k not in ("custom_params", KV_HINTS_KEY)}
     custom = body.get("custom_params")
     if isinstance(custom, dict) and set(custom) - {BODY_KEY}:  # keep what else the client sent
         out["custom_params"] = {k: v for k, v in custom.items() if k != BODY_KEY}

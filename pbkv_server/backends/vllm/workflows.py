@@ -16,6 +16,14 @@ Hints reach a vLLM ``Request`` through ``sampling_params.extra_args`` (what the 
   flat, as ``vllm_xargs`` carries only strings and numbers;
 - ``extra_args["pbkv_malformed"]``: the reason the API server found a hint malformed.
 
+The engines' KV-hint envelope (:func:`pbkv_contract.hints.parse_kv_hints`) comes from vLLM's own
+``Request.kv_hints`` (vllm-project/vllm#53423; Python API) or, from HTTP, ``extra_args
+["pbkv_kv_hints"]``. A ``demote`` or ``evict`` action retires its trajectory (the target's
+workflow, else the request's own): its cache becomes the first to go, as after a workflow end.
+``retain`` changes nothing (an active workflow's cache already ranks by its lookahead score) and
+``fetch`` cannot run (vLLM has no ahead-of-request load); both are counted. A malformed envelope
+is counted as a malformed hint; the request's other hints still apply.
+
 A request without PBKV hints that carries vLLM's own ``session_id`` (``Request.session_id``, body
 field or ``X-Session-ID`` header) belongs to the workflow of that id
 (:meth:`~pbkv_server.engine.workflows.WorkflowTable.session_hints`). A malformed hint is counted,
@@ -30,7 +38,9 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable
 
-from pbkv_contract.hints import BODY_KEY, HintError, Hints, parse_hints, validate_workflow_id
+from pbkv_contract.hints import (
+    BODY_KEY, KV_HINTS_KEY, HintError, Hints, parse_hints, parse_kv_hints, validate_workflow_id,
+)
 from pbkv_contract.prediction import Predictor
 from pbkv_server.backends.book import WorkflowBook, predictor_or_none
 from pbkv_server.engine.policies import make_policy
@@ -39,12 +49,15 @@ from .settings import PluginSettings, engine_policy_name
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VLLMRuntime", "hints_of_request", "FLAT_KEYS", "MALFORMED_KEY", "runtime", "set_runtime"]
+__all__ = ["VLLMRuntime", "hints_of_request", "FLAT_KEYS", "MALFORMED_KEY", "KV_HINTS_XARG", "runtime",
+           "set_runtime"]
 
 #: ``extra_args`` keys of the flat form (``vllm_xargs``), by body field.
 FLAT_KEYS = {"workflow_id": "pbkv_workflow_id", "agent": "pbkv_agent", "step": "pbkv_step", "app": "pbkv_app"}
 #: ``extra_args`` key of a hint the API server found malformed (value: the reason).
 MALFORMED_KEY = "pbkv_malformed"
+#: ``extra_args`` key of the body's KV-hint envelope, JSON-encoded (``vllm_xargs`` takes strings).
+KV_HINTS_XARG = "pbkv_kv_hints"
 _NO_HINTS = (None, None)
 #: Requests whose hints and tick are remembered by id (the CPU tier sees only request ids).
 MAX_REMEMBERED_REQUESTS = 65536
@@ -104,6 +117,8 @@ class VLLMRuntime:
                                  predict=bool(self.policy.uses_predictions))
         self.inbox = inbox
         self._ticks = itertools.count(1)
+        #: KV-hint actions seen, by kind (retain, demote, evict, fetch), and ignored ones.
+        self.kv_hint_counts = {"retain": 0, "demote": 0, "evict": 0, "fetch": 0, "ignored": 0}
         self._requests: "OrderedDict[str, tuple[Hints | None, int]]" = OrderedDict()
 
     # ------------------------------------------------------------------ requests
@@ -126,12 +141,45 @@ class VLLMRuntime:
         except Exception:  # bookkeeping must never fail a request
             log.exception("PBKV: hint bookkeeping failed for request %s", rid)
             hints = None
+        self._kv_hints(request, hints)
         state = (hints, next(self._ticks))
         if rid is not None:
             self._requests[rid] = state
             if len(self._requests) > MAX_REMEMBERED_REQUESTS:
                 self._requests.popitem(last=False)
         return state
+
+    def _kv_hints(self, request: Any, hints: Hints | None) -> None:
+        """Apply the request's KV-hint envelope, if any (module docstring). Never raises."""
+        try:
+            body = None
+            native = getattr(request, "kv_hints", None)
+            if native is not None:
+                import msgspec
+
+                body = {KV_HINTS_KEY: msgspec.to_builtins(native)}
+            else:
+                extra = getattr(getattr(request, "sampling_params", None), "extra_args", None)
+                if isinstance(extra, dict) and isinstance(extra.get(KV_HINTS_XARG), str):
+                    import json
+
+                    body = {KV_HINTS_KEY: json.loads(extra[KV_HINTS_XARG])}
+            if body is None:
+                return
+            envelope, reason = parse_kv_hints(body)
+            if envelope is None:
+                if reason is not None:
+                    self.book.request(None, reason)  # counted (and logged once) as a malformed hint
+                return
+            counts = self.kv_hint_counts
+            counts["ignored"] += envelope.ignored
+            for action in envelope.actions:
+                counts[action.kind] += 1
+                target = action.workflow_id or (hints.workflow_id if hints is not None else None)
+                if action.kind in ("demote", "evict") and target is not None:
+                    self.end_workflow(target, "completed")
+        except Exception:
+            self.book.request(None, "kv_hints: unreadable")
 
     def request_state(self, request_id: str) -> tuple[Hints | None, int]:
         """``(hints, tick)`` of a request seen by :meth:`begin_request`; an unknown id gets no
