@@ -4,8 +4,9 @@
 #   bash scripts/gpu_check_vllm.sh       # results in ${OUT:-out/gpu_check_vllm}
 #
 # A vLLM server does not run on the CPU-only machines of this project (the vllm==0.33.0 wheel has
-# no CPU platform: vllm.platforms resolves to UnspecifiedPlatform and vllm._C is absent), so the
-# plugin's live path is checked here:
+# no CPU platform: vllm.platforms resolves to UnspecifiedPlatform and vllm._C is absent; with the
+# shared CPU package list `vllm serve` already stops importing its CLI, on watchfiles and then
+# orjson, which the list lacks), so the plugin's live path is checked here, in a full CUDA install:
 # 1. writes the seeded tiny Qwen2 model (pbkv_server.backends.sglang.tiny_model; no download),
 # 2. takes a trace (TRACE=path, else a seeded synthetic one from `pbkv-bench synth`),
 # 3. starts vLLM with its own LRU (`pbkv-server --engine vllm --policy lru`), live-replays it,
