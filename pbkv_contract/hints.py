@@ -26,6 +26,11 @@ and the caller serves the request anonymously, counting and logging the reason. 
 hints whose decoded agent or app name breaks :func:`name_problem`'s rules
 (:func:`hint_name_problem`), so pbkv-server and the SGLang plugin accept the same names; clients
 check names with the same function before they send.
+
+A body may also carry the engines' versioned KV-hint envelope ``kv_hints`` (vLLM RFC #53421,
+SGLang RFC #36224, Dynamo ``KvHint``): :func:`parse_kv_hints` reads its retain/pin, demote/evict
+and fetch/prefetch actions; unknown action types and versions are ignored and counted, a
+malformed envelope is a malformed hint.
 """
 
 from __future__ import annotations
@@ -361,3 +366,134 @@ def _hints_from_body(pbkv: Any) -> Hints:
         app=app,
         internal=internal,
     )
+
+
+# --------------------------------------------------------------------------- KV-hint envelope
+#
+# The versioned envelope the engines' RFCs define for orchestrator KV hints (vLLM RFC #53421 /
+# PR #53423 ``KvHintsEnvelope``, SGLang RFC #36224, Dynamo ``KvHint`` #13134), sent as the body
+# field ``kv_hints``:
+#
+#     {"protocol_version": "0.1", "message_id": "...",
+#      "actions": [{"action_id": "...", "action_type": "kv.fetch", "action_version": "1.0",
+#                   "payload": {...}}]}
+#
+# Each action is versioned on its own; an engine acts on the types it knows and ignores the rest.
+
+#: Body field of the KV-hint envelope.
+KV_HINTS_KEY = "kv_hints"
+#: Envelope versions understood (the RFCs' first version); another one is ignored, not an error.
+KV_HINT_PROTOCOL_VERSIONS = ("0.1",)
+#: Action major version understood ("1.0", "1.1", ...).
+KV_HINT_ACTION_MAJOR = "1"
+#: Action types PBKV understands -> what it means to PBKV: ``retain`` (keep a trajectory's cache;
+#: RFC #51428's Retain and Pin), ``demote`` / ``evict`` (a trajectory's cache may go first; Demote),
+#: ``fetch`` (bring cache close before it is needed; Dynamo's ``kv.fetch``, Prefetch).
+KV_HINT_ACTION_KINDS = {
+    "kv.retain": "retain", "kv.pin": "retain",
+    "kv.demote": "demote", "kv.evict": "evict",
+    "kv.fetch": "fetch", "kv.prefetch": "fetch",
+}
+#: Most actions read from one envelope (more are counted as ignored).
+MAX_KV_HINT_ACTIONS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class KvHintAction:
+    """One understood action of a KV-hint envelope.
+
+    Attributes:
+        action_id: the sender's id of the action.
+        kind: ``retain`` | ``demote`` | ``evict`` | ``fetch`` (:data:`KV_HINT_ACTION_KINDS`).
+        action_type, action_version: as sent.
+        workflow_id: the trajectory the action targets: ``payload.workflow_id``, else
+            ``payload.session_id`` (the RFCs' session target), else ``None`` (the request's own).
+        payload: the action's payload object, as sent.
+    """
+
+    action_id: str
+    kind: str
+    action_type: str
+    action_version: str
+    workflow_id: str | None
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class KvHintEnvelope:
+    """A parsed KV-hint envelope: the understood actions and how many were ignored.
+
+    Attributes:
+        protocol_version, message_id: as sent.
+        actions: understood actions, in the order sent.
+        ignored: actions of an unknown type or version (or past :data:`MAX_KV_HINT_ACTIONS`); an
+            envelope of an unknown protocol version has all its actions ignored.
+    """
+
+    protocol_version: str
+    message_id: str
+    actions: tuple[KvHintAction, ...]
+    ignored: int
+
+
+def parse_kv_hints(body: Any) -> tuple[KvHintEnvelope | None, str | None]:
+    """The KV-hint envelope of a request body (``body["kv_hints"]``).
+
+    Unknown action types and versions, and envelopes of an unknown protocol version, are not
+    errors: they are counted in :attr:`KvHintEnvelope.ignored`. Missing or mistyped fields are.
+
+    Returns:
+        ``(envelope, None)``; ``(None, None)`` when the body has no ``kv_hints``; ``(None, reason)``
+        when the envelope is malformed (callers count it as a malformed hint and serve the request
+        as if it had none). Never raises.
+    """
+    if not isinstance(body, Mapping) or body.get(KV_HINTS_KEY) is None:
+        return None, None
+    try:
+        return _kv_envelope(body[KV_HINTS_KEY]), None
+    except HintError as exc:
+        return None, f"{KV_HINTS_KEY}: {exc}"
+    except Exception as exc:  # defensive: never a 500 over a hint
+        return None, f"{KV_HINTS_KEY}: malformed ({type(exc).__name__})"
+
+
+def _kv_str(obj: Mapping, field: str, where: str) -> str:
+    value = obj.get(field)
+    if not isinstance(value, str) or not value or len(value) > 256:
+        raise HintError(f"{where}.{field} must be a non-empty string of at most 256 chars")
+    return value
+
+
+def _kv_envelope(env: Any) -> KvHintEnvelope:
+    if not isinstance(env, Mapping):
+        raise HintError("must be an object")
+    version = _kv_str(env, "protocol_version", "envelope")
+    message_id = _kv_str(env, "message_id", "envelope")
+    actions = env.get("actions")
+    if not isinstance(actions, list):
+        raise HintError("envelope.actions must be a list")
+    understood: list[KvHintAction] = []
+    ignored = 0
+    for i, action in enumerate(actions):
+        where = f"actions[{i}]"
+        if not isinstance(action, Mapping):
+            raise HintError(f"{where} must be an object")
+        action_id = _kv_str(action, "action_id", where)
+        action_type = _kv_str(action, "action_type", where)
+        action_version = _kv_str(action, "action_version", where)
+        payload = action.get("payload")
+        if not isinstance(payload, Mapping):
+            raise HintError(f"{where}.payload must be an object")
+        kind = KV_HINT_ACTION_KINDS.get(action_type)
+        if (version not in KV_HINT_PROTOCOL_VERSIONS or kind is None
+                or action_version.split(".", 1)[0] != KV_HINT_ACTION_MAJOR or len(understood) >= MAX_KV_HINT_ACTIONS):
+            ignored += 1
+            continue
+        target = payload.get("workflow_id", payload.get("session_id"))
+        if target is not None:
+            try:
+                validate_workflow_id(target)
+            except HintError:
+                raise HintError(f"{where}.payload: workflow_id / session_id must be {WORKFLOW_ID_RULE}") from None
+        understood.append(KvHintAction(action_id, kind, action_type, action_version, target, payload))
+    return KvHintEnvelope(version, message_id, tuple(understood), ignored)

@@ -2,7 +2,8 @@
 
 ``--engine sim`` (default) serves from the embedded engine core with the hardware cost model and
 answers from a scenario; ``--engine sglang`` hands over to the SGLang plugin's launcher
-(``pbkv_server.backends.sglang.launch:main``), passing everything after ``--`` to SGLang.
+(``pbkv_server.backends.sglang.launch:main``), passing everything after ``--`` to SGLang;
+``--engine vllm`` does the same with the vLLM plugin's (``pbkv_server.backends.vllm.launch:main``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=False)
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def main(
     ctx: typer.Context,
-    engine: str = typer.Option("sim", help="sim (embedded engine core, CPU) | sglang (SGLang + PBKV plugin)."),
+    engine: str = typer.Option("sim", help="sim (embedded engine core, CPU) | sglang (SGLang + PBKV plugin) | vllm (vLLM + PBKV plugin)."),
     policy: str = typer.Option(DEFAULT_POLICY, help="Cache policy (list them with: pbkv-bench policies)."),
     profile: Optional[str] = typer.Option(None, help="Hardware profile (pbkv_server.sim.profiles); default: its DEFAULT_PROFILE."),
     predictor: List[str] = typer.Option(
@@ -64,7 +65,7 @@ def main(
         True, help="Robustness guard of he/pbkv/pbkv-aggressive: LRU order while a ghost LRU would hit more "
                    "(--no-lru-guard: always the predicted order)."),
 ) -> None:
-    """Start the server; extra arguments after ``--`` go to SGLang (``--engine sglang``).
+    """Start the server; extra arguments after ``--`` go to SGLang or vLLM (``--engine sglang|vllm``).
 
     Every startup failure (bad flag value, unknown profile or predictor, address not bindable,
     unwritable trace) is one ``pbkv-server: ...`` line on stderr and exit status 2.
@@ -74,10 +75,13 @@ def main(
     if engine == "sglang":
         _launch_sglang(policy, list(ctx.args))
         return
+    if engine == "vllm":
+        _launch_vllm(policy, list(ctx.args))
+        return
     if engine != "sim":
-        _fail(f"unknown engine {engine!r}: expected sim or sglang")
+        _fail(f"unknown engine {engine!r}: expected sim, sglang or vllm")
     if ctx.args:
-        _fail(f"unexpected arguments {ctx.args} (only --engine sglang takes extra arguments)")
+        _fail(f"unexpected arguments {ctx.args} (only --engine sglang / vllm take extra arguments)")
     if not math.isfinite(pace):
         _fail(f"--pace must be a finite number >= 0 (0 = as fast as possible), got {pace:g}")
     if not math.isfinite(idle_retire_s) or idle_retire_s < 0:
@@ -156,4 +160,12 @@ def _launch_sglang(policy: str, sglang_args: list[str]) -> None:
         raise typer.Exit(2) from None
     code = launch(policy, sglang_args)
     if code:  # the SGLang server's exit status (2 for a launch error it already printed)
+        raise typer.Exit(code)
+
+
+def _launch_vllm(policy: str, vllm_args: list[str]) -> None:
+    from pbkv_server.backends.vllm.launch import main as launch  # imports no vLLM
+
+    code = launch(policy, vllm_args)
+    if code:  # the vLLM server's exit status (2 for a launch error it already printed)
         raise typer.Exit(code)

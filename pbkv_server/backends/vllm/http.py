@@ -1,0 +1,159 @@
+"""PBKV on vLLM's OpenAI server: an ASGI middleware (``vllm serve --middleware``).
+
+vLLM's API server passes neither ``X-PBKV-*`` headers nor the ``custom_params`` body field to its
+engine core; its ``vllm_xargs`` body field reaches the scheduler's ``Request`` as
+``sampling_params.extra_args`` (strings and numbers only). :class:`PBKVMiddleware`
+
+- parses each JSON POST's hints with :func:`pbkv_contract.hints.parse_hints` (headers win over
+  ``custom_params.pbkv``) and writes them into ``vllm_xargs`` as ``pbkv_workflow_id``,
+  ``pbkv_agent``, ``pbkv_step``, ``pbkv_app`` (:data:`~.workflows.FLAT_KEYS`); a malformed hint is
+  forwarded as ``pbkv_malformed`` (the reason), so the engine core counts it and serves the
+  request anonymously; a body that is not JSON is passed on untouched; the body's KV-hint
+  envelope ``kv_hints`` (which vLLM 0.33.0's HTTP server does not read) travels JSON-encoded as
+  ``vllm_xargs.pbkv_kv_hints``;
+- answers ``POST /pbkv/v1/workflows/{workflow_id}/end`` (hint protocol v1: optional JSON body
+  ``{"status": ...}``; 204, 400 with a reason, 503 without a control socket) by sending the end to
+  the engine core (:func:`~.control.send_end`, socket ``PBKV_VLLM_CONTROL``).
+
+Imports no vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from typing import Any, Awaitable, Callable
+
+from pbkv_contract.hints import BODY_KEY, END_STATUSES, KV_HINTS_KEY, HintError, parse_hints, validate_workflow_id
+
+from .control import send_end
+from .settings import ENV_CONTROL
+from .workflows import FLAT_KEYS, KV_HINTS_XARG, MALFORMED_KEY
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PBKVMiddleware", "hinted_body"]
+
+_END_RE = re.compile(r"^/pbkv/v1/workflows/([^/]+)/end$")
+#: Largest body the middleware rewrites (bigger ones pass untouched), bytes.
+MAX_REWRITE_BYTES = 64 << 20
+
+
+def hinted_body(headers: dict[str, str], body: Any) -> Any:
+    """``body`` with the request's hints in ``vllm_xargs`` (a new dict), or ``body`` itself when
+    it carries no hints or is not a JSON object. Never raises."""
+    if not isinstance(body, dict):
+        return body
+    hints, reason = parse_hints(headers, body)
+    envelope = body.get(KV_HINTS_KEY)
+    if hints is None and reason is None and envelope is None:
+        return body
+    xargs = body.get("vllm_xargs")
+    xargs = dict(xargs) if isinstance(xargs, dict) else {}
+    for key in (*FLAT_KEYS.values(), MALFORMED_KEY, KV_HINTS_XARG):
+        xargs.pop(key, None)
+    if hints is not None:
+        for field, value in hints.to_body().items():
+            xargs[FLAT_KEYS[field]] = value
+    elif reason is not None:
+        xargs[MALFORMED_KEY] = reason[:200]
+    if envelope is not None:
+        xargs[KV_HINTS_XARG] = json.dumps(envelope)
+    out = {k: v for k, v in body.items() if k not in ("custom_params", KV_HINTS_KEY)}
+    custom = body.get("custom_params")
+    if isinstance(custom, dict) and set(custom) - {BODY_KEY}:  # keep what else the client sent
+        out["custom_params"] = {k: v for k, v in custom.items() if k != BODY_KEY}
+    out["vllm_xargs"] = xargs
+    return out
+
+
+class PBKVMiddleware:
+    """Pure ASGI middleware (module docstring). ``app``: the wrapped ASGI app."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope.get("type") != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        match = _END_RE.match(scope.get("path", ""))
+        body = await _read_body(receive)
+        if match is not None:
+            await _end_route(match.group(1), body, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        new_body = body
+        if len(body) <= MAX_REWRITE_BYTES and "json" in headers.get("content-type", "json"):
+            try:
+                decoded = json.loads(body) if body else None
+                hinted = hinted_body(headers, decoded)
+                if hinted is not decoded:
+                    new_body = json.dumps(hinted).encode()
+            except (ValueError, UnicodeDecodeError):
+                pass  # not JSON: vLLM answers it
+        if new_body is not body:
+            scope = dict(scope)
+            scope["headers"] = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+            scope["headers"].append((b"content-length", str(len(new_body)).encode()))
+        await self.app(scope, _replay(new_body, receive), send)
+
+
+async def _read_body(receive: Callable) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Callable) -> Callable:
+    sent = False
+
+    async def replay() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # http.disconnect etc.
+
+    return replay
+
+
+async def _end_route(workflow_id: str, body: bytes, send: Callable) -> None:
+    try:
+        validate_workflow_id(workflow_id)
+        status = "completed"
+        if body.strip():
+            decoded = json.loads(body)
+            if not isinstance(decoded, dict):
+                raise HintError("body must be a JSON object")
+            status = decoded.get("status", "completed")
+            if status not in END_STATUSES:
+                raise HintError(f"status must be one of {list(END_STATUSES)}")
+    except (HintError, ValueError) as exc:
+        await _answer(send, 400, {"error": str(exc)})
+        return
+    path = os.environ.get(ENV_CONTROL, "").strip()
+    if not path:
+        await _answer(send, 503, {"error": f"{ENV_CONTROL} is not set: start vLLM with pbkv-server --engine vllm"})
+        return
+    if not send_end(path, workflow_id, status):
+        await _answer(send, 503, {"error": "the engine core is not listening for workflow ends"})
+        return
+    await _answer(send, 204, None)
+
+
+async def _answer(send: Callable, status: int, payload: Any) -> None:
+    body = b"" if payload is None else json.dumps(payload).encode()
+    headers = [(b"content-length", str(len(body)).encode())]
+    if payload is not None:
+        headers.append((b"content-type", b"application/json"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,161 @@
+"""``pbkv-server --engine vllm``: run ``vllm serve`` with the PBKV plugin.
+
+The plugin loads itself in every vLLM process through the ``vllm.general_plugins`` entry point;
+this module only picks the interpreter of the vLLM environment and adds what the plugin needs:
+
+- environment: ``PBKV_VLLM_POLICY`` (the policy), ``PBKV_VLLM_CONTROL`` (a fresh socket path in a
+  private temporary folder, for workflow ends), ``pbkv`` appended to a ``VLLM_PLUGINS`` whitelist;
+  ``PBKV_VLLM_CONFIG`` is passed through as set by the caller;
+- flags: ``--enable-prefix-caching``, ``--middleware pbkv_server.backends.vllm.http.PBKVMiddleware``
+  (hints from headers and ``custom_params.pbkv``, the end route) and, unless the caller gives a
+  ``--kv-transfer-config`` of their own (e.g. a ``MultiConnector`` with the CPU offload tier,
+  ``eviction_policy: pbkv``), ``--kv-transfer-config {"kv_connector": "PBKVConnector", ...}``.
+
+A policy the registry does not know, or the baseline ``lru``, runs vLLM unchanged (its own LRU).
+It imports no vLLM, so the main environment's ``pbkv-server`` can call :func:`main`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from pbkv_server.engine.policies import BASELINE_POLICY, available_policies, policy_info, sglang_policy_names
+
+from .settings import CONNECTOR_NAME, ENV_CONTROL, ENV_POLICY, PLUGIN_NAME
+
+__all__ = ["main", "build_command", "build_env", "resolve_policy", "vllm_python", "LaunchError", "MIDDLEWARE"]
+
+#: The ``--middleware`` value of the plugin's ASGI middleware.
+MIDDLEWARE = "pbkv_server.backends.vllm.http.PBKVMiddleware"
+_TRANSFER_FLAG = "--kv-transfer-config"
+
+
+class LaunchError(ValueError):
+    """The launch request is inconsistent (a simulator-only policy, no vLLM installed...)."""
+
+
+def resolve_policy(policy: str) -> str | None:
+    """The plugin policy to run, or ``None`` for vLLM's own order (``lru`` or a name unknown to
+    the registry).
+
+    Raises:
+        LaunchError: a registered policy that the plugin does not run (``pbkv-aggressive``, ...).
+    """
+    plugin = sglang_policy_names()
+    if policy in plugin:
+        return policy
+    if policy in available_policies():
+        name = policy_info(policy).sglang_name
+        if name is not None:
+            return name
+        if policy != BASELINE_POLICY:
+            raise LaunchError(f"policy {policy!r} runs in the simulator / sim engine only; with vLLM use "
+                              f"one of {sorted(plugin)} or lru (vLLM's own order)")
+    return None
+
+
+def vllm_python() -> str:
+    """Interpreter of the vLLM environment: ``$PBKV_VLLM_PYTHON``, else the checkout's
+    ``.venv-vllm/bin/python`` if present, else the current interpreter."""
+    env = os.environ.get("PBKV_VLLM_PYTHON")
+    if env:
+        return env
+    local = Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "python"
+    return str(local) if local.exists() else sys.executable
+
+
+def _has_flag(args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def build_command(policy: str, vllm_args: Sequence[str], python: str | None = None) -> list[str]:
+    """The server command line: ``vllm serve`` with ``vllm_args`` and the plugin's flags.
+
+    Raises:
+        LaunchError: a simulator-only policy.
+    """
+    name = resolve_policy(policy)
+    cmd = [python or vllm_python(), "-m", "vllm.entrypoints.cli.main", "serve", *vllm_args]
+    if name is None:
+        return cmd
+    if not _has_flag(vllm_args, "--enable-prefix-caching") and not _has_flag(vllm_args, "--no-enable-prefix-caching"):
+        cmd.append("--enable-prefix-caching")
+    cmd += ["--middleware", MIDDLEWARE]
+    if not _has_flag(vllm_args, _TRANSFER_FLAG):
+        cmd += [_TRANSFER_FLAG, json.dumps({"kv_connector": CONNECTOR_NAME, "kv_role": "kv_both"})]
+    return cmd
+
+
+def build_env(policy: str, control_path: str | None, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The server's environment: ``environ`` (default ``os.environ``) plus the plugin's variables
+    (module docstring); with vLLM's own order only the ``VLLM_PLUGINS`` fix is applied."""
+    env = dict(os.environ if environ is None else environ)
+    allowed = env.get("VLLM_PLUGINS")
+    if allowed and PLUGIN_NAME not in {p.strip() for p in allowed.split(",")}:
+        env["VLLM_PLUGINS"] = f"{allowed},{PLUGIN_NAME}"
+    name = resolve_policy(policy)
+    if name is None:
+        env.pop(ENV_POLICY, None)
+        return env
+    env[ENV_POLICY] = name
+    if control_path is not None:
+        env[ENV_CONTROL] = control_path
+    return env
+
+
+def main(policy: str, vllm_args: list[str]) -> int:
+    """Launch vLLM with ``policy`` and the plugin; block until it exits.
+
+    Returns:
+        The server's exit status (2 for a :class:`LaunchError`, printed to stderr, which includes
+        an interpreter without vLLM: the message says to run ``scripts/setup_vllm.sh``).
+    """
+    folder = tempfile.mkdtemp(prefix="pbkv-vllm-")
+    try:
+        try:
+            cmd = build_command(policy, vllm_args)
+            _check_vllm_installed(cmd[0])
+        except LaunchError as exc:
+            print(f"pbkv-server: {exc}", file=sys.stderr)
+            return 2
+        proc = subprocess.Popen(cmd, env=build_env(policy, os.path.join(folder, "control.sock")))
+
+        def forward(signum, _frame):
+            proc.send_signal(signum)
+
+        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return proc.wait()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _check_vllm_installed(python: str) -> None:
+    """Fail early, with the fix, when ``python`` is missing or has no vLLM.
+
+    Raises:
+        LaunchError: the interpreter does not run or has no ``vllm`` package.
+    """
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+    try:
+        code = subprocess.run([python, "-c", probe], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=60).returncode
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        code, why = None, f"cannot run {python} ({exc})"
+    if code == 0:
+        return
+    if code is not None:
+        why = f"vllm is not installed for {python}"
+    raise LaunchError(f"{why}; run scripts/setup_vllm.sh (creates .venv-vllm) or set PBKV_VLLM_PYTHON "
+                      "to an interpreter that has vLLM")

@@ -1,0 +1,255 @@
+"""Workflows, predictions and request hints of one vLLM engine-core process.
+
+The engine core runs vLLM's scheduler, so its ``BlockPool`` (GPU prefix cache) and its CPU
+offload manager live in one process; both PBKV tiers share one :class:`VLLMRuntime` there: the
+backends' shared :class:`~pbkv_server.backends.book.WorkflowBook` (the engine core's workflow
+table and score board), the engine-core policy, the request ticks that stand for ``last_access``,
+and the inbox of workflow ends (:mod:`.control`).
+
+Hints reach a vLLM ``Request`` through ``sampling_params.extra_args`` (what the OpenAI server's
+``vllm_xargs`` body field fills; :mod:`.http` copies ``X-PBKV-*`` headers and
+``custom_params.pbkv`` there):
+
+- ``extra_args["pbkv"]``: the body form, an object ``{workflow_id, agent, step, app}`` (Python
+  API, ``LLM.generate(..., SamplingParams(extra_args=...))``);
+- ``extra_args["pbkv_workflow_id"]``, ``pbkv_agent``, ``pbkv_step``, ``pbkv_app``: the same fields
+  flat, as ``vllm_xargs`` carries only strings and numbers;
+- ``extra_args["pbkv_malformed"]``: the reason the API server found a hint malformed.
+
+The engines' KV-hint envelope (:func:`pbkv_contract.hints.parse_kv_hints`) comes from vLLM's own
+``Request.kv_hints`` (vllm-project/vllm#53423; Python API) or, from HTTP, ``extra_args
+["pbkv_kv_hints"]``. A ``demote`` or ``evict`` action retires its trajectory (the target's
+workflow, else the request's own): its cache becomes the first to go, as after a workflow end.
+``retain`` changes nothing (an active workflow's cache already ranks by its lookahead score) and
+``fetch`` cannot run (vLLM has no ahead-of-request load); both are counted. A malformed envelope
+is counted as a malformed hint; the request's other hints still apply.
+
+A request without PBKV hints that carries vLLM's own ``session_id`` (``Request.session_id``, body
+field or ``X-Session-ID`` header) belongs to the workflow of that id
+(:meth:`~pbkv_server.engine.workflows.WorkflowTable.session_hints`). A malformed hint is counted,
+logged once, and the request is served anonymously.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+from pbkv_contract.hints import (
+    BODY_KEY, KV_HINTS_KEY, HintError, Hints, parse_hints, parse_kv_hints, validate_workflow_id,
+)
+from pbkv_contract.prediction import Predictor
+from pbkv_server.backends.book import WorkflowBook, predictor_or_none
+from pbkv_server.engine.policies import make_policy
+
+from .settings import PluginSettings, engine_policy_name
+
+log = logging.getLogger(__name__)
+
+__all__ = ["VLLMRuntime", "hints_of_request", "FLAT_KEYS", "MALFORMED_KEY", "KV_HINTS_XARG", "runtime",
+           "set_runtime"]
+
+#: ``extra_args`` keys of the flat form (``vllm_xargs``), by body field.
+FLAT_KEYS = {"workflow_id": "pbkv_workflow_id", "agent": "pbkv_agent", "step": "pbkv_step", "app": "pbkv_app"}
+#: ``extra_args`` key of a hint the API server found malformed (value: the reason).
+MALFORMED_KEY = "pbkv_malformed"
+#: ``extra_args`` key of the body's KV-hint envelope, JSON-encoded (``vllm_xargs`` takes strings).
+KV_HINTS_XARG = "pbkv_kv_hints"
+_NO_HINTS = (None, None)
+#: Requests whose hints and tick are remembered by id (the CPU tier sees only request ids).
+MAX_REMEMBERED_REQUESTS = 65536
+
+
+def hints_of_request(request: Any) -> tuple[Hints | None, str | None]:
+    """Hints of a vLLM ``Request`` (or any object with ``sampling_params.extra_args``).
+
+    Returns:
+        ``(hints, None)``, ``(None, None)`` for an anonymous request, or ``(None, reason)`` for a
+        malformed hint. Never raises.
+    """
+    try:
+        extra = getattr(getattr(request, "sampling_params", None), "extra_args", None)
+        if not isinstance(extra, dict):
+            return _NO_HINTS
+        if MALFORMED_KEY in extra:
+            return None, str(extra[MALFORMED_KEY])[:200] or "malformed hint"
+        if BODY_KEY in extra:
+            return parse_hints(None, {"custom_params": {BODY_KEY: extra[BODY_KEY]}})
+        if FLAT_KEYS["workflow_id"] in extra:
+            body = {field: extra[key] for field, key in FLAT_KEYS.items() if key in extra}
+            if isinstance(body.get("step"), float) and body["step"].is_integer():
+                body["step"] = int(body["step"])  # JSON numbers may arrive as floats
+            return parse_hints(None, {"custom_params": {BODY_KEY: body}})
+        if any(key in extra for key in FLAT_KEYS.values()):
+            return None, f"{FLAT_KEYS['workflow_id']} missing while other pbkv_* extra args are present"
+        return _NO_HINTS
+    except Exception as exc:  # defensive: never fail a request over hints
+        return None, f"malformed hint: {type(exc).__name__}"
+
+
+class VLLMRuntime:
+    """Everything PBKV keeps in one vLLM engine-core process.
+
+    Args:
+        policy: plugin policy name (``pbkv``, ``pbkv-he``, ``pbkv-lae``, or an engine name).
+        settings: plugin settings; ``None`` = defaults.
+        predictor: a ready predictor; ``None`` builds ``settings.predictor`` (a failure is logged
+            and leaves every score 0, so ``pbkv-he`` orders like ``pbkv-lae``).
+        clock: time source for idle retirement, seconds.
+        inbox: the control inbox of workflow ends, or ``None``.
+
+    Raises:
+        ValueError: ``policy`` is not a plugin policy.
+    """
+
+    def __init__(self, policy: str, settings: PluginSettings | None = None, predictor: Predictor | None = None,
+                 clock: Callable[[], float] = time.monotonic, inbox: Any = None) -> None:
+        self.settings = settings or PluginSettings()
+        self.policy_name = policy
+        self.policy = make_policy(engine_policy_name(policy), None)  # priority() needs no engine
+        if predictor is None and self.policy.uses_predictions:
+            predictor = predictor_or_none(self.settings.predictor, self.settings.horizon)
+        self.book = WorkflowBook(self.settings.gamma, self.settings.horizon, predictor,
+                                 self.settings.idle_retire_s, clock,
+                                 predict=bool(self.policy.uses_predictions))
+        self.inbox = inbox
+        self._ticks = itertools.count(1)
+        #: KV-hint actions seen, by kind (retain, demote, evict, fetch), and ignored ones.
+        self.kv_hint_counts = {"retain": 0, "demote": 0, "evict": 0, "fetch": 0, "ignored": 0}
+        self._requests: "OrderedDict[str, tuple[Hints | None, int]]" = OrderedDict()
+
+    # ------------------------------------------------------------------ requests
+    def begin_request(self, request: Any) -> tuple[Hints | None, int]:
+        """``(hints, tick)`` of ``request``; its first call registers the invocation and gives it
+        the next tick (the ``last_access`` of every block it uses). Never raises."""
+        rid = getattr(request, "request_id", None)
+        known = self._requests.get(rid) if rid is not None else None
+        if known is not None:
+            return known
+        hints: Hints | None = None
+        try:
+            hints, reason = hints_of_request(request)
+            session = self._session_hints(request) if hints is None and reason is None else None
+            if session is not None:
+                self.book.invocation(session)
+                hints = session
+            else:
+                hints = self.book.request(hints, reason)  # counts anonymous and malformed ones
+        except Exception:  # bookkeeping must never fail a request
+            log.exception("PBKV: hint bookkeeping failed for request %s", rid)
+            hints = None
+        self._kv_hints(request, hints)
+        state = (hints, next(self._ticks))
+        if rid is not None:
+            self._requests[rid] = state
+            if len(self._requests) > MAX_REMEMBERED_REQUESTS:
+                self._requests.popitem(last=False)
+        return state
+
+    def _kv_hints(self, request: Any, hints: Hints | None) -> None:
+        """Apply the request's KV-hint envelope, if any (module docstring). Never raises."""
+        try:
+            body = None
+            native = getattr(request, "kv_hints", None)
+            if native is not None:
+                import msgspec
+
+                body = {KV_HINTS_KEY: msgspec.to_builtins(native)}
+            else:
+                extra = getattr(getattr(request, "sampling_params", None), "extra_args", None)
+                if isinstance(extra, dict) and isinstance(extra.get(KV_HINTS_XARG), str):
+                    import json
+
+                    body = {KV_HINTS_KEY: json.loads(extra[KV_HINTS_XARG])}
+            if body is None:
+                return
+            envelope, reason = parse_kv_hints(body)
+            if envelope is None:
+                if reason is not None:
+                    self.book.request(None, reason)  # counted (and logged once) as a malformed hint
+                return
+            counts = self.kv_hint_counts
+            counts["ignored"] += envelope.ignored
+            for action in envelope.actions:
+                counts[action.kind] += 1
+                target = action.workflow_id or (hints.workflow_id if hints is not None else None)
+                if action.kind in ("demote", "evict") and target is not None:
+                    self.end_workflow(target, "completed")
+        except Exception:
+            self.book.request(None, "kv_hints: unreadable")
+
+    def request_state(self, request_id: str) -> tuple[Hints | None, int]:
+        """``(hints, tick)`` of a request seen by :meth:`begin_request`; an unknown id gets no
+        hints and a fresh tick (a use now)."""
+        known = self._requests.get(request_id)
+        return known if known is not None else (None, next(self._ticks))
+
+    def finish_request(self, request_id: str) -> None:
+        """Forget a finished request's state (its blocks keep their ticks and records)."""
+        self._requests.pop(request_id, None)
+
+    def _session_hints(self, request: Any) -> Hints | None:
+        sid = getattr(request, "session_id", None)
+        if not isinstance(sid, str):
+            return None
+        try:
+            validate_workflow_id(sid)
+        except HintError:
+            return None
+        return self.book.table.session_hints(sid)
+
+    # ------------------------------------------------------------------ lifecycle
+    def end_workflow(self, workflow_id: str, status: str = "completed") -> bool:
+        """Retire ``workflow_id`` (idempotent); its private blocks become the first victims."""
+        return self.book.end_workflow(workflow_id, status)
+
+    def poll(self) -> int:
+        """Apply the workflow ends received on the control inbox; returns how many."""
+        if self.inbox is None:
+            return 0
+        n = 0
+        for workflow_id, status in self.inbox.drain():
+            self.end_workflow(workflow_id, status)
+            n += 1
+        return n
+
+
+_RUNTIME: VLLMRuntime | None = None
+
+
+def runtime() -> VLLMRuntime:
+    """The process's runtime, built from the environment at first use
+    (:mod:`~pbkv_server.backends.vllm.settings`; ``pbkv-he`` when ``PBKV_VLLM_POLICY`` is unset).
+
+    Raises:
+        ValueError: a bad ``PBKV_VLLM_POLICY`` or ``PBKV_VLLM_CONFIG`` (vLLM reports it at start).
+    """
+    global _RUNTIME
+    if _RUNTIME is None:
+        import os
+
+        from .control import ControlInbox
+        from .settings import ENV_CONTROL, policy_from_env, settings_from_env
+
+        policy = policy_from_env() or "pbkv-he"
+        settings = settings_from_env(policy)
+        path = os.environ.get(ENV_CONTROL, "").strip()
+        inbox = None
+        if path:
+            try:
+                inbox = ControlInbox(path)
+            except OSError as exc:
+                log.warning("PBKV: cannot bind control socket %s (%s); workflow ends over HTTP are lost, "
+                            "idle retirement still applies", path, exc)
+        _RUNTIME = VLLMRuntime(policy, settings, inbox=inbox)
+        log.info("PBKV vLLM runtime: policy %s, control socket %s", policy, path or "none")
+    return _RUNTIME
+
+
+def set_runtime(rt: VLLMRuntime | None) -> None:
+    """Install ``rt`` as the process's runtime (tests; ``None`` = build from the environment)."""
+    global _RUNTIME
+    _RUNTIME = rt

@@ -1,0 +1,70 @@
+"""The KV-hint envelope (``kv_hints``) of vLLM RFC #53421 / SGLang RFC #36224 / Dynamo KvHint:
+understood actions, ignored (counted) unknown ones, malformed envelopes."""
+
+import pytest
+
+from pbkv_contract.hints import parse_kv_hints
+
+
+def _env(*actions, version="0.1"):
+    return {"kv_hints": {"protocol_version": version, "message_id": "2f82414c", "actions": list(actions)}}
+
+
+def _action(action_type, version="1.0", payload=None, action_id="a1"):
+    return {"action_id": action_id, "action_type": action_type, "action_version": version,
+            "payload": {} if payload is None else payload}
+
+
+def test_known_actions_are_understood_with_their_trajectory():
+    env, reason = parse_kv_hints(_env(
+        _action("kv.retain", payload={"workflow_id": "wf-1", "ttl_s": 30}, action_id="keep"),
+        _action("kv.pin", "1.2", payload={"session_id": "sess-7"}),
+        _action("kv.demote", payload={"workflow_id": "wf-2"}),
+        _action("kv.evict", payload={"session_id": "wf-3"}),
+        _action("kv.fetch", payload={"block_hashes": ["ab", "cd"]}),
+        _action("kv.prefetch"),
+    ))
+    assert reason is None and env.ignored == 0 and env.message_id == "2f82414c"
+    assert [(a.kind, a.workflow_id) for a in env.actions] == [
+        ("retain", "wf-1"), ("retain", "sess-7"), ("demote", "wf-2"), ("evict", "wf-3"), ("fetch", None),
+        ("fetch", None)]
+    assert env.actions[0].action_id == "keep" and env.actions[0].payload["ttl_s"] == 30
+    assert env.actions[4].payload == {"block_hashes": ["ab", "cd"]}
+
+
+def test_unknown_types_and_versions_are_ignored_and_counted_never_an_error():
+    env, reason = parse_kv_hints(_env(
+        _action("kv.share"),                  # a type PBKV does not act on
+        _action("kv.fetch", version="2.0"),   # a major version it does not know
+        _action("kv.demote", payload={"workflow_id": "wf-2"}),
+    ))
+    assert reason is None
+    assert env.ignored == 2 and [a.kind for a in env.actions] == ["demote"]
+    # a protocol version it does not know: the whole envelope is ignored, still not an error
+    env, reason = parse_kv_hints(_env(_action("kv.fetch"), _action("kv.retain"), version="9.0"))
+    assert reason is None and env.actions == () and env.ignored == 2
+
+
+def test_no_envelope_is_no_hint():
+    assert parse_kv_hints({"model": "m"}) == (None, None)
+    assert parse_kv_hints({"kv_hints": None}) == (None, None)
+    assert parse_kv_hints("not a body") == (None, None)
+
+
+@pytest.mark.parametrize("envelope, why", [
+    ("fetch please", "must be an object"),
+    ({"message_id": "m", "actions": []}, "protocol_version"),
+    ({"protocol_version": "0.1", "actions": []}, "message_id"),
+    ({"protocol_version": "0.1", "message_id": "m", "actions": {}}, "actions must be a list"),
+    ({"protocol_version": "0.1", "message_id": "m", "actions": ["kv.fetch"]}, "actions[0] must be an object"),
+    ({"protocol_version": "0.1", "message_id": "m",
+      "actions": [{"action_id": "a", "action_type": "kv.fetch", "action_version": "1.0"}]}, "payload"),
+    ({"protocol_version": "0.1", "message_id": "m",
+      "actions": [{"action_id": "a", "action_type": 7, "action_version": "1.0", "payload": {}}]}, "action_type"),
+    ({"protocol_version": "0.1", "message_id": "m",
+      "actions": [_action("kv.evict", payload={"workflow_id": "bad id"})]}, "workflow_id"),
+])
+def test_malformed_envelopes_are_malformed_hints(envelope, why):
+    env, reason = parse_kv_hints({"kv_hints": envelope})
+    assert env is None
+    assert reason.startswith("kv_hints: ") and why in reason
