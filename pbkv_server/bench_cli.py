@@ -52,10 +52,14 @@ def _main() -> None:
 def synth(
     out: Path = typer.Option(..., "--out", help="output trace file (JSONL); must not exist yet (synth never appends a second workload)"),
     graph: str = typer.Option("codegen", help="call graph: codegen, research, finance, supervisor (routed) or mixed; "
-                                               "chat (multi-turn conversations, each turn a workflow) or chat-mix"),
-    workflows: int = typer.Option(200, min=1, max=1_000_000, help="number of workflows (at most 1,000,000)"),
+                                               "chat (multi-turn conversations, each turn a workflow) or chat-mix; "
+                                               "coding-agent (GitHub Copilot coding-agent sessions, each user turn "
+                                               "a workflow; docs/coding-agent-workload.md)"),
+    workflows: int = typer.Option(200, min=1, max=1_000_000, help="number of workflows (at most 1,000,000); "
+                                                                  "for coding-agent, of sessions"),
     seed: int = typer.Option(0, help="random seed"),
-    block_chars: int = typer.Option(256, help="characters per prefix-hash block (multiple of 4)"),
+    block_chars: Optional[int] = typer.Option(None, help="characters per prefix-hash block (multiple of 4; default "
+                                                         "256, for coding-agent 4096)"),
 ) -> None:
     """Write a seeded synthetic multi-agent workload as a v1 trace."""
     from pbkv_server.sim.synth import write_trace
