@@ -156,3 +156,16 @@ def test_nothing_usable_writes_nothing(tmp_path):
     assert result.exit_code == 1
     assert "no session imported" in result.output and "line is not JSON" in result.output
     assert out.read_text() == "keep\n" and not (tmp_path / "o.jsonl.partial").exists()
+
+
+def test_segment_prefix_hashes_share_exactly_the_equal_leading_blocks():
+    from pbkv_contract.blocks import segment_prefix_hashes
+
+    a, ta = segment_prefix_hashes([("s", 300), ("u", 100)], 128)
+    b, tb = segment_prefix_hashes([("s", 300), ("u", 100), ("h", 200)], 128)
+    c, _ = segment_prefix_hashes([("s", 300), ("v", 100)], 128)
+    assert ta == [128, 128, 128, 16] and sum(tb) == 600
+    assert b[:3] == a[:3] and b[3] != a[3]  # block 3 holds u's end plus h's start in b
+    assert c[:2] == a[:2] and c[2] != a[2]  # block 2 holds s's end and the first of u / v
+    # a key that holds the piece separators cannot pose as two pieces
+    assert segment_prefix_hashes([("x|y@0+1", 5)], 8) != segment_prefix_hashes([("x", 1), ("y", 4)], 8)
