@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import quote
 
 __all__ = ["DEFAULT_BLOCK_CHARS", "HASH_HEX", "CHAT_SEED", "TEXT_SEED", "canonical_prompt", "message_segment",
-           "message_text", "prefix_hashes", "chain_hash", "block_token_counts"]
+           "message_text", "prefix_hashes", "chain_hash", "block_token_counts", "SEGMENT_SEED", "segment_prefix_hashes"]
 
 #: Default number of characters per prefix-hash block.
 DEFAULT_BLOCK_CHARS = 64
@@ -37,6 +37,8 @@ HASH_HEX = 64
 #: Chain seeds (the ``h_{-1}`` of :func:`prefix_hashes`) of chat prompts and of plain-text prompts.
 CHAT_SEED = b"pbkv-chat-v1"
 TEXT_SEED = b"pbkv-text-v1"
+#: Chain seed of prompts known only as segments with token counts (:func:`segment_prefix_hashes`).
+SEGMENT_SEED = b"pbkv-segments-v1"
 
 # "<" followed by any run of backslashes and "|": escaping adds one backslash, so the escaped text
 # holds no "<|" at all and the escape is undone by removing one backslash from each such run.
@@ -126,3 +128,47 @@ def block_token_counts(prompt_tokens: int, n_blocks: int) -> list[int]:
     if n_blocks <= 0:
         return []
     return [((i + 1) * prompt_tokens) // n_blocks - (i * prompt_tokens) // n_blocks for i in range(n_blocks)]
+
+
+def segment_prefix_hashes(segments: Sequence[tuple[str, int]], block_tokens: int) -> tuple[list[str], list[int]]:
+    """Chained block hashes of a prompt known only as segments ``(identity key, tokens)``.
+
+    For traces that record a prompt's structure but not its text (the GitHub Copilot coding-agent
+    release's ``message_metadata``): the segments are laid end to end and cut into blocks of
+    ``block_tokens`` tokens; block b's hash is ``sha256(h_{b-1} || pieces)`` (:func:`chain_hash`,
+    ``h_{-1}`` = :data:`SEGMENT_SEED`), where ``pieces`` names the (key, offset, length) runs it
+    holds. Two prompts share their first n hashes exactly when their first n blocks hold the same
+    runs of the same keys: segments with equal keys stand for equal text. Keys must not contain
+    ``|`` or ``@`` (they are escaped when they do).
+
+    Returns:
+        ``(hashes, tokens per block)``; the last block may hold fewer than ``block_tokens``;
+        zero-token segments add nothing.
+
+    Raises:
+        ValueError: ``block_tokens`` < 1 or a negative segment length.
+    """
+    if block_tokens < 1:
+        raise ValueError("block_tokens must be >= 1")
+    hashes: list[str] = []
+    counts: list[int] = []
+    prev, pieces, fill = SEGMENT_SEED, [], 0
+    for key, n in segments:
+        if n < 0:
+            raise ValueError(f"segment {key!r} has a negative length {n}")
+        key = key.replace("%", "%25").replace("|", "%7C").replace("@", "%40")
+        off = 0
+        while off < n:
+            take = min(n - off, block_tokens - fill)
+            pieces.append(f"{key}@{off}+{take}")
+            off += take
+            fill += take
+            if fill == block_tokens:
+                digest = chain_hash(prev, "|".join(pieces).encode("utf-8", "surrogatepass"))
+                hashes.append(digest)
+                counts.append(fill)
+                prev, pieces, fill = digest.encode(), [], 0
+    if pieces:
+        hashes.append(chain_hash(prev, "|".join(pieces).encode("utf-8", "surrogatepass")))
+        counts.append(fill)
+    return hashes, counts

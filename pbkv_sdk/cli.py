@@ -6,6 +6,7 @@ Commands::
     pbkv-sdk stats run.jsonl [--json]
     pbkv-sdk validate run.jsonl          # exit status 1 if any line is invalid
     pbkv-sdk import chatdev logs.tar.gz --out chatdev.jsonl
+    pbkv-sdk import ghcp downloaded_data/ --out ghcp.jsonl
 """
 
 from __future__ import annotations
@@ -226,6 +227,63 @@ def import_chatdev_cmd(
         f"{summary.files} log file(s): {summary.workflows} workflows, {summary.invocations} invocations, "
         f"{len(summary.skipped)} skipped -> {out}"
     )
+
+
+@import_app.command("ghcp")
+def import_ghcp_cmd(
+    src: Path = typer.Argument(..., exists=True, help="GitHub Copilot coding-agent release: a directory of "
+                                                     "date=*/shard-*.jsonl.gz, or one shard."),
+    out: Path = typer.Option(..., "--out", "-o", help="Trace file to write."),
+    block_tokens: int = typer.Option(1024, "--block-tokens", min=1, help="tokens per hashed block"),
+    max_sessions: Optional[int] = typer.Option(None, "--max-sessions", min=1, help="import at most this many sessions"),
+) -> None:
+    """Import the GitHub Copilot coding-agent traces (Azure Public Dataset 2026) as a trace.
+
+    Each session becomes a session, each user turn a workflow, each LLM call an invocation with
+    its real token counts; block identity comes from the calls' message_metadata segments. Prints
+    the trace's own repeated-prefix share next to the release's cached share. Exits 2 when the
+    input cannot be read or OUT cannot be written, and 1 when no session was usable (nothing is
+    written then).
+    """
+    from pbkv_sdk.importers.ghcp import import_ghcp
+
+    problem = output_problem(out, [src])
+    if problem is not None:
+        err_console.print(f"[red]cannot import: --out {escape(str(out))} {escape(problem)}[/red]", highlight=False,
+                          soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        summary = import_ghcp(src, out, block_tokens=block_tokens, max_sessions=max_sessions)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        err_console.print(f"[red]cannot import: {escape(where + (exc.strerror or str(exc)))}[/red]", highlight=False,
+                          soft_wrap=True)
+        raise typer.Exit(2)
+    except ValueError as exc:
+        err_console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    skipped = sum(summary.skipped.values())
+    note = ""
+    if skipped and summary.first is not None:
+        where, reason = summary.first
+        note = f"; skipped {skipped} item(s) (first: {where}: {reason})"
+    if summary.sessions == 0:
+        why = note.removeprefix("; ") or "no session found"
+        err_console.print(f"[red]{escape(str(src))}: {summary.files} shard file(s), no session imported ({escape(why)}); "
+                          f"nothing written to {escape(str(out))}[/red]", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    recorded = summary.recorded_cached_share
+    console.print(
+        f"{summary.files} shard file(s): {summary.sessions} sessions, {summary.workflows} turns, "
+        f"{summary.invocations} LLM calls, {summary.tool_batches} tool batches "
+        f"(mean {summary.tool_batch_ms / max(1, summary.tool_batches) / 1000:.2f} s){escape(note)} -> {escape(str(out))}",
+        highlight=False, soft_wrap=True)
+    console.print(
+        f"cached share: recorded (calls' cached / prompt) "
+        f"{'unknown' if recorded is None else f'{recorded:.3f}'}; trace's own repeated prefix "
+        f"{summary.trace_cached_share:.3f}" + (f"; {summary.no_segments} call(s) without message_metadata"
+                                               if summary.no_segments else ""),
+        highlight=False, soft_wrap=True)
 
 
 def _run_app(command: List[str], env: dict) -> int | None:

@@ -5,6 +5,8 @@
         --profile NAME [--device-tokens T] [--host-ratio R | --host-tokens H] [--threads N] \\
         [--replicas N --router affinity|round-robin|cache-aware] --json OUT.json [--plot OUT.png]
     pbkv-bench profiles
+    pbkv-bench advise FILE.jsonl [--profile NAME | --gpu-memory GIB --model M [--tp N] [--gpu h100|a6000]] \
+        [--concurrency C] [--host-ratio R] [--plot OUT.png] [--json OUT.json]
 
 Bad input never ends in a traceback: lines the trace reader cannot use are skipped, with one
 warning per file that counts them and names the first (``pbkv_contract.trace``); an unknown trace
@@ -53,10 +55,14 @@ def _main() -> None:
 def synth(
     out: Path = typer.Option(..., "--out", help="output trace file (JSONL); must not exist yet (synth never appends a second workload)"),
     graph: str = typer.Option("codegen", help="call graph: codegen, research, finance, supervisor (routed) or mixed; "
-                                               "chat (multi-turn conversations, each turn a workflow) or chat-mix"),
-    workflows: int = typer.Option(200, min=1, max=1_000_000, help="number of workflows (at most 1,000,000)"),
+                                               "chat (multi-turn conversations, each turn a workflow) or chat-mix; "
+                                               "coding-agent (GitHub Copilot coding-agent sessions, each user turn "
+                                               "a workflow; docs/coding-agent-workload.md)"),
+    workflows: int = typer.Option(200, min=1, max=1_000_000, help="number of workflows (at most 1,000,000); "
+                                                                  "for coding-agent, of sessions"),
     seed: int = typer.Option(0, help="random seed"),
-    block_chars: int = typer.Option(256, help="characters per prefix-hash block (multiple of 4)"),
+    block_chars: Optional[int] = typer.Option(None, help="characters per prefix-hash block (multiple of 4; default "
+                                                         "256, for coding-agent 4096)"),
 ) -> None:
     """Write a seeded synthetic multi-agent workload as a v1 trace."""
     from pbkv_server.sim.synth import write_trace
@@ -233,6 +239,66 @@ def replay(
             console.print(f"wrote {json_out}")
         if plot is not None:
             plot_timelines(plot, results, title)
+            console.print(f"wrote {plot}")
+    except OSError as exc:
+        raise _fail(f"cannot write the results: {exc}") from None
+
+
+@app.command()
+def advise(
+    trace: Path = typer.Argument(..., help="a recorded trace (JSONL, v1)"),
+    profile: Optional[str] = typer.Option(None, help=f"hardware profile (pbkv-bench profiles; default {DEFAULT_PROFILE} "
+                                                     "unless --gpu-memory is given)"),
+    gpu_memory: Optional[float] = typer.Option(None, "--gpu-memory", help="memory of each GPU in GiB (H100 80GB: "
+                                                                          "79.6); with --model, instead of --profile"),
+    model: Optional[str] = typer.Option(None, help="with --gpu-memory: qwen3-14b, qwen3-32b or qwen2.5-32b"),
+    tp: int = typer.Option(1, help="with --gpu-memory: GPUs serving the model (tensor parallel)"),
+    gpu: str = typer.Option("h100", help="with --gpu-memory: whose speeds (h100 or a6000)"),
+    concurrency: int = typer.Option(32, help="workflows (sessions) in flight"),
+    host_ratio: float = typer.Option(1.0, help="host KV tier = RATIO x device (default 1: the PBKV paper's setup)"),
+    predictor: str = typer.Option("markov", help="predictor of he/pbkv (as for replay)"),
+    plot: Optional[Path] = typer.Option(None, help="write the figure here (PNG)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="write the figures here"),
+) -> None:
+    """Say whether PBKV pays on this trace and hardware: working set, capacity, regime, every
+    policy's speedup over LRU (L_lru / L_policy) and the offline bound, and one verdict line."""
+    import json as _json
+
+    from pbkv_contract.trace import TraceFormatError, read_trace
+    from pbkv_server.sim.advise import advice_lines, advise as run_advise, custom_profile, plot_advice
+    from pbkv_server.sim.profiles import get_profile
+    from pbkv_server.sim.simulator import SimulationError
+
+    if (gpu_memory is None) != (model is None):
+        raise _fail("--gpu-memory and --model go together")
+    if gpu_memory is not None and profile is not None:
+        raise _fail("give --profile or --gpu-memory/--model, not both")
+    if concurrency < 1 or tp < 1:
+        raise _fail("--concurrency and --tp must be >= 1")
+    for option, path in (("--json", json_out), ("--plot", plot)):
+        problem = output_problem(path, [trace])
+        if problem:
+            raise _fail(f"{option} {path}: {problem}")
+    if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:
+        raise _fail(problem)
+    try:
+        hw = custom_profile(gpu_memory, model, tp, gpu) if gpu_memory is not None else get_profile(profile or DEFAULT_PROFILE)
+    except (KeyError, ValueError) as exc:
+        raise _fail(exc.args[0]) from None
+    try:
+        records = read_trace(trace)
+        advice = run_advise(records, hw, concurrency=concurrency, host_ratio=host_ratio, predictor=predictor,
+                            progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))
+    except (TraceFormatError, OSError, ValueError, ImportError, SimulationError) as exc:
+        raise _fail(str(exc)) from None
+    for line in advice_lines(advice):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    try:
+        if json_out is not None:
+            json_out.write_text(_json.dumps(advice.to_json(), indent=2) + "\n")
+            console.print(f"wrote {json_out}")
+        if plot is not None:
+            plot_advice(str(plot), advice)
             console.print(f"wrote {plot}")
     except OSError as exc:
         raise _fail(f"cannot write the results: {exc}") from None

@@ -22,104 +22,20 @@ HiCache with ``HICACHE_RATIO=1``, the paper's baseline), at the paper's concurre
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
 
-from pbkv_contract.trace import InvocationRecord, TraceRecord
+# The working-set measure lives with the simulator (pbkv-bench advise uses it too); re-exported here.
+from pbkv_server.sim.capacity import DEFAULT_PRESSURE, MIN_REQUESTS, WorkingSet, device_capacity, working_set
 from pbkv_server.sim.profiles import HICACHE_RATIO
 
 __all__ = ["WorkingSet", "working_set", "device_capacity", "DEFAULT_PRESSURE", "SETUPS", "DEFAULT_SETUP",
            "DEFAULT_HOST_RATIOS", "Capacity", "replay_capacity"]
 
-DEFAULT_PRESSURE = 0.5
 #: Named capacity setups of the examples' replay: the paper's and the trace-derived rule.
 SETUPS = ("paper", "trace")
 DEFAULT_SETUP = "paper"
-#: The trace rule never sizes the device below this many of the largest prompt (room to batch).
-MIN_REQUESTS = 4
 #: Host tier / device of each setup when none is given: the paper's HiCache ratio 1, SGLang's default 2.
 DEFAULT_HOST_RATIOS = {"paper": 1.0, "trace": HICACHE_RATIO}
-
-
-@dataclass(frozen=True)
-class WorkingSet:
-    """Token footprint of a trace.
-
-    Attributes:
-        workflows: number of workflows.
-        shared_tokens: ``S``, tokens of blocks used by >= 2 workflows.
-        mean_private_tokens: mean ``R_w``, tokens of blocks used by one workflow only, in >= 2 of
-            its requests.
-        single_use_tokens: tokens of blocks used by one request only (can never hit).
-        max_prompt_tokens: the largest prompt of the trace, tokens.
-        total_prompt_tokens: sum of all prompts' tokens (what a cache-less server prefills).
-        requests: number of invocations.
-        unshared_prompt_tokens: sum over invocations of their tokens outside shared blocks.
-    """
-
-    workflows: int
-    shared_tokens: int
-    mean_private_tokens: float
-    single_use_tokens: int
-    max_prompt_tokens: int
-    total_prompt_tokens: int
-    requests: int
-    unshared_prompt_tokens: int
-
-    def live_tokens(self, concurrency: int) -> float:
-        """``W = S + min(C, n) * mean(R_w)``: tokens to keep every live workflow's cache at concurrency C."""
-        return self.shared_tokens + min(concurrency, self.workflows) * self.mean_private_tokens
-
-    def in_flight_tokens(self, concurrency: int) -> float:
-        """``A = min(C, n) * mean unshared prompt``: KV of one running request per live workflow."""
-        return min(concurrency, self.workflows) * self.unshared_prompt_tokens / max(1, self.requests)
-
-
-def working_set(records: Sequence[TraceRecord]) -> WorkingSet:
-    """Measure the working set of a trace's invocations (block tokens as the replay charges them).
-
-    Raises:
-        ValueError: the records hold no invocation.
-    """
-    invocations = [r for r in records if isinstance(r, InvocationRecord)]
-    users: dict[str, set[str]] = defaultdict(set)
-    uses: dict[str, int] = defaultdict(int)
-    tokens: dict[str, int] = {}
-    max_prompt = total = n_requests = 0
-    for rec in invocations:
-        max_prompt = max(max_prompt, rec.prompt_tokens)
-        total += rec.prompt_tokens
-        n_requests += 1
-        for key, n in zip(rec.prefix_hashes, rec.tokens_per_block()):
-            users[key].add(rec.workflow_id)
-            uses[key] += 1
-            tokens.setdefault(key, n)
-    workflows = {w for ws in users.values() for w in ws}
-    if not workflows:
-        raise ValueError("the trace holds no invocation records")
-    shared = sum(tokens[k] for k, ws in users.items() if len(ws) >= 2)
-    private = sum(tokens[k] for k, ws in users.items() if len(ws) == 1 and uses[k] >= 2)
-    single = sum(tokens[k] for k in users if uses[k] == 1)
-    unshared = sum(n for rec in invocations for key, n in zip(rec.prefix_hashes, rec.tokens_per_block())
-                   if len(users[key]) == 1)
-    return WorkingSet(len(workflows), shared, private / len(workflows), single, max_prompt, total, n_requests, unshared)
-
-
-def device_capacity(ws: WorkingSet, concurrency: int, pressure: float = DEFAULT_PRESSURE,
-                    min_requests: int = MIN_REQUESTS) -> int:
-    """Device KV tokens for a replay: ``max(ceil(A + pressure * W), min_requests * max_prompt)``.
-
-    Raises:
-        ValueError: ``pressure`` not in (0, 1] or ``concurrency`` < 1.
-    """
-    if not 0 < pressure <= 1:
-        raise ValueError("pressure must be in (0, 1]")
-    if concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
-    need = ws.in_flight_tokens(concurrency) + pressure * ws.live_tokens(concurrency)
-    return max(math.ceil(need), min_requests * ws.max_prompt_tokens)
 
 
 @dataclass(frozen=True)

@@ -282,7 +282,7 @@ def generate(
     graph: str = "codegen",
     workflows: int = 100,
     seed: int = 0,
-    block_chars: int = DEFAULT_SYNTH_BLOCK_CHARS,
+    block_chars: int | None = None,
     mean_interarrival_s: float = 2.0,
 ) -> Iterator[TraceRecord]:
     """The records of ``workflows`` synthetic workflows (each workflow's invocations, then its end), lazily.
@@ -290,11 +290,15 @@ def generate(
     Args:
         graph: a name of :data:`GRAPHS`, ``"mixed"`` (each workflow picks one uniformly), or a
             chat graph of :mod:`pbkv_server.sim.synth_chat` (``"chat"``: multi-turn conversations,
-            each turn its own workflow; ``"chat-mix"``: conversations and agent workflows).
+            each turn its own workflow; ``"chat-mix"``: conversations and agent workflows), or
+            ``"coding-agent"`` (:mod:`pbkv_server.sim.synth_coding`: sessions shaped after the
+            GitHub Copilot coding-agent traces, each user turn a workflow).
         workflows: number of workflows (>= 1); for the chat graphs, of conversations (and agent
-            workflows), each conversation holding one workflow per turn.
+            workflows), each conversation holding one workflow per turn; for ``coding-agent``,
+            of sessions.
         seed: random seed; the output is a pure function of the arguments.
-        block_chars: characters per prefix-hash block (a multiple of :data:`CHARS_PER_TOKEN`).
+        block_chars: characters per prefix-hash block (a multiple of :data:`CHARS_PER_TOKEN`);
+            ``None``: :data:`DEFAULT_SYNTH_BLOCK_CHARS`, or for ``coding-agent`` its own default.
         mean_interarrival_s: mean gap between workflow starts in the recorded timestamps, seconds.
 
     Raises:
@@ -303,16 +307,21 @@ def generate(
     # Checked here, not in the generator body, so bad arguments fail at the call, before a
     # caller such as write_trace creates its output file.
     from .synth_chat import CHAT_GRAPHS, generate_chat
+    from . import synth_coding
 
-    if graph != "mixed" and graph not in GRAPHS and graph not in CHAT_GRAPHS:
+    if graph != "mixed" and graph not in GRAPHS and graph not in CHAT_GRAPHS and graph != synth_coding.GRAPH_NAME:
         raise ValueError(f"unknown graph {graph!r}; known: {', '.join(sorted(GRAPHS))}, mixed, "
-                         f"{', '.join(CHAT_GRAPHS)}")
+                         f"{', '.join(CHAT_GRAPHS)}, {synth_coding.GRAPH_NAME}")
+    if block_chars is None:
+        block_chars = synth_coding.DEFAULT_BLOCK_CHARS if graph == synth_coding.GRAPH_NAME else DEFAULT_SYNTH_BLOCK_CHARS
     if workflows < 1:
         raise ValueError("workflows must be >= 1")
     if block_chars < CHARS_PER_TOKEN or block_chars % CHARS_PER_TOKEN:
         raise ValueError(f"block_chars must be a positive multiple of {CHARS_PER_TOKEN}")
     if graph in CHAT_GRAPHS:
         return generate_chat(graph, workflows, seed, block_chars, mean_interarrival_s)
+    if graph == synth_coding.GRAPH_NAME:
+        return synth_coding.generate_coding_agent(workflows, seed, block_chars, mean_interarrival_s)
     return _generate(graph, workflows, seed, block_chars, mean_interarrival_s)
 
 

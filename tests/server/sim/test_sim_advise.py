@@ -1,0 +1,72 @@
+"""``pbkv-bench advise``: regime, speedups over LRU and the verdict; capacity by the profile rule."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from pbkv_contract.trace import read_trace
+from pbkv_server.bench_cli import app
+from pbkv_server.sim.advise import advise, custom_profile
+from pbkv_server.sim.profiles import PROFILES, get_profile
+from pbkv_server.sim.synth import write_trace
+
+runner = CliRunner()
+
+
+def _trace(tmp_path, graph, n, seed):
+    path = tmp_path / f"{graph}.jsonl"
+    write_trace(str(path), graph=graph, workflows=n, seed=seed)
+    return path
+
+
+def test_chat_trace_says_no_gain(tmp_path):
+    trace = _trace(tmp_path, "chat", 20, 1)
+    plot, out = tmp_path / "advise.png", tmp_path / "advise.json"
+    result = runner.invoke(app, ["advise", str(trace), "--profile", "h100-qwen2.5-32b", "--concurrency", "8",
+                                 "--plot", str(plot), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    verdict = [line for line in result.output.splitlines() if line.startswith("verdict:")]
+    assert len(verdict) == 1 and "no gain" in verdict[0], result.output
+    data = json.loads(out.read_text())
+    assert set(data["speedup"]) == {"lru", "lae", "he", "pbkv", "sglang-session", "opt"}
+    # speedup is L_lru / L_policy, from the replayed latencies
+    for p, s in data["speedup"].items():
+        assert s == pytest.approx(data["latency_s"]["lru"] / data["latency_s"][p])
+    assert data["speedup"]["opt"] < 1.03 and plot.stat().st_size > 0
+
+
+def test_memory_short_codegen_names_the_short_regime(tmp_path):
+    records = read_trace(_trace(tmp_path, "codegen", 12, 2))
+    a = advise(records, get_profile("h100-qwen2.5-32b"), concurrency=8, policies=("lru", "pbkv"))
+    assert a.regime == "short"
+    assert a.in_flight_tokens + a.live_tokens > a.device_tokens + a.host_tokens
+    assert a.host_tokens == a.device_tokens  # the paper's host tier: 1x device
+    assert a.speedup["lru"] == 1.0 and math.isfinite(a.speedup["pbkv"])
+
+
+def test_a_request_larger_than_the_device_is_named_and_not_replayed(tmp_path):
+    records = read_trace(_trace(tmp_path, "coding-agent", 2, 0))
+    a = advise(records, get_profile("h100-qwen2.5-32b"))
+    assert a.regime == "request too large" and not a.latency_s and a.verdict.startswith("no:")
+
+
+def test_gpu_memory_and_model_follow_the_profile_rule():
+    # the profiles' own GPUs, given as memory per GPU in GiB (nvidia-smi's MiB / 1024)
+    assert custom_profile(81559 / 1024, "qwen2.5-32b").device_kv_tokens == PROFILES["h100-qwen2.5-32b"].device_kv_tokens
+    assert custom_profile(49140 / 1024, "Qwen/Qwen3-32B", tp=8, gpu="a6000").device_kv_tokens == \
+        PROFILES["a6000x8-qwen3-32b-tp8"].device_kv_tokens
+    # by hand: 2 x 80 GiB, Qwen3-14B (14.8e9 params bf16; KV 2 x 40 layers x 8 heads x 128 x 2 B = 163,840 B/token)
+    free = 2 * 80 * 2**30 * 0.88 - 14.8e9 * 2
+    assert custom_profile(80, "qwen3-14b", tp=2).device_kv_tokens == int(free // 163_840)
+
+
+def test_cli_rejects_half_a_custom_setup(tmp_path):
+    trace = _trace(tmp_path, "chat", 2, 0)
+    result = runner.invoke(app, ["advise", str(trace), "--gpu-memory", "80"])
+    assert result.exit_code == 2 and "go together" in result.output
+    result = runner.invoke(app, ["advise", str(trace), "--gpu-memory", "80", "--model", "llama"])
+    assert result.exit_code == 2 and "unknown model" in result.output and "Traceback" not in result.output
