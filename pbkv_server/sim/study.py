@@ -195,15 +195,22 @@ class StudyResult:
 
 
 def aggregate(runs: Sequence[Run]) -> list[Point]:
-    """Group runs by (study, policy, x) in first-seen order; mean and population std of each figure."""
+    """Group runs by (study, policy, x) in first-seen order; mean and population std of each figure
+    (both NaN for a figure that is NaN in any run of the group)."""
     groups: dict[tuple, list[Run]] = {}
     for r in runs:
         groups.setdefault((r.study, r.policy, r.x), []).append(r)
     points = []
     for (study, policy, x), rs in groups.items():
         keys = [k for k in rs[0].figures]
-        mean = {k: statistics.fmean([r.figures[k] for r in rs]) for k in keys}
-        std = {k: statistics.pstdev([r.figures[k] for r in rs]) if len(rs) > 1 else 0.0 for k in keys}
+        mean, std = {}, {}
+        for k in keys:
+            values = [r.figures[k] for r in rs]
+            if any(math.isnan(v) for v in values):  # an undefined figure (latency capture) stays undefined
+                mean[k], std[k] = math.nan, math.nan
+                continue
+            mean[k] = statistics.fmean(values)
+            std[k] = statistics.pstdev(values) if len(rs) > 1 else 0.0
         points.append(Point(study, policy, x, len(rs), mean, std))
     return points
 
