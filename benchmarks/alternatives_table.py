@@ -171,7 +171,8 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         gap = "n/a" if math.isnan(r["gap_closed"]) else f"{100 * r['gap_closed']:.0f}%"
         capture = "-" if math.isnan(r["latency_capture"]) else f"{r['latency_capture']:.2f}"
-        lines.append(f"| {r['policy']} | {r['predictor']} | {100 * r['hit_rate']:.1f}% | {100 * r['host_hit_rate']:.1f}% "
+        lines.append(f"| {r['policy']} | {r['predictor']} | {100 * r['hit_rate']:.1f}% "
+                     f"| {100 * r['host_hit_rate']:.1f}% "
                      f"| {gap} | {100 * r['prefill_saved']:.1f}% | {r['mean_latency_s']:.2f} | "
                      f"{r['latency_speedup']:.2f}x | {capture} | {r['mean_ttft_s']:.3f} |")
     return "\n".join(lines)

@@ -14,7 +14,8 @@ from rich.table import Table
 from pbkv_server.engine.policies import BASELINE_POLICY
 from pbkv_server.sim.measures import CAPTURE_NOTE, MIN_DIFFERENCE, latency_speedup
 
-__all__ = ["results_table", "latency_table", "breakdown_table", "gap_closed", "add_gap_closed", "write_json", "plot_timelines", "jsonable"]
+__all__ = ["results_table", "latency_table", "breakdown_table", "gap_closed", "add_gap_closed", "write_json",
+           "plot_timelines", "jsonable"]
 
 
 def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "", caption: str = "") -> Table:

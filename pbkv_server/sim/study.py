@@ -271,7 +271,8 @@ def study_steps(settings: StudySettings, seeds: int, studies: Sequence[str] | No
     studies = [s for s in settings.studies if studies is None or s in studies]
     sweep = [p for p in (settings.sweep_policies or _online_policies()) if p != BASELINE_POLICY]
     counts = {  # the baseline and the reference (latency capture) once per concurrency
-        "concurrency": len(settings.concurrencies) * (2 + sum(seeds if policy_info(p).predictive else 1 for p in sweep)),
+        "concurrency": len(settings.concurrencies)
+        * (2 + sum(seeds if policy_info(p).predictive else 1 for p in sweep)),
         "backbone": len(settings.backbones) * seeds,
         "horizon": len(settings.horizons) * seeds,
         "gamma": len(settings.gammas) * seeds,

@@ -156,8 +156,8 @@ def _table(study: str, points: Sequence[Point], setting: str) -> list[str]:
     """The study's points as a markdown table, after the line ``setting`` (the host tier and the
     speedup convention)."""
     extra = study == "backbone"
-    head = f"| {_X_NAMES[study]} | policy | n | device hit | host hit | dev+host | prefill saved | hit x {BASELINE_POLICY} | " \
-           f"speedup vs {BASELINE_POLICY} | latency capture | mean latency s | mean TTFT s | waiting |" + \
+    head = f"| {_X_NAMES[study]} | policy | n | device hit | host hit | dev+host | prefill saved | " \
+           f"hit x {BASELINE_POLICY} | speedup vs {BASELINE_POLICY} | latency capture | mean latency s | mean TTFT s | waiting |" + \
            (" accuracy (k=1..K) | accuracy k=1 |" if extra else "")
     lines = [setting, "", head, "|" + "---|" * (head.count("|") - 1)]
     for p in points:
