@@ -5,17 +5,20 @@ replays every online replay policy of the registry (``lru``, PBKV and its baseli
 then the alternatives: SGLang's session cache and priority eviction, TTL pins, Continuum,
 speculative prefill, KVFlow as shipped) and the offline bound, the predictive policies once per
 predictor (default ``oracle`` and ``markov``), and prints a markdown table: device and host hit
-rate, gap closed (share of the hit-rate gap between the baseline and the offline bound that the
-policy closes: 100% = the bound; n/a when the gap is under half a point), mean workflow latency (and
-its ratio to the baseline), mean TTFT. The bound is MIN over the replay's own request order, so a
-policy that changes the order (Continuum's queue) or adds requests (speculative prefill) can pass it.
+rate, device-hit gap closed (share of the hit-rate gap between the baseline and the offline bound
+that the policy closes: 100% = the bound; n/a when the gap is under half a point), prefill saved,
+mean workflow latency, speedup vs LRU (LRU's mean latency / the policy's, x, >1 faster), latency
+capture and mean TTFT (measures of :mod:`pbkv_server.sim.measures`, as ``pbkv-bench replay``
+prints them). The bound is MIN over the replay's own request order, so a policy that changes the
+order (Continuum's queue) or adds requests (speculative prefill) can pass it.
 
     python benchmarks/alternatives_table.py --graph codegen --workflows 300
     python benchmarks/alternatives_table.py --graph chat --workflows 300
     python benchmarks/alternatives_table.py --trace runs/hover_langchain/test.jsonl --concurrency 72 \\
         --device 111565 --host 223130 --profile a6000-qwen3-14b --json hover_alternatives.json
 
-Capacities are tokens; without ``--host`` the host tier is ``--host-ratio`` x device. On a trace
+Capacities are tokens; without ``--host`` the host tier is ``--host-ratio`` x device (default 1,
+``PAPER_HOST_RATIO``, as ``pbkv-bench replay`` and ``study``). On a trace
 whose workflows belong to sessions (chat: each turn a workflow, ``session_id`` per conversation)
 the predictive policies also run with each session as one workflow (rows ``..., session``): how
 ``pbkv-server`` sees an app that sends SGLang's ``session_id`` instead of PBKV hints. Their mean
@@ -37,8 +40,9 @@ from _cli import check_output, run_script
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
 from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.profiles import DEFAULT_HOST_RATIO
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.sim.measures import (CAPTURE_NOTE, SPEEDUP_HEADER, host_value, latency_capture, latency_speedup,
+                                      prefill_saved)
+from pbkv_server.sim.profiles import PAPER_HOST_RATIO, get_profile
 from pbkv_server.sim.report import gap_closed, jsonable
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import write_trace
@@ -55,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--device", type=int, default=120_000, help="device KV capacity, tokens")
     p.add_argument("--host", type=int, default=None, help="host KV capacity, tokens (default: --host-ratio x device)")
-    p.add_argument("--host-ratio", type=float, default=DEFAULT_HOST_RATIO)
+    p.add_argument("--host-ratio", type=float, default=PAPER_HOST_RATIO,
+                   help="host tier / device when --host is not given (default 1, the PBKV paper's setup)")
     p.add_argument("--profile", default="h100-qwen2.5-32b")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
@@ -73,11 +78,15 @@ def main(argv: list[str] | None = None) -> int:
             write_trace(path, graph=graph, workflows=args.workflows, seed=args.seed)
             traces[f"{graph} ({args.workflows} workflows, seed {args.seed})"] = path
         for name, path in traces.items():
-            title = f"{name}: C={args.concurrency}, device {args.device} tok, host {host} tok, profile {args.profile}"
+            title = (f"{name}: C={args.concurrency}, device {args.device} tok, host {host} tok "
+                     f"({host / args.device:.3g}x), profile {args.profile}; speedup vs LRU = LRU mean latency / "
+                     "policy mean latency (x, >1 faster)")
             records = read_trace(path)
             rows = compare(records, args.predictor.split(","), profile, args.concurrency, args.device, host)
             print(f"\n### {title}\n")
             print(markdown(rows))
+            print(f"\n{CAPTURE_NOTE}; prefill saved = device hits + {host_value(profile):.3f} x host hits, share "
+                  "of prompt tokens.")
             out[title] = rows
     if args.json:
         args.json.write_text(json.dumps(jsonable(out), indent=1))
@@ -85,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compare(records: list, predictors: list[str], profile, concurrency: int, device: int, host: int) -> list[dict]:
-    """One row per (policy, predictor): the replay figures plus ``gap_closed`` and ``latency_x``."""
+    """One row per (policy, predictor): the replay figures plus ``gap_closed`` (device hit rate),
+    ``latency_speedup``, ``latency_capture`` and ``prefill_saved`` (NaN where undefined)."""
     workload = load_workload(records)
     online = [n for n in available_policies(REPLAY) if not policy_info(n).offline]
     runs = [(n, pred, False) for n in online for pred in (predictors if policy_info(n).predictive else [None])]
@@ -118,7 +128,11 @@ def compare(records: list, predictors: list[str], profile, concurrency: int, dev
         # a gap under half a point (the bound is the baseline) has no meaningful share to close
         gap = gap_closed(r["hit_rate"], base["hit_rate"], bound["hit_rate"])
         r["gap_closed"] = math.nan if gap is None else gap
-        r["latency_x"] = r["mean_latency_s"] / base["mean_latency_s"]
+        speedup = latency_speedup(base["mean_latency_s"], r["mean_latency_s"])
+        capture = latency_capture(r["mean_latency_s"], base["mean_latency_s"], bound["mean_latency_s"])
+        r["latency_speedup"] = math.nan if speedup is None else speedup
+        r["latency_capture"] = math.nan if capture is None else capture
+        r["prefill_saved"] = prefill_saved(r["hit_rate"], r["host_hit_rate"], host_value(profile))
     return rows
 
 
@@ -150,13 +164,17 @@ def sessions_as_workflows(records: list) -> list | None:
 
 
 def markdown(rows: list[dict]) -> str:
-    """The rows as a markdown table."""
-    lines = ["| policy | predictor | device hit | host hit | gap closed | mean latency s | latency / LRU | mean TTFT s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    """The rows as a markdown table (the speedup column is named :data:`SPEEDUP_HEADER`)."""
+    lines = ["| policy | predictor | device hit | host hit | device-hit gap closed | prefill saved | mean latency s "
+             f"| {SPEEDUP_HEADER} | latency capture | mean TTFT s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         gap = "n/a" if math.isnan(r["gap_closed"]) else f"{100 * r['gap_closed']:.0f}%"
-        lines.append(f"| {r['policy']} | {r['predictor']} | {100 * r['hit_rate']:.1f}% | {100 * r['host_hit_rate']:.1f}% "
-                     f"| {gap} | {r['mean_latency_s']:.2f} | {r['latency_x']:.3f} | {r['mean_ttft_s']:.3f} |")
+        capture = "-" if math.isnan(r["latency_capture"]) else f"{r['latency_capture']:.2f}"
+        lines.append(f"| {r['policy']} | {r['predictor']} | {100 * r['hit_rate']:.1f}% "
+                     f"| {100 * r['host_hit_rate']:.1f}% "
+                     f"| {gap} | {100 * r['prefill_saved']:.1f}% | {r['mean_latency_s']:.2f} | "
+                     f"{r['latency_speedup']:.2f}x | {capture} | {r['mean_ttft_s']:.3f} |")
     return "\n".join(lines)
 
 

@@ -7,9 +7,11 @@ The instrument for policy changes: run it before and after a change and compare 
     python benchmarks/policy_matrix.py --graph codegen,research --predictor oracle,markov --json out.json
     python benchmarks/policy_matrix.py ... --compare before.json      # adds a "change" table
 
-Each cell is the device hit rate (and mean workflow latency in seconds); with ``--per-app`` the hit
-rate of each app of a mixed trace is printed too (``chat-mix``: chat and codegen separately).
-Capacities are tokens; the host tier is ``--host-ratio`` x device (default 2, SGLang HiCache's).
+Each cell is the device hit rate (and mean workflow latency in seconds, with its speedup vs LRU:
+LRU's mean latency / the policy's, x, >1 faster); with ``--per-app`` the hit rate of each app of a
+mixed trace is printed too (``chat-mix``: chat and codegen separately). Capacities are tokens;
+the host tier is ``--host-ratio`` x device (default 1, ``PAPER_HOST_RATIO``, as ``pbkv-bench
+replay`` and ``study``); each printed row names it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from pathlib import Path
 
 from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.profiles import DEFAULT_HOST_RATIO, get_profile
+from pbkv_server.sim.measures import latency_speedup
+from pbkv_server.sim.profiles import PAPER_HOST_RATIO, get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import write_trace
 from _cli import check_output, run_script
@@ -40,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--predictor", default="markov", help="comma-separated predictor specs")
     p.add_argument("--concurrency", default="16", help="comma-separated")
     p.add_argument("--device", default="120000", help="comma-separated device capacities, tokens")
-    p.add_argument("--host-ratio", type=float, default=DEFAULT_HOST_RATIO)
+    p.add_argument("--host-ratio", type=float, default=PAPER_HOST_RATIO,
+                   help="host tier / device (default 1, the PBKV paper's setup)")
     p.add_argument("--profile", default="h100-qwen2.5-32b")
     p.add_argument("--per-app", action="store_true", help="print hit rates per app (mixed traces)")
     p.add_argument("--json", type=Path, default=None)
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                             if "guard" in r:
                                 row[policy]["guard"] = r["guard"]
                         results[key] = row
-                        _print_row(key, row, args.per_app)
+                        _print_row(f"{key} host={args.host_ratio:g}x", row, args.per_app)
     before = json.loads(args.compare.read_text()) if args.compare else None
     if before is not None:
         _print_change(before, results, policies)
@@ -95,12 +99,14 @@ def _print_row(key: str, row: dict, per_app: bool) -> None:
     cells = []
     for policy, r in row.items():
         lat = f"{r['mean_latency_s']:.1f}s"
-        rel = f" {r['mean_latency_s'] / base['mean_latency_s']:.3f}x" if base else ""
+        speedup = latency_speedup(base["mean_latency_s"], r["mean_latency_s"]) if base else None
+        rel = f", {speedup:.3f}x vs {BASELINE_POLICY}" if speedup is not None else ""
         apps = ""
         if per_app and r["per_app"]:
             apps = " [" + " ".join(f"{a or '-'}:{v['hit_rate']:.3f}" for a, v in r["per_app"].items()) + "]"
         cells.append(f"{policy} {r['hit_rate']:.3f} ({lat}{rel}){apps}")
-    print(f"{key}: " + " | ".join(cells), flush=True)
+    print(f"{key} (device hit rate (mean latency, speedup vs {BASELINE_POLICY}: x, >1 faster)): "
+          + " | ".join(cells), flush=True)
 
 
 def _print_change(before: dict, after: dict, policies: list[str]) -> None:

@@ -97,8 +97,8 @@ def replay(
     profile: str = typer.Option(DEFAULT_PROFILE, help="hardware profile (pbkv-bench profiles)"),
     device_tokens: Optional[int] = typer.Option(None, help="device KV capacity in tokens (default: the profile's)"),
     host_ratio: Optional[float] = typer.Option(
-        None, help="host KV tier = RATIO x device capacity, 0 = no host tier (default: 2, SGLang HiCache's default, "
-                   "when --device-tokens is given, else the profile's host size; the PBKV paper's baseline is 1)"),
+        None, help="host KV tier = RATIO x device capacity, 0 = no host tier (default: 1, the PBKV paper's setup, "
+                   "SGLang HiCache with HICACHE_RATIO=1, as pbkv-bench study)"),
     host_tokens: Optional[int] = typer.Option(None, help="host KV capacity in tokens (wins over --host-ratio)"),
     horizon: int = typer.Option(3, help="prediction horizon K"),
     gamma: float = typer.Option(0.7, help="score decay gamma"),
@@ -121,18 +121,23 @@ def replay(
         True, help="robustness guard of he/pbkv/pbkv-aggressive: LRU order while a ghost LRU would hit more "
                    "(--no-lru-guard: always the predicted order)"),
 ) -> None:
-    """Replay a trace under each policy; print a table, optionally write JSON and a plot.
+    """Replay a trace under each policy; print tables, optionally write JSON and a plot.
 
-    Per policy: device hit rate, "gap closed" = (h - h_base) / (h_ref - h_base) with h_base the
-    baseline's (``BASELINE_POLICY``) and h_ref the offline reference's (``REFERENCE_POLICY``)
-    device hit rate, and the device + host hit rate. A baseline or reference that is not listed
-    is replayed too (unless ``--no-gap``), for its hit rate only.
+    Per policy (:mod:`pbkv_server.sim.measures`): device hit rate, "device-hit gap closed" =
+    (h - h_base) / (h_ref - h_base) with h_base the baseline's (``BASELINE_POLICY``) and h_ref
+    the offline reference's (``REFERENCE_POLICY``) device hit rate, the device + host hit rate,
+    prefill saved, speedup vs LRU and latency capture. A baseline or reference that is not listed
+    is replayed too (unless ``--no-gap``), for the scales only. A replay that cannot show a
+    difference between policies says so in one line.
     """
     from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace
     from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
     from pbkv_server.predictors import make_predictor
-    from pbkv_server.sim.profiles import get_profile, host_tokens_for
-    from pbkv_server.sim.report import add_gap_closed, breakdown_table, plot_timelines, results_table, write_json
+    from pbkv_server.sim.measures import (CAPTURE_NOTE, add_measures, host_value, no_difference_verdict,
+                                          trace_block_tokens)
+    from pbkv_server.sim.profiles import PAPER_HOST_RATIO, get_profile, host_tokens_for
+    from pbkv_server.sim.report import (add_gap_closed, breakdown_table, latency_table, plot_timelines, results_table,
+                                        write_json)
     from pbkv_server.sim.cluster import ROUTERS, cluster_line, simulate_cluster
     from pbkv_server.sim.simulator import SimulationError, load_workload, simulate
 
@@ -178,7 +183,9 @@ def replay(
     except KeyError as exc:
         raise _fail(exc.args[0]) from None
     try:
-        host = host_tokens_for(hw, device_tokens, host_tokens, host_ratio)
+        # one default host tier for replay and study (PAPER_HOST_RATIO), with or without --device-tokens
+        host = host_tokens_for(hw, device_tokens, host_tokens,
+                               PAPER_HOST_RATIO if host_ratio is None and host_tokens is None else host_ratio)
     except ValueError as exc:
         raise _fail(f"--host-ratio: {exc}") from None
     saved_threads = limit_torch_threads(threads, [predictor])  # before a trained model loads
@@ -220,17 +227,28 @@ def replay(
             result.summary.update(predictor=predictor, profile=hw.name, concurrency=concurrency,
                                   device_tokens=device, host_tokens=host_size, host_ratio=host_size / device, page_size=page_size)
             (scale if name in scale_only else results)[name] = result.summary
-    ends = {p: (results.get(p) or scale.get(p) or {}).get("hit_rate") for p in (BASELINE_POLICY, REFERENCE_POLICY)}
+    replayed = {**results, **scale}
+    ends = {p: (replayed.get(p) or {}).get("hit_rate") for p in (BASELINE_POLICY, REFERENCE_POLICY)}
     add_gap_closed(results, BASELINE_POLICY, ends[BASELINE_POLICY], REFERENCE_POLICY, ends[REFERENCE_POLICY])
+    add_measures(results, replayed.get(BASELINE_POLICY), replayed.get(REFERENCE_POLICY), host_value(hw))
     first = results[policies[0]]
+    tier = (f"device {first['device_tokens']} tok, host {first['host_tokens']} tok ({first['host_ratio']:.3g}x)")
     title = (f"{trace.name}: {workload.workflow_count} workflows, {workload.invocations} invocations, "
-             f"predictor {predictor}, C={concurrency}, {hw.name}, device {first['device_tokens']} tok, "
-             f"host {first['host_tokens']} tok ({first['host_ratio']:.3g}x); gap closed: 0 = {BASELINE_POLICY} "
+             f"predictor {predictor}, C={concurrency}, {hw.name}, {tier}; device-hit gap closed: 0 = {BASELINE_POLICY} "
              f"{_rate(ends[BASELINE_POLICY])}, 1 = {REFERENCE_POLICY} {_rate(ends[REFERENCE_POLICY])}")
     if replicas > 1:
         title += f"; {replicas} replicas ({first['device_tokens']} device tok each), router {router}"
-    console.print(results_table(results, title))
-    console.print(breakdown_table(results, "where the mean workflow latency goes (simulated seconds)"))
+    saved_note = (f"prefill saved = device hits + {first['host_value']:.3f} x host hits, share of prompt tokens "
+                  f"(a host hit saves 1 - load/prefill time of a token under {hw.name})")
+    console.print(results_table(results, title, caption=saved_note))
+    speedup = f"speedup vs {BASELINE_POLICY} = {BASELINE_POLICY} mean latency / policy mean latency (x, >1 faster)"
+    console.print(latency_table(results, f"latency (simulated seconds), {tier}; {speedup}", caption=CAPTURE_NOTE))
+    console.print(breakdown_table(results, f"where the mean workflow latency goes (simulated seconds), {tier}; "
+                                           f"{speedup}"))
+    verdict = no_difference_verdict(replayed, BASELINE_POLICY, trace_block_tokens(records),
+                                    first["device_tokens"], first["host_tokens"])
+    if verdict is not None:
+        console.print(f"[bold]{escape(verdict)}[/]", highlight=False, soft_wrap=True)
     for name in results if replicas > 1 else ():
         console.print(cluster_line(name, results[name]), highlight=False)
     try:

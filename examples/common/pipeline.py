@@ -37,6 +37,7 @@ from pbkv_contract.files import shared_output
 from pbkv_server.engine.policies import (
     BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info,
 )
+from pbkv_server.sim.measures import host_value
 from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
 
 __all__ = ["ExampleSpec", "RunOptions", "run_example", "check_outputs", "OutputPathError", "seeded_split",
@@ -272,7 +273,8 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
         device_tokens=device, host_tokens=host, static_graph=spec.static_graph, app=spec.app, console=console,
     )
     timings["replay_s"] = time.perf_counter() - t
-    comparisons = compare(results, baseline=BASELINE_POLICY, reference=REFERENCE_POLICY if opts.belady else None)
+    comparisons = compare(results, baseline=BASELINE_POLICY, reference=REFERENCE_POLICY if opts.belady else None,
+                          host_value=host_value(profile))
     conv = f", messages {opts.messages}" if opts.messages else ""
     setting = (f"setup {opts.setup}: device {device} tok, host {capacity.host_ratio:g}x, profile {opts.profile}, "
                f"concurrency {concurrency}{conv}")
@@ -281,7 +283,7 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
     for graph_policy in (p for p in policies if spec.static_graph is not None and policy_info(p).uses_app_graph):
         # the app declared its graph: compare PBKV with the graph-based baseline (the paper's KVFlow row)
         pb = next(c for c in compare(results, baseline=graph_policy, reference=None) if c.policy == DEFAULT_POLICY)
-        console.print(f"{DEFAULT_POLICY} over {graph_policy}: latency {pb.latency_speedup:.2f}x, "
+        console.print(f"{DEFAULT_POLICY} over {graph_policy}: speedup {pb.latency_speedup:.2f}x (>1 faster), "
                       f"hit rate {pb.hit_rate_ratio:.2f}x")
     plot_title = f"{spec.title}\nsimulated timing, {setting}"
     plot_hit_rate_over_time(results, str(stage / "hit_rate_over_time.png"), plot_title)

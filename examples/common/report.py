@@ -16,18 +16,29 @@ __all__ = ["results_table", "agent_ttft_table", "latency_breakdown_table", "prin
 
 
 def results_table(title: str, results: Sequence[PolicyResult], comparisons: Sequence[Comparison]) -> Table:
-    """Rich table: latency, TTFT, device/host hit rate per policy, ratios to LRU, gap to the offline reference."""
+    """Rich table: latency, TTFT, device/host hit rate, prefill saved per policy, speedup vs LRU
+    (LRU's mean latency / the policy's, > 1 faster), hit rate over LRU's, latency capture and the
+    device-hit gap to the offline reference (:mod:`pbkv_server.sim.measures`); the caption says
+    when latency capture is undefined."""
+    from pbkv_server.sim.measures import CAPTURE_NOTE
+
     cmp = {c.policy: c for c in comparisons}
-    table = Table(title=title)
-    for col in ("policy", "mean latency s", "p99 latency s", "mean TTFT s", "device hit", "host hit",
-                "latency x LRU", "hit x LRU", f"hit gap to {REFERENCE_POLICY}"):
+    # the convention in the caption, whole: a header cell of a wide table may wrap
+    caption = "speedup vs LRU = LRU mean latency / policy mean latency (x, >1 faster)"
+    if any(c.latency_vs_ref is not None for c in comparisons):
+        caption += f"; {CAPTURE_NOTE}"
+    table = Table(title=title, caption=caption)
+    for col in ("policy", "mean latency s", "p99 latency s", "mean TTFT s", "device hit", "host hit", "prefill saved",
+                "speedup vs LRU", "hit x LRU", "latency capture", f"device-hit gap to {REFERENCE_POLICY}"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for r in results:
         c = cmp[r.policy]
         gap = "-" if c.hit_rate_gap_to_ref is None else f"{100 * c.hit_rate_gap_to_ref:+.1f} pt"
+        saved = "-" if c.prefill_saved is None else f"{100 * c.prefill_saved:.1f}%"
+        capture = "-" if c.latency_capture is None else f"{c.latency_capture:.2f}"
         table.add_row(r.policy, f"{r.mean_latency_s:.2f}", f"{r.p99_latency_s:.2f}", f"{r.mean_ttft_s:.3f}",
-                      f"{100 * r.hit_rate:.1f}%", f"{100 * r.host_hit_rate:.1f}%", f"{c.latency_speedup:.2f}x",
-                      f"{c.hit_rate_ratio:.2f}x", gap)
+                      f"{100 * r.hit_rate:.1f}%", f"{100 * r.host_hit_rate:.1f}%", saved, f"{c.latency_speedup:.2f}x",
+                      f"{c.hit_rate_ratio:.2f}x", capture, gap)
     return table
 
 
@@ -43,22 +54,24 @@ def agent_ttft_table(results: Sequence[PolicyResult]) -> Table:
     return table
 
 
-def latency_breakdown_table(results: Sequence[PolicyResult]) -> Table:
+def latency_breakdown_table(results: Sequence[PolicyResult], setting: str = "") -> Table:
     """Rich table of where each policy's mean workflow latency goes (seconds): admission wait for
-    KV memory, host-to-device load, prefill, decode and tool gaps, with the latency ratio to the
-    first policy (:func:`pbkv_server.sim.report.breakdown_table` over the replay summaries)."""
+    KV memory, host-to-device load, prefill, decode and tool gaps, with the speedup vs LRU
+    (:func:`pbkv_server.sim.report.breakdown_table` over the replay summaries); ``setting`` (the
+    result table's title: capacities, host tier) ends the title."""
     from pbkv_server.sim.report import breakdown_table
 
     rows = {r.policy: {"mean_latency_s": r.mean_latency_s, "latency_breakdown_s": r.extra.get("latency_breakdown_s")}
             for r in results}
-    return breakdown_table(rows, "where the mean workflow latency goes (simulated seconds)")
+    title = "where the mean workflow latency goes (simulated seconds); speedup vs LRU = x, >1 faster"
+    return breakdown_table(rows, f"{title}; {setting}" if setting else title)
 
 
 def print_results(title: str, results: Sequence[PolicyResult], comparisons: Sequence[Comparison], console: Console | None = None) -> None:
     """Print the result table, the latency breakdown and per-agent TTFT."""
     console = console or Console()
     console.print(results_table(title, results, comparisons))
-    console.print(latency_breakdown_table(results))
+    console.print(latency_breakdown_table(results, title))
     console.print(agent_ttft_table(results))
 
 

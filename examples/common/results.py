@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY
+from pbkv_server.sim.measures import latency_capture, prefill_saved
 
 __all__ = ["PolicyResult", "Comparison", "compare", "to_json"]
 
@@ -57,6 +58,10 @@ class Comparison:
         hit_rate_gap_to_ref: reference hit rate - this policy's hit rate (points in [0, 1]);
             ``None`` without a reference.
         latency_vs_ref: this policy's mean latency / reference mean latency; ``None`` without one.
+        latency_capture: ``(L_base - L) / (L_base - L_ref)`` (:func:`pbkv_server.sim.measures.latency_capture`);
+            ``None`` without a reference or when it is not at least 0.5 % faster than the baseline.
+        prefill_saved: share of prompt tokens whose prefill was saved, device hits + host hits x
+            host value (:func:`pbkv_server.sim.measures.prefill_saved`); ``None`` without a host value.
     """
 
     policy: str
@@ -65,6 +70,8 @@ class Comparison:
     hit_rate_ratio: float
     hit_rate_gap_to_ref: float | None
     latency_vs_ref: float | None
+    latency_capture: float | None = None
+    prefill_saved: float | None = None
 
 
 def _ratio(num: float, den: float) -> float:
@@ -72,8 +79,11 @@ def _ratio(num: float, den: float) -> float:
 
 
 def compare(results: Sequence[PolicyResult], baseline: str = BASELINE_POLICY,
-            reference: str | None = REFERENCE_POLICY) -> list[Comparison]:
+            reference: str | None = REFERENCE_POLICY, host_value: float | None = None) -> list[Comparison]:
     """Compare every result with the ``baseline`` policy and the ``reference`` policy.
+
+    ``host_value``: share of a token's prefill a host hit saves under the replay's hardware
+    profile (:func:`pbkv_server.engine.guard.host_value`), for ``prefill_saved``.
 
     Raises:
         KeyError: ``baseline`` is not among the results.
@@ -92,6 +102,8 @@ def compare(results: Sequence[PolicyResult], baseline: str = BASELINE_POLICY,
             hit_rate_ratio=_ratio(r.hit_rate, base.hit_rate),
             hit_rate_gap_to_ref=(ref.hit_rate - r.hit_rate) if ref else None,
             latency_vs_ref=_ratio(r.mean_latency_s, ref.mean_latency_s) if ref else None,
+            latency_capture=latency_capture(r.mean_latency_s, base.mean_latency_s, ref.mean_latency_s) if ref else None,
+            prefill_saved=None if host_value is None else prefill_saved(r.hit_rate, r.host_hit_rate, host_value),
         ))
     return out
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from pbkv_server.engine.cost import HardwareProfile
 
-__all__ = ["PROFILES", "DEFAULT_PROFILE", "DEFAULT_HOST_RATIO", "MAX_HOST_RATIO", "get_profile", "profile_names",
+__all__ = ["PROFILES", "DEFAULT_PROFILE", "DEFAULT_HOST_RATIO", "PAPER_HOST_RATIO", "MAX_HOST_RATIO", "get_profile", "profile_names",
            "host_tokens_for",
            "ModelSpec", "GpuSpec", "derive_profile"]
 
@@ -45,6 +45,12 @@ HICACHE_RATIO = 2.0
 #: HiCache's default, as in the profiles' own host sizes. The PBKV paper's baseline (SGLang HiCache
 #: with ``HICACHE_RATIO=1``) is host = device: ``--host-ratio 1``.
 DEFAULT_HOST_RATIO = HICACHE_RATIO
+#: Host tier / device of every simulator comparison whose host size is not given (``pbkv-bench
+#: replay`` and ``study``, ``benchmarks/alternatives_table.py`` and ``policy_matrix.py``, the
+#: examples' ``paper`` setup): the PBKV paper's setup, SGLang HiCache with ``HICACHE_RATIO=1``.
+#: One constant, so two tools never compare policies on different host tiers by default (a
+#: policy's latency gain over LRU depends on it). The live server keeps SGLang's own default.
+PAPER_HOST_RATIO = 1.0
 #: Largest host / device ratio accepted (a host tier 1000x the device is beyond any real server;
 #: the bound keeps ratio x device a finite token count).
 MAX_HOST_RATIO = 1000.0

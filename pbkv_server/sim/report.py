@@ -11,20 +11,26 @@ from typing import Any, Mapping
 from rich import box
 from rich.table import Table
 
-__all__ = ["results_table", "breakdown_table", "gap_closed", "add_gap_closed", "write_json", "plot_timelines", "jsonable"]
+from pbkv_server.engine.policies import BASELINE_POLICY
+from pbkv_server.sim.measures import CAPTURE_NOTE, MIN_DIFFERENCE, latency_speedup
+
+__all__ = ["results_table", "latency_table", "breakdown_table", "gap_closed", "add_gap_closed", "write_json",
+           "plot_timelines", "jsonable"]
 
 
-def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -> Table:
-    """One row per policy: device hit rate, gap closed, host and device + host hit rates, latencies,
-    TTFT, evictions, prefetch, eviction-decision latency.
+def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "", caption: str = "") -> Table:
+    """One row per policy, what the cache kept: device hit rate, device-hit gap closed, host and
+    device + host hit rates, prefill saved (:func:`~pbkv_server.sim.measures.prefill_saved`),
+    evictions, prefetch, eviction-decision latency. Latency is in :func:`latency_table`.
 
     Laid out to fit an 80-column console without cutting any figure (rich shortens cells that do
-    not fit with an ellipsis): two-line headers, no outer borders, one space between columns,
+    not fit with an ellipsis): multi-line headers, no outer borders, one space between columns,
     token counts in k/M units. The JSON file keeps every figure at full precision.
     """
-    table = Table(title=title or None, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
-    for col in ("policy", "hit\nrate", "gap\nclosed", "host\nhit", "dev+\nhost", "mean\nlat s", "p99\nlat s",
-                "mean\nTTFT s", "evic-\ntions", "pre-\nfetch", "evict\nms"):
+    table = Table(title=title or None, caption=caption or None, box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False, padding=(0, 1, 0, 0))
+    for col in ("policy", "device\nhit\nrate", "device-\nhit gap\nclosed", "host\nhit", "dev+\nhost",
+                "prefill\nsaved", "evic-\ntions", "pre-\nfetch", "evict\nms"):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for name, s in results.items():
         evict = (s.get("latency_ms") or {}).get("eviction_decision", {}).get("mean_ms", math.nan)
@@ -34,9 +40,7 @@ def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -> 
             _num(s.get("gap_closed"), 2).replace("-0.00", "0.00"),  # a tie with the baseline is no loss
             f"{s['host_hit_rate']:.3f}",
             f"{s['hit_rate'] + s['host_hit_rate']:.3f}",
-            _seconds(s["mean_latency_s"]),
-            _seconds(s.get("p99_latency_s", math.nan)),
-            _num(s["mean_ttft_s"], 3),
+            _num(s.get("prefill_saved"), 3),
             str(s.get("evictions", "")),
             _tokens(s.get("prefetched_tokens")),
             _num(evict, 3),
@@ -44,10 +48,25 @@ def results_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -> 
     return table
 
 
-#: Smallest baseline-to-reference gap (device hit rate) that "gap closed" is computed over: below
-#: half a point, the ratio of two near-equal differences says nothing (a trace whose reuse LRU
-#: already gets, e.g. one where no workflow reuses its own cache).
-MIN_GAP = 0.005
+def latency_table(results: Mapping[str, Mapping[str, Any]], title: str = "", caption: str = CAPTURE_NOTE) -> Table:
+    """One row per policy: mean and p99 workflow latency, mean TTFT (simulated seconds), speedup
+    vs LRU (``latency_speedup``, x, > 1 faster) and latency capture (``latency_capture``, "-"
+    where undefined, said in ``caption``)."""
+    table = Table(title=title or None, caption=caption or None, box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False, padding=(0, 1, 0, 0))
+    for col in ("policy", "mean\nlat s", "p99\nlat s", "mean\nTTFT s", f"speedup\nvs {BASELINE_POLICY}",
+                "latency\ncapture"):
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for name, s in results.items():
+        table.add_row(name, _seconds(s["mean_latency_s"]), _seconds(s.get("p99_latency_s", math.nan)),
+                      _num(s["mean_ttft_s"], 3), _speedup(s.get("latency_speedup")),
+                      _num(s.get("latency_capture"), 2).replace("-0.00", "0.00"))
+    return table
+
+
+#: Smallest baseline-to-reference gap (device hit rate) that "gap closed" is computed over
+#: (:data:`~pbkv_server.sim.measures.MIN_DIFFERENCE`, the one "no difference" rule).
+MIN_GAP = MIN_DIFFERENCE
 
 
 #: Columns of :func:`breakdown_table`: summary key of ``latency_breakdown_s`` -> header.
@@ -59,7 +78,8 @@ def breakdown_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -
     """Where each policy's mean workflow latency goes: one row per policy, seconds per part
     (``latency_breakdown_s`` of :meth:`~pbkv_server.sim.metrics.MetricsCollector.summary`:
     admission wait for KV memory, host-to-device load, prefill, decode, tool gaps; the parts add
-    up to the mean latency), then the latency ratio to the first row's policy.
+    up to the mean latency), then the speedup vs LRU (the baseline's mean latency / the row's,
+    x, > 1 faster; ``-`` without a baseline row or ``latency_speedup``).
 
     Rows without a breakdown (results of an older run) show ``-``.
     """
@@ -68,13 +88,13 @@ def breakdown_table(results: Mapping[str, Mapping[str, Any]], title: str = "") -
     table.add_column("mean\nlat s", justify="right", no_wrap=True)
     for header in BREAKDOWN_COLUMNS.values():
         table.add_column(header, justify="right", no_wrap=True)
-    first = next(iter(results.values()), {})
-    table.add_column(f"lat x\n{next(iter(results), '')}"[:16], justify="right", no_wrap=True)
+    table.add_column(f"speedup\nvs {BASELINE_POLICY}", justify="right", no_wrap=True)
+    base = (results.get(BASELINE_POLICY) or {}).get("mean_latency_s")
     for name, s in results.items():
         parts = s.get("latency_breakdown_s") or {}
-        ratio = first.get("mean_latency_s", math.nan) / s["mean_latency_s"] if s.get("mean_latency_s") else math.nan
+        speedup = s.get("latency_speedup", latency_speedup(base, s.get("mean_latency_s")))
         table.add_row(name, _seconds(s["mean_latency_s"]), *(_seconds(parts.get(k)) for k in BREAKDOWN_COLUMNS),
-                      _num(ratio, 2) + ("x" if math.isfinite(ratio) else ""))
+                      _speedup(speedup))
     return table
 
 
@@ -125,13 +145,16 @@ def write_json(path: str | os.PathLike[str], results: Mapping[str, Mapping[str, 
 
 
 def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[str, Any]], title: str = "") -> None:
-    """Device hit rate over time (bin midpoints, seconds from start) of every policy on one chart (PNG)."""
+    """The replay chart (PNG): device hit rate over time (bin midpoints, seconds from start) of
+    every policy on the left; on the right each policy's mean workflow latency as a bar, stacked
+    by where it goes (``latency_breakdown_s``: admission wait, host load, prefill, decode, tool
+    gaps) when every policy has the breakdown, labelled with its speedup vs LRU when known."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 4.8))
+    fig, (ax, lat_ax) = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [2.3, 1]})
     # Seven policies, some nearly equal (kvflow and lru on dynamic workloads): besides colour,
     # vary line style and marker so overlapping curves stay tell-apart in print and greyscale.
     styles = ("-", "--", "-.", ":")
@@ -149,9 +172,10 @@ def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[s
     ax.set_ylabel("device hit rate (token level)")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), title="policy (hit rate)")
+    ax.legend(fontsize="small", loc="upper left", title="policy (hit rate)")
+    _latency_bars(lat_ax, results)
     if title:
-        ax.set_title(textwrap.fill(title, 90), fontsize="small")
+        fig.suptitle(textwrap.fill(title, 140), fontsize="small")
     parent = os.path.dirname(os.fspath(path))
     if parent:
         os.makedirs(parent, exist_ok=True)
@@ -163,8 +187,48 @@ def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[s
     plt.close(fig)
 
 
+#: Colours and labels of the latency parts in the chart's bars (order of ``BREAKDOWN_COLUMNS``).
+_PART_STYLE = {"queue_s": ("tab:red", "admission wait"), "load_s": ("tab:orange", "host load"),
+               "prefill_s": ("tab:purple", "prefill"), "decode_s": ("tab:blue", "decode"),
+               "tool_s": ("tab:gray", "tool gaps")}
+
+
+def _latency_bars(ax, results: Mapping[str, Mapping[str, Any]]) -> None:
+    """Horizontal bars of mean workflow latency per policy (first policy on top), stacked by the
+    breakdown when every row has it; each bar labelled ``seconds (speedup vs LRU)``."""
+    names = list(results)
+    ys = list(range(len(names)))[::-1]
+    totals = [results[n].get("mean_latency_s") for n in names]
+    totals = [t if isinstance(t, (int, float)) and math.isfinite(t) else 0.0 for t in totals]
+    parts = [results[n].get("latency_breakdown_s") or {} for n in names]
+    if names and all(all(isinstance(p.get(k), (int, float)) and math.isfinite(p[k]) for k in _PART_STYLE)
+                     for p in parts):
+        left = [0.0] * len(names)
+        for key, (colour, label) in _PART_STYLE.items():
+            widths = [p[key] for p in parts]
+            ax.barh(ys, widths, left=left, color=colour, label=label)
+            left = [a + w for a, w in zip(left, widths)]
+        ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
+    else:
+        ax.barh(ys, totals, color="tab:blue")
+    for y, name, total in zip(ys, names, totals):
+        speedup = results[name].get("latency_speedup")
+        label = f"{total:.1f}" + (f" ({speedup:.2f}x)" if isinstance(speedup, (int, float)) else "")
+        ax.annotate(label, (total, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+    ax.set_yticks(ys, names, fontsize="small")
+    ax.set_xlim(0, max(totals, default=1.0) * 1.3 or 1.0)  # room for the labels
+    ax.set_xlabel("mean workflow latency (s)")
+    ax.set_title(f"mean latency (speedup vs {BASELINE_POLICY}, x, >1 faster)", fontsize="small")
+    ax.grid(axis="x", alpha=0.3)
+
+
 def _num(value: Any, digits: int) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _speedup(value: Any) -> str:
+    """``1.18x`` (two decimals), ``-`` when undefined."""
+    return "-" if value is None or not math.isfinite(value) else f"{value:.2f}x"
 
 
 def _seconds(value: Any) -> str:

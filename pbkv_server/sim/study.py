@@ -25,8 +25,13 @@ horizon models are trained for every seed. Points report mean and standard devia
 once. Policy names come from the registry (predictive ones, the baseline, the default policy).
 
 Every replay uses one setup: device KV tokens (default: the profile's GPU-memory capacity), host
-tier = ``host_ratio`` x device (default 1, the PBKV paper's HiCache setting), the base
-concurrency (default 72, the paper's HoVer setting) except in the concurrency sweep.
+tier = ``host_ratio`` x device (default ``PAPER_HOST_RATIO`` = 1, the PBKV paper's HiCache setting,
+as ``pbkv-bench replay``), the base concurrency (default 72, the paper's HoVer setting) except in
+the concurrency sweep.
+
+Measures (:mod:`pbkv_server.sim.measures`): each run's speedup vs LRU and latency capture are
+taken against the baseline and the offline reference (``REFERENCE_POLICY``) replayed once per
+concurrency in the same setup, and prefill saved weights host hits by the profile's host value.
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pbkv_contract.trace import InvocationRecord, TraceRecord
-from pbkv_server.engine.policies import (BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies,
-                                         policy_info)
-from pbkv_server.sim.profiles import DEFAULT_PROFILE, MAX_HOST_RATIO, get_profile
+from pbkv_server.engine.policies import (BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY,
+                                         available_policies, policy_info)
+from pbkv_server.sim.measures import host_value, latency_capture, latency_speedup, prefill_saved
+from pbkv_server.sim.profiles import DEFAULT_PROFILE, MAX_HOST_RATIO, PAPER_HOST_RATIO, get_profile
 from pbkv_server.sim.simulator import Workload, load_workload, simulate
 
 __all__ = ["STUDIES", "StudySettings", "Run", "Point", "StudyResult", "run_study", "aggregate", "admission_limits",
@@ -77,7 +83,7 @@ class StudySettings:
 
     profile: str = DEFAULT_PROFILE
     device_tokens: int | None = None
-    host_ratio: float = 1.0
+    host_ratio: float = PAPER_HOST_RATIO
     concurrency: int = 72
     concurrencies: Sequence[int] = (8, 24, 48, 72, 96, 128, 192)
     sweep_policies: Sequence[str] | None = None
@@ -135,9 +141,12 @@ class Run:
         x: the study's x value (concurrency, backbone name, K, gamma, rho, lambda).
         seed: the predictor's seed (``None``: no trained predictor involved).
         figures: ``hit_rate``, ``host_hit_rate``, ``mean_latency_s``, ``mean_ttft_s``,
-            ``mean_queue_length``, ``hit_ratio`` and ``latency_ratio`` (to the baseline's replay at
-            the same concurrency: baseline hit rate / ... as "x LRU"), the latency breakdown
-            parts, and for backbones ``accuracy`` (mean top-1 over k) and ``accuracy_k1``.
+            ``mean_queue_length``, ``hit_ratio`` (hit rate / the baseline's at the same
+            concurrency), ``latency_speedup`` (the baseline's mean latency / this run's, > 1
+            faster; ``latency_ratio`` is the same figure under its older name, kept for readers
+            of older study JSON), ``latency_capture`` (NaN where undefined) and ``prefill_saved``
+            (:mod:`pbkv_server.sim.measures`), the latency breakdown parts, and for backbones
+            ``accuracy`` (mean top-1 over k) and ``accuracy_k1``.
     """
 
     study: str
@@ -169,6 +178,7 @@ class StudyResult:
     runs: list[Run] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     baselines: dict[int, dict[str, float]] = field(default_factory=dict)
+    references: dict[int, dict[str, float]] = field(default_factory=dict)
 
     @property
     def points(self) -> list[Point]:
@@ -179,20 +189,28 @@ class StudyResult:
         """JSON-ready form: settings, trace, notes, runs and points."""
         return {"settings": asdict(self.settings), "trace": self.trace, "notes": self.notes,
                 "baselines": {str(c): f for c, f in self.baselines.items()},
+                "references": {str(c): f for c, f in self.references.items()},
                 "runs": [asdict(r) for r in self.runs], "points": [asdict(p) for p in self.points],
                 "admission_limits": {p: c for p, c in admission_limits(self.points).items()}}
 
 
 def aggregate(runs: Sequence[Run]) -> list[Point]:
-    """Group runs by (study, policy, x) in first-seen order; mean and population std of each figure."""
+    """Group runs by (study, policy, x) in first-seen order; mean and population std of each figure
+    (both NaN for a figure that is NaN in any run of the group)."""
     groups: dict[tuple, list[Run]] = {}
     for r in runs:
         groups.setdefault((r.study, r.policy, r.x), []).append(r)
     points = []
     for (study, policy, x), rs in groups.items():
         keys = [k for k in rs[0].figures]
-        mean = {k: statistics.fmean([r.figures[k] for r in rs]) for k in keys}
-        std = {k: statistics.pstdev([r.figures[k] for r in rs]) if len(rs) > 1 else 0.0 for k in keys}
+        mean, std = {}, {}
+        for k in keys:
+            values = [r.figures[k] for r in rs]
+            if any(math.isnan(v) for v in values):  # an undefined figure (latency capture) stays undefined
+                mean[k], std[k] = math.nan, math.nan
+                continue
+            mean[k] = statistics.fmean(values)
+            std[k] = statistics.pstdev(values) if len(rs) > 1 else 0.0
         points.append(Point(study, policy, x, len(rs), mean, std))
     return points
 
@@ -252,8 +270,9 @@ def study_steps(settings: StudySettings, seeds: int, studies: Sequence[str] | No
     that needs it."""
     studies = [s for s in settings.studies if studies is None or s in studies]
     sweep = [p for p in (settings.sweep_policies or _online_policies()) if p != BASELINE_POLICY]
-    counts = {
-        "concurrency": len(settings.concurrencies) * (1 + sum(seeds if policy_info(p).predictive else 1 for p in sweep)),
+    counts = {  # the baseline and the reference (latency capture) once per concurrency
+        "concurrency": len(settings.concurrencies)
+        * (2 + sum(seeds if policy_info(p).predictive else 1 for p in sweep)),
         "backbone": len(settings.backbones) * seeds,
         "horizon": len(settings.horizons) * seeds,
         "gamma": len(settings.gammas) * seeds,
@@ -263,7 +282,7 @@ def study_steps(settings: StudySettings, seeds: int, studies: Sequence[str] | No
     base_done = "concurrency" in studies and settings.concurrency in settings.concurrencies
     for study in studies:
         if study != "concurrency" and not base_done:
-            counts[study] += 1
+            counts[study] += 2
             base_done = True
     return {s: counts[s] for s in studies}
 
@@ -326,12 +345,20 @@ class _Replayer:
 
     def baseline(self, study: str, concurrency: int) -> dict[str, float]:
         """The baseline policy's figures at ``concurrency``, replayed once for all studies (kept in
-        :attr:`StudyResult.baselines`; a run of the concurrency study, which plots it)."""
+        :attr:`StudyResult.baselines`; a run of the concurrency study, which plots it), with the
+        offline reference replayed once alongside (:attr:`StudyResult.references`, the far end of
+        latency capture; not a run: it needs no predictor and is no policy a server runs)."""
         if concurrency not in self._baseline:
-            self._baseline[concurrency] = self._figures(BASELINE_POLICY, concurrency, None)
-            self._baseline[concurrency].update(hit_ratio=1.0, latency_ratio=1.0)
-            self.result.baselines[concurrency] = self._baseline[concurrency]
+            base = self._figures(BASELINE_POLICY, concurrency, None)
             self.on_replay(study)
+            ref = self._figures(REFERENCE_POLICY, concurrency, None)
+            self.on_replay(study)
+            for figures in (base, ref):
+                self._add_measures(figures, base, ref)
+            figures = self._baseline[concurrency] = base
+            figures.update(hit_ratio=1.0)
+            self.result.baselines[concurrency] = figures
+            self.result.references[concurrency] = ref
         if study == "concurrency":
             self.result.runs.append(Run(study, BASELINE_POLICY, concurrency, None, dict(self._baseline[concurrency])))
         return self._baseline[concurrency]
@@ -345,9 +372,17 @@ class _Replayer:
         figures = self._figures(policy, concurrency, predictor, horizon=horizon, gamma=gamma, rho=rho)
         figures.update(extra or {})
         figures["hit_ratio"] = figures["hit_rate"] / base["hit_rate"] if base["hit_rate"] > 0 else math.nan
-        figures["latency_ratio"] = base["mean_latency_s"] / figures["mean_latency_s"]
+        self._add_measures(figures, base, self.result.references[concurrency])
         self.result.runs.append(Run(study, policy, x, seed, figures))
         self.on_replay(study)
+
+    def _add_measures(self, figures: dict[str, float], base: dict[str, float], ref: dict[str, float]) -> None:
+        speedup = latency_speedup(base["mean_latency_s"], figures["mean_latency_s"])
+        capture = latency_capture(figures["mean_latency_s"], base["mean_latency_s"], ref["mean_latency_s"])
+        figures["latency_speedup"] = figures["latency_ratio"] = math.nan if speedup is None else speedup
+        figures["latency_capture"] = math.nan if capture is None else capture
+        figures["prefill_saved"] = prefill_saved(figures["hit_rate"], figures["host_hit_rate"],
+                                                 host_value(self.profile))
 
     def _figures(self, policy: str, concurrency: int, predictor, **settings) -> dict[str, float]:
         s = simulate(self.workload, policy, self.profile, concurrency=concurrency, predictor=predictor,

@@ -24,7 +24,7 @@ from typing import List, Optional
 
 import typer
 
-from pbkv_server.sim.profiles import DEFAULT_PROFILE
+from pbkv_server.sim.profiles import DEFAULT_PROFILE, PAPER_HOST_RATIO
 from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 __all__ = ["study"]
@@ -43,7 +43,8 @@ def study(
     labels: Optional[str] = typer.Option(None, "--labels", help="comma-separated run labels (default: folder names)"),
     profile: str = typer.Option(DEFAULT_PROFILE, help="hardware profile (pbkv-bench profiles)"),
     device_tokens: Optional[int] = typer.Option(None, help="device KV tokens (default: the profile's GPU memory)"),
-    host_ratio: float = typer.Option(1.0, help="host tier / device (1 = the PBKV paper's HiCache setting, 0 = none)"),
+    host_ratio: float = typer.Option(PAPER_HOST_RATIO, help="host tier / device (default 1 = the PBKV paper's HiCache "
+                                                            "setting, as pbkv-bench replay; 0 = none)"),
     concurrency: int = typer.Option(72, help="base concurrency of every study but the sweep (the paper's HoVer 72)"),
     concurrencies: str = typer.Option("8,24,48,72,96,128,192", help="concurrencies of the sweep (Figure 5a)"),
     policies: Optional[str] = typer.Option(None, help="policies of the concurrency sweep (default: every online one)"),

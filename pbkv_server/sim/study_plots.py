@@ -89,7 +89,7 @@ def _concurrency(plt, points: Sequence[Point]):
                                    std={**p.std, "device_host_hit_rate": p.std["hit_rate"] + p.std["host_hit_rate"]})
                for p in pts]
         for ax, key, scale in zip(axes, ("hit_rate", "device_host_hit_rate", "mean_queue_length", "mean_latency_s",
-                                         "latency_ratio", "mean_ttft_s"), (100, 100, 1, 1, 1, 1)):
+                                         "latency_speedup", "mean_ttft_s"), (100, 100, 1, 1, 1, 1)):
             _line(ax, i, pts, key, label if key == "hit_rate" else policy, scale)
         if limit is not None:  # mark where the policy can no longer admit every request on arrival
             at = next(p for p in pts if p.x == limit)
@@ -98,7 +98,7 @@ def _concurrency(plt, points: Sequence[Point]):
     axes[4].axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
     ylabels = ("device hit rate (%, token level)", "device + host hit rate (%, token level)",
                "requests waiting for admission (mean)", "mean workflow latency (s)",
-               f"speedup over {BASELINE_POLICY} (mean latency ratio)", "mean TTFT (s)")
+               f"speedup vs {BASELINE_POLICY} (x, >1 faster)", "mean TTFT (s)")
     for ax, ylabel in zip(axes, ylabels):
         ax.set_xlabel("concurrency (workflows in flight)")
         ax.set_ylabel(ylabel)
@@ -135,9 +135,9 @@ def _sweep(plt, study: str, points: Sequence[Point]):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.4))
     for i, (policy, pts) in enumerate(_by_policy(points).items()):
         _line(ax1, i, pts, "hit_ratio", policy)
-        _line(ax2, i, pts, "latency_ratio", policy)
+        _line(ax2, i, pts, "latency_speedup", policy)
     for ax, ylabel in ((ax1, f"device hit rate / {BASELINE_POLICY}'s"),
-                       (ax2, f"speedup over {BASELINE_POLICY} (mean workflow latency ratio)")):
+                       (ax2, f"speedup vs {BASELINE_POLICY} (x, >1 faster)")):
         ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":", label=f"{BASELINE_POLICY}")
         ax.set_xlabel(_X_LABELS[study])
         ax.set_ylabel(ylabel)

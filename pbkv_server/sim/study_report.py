@@ -12,7 +12,8 @@ import math
 from typing import Sequence
 
 from pbkv_server.engine import EngineConfig
-from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY
+from pbkv_server.sim.measures import CAPTURE_NOTE, MIN_DIFFERENCE
 from pbkv_server.sim.metrics import BREAKDOWN_PARTS
 from pbkv_server.sim.study import Point, StudyResult, admission_limits
 from pbkv_server.sim.study_plots import FIGURES
@@ -28,7 +29,7 @@ _X_NAMES = {"concurrency": "concurrency", "backbone": "backbone", "horizon": "K"
 
 def best_regime(points: Sequence[Point], key: str) -> Point | None:
     """The concurrency-study point of the default policy with the largest mean ``key``
-    (``latency_ratio`` or ``hit_ratio``); ``None`` without such points."""
+    (``latency_speedup`` or ``hit_ratio``); ``None`` without such points."""
     own = [p for p in points if p.study == "concurrency" and p.policy == DEFAULT_POLICY and math.isfinite(p.mean[key])]
     return max(own, key=lambda p: p.mean[key], default=None)
 
@@ -45,9 +46,12 @@ def report_markdown(runs: Sequence[tuple[str, StudyResult]], command: str, figur
     """
     out = ["# PBKV sensitivity studies (simulated)", "",
            f"Command: `{command}` ({seconds / 60:.1f} min wall on this machine). All times are engine seconds of "
-           "the simulator under the hardware profile; hit rates are token level; `x LRU` ratios compare with "
-           f"`{BASELINE_POLICY}` replayed in the same setup and concurrency. Error bars and `±` are one standard "
-           "deviation over predictor seeds (n = runs per point).", ""]
+           "the simulator under the hardware profile; hit rates are token level; `hit x LRU` is the device hit "
+           f"rate over `{BASELINE_POLICY}`'s and `speedup vs {BASELINE_POLICY}` its mean latency over the policy's "
+           f"(x, >1 faster), both against `{BASELINE_POLICY}` replayed in the same setup and concurrency; "
+           f"{CAPTURE_NOTE}, with `{REFERENCE_POLICY}` replayed there too; prefill saved = device hits + host value x "
+           "host hits as a share of prompt tokens (host value = 1 - load/prefill time of a token under the profile). "
+           "Error bars and `±` are one standard deviation over predictor seeds (n = runs per point).", ""]
     out += _summary(runs)
     for label, result in runs:
         out += _run_section(label, result, figures.get(label, {}))
@@ -60,7 +64,7 @@ def _summary(runs: Sequence[tuple[str, StudyResult]]) -> list[str]:
              f"device + host hit rates of {BASELINE_POLICY} and {DEFAULT_POLICY} at the concurrency of the largest "
              "latency gain.", "",
              f"| run | setup | {BASELINE_POLICY} hit @ base C | {DEFAULT_POLICY} hit @ base C | hit x {BASELINE_POLICY} "
-             f"| latency x {BASELINE_POLICY} | largest latency gain | dev+host hit {BASELINE_POLICY} / {DEFAULT_POLICY} "
+             f"| speedup vs {BASELINE_POLICY} (x, >1 faster) | largest latency gain | dev+host hit {BASELINE_POLICY} / {DEFAULT_POLICY} "
              f"there | largest hit-rate gain | admission limit {BASELINE_POLICY} / {DEFAULT_POLICY} |",
              "|---|---|---:|---:|---:|---:|---|---|---|---|"]
     for label, result in runs:
@@ -68,7 +72,7 @@ def _summary(runs: Sequence[tuple[str, StudyResult]]) -> list[str]:
         s, t = result.settings, result.trace
         base = result.baselines.get(s.concurrency)
         own = _default_point(pts, s.concurrency)
-        lat, hit = best_regime(pts, "latency_ratio"), best_regime(pts, "hit_ratio")
+        lat, hit = best_regime(pts, "latency_speedup"), best_regime(pts, "hit_ratio")
         limits = admission_limits(pts)
         setup = (f"{t['profile']}, device {t['device_tokens']:,} tok, host {s.host_ratio:g}x, base C {s.concurrency}")
         at = next((p for p in pts if lat is not None and p.study == "concurrency" and p.x == lat.x
@@ -76,8 +80,8 @@ def _summary(runs: Sequence[tuple[str, StudyResult]]) -> list[str]:
         there = f"{_pct(_both(at))} / {_pct(_both(lat))}" if at is not None and lat is not None else "-"
         lines.append(
             f"| {label} | {setup} | {_pct(base['hit_rate']) if base else '-'} | "
-            f"{_pct(own.mean['hit_rate']) if own else '-'} | {_x(own, 'hit_ratio')} | {_x(own, 'latency_ratio')} | "
-            f"{_regime(lat, 'latency_ratio')} | {there} | {_regime(hit, 'hit_ratio')} | "
+            f"{_pct(own.mean['hit_rate']) if own else '-'} | {_x(own, 'hit_ratio')} | {_x(own, 'latency_speedup')} | "
+            f"{_regime(lat, 'latency_speedup')} | {there} | {_regime(hit, 'hit_ratio')} | "
             f"{_limit(limits.get(BASELINE_POLICY, 'n/a'))} / {_limit(limits.get(DEFAULT_POLICY, 'n/a'))} |")
     lines.append("")
     return lines
@@ -111,7 +115,8 @@ def _run_section(label: str, result: StudyResult, figures: dict[str, str]) -> li
             out += [f"![{label}: {study}]({figures[study]})", ""]
         if study == "concurrency":
             out += _concurrency_findings(own, result)
-        out += _table(study, own)
+        out += _table(study, own, f"Host tier {s.host_ratio:g}x device ({t['host_tokens']:,} tok); speedup vs "
+                                  f"{BASELINE_POLICY} = its mean latency / the policy's (x, >1 faster).")
     return out
 
 
@@ -128,10 +133,10 @@ def _concurrency_findings(points: Sequence[Point], result: StudyResult) -> list[
                         if len(reached) < len(limits) else "") + ".")
     else:
         lines.append(f"No policy reaches the admission limit up to C={top} (mean queue below 1 request).")
-    lat, hit = best_regime(points, "latency_ratio"), best_regime(points, "hit_ratio")
+    lat, hit = best_regime(points, "latency_speedup"), best_regime(points, "hit_ratio")
     if lat is not None and hit is not None:
-        lines.append(f"{DEFAULT_POLICY} gains most in latency at C={lat.x} ({_x(lat, 'latency_ratio')} {BASELINE_POLICY}"
-                     f"{_none(lat, 'latency_ratio')}) and in hit rate at C={hit.x} ({_x(hit, 'hit_ratio')}"
+        lines.append(f"{DEFAULT_POLICY} gains most in latency at C={lat.x} ({_x(lat, 'latency_speedup')} {BASELINE_POLICY}"
+                     f"{_none(lat, 'latency_speedup')}) and in hit rate at C={hit.x} ({_x(hit, 'hit_ratio')}"
                      f"{_none(hit, 'hit_ratio')}).")
     base_c = result.settings.concurrency
     rows = [p for p in points if p.x == base_c and p.policy in (BASELINE_POLICY, DEFAULT_POLICY)]
@@ -147,15 +152,18 @@ def _concurrency_findings(points: Sequence[Point], result: StudyResult) -> list[
     return lines + [""]
 
 
-def _table(study: str, points: Sequence[Point]) -> list[str]:
+def _table(study: str, points: Sequence[Point], setting: str) -> list[str]:
+    """The study's points as a markdown table, after the line ``setting`` (the host tier and the
+    speedup convention)."""
     extra = study == "backbone"
-    head = f"| {_X_NAMES[study]} | policy | n | device hit | host hit | dev+host | hit x {BASELINE_POLICY} | " \
-           f"latency x {BASELINE_POLICY} | mean latency s | mean TTFT s | waiting |" + \
+    head = f"| {_X_NAMES[study]} | policy | n | device hit | host hit | dev+host | prefill saved | " \
+           f"hit x {BASELINE_POLICY} | speedup vs {BASELINE_POLICY} | latency capture | mean latency s | mean TTFT s | waiting |" + \
            (" accuracy (k=1..K) | accuracy k=1 |" if extra else "")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    lines = [setting, "", head, "|" + "---|" * (head.count("|") - 1)]
     for p in points:
         row = (f"| {p.x} | {p.policy} | {p.n} | {_pm(p, 'hit_rate', 100, '%')} | {_pm(p, 'host_hit_rate', 100, '%')} | "
-               f"{_pct(_both(p))} | {_pm(p, 'hit_ratio', 1, 'x', 3)} | {_pm(p, 'latency_ratio', 1, 'x', 3)} | "
+               f"{_pct(_both(p))} | {_pm(p, 'prefill_saved', 100, '%')} | {_pm(p, 'hit_ratio', 1, 'x', 3)} | "
+               f"{_pm(p, 'latency_speedup', 1, 'x', 3)} | {_pm(p, 'latency_capture', 1, '', 2)} | "
                f"{_pm(p, 'mean_latency_s', 1, '', 1)} | {_pm(p, 'mean_ttft_s', 1, '', 2)} | "
                f"{p.mean['mean_queue_length']:.2f} |")
         if extra:
@@ -189,8 +197,9 @@ def _regime(p: Point | None, key: str) -> str:
 
 
 def _none(p: Point, key: str) -> str:
-    """Says so when the largest gain is none at all (under 0.5%)."""
-    return ", no gain at any concurrency" if p.mean[key] < 1.005 else ""
+    """Says so when the largest gain is none at all (under :data:`~pbkv_server.sim.measures.MIN_DIFFERENCE`,
+    the rule ``pbkv-bench replay`` says "no policy can differ" by)."""
+    return ", no gain at any concurrency" if p.mean[key] < 1 + MIN_DIFFERENCE else ""
 
 
 def _limit(value) -> str:

@@ -78,6 +78,27 @@ def test_compare_gives_speedups_over_baseline_and_gap_to_reference() -> None:
     assert by["pbkv"].latency_vs_ref == pytest.approx(1.25)
 
 
+def test_compare_gives_latency_capture_and_prefill_saved_and_the_table_shows_them() -> None:
+    from rich.console import Console
+
+    from examples.common.report import results_table
+
+    # lru 10 s, pbkv 7 s, opt 6 s: capture = (10 - L) / (10 - 6); host hits worth 0.5 of a prefill
+    results = [PolicyResult("lru", 10.0, 20.0, 1.0, {}, 0.2, 0.4, 10.0),
+               PolicyResult("pbkv", 7.0, 14.0, 1.0, {}, 0.3, 0.1, 10.0),
+               PolicyResult("opt", 6.0, 12.0, 1.0, {}, 0.5, 0.2, 10.0)]
+    by = {c.policy: c for c in compare(results, host_value=0.5)}
+    assert [by[p].latency_capture for p in ("lru", "pbkv", "opt")] == pytest.approx([0.0, 0.75, 1.0])
+    assert [by[p].prefill_saved for p in ("lru", "pbkv", "opt")] == pytest.approx([0.4, 0.35, 0.6])
+    assert compare(results, reference=None)[1].latency_capture is None and compare(results)[1].prefill_saved is None
+    console = Console(width=250, record=True, file=open("/dev/null", "w"))
+    console.print(results_table("setup paper: device 100 tok, host 1x", results, list(by.values())))
+    text = console.export_text()
+    row = next(line for line in text.splitlines() if "pbkv" in line)
+    assert "35.0%" in row and "1.43x" in row and "0.75" in row  # saved, speedup 10/7, capture
+    assert "speedup vs LRU = LRU mean latency / policy mean latency (x, >1 faster)" in " ".join(text.split())
+
+
 def test_compare_without_reference_and_with_zero_baseline_hits() -> None:
     results = [_result("lru", 10.0, 1.0, 0.0), _result("he", 10.0, 1.0, 0.3)]
     he = compare(results, reference=None)[1]

@@ -225,22 +225,28 @@ def test_synth_to_an_unwritable_place_is_a_clear_error(tmp_path):
     assert "is not a directory" in _bad(["synth", "--out", str(blocker / "x.jsonl"), "--workflows", "2"])
 
 
-def test_table_fits_80_columns_without_cutting_figures():
+def test_tables_fit_80_columns_without_cutting_figures():
     from rich.console import Console
 
-    from pbkv_server.sim.report import results_table
+    from pbkv_server.sim.report import breakdown_table, latency_table, results_table
 
     row = {"hit_rate": 0.2441, "host_hit_rate": 0.2735, "mean_latency_s": 1364.12, "p99_latency_s": 4321.5,
            "mean_ttft_s": 70.025, "evictions": 123456, "prefetched_tokens": 3_869_610,
-           "latency_ms": {"eviction_decision": {"mean_ms": 0.0312}}, "gap_closed": -0.1234}
+           "latency_ms": {"eviction_decision": {"mean_ms": 0.0312}}, "gap_closed": -0.1234, "prefill_saved": 0.5079,
+           "latency_speedup": 1.1834, "latency_capture": -0.1234,
+           "latency_breakdown_s": {"queue_s": 1000.5, "load_s": 12.25, "prefill_s": 100.75, "decode_s": 200.5,
+                                   "tool_s": 50.12}}
+    rows = {"pbkv-aggressive": row, "lru": dict(row, prefetched_tokens=0, gap_closed=None, latency_capture=None)}
     console = Console(width=80, record=True, file=open("/dev/null", "w"))
-    console.print(results_table({"pbkv-aggressive": row, "lru": dict(row, prefetched_tokens=0, gap_closed=None)}))
+    for table in (results_table(rows), latency_table(rows), breakdown_table(rows)):
+        console.print(table)
     text = console.export_text()
-    assert "…" not in text
-    for cell in ("pbkv-aggressive", "0.244", "-0.12", "0.274", "0.518", "1364.1", "4321.5", "70.025", "123456",
-                 "3.87M", "0.031"):
+    assert "…" not in text and max(map(len, text.splitlines())) <= 80
+    for cell in ("pbkv-aggressive", "0.244", "-0.12", "0.274", "0.518", "0.508", "1364.1", "4321.5", "70.025",
+                 "123456", "3.87M", "0.031", "1.18x", "1000.5", "12.25"):
         assert cell in text, cell
-    assert [line.split()[2] for line in text.splitlines() if line.startswith("lru")] == ["-"]
+    lru = [line.split() for line in text.splitlines() if line.startswith("lru")]
+    assert lru[0][2] == "-" and lru[1][-1] == "-"  # gap closed, latency capture undefined
 
 
 def test_plot_is_written_at_exactly_the_given_path(tmp_path):

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from pbkv_server.bench_cli import app
 from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY
-from pbkv_server.sim.profiles import DEFAULT_HOST_RATIO, get_profile, host_tokens_for
+from pbkv_server.sim.profiles import DEFAULT_HOST_RATIO, PAPER_HOST_RATIO, get_profile, host_tokens_for
+from pbkv_server.sim.study import StudySettings
 from pbkv_server.sim.report import gap_closed
 from sim_fixtures import write_model
 
@@ -53,8 +54,8 @@ def test_host_tokens_rule():
 
 
 @pytest.mark.parametrize("args,host", [
-    (["--device-tokens", "30000"], 60_000),
-    (["--device-tokens", "30000", "--host-ratio", "1"], 30_000),
+    (["--device-tokens", "30000"], 30_000),  # PAPER_HOST_RATIO = 1, as pbkv-bench study
+    (["--device-tokens", "30000", "--host-ratio", "2"], 60_000),
     (["--device-tokens", "30000", "--host-ratio", "1", "--host-tokens", "5000"], 5_000),
 ])
 def test_the_host_tier_follows_the_device_size_and_the_table_and_json_say_so(trace, tmp_path, args, host):
@@ -72,10 +73,13 @@ def test_host_ratio_0_means_no_host_tier(trace, tmp_path):
         assert summary["prefetched_tokens"] == 0
 
 
-def test_without_device_tokens_the_profiles_sizes_run(trace, tmp_path):
+def test_without_device_tokens_the_profiles_device_runs_with_a_host_tier_of_the_same_size(trace, tmp_path):
     p = get_profile(PROFILE)
-    data, _ = _replay(trace, tmp_path, "--policy", "lru", "--no-gap")
-    assert (data["lru"]["device_tokens"], data["lru"]["host_tokens"]) == (p.device_kv_tokens, p.host_kv_tokens)
+    data, output = _replay(trace, tmp_path, "--policy", "lru", "--no-gap")
+    # the PBKV paper's setup (HiCache HICACHE_RATIO=1), with or without --device-tokens, as study's default
+    assert (data["lru"]["device_tokens"], data["lru"]["host_tokens"]) == (p.device_kv_tokens, p.device_kv_tokens)
+    assert PAPER_HOST_RATIO == 1.0 and StudySettings().host_ratio == PAPER_HOST_RATIO
+    assert f"device {p.device_kv_tokens} tok, host {p.device_kv_tokens} tok (1x)" in output
 
 
 @pytest.mark.parametrize("ratio", ["-1", "nan", "1e308"])  # 1e308 x device tokens overflowed to a traceback

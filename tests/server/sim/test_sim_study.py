@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 
 from pbkv_server.bench_cli import app
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies, policy_info
+from pbkv_server.engine.guard import host_value
+from pbkv_server.sim.profiles import get_profile
 from pbkv_server.sim.study import Point, Run, StudySettings, admission_limits, aggregate, run_study, study_steps
 from pbkv_server.sim.synth import generate, write_trace
 
@@ -84,6 +86,20 @@ def test_a_small_study_runs_every_study_with_the_counted_replays_and_ratios_to_t
     base = [p for p in sweep if p.policy == BASELINE_POLICY]
     assert all(p.mean["hit_ratio"] == 1.0 and p.mean["latency_ratio"] == 1.0 for p in base)
     b4 = next(p for p in base if p.x == 4)
+    # measures against lru and opt replayed once per concurrency (means of linear figures are the
+    # figures of the means): capture = (L_lru - L) / (L_lru - L_opt), saved = hit + v x host hit
+    v = host_value(get_profile(SMALL["profile"]))
+    assert set(result.references) == set(result.baselines) == {2, 4}
+    for p in sweep:
+        l_base, l_ref = result.baselines[p.x]["mean_latency_s"], result.references[p.x]["mean_latency_s"]
+        if l_base / l_ref >= 1.005:
+            assert p.mean["latency_capture"] == pytest.approx((l_base - p.mean["mean_latency_s"]) / (l_base - l_ref))
+        else:
+            assert math.isnan(p.mean["latency_capture"])
+        assert p.mean["prefill_saved"] == pytest.approx(p.mean["hit_rate"] + v * p.mean["host_hit_rate"])
+        if p.n == 1:
+            assert p.mean["latency_speedup"] == pytest.approx(l_base / p.mean["mean_latency_s"])
+            assert p.mean["latency_ratio"] == p.mean["latency_speedup"]  # the older key, same figure
     for p in points:  # every ratio is against the baseline replayed at the same concurrency
         if p.study != "concurrency":
             assert p.mean["hit_ratio"] == pytest.approx(p.mean["hit_rate"] / b4.mean["hit_rate"])
@@ -117,7 +133,14 @@ def test_study_command_writes_a_report_json_and_one_figure_per_study(run_dir, tm
         png = out / f"codegen_run_{figure}.png"
         assert png.stat().st_size > 10_000 and f"({png.name})" in report, study
     assert "Admission limit" in report or "admission limit" in report
+    # every study table is introduced by the host tier and the speedup convention, and has the measures
+    tables = report.count("| policy | n | device hit |")
+    assert tables == 3 and report.count("Host tier 1x device (60,000 tok); speedup vs lru = its mean latency / "
+                                        "the policy's (x, >1 faster).") == tables
+    assert report.count("| prefill saved | hit x lru | speedup vs lru | latency capture |") == tables
+    assert "'-' when opt is not at least 0.5% faster than lru" in report
     data = json.loads((out / "study.json").read_text())
+    assert set(data["codegen_run"]["references"]) == {"2", "4"}
     assert {p["study"] for p in data["codegen_run"]["points"]} == {"concurrency", "gamma", "noise"}
 
 
