@@ -92,3 +92,16 @@ def test_recorded_timing_keeps_the_wall_clock_gaps(fixture_data: Path, tmp_path:
             if a.agent == P.QUERY_WRITER:
                 kept[(wid, a.step)] = b.t_start - a.t_end
     assert kept == pytest.approx(gaps) and min(kept.values()) >= INJECTED_DELAY_S
+
+
+def test_an_unknown_timing_is_one_error_line_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from examples.common.cli import make_app
+
+    monkeypatch.setenv("PBKV_DATA_DIR", str(tmp_path / "no-data"))  # had the run started: a data error
+    result = CliRunner().invoke(make_app(hover_run.spec, "test"), ["--quick", "--timing", "wallclock",
+                                                                    "--out-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 2
+    assert "unknown timing 'wallclock'; choose from nominal, recorded" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "runs").exists()
