@@ -60,7 +60,7 @@ def _run(out: Path, monkeypatch: pytest.MonkeyPatch, slow_tool: bool, timing: st
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_a_slowed_tool_changes_neither_the_traces_nor_the_figures(fixture_data: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     first, gaps_fast = _run(tmp_path / "a", monkeypatch, slow_tool=False)
@@ -81,7 +81,7 @@ def test_a_slowed_tool_changes_neither_the_traces_nor_the_figures(fixture_data: 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_recorded_timing_keeps_the_wall_clock_gaps(fixture_data: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     summary, gaps = _run(tmp_path / "r", monkeypatch, slow_tool=True, timing="recorded")
