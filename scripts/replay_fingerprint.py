@@ -16,8 +16,9 @@ Cases recorded:
   (host tier given explicitly, so defaults that change later do not move the figures);
 * each ``--example SUMMARY.json`` (the ``--json`` file of an example run): its recorded test trace
   replayed with its trained predictor, concurrency, device and host capacity. The example's app
-  run is not repeated: its traces keep wall-clock tool gaps, so a second app run is a slightly
-  different workload, while a replay of the same trace is deterministic.
+  run is not repeated: a replay of the same trace is deterministic, and with nominal timing (the
+  examples' default) a second app run gives the same trace anyway (``scripts/compare_example_runs.py``);
+  a ``--timing recorded`` run keeps wall-clock tool gaps, so its rerun is a slightly different workload.
 
 Figures kept per run: device and host hit rate, evictions, evicted/prefetched tokens, mean/p50/p99
 workflow latency, mean/p99 TTFT, request and workflow counts, per-agent TTFT and the hit-rate

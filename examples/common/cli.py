@@ -45,6 +45,9 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
                                                "several (HoVer: per-agent, the default, or shared)"),
         seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="task split, scenario and training seed"),
         epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="predictor training epochs"),
+        timing: str = typer.Option("nominal", "--timing", help="trace times: nominal (seeded tool and framework "
+                                   "gaps: the same seed gives the same figures on any machine) or recorded (this "
+                                   "run's wall clock, which moves with the machine's load)"),
         no_belady: bool = typer.Option(False, "--no-opt", "--no-belady",
                                        help="skip the offline optimum opt, the reference every gap is measured "
                                             "against (--no-belady is its former name)"),
@@ -58,7 +61,8 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
         opts = RunOptions(quick=quick, n_train=train, n_test=test, app_concurrency=app_concurrency,
                           replay_concurrency=concurrency, profile=profile, setup=setup, pressure=pressure,
                           host_ratio=host_ratio, messages=messages, seed=seed,
-                          out_dir=out_dir, json_out=json_out, belady=not no_belady, epochs=epochs)
+                          out_dir=out_dir, json_out=json_out, belady=not no_belady, epochs=epochs,
+                          timing=timing)
         try:
             run_example(spec_factory(), opts, console)
         except (DataError, ValueError, KeyError) as exc:

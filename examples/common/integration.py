@@ -7,7 +7,8 @@ and a change of those APIs touches this file only:
 * :func:`train_predictor`: the ``pbkv-predictor train`` CLI (run as a subprocess so torch
   threads and memory stay out of the app process);
 * :func:`replay`: ``pbkv_server.sim.simulator`` (``load_workload`` + ``simulate``) with
-  ``predictor.serving.load_predictor``, one fresh predictor per policy.
+  ``predictor.serving.load_predictor``, one fresh predictor per policy;
+* :func:`retime_trace`: ``pbkv_server.sim.nominal.retime`` (nominal, seeded timing of a recording).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from rich.console import Console
 from examples.common.results import PolicyResult
 from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter, read_trace
 
-__all__ = ["embedded_server", "train_predictor", "replay", "read_records", "canonicalise_trace", "summary_to_result"]
-
+__all__ = ["embedded_server", "train_predictor", "replay", "read_records", "canonicalise_trace", "retime_trace",
+           "summary_to_result"]
 
 
 @contextlib.contextmanager
@@ -89,13 +90,39 @@ def canonicalise_trace(path: Path) -> int:
         return (rec.workflow_id, 1, 0, 0.0)
 
     records.sort(key=key)
+    _rewrite(path, records)
+    return len(records)
+
+
+def retime_trace(path: Path, seed: int, tool_gaps: Mapping[str, tuple[float, float]] | None = None) -> int:
+    """Rewrite the trace at ``path`` with nominal, seeded times (:func:`pbkv_server.sim.nominal.retime`).
+
+    The app's recording carries wall-clock times: the gaps between a workflow's calls (framework
+    and tool time) and the calls' durations grow with the load of the machine, and a replay keeps
+    those gaps. After this rewrite the trace, and so every replayed figure, is a function of the
+    seed and of the calls' content only. Replaced atomically, like :func:`canonicalise_trace`.
+
+    Args:
+        tool_gaps: per agent, the seconds ``(low, high)`` of the tool that runs after its calls.
+
+    Returns:
+        the number of records written.
+    """
+    from pbkv_server.sim.nominal import retime
+
+    records = retime(read_records(path), seed, tool_gaps)
+    _rewrite(path, records)
+    return len(records)
+
+
+def _rewrite(path: Path, records: Sequence[TraceRecord]) -> None:
+    """Replace the trace at ``path`` by ``records`` (through ``path.tmp``, so a reader never sees half)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)  # the writer appends
     with TraceWriter(tmp) as writer:
         for rec in records:
             writer.write(rec)
     os.replace(tmp, path)
-    return len(records)
 
 
 def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrency: int, profile: str,

@@ -3,6 +3,9 @@
 1. start the embedded pbkv-server (sim engine) on 127.0.0.1 with the example's scenario;
 2. run the real app over training and test tasks with real concurrency, recording traces
    through the PBKV SDK (one JSONL file per split);
+   then give the traces nominal, seeded timing (``--timing nominal``, the default:
+   :func:`pbkv_server.sim.nominal.retime`), so the rest depends on the seed, not on how loaded
+   the machine was while the app ran;
 3. train the workflow predictor on the training traces (``pbkv-predictor train``);
 4. replay the test traces under every policy at the paper's concurrency and a named hardware
    profile, with the capacities of the chosen setup (:mod:`examples.common.capacity`: ``paper``,
@@ -22,7 +25,7 @@ import random
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
@@ -41,7 +44,11 @@ from pbkv_server.sim.measures import host_value
 from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
 
 __all__ = ["ExampleSpec", "RunOptions", "run_example", "check_outputs", "OutputPathError", "seeded_split",
-           "RESULT_FILES", "replay_policies", "run_name"]
+           "RESULT_FILES", "replay_policies", "run_name", "TIMINGS"]
+
+#: Trace timings a run can replay: ``nominal`` (seeded model, :mod:`pbkv_server.sim.nominal`; the
+#: same seed gives the same traces and figures on any machine) or ``recorded`` (the app run's wall clock).
+TIMINGS = ("nominal", "recorded")
 
 #: Predictor epochs of a --quick run (the CLI default, 60 with early stopping, is for full runs).
 QUICK_EPOCHS = 15
@@ -67,6 +74,9 @@ class ExampleSpec:
         summarise_outcomes: ``outcomes -> dict`` of app-level figures (loops per task property, ...).
         message_conventions: the ways the app can build its prompts, default first (empty: one
             way); a chosen one reaches ``run_tasks`` as ``messages=NAME``.
+        tool_gaps: per agent, the ``(low, high)`` seconds of the tool the app runs after that
+            agent's calls, for nominal timing (:func:`pbkv_server.sim.nominal.retime`); agents
+            not named hand off after :data:`pbkv_server.sim.nominal.HANDOFF_GAP_S`.
     """
 
     name: str
@@ -80,6 +90,7 @@ class ExampleSpec:
     static_graph: Mapping[str, Sequence[str]] | None = None
     summarise_outcomes: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None
     message_conventions: tuple[str, ...] = ()
+    tool_gaps: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -106,6 +117,9 @@ class RunOptions:
         belady: also replay the offline reference policy (``REFERENCE_POLICY``).
         epochs: predictor training epochs (``None``: :data:`QUICK_EPOCHS` with ``quick``, else
             the predictor's default).
+        timing: the traces' times (:data:`TIMINGS`): ``nominal`` (default; deterministic per
+            seed) or ``recorded`` (the wall clock of the app run: tool and framework gaps as this
+            machine ran them, so figures move with its load).
     """
 
     quick: bool = False
@@ -123,6 +137,7 @@ class RunOptions:
     json_out: Path | None = None
     belady: bool = True
     epochs: int | None = None
+    timing: str = TIMINGS[0]
 
 
 class OutputPathError(ValueError):
@@ -190,6 +205,8 @@ def run_example(spec: ExampleSpec, opts: RunOptions, console: Console | None = N
         get_profile(opts.profile)
     except KeyError as exc:
         raise ValueError(exc.args[0]) from None
+    if opts.timing not in TIMINGS:
+        raise ValueError(f"unknown timing {opts.timing!r}; choose from {', '.join(TIMINGS)}")
     if opts.setup not in cap.SETUPS:
         raise ValueError(f"unknown setup {opts.setup!r}; choose from {', '.join(cap.SETUPS)}")
     if opts.messages is not None and opts.messages not in spec.message_conventions:
@@ -244,6 +261,11 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
     for path in traces.values():
         # Workflows finish in scheduling order; training and replay must not depend on it.
         integ.canonicalise_trace(path)
+        if opts.timing == "nominal":
+            # Nor on the machine's load: wall-clock gaps between calls grow with it.
+            integ.retime_trace(path, opts.seed, spec.tool_gaps)
+    console.print("trace timing: " + ("nominal (seeded tool and framework gaps, pbkv_server.sim.nominal)"
+                                      if opts.timing == "nominal" else "recorded (this run's wall clock)"))
     app_summary = spec.summarise_outcomes(outcomes["train"] + outcomes["test"]) if spec.summarise_outcomes else {}
 
     t = time.perf_counter()
@@ -294,6 +316,7 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
     return {
         "example": spec.name, "app": spec.app, "quick": opts.quick, "profile": opts.profile,
         "replay_concurrency": concurrency, "app_concurrency": opts.app_concurrency, "seed": opts.seed,
+        "timing": opts.timing,
         "train_tasks": len(train), "test_tasks": len(test),
         "working_set": asdict(ws), "setup": opts.setup, "messages": opts.messages or (spec.message_conventions or (None,))[0],
         "pressure": opts.pressure, "device_tokens": device, "host_tokens": host, "host_ratio": capacity.host_ratio,

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from typing import Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from examples.common.results import Comparison, PolicyResult
-from pbkv_server.engine.policies import REFERENCE_POLICY, policy_info
+from pbkv_server.engine.policies import REFERENCE_POLICY
+from pbkv_server.sim.policy_style import policy_style
 
 __all__ = ["results_table", "agent_ttft_table", "latency_breakdown_table", "print_results", "plot_hit_rate_over_time",
-           "plot_bars"]
+           "plot_bars", "hit_rate_figure", "bars_figure"]
 
 
 def results_table(title: str, results: Sequence[PolicyResult], comparisons: Sequence[Comparison]) -> Table:
@@ -81,26 +83,27 @@ def plot_hit_rate_over_time(results: Sequence[PolicyResult], path: str, title: s
     Returns:
         ``path`` (PNG written).
     """
-    import matplotlib
+    return _save(hit_rate_figure(results, title), path)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+def hit_rate_figure(results: Sequence[PolicyResult], title: str):
+    """The figure of :func:`plot_hit_rate_over_time`: each policy in its own colour and line style
+    (:func:`pbkv_server.sim.policy_style.policy_style`, shared by every chart), the legend outside
+    the axes so it covers no data, the title wrapped to the figure's width."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
     for r in results:
         if r.timeline:
             xs, ys = zip(*r.timeline)
-            ax.plot(xs, [100 * y for y in ys], label=r.policy, linestyle="--" if _offline(r.policy) else "-")
+            style = policy_style(r.policy)
+            ax.plot(xs, [100 * y for y in ys], label=r.policy, color=style.colour, linestyle=style.linestyle,
+                    linewidth=1.4)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("device hit rate (%)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(_wrap(title, 80), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", title="policy")
+    return fig
 
 
 #: Colours of the latency parts in :func:`plot_bars` (same order as the breakdown).
@@ -118,13 +121,16 @@ def plot_bars(results: Sequence[PolicyResult], path: str, title: str) -> str:
     Returns:
         ``path`` (PNG written).
     """
-    import matplotlib
+    return _save(bars_figure(results, title), path)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def bars_figure(results: Sequence[PolicyResult], title: str):
+    """The figure of :func:`plot_bars`: one panel per row, so every policy's bar is wide enough
+    for its value label; hit-rate bars in the policy's colour (:func:`policy_style`)."""
+    plt = _pyplot()
     names = [r.policy for r in results]
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 4.8))
+    colours = [policy_style(n).colour for n in names]
+    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(11, 11), layout="constrained")
     totals = [r.mean_latency_s for r in results]
     breakdowns = [r.extra.get("latency_breakdown_s") for r in results]
     if all(breakdowns):
@@ -133,40 +139,51 @@ def plot_bars(results: Sequence[PolicyResult], path: str, title: str) -> str:
             values = [b.get(part, 0.0) for b in breakdowns]
             ax1.bar(names, values, bottom=bottom, color=colour, label=_PART_LABELS[part])
             bottom = [b + v for b, v in zip(bottom, values)]
-        ax1.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=3)
+        ax1.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), title="latency part")
     else:
-        ax1.bar(names, totals, color="tab:blue")
+        ax1.bar(names, totals, color=colours)
     _label(ax1, names, totals, "{:.1f}")
     ax1.set_ylabel("mean workflow latency (s)")
-    ax2.bar(names, [100 * r.hit_rate for r in results], color="tab:green")
+    ax2.bar(names, [100 * r.hit_rate for r in results], color=colours)
     _label(ax2, names, [100 * r.hit_rate for r in results], "{:.1f}%")
     ax2.set_ylabel("device hit rate (%)")
-    ax3.bar(names, [100 * r.host_hit_rate for r in results], color="tab:olive")
+    ax3.bar(names, [100 * r.host_hit_rate for r in results], color=colours)
     _label(ax3, names, [100 * r.host_hit_rate for r in results], "{:.1f}%")
-    ax3.set_ylabel("host hit rate (%, loaded over PCIe)")
+    ax3.set_ylabel("host hit rate (%,\nloaded over PCIe)")
     for ax in (ax1, ax2, ax3):
         ax.tick_params(axis="x", rotation=30)
         plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
         ax.grid(axis="y", alpha=0.3)
         ax.set_ylim(0, max(ax.get_ylim()[1], 1.0) * 1.12)  # room for the value labels
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(_wrap(title, 100), fontsize=10)
+    return fig
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str) -> str:
+    import matplotlib.pyplot as plt
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
+def _wrap(title: str, width: int) -> str:
+    """Each line of ``title`` wrapped at ``width`` characters (a long setting line is cut otherwise)."""
+    return "\n".join(textwrap.fill(line, width) for line in title.split("\n"))
+
+
 def _label(ax, names: Sequence[str], values: Sequence[float], fmt: str) -> None:
     """Write each bar's value above it."""
     for name, value in zip(names, values):
         ax.annotate(fmt.format(value), (name, value), xytext=(0, 2), textcoords="offset points", ha="center",
-                    va="bottom", fontsize=7)
-
-
-def _offline(policy: str) -> bool:
-    """Offline references are drawn dashed; a name the registry does not know is drawn as a policy."""
-    try:
-        return policy_info(policy).offline
-    except ValueError:
-        return False
+                    va="bottom", fontsize=8)

@@ -13,6 +13,7 @@ from examples.hover_langchain import scenario as _scenario  # noqa: F401  (regis
 from examples.hover_langchain.app import build_graph
 from examples.hover_langchain.data import HoverClaim, load_hover
 from examples.hover_langchain.retrieval import build_index
+from pbkv_server.sim.nominal import SEARCH_TOOL_GAP_S
 
 __all__ = ["spec", "run_claims", "summarise", "worked_examples", "N_EXAMPLES", "N_DISTRACTOR_CLAIMS"]
 
@@ -97,4 +98,6 @@ def spec() -> ExampleSpec:
         name="hover_langchain", app=P.APP, title="HoVer + LangGraph", replay_concurrency=72,
         load_tasks=load_hover, split=_split, run_tasks=run_claims, sizes=_SIZES, summarise_outcomes=summarise,
         message_conventions=P.CONVENTIONS,
+        # the retrieval tool runs between the query writer's call and the summarizer's
+        tool_gaps={P.QUERY_WRITER: SEARCH_TOOL_GAP_S},
     )

@@ -154,6 +154,8 @@ def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from pbkv_server.sim.policy_style import policy_style
+
     fig, (ax, lat_ax) = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [2.3, 1]})
     # Seven policies, some nearly equal (kvflow and lru on dynamic workloads): besides colour,
     # vary line style and marker so overlapping curves stay tell-apart in print and greyscale.
@@ -167,12 +169,13 @@ def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[s
         xs = [(b["t_start"] + b["t_end"]) / 2 - t0 for b in timeline]
         ys = [b["hit_rate"] if b["hit_rate"] is not None else math.nan for b in timeline]
         ax.plot(xs, ys, linestyle=styles[i % len(styles)], marker=markers[i % len(markers)], markersize=3.5,
-                linewidth=1.4, alpha=0.9, label=f"{name} ({s['hit_rate']:.2f})")
+                linewidth=1.4, alpha=0.9, label=f"{name} ({s['hit_rate']:.2f})", color=policy_style(name).colour)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("device hit rate (token level)")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="upper left", title="policy (hit rate)")
+    # Below the axes, never over the curves (the latency panel takes the right-hand side).
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, title="policy (hit rate)")
     _latency_bars(lat_ax, results)
     if title:
         fig.suptitle(textwrap.fill(title, 140), fontsize="small")

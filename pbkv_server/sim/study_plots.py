@@ -13,6 +13,7 @@ import textwrap
 from typing import Sequence
 
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY
+from pbkv_server.sim.policy_style import policy_style
 from pbkv_server.sim.study import Point, admission_limits
 
 __all__ = ["FIGURES", "plot_study"]
@@ -73,8 +74,10 @@ def _line(ax, i: int, pts: Sequence[Point], key: str, label: str, scale: float =
     xs = [p.x for p in pts]
     ys = [scale * p.mean[key] for p in pts]
     errs = [scale * p.std[key] for p in pts]
+    # the policy's colour in every chart (policy_style); marker and line style keep close curves apart
+    colour = policy_style(pts[0].policy).colour if pts else None
     ax.errorbar(xs, ys, yerr=errs if any(errs) else None, marker=_MARKERS[i % len(_MARKERS)], markersize=4,
-                linestyle=_STYLES[i % len(_STYLES)], capsize=3, linewidth=1.3, label=label)
+                linestyle=_STYLES[i % len(_STYLES)], capsize=3, linewidth=1.3, label=label, color=colour)
 
 
 def _concurrency(plt, points: Sequence[Point]):

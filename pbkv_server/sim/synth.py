@@ -32,6 +32,8 @@ from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter, Work
 from pbkv_contract.blocks import chain_hash
 from pbkv_contract.features import request_features
 
+from .nominal import EPOCH, HANDOFF_GAP_S, MEAN_INTERARRIVAL_S, SEARCH_TOOL_GAP_S, nominal_times
+
 __all__ = [
     "GRAPHS",
     "CHARS_PER_TOKEN",
@@ -51,8 +53,6 @@ CHARS_PER_TOKEN = 4
 DEFAULT_SYNTH_BLOCK_CHARS = 256
 #: Probability that the signal agent's output tells the truth about whether another round follows.
 SIGNAL_TRUTH = 0.9
-#: Unix time of the first synthetic workflow (fixed so traces are byte-identical per seed).
-EPOCH = 1_767_225_600.0
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,8 @@ class AgentSpec:
         role_tokens: length of its role prompt + tool descriptions (fixed per app and seed).
         output_tokens: completion length of each call.
         tool_tokens: tokens of the tool result appended after its output (``(0, 0)``: no tool).
-        tool_gap_s: seconds the tool runs before the next call (handoff gap when no tool).
+        tool_gap_s: seconds the tool runs before the next call (the framework hand-off,
+            :data:`pbkv_server.sim.nominal.HANDOFF_GAP_S`, when no tool).
         words: vocabulary of its messages.
     """
 
@@ -72,7 +73,7 @@ class AgentSpec:
     role_tokens: tuple[int, int]
     output_tokens: tuple[int, int]
     tool_tokens: tuple[int, int] = (0, 0)
-    tool_gap_s: tuple[float, float] = (0.05, 0.3)
+    tool_gap_s: tuple[float, float] = HANDOFF_GAP_S
     words: tuple[str, ...] = ()
 
 
@@ -198,7 +199,7 @@ RESEARCH = GraphSpec(
     app="research",
     preamble_tokens=700,
     agents={
-        "retriever": AgentSpec("retriever", (600, 900), (80, 200), (800, 2000), (0.5, 3.0),
+        "retriever": AgentSpec("retriever", (600, 900), (80, 200), (800, 2000), SEARCH_TOOL_GAP_S,
                                _w("search query wikipedia article page title")),
         "summarizer": AgentSpec("summarizer", (700, 1000), (200, 500), words=_w("summary evidence states mentions source")),
         "verifier": AgentSpec("verifier", (800, 1100), (60, 200), words=_w("claim verdict supported refuted label")),
@@ -248,7 +249,7 @@ SUPERVISOR = GraphSpec(
         **CODEGEN.agents,
         "reproducer": AgentSpec("reproducer", (800, 1100), (150, 400), (300, 1200), (2.0, 10.0),
                                 _w("reproduce script minimal example observed output run")),
-        "searcher": AgentSpec("searcher", (600, 900), (80, 200), (800, 2000), (0.5, 3.0),
+        "searcher": AgentSpec("searcher", (600, 900), (80, 200), (800, 2000), SEARCH_TOOL_GAP_S,
                               _w("grep definition usage docs reference symbol")),
     },
     prologue=CODEGEN.prologue,
@@ -283,7 +284,7 @@ def generate(
     workflows: int = 100,
     seed: int = 0,
     block_chars: int | None = None,
-    mean_interarrival_s: float = 2.0,
+    mean_interarrival_s: float = MEAN_INTERARRIVAL_S,
 ) -> Iterator[TraceRecord]:
     """The records of ``workflows`` synthetic workflows (each workflow's invocations, then its end), lazily.
 
@@ -412,7 +413,7 @@ def _workflow(spec: GraphSpec, roles: dict[str, int], wid: str, t0: float, rng: 
         hashes, block_tokens = hasher.hashes_and_tokens(segments)
         prompt_tokens = sum(block_tokens)
         completion = _loguniform(rng, *agent.output_tokens)
-        ttft, t_end = _nominal_times(t, prompt_tokens, completion)
+        ttft, t_end = nominal_times(t, prompt_tokens, completion)
         yield InvocationRecord(
             app=spec.app, workflow_id=wid, step=step, agent=agent_name, t_start=round(t, 3),
             t_end=round(t_end, 3), ttft_s=round(ttft, 3), prompt_tokens=prompt_tokens,
@@ -431,14 +432,6 @@ def _workflow(spec: GraphSpec, roles: dict[str, int], wid: str, t0: float, rng: 
         t = t_end + rng.uniform(*agent.tool_gap_s)
     hasher.forget_workflows()
     yield WorkflowEndRecord(app=spec.app, workflow_id=wid, t=round(t, 3), status="completed")
-
-
-def _nominal_times(t: float, prompt_tokens: int, output_tokens: int) -> tuple[float, float]:
-    """Recorded ``(ttft_s, t_end)`` of a synthetic call started at ``t`` (seconds): a nominal 0.1 s
-    + 4,000 prompt tokens/s prefill and 25 ms per output token. Replay recomputes timing from the
-    cost model; these only make the trace look like a recording."""
-    ttft = 0.1 + prompt_tokens / 4000.0
-    return ttft, t + ttft + output_tokens * 0.025
 
 
 def _loguniform(rng: random.Random, lo: int, hi: int) -> int:

@@ -29,7 +29,8 @@ from typing import Iterator
 from pbkv_contract.features import request_features
 from pbkv_contract.trace import InvocationRecord, TraceRecord, WorkflowEndRecord
 
-from .synth import CHARS_PER_TOKEN, EPOCH, GRAPHS, _Hasher, _loguniform, _nominal_times, _words, _workflow
+from .nominal import EPOCH, nominal_times
+from .synth import CHARS_PER_TOKEN, GRAPHS, _Hasher, _loguniform, _words, _workflow
 
 __all__ = ["ChatSpec", "CHAT", "CHAT_GRAPHS", "generate_chat"]
 
@@ -113,7 +114,7 @@ def _conversation(spec: ChatSpec, cid: str, k: int, system_tokens: int, t: float
         hashes, block_tokens = hasher.hashes_and_tokens(segments)
         prompt_tokens = sum(block_tokens)
         reply = _loguniform(rng, *spec.reply_tokens)
-        ttft, t_end = _nominal_times(t, prompt_tokens, reply)
+        ttft, t_end = nominal_times(t, prompt_tokens, reply)
         yield InvocationRecord(
             app=spec.app, workflow_id=wid, step=0, agent="assistant", t_start=round(t, 3),
             t_end=round(t_end, 3), ttft_s=round(ttft, 3), prompt_tokens=prompt_tokens, completion_tokens=reply,

@@ -1,0 +1,59 @@
+"""One colour and line style per policy, shared by every chart (examples, study, replay timelines).
+
+Colours come from the policy's position in the registry (:func:`pbkv_server.engine.policies.available_policies`,
+registration order, built-ins first), so a policy keeps its colour in every chart and run, and two
+registered policies never share one while there are at most ``len(PALETTE)`` of them. Offline
+references (``opt``, ``belady``) are drawn dashed, online policies solid. A name the registry
+does not know (a plugin not installed here) gets a colour from its name's hash, drawn dotted so
+it cannot pass for a registered policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+__all__ = ["PALETTE", "PolicyStyle", "policy_style"]
+
+#: Distinct colours in registry order: matplotlib's tab10, then ten more chosen to stay apart
+#: from it and from each other (hex RGB).
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#000000", "#e6b800", "#1a1a80", "#008080", "#7cd92b", "#cc00cc", "#800000", "#fa8072", "#4d6b3a", "#6a5acd",
+)
+
+
+@dataclass(frozen=True)
+class PolicyStyle:
+    """How a policy is drawn: ``colour`` (hex RGB) and matplotlib ``linestyle``."""
+
+    colour: str
+    linestyle: str
+
+
+def policy_style(name: str) -> PolicyStyle:
+    """The colour and line style of policy ``name`` (module docstring)."""
+    order = _registered()
+    if name in order:
+        i = order.index(name)
+        colour = PALETTE[i % len(PALETTE)]
+        return PolicyStyle(colour, "--" if _offline(name) else "-")
+    digest = int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:4], "little")
+    return PolicyStyle(PALETTE[digest % len(PALETTE)], ":")
+
+
+@lru_cache(maxsize=1)
+def _registered() -> tuple[str, ...]:
+    from pbkv_server.engine.policies import available_policies
+
+    return tuple(available_policies())
+
+
+def _offline(name: str) -> bool:
+    from pbkv_server.engine.policies import policy_info
+
+    try:
+        return policy_info(name).offline
+    except ValueError:
+        return False
