@@ -36,7 +36,8 @@ from typing import Iterator
 from pbkv_contract.features import request_features
 from pbkv_contract.trace import InvocationRecord, TraceRecord, WorkflowEndRecord
 
-from .synth import CHARS_PER_TOKEN, EPOCH, _Hasher, _loguniform, _nominal_times, _words
+from .nominal import nominal_times
+from .synth import CHARS_PER_TOKEN, EPOCH, _Hasher, _loguniform, _words
 
 __all__ = ["CodingAgentSpec", "CODING_AGENT", "GRAPH_NAME", "DEFAULT_BLOCK_CHARS", "PUBLISHED", "generate_coding_agent"]
 
@@ -152,7 +153,7 @@ def _session(spec: CodingAgentSpec, sid: str, t: float, rng: random.Random, hash
             hashes, block_tokens = hasher.hashes_and_tokens(head + history)
             prompt = sum(block_tokens)
             completion = _loguniform(rng, *spec.completion_tokens)
-            ttft, t_end = _nominal_times(t, prompt, completion)
+            ttft, t_end = nominal_times(t, prompt, completion)
             yield InvocationRecord(
                 app=spec.app, workflow_id=wid, step=j, agent="user" if j == 0 else "agent",
                 t_start=round(t, 3), t_end=round(t_end, 3), ttft_s=round(ttft, 3), prompt_tokens=prompt,
