@@ -65,6 +65,7 @@ SMALL = dict(profile="h100-qwen2.5-32b", device_tokens=60_000, concurrency=4, co
              lambdas=(0.0, 1.0))
 
 
+@pytest.mark.slow
 def test_a_small_study_runs_every_study_with_the_counted_replays_and_ratios_to_the_baseline(run_dir):
     from pbkv_contract.trace import read_trace
 
@@ -114,6 +115,7 @@ def test_a_small_study_runs_every_study_with_the_counted_replays_and_ratios_to_t
     json.dumps(result.to_json(), allow_nan=True)  # JSON-ready
 
 
+@pytest.mark.slow
 def test_study_without_a_training_trace_skips_the_trained_studies_and_says_so(run_dir):
     from pbkv_contract.trace import read_trace
 
@@ -123,6 +125,7 @@ def test_study_without_a_training_trace_skips_the_trained_studies_and_says_so(ru
     assert any("no training trace" in n for n in result.notes)
 
 
+@pytest.mark.slow
 def test_study_command_writes_a_report_json_and_one_figure_per_study(run_dir, tmp_path):
     out = tmp_path / "out"
     result = runner.invoke(app, ["study", str(run_dir), "--out-dir", str(out), "--profile", "h100-qwen2.5-32b",
