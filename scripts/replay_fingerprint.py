@@ -144,13 +144,13 @@ def add_policies(fixture: Path, policies: list[str], workflows: int = SYNTH["wor
         return 2
     with tempfile.TemporaryDirectory(prefix="pbkv-fingerprint-") as tmp:
         new = Path(tmp) / "new.json"
-        status = record(new, [], ",".join(["lru", *policies]), workflows)
+        status = record(new, [], ",".join([_baseline(), *policies]), workflows)
         if status:
             return status
         fresh = json.loads(new.read_text(encoding="utf-8"))
     for case, runs in data.items():
-        if fresh[case]["lru"] != runs["lru"]:
-            print(f"replay_fingerprint: lru on {case} differs from {fixture}'s (another --workflows, or the engine "
+        if fresh[case][_baseline()] != runs[_baseline()]:
+            print(f"replay_fingerprint: {_baseline()} on {case} differs from {fixture}'s (another --workflows, or the engine "
                   "changed); nothing written", file=sys.stderr)
             return 2
         for policy in policies:
@@ -208,6 +208,13 @@ def _bench(*args: str) -> None:
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"pbkv-bench {' '.join(args[:2])} failed with exit status {proc.returncode}")
+
+
+def _baseline() -> str:
+    """The baseline policy's name (the registry's, not spelled here)."""
+    from pbkv_server.engine.policies import BASELINE_POLICY
+
+    return BASELINE_POLICY
 
 
 def _registered_policies() -> list[str]:
