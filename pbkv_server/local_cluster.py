@@ -1,11 +1,11 @@
-"""pbkv-server replicas behind an SMG router on this machine: README "Scaling out behind a router".
+"""pbkv-server replicas behind an SMG router on this machine (``docs/routers.md``).
 
 :func:`local_cluster` starts N ``pbkv-server`` replicas on free loopback ports, then SMG
 (``smg launch``, the Shepherd Model Gateway, formerly SGLang's model gateway; ``pip install smg``)
 in front of them, waits until the router has registered every replica, and stops them all on
-exit. Tests and ``benchmarks/router_live.py`` use it; the README gives the same commands by hand.
+exit. Tests and ``benchmarks/router_live.py`` use it; ``docs/routers.md`` gives the same commands by hand.
 
-What SMG 1.13 does with PBKV's traffic (measured, see the README section): it routes
+What SMG 1.13 does with PBKV's traffic (observed against pbkv-server, ``docs/routers.md``): it routes
 ``/v1/chat/completions`` by policy (``consistent_hashing`` keys on ``X-SMG-Routing-Key``),
 forwards the JSON body unchanged (``custom_params.pbkv`` hints arrive) but only its own request
 headers (``X-PBKV-*`` hints are dropped), names the serving worker in ``x-smg-routed-worker-id``,

@@ -9,6 +9,14 @@ was. This script records those figures through the public CLI (``pbkv-bench synt
     python scripts/replay_fingerprint.py record after.json  [--example runs/hover_langchain.json ...]
     python scripts/replay_fingerprint.py compare before.json after.json   # exit 1 on any difference
 
+A new policy joins an existing fingerprint without re-recording the others (the test fixture
+compares only the policies it holds, so a new policy is covered once it is added):
+
+    python scripts/replay_fingerprint.py add FIXTURE --policies NEW[,NEW2] --workflows 60
+
+``add`` replays the fixture's own cases for the new policies (and ``lru`` once more, which must
+equal the fixture's ``lru`` exactly, so the cases are the same ones), then writes them into FIXTURE.
+
 Cases recorded:
 
 * a fixed synthetic trace (``synth --graph codegen --workflows 200 --seed 11``) under every
@@ -60,12 +68,19 @@ def main(argv: list[str] | None = None) -> int:
                      help="an example run's --json summary (repeatable)")
     rec.add_argument("--policies", default=None, help="comma-separated policies (default: every registered one)")
     rec.add_argument("--workflows", type=int, default=SYNTH["workflows"], help="workflows of the synthetic trace")
+    add = sub.add_parser("add", help="record new policies into an existing fingerprint (others untouched)")
+    add.add_argument("fixture", type=Path)
+    add.add_argument("--policies", required=True, help="comma-separated policies not yet in the fixture")
+    add.add_argument("--workflows", type=int, default=SYNTH["workflows"],
+                     help="workflows of the synthetic trace (the fixture's own: 60 for the test fixture)")
     cmp_ = sub.add_parser("compare", help="exit 1 if two fingerprints differ")
     cmp_.add_argument("before", type=Path)
     cmp_.add_argument("after", type=Path)
     args = parser.parse_args(argv)
     if args.cmd == "record":
         return record(args.out, args.example, args.policies, args.workflows)
+    if args.cmd == "add":
+        return add_policies(args.fixture, args.policies.split(","), args.workflows)
     return compare(args.before, args.after)
 
 
@@ -101,6 +116,48 @@ def record(out: Path, examples: list[Path], policies: str | None, workflows: int
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(cases, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {out}: {len(cases)} cases")
+    return 0
+
+
+def recorded_policies(fingerprint: dict[str, Any]) -> list[str]:
+    """The policies a fingerprint holds (those of its first case; every case holds the same)."""
+    return sorted(next(iter(fingerprint.values()))) if fingerprint else []
+
+
+def add_policies(fixture: Path, policies: list[str], workflows: int = SYNTH["workflows"]) -> int:
+    """Record ``policies`` on the synthetic cases of ``fixture`` and write them into it.
+
+    Only synthetic cases are supported (example cases need their run's files). ``lru`` is replayed
+    alongside and must equal the fixture's ``lru`` exactly, which shows that ``workflows`` and the
+    case settings are the fixture's; a policy already in the fixture is refused (use ``record`` for
+    a deliberate re-recording). Returns 0, or 2 with one line on stderr.
+    """
+    data = json.loads(fixture.read_text(encoding="utf-8"))
+    have = set(recorded_policies(data))
+    policies = [p for p in (q.strip() for q in policies) if p]
+    again = sorted(set(policies) & have)
+    if not policies or again:
+        print(f"replay_fingerprint: {', '.join(again) or 'no policy'} already in {fixture}" if again
+              else "replay_fingerprint: --policies names no policy", file=sys.stderr)
+        return 2
+    if any(not case.startswith("synth-") for case in data):
+        print("replay_fingerprint: add supports fingerprints of synthetic cases only", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="pbkv-fingerprint-") as tmp:
+        new = Path(tmp) / "new.json"
+        status = record(new, [], ",".join([_baseline(), *policies]), workflows)
+        if status:
+            return status
+        fresh = json.loads(new.read_text(encoding="utf-8"))
+    for case, runs in data.items():
+        if fresh[case][_baseline()] != runs[_baseline()]:
+            print(f"replay_fingerprint: {_baseline()} on {case} differs from {fixture}'s (another --workflows, or the engine "
+                  "changed); nothing written", file=sys.stderr)
+            return 2
+        for policy in policies:
+            runs[policy] = fresh[case][policy]
+    fixture.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"added {', '.join(policies)} to {fixture} ({len(data)} cases)")
     return 0
 
 
@@ -152,6 +209,13 @@ def _bench(*args: str) -> None:
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"pbkv-bench {' '.join(args[:2])} failed with exit status {proc.returncode}")
+
+
+def _baseline() -> str:
+    """The baseline policy's name (the registry's, not spelled here)."""
+    from pbkv_server.engine.policies import BASELINE_POLICY
+
+    return BASELINE_POLICY
 
 
 def _registered_policies() -> list[str]:

@@ -53,11 +53,10 @@ from typing import Hashable, Sequence
 __all__ = ["ShadowLRU", "LRUGuard", "host_value", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SHARE", "CREDIT_SHARE",
            "HOLD_WINDOWS", "MAX_HOLD_WINDOWS"]
 
-#: Window of the comparison, in device capacities of prompt tokens. Measured choice
-#: (``benchmarks/policy_matrix.py``, chat-mix C=32 and ChatDev): with 2 capacities (same hold in
-#: tokens) a losing order was noticed later, ``he``'s chat class ended 1.6 points lower at 120k
-#: tokens and ChatDev 0.2 points lower; the credit below keeps the short window from tripping a
-#: policy that is well ahead.
+#: Window of the comparison, in device capacities of prompt tokens: a longer window notices a
+#: losing order later; the credit below keeps the short window from tripping a policy that is well
+#: ahead. Chosen with ``benchmarks/policy_matrix.py`` (figures: ``docs/design/engine.md``,
+#: "How the guard's constants were chosen").
 WINDOW_CAPACITIES = 1.0
 #: Allowed deficit of saved tokens (device hits + host_value x host hits) vs the ghost, as a share
 #: of a class's prompt tokens.
@@ -66,18 +65,13 @@ MARGIN = 0.01
 MIN_CLASS_SHARE = 0.1
 #: Key of the all-traffic credit (no app is named by this object).
 _ALL = object()
-#: Most surplus a class may bank against later deficits, as a share of the window's prompt tokens.
-#: Measured choice (``benchmarks/policy_matrix.py``, codegen and supervisor at 120k tokens, C=16,
-#: host 2x): with 0.05, policies ahead of the ghost by 9-19% of their prompt tokens over the run
-#: still tripped on one losing window (``pbkv`` with markov on codegen at 74% of the run) and lost
-#: 1.4-6.9% of mean latency in the fallback hold; with 0.5 (and 1.0) none tripped there, and
-#: chat-mix C=32 at 40k-120k tokens gave the same figures (its chat class never banks a surplus).
+#: Most surplus a class may bank against later deficits, as a share of the window's prompt tokens:
+#: enough that a policy well ahead of the ghost does not trip on one losing window (figures:
+#: ``docs/design/engine.md``, "How the guard's constants were chosen").
 CREDIT_SHARE = 0.5
 #: First fallback hold, in windows of prompt tokens. Each probe of the predicted order costs
 #: about a window of LRU's hits while predictions are still wrong (and the chat class pays most of
-#: it), so holds are long: on chat-mix C=32, first holds of 8 device capacities left the 40k-token
-#: cell 0.8% slower than LRU; 32 capacities 0.35% slower with the chat class 0.6 points below LRU
-#: at 80k tokens; 64 capacities 0.3% slower and chat within 0.3 points at 40k and 80k.
+#: it), so holds are long (figures: ``docs/design/engine.md``, "How the guard's constants were chosen").
 HOLD_WINDOWS = 64
 #: Longest fallback hold, in windows (holds double after each failed probe).
 MAX_HOLD_WINDOWS = 512

@@ -38,6 +38,7 @@ os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 from pbkv_sdk import ending  # noqa: E402
 
 from .apps import build_crewai_crew, build_langgraph_app  # noqa: E402
+from .settle import settle_ends  # noqa: E402
 
 _END_RE = re.compile(r"/pbkv/v1/workflows/([^/]+)/end$")
 
@@ -572,8 +573,7 @@ def _run(server: Any, only: list[str] | None, rows: list, report: Callable[[tupl
             while sum(want.values()) > len(_WATCH.current.ends) and time.monotonic() < deadline:
                 time.sleep(0.05)
                 ending.flush(1.0)
-            time.sleep(0.1)  # a duplicate end, if any, would arrive within this
-            ending.flush(5.0)
+            settle_ends(5.0)  # every end the path will ever send has arrived (duplicates included)
             text, statuses, once = _WATCH.current.summary()
             server_ends = {k: v - before.get(k, 0) for k, v in _server_ends(server).items() if v - before.get(k, 0)}
             stamped_all = all(v == "ok" for _, v in _WATCH.current.hints)

@@ -17,6 +17,7 @@ from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, iter_trace
 
 from .apps import CREWAI_ROLES, build_crewai_crew
 from .fake_openai import FakeOpenAI
+from .settle import settle_ends
 
 _QUESTION_RE = re.compile(r"question-(\d+)")
 
@@ -52,8 +53,7 @@ def ends_after_flush(fake: FakeOpenAI, n: int) -> list[tuple[str, str]]:
     while len(fake.ends) < n and time.monotonic() < deadline:
         ending.flush(1.0)
         time.sleep(0.01)
-    time.sleep(0.2)  # a duplicate, if any, would arrive within this
-    ending.flush(2.0)
+    settle_ends()  # every handler that could send a duplicate has run, and its end has arrived
     return sorted((w, s) for w, s, _ in fake.ends)
 
 
@@ -111,8 +111,7 @@ def test_crew_completes_with_one_warning_when_pbkv_server_is_down(fake_llm, free
     with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
         for i in range(2):
             assert crew.kickoff(inputs={"question": f"question-{i}"}).raw.startswith("reply")
-        time.sleep(0.2)
-        assert ending.flush(10.0)
+        settle_ends(10.0)
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("pbkv_sdk")]
     assert len(warnings) == 1 and "end signal" in warnings[0].getMessage()
     assert len(fake_llm.requests) == 4

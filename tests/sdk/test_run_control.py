@@ -5,7 +5,6 @@ your app", run-control table). A paused workflow gets no end until it finishes."
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TypedDict
 
 import pytest
@@ -14,6 +13,7 @@ from pbkv_sdk import ending
 
 from .cancel import cancel_after
 from .fake_openai import FakeOpenAI, tool_call
+from .settle import settle_ends
 
 
 class _State(TypedDict, total=False):
@@ -236,8 +236,7 @@ def test_crewai_cancelled_akickoff_ends_cancelled_once(fake_llm):
 
     try:
         asyncio.run(cancel_after(crew.akickoff(inputs={"question": "question-1"}), 0.15))
-        time.sleep(0.2)  # a late duplicate from CrewAI's event bus would arrive within this
-        assert ending.flush(5.0)
+        settle_ends(5.0)  # CrewAI's event bus has run every handler that could send a late duplicate
     finally:
         uninstrument()
     assert [s for _, s, _ in fake_llm.ends] == ["cancelled"]
@@ -260,8 +259,7 @@ def test_crewai_guardrail_retry_and_a_hierarchical_manager_stay_in_one_workflow(
         analyst = Agent(role="Analyst", goal="g", backstory="b", llm=llm)
         task = Task(description="question-1", expected_output="x", agent=analyst, guardrail=guardrail)
         Crew(agents=[analyst], tasks=[task]).kickoff()
-        time.sleep(0.2)
-        assert ending.flush(5.0)
+        settle_ends(5.0)
         [(wf, _, _)] = fake_llm.ends
         assert _hints(fake_llm) == [(wf, "Analyst", 0), (wf, "Analyst", 1)]  # the retry is step 1 of the same run
         fake_llm.requests.clear()
@@ -269,8 +267,7 @@ def test_crewai_guardrail_retry_and_a_hierarchical_manager_stay_in_one_workflow(
         worker = Agent(role="Worker", goal="g", backstory="b", llm=llm)
         Crew(agents=[worker], tasks=[Task(description="question-2", expected_output="x")], process=Process.hierarchical,
              manager_llm=llm).kickoff()
-        time.sleep(0.2)
-        assert ending.flush(5.0)
+        settle_ends(5.0)
     finally:
         uninstrument()
     [(wf2, status, _)] = fake_llm.ends

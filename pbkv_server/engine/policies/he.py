@@ -9,11 +9,10 @@ without hints or predictions is ordered exactly as ``lru`` orders it.
 
 Robustness guard (:mod:`~pbkv_server.engine.guard`): while :attr:`~Policy.fallback` is set, the
 score is ignored and the order is ``lae``'s (retired first, then LRU), the same tuple shape with
-score 0. Retired-first stays because it uses no prediction (only end signals) and ``lae`` was
-never more than 0.3% slower than ``lru`` in ``benchmarks/policy_matrix.py`` (chat-mix C=32 at 40k
-tokens: 1.003x); a pure-LRU fallback, measured on chat-mix C=32, was 0.05-1.8% slower than the
-retired-first one and its chat class 1.1 points higher to 0.9 points lower. The guard's ghost
-still compares with pure LRU, so a retired-first order that lost would keep it in fallback.
+score 0. Retired-first stays because it uses no prediction (only end signals), and in
+``benchmarks/policy_matrix.py`` it did no worse than a pure-LRU fallback (the figures are in
+``docs/design/engine.md``, "Why the fallback order is lae's"). The guard's ghost still compares
+with pure LRU, so a retired-first order that lost would keep it in fallback.
 """
 
 from __future__ import annotations

@@ -7,19 +7,40 @@ import pytest
 
 from pbkv_contract.hints import END_PATH, Hints
 
+from pbkv_contract.blocks import prefix_hashes
+from pbkv_server.http.config import ServerConfig
+from pbkv_server.tokenizer import block_tokens, count_tokens, prompt_tokens
 from server_http_fixtures import chat, metric, text_of_tokens
+
+
+def shared_prefix_tokens(earlier: list[dict], later: list[dict]) -> int:
+    """Tokens of ``later``'s leading cache blocks that ``earlier`` already holds, computed from the
+    block hashes and per-block token counts alone (no engine): what a cache that kept all of
+    ``earlier`` must report as ``cached_tokens`` for ``later``."""
+    chars = ServerConfig().block_chars
+    n = 0
+    for a, b, toks in zip(prefix_hashes(earlier, chars), prefix_hashes(later, chars), block_tokens(later, chars)):
+        if a != b:
+            break
+        n += toks
+    return n
 
 
 def test_second_call_of_a_workflow_reuses_a_2000_token_prefix(start_server):
     server = start_server(policy="pbkv")
     system = {"role": "system", "content": text_of_tokens(2000, "instructions")}
+    m1 = [system, {"role": "user", "content": "First question?"}]
+    m2 = [system, {"role": "user", "content": "Second question?"}]
     with httpx.Client(base_url=server.url) as client:
-        first = chat(client, [system, {"role": "user", "content": "First question?"}], Hints("wf-1", "planner", 0, "demo"))
-        second = chat(client, [system, {"role": "user", "content": "Second question?"}], Hints("wf-1", "coder", 1, "demo"))
+        first = chat(client, m1, Hints("wf-1", "planner", 0, "demo"))
+        second = chat(client, m2, Hints("wf-1", "coder", 1, "demo"))
     assert first.status_code == second.status_code == 200
     u1, u2 = first.json()["usage"], second.json()["usage"]
-    assert u1["prompt_tokens"] >= 2000 and u1["prompt_tokens_details"]["cached_tokens"] == 0
-    assert u2["prompt_tokens_details"]["cached_tokens"] >= 1900
+    assert u1["prompt_tokens"] == prompt_tokens(m1) and u1["prompt_tokens_details"]["cached_tokens"] == 0
+    assert u2["prompt_tokens"] == prompt_tokens(m2)
+    shared = shared_prefix_tokens(m1, m2)
+    assert 2000 <= shared < prompt_tokens(m2)  # the fixture: the system prompt is shared, the question is not
+    assert u2["prompt_tokens_details"]["cached_tokens"] == shared
     # Headers report the same figures, and a cached prefix makes the simulated TTFT much shorter.
     assert int(second.headers["X-PBKV-Cached-Tokens"]) == u2["prompt_tokens_details"]["cached_tokens"]
     assert int(second.headers["X-PBKV-Prompt-Tokens"]) == u2["prompt_tokens"]
@@ -31,21 +52,23 @@ def test_streamed_answer_reports_cached_tokens_in_final_usage_chunk(start_server
 
     server = start_server(policy="lru")
     system = {"role": "system", "content": text_of_tokens(2000, "shared")}
+    warm, go = [system, {"role": "user", "content": "warm up"}], [system, {"role": "user", "content": "go"}]
     with httpx.Client(base_url=server.url) as client:
-        chat(client, [system, {"role": "user", "content": "warm up"}])
-        resp = chat(client, [system, {"role": "user", "content": "go"}], stream=True,
-                    stream_options={"include_usage": True})
+        chat(client, warm)
+        resp = chat(client, go, stream=True, stream_options={"include_usage": True})
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
     events = [line[6:] for line in resp.text.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
-    assert len(content) > 0
+    assert content
     assert chunks[-2]["choices"][0]["finish_reason"] in ("stop", "length")
     usage = chunks[-1]["usage"]
-    assert chunks[-1]["choices"] == [] and usage["prompt_tokens_details"]["cached_tokens"] >= 1900
-    assert usage["completion_tokens"] >= 1
+    assert chunks[-1]["choices"] == []
+    assert usage["prompt_tokens"] == prompt_tokens(go)
+    assert usage["prompt_tokens_details"]["cached_tokens"] == shared_prefix_tokens(warm, go)
+    assert usage["completion_tokens"] == count_tokens(content)  # the streamed text, counted again
 
 
 # Device of 2,400 tokens: two private 1,000-token prompts fit, a third forces one eviction.

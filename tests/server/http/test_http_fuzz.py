@@ -16,6 +16,7 @@ from pbkv_server.http.fuzzing import fuzz  # noqa: E402
 CI_EXAMPLES = 40
 
 
+@pytest.mark.slow
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(start_server):
     server = start_server(policy="pbkv", hint_token=None)
     runs = fuzz(server.url, CI_EXAMPLES, seed=17)

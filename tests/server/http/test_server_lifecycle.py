@@ -20,6 +20,7 @@ def _slow_request(server, hints: Hints, result: dict) -> threading.Thread:
     def go():
         with httpx.Client(base_url=server.url, timeout=30) as client:
             result["response"] = chat(client, USER, hints, max_tokens=60)
+        result["done_at"] = time.monotonic()
     thread = threading.Thread(target=go)
     thread.start()
     return thread
@@ -28,12 +29,17 @@ def _slow_request(server, hints: Hints, result: dict) -> threading.Thread:
 def test_the_idle_sweep_never_retires_a_workflow_whose_request_is_decoding(start_server):
     server = start_server(pace=1.0, idle_retire_s=0.2)
     result: dict = {}
-    t0 = time.monotonic()
     thread = _slow_request(server, Hints("wf-slow", "writer", 0, "demo"), result)
-    time.sleep(0.8)  # four idle periods after the request arrived, still decoding
+    deadline = time.monotonic() + 10.0  # on a loaded machine the request may take a while to arrive
+    while server.service.workflows.get("wf-slow") is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.8)  # four idle periods after the request arrived
+    checked_at = time.monotonic()
+    # the check below means something only while the request is still decoding
+    assert thread.is_alive() and "done_at" not in result, "the request finished within 0.8 s; lengthen it"
     assert server.service.workflows.get("wf-slow") is not None
     thread.join()
-    assert result["response"].status_code == 200 and time.monotonic() - t0 > 0.8
+    assert result["response"].status_code == 200 and result["done_at"] > checked_at
     assert server.service.workflows.get("wf-slow") is not None  # idle time counts from here
     deadline = time.monotonic() + 5.0
     while server.service.workflows.get("wf-slow") is not None and time.monotonic() < deadline:
