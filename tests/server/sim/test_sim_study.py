@@ -105,7 +105,6 @@ def test_a_small_study_runs_every_study_with_the_counted_replays_and_ratios_to_t
         if p.study != "concurrency":
             assert p.mean["hit_ratio"] == pytest.approx(p.mean["hit_rate"] / b4.mean["hit_rate"])
     # the baseline point is the plain replay of the trace at that setup (host tier = device, the study's default)
-    from pbkv_server.sim.profiles import get_profile
     from pbkv_server.sim.simulator import load_workload, simulate
 
     direct = simulate(load_workload(read_trace(run_dir / "test.jsonl")), BASELINE_POLICY, get_profile(SMALL["profile"]),
