@@ -215,7 +215,8 @@ async def replay(records: Sequence[Any], target: str, concurrency: int, api: str
         concurrency: most workflows in flight (>= 1).
         api: ``generate`` | ``chat`` | ``auto``.
         vocab_size: token ids are drawn below this (``generate`` only); ``None``: the served model's
-            vocabulary (:func:`detect_vocab_size`), else 32,000.
+            vocabulary (:func:`detect_vocab_size`); with ``generate`` a vocabulary that cannot be
+            learned is a ``ValueError`` (no guess); ``chat`` uses 32,000 (ids only make up text).
         gap_scale: sleep ``gap_scale`` x the recorded gap between a workflow's invocations (0 = none).
         model: ``model`` field of chat requests.
         timeout_s: per-request timeout, seconds.
