@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from pbkv_contract.trace import InvocationRecord, TraceRecord
 from pbkv_server.engine import HardwareProfile
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REFERENCE_POLICY
 from pbkv_server.sim.capacity import WorkingSet, working_set
 from pbkv_server.sim.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3_32B, RTX_A6000, GpuSpec, ModelSpec, \
     derive_profile
@@ -31,8 +32,8 @@ from pbkv_server.sim.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3_32B,
 __all__ = ["POLICIES", "MIN_SPEEDUP", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "Advice", "custom_profile", "advise",
            "advice_lines", "plot_advice"]
 
-#: Policies advise replays, in report order; ``opt`` (the offline optimum) gives the bound.
-POLICIES = ("lru", "lae", "he", "pbkv", "sglang-session", "opt")
+#: Policies advise replays, in report order; the offline optimum (REFERENCE_POLICY) gives the bound.
+POLICIES = HEADLINE_POLICIES
 #: Speedup over LRU below which a policy is "no gain": 3 % of mean latency is within what a
 #: change of concurrency or arrival order moves (a replay is one sample of the workload's order).
 MIN_SPEEDUP = 1.03
@@ -149,7 +150,7 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
                           horizon=horizon, predictor=make_predictor(predictor, horizon, records, app=app))
         advice.latency_s[name] = result.summary["mean_latency_s"]
         advice.hit_rate[name] = result.summary["hit_rate"] + result.summary["host_hit_rate"]
-    base = advice.latency_s.get("lru")
+    base = advice.latency_s.get(BASELINE_POLICY)
     if base:
         advice.speedup = {p: base / lat if lat > 0 else math.nan for p, lat in advice.latency_s.items()}
     advice.verdict = _verdict(advice)
@@ -158,16 +159,17 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
 
 def _verdict(a: Advice) -> str:
     s = a.speedup
-    bound, pbkv = s.get("opt"), s.get("pbkv")
-    if pbkv is None or "lru" not in s:
-        return "undecided: replay lru and pbkv to decide"
-    best = max((p for p in s if p not in ("opt", "lru")), key=lambda p: s[p], default="pbkv")
+    bound, pbkv = s.get(REFERENCE_POLICY), s.get(DEFAULT_POLICY)
+    if pbkv is None or BASELINE_POLICY not in s:
+        return f"undecided: replay {BASELINE_POLICY} and {DEFAULT_POLICY} to decide"
+    best = max((p for p in s if p not in (REFERENCE_POLICY, BASELINE_POLICY)), key=lambda p: s[p],
+               default=DEFAULT_POLICY)
     if bound is not None and bound < MIN_SPEEDUP:
         why = ("the reusable working set fits in the device, so LRU never evicts anything reused"
                if a.regime == "fits in device" else "LRU already gets what the offline optimum gets")
         return f"no gain: deploy plain LRU; even the offline optimum is only {bound:.2f}x LRU ({why})"
     if pbkv >= MIN_SPEEDUP:
-        extra = f", {best} {s[best]:.2f}x" if best != "pbkv" else ""
+        extra = f", {best} {s[best]:.2f}x" if best != DEFAULT_POLICY else ""
         return (f"deploy PBKV: {pbkv:.2f}x faster than LRU (regime {a.regime}; offline bound "
                 f"{'-' if bound is None else f'{bound:.2f}'}x{extra})")
     return (f"no gain from PBKV: {pbkv:.2f}x LRU although the offline bound is "
@@ -190,8 +192,8 @@ def advice_lines(a: Advice) -> list[str]:
         out.append("policy            mean lat s   dev+host hit   speedup vs lru")
         for p, lat in a.latency_s.items():
             out.append(f"{p:16s}  {lat:10.2f}   {a.hit_rate[p]:12.3f}   {a.speedup.get(p, math.nan):8.2f}x")
-        if "opt" in a.speedup:
-            out.append(f"offline optimum's latency gain bound: {a.speedup['opt']:.2f}x LRU")
+        if REFERENCE_POLICY in a.speedup:
+            out.append(f"offline optimum's latency gain bound: {a.speedup[REFERENCE_POLICY]:.2f}x LRU")
     out.append(f"verdict: {a.verdict}")
     return out
 
@@ -213,7 +215,7 @@ def plot_advice(path: str, a: Advice) -> None:
     left.legend(fontsize=8)
     if a.speedup:
         names = list(a.speedup)
-        right.bar(names, [a.speedup[n] for n in names], color=["#999999" if n in ("lru", "opt") else "#4477aa"
+        right.bar(names, [a.speedup[n] for n in names], color=["#999999" if n in (BASELINE_POLICY, REFERENCE_POLICY) else "#4477aa"
                                                                 for n in names])
         right.axhline(1.0, color="black", linewidth=0.8)
         right.set_ylabel("speedup vs LRU (L_lru / L_policy)")

@@ -127,7 +127,7 @@ def test_generate_api_sends_input_ids_recorded_lengths_and_hints(serve_asgi):
     # a call the trace flags internal (a speaker selection) is replayed flagged, the others not
     seen.clear()
     records[1] = dataclasses.replace(records[1], internal=True)
-    asyncio.run(replay(records, server.url, concurrency=1, api="generate"))
+    asyncio.run(replay(records, server.url, concurrency=1, api="generate", vocab_size=32000))
     flags = {(b["sampling_params"]["custom_params"]["pbkv"]["workflow_id"],
               b["sampling_params"]["custom_params"]["pbkv"]["step"]): b["sampling_params"]["custom_params"]["pbkv"].get("internal")
              for b in seen}

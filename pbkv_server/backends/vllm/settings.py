@@ -20,10 +20,10 @@ import os
 from typing import Mapping
 
 from pbkv_server.backends.settings import PluginSettings
-from pbkv_server.engine.policies import policy_info, resolve_policy_name, sglang_policy_names
+from pbkv_server.engine.policies import DEFAULT_POLICY, policy_info, resolve_policy_name, sglang_policy_names
 
 __all__ = ["PluginSettings", "PLUGIN_NAME", "CONNECTOR_NAME", "CACHE_POLICY_NAME", "ENV_POLICY", "ENV_CONFIG",
-           "ENV_CONTROL", "engine_policy_name", "settings_from_env", "policy_from_env"]
+           "ENV_CONTROL", "DEFAULT_PLUGIN_POLICY", "engine_policy_name", "settings_from_env", "policy_from_env"]
 
 #: Name of the plugin's ``vllm.general_plugins`` entry point (pyproject.toml), for ``VLLM_PLUGINS``.
 PLUGIN_NAME = "pbkv"
@@ -32,6 +32,9 @@ CONNECTOR_NAME = "PBKVConnector"
 #: ``eviction_policy`` name of the CPU offload tier's PBKV cache policy (``kv_connector_extra_config``).
 CACHE_POLICY_NAME = "pbkv"
 ENV_POLICY = "PBKV_VLLM_POLICY"
+#: Plugin policy of a runtime built without PBKV_VLLM_POLICY: the product rule's plugin name (its
+#: eviction order; vLLM's offload API gives no room for its prefetch, see the package docstring).
+DEFAULT_PLUGIN_POLICY = policy_info(DEFAULT_POLICY).sglang_name
 ENV_CONFIG = "PBKV_VLLM_CONFIG"
 ENV_CONTROL = "PBKV_VLLM_CONTROL"
 

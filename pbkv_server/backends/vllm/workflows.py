@@ -222,7 +222,7 @@ _RUNTIME: VLLMRuntime | None = None
 
 def runtime() -> VLLMRuntime:
     """The process's runtime, built from the environment at first use
-    (:mod:`~pbkv_server.backends.vllm.settings`; ``pbkv-he`` when ``PBKV_VLLM_POLICY`` is unset).
+    (:mod:`~pbkv_server.backends.vllm.settings`; ``DEFAULT_PLUGIN_POLICY`` when ``PBKV_VLLM_POLICY`` is unset).
 
     Raises:
         ValueError: a bad ``PBKV_VLLM_POLICY`` or ``PBKV_VLLM_CONFIG`` (vLLM reports it at start).
@@ -232,9 +232,9 @@ def runtime() -> VLLMRuntime:
         import os
 
         from .control import ControlInbox
-        from .settings import ENV_CONTROL, policy_from_env, settings_from_env
+        from .settings import DEFAULT_PLUGIN_POLICY, ENV_CONTROL, policy_from_env, settings_from_env
 
-        policy = policy_from_env() or "pbkv-he"
+        policy = policy_from_env() or DEFAULT_PLUGIN_POLICY
         settings = settings_from_env(policy)
         path = os.environ.get(ENV_CONTROL, "").strip()
         inbox = None

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Policy", "PolicyInfo", "NodeView", "register_policy", "unregister_policy", "available_policies", "policy_info",
     "make_policy", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
-    "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "ENTRY_POINT_GROUP",
+    "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES", "ENTRY_POINT_GROUP",
 ]
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,10 @@ BASELINE_POLICY = "lru"
 DEFAULT_POLICY = "pbkv"
 #: Offline bound that tables report the gap to (replay only): MIN over the replay's own order.
 REFERENCE_POLICY = "opt"
+#: The short comparison a summary reports (``pbkv-bench advise``): the baseline, PBKV's rules
+#: without and with the workflow hierarchy, the product rule, what SGLang users run today for
+#: agent sessions, and the offline bound.
+HEADLINE_POLICIES = (BASELINE_POLICY, "lae", "he", DEFAULT_POLICY, "sglang-session", REFERENCE_POLICY)
 #: Entry-point group of out-of-tree policy modules.
 ENTRY_POINT_GROUP = "pbkv.policies"
 

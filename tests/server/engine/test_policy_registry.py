@@ -128,7 +128,7 @@ def test_toy_policy_reaches_the_sglang_launcher_and_the_examples(toy):
 # --------------------------------------------------------------------------- no hard-coded names
 
 #: Module-level constants whose value happens to equal a policy name but names something else.
-NOT_POLICY_NAMES = {"BODY_KEY", "PLUGIN_NAME", "BACKEND_NAME", "MODEL_OWNER", "CACHE_DIR_NAME"}
+NOT_POLICY_NAMES = {"BODY_KEY", "PLUGIN_NAME", "CACHE_POLICY_NAME", "BACKEND_NAME", "MODEL_OWNER", "CACHE_DIR_NAME"}
 SCANNED = ("pbkv_server", "predictor", "examples", "benchmarks", "scripts", "pbkv_contract", "pbkv_sdk")
 REGISTRY_PACKAGE = ROOT / "pbkv_server" / "engine" / "policies"
 
