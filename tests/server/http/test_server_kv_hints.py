@@ -162,3 +162,28 @@ def test_the_openapi_document_states_the_envelope_fields(start_server):
         props = doc["components"]["schemas"][schema]["properties"]
         assert "protocol_version" in props["kv_hints"]["description"] and "kv.fetch" in props["kv_hints"]["description"]
         assert "kv_hint" in props and "kv_transfer_params" in props
+
+
+def test_the_sdk_sends_the_envelope_to_pbkv_server_only_when_opted_in(start_server):
+    """The SDK's envelope out, read by a real pbkv-server: opted in, each request retains its
+    workflow, and the request the framework marks final retires it once served, before the end
+    route is called; not opted in, the server sees no envelope."""
+    import pbkv_sdk
+
+    server = start_server(policy="pbkv")
+    client = pbkv_sdk.http_client()
+    url = server.url + "/v1/chat/completions"
+    body = {"model": "m", "messages": _user(30, "sdk")}
+    with pbkv_sdk.workflow(app="app", workflow_id="wf-plain", server_url=server.url, kv_hints=False):
+        assert client.post(url, json=body).status_code == 200
+        text = httpx.get(server.url + "/metrics").text
+        assert _count(text, "retain", "applied") == 0
+    with pbkv_sdk.workflow(app="app", workflow_id="wf-sdk", server_url=server.url, kv_hints=True) as wf:
+        assert client.post(url, json=body).headers["X-PBKV-Hints"] == "ok"
+        assert server.service.workflows.get("wf-sdk") is not None
+        wf.mark_final()
+        assert client.post(url, json=body).status_code == 200
+        assert server.service.workflows.get("wf-sdk") is None  # the envelope ended it, not the end route
+        text = httpx.get(server.url + "/metrics").text
+    assert _count(text, "retain", "applied") == 1 and _count(text, "evict", "applied") == 1
+    client.close()
