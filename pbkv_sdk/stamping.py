@@ -245,9 +245,10 @@ def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[http
     request.extensions[_STAMPED] = True  # inner PBKV layers (patched transports) leave it alone
     recorder = wf.recorder
     body = b""
-    if body_hints or recorder is not None or wf.kv_hints:
+    kv_hints = getattr(wf, "kv_hints", False)  # a Workflow pickled by an older SDK has none
+    if body_hints or recorder is not None or kv_hints:
         body = request.read()
-        envelope = _envelope(wf, hints) if wf.kv_hints else None
+        envelope = _envelope(wf, hints) if kv_hints else None
         if body_hints or envelope is not None:
             request = _with_body_hints(request, body, hints if body_hints else None, envelope)
             body = request.content
@@ -295,7 +296,7 @@ def _envelope(wf: Workflow, hints: Hints) -> dict[str, Any] | None:
     try:
         from pbkv_sdk.kv_hints import envelope_for
 
-        final = wf.final_next and not wf.final_sent
+        final = getattr(wf, "final_next", False) and not getattr(wf, "final_sent", False)
         envelope = envelope_for(wf.workflow_id, hints.step, wf.llm_origin or "", final)
         if final:
             wf.final_sent = True

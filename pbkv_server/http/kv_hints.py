@@ -50,7 +50,8 @@ class KvPlan:
         cache_ttl_s: pin TTL from a retain, seconds, or ``None``.
         now: ``(kind, workflow_id)`` to apply when the request is submitted (ends of other
             workflows, fetches), in the order sent.
-        end_after: the request's own workflow, to retire once the request finished.
+        end_after: ``(kind, workflow_id)``: the request's own workflow, to retire once the request
+            finished (``kind``: the demote or evict that asked, for the count).
         counted: ``(action, outcome)`` pairs already decided (retains, no-effect actions,
             ignored ones as ``("unknown", "ignored")``).
     """
@@ -58,7 +59,7 @@ class KvPlan:
     priority: int | None = None
     cache_ttl_s: float | None = None
     now: list[tuple[str, str]] = field(default_factory=list)
-    end_after: str | None = None
+    end_after: tuple[str, str] | None = None
     counted: list[tuple[str, str]] = field(default_factory=list)
 
     @property
@@ -81,7 +82,7 @@ def plan_kv_hints(envelope: KvHintEnvelope, own: str | None) -> KvPlan:
             _retain(out, action)
             out.counted.append(("retain", "applied"))
         elif action.after_request(own):
-            out.end_after = own
+            out.end_after = (action.kind, own)
         else:
             out.now.append((action.kind, target))
     return out

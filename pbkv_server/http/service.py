@@ -288,7 +288,7 @@ class PbkvService:
             ttft_s=first.time - sub.submit_time,
         )
         if prep.kv_end_after is not None:  # the trajectory's final turn is served: retire it now
-            self._kv_apply("evict", prep.kv_end_after)
+            self._kv_apply(*prep.kv_end_after)
         self.metrics.ttft.observe(result.ttft_s)
         self.metrics.cached_tokens.inc(result.cached_tokens)
         if self.trace is not None:
@@ -480,10 +480,14 @@ class PbkvService:
 
     def _kv_apply(self, kind: str, workflow_id: str) -> None:
         """Apply one planned demote/evict (an end, as the end route) or fetch, and count it."""
-        if kind == "fetch":
-            done = self.driver.prefetch_workflow(workflow_id) > 0
-        else:
-            done = self.driver.end_workflow(workflow_id, "completed")
+        try:
+            if kind == "fetch":
+                done = self.driver.prefetch_workflow(workflow_id) > 0
+            else:
+                done = self.driver.end_workflow(workflow_id, "completed")
+        except Exception:  # an advisory hint must never fail the request
+            log.exception("kv_hints: %s of workflow %s failed", kind, workflow_id)
+            done = False
         self.metrics.kv_hint_actions.labels(kind, "applied" if done else "no_effect").inc()
 
     def _malformed(self, reason: str, outcome: str) -> None:
