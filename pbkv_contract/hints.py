@@ -28,9 +28,10 @@ hints whose decoded agent or app name breaks :func:`name_problem`'s rules
 check names with the same function before they send.
 
 A body may also carry the engines' versioned KV-hint envelope ``kv_hints`` (vLLM RFC #53421,
-SGLang RFC #36224, Dynamo ``KvHint``): :func:`parse_kv_hints` reads its retain/pin, demote/evict
-and fetch/prefetch actions; unknown action types and versions are ignored and counted, a
-malformed envelope is a malformed hint.
+SGLang RFC #36224; Dynamo's ``KvHint``, named ``kv_hint``): :func:`parse_kv_hints` reads its
+retain/pin, demote/evict/deref and fetch/prefetch actions; unknown action types and versions are
+ignored and counted, a malformed envelope is a malformed hint. It is the one parser of the
+envelope: pbkv-server, the SGLang plugin, the vLLM backend and the SDK's checks all call it.
 """
 
 from __future__ import annotations
@@ -370,31 +371,46 @@ def _hints_from_body(pbkv: Any) -> Hints:
 
 # --------------------------------------------------------------------------- KV-hint envelope
 #
-# The versioned envelope the engines' RFCs define for orchestrator KV hints (vLLM RFC #53421 /
-# PR #53423 ``KvHintsEnvelope``, SGLang RFC #36224, Dynamo ``KvHint`` #13134), sent as the body
-# field ``kv_hints``:
+# The versioned envelope the engines define for orchestrator KV hints (vLLM RFC #53421 / PR #53423
+# ``KvHintsEnvelope``, SGLang RFC #36224 / PR #38891 ``KvHints``, Dynamo ``KvHint`` #13134):
 #
 #     {"protocol_version": "0.1", "message_id": "...",
 #      "actions": [{"action_id": "...", "action_type": "kv.fetch", "action_version": "1.0",
 #                   "payload": {...}}]}
 #
 # Each action is versioned on its own; an engine acts on the types it knows and ignores the rest.
+# Where it travels and what the actions are called, as the public code has them:
+#
+# - vLLM and SGLang: the request field ``kv_hints``;
+# - Dynamo: one message named ``kv_hint`` (#13134), which its vLLM bridge passes as
+#   ``kv_transfer_params.kv_hint``; #14890 lowers it into vLLM's ``kv_hints``;
+# - types: ``kv.fetch`` (Dynamo's router, KVCR), ``kv.retain`` / ``kv.evict`` (Dynamo's session
+#   policy and the vLLM block actions it feeds: payload ``priority``, ``ttl_seconds``,
+#   ``execute_at: "request_completion"``, ``block_hashes``; its envelopes say protocol ``1.0``),
+#   ``kv.deref`` / ``kv.demote`` / ``kv.prefetch`` (SGLang's KvHintManager: ``deref`` drops the
+#   request's own session once it completes, ``demote`` names ``payload.session_id``), and RFC
+#   #51428's Pin; action versions ``1.0``.
 
-#: Body field of the KV-hint envelope.
+#: Body field of the KV-hint envelope (vLLM, SGLang).
 KV_HINTS_KEY = "kv_hints"
-#: Envelope versions understood (the RFCs' first version); another one is ignored, not an error.
+#: Dynamo's name for the same message, at the top of the body or under ``kv_transfer_params``.
+KV_HINT_KEY_DYNAMO = "kv_hint"
+#: Envelope versions understood: the RFCs' ``0.1`` and any ``1.x`` (Dynamo's session policy sends
+#: ``1.0``). Another one has all its actions ignored (counted), never an error.
 KV_HINT_PROTOCOL_VERSIONS = ("0.1",)
+KV_HINT_PROTOCOL_MAJOR = "1"
 #: Action major version understood ("1.0", "1.1", ...).
 KV_HINT_ACTION_MAJOR = "1"
 #: Action types PBKV understands -> what it means to PBKV: ``retain`` (keep a trajectory's cache;
-#: RFC #51428's Retain and Pin), ``demote`` / ``evict`` (a trajectory's cache may go first; Demote),
-#: ``fetch`` (bring cache close before it is needed; Dynamo's ``kv.fetch``, Prefetch).
+#: RFC #51428's Retain and Pin), ``demote`` / ``evict`` (the trajectory is over, its cache may go
+#: first; SGLang's ``kv.deref`` is the same for the request's own session), ``fetch`` (bring the
+#: trajectory's cache close before it is needed; Dynamo's ``kv.fetch``, SGLang's ``kv.prefetch``).
 KV_HINT_ACTION_KINDS = {
     "kv.retain": "retain", "kv.pin": "retain",
-    "kv.demote": "demote", "kv.evict": "evict",
+    "kv.demote": "demote", "kv.evict": "evict", "kv.deref": "evict",
     "kv.fetch": "fetch", "kv.prefetch": "fetch",
 }
-#: Most actions read from one envelope (more are counted as ignored).
+#: Most actions read from one envelope (more are counted as ignored; SGLang's own bound).
 MAX_KV_HINT_ACTIONS = 64
 
 
@@ -407,8 +423,8 @@ class KvHintAction:
         kind: ``retain`` | ``demote`` | ``evict`` | ``fetch`` (:data:`KV_HINT_ACTION_KINDS`).
         action_type, action_version: as sent.
         workflow_id: the trajectory the action targets: ``payload.workflow_id``, else
-            ``payload.session_id`` (the RFCs' session target), else ``None`` (the request's own).
-        payload: the action's payload object, as sent.
+            ``payload.session_id`` (SGLang's demote target), else ``None`` (the request's own).
+        payload: the action's payload object, as sent (``{}`` when left out, as SGLang allows).
     """
 
     action_id: str
@@ -417,6 +433,17 @@ class KvHintAction:
     action_version: str
     workflow_id: str | None
     payload: Mapping[str, Any]
+
+    def target(self, own: str | None) -> str | None:
+        """The workflow the action is about: its own target, else ``own`` (the request's)."""
+        return self.workflow_id if self.workflow_id is not None else own
+
+    def after_request(self, own: str | None) -> bool:
+        """Whether the action waits for the request to finish: a demote/evict of the request's own
+        trajectory is its final turn (vLLM's ``execute_at: request_completion``, SGLang's deref on
+        success, Dynamo closing a trajectory after the stream); retiring it first would serve the
+        request as a new use of the id."""
+        return self.kind in ("demote", "evict") and self.target(own) == own
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,33 +455,56 @@ class KvHintEnvelope:
         actions: understood actions, in the order sent.
         ignored: actions of an unknown type or version (or past :data:`MAX_KV_HINT_ACTIONS`); an
             envelope of an unknown protocol version has all its actions ignored.
+        field: where the envelope was found (``kv_hints``, ``kv_hint``, ``kv_transfer_params.kv_hint``).
     """
 
     protocol_version: str
     message_id: str
     actions: tuple[KvHintAction, ...]
     ignored: int
+    field: str = KV_HINTS_KEY
+
+
+#: Where an envelope may sit in a body, first found wins.
+_KV_HINT_FIELDS = ((KV_HINTS_KEY,), (KV_HINT_KEY_DYNAMO,), ("kv_transfer_params", KV_HINT_KEY_DYNAMO))
+
+
+def _kv_field(body: Mapping) -> tuple[str, Any]:
+    for path in _KV_HINT_FIELDS:
+        value: Any = body
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if value is not None:
+            return ".".join(path), value
+    return KV_HINTS_KEY, None
 
 
 def parse_kv_hints(body: Any) -> tuple[KvHintEnvelope | None, str | None]:
-    """The KV-hint envelope of a request body (``body["kv_hints"]``).
+    """The KV-hint envelope of a request body: ``body["kv_hints"]`` (vLLM, SGLang), else Dynamo's
+    ``body["kv_hint"]`` or ``body["kv_transfer_params"]["kv_hint"]``.
 
     Unknown action types and versions, and envelopes of an unknown protocol version, are not
     errors: they are counted in :attr:`KvHintEnvelope.ignored`. Missing or mistyped fields are.
 
     Returns:
-        ``(envelope, None)``; ``(None, None)`` when the body has no ``kv_hints``; ``(None, reason)``
+        ``(envelope, None)``; ``(None, None)`` when the body has no envelope; ``(None, reason)``
         when the envelope is malformed (callers count it as a malformed hint and serve the request
-        as if it had none). Never raises.
+        as if it had none; ``reason`` starts with the field's name). Never raises.
     """
-    if not isinstance(body, Mapping) or body.get(KV_HINTS_KEY) is None:
+    if not isinstance(body, Mapping):
         return None, None
     try:
-        return _kv_envelope(body[KV_HINTS_KEY]), None
+        where, env = _kv_field(body)
+    except Exception:  # an odd mapping type: no envelope to read
+        return None, None
+    if env is None:
+        return None, None
+    try:
+        return _kv_envelope(env, where), None
     except HintError as exc:
-        return None, f"{KV_HINTS_KEY}: {exc}"
+        return None, f"{where}: {exc}"
     except Exception as exc:  # defensive: never a 500 over a hint
-        return None, f"{KV_HINTS_KEY}: malformed ({type(exc).__name__})"
+        return None, f"{where}: malformed ({type(exc).__name__})"
 
 
 def _kv_str(obj: Mapping, field: str, where: str) -> str:
@@ -464,7 +514,11 @@ def _kv_str(obj: Mapping, field: str, where: str) -> str:
     return value
 
 
-def _kv_envelope(env: Any) -> KvHintEnvelope:
+def _kv_version_known(version: str) -> bool:
+    return version in KV_HINT_PROTOCOL_VERSIONS or version.split(".", 1)[0] == KV_HINT_PROTOCOL_MAJOR
+
+
+def _kv_envelope(env: Any, where: str) -> KvHintEnvelope:
     if not isinstance(env, Mapping):
         raise HintError("must be an object")
     version = _kv_str(env, "protocol_version", "envelope")
@@ -472,20 +526,23 @@ def _kv_envelope(env: Any) -> KvHintEnvelope:
     actions = env.get("actions")
     if not isinstance(actions, list):
         raise HintError("envelope.actions must be a list")
+    known_version = _kv_version_known(version)
     understood: list[KvHintAction] = []
     ignored = 0
     for i, action in enumerate(actions):
-        where = f"actions[{i}]"
+        at = f"actions[{i}]"
         if not isinstance(action, Mapping):
-            raise HintError(f"{where} must be an object")
-        action_id = _kv_str(action, "action_id", where)
-        action_type = _kv_str(action, "action_type", where)
-        action_version = _kv_str(action, "action_version", where)
+            raise HintError(f"{at} must be an object")
+        action_id = _kv_str(action, "action_id", at)
+        action_type = _kv_str(action, "action_type", at)
+        action_version = _kv_str(action, "action_version", at)
         payload = action.get("payload")
+        if payload is None:
+            payload = {}  # SGLang's KvHintAction defaults it; an empty payload is a valid one
         if not isinstance(payload, Mapping):
-            raise HintError(f"{where}.payload must be an object")
+            raise HintError(f"{at}.payload must be an object")
         kind = KV_HINT_ACTION_KINDS.get(action_type)
-        if (version not in KV_HINT_PROTOCOL_VERSIONS or kind is None
+        if (not known_version or kind is None
                 or action_version.split(".", 1)[0] != KV_HINT_ACTION_MAJOR or len(understood) >= MAX_KV_HINT_ACTIONS):
             ignored += 1
             continue
@@ -494,6 +551,6 @@ def _kv_envelope(env: Any) -> KvHintEnvelope:
             try:
                 validate_workflow_id(target)
             except HintError:
-                raise HintError(f"{where}.payload: workflow_id / session_id must be {WORKFLOW_ID_RULE}") from None
+                raise HintError(f"{at}.payload: workflow_id / session_id must be {WORKFLOW_ID_RULE}") from None
         understood.append(KvHintAction(action_id, kind, action_type, action_version, target, payload))
-    return KvHintEnvelope(version, message_id, tuple(understood), ignored)
+    return KvHintEnvelope(version, message_id, tuple(understood), ignored, where)

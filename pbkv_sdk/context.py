@@ -36,6 +36,7 @@ ENV_SERVER_URL = "PBKV_SERVER_URL"
 ENV_TRACE_PATH = "PBKV_TRACE_PATH"
 ENV_APP = "PBKV_APP"
 ENV_BODY_HINTS = "PBKV_BODY_HINTS"
+ENV_KV_HINTS = "PBKV_KV_HINTS"
 ENV_END_TIMEOUT = "PBKV_END_TIMEOUT_S"
 
 #: Default time budget of one end signal, seconds.
@@ -72,6 +73,8 @@ class Workflow:
         end_timeout_s: time budget of the end signal, seconds (``$PBKV_END_TIMEOUT_S``, else 0.5).
         body_hints: also send the hints as ``custom_params.pbkv`` from the process-wide stamping
             of :mod:`pbkv_sdk.autopatch` (``None``: ``$PBKV_BODY_HINTS == "1"``, read now).
+        kv_hints: also send PBKV's retain/prefetch intent and end signal as actions of the
+            engines' KV-hint envelope (:mod:`pbkv_sdk.kv_hints`; ``None``: ``$PBKV_KV_HINTS == "1"``).
 
     Raises:
         HintError: ``workflow_id`` is malformed.
@@ -86,9 +89,15 @@ class Workflow:
         trace_path: str | os.PathLike[str] | None = None,
         end_timeout_s: float | None = None,
         body_hints: bool | None = None,
+        kv_hints: bool | None = None,
     ):
         self.app = app
         self.body_hints = os.environ.get(ENV_BODY_HINTS) == "1" if body_hints is None else body_hints
+        self.kv_hints = os.environ.get(ENV_KV_HINTS) == "1" if kv_hints is None else kv_hints
+        #: The next stamped request is the workflow's last (:meth:`mark_final`); once it carried
+        #: its end as ``kv.evict``, ``final_sent``.
+        self.final_next = False
+        self.final_sent = False
         self.workflow_id = validate_workflow_id(workflow_id) if workflow_id is not None else uuid.uuid4().hex
         self.server_url = server_url or os.environ.get(ENV_SERVER_URL) or None
         self.trace_path = os.fspath(trace_path) if trace_path is not None else None
@@ -156,6 +165,12 @@ class Workflow:
         with self._lock:
             self._unhinted += 1
 
+    def mark_final(self) -> None:
+        """The framework knows its next LLM request is the workflow's last: with ``kv_hints`` on,
+        that request carries the workflow's end as a ``kv.evict`` action (applied by the engine
+        once it is served). :meth:`end` is still to be called."""
+        self.final_next = True
+
     def end(self, status: str = "completed") -> bool:
         """End the workflow: non-blocking end signal to the server and a ``workflow_end`` record.
 
@@ -180,6 +195,10 @@ class Workflow:
         if target is not None:
             end_workflow(self.workflow_id, status, server_url=target, timeout_s=self.end_timeout_s,
                          served_by=tuple(self.served_by))
+        if self.kv_hints and not self.final_sent:  # the envelope carries the end on the next request
+            from pbkv_sdk.kv_hints import queue_end
+
+            queue_end(self.llm_origin, self.workflow_id)
         recorder = self.recorder
         if recorder is not None:
             recorder.write(WorkflowEndRecord(app=self.app, workflow_id=self.workflow_id, t=time.time(), status=status))
@@ -248,6 +267,7 @@ def workflow(
     trace_path: str | os.PathLike[str] | None = None,
     end_timeout_s: float | None = None,
     body_hints: bool | None = None,
+    kv_hints: bool | None = None,
 ) -> Iterator[Workflow]:
     """Run the block as one workflow; it ends ``completed`` on exit, ``failed`` on an exception.
 
@@ -265,6 +285,7 @@ def workflow(
         trace_path=resolve_trace_path(trace_path),
         end_timeout_s=end_timeout_s,
         body_hints=body_hints,
+        kv_hints=kv_hints,
     )
     token = _workflow_var.set(wf)
     status = "completed"
@@ -332,6 +353,7 @@ def workflow_or_fresh(
     trace_path: str | os.PathLike[str] | None = None,
     end_timeout_s: float | None = None,
     body_hints: bool | None = None,
+    kv_hints: bool | None = None,
 ) -> Workflow:
     """A :class:`Workflow` with the user-chosen ``workflow_id``, or a fresh random id if it is bad.
 
@@ -342,14 +364,14 @@ def workflow_or_fresh(
     Args:
         app: app name, resolved with :func:`resolve_app` (``$PBKV_APP`` wins).
         workflow_id: the user's id; ``None`` for a fresh one.
-        server_url, end_timeout_s, body_hints: as for :class:`Workflow`.
+        server_url, end_timeout_s, body_hints, kv_hints: as for :class:`Workflow`.
         trace_path: resolved with :func:`resolve_trace_path` (``$PBKV_TRACE_PATH`` if ``None``).
 
     Returns:
         The new workflow. Never raises :class:`~pbkv_contract.hints.HintError`.
     """
     kwargs = dict(server_url=server_url, trace_path=resolve_trace_path(trace_path), end_timeout_s=end_timeout_s,
-                  body_hints=body_hints)
+                  body_hints=body_hints, kv_hints=kv_hints)
     try:
         return Workflow(resolve_app(app), workflow_id, **kwargs)  # type: ignore[arg-type]
     except HintError as exc:  # a bad user-chosen id must not break the run: use a fresh one

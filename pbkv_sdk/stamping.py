@@ -11,7 +11,8 @@ For each request to an LLM endpoint (path ending in ``/chat/completions``, ``/co
    ``X-PBKV-Internal: 1``, on framework-internal calls such as speaker selection) (and, with
    ``body_hints``, ``custom_params.pbkv`` in the JSON body, the route SGLang keeps, and SGLang's
    own top-level ``session_id`` = the workflow id unless the app set one), plus the workflow id
-   in the router's affinity header (``X-SMG-Routing-Key``, :mod:`pbkv_sdk.routing`);
+   in the router's affinity header (``X-SMG-Routing-Key``, :mod:`pbkv_sdk.routing`); with the
+   workflow's ``kv_hints`` on, the engines' KV-hint envelope (:mod:`pbkv_sdk.kv_hints`);
 2. reads the answer's headers (the server's verdict on the hints, the worker a router names,
    hints a router dropped) and, when the workflow records a trace, watches the response stream
    (first token time, bytes) and hands the finished call to the recorder thread.
@@ -244,10 +245,12 @@ def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[http
     request.extensions[_STAMPED] = True  # inner PBKV layers (patched transports) leave it alone
     recorder = wf.recorder
     body = b""
-    if body_hints or recorder is not None:
+    kv_hints = getattr(wf, "kv_hints", False)  # a Workflow pickled by an older SDK has none
+    if body_hints or recorder is not None or kv_hints:
         body = request.read()
-        if body_hints:
-            request = _with_body_hints(request, body, hints)
+        envelope = _envelope(wf, hints) if kv_hints else None
+        if body_hints or envelope is not None:
+            request = _with_body_hints(request, body, hints if body_hints else None, envelope)
             body = request.content
     return request, PendingCall(hints, recorder, time.time(), body, internal, wf, body_hints)
 
@@ -287,15 +290,46 @@ def _step_for(request: httpx.Request, wf: Workflow) -> int:
     return step
 
 
-def _with_body_hints(request: httpx.Request, body: bytes, hints: Hints) -> httpx.Request:
-    data = json.loads(body or b"{}")
+def _envelope(wf: Workflow, hints: Hints) -> dict[str, Any] | None:
+    """The request's KV-hint envelope (:mod:`pbkv_sdk.kv_hints`), or ``None`` (warned) if it
+    cannot be built: the request then goes out with its other hints (fail open)."""
+    try:
+        from pbkv_sdk.kv_hints import envelope_for
+
+        final = getattr(wf, "final_next", False) and not getattr(wf, "final_sent", False)
+        envelope = envelope_for(wf.workflow_id, hints.step, wf.llm_origin or "", final)
+        if final:
+            wf.final_sent = True
+        return envelope
+    except Exception as exc:
+        _warn_once("kv_hints", "PBKV: request sent without its kv_hints envelope (%s: %s)", type(exc).__name__, exc)
+        return None
+
+
+def _with_body_hints(request: httpx.Request, body: bytes, hints: Hints | None,
+                     envelope: dict[str, Any] | None = None) -> httpx.Request:
+    """``request`` with ``custom_params.pbkv`` (``hints``) and / or the ``kv_hints`` envelope in
+    its JSON body. A body that is not a JSON object raises ``ValueError`` when hints go in it;
+    an envelope alone is then left out (warned), the request sent as it was."""
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        data = None
     if not isinstance(data, dict):
+        if hints is None:
+            _warn_once("kv_hints:body", "PBKV: kv_hints envelope not sent: the request body is not a JSON object")
+            return request
         raise ValueError("request body is not a JSON object")
-    custom = data.get("custom_params")
-    custom = dict(custom) if isinstance(custom, dict) else {}
-    custom[BODY_KEY] = hints.to_body()
-    data["custom_params"] = custom
-    data.setdefault("session_id", hints.workflow_id)  # SGLang's form: the workflow is also a session
+    if hints is not None:
+        custom = data.get("custom_params")
+        custom = dict(custom) if isinstance(custom, dict) else {}
+        custom[BODY_KEY] = hints.to_body()
+        data["custom_params"] = custom
+        data.setdefault("session_id", hints.workflow_id)  # SGLang's form: the workflow is also a session
+    if envelope is not None:
+        from pbkv_sdk.kv_hints import add_to_body
+
+        add_to_body(data, envelope, custom_params=hints is not None)
     content = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
     return httpx.Request(request.method, request.url, headers=headers, content=content, extensions=request.extensions)

@@ -76,6 +76,8 @@ class PBKVCallbackHandler(BaseCallbackHandler):
         trace_path: JSONL trace to record into (default ``$PBKV_TRACE_PATH``; none if unset).
         end_timeout_s: time budget of each end signal, seconds (default 0.5).
         body_hints: also send ``custom_params.pbkv`` (default ``$PBKV_BODY_HINTS``).
+        kv_hints: also send the engines' KV-hint envelope (default ``$PBKV_KV_HINTS``;
+            :mod:`pbkv_sdk.kv_hints`).
 
     Thread-safe; one handler serves any number of concurrent workflows.
     """
@@ -91,6 +93,7 @@ class PBKVCallbackHandler(BaseCallbackHandler):
         *,
         end_timeout_s: float | None = None,
         body_hints: bool | None = None,
+        kv_hints: bool | None = None,
     ):
         super().__init__()
         self.app = app
@@ -98,6 +101,7 @@ class PBKVCallbackHandler(BaseCallbackHandler):
         self.trace_path = trace_path
         self.end_timeout_s = end_timeout_s
         self.body_hints = body_hints
+        self.kv_hints = kv_hints
         self._lock = threading.Lock()
         self._root_of: dict[UUID, UUID] = {}  # run id -> root run id (live runs only)
         self._workflows: dict[UUID, Workflow] = {}  # root run id -> workflow
@@ -208,7 +212,7 @@ class PBKVCallbackHandler(BaseCallbackHandler):
         if wf is None:
             wf = workflow_or_fresh(self.app, metadata.get(WORKFLOW_ID_METADATA_KEY), server_url=self.server_url,
                                    trace_path=self.trace_path, end_timeout_s=self.end_timeout_s,
-                                   body_hints=self.body_hints)
+                                   body_hints=self.body_hints, kv_hints=self.kv_hints)
         with self._lock:
             self._root_of[run_id] = run_id
             self._workflows[run_id] = wf
@@ -296,6 +300,7 @@ def instrument(
     *,
     end_timeout_s: float | None = None,
     body_hints: bool | None = None,
+    kv_hints: bool | None = None,
 ) -> PBKVCallbackHandler:
     """Attach one :class:`PBKVCallbackHandler` to every LangChain/LangGraph run of the process.
 
@@ -310,7 +315,8 @@ def instrument(
         logged and the handler is returned unattached: pass it as ``config={"callbacks": [handler]}``.
     """
     uninstrument()
-    handler = PBKVCallbackHandler(app, server_url, trace_path, end_timeout_s=end_timeout_s, body_hints=body_hints)
+    handler = PBKVCallbackHandler(app, server_url, trace_path, end_timeout_s=end_timeout_s, body_hints=body_hints,
+                                  kv_hints=kv_hints)
     autopatch.acquire(_HOLDER)
     try:
         from langchain_core.tracers.context import register_configure_hook

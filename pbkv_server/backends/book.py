@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable, Iterable
 
-from pbkv_contract.hints import END_STATUSES, Hints
+from pbkv_contract.hints import END_STATUSES, Hints, KvHintEnvelope, parse_kv_hints
 from pbkv_contract.prediction import Predictor
 from pbkv_server.engine.scoring import NodeScore, ScoreBoard
 from pbkv_server.engine.workflows import Workflow, WorkflowTable
@@ -62,6 +62,8 @@ class WorkflowBook:
         self._anonymous = 0
         self._malformed = 0
         self._malformed_logged = False
+        #: KV-hint actions seen (``kv_hints``), by kind (retain, demote, evict, fetch), and ignored ones.
+        self.kv_hint_counts = {"retain": 0, "demote": 0, "evict": 0, "fetch": 0, "ignored": 0}
 
     @property
     def predictor(self) -> Predictor | None:
@@ -140,6 +142,51 @@ class WorkflowBook:
             self.board.touch(rec, wf_id, agent)
             changed += 1
         return changed
+
+    def kv_hints(self, body: Any, hints: Hints | None) -> tuple[KvHintEnvelope | None, str | None]:
+        """Read a request's KV-hint envelope (``body`` as :func:`pbkv_contract.hints.parse_kv_hints`
+        takes it) for a request of ``hints`` (``None``: anonymous) and apply what the book can now.
+
+        Every understood action is counted by kind, unknown ones as ``ignored``; a malformed
+        envelope is counted (and logged once) as a malformed hint, the request's own hints still
+        apply. A demote/evict of another workflow retires it now; one of the request's own
+        workflow is returned, for the backend to retire once the request finished (its final
+        turn; ending it first would leave the request's cache unrecorded). Retain and fetch are
+        the backend's to apply, from the envelope returned. Never raises.
+
+        Returns:
+            ``(envelope, end_after)``: the parsed envelope or ``None``, and the workflow id to end
+            after the request, or ``None``.
+        """
+        try:
+            envelope, reason = parse_kv_hints(body)
+            if envelope is None:
+                if reason is not None:
+                    self._count_malformed(reason)
+                return None, None
+            own = hints.workflow_id if hints is not None else None
+            counts = self.kv_hint_counts
+            counts["ignored"] += envelope.ignored
+            end_after = None
+            for action in envelope.actions:
+                counts[action.kind] += 1
+                target = action.target(own)
+                if action.kind not in ("demote", "evict") or target is None:
+                    continue
+                if action.after_request(own):
+                    end_after = own
+                else:
+                    self.end_workflow(target, "completed")
+            return envelope, end_after
+        except Exception as exc:  # bookkeeping must never fail a request
+            self._count_malformed(f"kv_hints: unreadable ({type(exc).__name__})")
+            return None, None
+
+    def _count_malformed(self, reason: str) -> None:
+        self._malformed += 1
+        if not self._malformed_logged:
+            log.warning("PBKV: malformed hint ignored (%s); further ones are counted only", reason)
+            self._malformed_logged = True
 
     # ------------------------------------------------------------------ lifecycle
     def end_workflow(self, workflow_id: str, status: str = "completed") -> bool:

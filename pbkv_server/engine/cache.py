@@ -404,6 +404,45 @@ class PrefixCache:
             self.refresh(child)
         return True
 
+    def load_nodes(self, nodes: Sequence[Node]) -> int:
+        """Bring the host-tier ones of ``nodes`` back to the device (each through :meth:`load`)
+        while device room lasts: free tokens, plus retired cache and the condemned rest of victims,
+        which conservative prefetch may displace too; active cache is never evicted for them. A
+        node loads once its parent is on the device, so the passes repeat while one loads (parents
+        first, whatever the order).
+
+        Used by an orchestrator's fetch hint (``kv.fetch``: :meth:`Engine.prefetch_workflow`); the
+        policies' own prefetch never calls it.
+
+        Returns:
+            Tokens loaded.
+        """
+        pending = [n for n in nodes if n.attached and n.tier == HOST]
+        loaded, progress = 0, True
+        while pending and progress:
+            progress, rest = False, []
+            for node in pending:
+                if not node.attached or node.tier != HOST:
+                    continue
+                parent = node.parent
+                if parent is None or parent.tier != DEVICE:
+                    rest.append(node)
+                    continue
+                short = node.tokens - self.device_free()
+                if short > 0:
+                    self.evict_for(node, short, self._spare)
+                if node.tokens <= self.device_free() and self.load(node):
+                    loaded += node.tokens
+                    progress = True
+                else:
+                    rest.append(node)
+            pending = rest
+        return loaded
+
+    def _spare(self, victim: Node, tokens: int) -> bool:
+        """Victims :meth:`load_nodes` may evict: retired cache and condemned rests only."""
+        return self.policy.is_retired(victim) or self.condemned(victim)
+
     def evict_for(self, node: Node, tokens: int, limit: Callable[[Node, int], bool] | None = None) -> int:
         """Evict device nodes (as :meth:`evict_device`) to free ``tokens`` for prefetching host node ``node``.
 

@@ -167,6 +167,16 @@ class Engine:
         """
         return self.workflows.end(workflow_id, status, reason) is not None
 
+    def prefetch_workflow(self, workflow_id: str) -> int:
+        """Load the host-tier cache that workflow ``workflow_id`` touched back to the device, as far
+        as free device room goes (an orchestrator's ``kv.fetch`` hint; nothing is evicted for it,
+        a node locked by a running request stays). An ended or unknown workflow has no nodes.
+
+        Returns:
+            Tokens loaded (counted in ``stats.prefetched_tokens`` like any prefetch).
+        """
+        return self.cache.load_nodes([rec.owner for rec in self.board.records(workflow_id)])
+
     def add_end_listener(self, listener: EndListener) -> None:
         """Call ``listener(workflow, status, reason)`` at every workflow end (see :data:`EndListener`)."""
         self._end_listeners.append(listener)

@@ -149,6 +149,10 @@ class ScoreBoard:
         """Number of nodes workflow ``wf`` touched that are still cached."""
         return len(self._nodes.get(wf, ()))
 
+    def records(self, wf: Hashable) -> list[NodeScore]:
+        """The records of the cached nodes workflow ``wf`` touched, in first-touch order."""
+        return list(self._nodes.get(wf, ()))
+
     def set_prediction(self, wf: Hashable, prediction: Prediction | None) -> list[NodeScore]:
         """Install ``wf``'s new prediction (``None`` = no prediction, weights 0) and rescore its nodes.
 

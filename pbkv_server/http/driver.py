@@ -149,6 +149,11 @@ class SimDriver:
             self._wake.set()  # ending may free memory a waiting request needs
         return active
 
+    def prefetch_workflow(self, workflow_id: str) -> int:
+        """Load ``workflow_id``'s host-tier cache back to the device where free room allows (a
+        ``kv.fetch`` hint; :meth:`Engine.prefetch_workflow`); returns the tokens loaded."""
+        return self.engine.prefetch_workflow(workflow_id)
+
     def close_session(self, session_id: str) -> bool:
         """SGLang ``/close_session``: the policy drops the session's tags, and the PBKV workflow of
         the same id ends (``completed``); True if that workflow was active."""

@@ -133,6 +133,8 @@ class Prepared:
             used again after it ended; set at submission).
         tool_calls: the answer's OpenAI ``tool_calls`` (then ``text`` is empty and the message's
             content null), or ``None`` for a text answer.
+        kv_actions: understood ``kv_hints`` actions applied at submission (:mod:`pbkv_server.http.kv_hints`).
+        kv_end_after: ``(kind, workflow_id)`` retired after the request finished (its own demote/evict).
     """
 
     kind: str
@@ -150,6 +152,10 @@ class Prepared:
     block_chars: int
     incarnation: int = 1
     tool_calls: list[dict[str, Any]] | None = None
+    #: KV-hint actions to apply when the request is submitted (other workflows' ends, fetches).
+    kv_actions: tuple = ()
+    #: ``(kind, workflow_id)`` to retire once the request has finished (its own demote/evict).
+    kv_end_after: tuple[str, str] | None = None
 
 
 @dataclass(slots=True)

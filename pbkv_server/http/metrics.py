@@ -5,7 +5,7 @@ the simulator's summaries. Each server owns a private :class:`prometheus_client.
 so several servers in one process (tests, examples) never share or clash over metric names. Engine figures (hit rates,
 evictions, prefetches, workflows, queue depth, tier usage, decision latencies) are read from
 ``Engine.stats`` at scrape time by a custom collector; per-request figures (TTFT, latency,
-malformed hints) are observed as requests finish.
+malformed hints, KV-hint actions) are observed as requests finish.
 """
 
 from __future__ import annotations
@@ -61,6 +61,12 @@ class ServerMetrics:
         self.malformed_hints = Counter(
             "pbkv_malformed_hints", "Malformed PBKV hints ignored, one count each (the request is still served)",
             registry=self.registry,
+        )
+        self.kv_hint_actions = Counter(
+            "pbkv_kv_hint_actions",
+            "KV-hint envelope actions (kv_hints) by kind (retain, demote, evict, fetch; unknown: a type or version "
+            "not understood) and outcome (applied; no_effect: understood, nothing to act on here; ignored)",
+            ["action", "outcome"], registry=self.registry,
         )
         self.rejected = Counter(
             "pbkv_rejected_requests",

@@ -24,6 +24,7 @@ from pbkv_contract.hints import (
     Hints,
     name_problem,
     parse_hints,
+    parse_kv_hints,
     validate_workflow_id,
 )
 from pbkv_contract.blocks import canonical_prompt, prefix_hashes
@@ -33,6 +34,7 @@ from pbkv_server.http.config import ServerConfig
 from pbkv_server.http.driver import SimDriver, Submission
 from pbkv_server.http.errors import ApiError
 from pbkv_server.http.exchange import Completion, Prepared, request_extras, request_max_tokens, request_messages
+from pbkv_server.http.kv_hints import KvPlan, plan_kv_hints
 from pbkv_server.http.metrics import ServerMetrics
 from pbkv_server.http.served_trace import ServedTrace, trace_workflow_id
 from pbkv_server.scenario import Scenario, ScenarioRequest, get_scenario, load_scenario
@@ -181,6 +183,9 @@ class PbkvService:
             # an app that uses SGLang sessions gets PBKV's lifecycle without the SDK: the session
             # is the workflow, ``/close_session`` its end signal
             hints, hint_status = self.workflows.session_hints(extras.session_id), "session"
+        kv, kv_malformed = self._kv_plan(body, hints)
+        if hints is None and (kv_malformed or kv is not None and not kv.taken):
+            hint_status = "ignored"  # an envelope of which nothing was taken (malformed, unknown actions)
 
         prompt: Any = messages if kind == "chat" else messages[0]["content"]
         prompt_param = "messages" if kind == "chat" else "prompt"
@@ -227,8 +232,9 @@ class PbkvService:
             hints=hints,
             features=tuple(request_features(prompt)),
             session_id=extras.session_id,
-            priority=extras.priority,
-            cache_ttl_s=extras.cache_ttl_s,
+            # a retain pins as the request's own priority / TTL would; those the request sent win
+            priority=extras.priority if extras.priority is not None or kv is None else kv.priority,
+            cache_ttl_s=extras.cache_ttl_s if extras.cache_ttl_s is not None or kv is None else kv.cache_ttl_s,
             last_step=extras.last_step,
             speculative_next=speculative,
         )
@@ -238,7 +244,8 @@ class PbkvService:
         model = body.get("model") if isinstance(body.get("model"), str) else self.config.model_name
         return Prepared(kind, request_id, model, stream, include_usage, hints, hint_status,
                         engine_request, text, completion_tokens, finish, arrival, self.config.block_chars,
-                        tool_calls=tool_calls)
+                        tool_calls=tool_calls, kv_actions=tuple(kv.now) if kv else (),
+                        kv_end_after=kv.end_after if kv else None)
 
     def submit(self, prep: Prepared) -> Submission:
         """Queue the prepared request in the engine.
@@ -246,6 +253,8 @@ class PbkvService:
         Raises:
             ApiError: 400 when the engine rejects the request (its message says why).
         """
+        for kind, target in prep.kv_actions:  # before the request is queued: it may use what a fetch loads
+            self._kv_apply(kind, target)
         try:
             sub = self.driver.submit(prep.engine_request)
         except ValueError as exc:
@@ -278,6 +287,8 @@ class PbkvService:
             host_cached_tokens=host,
             ttft_s=first.time - sub.submit_time,
         )
+        if prep.kv_end_after is not None:  # the trajectory's final turn is served: retire it now
+            self._kv_apply(*prep.kv_end_after)
         self.metrics.ttft.observe(result.ttft_s)
         self.metrics.cached_tokens.inc(result.cached_tokens)
         if self.trace is not None:
@@ -453,6 +464,31 @@ class PbkvService:
                 return self.fallback_scenario
             self._scenarios[app] = found  # only registered apps are cached: the map stays small
         return found
+
+    def _kv_plan(self, body: Any, hints: Hints | None) -> tuple[KvPlan | None, bool]:
+        """``(plan, malformed)``: the request's ``kv_hints`` plan (:mod:`pbkv_server.http.kv_hints`),
+        ``None`` without a usable envelope; a malformed one is counted as a malformed hint. Never raises."""
+        envelope, reason = parse_kv_hints(body)
+        if reason is not None:
+            self._malformed(reason, "the workflow hints still apply" if hints else "request served anonymously")
+        if envelope is None:
+            return None, reason is not None
+        plan = plan_kv_hints(envelope, hints.workflow_id if hints is not None else None)
+        for action, outcome in plan.counted:
+            self.metrics.kv_hint_actions.labels(action, outcome).inc()
+        return plan, False
+
+    def _kv_apply(self, kind: str, workflow_id: str) -> None:
+        """Apply one planned demote/evict (an end, as the end route) or fetch, and count it."""
+        try:
+            if kind == "fetch":
+                done = self.driver.prefetch_workflow(workflow_id) > 0
+            else:
+                done = self.driver.end_workflow(workflow_id, "completed")
+        except Exception:  # an advisory hint must never fail the request
+            log.exception("kv_hints: %s of workflow %s failed", kind, workflow_id)
+            done = False
+        self.metrics.kv_hint_actions.labels(kind, "applied" if done else "no_effect").inc()
 
     def _malformed(self, reason: str, outcome: str) -> None:
         """Count one ignored hint; log each distinct ``reason`` once, with what became of the request."""

@@ -206,6 +206,22 @@ class _Common(_Open):
     custom_params: dict[str, Any] | None = Field(
         None, description="Server-specific parameters; `custom_params.pbkv` carries the PBKV hints "
         "(workflow_id, agent, step, app). Malformed hints are ignored and counted, never an error.")
+    # Any JSON value: a malformed envelope is a malformed hint (counted, the request served), not a 400.
+    kv_hints: Any = Field(
+        None, description="The engines' versioned KV-hint envelope (vLLM KvHintsEnvelope, SGLang KvHints): "
+        "{protocol_version, message_id, actions: [{action_id, action_type, action_version, payload}]}. "
+        "Understood: kv.retain / kv.pin (keep the workflow's cache: payload priority, ttl_seconds), "
+        "kv.evict / kv.demote / kv.deref (retire the workflow, after this request for its own), "
+        "kv.fetch / kv.prefetch (load the workflow's host-tier cache back). The target is "
+        "payload.workflow_id or payload.session_id, else the request's workflow. Unknown action types "
+        "and versions are ignored and counted; a malformed envelope is counted as a malformed hint; "
+        "neither is ever an error.",
+        json_schema_extra={"examples": [{"protocol_version": "0.1", "message_id": "m-1", "actions": [
+            {"action_id": "a-1", "action_type": "kv.evict", "action_version": "1.0", "payload": {}}]}]})
+    kv_hint: Any = Field(None, description="Dynamo's name for the `kv_hints` envelope (read when `kv_hints` is absent).")
+    kv_transfer_params: Any = Field(
+        None, description="vLLM's KV-transfer parameters; `kv_transfer_params.kv_hint` (Dynamo's vLLM bridge) "
+        "is read as the `kv_hints` envelope when neither `kv_hints` nor `kv_hint` is sent.")
 
 
 #: ``tool_choice`` values that force a call: they need at least one tool (stated in the schema).

@@ -58,7 +58,8 @@ def test_no_envelope_is_no_hint():
     ({"protocol_version": "0.1", "message_id": "m", "actions": {}}, "actions must be a list"),
     ({"protocol_version": "0.1", "message_id": "m", "actions": ["kv.fetch"]}, "actions[0] must be an object"),
     ({"protocol_version": "0.1", "message_id": "m",
-      "actions": [{"action_id": "a", "action_type": "kv.fetch", "action_version": "1.0"}]}, "payload"),
+      "actions": [{"action_id": "a", "action_type": "kv.fetch", "action_version": "1.0", "payload": "bad"}]},
+     "payload must be an object"),
     ({"protocol_version": "0.1", "message_id": "m",
       "actions": [{"action_id": "a", "action_type": 7, "action_version": "1.0", "payload": {}}]}, "action_type"),
     ({"protocol_version": "0.1", "message_id": "m",
@@ -68,3 +69,63 @@ def test_malformed_envelopes_are_malformed_hints(envelope, why):
     env, reason = parse_kv_hints({"kv_hints": envelope})
     assert env is None
     assert reason.startswith("kv_hints: ") and why in reason
+
+
+# The shapes the engines' public code sends (read with the search tools; payload field names as
+# there): vLLM's block actions (fed by Dynamo's session policy), SGLang's KvHintManager, Dynamo's
+# router message and its vLLM bridge.
+
+def test_vllm_block_actions_with_protocol_1_0_are_understood():
+    """Dynamo's session policy and vLLM's ``kv.retain`` / ``kv.evict`` parser use protocol "1.0"
+    and payloads with ``execute_at``, ``include_current_request``, ``block_hashes``."""
+    body = {"kv_hints": {"protocol_version": "1.0", "message_id": "sess-1-9-0", "actions": [
+        {"action_id": "sess-1-9-0", "action_type": "kv.retain", "action_version": "1.0",
+         "payload": {"priority": 3, "ttl_seconds": 2.5, "execute_at": "request_completion",
+                     "include_current_request": True, "block_hashes": ["11"]}},
+        {"action_id": "sess-1-9-1", "action_type": "kv.evict", "action_version": "1.0",
+         "payload": {"execute_at": "request_completion", "include_current_request": True, "block_hashes": []}},
+    ]}}
+    env, reason = parse_kv_hints(body)
+    assert reason is None and env.ignored == 0 and env.field == "kv_hints"
+    assert [(a.kind, a.workflow_id) for a in env.actions] == [("retain", None), ("evict", None)]
+    assert env.actions[0].payload["ttl_seconds"] == 2.5
+
+
+def test_sglang_kv_hint_manager_actions_and_a_left_out_payload():
+    """SGLang: ``kv.deref`` (the request's own session, empty payload), ``kv.demote`` of
+    ``payload.session_id``, ``kv.prefetch`` with the payload left out (its struct defaults it)."""
+    env, reason = parse_kv_hints({"kv_hints": {"protocol_version": "0.1", "message_id": "m", "actions": [
+        {"action_id": "d0", "action_type": "kv.deref", "action_version": "1.0", "payload": {}},
+        {"action_id": "demote-0", "action_type": "kv.demote", "action_version": "1.0",
+         "payload": {"session_id": "agent-42", "session_generation": 3}},
+        {"action_id": "p0", "action_type": "kv.prefetch", "action_version": "1.0"},
+    ]}})
+    assert reason is None
+    assert [(a.kind, a.workflow_id, a.payload) for a in env.actions] == [
+        ("evict", None, {}), ("demote", "agent-42", {"session_id": "agent-42", "session_generation": 3}),
+        ("fetch", None, {})]
+
+
+@pytest.mark.parametrize("where, body", [
+    ("kv_hint", lambda e: {"kv_hint": e}),
+    ("kv_transfer_params.kv_hint", lambda e: {"kv_transfer_params": {"do_remote_prefill": False, "kv_hint": e}}),
+])
+def test_dynamo_kv_hint_message_is_read_where_dynamo_puts_it(where, body):
+    """Dynamo #13134: one ``kv_hint`` message with a ``kv.fetch@1.0`` action; its vLLM bridge
+    passes it as ``kv_transfer_params.kv_hint``."""
+    envelope = {"protocol_version": "0.1", "message_id": "message-1", "actions": [
+        {"action_id": "action-1", "action_type": "kv.fetch", "action_version": "1.0",
+         "payload": {"source_control_endpoint": "tcp://host-a:25000", "block_hashes": [17], "mode": "copy"}}]}
+    env, reason = parse_kv_hints(body(envelope))
+    assert reason is None and env.field == where and [a.kind for a in env.actions] == ["fetch"]
+    bad, reason = parse_kv_hints(body({"protocol_version": "0.1", "actions": []}))
+    assert bad is None and reason.startswith(where + ": ") and "message_id" in reason
+
+
+def test_own_trajectory_end_waits_for_the_request_other_targets_do_not():
+    env, _ = parse_kv_hints(_env(_action("kv.evict"), _action("kv.demote", payload={"session_id": "other"}),
+                                 _action("kv.fetch")))
+    evict, demote, fetch = env.actions
+    assert evict.target("wf-own") == "wf-own" and evict.after_request("wf-own")
+    assert demote.target("wf-own") == "other" and not demote.after_request("wf-own")
+    assert not fetch.after_request("wf-own") and fetch.target(None) is None

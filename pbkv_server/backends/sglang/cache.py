@@ -79,6 +79,9 @@ class PBKVRadixCache(UnifiedRadixCache):
         """SGLang's insert of the request's KV; the inserted path then records the agent."""
         super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
         self.observe_request(req, getattr(req, "last_node", None))
+        finished = getattr(req, "finished", None)
+        if callable(finished) and finished():  # its KV is in the tree: a final turn's end may retire it
+            self.book.finish_request(req)
 
     def observe_request(self, req: Any, node_id: Any) -> None:
         """Register ``req``'s invocation (first call only) and record its agent on the path from

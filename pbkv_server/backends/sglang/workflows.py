@@ -9,6 +9,18 @@ logged once, and the request is served anonymously. A request without PBKV hints
 SGLang's own top-level ``session_id`` (``Req.session_id``) belongs to the workflow of that id
 (:meth:`~pbkv_server.engine.workflows.WorkflowTable.session_hints`), and SGLang's
 ``/close_session`` ends it (:func:`~pbkv_server.backends.sglang.ipc.end_session_workflow`).
+
+The engines' KV-hint envelope comes from SGLang's own ``Req.kv_hints`` (sgl-project/sglang#38891:
+native ``/generate`` and the Engine API) or, from the OpenAI routes, which do not carry that field,
+``custom_params["kv_hints"]``; it is read by :func:`pbkv_contract.hints.parse_kv_hints` through
+:meth:`~pbkv_server.backends.book.WorkflowBook.kv_hints`. A demote/evict (SGLang's
+``kv.demote`` of ``payload.session_id``) of another workflow retires it at once; one of the
+request's own (``kv.deref``, a final turn) when the request finished
+(:meth:`SGLangWorkflowBook.finish_request`, from the cache's checkpoint of the finished request).
+A retain with ``payload.priority`` becomes the ``Req.priority`` that SGLang's priority eviction
+reads, when the request set none. A fetch is counted only: SGLang loads a request's host-tier hits
+back at admission itself, and the plugin's prefetch rounds run by value. A malformed envelope is
+counted as a malformed hint; unknown actions as ignored.
 """
 
 from __future__ import annotations
@@ -16,17 +28,23 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pbkv_contract.hints import BODY_KEY, HintError, Hints, parse_hints, validate_workflow_id
+import logging
+
+from pbkv_contract.hints import BODY_KEY, KV_HINTS_KEY, HintError, Hints, parse_hints, validate_workflow_id
 from pbkv_contract.prediction import Predictor
 from pbkv_server.backends.book import WorkflowBook, predictor_or_none
 
 from .settings import PluginSettings
 
-__all__ = ["SGLangWorkflowBook", "hints_of_request"]
+log = logging.getLogger(__name__)
+
+__all__ = ["SGLangWorkflowBook", "hints_of_request", "END_AFTER_ATTR"]
 
 #: Attribute under which a parsed hint is cached on SGLang's ``Req`` (parse once per request).
 _REQ_ATTR = "_pbkv_hints"
 _NO_HINTS = (None, None)
+#: Attribute of a ``Req`` whose workflow is retired once it finished (its own demote/evict).
+END_AFTER_ATTR = "_pbkv_end_after"
 
 
 def hints_of_request(req: Any) -> tuple[Hints | None, str | None]:
@@ -90,8 +108,49 @@ class SGLangWorkflowBook(WorkflowBook):
             session = self._session_hints(req)
             if session is not None:
                 self.invocation(session)
+                self._kv_hints(req, session)
                 return session
-        return self.request(hints, reason)
+        hints = self.request(hints, reason)
+        self._kv_hints(req, hints)
+        return hints
+
+    def _kv_hints(self, req: Any, hints: Hints | None) -> None:
+        """Apply ``req``'s KV-hint envelope (module docstring); never raises."""
+        try:
+            value = getattr(req, "kv_hints", None)
+            if value is not None and not isinstance(value, dict):
+                import msgspec  # SGLang's own KvHintsEnvelope struct (sglang.srt.managers.kv_hints)
+
+                value = msgspec.to_builtins(value)
+            if value is None:
+                custom = getattr(getattr(req, "sampling_params", None), "custom_params", None)
+                value = custom.get(KV_HINTS_KEY) if isinstance(custom, dict) else None
+            if value is None:
+                return
+            envelope, end_after = self.kv_hints({KV_HINTS_KEY: value}, hints)
+            if end_after is not None:
+                setattr(req, END_AFTER_ATTR, end_after)
+            own = hints.workflow_id if hints is not None else None
+            for action in envelope.actions if envelope is not None else ():
+                priority = action.payload.get("priority")
+                if (action.kind == "retain" and action.target(own) == own and isinstance(priority, int)
+                        and not isinstance(priority, bool) and getattr(req, "priority", 0) is None):
+                    req.priority = priority  # what SGLang's priority eviction reads, unless the request set one
+        except Exception:
+            log.exception("PBKV: kv_hints bookkeeping failed for request %s", getattr(req, "rid", "?"))
+
+    def finish_request(self, req: Any) -> bool:
+        """``req`` finished: retire its workflow if its envelope asked so (a demote/evict/deref of
+        its own trajectory). Returns whether a workflow was retired; idempotent, never raises."""
+        workflow_id = getattr(req, END_AFTER_ATTR, None)
+        if workflow_id is None:
+            return False
+        try:
+            setattr(req, END_AFTER_ATTR, None)
+            return self.end_workflow(workflow_id, "completed")
+        except Exception:
+            log.exception("PBKV: ending workflow %s failed", workflow_id)
+            return False
 
     def _session_hints(self, req: Any) -> Hints | None:
         """Hints of a request that names only an SGLang session (cached on the request like parsed

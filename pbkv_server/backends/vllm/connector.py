@@ -8,7 +8,8 @@ allocated (its prefix-cache hits included), ``build_connector_meta`` once per st
 - register the request's invocation at arrival (its hints, its tick);
 - record its agent on the cached blocks it hit (``PBKVBlockPool.cache_full_blocks`` sees only
   blocks it newly fills);
-- apply the workflow ends received on the control socket every step;
+- apply the workflow ends received on the control socket every step, and at a request's
+  ``request_finished`` the end its KV-hint envelope asked for its own workflow;
 - never take over freeing a request's blocks (``request_finished`` returns ``False``): PBKV
   changes the order in which freed blocks are reused, not when they are freed.
 
@@ -83,7 +84,14 @@ class PBKVConnector(KVConnectorBase_V1, SupportsHMA):
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         # The request's state stays (bounded by age): the CPU tier's own finish hook, which
-        # MultiConnector may call after this one, still reads it.
+        # MultiConnector may call after this one, still reads it. A final turn's own
+        # demote/evict (kv_hints) retires its workflow now that its blocks are recorded.
+        pool = self._pbkv_pool()
+        if pool is not None:
+            try:
+                pool.pbkv.request_done(request.request_id)
+            except Exception:
+                log.exception("PBKV: ending the workflow of %s failed", getattr(request, "request_id", "?"))
         return False, None
 
     def request_finished_all_groups(self, request: Any, block_ids: tuple[list[int], ...]):

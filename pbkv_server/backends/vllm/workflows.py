@@ -18,8 +18,10 @@ Hints reach a vLLM ``Request`` through ``sampling_params.extra_args`` (what the 
 
 The engines' KV-hint envelope (:func:`pbkv_contract.hints.parse_kv_hints`) comes from vLLM's own
 ``Request.kv_hints`` (vllm-project/vllm#53423; Python API) or, from HTTP, ``extra_args
-["pbkv_kv_hints"]``. A ``demote`` or ``evict`` action retires its trajectory (the target's
-workflow, else the request's own): its cache becomes the first to go, as after a workflow end.
+["pbkv_kv_hints"]``. A ``demote`` or ``evict`` action retires its trajectory: another workflow
+at once, the request's own when the request finished (:meth:`VLLMRuntime.request_done`; its
+final turn, as vLLM's ``execute_at: request_completion``): its cache becomes the first to go, as
+after a workflow end.
 ``retain`` changes nothing (an active workflow's cache already ranks by its lookahead score) and
 ``fetch`` cannot run (vLLM has no ahead-of-request load); both are counted. A malformed envelope
 is counted as a malformed hint; the request's other hints still apply.
@@ -39,7 +41,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from pbkv_contract.hints import (
-    BODY_KEY, KV_HINTS_KEY, HintError, Hints, parse_hints, parse_kv_hints, validate_workflow_id,
+    BODY_KEY, KV_HINTS_KEY, HintError, Hints, parse_hints, validate_workflow_id,
 )
 from pbkv_contract.prediction import Predictor
 from pbkv_server.backends.book import WorkflowBook, predictor_or_none
@@ -117,8 +119,8 @@ class VLLMRuntime:
                                  predict=bool(self.policy.uses_predictions))
         self.inbox = inbox
         self._ticks = itertools.count(1)
-        #: KV-hint actions seen, by kind (retain, demote, evict, fetch), and ignored ones.
-        self.kv_hint_counts = {"retain": 0, "demote": 0, "evict": 0, "fetch": 0, "ignored": 0}
+        #: Request id -> its own workflow, retired when the request finished (its final turn).
+        self._end_after: dict[str, str] = {}
         self._requests: "OrderedDict[str, tuple[Hints | None, int]]" = OrderedDict()
 
     # ------------------------------------------------------------------ requests
@@ -150,7 +152,8 @@ class VLLMRuntime:
         return state
 
     def _kv_hints(self, request: Any, hints: Hints | None) -> None:
-        """Apply the request's KV-hint envelope, if any (module docstring). Never raises."""
+        """Apply the request's KV-hint envelope, if any (module docstring), through the backends'
+        one reader (:meth:`~pbkv_server.backends.book.WorkflowBook.kv_hints`). Never raises."""
         try:
             body = None
             native = getattr(request, "kv_hints", None)
@@ -166,20 +169,19 @@ class VLLMRuntime:
                     body = {KV_HINTS_KEY: json.loads(extra[KV_HINTS_XARG])}
             if body is None:
                 return
-            envelope, reason = parse_kv_hints(body)
-            if envelope is None:
-                if reason is not None:
-                    self.book.request(None, reason)  # counted (and logged once) as a malformed hint
-                return
-            counts = self.kv_hint_counts
-            counts["ignored"] += envelope.ignored
-            for action in envelope.actions:
-                counts[action.kind] += 1
-                target = action.workflow_id or (hints.workflow_id if hints is not None else None)
-                if action.kind in ("demote", "evict") and target is not None:
-                    self.end_workflow(target, "completed")
+            _, end_after = self.book.kv_hints(body, hints)
+            rid = getattr(request, "request_id", None)
+            if end_after is not None and rid is not None:
+                self._end_after[rid] = end_after
+                if len(self._end_after) > MAX_REMEMBERED_REQUESTS:  # aborted requests never finish
+                    self._end_after.pop(next(iter(self._end_after)))
         except Exception:
             self.book.request(None, "kv_hints: unreadable")
+
+    @property
+    def kv_hint_counts(self) -> dict[str, int]:
+        """KV-hint actions seen, by kind (retain, demote, evict, fetch), and ignored ones."""
+        return self.book.kv_hint_counts
 
     def request_state(self, request_id: str) -> tuple[Hints | None, int]:
         """``(hints, tick)`` of a request seen by :meth:`begin_request`; an unknown id gets no
@@ -190,6 +192,12 @@ class VLLMRuntime:
     def finish_request(self, request_id: str) -> None:
         """Forget a finished request's state (its blocks keep their ticks and records)."""
         self._requests.pop(request_id, None)
+
+    def request_done(self, request_id: str) -> bool:
+        """The request finished (the connector's ``request_finished``): retire its workflow if its
+        envelope asked so (a demote/evict of its own trajectory). Returns whether one was retired."""
+        workflow_id = self._end_after.pop(request_id, None)
+        return workflow_id is not None and self.end_workflow(workflow_id, "completed")
 
     def _session_hints(self, request: Any) -> Hints | None:
         sid = getattr(request, "session_id", None)
