@@ -15,9 +15,9 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 from typing import Sequence
 
+from pbkv_server.backends.engine_env import EngineMissing, check_engine_installed, engine_python
 from pbkv_server.engine.policies import BASELINE_POLICY, available_policies, policy_info, sglang_policy_names
 
 from .settings import BACKEND_NAME, PLUGIN_NAME
@@ -60,11 +60,7 @@ def resolve_policy(policy: str) -> tuple[str, bool]:
 def sglang_python() -> str:
     """Interpreter of the SGLang environment: ``$PBKV_SGLANG_PYTHON``, else the checkout's
     ``.venv-sglang/bin/python`` if present, else the current interpreter."""
-    env = os.environ.get("PBKV_SGLANG_PYTHON")
-    if env:
-        return env
-    local = Path(__file__).resolve().parents[2] / ".venv-sglang" / "bin" / "python"
-    return str(local) if local.exists() else sys.executable
+    return engine_python("PBKV_SGLANG_PYTHON", ".venv-sglang")
 
 
 def build_command(policy: str, sglang_args: Sequence[str], python: str | None = None) -> list[str]:
@@ -181,15 +177,7 @@ def _check_sglang_installed(python: str) -> None:
     Raises:
         LaunchError: the interpreter does not run or has no ``sglang`` package.
     """
-    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 3)"
     try:
-        code = subprocess.run([python, "-c", probe], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=60).returncode
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        code, why = None, f"cannot run {python} ({exc})"
-    if code == 0:
-        return
-    if code is not None:
-        why = f"sglang is not installed for {python}"
-    raise LaunchError(f"{why}; run scripts/setup_sglang.sh (creates .venv-sglang) or set PBKV_SGLANG_PYTHON "
-                      "to an interpreter that has SGLang")
+        check_engine_installed(python, "sglang", "scripts/setup_sglang.sh", ".venv-sglang", "PBKV_SGLANG_PYTHON", "SGLang")
+    except EngineMissing as exc:
+        raise LaunchError(str(exc)) from None

@@ -24,9 +24,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 from typing import Sequence
 
+from pbkv_server.backends.engine_env import EngineMissing, check_engine_installed, engine_python
 from pbkv_server.engine.policies import BASELINE_POLICY, available_policies, policy_info, sglang_policy_names
 
 from .settings import CONNECTOR_NAME, ENV_CONTROL, ENV_POLICY, PLUGIN_NAME
@@ -65,11 +65,7 @@ def resolve_policy(policy: str) -> str | None:
 def vllm_python() -> str:
     """Interpreter of the vLLM environment: ``$PBKV_VLLM_PYTHON``, else the checkout's
     ``.venv-vllm/bin/python`` if present, else the current interpreter."""
-    env = os.environ.get("PBKV_VLLM_PYTHON")
-    if env:
-        return env
-    local = Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "python"
-    return str(local) if local.exists() else sys.executable
+    return engine_python("PBKV_VLLM_PYTHON", ".venv-vllm")
 
 
 def _has_flag(args: Sequence[str], flag: str) -> bool:
@@ -147,15 +143,7 @@ def _check_vllm_installed(python: str) -> None:
     Raises:
         LaunchError: the interpreter does not run or has no ``vllm`` package.
     """
-    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
     try:
-        code = subprocess.run([python, "-c", probe], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=60).returncode
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        code, why = None, f"cannot run {python} ({exc})"
-    if code == 0:
-        return
-    if code is not None:
-        why = f"vllm is not installed for {python}"
-    raise LaunchError(f"{why}; run scripts/setup_vllm.sh (creates .venv-vllm) or set PBKV_VLLM_PYTHON "
-                      "to an interpreter that has vLLM")
+        check_engine_installed(python, "vllm", "scripts/setup_vllm.sh", ".venv-vllm", "PBKV_VLLM_PYTHON", "vLLM")
+    except EngineMissing as exc:
+        raise LaunchError(str(exc)) from None
