@@ -59,7 +59,8 @@ def synth(
                                                "coding-agent (GitHub Copilot coding-agent sessions, each user turn "
                                                "a workflow; docs/coding-agent-workload.md)"),
     workflows: int = typer.Option(200, min=1, max=1_000_000, help="number of workflows (at most 1,000,000); "
-                                                                  "for coding-agent, of sessions"),
+                                                                  "for chat, chat-mix and coding-agent, of sessions "
+                                                                  "(a conversation or session; each turn is a workflow)"),
     seed: int = typer.Option(0, help="random seed"),
     block_chars: Optional[int] = typer.Option(None, help="characters per prefix-hash block (multiple of 4; default "
                                                          "256, for coding-agent 4096)"),
