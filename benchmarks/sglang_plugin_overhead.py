@@ -14,8 +14,9 @@
 2. Live servers (``--live TRACE``): one real SGLang server per policy (tiny random model, CPU
    engine, ``pbkv-server --engine sglang``, all started at once), the trace live-replayed on each
    in turn, the order rotated every round (this machine is noisy, so only same-round ratios
-   count). Printed per policy: requests/s and mean request latency (median over rounds) and their
-   ratio to ``lru`` (median of the per-round ratios), the live hit rate (median, min-max over
+   count). Printed per policy: requests/s and mean request latency (median over rounds), the
+   throughput ratio to ``lru`` and the speedup vs ``lru`` (lru latency / the policy's, >1 faster;
+   medians of the per-round ratios), the live hit rate (median, min-max over
    rounds: concurrent interleaving varies from run to run), and the simulator's hit rate
    for the same requests at the same capacity and concurrency
    (:mod:`pbkv_server.sim.live_compare`, timing measured from the policy's first live round).
@@ -163,7 +164,9 @@ def live(args) -> None:
     matched = matched_records(records, PromptBook(), 0.0, args.max_output_tokens)
     print(f"\n{args.live}: {len(rounds[0][policies[0]].results)} requests, C={args.concurrency}, "
           f"KV pool {args.max_total_tokens} tokens, page size 1, {args.rounds} rounds; logs in {work}")
-    print(f"{'policy':9} {'req/s':>7} {'x lru':>6} {'latency s':>9} {'x lru':>6} {'live hit':>8} {'(min-max)':>13} "
+    # Throughput as a ratio to lru; latency as the speedup vs lru (lru latency / the policy's, >1
+    # faster), the convention of every table (pbkv_server/sim/measures.py).
+    print(f"{'policy':9} {'req/s':>7} {'x lru':>6} {'latency s':>9} {'speedup':>7} {'live hit':>8} {'(min-max)':>13} "
           f"{'sim hit':>8} {'sim/live':>8}")
     med = statistics.median
     for p in policies:
@@ -172,13 +175,13 @@ def live(args) -> None:
         base = BASELINE_POLICY
         rps_x = med(rd[p].requests / rd[p].wall_s / (rd[base].requests / rd[base].wall_s) for rd in rounds) \
             if base in policies else float("nan")
-        lat_x = med(rd[p].latency_mean_s / rd[base].latency_mean_s for rd in rounds) if base in policies \
+        lat_x = med(rd[base].latency_mean_s / rd[p].latency_mean_s for rd in rounds) if base in policies \
             else float("nan")
         hits = [rd[p].hit_rate for rd in rounds]
         live_hit = med(hits)
         sim = simulate_matched(matched, settings[p], measured_profile(rounds[0][p], args.max_total_tokens),
                                args.concurrency)
-        print(f"{p:9} {med(rps):7.2f} {rps_x:6.3f} {med(lat):9.3f} {lat_x:6.3f} {live_hit:8.4f} "
+        print(f"{p:9} {med(rps):7.2f} {rps_x:6.3f} {med(lat):9.3f} {lat_x:6.3f}x {live_hit:8.4f} "
               f"{f'({min(hits):.4f}-{max(hits):.4f})':>13} {sim['hit_rate']:8.4f} "
               f"{sim['hit_rate'] / live_hit if live_hit else float('nan'):8.3f}", flush=True)
 
