@@ -9,11 +9,12 @@ starting anything, that it has the engine, so a missing install is one line with
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["CHECKOUT_ROOT", "engine_python", "check_engine_installed", "EngineMissing"]
+__all__ = ["CHECKOUT_ROOT", "engine_python", "check_engine_installed", "run_engine", "EngineMissing"]
 
 #: The checkout root: this file is ``<root>/pbkv_server/backends/engine_env.py``.
 CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
@@ -51,3 +52,22 @@ def check_engine_installed(python: str, module: str, setup_script: str, venv: st
         why = f"{module} is not installed for {python}"
     raise EngineMissing(f"{why}; run {setup_script} (creates {venv}) or set {env_var} "
                         f"to an interpreter that has {display}")
+
+
+def run_engine(cmd: list[str], env: dict[str, str]) -> int:
+    """Run the engine server in the foreground until it exits; its exit status.
+
+    SIGINT and SIGTERM are passed on to the server (so Ctrl-C or a supervisor's stop shuts it down
+    cleanly instead of orphaning it) and this process's handlers are put back afterwards.
+    """
+    proc = subprocess.Popen(cmd, env=env)
+
+    def forward(signum, _frame):
+        proc.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

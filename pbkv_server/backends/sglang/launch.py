@@ -12,12 +12,10 @@ environment's ``pbkv-server`` can call :func:`main`.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 from typing import Sequence
 
-from pbkv_server.backends.engine_env import EngineMissing, check_engine_installed, engine_python
+from pbkv_server.backends.engine_env import EngineMissing, check_engine_installed, engine_python, run_engine
 from pbkv_server.engine.policies import BASELINE_POLICY, available_policies, policy_info, sglang_policy_names
 
 from .settings import BACKEND_NAME, PLUGIN_NAME
@@ -156,17 +154,7 @@ def main(policy: str, sglang_args: list[str]) -> int:
     except LaunchError as exc:
         print(f"pbkv-server: {exc}", file=sys.stderr)
         return 2
-    proc = subprocess.Popen(cmd, env=build_env(sglang_args))
-
-    def forward(signum, _frame):
-        proc.send_signal(signum)
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return proc.wait()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    return run_engine(cmd, build_env(sglang_args))
 
 
 def _check_sglang_installed(python: str) -> None:

@@ -20,13 +20,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from typing import Sequence
 
-from pbkv_server.backends.engine_env import EngineMissing, check_engine_installed, engine_python
+from pbkv_server.backends.engine_env import EngineMissing, check_engine_installed, engine_python, run_engine
 from pbkv_server.engine.policies import BASELINE_POLICY, available_policies, policy_info, sglang_policy_names
 
 from .settings import CONNECTOR_NAME, ENV_CONTROL, ENV_POLICY, PLUGIN_NAME
@@ -122,17 +120,7 @@ def main(policy: str, vllm_args: list[str]) -> int:
         except LaunchError as exc:
             print(f"pbkv-server: {exc}", file=sys.stderr)
             return 2
-        proc = subprocess.Popen(cmd, env=build_env(policy, os.path.join(folder, "control.sock")))
-
-        def forward(signum, _frame):
-            proc.send_signal(signum)
-
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            return proc.wait()
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+        return run_engine(cmd, build_env(policy, os.path.join(folder, "control.sock")))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
