@@ -8,7 +8,7 @@ matches the documented schema, schema-invalid data refused with a 4xx
 (``negative_data_rejection``), schema-valid data accepted (``positive_data_acceptance``), and the
 rest of the default set. Failures are collected, not raised, so one run reports all of them.
 
-Used by ``tests/server/http/test_http_fuzz.py`` (CI size) and ``benchmarks/server_fuzz.py``
+Used by ``tests/server/http/test_fuzz.py`` (CI size) and ``benchmarks/server_fuzz.py``
 (longer runs). Needs ``schemathesis`` (``pip install 'pbkv[test]'``).
 """
 

@@ -6,7 +6,7 @@ their signatures. This module declares them: request bodies from the validation 
 :mod:`pbkv_server.http.validation` (the same models that validate, so document and server agree),
 response bodies from the models below, which describe exactly what
 :mod:`pbkv_server.http.responses` and the routes write. Schemathesis fuzzes the API against this
-document (``tests/server/http/test_http_fuzz.py``, ``benchmarks/server_fuzz.py``).
+document (``tests/server/http/test_fuzz.py``, ``benchmarks/server_fuzz.py``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ ignored, as vLLM and SGLang do, so that clients newer than this list keep workin
 
 The same models generate the request schemas of the server's OpenAPI document
 (:mod:`pbkv_server.http.openapi`), so the document and the validator cannot drift apart: the
-schema-driven fuzz test (``tests/server/http/test_http_fuzz.py``) checks both directions.
+schema-driven fuzz test (``tests/server/http/test_fuzz.py``) checks both directions.
 
 :func:`validate_request` turns the first validation error into an :class:`ApiError` in OpenAI's
 error shape (``param`` names the field, e.g. ``messages[0].role``). Hint names are checked by the hint

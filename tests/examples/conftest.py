@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pytest
 
-from examples_fixtures import write_data_dir
+from .examples_fixtures import write_data_dir
 
 
 def _clear_scenario_caches() -> None:

@@ -1,7 +1,7 @@
 """``pbkv-bench live-compare`` (pbkv_server.sim.live_compare): server settings, the requests the
 simulator replays, the measured timing, and the command against a stand-in SGLang server.
 
-The comparison with a real SGLang server runs in .venv-sglang (tests/sglang/test_sglang_live_compare.py).
+The comparison with a real SGLang server runs in .venv-sglang (tests/sglang/test_live_compare.py).
 """
 
 import json

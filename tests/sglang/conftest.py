@@ -164,7 +164,7 @@ LIVE_POLICIES = ("pbkv", "lru")
 def live_servers(tiny_model_dir, tmp_path_factory):
     """``live_servers(policy)`` -> a running :class:`sglang_live.LiveServer`, one per policy for the
     whole session (started again if a test stopped it); all stop at the end of the session."""
-    from sglang_live import LiveServer
+    from .sglang_live import LiveServer
 
     logs = tmp_path_factory.mktemp("sglang-logs")
     servers = {p: LiveServer(p, tiny_model_dir, logs / f"{p}.log").launch() for p in LIVE_POLICIES}

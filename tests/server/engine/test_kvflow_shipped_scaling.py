@@ -14,7 +14,7 @@ from pbkv_server.engine import Engine, EngineConfig, EngineRequest
 from pbkv_server.engine.policies import register_policy, unregister_policy
 from pbkv_server.engine.policies.kvflow_shipped import ShippedKVFlowPolicy
 
-from engine_helpers import PROFILE
+from .engine_helpers import PROFILE
 
 REFERENCE = "kvflow-shipped-reference"
 GRAPH = {"A": ["B"], "B": ["C", "D"], "C": ["A"], "D": []}

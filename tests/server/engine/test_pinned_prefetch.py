@@ -10,7 +10,7 @@ from pbkv_contract.hints import Hints
 from pbkv_server.engine.policies import available_policies, policy_info
 from pbkv_server.engine.radix import HOST
 
-from engine_helpers import TablePredictor, chain, device_keys, make_engine, request, run
+from .engine_helpers import TablePredictor, chain, device_keys, make_engine, request, run
 
 GRAPH = {"planner": ["coder"], "coder": ["tester"], "tester": ["planner"]}
 

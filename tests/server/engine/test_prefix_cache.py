@@ -12,7 +12,7 @@ from pbkv_server.engine import EngineConfig, EngineStats, PrefixCache, ScoreBoar
 from pbkv_server.engine.prefetch import run_round
 from pbkv_server.engine.radix import DEVICE, HOST
 
-from engine_helpers import PROFILE, chain
+from .engine_helpers import PROFILE, chain
 
 
 def make_cache(policy: str = "lru", device: int = 100, host: int = 0) -> PrefixCache:

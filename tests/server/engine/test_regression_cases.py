@@ -24,7 +24,7 @@ from pbkv_server.engine.pages import to_units
 from pbkv_server.engine.radix import DEVICE, HOST
 from pbkv_server.engine.workflows import WorkflowTable
 
-from engine_helpers import PROFILE, TablePredictor
+from .engine_helpers import PROFILE, TablePredictor
 
 POLICIES = ("lru", "lae", "he", "pbkv", "kvflow")
 

@@ -1,0 +1,163 @@
+"""Engine API contract: bad input gets clear errors and loses nothing, predictor plumbing,
+workflow lifecycle (end, idle retirement), stats and the policy registry."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pbkv_contract.hints import Hints
+from pbkv_server.engine import (Engine, EngineConfig, EngineRequest, Finished, FirstToken, HardwareProfile,
+                                available_policies)
+
+from .engine_helpers import PROFILE, TablePredictor, chain, make_engine, request, run
+
+
+def test_registry_lists_every_builtin_policy_and_rejects_unknown_names():
+    assert available_policies() == ["lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "sglang-session",
+                                    "sglang-priority", "ttl-pin", "continuum", "spec-prefill", "kvflow-shipped",
+                                    "opt", "belady"]
+    with pytest.raises(ValueError, match="unknown policy 'fifo'.*lru"):
+        make_engine("fifo")
+
+
+def test_config_is_keyword_only_and_capacity_overrides_profile():
+    with pytest.raises(TypeError):
+        EngineConfig(PROFILE)  # type: ignore[misc]
+    eng = Engine(EngineConfig(profile=PROFILE))
+    assert (eng.device_capacity, eng.host_capacity) == (PROFILE.device_kv_tokens, PROFILE.host_kv_tokens)
+    assert make_engine(device=77, host=5).device_capacity == 77
+    with pytest.raises(ValueError):
+        make_engine(device=0)
+
+
+def test_profile_cost_functions_and_validation():
+    """prefill 250 tokens at 1000 tok/s = 0.25 s; decode batch 4 = 0.01 + 4 * 0.001 = 0.014 s;
+    load 500 tokens * 1000 B / 1e6 B/s = 0.5 s; 0.5 s of PCIe moves 500 tokens."""
+    assert PROFILE.prefill_time(250) == pytest.approx(0.25)
+    assert PROFILE.decode_step_time(4) == pytest.approx(0.014)
+    assert PROFILE.load_time(500) == pytest.approx(0.5)
+    assert PROFILE.load_tokens(0.5) == 500
+    with pytest.raises(ValueError, match="positive"):
+        HardwareProfile("bad", "", "", 0.0, 0.01, 0.001, 1e9, 10, 100, 0)
+
+
+def test_malformed_requests_are_rejected_and_leave_the_engine_unchanged():
+    eng = make_engine("lru", device=100)
+    eng.submit(request("ok", ["a"], output=3))
+    with pytest.raises(ValueError, match="2 blocks but 1 token counts"):
+        eng.submit(EngineRequest("bad1", chain("ab"), [5], 1))
+    with pytest.raises(ValueError, match="negative"):
+        eng.submit(EngineRequest("bad2", chain("a"), [-1], 1))
+    with pytest.raises(ValueError, match="already waiting or running"):
+        eng.submit(request("ok", ["b"]))
+    with pytest.raises(ValueError, match="needs 101 tokens"):
+        eng.submit(EngineRequest("big", chain("z"), [100], 1))
+    events = run(eng)
+    assert [e.request_id for e in events] == ["ok", "ok"]
+    assert eng.stats.prompt_tokens == 10
+    eng.submit(request("ok", ["a"]))  # the id is free again once finished
+    assert run(eng)[0].device_cached_tokens == 10
+
+
+def test_empty_prompt_and_zero_output_are_served():
+    """A request without blocks still produces its first (and only) token after a 0 s prefill."""
+    eng = make_engine("lru")
+    eng.submit(EngineRequest("e", [], [], 0))
+    events = run(eng)
+    assert events == [FirstToken("e", 0.0, 0, 0, 0, admitted_at=0.0), Finished("e", 0.0, 1)]
+
+
+class _Broken(TablePredictor):
+    def predict(self, queries):
+        raise RuntimeError("model file corrupt")
+
+
+def test_predictor_failure_never_breaks_a_request():
+    eng = make_engine("pbkv", predictor=_Broken())
+    eng.submit(request("r", ["a"], hints=Hints("w", "a", 0, "app")))
+    assert [type(e) for e in run(eng)] == [FirstToken, Finished]
+
+
+def test_predictor_sees_every_invocation_with_history_and_learns_workflow_ends():
+    """observe() gets (app, workflow, step, earlier agents, agent, features) per invocation;
+    workflow_ended() once per ended workflow (a second end is a no-op)."""
+    pred = TablePredictor()
+    eng = make_engine("pbkv", predictor=pred)
+    for step, agent in enumerate(["plan", "code", "test"]):
+        req = request(f"r{step}", ["sys", agent], hints=Hints("w", agent, step, "app"))
+        req.features = (0.5, 0.5)
+        eng.submit(req)
+        run(eng)
+    eng.end_workflow("w", "failed")
+    eng.end_workflow("w")
+    q = pred.observed[-1]
+    assert (q.app, q.workflow_id, q.step, q.history, q.agent, q.features) == (
+        "app", "w", 2, ("plan", "code"), "test", (0.5, 0.5))
+    assert pred.ended == ["w"]
+    assert len(eng.stats.predictor_call_s) == 3 and len(eng.stats.score_update_s) >= 2
+
+
+def test_idle_workflows_are_retired_after_the_configured_time():
+    """idle_retire_s = 10: w1 (last active at 0.01 s) is retired once the clock passes 10.01 s,
+    w2 (active at 8 s) is not; w1's cache becomes retired and lae evicts it first."""
+    eng = make_engine("lae", device=50, idle_retire_s=10.0)
+    eng.submit(request("a", ["A1", "A2"], hints=Hints("w1", "a", 0, "app")))
+    run(eng)
+    eng.advance_to(8.0)
+    eng.submit(request("b", ["B1", "B2"], hints=Hints("w2", "a", 0, "app")))
+    run(eng)
+    assert eng.stats.active_workflows == 2
+    eng.advance_to(10.5)
+    assert eng.stats.active_workflows == 1 and eng.workflow("w2") is not None
+    eng.submit(request("c", ["C1", "C2"]))  # 21 with 10 free: one whole node must go
+    run(eng)
+    assert not set(chain(["A1"])) & {k for n in eng.tree.nodes() for k in n.keys}
+
+
+def test_max_batch_limits_running_requests():
+    """max_batch 2: three one-block requests arrive at 0; the third waits for a completion."""
+    eng = make_engine("lru", max_batch=2)
+    for i in range(3):
+        eng.submit(request(f"r{i}", [f"b{i}"], output=2))
+    first = [e for e in eng.step() if isinstance(e, FirstToken)]
+    assert [e.request_id for e in first] == ["r0", "r1"] and eng.stats.queue_depth == 1
+    assert eng.stats.running == 2
+    run(eng)
+    assert eng.stats.requests_finished == 3
+
+
+def test_an_ended_workflow_keeps_its_cache_active_until_its_running_request_finishes():
+    """w1's second request (20 tokens, 5 output) runs when its end signal arrives: the end waits
+    for the request, so its nodes are not retired while it runs, and retire right after it finishes."""
+    pred = TablePredictor()
+    eng = make_engine("lae", device=100, predictor=pred)
+    eng.submit(request("a0", ["A1"], hints=Hints("w1", "a", 0, "app")))
+    run(eng)
+    eng.submit(request("a", ["A1", "A2"], output=5, hints=Hints("w1", "a", 1, "app")))
+    eng.step()  # admitted, first token; still decoding
+    assert eng.end_workflow("w1") is True
+    assert eng.workflow("w1") is not None and pred.ended == []
+    assert not any(n.sc.retired for n in eng.tree.nodes())
+    run(eng)
+    assert eng.workflow("w1") is None and pred.ended == ["w1"]
+    assert all(n.sc.retired for n in eng.tree.nodes()) and eng.stats.retired_workflows == 1
+
+
+def test_decode_step_reads_the_context_of_every_running_sequence():
+    # 0.01 s per step + 1 ms per 1,000 context tokens: a 1,000-token prompt generating 3 tokens.
+    profile = dataclasses.replace(PROFILE, decode_per_seq_s=0.0, decode_per_token_s=1e-6)
+    engine = Engine(EngineConfig(profile=profile, device_tokens=5000))
+    engine.submit(EngineRequest("a", chain(range(10)), [100] * 10, 3))
+    (first,) = engine.step()
+    assert first.time == pytest.approx(1.0)  # prefill of 1,000 tokens, nobody decoding
+    (done,) = engine.step()
+    # two decode steps over contexts of 1,001 and 1,002 tokens
+    assert done == Finished("a", pytest.approx(1.0 + 0.01 + 1.001e-3 + 0.01 + 1.002e-3), 3)
+    assert engine.stats.decode_iterations == 2
+    assert profile.decode_steps_time(1, 1001, 2) == pytest.approx(0.02 + 2.003e-3)
+    # a decode-only stretch stops at the first step boundary at or after ``until``
+    assert profile.decode_steps_until(1, 1001, 0.011001) == 1  # exactly one step (1,001 tokens of context)
+    assert profile.decode_steps_until(1, 1001, 0.012) == 2
+    assert profile.decode_steps_until(1, 1001, 0.023) == 3  # 0.011001 + 0.011002 + 0.011003 = 0.033006

@@ -1,0 +1,298 @@
+"""``pbkv-bench``: the synth/replay contract and its bad-input behaviour (no tracebacks, exit 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pbkv_server.bench_cli import app
+from pbkv_server.engine.policies import REPLAY, available_policies
+from .sim_fixtures import write_model
+
+runner = CliRunner()
+REQUIRED = {"hit_rate", "host_hit_rate", "mean_latency_s", "mean_ttft_s", "evictions", "timeline"}
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("bench") / "t.jsonl"
+    result = runner.invoke(app, ["synth", "--graph", "codegen", "--workflows", "20", "--seed", "3",
+                                 "--out", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "20 workflows" in result.output
+    return path
+
+
+def test_replay_without_policy_runs_every_replay_policy_with_the_contract_keys(trace, tmp_path):
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    result = runner.invoke(app, ["replay", str(trace), "--predictor", "oracle",
+                                 "--concurrency", "4", "--profile", "h100-qwen2.5-32b", "--device-tokens", "40000",
+                                 "--json", str(out), "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert list(data) == available_policies(REPLAY)
+    assert {"lru", "lae", "he", "pbkv", "pbkv-aggressive", "kvflow", "belady"} <= set(data)
+    for name, summary in data.items():
+        assert REQUIRED <= set(summary), name
+        assert 0.0 <= summary["hit_rate"] <= 1.0 and summary["device_tokens"] == 40000
+        assert summary["timeline"] and {"t_start", "t_end", "hit_rate"} <= set(summary["timeline"][0])
+    assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+    assert "belady" in result.output  # the table
+
+
+def test_replay_is_deterministic(trace, tmp_path):
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"{i}.json"
+        result = runner.invoke(app, ["replay", str(trace), "--policy", "he", "--predictor", "markov",
+                                     "--device-tokens", "30000", "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        data = json.loads(out.read_text())["he"]
+        outs.append((data["hit_rate"], data["evictions"], data["mean_latency_s"]))
+    assert outs[0] == outs[1]
+
+
+def test_truncated_line_is_skipped_with_a_warning_naming_the_line(trace, tmp_path):
+    lines = trace.read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines[:5] + ['{"type":"invocation","v":1,"app":"co'] + lines[5:]) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "pbkv_server.bench_cli", "replay", str(bad), "--policy", "lru",
+                           "--device-tokens", "30000", "--json", str(tmp_path / "o.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{bad}:6: skipped 1 of " in proc.stderr and "not valid JSON" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _bad(args) -> str:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    text = result.output + (result.stderr if result.stderr_bytes is not None else "")
+    assert "Traceback" not in text
+    return text
+
+
+def test_unknown_version_is_a_clear_error(tmp_path):
+    path = tmp_path / "v2.jsonl"
+    path.write_text('{"type":"invocation","v":2}\n')
+    assert "unsupported trace version" in _bad(["replay", str(path), "--policy", "lru"])
+
+
+def test_trace_without_invocations_is_a_clear_error(tmp_path):
+    path = tmp_path / "ends.jsonl"
+    path.write_text('{"type":"workflow_end","v":1,"app":"a","workflow_id":"w","t":1.0,"status":"completed"}\n')
+    assert "no invocation" in _bad(["replay", str(path), "--policy", "lru"])
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    assert "No such file" in _bad(["replay", str(tmp_path / "none.jsonl"), "--policy", "lru"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--policy", "fifo"], "unknown policy fifo"),
+    (["--profile", "tpu"], "unknown hardware profile"),
+    (["--predictor", "noise:x"], "noise lambda"),
+    (["--predictor", "magic"], "unknown predictor"),
+    (["--predictor", "/no/such/model.pt"], "predictor model file not found: /no/such/model.pt"),
+    (["--concurrency", "0"], "concurrency"),
+])
+def test_bad_options_are_clear_errors(trace, args, message):
+    assert message in _bad(["replay", str(trace), *args])
+
+
+def test_synth_rejects_unknown_graph_and_existing_output(tmp_path, trace):
+    assert "unknown graph" in _bad(["synth", "--graph", "nope", "--out", str(tmp_path / "x.jsonl")])
+    assert "exists" in _bad(["synth", "--out", str(trace)])
+
+
+def test_synth_help_says_an_existing_output_is_refused_as_synth_does(tmp_path, trace):
+    result = runner.invoke(app, ["synth", "--help"])
+    assert result.exit_code == 0
+    words = " ".join(result.output.replace("│", " ").split())  # help wrapped in a box at any width
+    assert "appended" not in words and "must not exist yet" in words
+    before = trace.read_bytes()
+    assert "exists" in _bad(["synth", "--out", str(trace)])
+    assert trace.read_bytes() == before  # refused, and nothing was appended
+
+
+def test_profiles_table_fits_80_columns_with_whole_names(monkeypatch):
+    from rich.console import Console
+
+    import pbkv_server.bench_cli as bench_cli
+    from pbkv_server.sim.profiles import PROFILES
+
+    # an 80-column terminal whatever COLUMNS the test run has (the console writes to the runner's stdout)
+    monkeypatch.setattr(bench_cli, "console", Console(width=80))
+    result = runner.invoke(app, ["profiles"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert "…" not in result.output
+    assert max(len(line) for line in lines) <= 80
+    for name, p in PROFILES.items():  # each row starts with the whole name and ends with host tokens
+        row = [line for line in lines if line.split() and line.split()[0] == name]
+        assert len(row) == 1, name
+        host = p.host_kv_tokens
+        assert row[0].split()[-1] == (f"{host / 1e6:.2f}M" if host >= 1e6 else f"{host / 1e3:.1f}k")
+
+
+def test_replay_with_a_model_for_another_app_is_a_clear_error(trace, tmp_path):
+    model = tmp_path / "hover.pt"
+    write_model(model, "hover", ["claim", "verify"])
+    text = _bad(["replay", str(trace), "--policy", "lru", "--predictor", str(model)])
+    assert "trained for app 'hover', not 'codegen'" in text
+
+
+def test_replay_with_a_model_for_the_traces_app_runs(trace, tmp_path):
+    model = tmp_path / "codegen.pt"
+    write_model(model, "codegen", ["planner", "coder", "tester", "analyzer"])
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["replay", str(trace), "--policy", "he", "--predictor", str(model),
+                                 "--device-tokens", "30000", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["he"]["predictor"] == str(model)
+
+
+def test_profiles_lists_every_profile_with_its_source():
+    result = runner.invoke(app, ["profiles"])
+    assert result.exit_code == 0
+    for name in ("a6000x2-qwen3-32b-tp2", "a6000-qwen3-14b", "h100-qwen2.5-32b"):
+        assert name in result.output
+    assert "config.json" in result.output
+
+
+def test_live_replay_subcommand_is_registered_when_its_module_exists(monkeypatch):
+    import importlib.machinery
+    import types
+
+    import pbkv_server.bench_cli as cli
+
+    calls = []
+    module = types.ModuleType("pbkv_server.live_replay")
+    module.__spec__ = importlib.machinery.ModuleSpec("pbkv_server.live_replay", loader=None)
+
+    def command(target: str) -> None:
+        """Fake live replay."""
+        calls.append(target)
+
+    module.command = command
+    monkeypatch.setitem(sys.modules, "pbkv_server.live_replay", module)
+    monkeypatch.setattr(cli.app, "registered_commands", list(cli.app.registered_commands))
+    cli._register_live_replay()
+    result = runner.invoke(cli.app, ["live-replay", "http://127.0.0.1:1"])
+    assert result.exit_code == 0, result.output
+    assert calls == ["http://127.0.0.1:1"]
+
+
+def test_a_file_that_is_not_a_model_is_a_clear_error(trace, tmp_path):
+    junk = tmp_path / "model.pt"
+    junk.write_bytes(b"not a model")
+    text = _bad(["replay", str(trace), "--policy", "lru", "--predictor", str(junk)])
+    assert "model" in text.lower() and str(junk.name) in text
+
+
+def test_output_paths_are_checked_before_any_run(trace, tmp_path):
+    # A directory or a path under a regular file cannot be written: exit 2 up front (the error
+    # comes before the table, so no policy was run).
+    for option, path in (("--json", tmp_path), ("--plot", tmp_path), ("--json", trace / "o.json")):
+        text = _bad(["replay", str(trace), "--policy", "lru", option, str(path)])
+        assert f"{option} {path}" in text and "lru " not in text.split("error")[0]
+
+
+def test_engine_settings_are_checked_before_any_run(trace):
+    # pbkv-aggressive checks rho only at its first prefetch; the CLI rejects it before lru runs.
+    assert "--rho must be in [0, 1]" in _bad(["replay", str(trace), "--policy", "lru,pbkv-aggressive", "--rho", "2"])
+    assert "--gamma" in _bad(["replay", str(trace), "--policy", "he", "--gamma", "0"])
+    assert "--device-tokens" in _bad(["replay", str(trace), "--policy", "lru", "--device-tokens", "0"])
+
+
+def test_synth_with_bad_arguments_creates_no_file(tmp_path):
+    out = tmp_path / "x.jsonl"
+    for args in (["--workflows", "0"], ["--block-chars", "3"], ["--graph", "nope"]):
+        _bad(["synth", "--out", str(out), *args])
+        assert not out.exists(), args  # a later good call must not be refused with "exists"
+    assert runner.invoke(app, ["synth", "--out", str(out), "--workflows", "2"]).exit_code == 0
+
+
+def test_synth_to_an_unwritable_place_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert "is not a directory" in _bad(["synth", "--out", str(blocker / "x.jsonl"), "--workflows", "2"])
+
+
+def test_tables_fit_80_columns_without_cutting_figures():
+    from rich.console import Console
+
+    from pbkv_server.sim.report import breakdown_table, latency_table, results_table
+
+    row = {"hit_rate": 0.2441, "host_hit_rate": 0.2735, "mean_latency_s": 1364.12, "p99_latency_s": 4321.5,
+           "mean_ttft_s": 70.025, "evictions": 123456, "prefetched_tokens": 3_869_610,
+           "latency_ms": {"eviction_decision": {"mean_ms": 0.0312}}, "gap_closed": -0.1234, "prefill_saved": 0.5079,
+           "latency_speedup": 1.1834, "latency_capture": -0.1234,
+           "latency_breakdown_s": {"queue_s": 1000.5, "load_s": 12.25, "prefill_s": 100.75, "decode_s": 200.5,
+                                   "tool_s": 50.12}}
+    rows = {"pbkv-aggressive": row, "lru": dict(row, prefetched_tokens=0, gap_closed=None, latency_capture=None)}
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
+    for table in (results_table(rows), latency_table(rows), breakdown_table(rows)):
+        console.print(table)
+    text = console.export_text()
+    assert "…" not in text and max(map(len, text.splitlines())) <= 80
+    for cell in ("pbkv-aggressive", "0.244", "-0.12", "0.274", "0.518", "0.508", "1364.1", "4321.5", "70.025",
+                 "123456", "3.87M", "0.031", "1.18x", "1000.5", "12.25"):
+        assert cell in text, cell
+    lru = [line.split() for line in text.splitlines() if line.startswith("lru")]
+    assert lru[0][2] == "-" and lru[1][-1] == "-"  # gap closed, latency capture undefined
+
+
+def test_plot_is_written_at_exactly_the_given_path(tmp_path):
+    from pbkv_server.sim.report import plot_timelines
+
+    timeline = [{"t_start": 0.0, "t_end": 1.0, "hit_rate": 0.5}, {"t_start": 1.0, "t_end": 2.0, "hit_rate": None}]
+    path = tmp_path / "chart"  # no extension: matplotlib alone would write chart.png
+    plot_timelines(path, {"lru": {"hit_rate": 0.5, "timeline": timeline}})
+    assert path.read_bytes()[:4] == b"\x89PNG" and not (tmp_path / "chart.png").exists()
+
+
+def test_truncated_last_line_is_skipped_and_the_rest_replayed(trace, tmp_path):
+    """A recorder killed mid-write leaves half a last line: it is skipped with a warning naming it,
+    and every complete invocation is still replayed."""
+    text = trace.read_text()
+    lines = text.splitlines()
+    n_inv = sum('"type":"invocation"' in line for line in lines)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(text + lines[1][: len(lines[1]) // 2])  # no newline: the writer died mid-line
+    out = tmp_path / "o.json"
+    proc = subprocess.run([sys.executable, "-m", "pbkv_server.bench_cli", "replay", str(cut), "--policy", "lru",
+                           "--device-tokens", "30000", "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{cut}:{len(lines) + 1}" in proc.stderr and "Traceback" not in proc.stderr
+    assert json.loads(out.read_text())["lru"]["requests"] == n_inv
+
+
+def test_synth_rejects_a_directory_and_an_unbounded_workflow_count(tmp_path):
+    result = runner.invoke(app, ["synth", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "is a directory" in result.output
+    huge = runner.invoke(app, ["synth", "--workflows", "100000000000", "--out", str(tmp_path / "x.jsonl")])
+    assert huge.exit_code == 2 and not (tmp_path / "x.jsonl").exists()
+
+
+def test_replay_reports_the_lru_guard_and_no_lru_guard_turns_it_off(trace, tmp_path):
+    figures = {}
+    for flag in ("--lru-guard", "--no-lru-guard"):
+        out = tmp_path / f"{flag}.json"
+        result = runner.invoke(app, ["replay", str(trace), "--policy", "lru,pbkv", "--predictor", "markov",
+                                     "--device-tokens", "30000", "--no-gap", flag, "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        figures[flag] = json.loads(out.read_text())
+    on, off = figures["--lru-guard"], figures["--no-lru-guard"]
+    guard = on["pbkv"]["guard"]
+    assert set(guard) == {"switches", "fallback_evictions", "fallback_eviction_share", "ghost_hit_rate",
+                          "ghost_host_hit_rate"}
+    assert 0.0 <= guard["fallback_eviction_share"] <= 1.0 and 0.0 < guard["ghost_hit_rate"] <= 1.0
+    assert "guard" not in off["pbkv"] and "guard" not in on["lru"]  # lru is not guarded
+    assert on["lru"]["hit_rate"] == off["lru"]["hit_rate"]

@@ -1,0 +1,81 @@
+"""The order inside vLLM's block pool matches the simulator's engine core on the same operations.
+
+The same requests (same block sharing, hints, predictor) and the same workflow end go to the
+engine core (:class:`pbkv_server.engine.Engine` with 16-token pages, so a prompt's last partial
+page is not cached, as in vLLM) and to a real vLLM ``KVCacheManager`` with the PBKV block pool
+(block size 16); then both evict everything. The engine evicts whole nodes (runs of pages), vLLM
+one block at a time: the engine's victims, each node's blocks leaf first, must equal vLLM's.
+"""
+
+import pytest
+
+pytest.importorskip("vllm.v1.core.block_pool")  # the real vLLM, not this tests/vllm directory
+
+from .conftest import BLOCK, TablePredictor, block_tokens  # noqa: E402
+
+# (block labels, hints or None); a label is unique per block, so a block is named by it.
+OPS = [
+    ([1, 2, 3, 4], ("wfA", "plan", 0)),
+    ([1, 2, 5, 6], ("wfB", "plan", 0)),
+    ([7, 8, 9], ("wfC", "code", 0)),
+    ([1, 2, 3, 4, 10, 11], ("wfA", "code", 1)),
+    ([12, 13], None),
+    ([7, 8, 14], ("wfC", "test", 1)),
+    ([15, 16, 17], ("wfD", "test", 0)),
+    ([1, 2, 18], ("wfB", "code", 1)),
+]
+ENDED = ["wfB"]
+TAIL = 3  # tokens after the last whole block of every prompt: never cached by either
+
+
+def _engine_order(policy):
+    from pbkv_contract.hints import Hints
+    from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, HardwareProfile
+
+    profile = HardwareProfile(name="test", description="unit test", source="made up", prefill_tokens_per_s=1e3,
+                              decode_base_s=0.01, decode_per_seq_s=0.001, pcie_bytes_per_s=1e9,
+                              kv_bytes_per_token=1000, device_kv_tokens=10_000, host_kv_tokens=0)
+    engine = Engine(EngineConfig(profile=profile, policy=policy, predictor=TablePredictor(), gamma=0.7, horizon=3,
+                                 page_size=BLOCK))
+    for i, (labels, hint) in enumerate(OPS):
+        hints = Hints(hint[0], hint[1], hint[2], "t") if hint else None
+        blocks = [*labels, ("tail", i)]
+        engine.submit(EngineRequest(f"r{i}", blocks, [BLOCK] * len(labels) + [TAIL], 1, hints))
+        while not any(isinstance(e, Finished) for e in engine.step()):
+            pass
+        engine.advance_to(engine.clock + 1.0)
+    for wf in ENDED:
+        engine.end_workflow(wf)
+    order = []
+    while (node := engine.peek_victim()) is not None:
+        order += [key[0] for key in reversed(node.keys)]  # page key: (block label, offset)
+        engine.evict_device(node.tokens)
+    return order
+
+
+def _vllm_order(harness, policy):
+    h = harness(policy, num_blocks=64, predictor=TablePredictor())
+    for labels, hint in OPS:
+        h.serve(block_tokens(labels, tail=TAIL),
+                {"workflow_id": hint[0], "agent": hint[1], "step": hint[2], "app": "t"} if hint else None)
+    for wf in ENDED:
+        h.runtime.end_workflow(wf)
+    return h.eviction_order()
+
+
+@pytest.mark.parametrize("vllm_policy, engine_policy", [("pbkv-he", "he"), ("pbkv", "pbkv"), ("pbkv-lae", "lae")])
+def test_vllm_eviction_order_equals_engine_core_order(harness, vllm_policy, engine_policy):
+    engine = _engine_order(engine_policy)
+    vllm = _vllm_order(harness, vllm_policy)
+    assert sorted(engine) == sorted(vllm) == list(range(1, 19))
+    assert vllm == engine
+    # wfB ended: its private blocks 6, 5 and 18 are the first three victims under every PBKV rule
+    assert set(vllm[:3]) == {5, 6, 18}
+
+
+def test_orders_differ_from_vllm_lru(harness):
+    """Guard against a vacuous match: vLLM's own pool ranks these blocks differently."""
+    h = harness(None, num_blocks=64)
+    for labels, _ in OPS:
+        h.serve(block_tokens(labels, tail=TAIL), None)
+    assert h.eviction_order() != _vllm_order(harness, "pbkv-he")
