@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -55,6 +57,7 @@ def test_contract_uses_the_standard_library_only():
     assert not offenders, "\n".join(offenders)
 
 
+@pytest.mark.slow
 def test_importing_the_server_loads_no_sdk_module():
     code = (
         "import sys\n"

@@ -30,6 +30,7 @@ def cluster(fixture_data, tmp_path, monkeypatch):
         pytest.skip(f"the SMG router cannot start here: {exc}")
 
 
+@pytest.mark.slow
 def test_hover_through_smg_keeps_each_workflow_on_one_replica_and_ends_it_there(cluster, tmp_path):
     from examples.hover_langchain.data import load_hover
     from examples.hover_langchain.run import run_claims

@@ -36,6 +36,7 @@ RECORDED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", sorted(RECORDED))
 def test_record_runs_an_app_with_recording_on_and_summarises_it(fake_llm: FakeOpenAI, tmp_path, framework, monkeypatch):
     monkeypatch.setenv("PBKV_END_TIMEOUT_S", "2")  # a loaded CI machine must not lose the end signals at exit
@@ -239,6 +240,7 @@ def test_record_removes_the_trace_it_created_when_the_command_cannot_run_or_the_
     assert result.exit_code == 127 and len(list(iter_trace(kept))) == 1
 
 
+@pytest.mark.slow
 def test_record_keeps_the_trace_of_an_app_that_fails_after_its_llm_calls_and_passes_its_status_on(fake_llm: FakeOpenAI,
                                                                                                      tmp_path):
     out = tmp_path / "rec.jsonl"
@@ -291,6 +293,7 @@ def test_record_interrupted_by_ctrl_c_twice_removes_its_empty_trace_once_the_app
     assert f"no LLM invocation was recorded (nothing; removed {out.resolve()})" in _one_line(result.stdout)
 
 
+@pytest.mark.slow
 def test_record_interrupted_twice_keeps_the_trace_of_an_app_that_still_runs_and_says_so(tmp_path):
     result, out, ready = _record_and_interrupt_twice(tmp_path, "signal.signal(signal.SIGINT, signal.SIG_IGN)")
     os.kill(int(ready.read_text()), signal.SIGKILL)  # the app ignored both

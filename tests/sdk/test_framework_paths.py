@@ -11,11 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .framework_paths import FRAMEWORKS
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_every_framework_path_is_stamped_and_ended_as_documented():
     env = {k: v for k, v in os.environ.items() if k != "OTEL_SDK_DISABLED"}
     env.update(CREWAI_DISABLE_TELEMETRY="true", CREWAI_TRACING_ENABLED="false")

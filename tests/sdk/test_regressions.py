@@ -369,6 +369,7 @@ class _BlackHole:
             s.close()
 
 
+@pytest.mark.slow
 def test_case16_a_silent_end_endpoint_costs_one_timeout_at_exit_and_one_warning(fake_llm):
     import subprocess
     import sys
@@ -418,6 +419,7 @@ def test_case16_an_end_endpoint_with_a_full_backlog_never_delays_the_workflows(f
     assert len(warnings) == 1 and "end signal" in warnings[0].getMessage()
 
 
+@pytest.mark.slow
 def test_case16_record_switches_crewai_telemetry_off_so_the_app_opens_no_outside_socket(fake_llm, tmp_path, monkeypatch):
     import sys
 

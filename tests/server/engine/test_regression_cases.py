@@ -113,6 +113,7 @@ def test_case2_pages_of_16_tokens_match_and_split_only_at_page_boundaries():
     check_accounting(cache)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
 def test_case2_ten_thousand_random_operations_keep_whole_pages(policy):
     rng = random.Random(2)

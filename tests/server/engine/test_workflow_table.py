@@ -180,6 +180,7 @@ def test_the_bound_never_retires_a_workflow_with_a_request_in_flight():
     assert list(table.workflows) == ["a", "c", "d"]
 
 
+@pytest.mark.slow
 def test_table_stays_bounded_under_two_million_ids():
     table = WorkflowTable(ScoreBoard(0.7, 2), max_active=1000, max_ended=5000)
     retired = 0

@@ -28,6 +28,7 @@ def trace(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_replay_without_policy_runs_every_replay_policy_with_the_contract_keys(trace, tmp_path):
     out, png = tmp_path / "r.json", tmp_path / "r.png"
     result = runner.invoke(app, ["replay", str(trace), "--predictor", "oracle",
@@ -45,6 +46,7 @@ def test_replay_without_policy_runs_every_replay_policy_with_the_contract_keys(t
     assert "belady" in result.output  # the table
 
 
+@pytest.mark.slow
 def test_replay_is_deterministic(trace, tmp_path):
     outs = []
     for i in range(2):
@@ -148,6 +150,7 @@ def test_replay_with_a_model_for_another_app_is_a_clear_error(trace, tmp_path):
     assert "trained for app 'hover', not 'codegen'" in text
 
 
+@pytest.mark.slow
 def test_replay_with_a_model_for_the_traces_app_runs(trace, tmp_path):
     model = tmp_path / "codegen.pt"
     write_model(model, "codegen", ["planner", "coder", "tester", "analyzer"])

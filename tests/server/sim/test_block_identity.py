@@ -56,6 +56,7 @@ def test_the_replay_json_reports_hash_collisions(tmp_path):
     assert json.loads(out.read_text())["lru"]["hash_collisions"] == 1
 
 
+@pytest.mark.slow
 def test_case_7c_8_bit_hashes_are_detected_and_reported_full_width_ones_are_not(monkeypatch, caplog):
     """1,000 synthetic workflows: with the hash cut to 8 bits, hashes meet under other parents and the
     replay says so (a warning with the count, and ``hash_collisions`` in the summary); at full width

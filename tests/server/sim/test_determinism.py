@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from pbkv_server.engine.policies import REPLAY, available_policies
+from pbkv_server.engine.policies import REFERENCE_POLICY, REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
@@ -38,7 +38,9 @@ def trace():
     return records, load_workload(records)
 
 
-@pytest.mark.parametrize("policy", available_policies(REPLAY))
+# The offline reference replays with the whole future at every eviction: minutes, so slow.
+@pytest.mark.parametrize("policy", [pytest.param(p, marks=pytest.mark.slow) if p == REFERENCE_POLICY else p
+                                    for p in available_policies(REPLAY)])
 def test_three_replays_in_one_process_give_identical_stats(trace, policy):
     records, workload = trace
     runs, ballast = [], []

@@ -14,9 +14,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
+
+from pbkv_server.engine.policies import Policy, register_policy, unregister_policy
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURE = Path(__file__).parent / "fixtures" / "replay_fingerprint.json"
@@ -34,6 +37,7 @@ def _script():
 def test_replay_figures_equal_the_recorded_fingerprint(tmp_path, capsys):
     fp = _script()
     out = tmp_path / "now.json"
+    _warn_about_missing_policies(fp)
     recorded = fp.recorded_policies(json.loads(FIXTURE.read_text()))
     assert fp.record(out, [], ",".join(recorded), workflows=WORKFLOWS) == 0
     status = fp.compare(FIXTURE, out)
@@ -52,16 +56,44 @@ def test_compare_reports_a_changed_figure(tmp_path, capsys):
     assert f"/{case}/lru/hit_rate" in capsys.readouterr().out
 
 
-def test_every_registered_replay_policy_is_in_the_fingerprint():
-    """A registered policy missing from the fixture is reported (with the command that adds it),
-    not failed on: the comparison above covers what the fixture holds."""
-    import warnings
-
-    fp = _script()
+def _warn_about_missing_policies(fp) -> list[str]:
+    """Warn (never fail) about registered policies the fixture lacks, with the command that adds
+    them; returns them sorted."""
     missing = sorted(set(fp._registered_policies()) - set(fp.recorded_policies(json.loads(FIXTURE.read_text()))))
     if missing:
         warnings.warn(f"not in the replay fingerprint: {', '.join(missing)}; add with scripts/replay_fingerprint.py "
                       f"add {FIXTURE.relative_to(ROOT)} --policies {','.join(missing)} --workflows {WORKFLOWS}")
+    return missing
+
+
+class _NewPolicy(Policy):
+    """A policy registered after the fixture was recorded (LRU's order)."""
+
+    summary = "fingerprint test policy"
+
+    def priority(self, node) -> tuple:
+        return (node.last_access,)
+
+
+def test_a_newly_registered_policy_is_named_with_the_add_command_not_failed_on():
+    """The comparison replays the fixture's policies only, so a new policy leaves it passing; the
+    warning names the new policy and the command that records it."""
+    fp = _script()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = _warn_about_missing_policies(fp)  # another policy not yet added is no failure either
+    register_policy("fingerprint-new")(_NewPolicy)
+    try:
+        with pytest.warns(UserWarning) as caught:
+            missing = _warn_about_missing_policies(fp)
+        assert missing == sorted([*before, "fingerprint-new"])
+        names = ",".join(missing)
+        assert str(caught[0].message) == (
+            f"not in the replay fingerprint: {', '.join(missing)}; add with scripts/replay_fingerprint.py add "
+            f"tests/server/sim/fixtures/replay_fingerprint.json --policies {names} --workflows 60")
+        assert "fingerprint-new" not in fp.recorded_policies(json.loads(FIXTURE.read_text()))
+    finally:
+        unregister_policy("fingerprint-new")
 
 
 def test_add_refuses_a_policy_the_fixture_already_holds(tmp_path, capsys):

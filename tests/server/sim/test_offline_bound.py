@@ -84,6 +84,7 @@ def test_opt_equals_an_independent_brute_force_min_at_concurrency_1(seed):
     assert result.summary["hit_rate"] == pytest.approx(brute_force_min(prompts, capacity), abs=1e-12)
 
 
+@pytest.mark.slow
 def test_no_policy_without_prefetch_beats_opt_on_1000_random_traces():
     # demand paging only: prefetch and speculative prefill (which computes a reply's KV before any
     # request asks for it) bring in cache that MIN, by definition, never loads ahead of a use

@@ -164,7 +164,9 @@ def test_study_command_writes_a_report_json_and_one_figure_per_study(run_dir, tm
              for p in data["codegen_run"]["points"] if p["study"] == "concurrency"]
     limits = admission_limits(sweep)
     reached = {q: c for q, c in limits.items() if c is not None}
-    assert limits
+    # the sweep covers every online replay policy (the study's default), each at C = 2 and 4
+    online = {q for q in available_policies(REPLAY) if not policy_info(q).offline}
+    assert set(limits) == online and sorted((p.policy, p.x) for p in sweep) == sorted((q, c) for q in online for c in (2, 4))
     if reached:
         assert all(f"{q} C={c}" in report for q, c in reached.items()), reached
     else:
