@@ -49,6 +49,7 @@ def test_a_trace_with_nulls_in_every_optional_field_replays(null_trace, tmp_path
     assert data["lru"]["workflows"] == 20
 
 
+@pytest.mark.slow
 def test_a_trace_with_nulls_in_every_optional_field_trains(null_trace, tmp_path):
     model = tmp_path / "m.pt"
     result = runner.invoke(predictor_app, ["train", str(null_trace), "--out", str(model), "--epochs", "1",

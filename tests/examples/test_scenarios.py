@@ -51,6 +51,7 @@ def _scenario_chat_model(app: str):
     return ScenarioChat
 
 
+@pytest.mark.slow
 def test_hover_more_hops_mean_more_retrieval_rounds(fixture_data: Path) -> None:
     from examples.hover_langchain import scenario as _  # noqa: F401  (registers "hover")
     from examples.hover_langchain.app import build_graph

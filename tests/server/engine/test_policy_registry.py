@@ -79,6 +79,7 @@ def test_a_name_cannot_be_registered_twice_by_another_class(toy):
         register_policy("toy2")(Other)
 
 
+@pytest.mark.slow
 def test_toy_policy_runs_in_pbkv_bench(toy, tmp_path):
     listing = runner.invoke(bench_app, ["policies"], env={"COLUMNS": "200"})
     assert listing.exit_code == 0 and "toy policy of the registry tests" in listing.output

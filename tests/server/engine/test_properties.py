@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from pbkv_contract.hints import END_AGENT, Hints
 from pbkv_server.engine import Engine, EngineConfig, EngineRequest, HardwareProfile, available_policies
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY
 from pbkv_server.engine.radix import DEVICE, HOST
 from pbkv_contract.prediction import Prediction, Predictor
 
@@ -141,7 +142,9 @@ def block_tokens(label: str) -> int:
     return 2 + int(hashlib.blake2b(label.encode(), digest_size=1).hexdigest(), 16) % 10
 
 
-@pytest.mark.parametrize("policy", available_policies())
+# The baseline and the default policy in the fast lane, every other one slow (seconds each).
+@pytest.mark.parametrize("policy", [p if p in (BASELINE_POLICY, DEFAULT_POLICY) else pytest.param(p, marks=pytest.mark.slow)
+                                    for p in available_policies()])
 @settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=ops, host=st.sampled_from([0, 30, 200]))
 def test_random_operations_keep_cache_invariants(policy, ops, host):

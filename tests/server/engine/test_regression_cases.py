@@ -170,7 +170,8 @@ def test_case2_block_granularity_never_builds_zero_token_nodes():
 # --------------------------------------------------------------------------- case 4
 
 
-@pytest.mark.parametrize("policy", ["lru", "lae", "he", "pbkv", "kvflow"])
+# lru stays in the fast lane; the other policies' full scans are slow (seconds each)
+@pytest.mark.parametrize("policy", ["lru", *(pytest.param(p, marks=pytest.mark.slow) for p in ["lae", "he", "pbkv", "kvflow"])])
 def test_case4_every_victim_is_the_lowest_priority_leaf_of_a_full_scan(policy):
     """Fill the device with 2,000 leaves of 64 tokens (distinct prefixes, 40 workflows), then 300
     rounds of "evict 64 tokens, insert a new 64-token sequence"; for he/pbkv, 1 % of the workflows

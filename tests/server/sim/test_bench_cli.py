@@ -59,6 +59,7 @@ def test_replay_is_deterministic(trace, tmp_path):
     assert outs[0] == outs[1]
 
 
+@pytest.mark.slow
 def test_truncated_line_is_skipped_with_a_warning_naming_the_line(trace, tmp_path):
     lines = trace.read_text().splitlines()
     bad = tmp_path / "bad.jsonl"
@@ -261,6 +262,7 @@ def test_plot_is_written_at_exactly_the_given_path(tmp_path):
     assert path.read_bytes()[:4] == b"\x89PNG" and not (tmp_path / "chart.png").exists()
 
 
+@pytest.mark.slow
 def test_truncated_last_line_is_skipped_and_the_rest_replayed(trace, tmp_path):
     """A recorder killed mid-write leaves half a last line: it is skipped with a warning naming it,
     and every complete invocation is still replayed."""

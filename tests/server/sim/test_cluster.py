@@ -64,6 +64,7 @@ def test_round_robin_spreads_requests_evenly_and_ends_reach_every_replica_that_s
     assert result.summary["single_replica_share"] < 0.2
 
 
+@pytest.mark.slow
 def test_affinity_ring_is_consistent_a_new_replica_takes_keys_only_for_itself():
     keys = [f"wf-{i}" for i in range(2000)]
     before = {k: AffinityRouter(8).route(None, k, []) for k in keys}

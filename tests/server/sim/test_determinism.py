@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from pbkv_server.engine.policies import REFERENCE_POLICY, REPLAY, available_policies
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
@@ -38,8 +38,9 @@ def trace():
     return records, load_workload(records)
 
 
-# The offline reference replays with the whole future at every eviction: minutes, so slow.
-@pytest.mark.parametrize("policy", [pytest.param(p, marks=pytest.mark.slow) if p == REFERENCE_POLICY else p
+# The baseline and the default policy in the fast lane; the others slow (seconds each; the
+# offline reference, which replays with the whole future at every eviction, minutes).
+@pytest.mark.parametrize("policy", [p if p in (BASELINE_POLICY, DEFAULT_POLICY) else pytest.param(p, marks=pytest.mark.slow)
                                     for p in available_policies(REPLAY)])
 def test_three_replays_in_one_process_give_identical_stats(trace, policy):
     records, workload = trace

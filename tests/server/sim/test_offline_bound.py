@@ -102,6 +102,7 @@ def test_no_policy_without_prefetch_beats_opt_on_1000_random_traces():
             assert other.summary["hit_rate"] <= bound.summary["hit_rate"] + 1e-12, (seed, policy)
 
 
+@pytest.mark.slow
 def test_at_concurrency_16_the_bound_runs_on_its_own_stable_order_and_is_not_beaten():
     records = list(generate("codegen", 40, seed=5))
     workload = load_workload(records)
