@@ -10,7 +10,7 @@ import time
 
 import httpx
 
-from pbkv_server.local_cluster import free_port
+from pbkv_server.testing.local_cluster import free_port
 from pbkv_server.sim.metrics import percentile  # noqa: F401  (the benchmarks' one percentile rule)
 
 

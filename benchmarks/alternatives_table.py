@@ -42,7 +42,7 @@ from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLA
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.measures import (CAPTURE_NOTE, SPEEDUP_HEADER, host_value, latency_capture, latency_speedup,
                                       prefill_saved)
-from pbkv_server.sim.profiles import PAPER_HOST_RATIO, get_profile
+from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile
 from pbkv_server.sim.report import gap_closed, jsonable
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import write_trace

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pbkv_contract.trace import read_trace
 from pbkv_server.sim.calibration import TOLERANCE, compare
-from pbkv_server.sim.profiles import PROFILES, get_profile
+from pbkv_server.hardware.profiles import PROFILES, get_profile
 
 KVFLOW_PROFILE = "h100-qwen2.5-32b"
 DEFAULT_HOVER_TRACE = Path("runs/hover_langchain/test.jsonl")

@@ -32,7 +32,7 @@ from pbkv_contract.hints import END_AGENT, Hints
 from pbkv_contract.prediction import Prediction, Predictor
 from pbkv_server.engine import Engine, EngineConfig, EngineRequest, EngineStats, PrefixCache, ScoreBoard
 from pbkv_server.engine.workflows import WorkflowTable
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 
 
 class _Table(Predictor):

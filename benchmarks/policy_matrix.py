@@ -25,7 +25,7 @@ from pathlib import Path
 from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.measures import latency_speedup
-from pbkv_server.sim.profiles import PAPER_HOST_RATIO, get_profile
+from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import write_trace
 from _cli import check_output, run_script

@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 from pbkv_contract.prediction import PredictionQuery
-from predictor.data import Vocab
-from predictor.model import GraphSagePredictorNet, ModelConfig, count_parameters
-from predictor.serving import load_predictor
-from predictor.store import ModelFileError, save_model
+from pbkv_train.data import Vocab
+from pbkv_train.model import GraphSagePredictorNet, ModelConfig, count_parameters
+from pbkv_train.serving import load_predictor
+from pbkv_train.store import ModelFileError, save_model
 
 
 def main() -> None:

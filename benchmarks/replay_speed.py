@@ -29,11 +29,11 @@ from pathlib import Path
 
 from pbkv_server.engine.policies import DEFAULT_POLICY
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.report import jsonable
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import write_trace
-from pbkv_server.torch_threads import limit_torch_threads
+from pbkv_server.predictors.torch_threads import limit_torch_threads
 from pbkv_contract.trace import read_trace
 
 #: Replay figures that do not depend on the machine: equal digests = identical replays.
@@ -62,7 +62,7 @@ def main() -> None:
             train_trace, model = Path(tmp) / "train.jsonl", Path(tmp) / "model.pt"
             write_trace(str(train_trace), graph=args.graph, workflows=args.train_workflows, seed=args.seed + 1000)
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "predictor.cli", "train", str(train_trace), "--out", str(model),
+            subprocess.run([sys.executable, "-m", "pbkv_train.cli", "train", str(train_trace), "--out", str(model),
                             "--epochs", str(args.epochs), "--threads", str(args.threads)],
                            check=True, stdout=subprocess.DEVNULL)
             print(f"trained {model.name} on {args.train_workflows} {args.graph} workflows "

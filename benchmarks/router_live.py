@@ -2,7 +2,7 @@
 
 For each SMG policy (``consistent_hashing`` on the workflow id, ``cache_aware``, ``round_robin``)
 and each cache policy (``lru``, ``pbkv``): start N replicas (sim engine, HoVer scenario, the same
-device size each) and SMG (:func:`pbkv_server.local_cluster.local_cluster`), run the LangGraph
+device size each) and SMG (:func:`pbkv_server.testing.local_cluster.local_cluster`), run the LangGraph
 HoVer app through the router with the SDK set up as README "Scaling out behind a router" says
 (``PBKV_BODY_HINTS=1``, ``PBKV_REPLICAS``), and print per run:
 
@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace  # noqa: E402
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY  # noqa: E402
-from pbkv_server.local_cluster import free_port, local_cluster  # noqa: E402
+from pbkv_server.testing.local_cluster import free_port, local_cluster  # noqa: E402
 
 SCENARIO = "examples.hover_langchain.scenario:HoverScenario"
 ROUTERS = ("consistent_hashing", "cache_aware", "round_robin")

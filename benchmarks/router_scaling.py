@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY  # noqa: E402
 from pbkv_server.predictors import make_predictor  # noqa: E402
 from pbkv_server.sim.cluster import ROUTERS, simulate_cluster  # noqa: E402
-from pbkv_server.sim.profiles import get_profile, host_tokens_for  # noqa: E402
+from pbkv_server.hardware.profiles import get_profile, host_tokens_for  # noqa: E402
 from pbkv_server.sim.simulator import load_workload  # noqa: E402
 from pbkv_server.sim.synth import generate  # noqa: E402
 

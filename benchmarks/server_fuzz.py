@@ -1,7 +1,7 @@
 """Schemathesis fuzzing of a pbkv-server against its own OpenAPI document: the long run.
 
 Starts ``pbkv-server`` as a subprocess on a free loopback port and runs
-:func:`pbkv_server.http.fuzzing.fuzz` with ``--examples`` cases per operation and generation mode
+:func:`pbkv_server.testing.fuzzing.fuzz` with ``--examples`` cases per operation and generation mode
 (the test suite runs 40). Prints, per operation and mode: cases generated, answers per status,
 and failed checks (5xx, undocumented status or content type, a body that breaks the documented
 schema, schema-invalid input accepted, schema-valid input refused), then the totals. Exits 1
@@ -19,7 +19,7 @@ import time
 import httpx
 
 from pbkv_server.engine.policies import DEFAULT_POLICY
-from pbkv_server.http.fuzzing import fuzz
+from pbkv_server.testing.fuzzing import fuzz
 
 from _server_proc import start_server, stop_server
 

@@ -65,7 +65,7 @@ def run(policy: str, args) -> dict:
     from sglang.srt.mem_cache.radix_cache import RadixKey
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    from pbkv_server.backends.sglang.cpu_cache import build_cpu_cache
+    from pbkv_server.testing.sglang.cpu_cache import build_cpu_cache
 
     pbkv = policy != BASELINE_POLICY
     cache, allocator = build_cpu_cache(policy, args.kv_tokens, {"predictor": "markov"} if pbkv else None, pbkv=pbkv)
@@ -130,9 +130,9 @@ def live(args) -> None:
     from pathlib import Path
 
     from pbkv_contract.trace import read_trace
-    from pbkv_server.backends.sglang.cpu_server import CpuServer
-    from pbkv_server.backends.sglang.tiny_model import build_tiny_model
-    from pbkv_server.live_replay import PromptBook, replay
+    from pbkv_server.testing.sglang.cpu_server import CpuServer
+    from pbkv_server.testing.sglang.tiny_model import build_tiny_model
+    from pbkv_server.loadgen.live_replay import PromptBook, replay
     from pbkv_server.sim.live_compare import matched_records, measured_profile, server_settings, simulate_matched
 
     policies = args.policies.split(",")

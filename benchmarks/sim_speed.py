@@ -18,7 +18,7 @@ import time
 
 from pbkv_server.engine.policies import REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import generate
 

@@ -4,7 +4,7 @@ No pretrained BPE vocabulary can be downloaded at run time, so this script train
 (``tokenizers`` BpeTrainer, byte-level, vocabulary up to 50,000) on 80 % of the documents of the
 shared data sets (ChatDev multi-agent logs, SWE-bench Lite problem statements and patches,
 FinanceBench questions and evidence, HoVer claims) and compares, on the held-out 20 %, its token counts with
-:func:`pbkv_server.tokenizer.count_tokens`. Prints, per corpus and overall, the ratio
+:func:`pbkv_server.scenarios.tokenizer.count_tokens`. Prints, per corpus and overall, the ratio
 approx / BPE of total tokens and the mean absolute per-document relative error.
 
 Run: ``.venv/bin/python benchmarks/tokenizer_accuracy.py`` (about 10-30 s on 2 cores).
@@ -19,7 +19,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from pbkv_server.tokenizer import count_tokens
+from pbkv_server.scenarios.tokenizer import count_tokens
 
 
 def load_corpora(data_dir: Path) -> dict[str, list[str]]:

@@ -37,7 +37,7 @@ EXTRA_OF: dict[str, str] = {
 }
 
 #: Our own packages: a missing one of these is a broken checkout, not a missing extra.
-_OWN = {"pbkv_contract", "pbkv_sdk", "pbkv_server", "predictor", "examples"}
+_OWN = {"pbkv_contract", "pbkv_sdk", "pbkv_server", "pbkv_train", "examples"}
 
 
 def install_hint(extra: str) -> str:
@@ -86,17 +86,17 @@ def run(cli: str, target: str, default_extra: str) -> int:
 
 def pbkv_server() -> int:
     """``pbkv-server``."""
-    return run("pbkv-server", "pbkv_server.cli:app", "server")
+    return run("pbkv-server", "pbkv_server.cli.server:app", "server")
 
 
 def pbkv_bench() -> int:
     """``pbkv-bench``."""
-    return run("pbkv-bench", "pbkv_server.bench_cli:app", "server")
+    return run("pbkv-bench", "pbkv_server.cli.bench:app", "server")
 
 
 def pbkv_predictor() -> int:
     """``pbkv-predictor``."""
-    return run("pbkv-predictor", "predictor.cli:app", "predictor")
+    return run("pbkv-predictor", "pbkv_train.cli:app", "predictor")
 
 
 def pbkv_sdk() -> int:

@@ -62,7 +62,7 @@ fi
 TRACE=${TRACE:-$OUT/trace.jsonl}
 if [ ! -f "$TRACE" ]; then
   log "synthesising $WORKFLOWS workflows into $TRACE"
-  "$PY" -m pbkv_server.bench_cli synth --graph mixed --workflows "$WORKFLOWS" --seed 0 --out "$TRACE"
+  "$PY" -m pbkv_server.cli.bench synth --graph mixed --workflows "$WORKFLOWS" --seed 0 --out "$TRACE"
 fi
 DEVICE_TOKENS=${GPU_CHECK_DEVICE_TOKENS:-$("$PY" - "$TRACE" <<'PYEOF'
 import sys
@@ -105,7 +105,7 @@ run_one() {  # name, policy flags...
     sleep 2; waited=$((waited + 2))
   done
   log "server ($name) ready after ${waited}s; replaying"
-  "$PY" -m pbkv_server.bench_cli live-replay "$TRACE" --target "http://127.0.0.1:$PORT" --api generate \
+  "$PY" -m pbkv_server.cli.bench live-replay "$TRACE" --target "http://127.0.0.1:$PORT" --api generate \
       --concurrency "$CONC" --max-output-tokens "$MAX_OUT" --json "$OUT/replay_$name.json"
   stop_server
 }

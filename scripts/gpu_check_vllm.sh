@@ -7,7 +7,7 @@
 # no CPU platform: vllm.platforms resolves to UnspecifiedPlatform and vllm._C is absent; with the
 # shared CPU package list `vllm serve` already stops importing its CLI, on watchfiles and then
 # orjson, which the list lacks), so the plugin's live path is checked here, in a full CUDA install:
-# 1. writes the seeded tiny Qwen2 model (pbkv_server.backends.sglang.tiny_model; no download),
+# 1. writes the seeded tiny Qwen2 model (pbkv_server.testing.sglang.tiny_model; no download),
 # 2. takes a trace (TRACE=path, else a seeded synthetic one from `pbkv-bench synth`),
 # 3. starts vLLM with its own LRU (`pbkv-server --engine vllm --policy lru`), live-replays it,
 # 4. restarts it with the plugin (`--policy pbkv-he`: PBKVBlockPool, PBKVConnector, middleware),
@@ -47,9 +47,9 @@ print("vllm", md.version("vllm"), "torch", torch.__version__, "cuda", torch.cuda
 assert torch.cuda.is_available(), "this check needs a GPU"
 PYEOF
 
-[ -f "$MODEL_DIR/config.json" ] || "$PY" -m pbkv_server.backends.sglang.tiny_model --out "$MODEL_DIR"
+[ -f "$MODEL_DIR/config.json" ] || "$PY" -m pbkv_server.testing.sglang.tiny_model --out "$MODEL_DIR"
 TRACE=${TRACE:-$OUT/trace.jsonl}
-[ -f "$TRACE" ] || "$PY" -m pbkv_server.bench_cli synth --graph mixed --workflows "$WORKFLOWS" --seed 0 --out "$TRACE"
+[ -f "$TRACE" ] || "$PY" -m pbkv_server.cli.bench synth --graph mixed --workflows "$WORKFLOWS" --seed 0 --out "$TRACE"
 
 SERVER_PID=""
 stop_server() {
@@ -65,7 +65,7 @@ trap stop_server EXIT
 run_one() {  # name, policy, extra vLLM flags...
   local name=$1 policy=$2; shift 2
   log "starting vLLM ($name, policy $policy): $*"
-  setsid "$PY" -c "from pbkv_server.cli import app; app()" --engine vllm --policy "$policy" -- "$MODEL_DIR" \
+  setsid "$PY" -c "from pbkv_server.cli.server import app; app()" --engine vllm --policy "$policy" -- "$MODEL_DIR" \
       --host 127.0.0.1 --port "$PORT" --max-model-len 4096 --num-gpu-blocks-override "$BLOCKS" \
       --gpu-memory-utilization 0.3 --enforce-eager "$@" >"$OUT/server_$name.log" 2>&1 &
   SERVER_PID=$!
@@ -76,7 +76,7 @@ run_one() {  # name, policy, extra vLLM flags...
     sleep 2; waited=$((waited + 2))
   done
   log "server ($name) ready after ${waited}s; replaying"
-  "$PY" -m pbkv_server.bench_cli live-replay "$TRACE" --target "http://127.0.0.1:$PORT" --api chat \
+  "$PY" -m pbkv_server.cli.bench live-replay "$TRACE" --target "http://127.0.0.1:$PORT" --api chat \
       --concurrency "$CONC" --max-output-tokens "$MAX_OUT" --json "$OUT/replay_$name.json"
   if [ "$policy" != lru ]; then
     code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$PORT/pbkv/v1/workflows/gpu-check/end")

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from pbkv_server.local_cluster import free_port as find_free_port
+from pbkv_server.testing.local_cluster import free_port as find_free_port
 
 for _name in ("CREWAI_DISABLE_TELEMETRY", "OTEL_SDK_DISABLED"):
     os.environ[_name] = "true"

@@ -16,7 +16,7 @@ The host tier gets ``host_ratio`` times the device (SGLang HiCache's default rat
 
 That rule is the ``trace`` setup of the examples. The ``paper`` setup (:func:`replay_capacity`,
 the default) is the PBKV paper's: the device KV pool is what the hardware profile's GPU memory
-holds after the weights (:mod:`pbkv_server.sim.profiles`), and the host tier equals it (SGLang
+holds after the weights (:mod:`pbkv_server.hardware.profiles`), and the host tier equals it (SGLang
 HiCache with ``HICACHE_RATIO=1``, the paper's baseline), at the paper's concurrency.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 # The working-set measure lives with the simulator (pbkv-bench advise uses it too); re-exported here.
 from pbkv_server.sim.capacity import DEFAULT_PRESSURE, MIN_REQUESTS, WorkingSet, device_capacity, working_set
-from pbkv_server.sim.profiles import HICACHE_RATIO
+from pbkv_server.hardware.profiles import HICACHE_RATIO
 
 __all__ = ["WorkingSet", "working_set", "device_capacity", "DEFAULT_PRESSURE", "SETUPS", "DEFAULT_SETUP",
            "DEFAULT_HOST_RATIOS", "Capacity", "replay_capacity"]

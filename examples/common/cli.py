@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from examples.common.data import DataError
-from pbkv_server.sim.profiles import DEFAULT_PROFILE
+from pbkv_server.hardware.profiles import DEFAULT_PROFILE
 from examples.common.capacity import DEFAULT_SETUP
 from examples.common.pipeline import ExampleSpec, RunOptions, run_example
 
@@ -33,7 +33,7 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
         test: Optional[int] = typer.Option(None, "--test", min=1, help="test tasks (default per size)"),
         app_concurrency: int = typer.Option(16, "--app-concurrency", min=1, help="workflows the app runs at once"),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="replay concurrency (default: the paper's)"),
-        profile: str = typer.Option(DEFAULT_PROFILE, "--profile", help="hardware profile (pbkv_server.sim.profiles)"),
+        profile: str = typer.Option(DEFAULT_PROFILE, "--profile", help="hardware profile (pbkv_server.hardware.profiles)"),
         setup: str = typer.Option(DEFAULT_SETUP, "--setup", help="replay capacities: paper (device from the profile's GPU "
                                   "memory, host tier = device, the PBKV paper's) or trace (device A + pressure x W "
                                   "from the test trace, host tier 2x)"),

@@ -7,7 +7,7 @@ and a change of those APIs touches this file only:
 * :func:`train_predictor`: the ``pbkv-predictor train`` CLI (run as a subprocess so torch
   threads and memory stay out of the app process);
 * :func:`replay`: ``pbkv_server.sim.simulator`` (``load_workload`` + ``simulate``) with
-  ``predictor.serving.load_predictor``, one fresh predictor per policy;
+  ``pbkv_train.serving.load_predictor``, one fresh predictor per policy;
 * :func:`retime_trace`: ``pbkv_server.sim.nominal.retime`` (nominal, seeded timing of a recording).
 """
 
@@ -56,7 +56,7 @@ def train_predictor(traces: Sequence[Path], out: Path, *, app: str, seed: int = 
     Raises:
         RuntimeError: the command failed (its output is in the message).
     """
-    cmd = [sys.executable, "-c", "from predictor.cli import app; app()", "train", *map(str, traces),
+    cmd = [sys.executable, "-c", "from pbkv_train.cli import app; app()", "train", *map(str, traces),
            "--out", str(out), "--app", app, "--seed", str(seed), "--threads", str(threads)]
     if epochs is not None:
         cmd += ["--epochs", str(epochs)]
@@ -144,9 +144,9 @@ def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrenc
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pbkv_server.engine.policies import policy_info
-    from pbkv_server.sim.profiles import get_profile
+    from pbkv_server.hardware.profiles import get_profile
     from pbkv_server.sim.simulator import load_workload, simulate
-    from predictor.serving import load_predictor
+    from pbkv_train.serving import load_predictor
 
     import torch
 

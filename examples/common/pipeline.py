@@ -41,7 +41,7 @@ from pbkv_server.engine.policies import (
     BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info,
 )
 from pbkv_server.sim.measures import host_value
-from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
+from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile
 
 __all__ = ["ExampleSpec", "RunOptions", "run_example", "check_outputs", "OutputPathError", "seeded_split",
            "RESULT_FILES", "replay_policies", "run_name", "TIMINGS"]
@@ -102,7 +102,7 @@ class RunOptions:
         n_train / n_test: override the task counts.
         app_concurrency: workflows the app runs at once against the live server.
         replay_concurrency: override of the paper's replay concurrency.
-        profile: hardware profile name (``pbkv_server.sim.profiles``).
+        profile: hardware profile name (``pbkv_server.hardware.profiles``).
         setup: replay capacities, ``"paper"`` (device from the profile's GPU memory, host tier =
             device: the PBKV paper's SGLang HiCache with ``HICACHE_RATIO=1``) or ``"trace"`` (the
             working-set rule of :mod:`examples.common.capacity`, host tier 2x).

@@ -16,7 +16,7 @@ from functools import lru_cache
 from examples.common.textgen import find_field, lognormal_tokens, non_system_text, prose, words_of
 from examples.finance_crewai import prompts as P
 from examples.finance_crewai.data import FinanceQuestion, load_financebench
-from pbkv_server.scenario import Scenario, ScenarioRequest, register_scenario
+from pbkv_server.scenarios.base import Scenario, ScenarioRequest, register_scenario
 
 __all__ = ["FinanceScenario", "MEDIAN_TOKENS", "P_REVISE", "agent_role"]
 

@@ -18,7 +18,7 @@ from functools import lru_cache
 from examples.common.textgen import find_field, lognormal_tokens, non_system_text, prose, words_of
 from examples.hover_langchain import prompts as P
 from examples.hover_langchain.data import HoverClaim, load_hover
-from pbkv_server.scenario import Scenario, ScenarioRequest, register_scenario
+from pbkv_server.scenarios.base import Scenario, ScenarioRequest, register_scenario
 
 __all__ = ["HoverScenario", "P_TARGETED", "P_PREMATURE", "P_HESITATE", "P_CORRECT"]
 

@@ -17,7 +17,7 @@ from functools import lru_cache
 from examples.common.textgen import count_in_prompt, find_field, lognormal_tokens, non_system_text, prose, words_of
 from examples.swe_autogen import prompts as P
 from examples.swe_autogen.data import SweTask, load_swebench
-from pbkv_server.scenario import Scenario, ScenarioRequest, register_scenario
+from pbkv_server.scenarios.base import Scenario, ScenarioRequest, register_scenario
 
 __all__ = ["SweScenario", "p_fail", "RETRY_DECAY"]
 

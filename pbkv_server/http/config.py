@@ -32,7 +32,7 @@ class ServerConfig:
     Attributes:
         engine: ``"sim"`` (embedded engine core + cost model) or ``"sglang"`` (CLI only).
         policy: eviction policy name (``pbkv_server.engine.available_policies()``).
-        profile: hardware profile name (``pbkv_server.sim.profiles``); ``None`` = that module's default.
+        profile: hardware profile name (``pbkv_server.hardware.profiles``); ``None`` = that module's default.
         predictors: app name -> predictor spec (``markov``, ``uniform``, or a model PATH); the key
             ``"*"`` applies to every app without its own entry. Left empty, a predictive policy
             (``policy_info(policy).predictive``) gets ``{"*": "markov"}`` (online, cold start).
@@ -47,7 +47,7 @@ class ServerConfig:
         device_tokens: device KV capacity in tokens (overrides the profile).
         host_tokens: host KV capacity in tokens (overrides the profile); left ``None`` with
             ``device_tokens`` or ``host_ratio`` set, it is filled in as
-            ``pbkv_server.sim.profiles.host_tokens_for`` says (``host_ratio`` x device, default ratio 2).
+            ``pbkv_server.hardware.profiles.host_tokens_for`` says (``host_ratio`` x device, default ratio 2).
         host_ratio: host KV tier / device capacity (0 = no host tier); ``None`` = 2 (SGLang
             HiCache's default) when ``device_tokens`` is set, else the profile's host size.
         idle_retire_s: wall seconds without a request after which a workflow is retired;
@@ -131,7 +131,7 @@ class ServerConfig:
 def _host_tokens(profile: str | None, device_tokens: int | None, host_ratio: float | None) -> int | None:
     """Host capacity from a device size and/or ratio; ``None`` for an unknown profile (reported later,
     with the known names, when the engine is configured). Raises ``ValueError`` for a bad ratio."""
-    from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile, host_tokens_for
+    from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile, host_tokens_for
 
     try:
         hardware = get_profile(profile or DEFAULT_PROFILE)

@@ -1,6 +1,6 @@
 """Prometheus metrics of one server (``GET /metrics``).
 
-Names and definitions come from the metrics vocabulary (:mod:`pbkv_server.metrics`), shared with
+Names and definitions come from the metrics vocabulary (:mod:`pbkv_server.engine.metric_names`), shared with
 the simulator's summaries. Each server owns a private :class:`prometheus_client.CollectorRegistry`,
 so several servers in one process (tests, examples) never share or clash over metric names. Engine figures (hit rates,
 evictions, prefetches, workflows, queue depth, tier usage, decision latencies) are read from
@@ -26,7 +26,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from pbkv_server.metrics import ENGINE_METRICS, LATENCY_METRICS, REQUEST_METRICS, prometheus_name
+from pbkv_server.engine.metric_names import ENGINE_METRICS, LATENCY_METRICS, REQUEST_METRICS, prometheus_name
 
 __all__ = ["ServerMetrics", "CONTENT_TYPE", "route_label"]
 

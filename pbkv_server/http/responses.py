@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator
 from pbkv_server.http.driver import EngineFailure, Submission
 from pbkv_server.http.errors import error_body
 from pbkv_server.http.exchange import Completion, Prepared
-from pbkv_server.tokenizer import token_starts
+from pbkv_server.scenarios.tokenizer import token_starts
 
 __all__ = ["full_response", "stream_events", "model_card"]
 

@@ -37,11 +37,11 @@ from pbkv_server.http.exchange import Completion, Prepared, request_extras, requ
 from pbkv_server.http.kv_hints import KvPlan, plan_kv_hints
 from pbkv_server.http.metrics import ServerMetrics
 from pbkv_server.http.served_trace import ServedTrace, trace_workflow_id
-from pbkv_server.scenario import Scenario, ScenarioRequest, get_scenario, load_scenario
+from pbkv_server.scenarios.base import Scenario, ScenarioRequest, get_scenario, load_scenario
 from pbkv_server.scenarios.tool_calls import ToolCall
 from pbkv_server.scenarios.default import DefaultScenario, answers_selection, selection_candidates
 from pbkv_server.http.validation import validate_request
-from pbkv_server.tokenizer import TokenBudgetExceeded, block_tokens, count_tokens, truncate_to_tokens
+from pbkv_server.scenarios.tokenizer import TokenBudgetExceeded, block_tokens, count_tokens, truncate_to_tokens
 
 __all__ = ["PbkvService", "engine_config_from", "HEADER_HINT_TOKEN"]
 
@@ -58,8 +58,8 @@ def engine_config_from(config: ServerConfig) -> EngineConfig:
         ValueError: unknown profile, policy or predictor spec.
     """
     from pbkv_server.engine.policies import SERVER, available_policies, policy_info
-    from pbkv_server.http.routing import build_predictor
-    from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
+    from pbkv_server.predictors.per_app import build_predictor
+    from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile
 
     info = policy_info(config.policy)  # raises for an unknown name, listing the known ones
     if SERVER not in info.backends:

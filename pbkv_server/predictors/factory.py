@@ -37,7 +37,7 @@ def make_predictor(
     * ``noise:LAMBDA``: the oracle blended with uniform, ``(1 - LAMBDA) P + LAMBDA U``, where U is
       over every agent the trace holds for the app + END.
     * anything else is a path to a trained model (``~`` expanded), loaded with
-      ``predictor.serving.load_predictor(path, app=app)``.
+      ``pbkv_train.serving.load_predictor(path, app=app)``.
 
     Args:
         spec: one of the forms above (:data:`PREDICTOR_SPECS`).
@@ -51,7 +51,7 @@ def make_predictor(
             like a path (holds a path separator or a file extension, or starts with ``~``) naming
             no file ("predictor model file not found: PATH"); any other spec that is neither a
             known name nor an existing file (the message says both).
-        predictor.store.ModelFileError: (a ``ValueError``) the file is not a model file, has
+        pbkv_train.store.ModelFileError: (a ``ValueError``) the file is not a model file, has
             another format version, or was trained for an app other than ``app``.
         ImportError: the trained-model loader is not installed.
     """
@@ -84,7 +84,7 @@ def make_predictor(
         raise ValueError(f"unknown predictor {spec!r} (expected {PREDICTOR_SPECS}), and {missing}")
     if os.path.isdir(path):
         raise ValueError(f"predictor model path is a directory, not a model file: {spec}")
-    from predictor.serving import load_predictor  # lazy: pulls in torch
+    from pbkv_train.serving import load_predictor  # lazy: pulls in torch
 
     model = load_predictor(path, app=app)
     if getattr(model, "horizon", horizon) != horizon:

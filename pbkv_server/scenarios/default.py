@@ -22,8 +22,8 @@ import math
 import random
 import re
 
-from pbkv_server.scenario import Scenario, ScenarioRequest
-from pbkv_server.tokenizer import count_tokens, truncate_to_tokens
+from pbkv_server.scenarios.base import Scenario, ScenarioRequest
+from pbkv_server.scenarios.tokenizer import count_tokens, truncate_to_tokens
 from pbkv_contract.blocks import message_text
 
 __all__ = ["DefaultScenario", "MEDIAN_REPLY_TOKENS", "selection_candidates", "answers_selection", "prompt_words"]

@@ -26,7 +26,7 @@ from pbkv_contract.trace import InvocationRecord, TraceRecord
 from pbkv_server.engine import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REFERENCE_POLICY
 from pbkv_server.sim.capacity import WorkingSet, working_set
-from pbkv_server.sim.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3_32B, RTX_A6000, GpuSpec, ModelSpec, \
+from pbkv_server.hardware.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3_32B, RTX_A6000, GpuSpec, ModelSpec, \
     derive_profile
 
 __all__ = ["POLICIES", "MIN_SPEEDUP", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "Advice", "custom_profile", "advise",

@@ -36,7 +36,7 @@ from pbkv_contract.trace import InvocationRecord, TraceRecord, WorkflowEndRecord
 
 from pbkv_server.engine.cost import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, available_policies
-from pbkv_server.sim.profiles import HICACHE_RATIO  # host tier of the HiCache runs: SGLang's default
+from pbkv_server.hardware.profiles import HICACHE_RATIO  # host tier of the HiCache runs: SGLang's default
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import DEFAULT_SYNTH_BLOCK_CHARS, CHARS_PER_TOKEN, segment_hashes
 

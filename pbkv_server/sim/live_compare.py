@@ -50,7 +50,7 @@ from pbkv_contract.trace import (
 from pbkv_contract.files import output_problem
 from pbkv_server.engine.cost import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, sglang_policy_names
-from pbkv_server.live_replay import PromptBook, ReplaySummary, check_arguments, replay
+from pbkv_server.loadgen.live_replay import PromptBook, ReplaySummary, check_arguments, replay
 from pbkv_server.sim.simulator import load_workload, simulate
 
 __all__ = ["sim_policy", "ServerSettings", "server_settings", "matched_records", "measured_profile",
@@ -221,7 +221,7 @@ def command(
             keep = list(dict.fromkeys(r.workflow_id for r in records if isinstance(r, InvocationRecord)))[:limit]
             records = [r for r in records if r.workflow_id in set(keep)]
         if profile != "measured":
-            from pbkv_server.sim.profiles import get_profile
+            from pbkv_server.hardware.profiles import get_profile
 
             get_profile(profile)
         if (problem := output_problem(json_out, [trace])) is not None:
@@ -245,7 +245,7 @@ def command(
     if profile == "measured":
         hw = measured_profile(live, settings.device_tokens)
     else:
-        from pbkv_server.sim.profiles import get_profile
+        from pbkv_server.hardware.profiles import get_profile
 
         hw = get_profile(profile)
     sim = simulate_matched(matched, settings, hw, concurrency)

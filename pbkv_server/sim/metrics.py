@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from pbkv_server.metrics import LATENCY_METRICS
+from pbkv_server.engine.metric_names import LATENCY_METRICS
 
 __all__ = ["MetricsCollector", "percentile", "latency_summary", "guard_summary", "BREAKDOWN_PARTS"]
 

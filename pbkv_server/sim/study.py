@@ -46,7 +46,7 @@ from pbkv_contract.trace import InvocationRecord, TraceRecord
 from pbkv_server.engine.policies import (BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY,
                                          available_policies, policy_info)
 from pbkv_server.sim.measures import host_value, latency_capture, latency_speedup, prefill_saved
-from pbkv_server.sim.profiles import DEFAULT_PROFILE, MAX_HOST_RATIO, PAPER_HOST_RATIO, get_profile
+from pbkv_server.hardware.profiles import DEFAULT_PROFILE, MAX_HOST_RATIO, PAPER_HOST_RATIO, get_profile
 from pbkv_server.sim.simulator import Workload, load_workload, simulate
 
 __all__ = ["STUDIES", "StudySettings", "Run", "Point", "StudyResult", "run_study", "aggregate", "admission_limits",
@@ -116,7 +116,7 @@ class StudySettings:
         if any(not 0 <= v <= 1 for v in (*self.rhos, *self.lambdas)):
             raise ValueError("rho and lambda values must be in [0, 1]")
         if "backbone" in self.studies:  # it trains each backbone (torch): fail before any replay
-            from predictor.train import MODEL_NAMES
+            from pbkv_train.train import MODEL_NAMES
 
             bad = [b for b in self.backbones if b not in MODEL_NAMES]
             if bad or not self.backbones:
@@ -246,7 +246,7 @@ class _Models:
         """A backbone trained on the training trace (:func:`predictor.backbones.train_backbone`)."""
         key = (name, k, seed)
         if key not in self._cache:
-            from predictor.backbones import train_backbone
+            from pbkv_train.backbones import train_backbone
 
             self.on_train(f"training {name} K={k} seed {seed}")
             self._cache[key] = train_backbone(name, self.train_records, app=self.app, seed=seed, k=k,
@@ -256,10 +256,10 @@ class _Models:
     def predictor(self, seed: int):
         """A fresh predictor of ``seed``: the model file for seed 0, else a trained GraphSAGE."""
         if seed == 0:
-            from predictor.serving import load_predictor
+            from pbkv_train.serving import load_predictor
 
             return load_predictor(self.model_path, app=self.app)
-        from predictor.data import DEFAULT_K
+        from pbkv_train.data import DEFAULT_K
 
         return self.backbone(BACKBONES[0], DEFAULT_K, seed).predictor()
 

@@ -24,8 +24,8 @@ from typing import List, Optional
 
 import typer
 
-from pbkv_server.sim.profiles import DEFAULT_PROFILE, PAPER_HOST_RATIO
-from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
+from pbkv_server.hardware.profiles import DEFAULT_PROFILE, PAPER_HOST_RATIO
+from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 __all__ = ["study"]
 
@@ -58,7 +58,7 @@ def study(
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from pbkv_server.sim.profiles import get_profile
+    from pbkv_server.hardware.profiles import get_profile
     from pbkv_server.sim.study import StudySettings, load_records, run_study, study_steps
     from pbkv_server.sim.study_plots import FIGURES, plot_study
     from pbkv_server.sim.study_report import report_markdown

@@ -61,8 +61,8 @@ def test_contract_uses_the_standard_library_only():
 def test_importing_the_server_loads_no_sdk_module():
     code = (
         "import sys\n"
-        "import pbkv_server.engine, pbkv_server.sim.simulator, pbkv_server.http.app, pbkv_server.bench_cli\n"
-        "import pbkv_server.cli, pbkv_server.predictors.factory, predictor.serving\n"
+        "import pbkv_server.engine, pbkv_server.sim.simulator, pbkv_server.http.app, pbkv_server.cli.bench\n"
+        "import pbkv_server.cli.server, pbkv_server.predictors.factory, pbkv_train.serving\n"
         "print(sorted(m for m in sys.modules if m == 'pbkv_sdk' or m.startswith('pbkv_sdk.')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
@@ -81,7 +81,7 @@ def test_the_server_cli_loads_no_sim_http_stack_before_it_serves():
     # the CLI module may read the HTTP config, not the sim server's protocol and app.
     code = (
         "import sys\n"
-        "import pbkv_server.cli\n"
+        "import pbkv_server.cli.server\n"
         "print(sorted(m for m in sys.modules if m in ('httptools', 'pbkv_server.http.protocol', 'pbkv_server.http.app')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

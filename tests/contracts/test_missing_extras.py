@@ -59,7 +59,7 @@ def test_the_blocker_blocks(tmp_path):
 @pytest.mark.parametrize("script,args,blocked,extra", [
     ("pbkv-server", ["--port", "0"], "uvicorn", "server"),  # the server starts: the runner imports uvicorn
     ("pbkv-server", ["--port", "0"], "numpy", "server"),
-    ("pbkv-predictor", ["--help"], "numpy", "predictor"),  # predictor.cli imports numpy at its top
+    ("pbkv-predictor", ["--help"], "numpy", "predictor"),  # pbkv_train.cli imports numpy at its top
     ("pbkv-predictor", ["--help"], "torch", "predictor"),
     ("pbkv-bench", ["replay", "trace.jsonl", "--policy", "lru", "--plot", "hits.png"], "matplotlib", "server"),
     ("pbkv-sdk", ["--help"], "rich", ""),  # the SDK needs only the base install
@@ -79,5 +79,5 @@ def test_a_missing_module_names_the_extra_in_one_line(tmp_path, script, args, bl
 
 def test_our_own_missing_module_is_not_blamed_on_an_extra(tmp_path):
     """A missing PBKV module is a broken checkout: the error stays a traceback, not an install hint."""
-    done = _run_script(tmp_path, "pbkv-predictor", ["--help"], "predictor")
+    done = _run_script(tmp_path, "pbkv-predictor", ["--help"], "pbkv_train")
     assert done.returncode == 1 and "ModuleNotFoundError" in done.stderr and "pip install" not in done.stderr

@@ -7,9 +7,9 @@ import os
 from typer.testing import CliRunner
 
 from pbkv_contract.files import output_problem, shared_output
-from pbkv_server.bench_cli import app as bench_app
+from pbkv_server.cli.bench import app as bench_app
 from pbkv_server.sim.synth import write_trace
-from predictor.cli import app as predictor_app
+from pbkv_train.cli import app as predictor_app
 
 runner = CliRunner()
 

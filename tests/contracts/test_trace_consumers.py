@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from pbkv_contract.trace import TraceFileReport, iter_trace
 from pbkv_sdk.cli import app as sdk_app
-from pbkv_server.bench_cli import app as bench_app
+from pbkv_server.cli.bench import app as bench_app
 from pbkv_server.sim.synth import generate
-from predictor.cli import app as predictor_app
-from predictor.store import load_model
+from pbkv_train.cli import app as predictor_app
+from pbkv_train.store import load_model
 
 runner = CliRunner()
 OPTIONAL = ("ttft_s", "cached_tokens", "block_chars", "features", "text", "block_tokens")

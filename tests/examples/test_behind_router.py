@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
-from pbkv_server.local_cluster import RouterUnavailable, local_cluster, smg_executable
+from pbkv_server.testing.local_cluster import RouterUnavailable, local_cluster, smg_executable
 
 REPLICAS, CLAIMS = 3, 9
 

@@ -17,7 +17,7 @@ from .examples_fixtures import write_data_dir
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
 from pbkv_server.engine.policies import REFERENCE_POLICY, REPLAY, available_policies, policy_info
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pbkv_server.scenario import ScenarioRequest, get_scenario
+from pbkv_server.scenarios.base import ScenarioRequest, get_scenario
 
 
 def _req(app: str, agent: str, *texts: str, system: str = "You are an agent.") -> ScenarioRequest:
@@ -152,7 +152,7 @@ def test_swe_selector_routes_failed_tests_through_analyzer_then_coder() -> None:
 def test_finance_reply_lengths_follow_question_type(fixture_data: Path) -> None:
     from examples.finance_crewai import prompts as P
     from examples.finance_crewai.data import load_financebench
-    from pbkv_server.tokenizer import count_tokens
+    from pbkv_server.scenarios.tokenizer import count_tokens
 
     scenario = get_scenario("finance")
     metrics_q, domain_q, _ = load_financebench()

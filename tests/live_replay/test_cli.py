@@ -1,4 +1,4 @@
-"""``pbkv-bench live-replay`` (pbkv_server.live_replay) against servers started on 127.0.0.1.
+"""``pbkv-bench live-replay`` (pbkv_server.loadgen.live_replay) against servers started on 127.0.0.1.
 
 Runs in the main .venv: the chat path against a real ``pbkv-server`` (sim engine), the SGLang
 ``/generate`` path against a small recording server that answers in SGLang's streaming format.
@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
 from pbkv_contract.blocks import block_token_counts, prefix_hashes
-from pbkv_server.live_replay import PromptBook, block_token_ids, replay
+from pbkv_server.loadgen.live_replay import PromptBook, block_token_ids, replay
 
 
 def _records():
@@ -61,7 +61,7 @@ def test_live_replay_against_pbkv_server_reports_cache_hits_and_ends_workflows(t
             writer.write(rec)
     out = tmp_path / "summary.json"
     with run_in_thread(ServerConfig(port=0, policy="pbkv", idle_retire_s=None)) as server:
-        from pbkv_server.bench_cli import app
+        from pbkv_server.cli.bench import app
 
         result = CliRunner().invoke(app, ["live-replay", str(trace), "--target", server.url, "--concurrency", "2",
                                           "--json", str(out)])
@@ -164,7 +164,7 @@ def test_generate_ids_stay_below_the_served_models_vocabulary(tmp_path, serve_as
 
 
 def test_unreadable_trace_is_a_clear_error(tmp_path):
-    from pbkv_server.bench_cli import app
+    from pbkv_server.cli.bench import app
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"type":"invocation","v":7}\n')
@@ -189,7 +189,7 @@ def test_unreadable_trace_is_a_clear_error(tmp_path):
     ],
 )
 def test_bad_arguments_are_refused_before_the_trace_is_read(tmp_path, flags, message):
-    from pbkv_server.bench_cli import app
+    from pbkv_server.cli.bench import app
 
     missing = tmp_path / "not-read.jsonl"  # never opened: the argument check comes first
     args = ["live-replay", str(missing), "--target", "http://127.0.0.1:9", *flags]
@@ -208,8 +208,8 @@ def test_replay_function_checks_its_arguments_too():
 def test_a_dead_target_says_why_every_request_failed(tmp_path):
     # nothing listens on a freshly freed loopback port: each request gets a connection error, and
     # the console names it (with how many failed alike) instead of pointing at --json only
-    from pbkv_server.bench_cli import app
-    from pbkv_server.local_cluster import free_port
+    from pbkv_server.cli.bench import app
+    from pbkv_server.testing.local_cluster import free_port
 
     trace = tmp_path / "t.jsonl"
     with TraceWriter(trace) as writer:

@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from typer.testing import CliRunner
 
 from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
-from pbkv_server.live_replay import PromptBook, ReplaySummary, RequestResult
+from pbkv_server.loadgen.live_replay import PromptBook, ReplaySummary, RequestResult
 from pbkv_server.sim.live_compare import matched_records, measured_profile, server_settings
 
 INFO = {"radix_eviction_policy": "pbkv-he", "max_total_num_tokens": 4096, "page_size": 1,
@@ -118,7 +118,7 @@ def test_command_prints_live_and_simulated_hit_rates_side_by_side(tmp_path, serv
                 hashes = ["sys"] + [f"{w}-{k}" for k in range(step + 1)]
                 writer.write(_inv(f"w{w}", step, hashes, 40 * len(hashes), 1, 10.0 * step, 10.0 * step + 1))
     out = tmp_path / "cmp.json"
-    from pbkv_server.bench_cli import app as cli
+    from pbkv_server.cli.bench import app as cli
 
     result = CliRunner().invoke(cli, ["live-compare", str(trace), "--target", server.url, "--concurrency", "1",
                                       "--vocab-size", "32000", "--json", str(out)], terminal_width=200)
@@ -132,7 +132,7 @@ def test_command_prints_live_and_simulated_hit_rates_side_by_side(tmp_path, serv
 
 
 def test_command_refuses_an_unwritable_json_path_before_replaying(tmp_path):
-    from pbkv_server.bench_cli import app as cli
+    from pbkv_server.cli.bench import app as cli
 
     trace = tmp_path / "t.jsonl"
     with TraceWriter(trace) as writer:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from pbkv_server.backends.sglang.launch import absolute_paths, build_command
-from pbkv_server.live_replay import detect_vocab_size
+from pbkv_server.loadgen.live_replay import detect_vocab_size
 
 
 def _serve(info: dict):
@@ -69,17 +69,17 @@ def test_an_unreadable_path_makes_the_replay_refuse_before_sending(tmp_path, mon
     """No guess: the command stops before sending anything and asks for --vocab-size."""
     from typer.testing import CliRunner
 
-    from pbkv_server.bench_cli import app
+    from pbkv_server.cli.bench import app
 
     runner = CliRunner()
     trace = tmp_path / "t.jsonl"
     assert runner.invoke(app, ["synth", "--workflows", "2", "--out", str(trace)]).exit_code == 0
     server = _serve({"model_path": "runs/tiny-qwen2", "tokenizer_path": "runs/tiny-qwen2"})
     sent = []
-    monkeypatch.setattr("pbkv_server.live_replay._send", lambda *a, **k: sent.append(a))
+    monkeypatch.setattr("pbkv_server.loadgen.live_replay._send", lambda *a, **k: sent.append(a))
     try:
         url = f"http://127.0.0.1:{server.server_port}"
-        from pbkv_server import live_replay
+        from pbkv_server.loadgen import live_replay
 
         with pytest.raises(ValueError, match="pass --vocab-size"):
             from pbkv_contract.trace import read_trace

@@ -7,8 +7,8 @@ from .predictor_fixtures import invocation
 
 from pbkv_contract.prediction import PredictionQuery
 from pbkv_contract.trace import WorkflowEndRecord
-from predictor.backbones import train_backbone
-from predictor.serving import GraphSagePredictor
+from pbkv_train.backbones import train_backbone
+from pbkv_train.serving import GraphSagePredictor
 
 
 def _cycle_records(n: int):

@@ -5,8 +5,8 @@ import json
 from .predictor_fixtures import loop_workflows, write_workflows
 from typer.testing import CliRunner
 
-from predictor.cli import app
-from predictor.store import load_model
+from pbkv_train.cli import app
+from pbkv_train.store import load_model
 
 runner = CliRunner()
 
@@ -49,7 +49,7 @@ def test_traces_mixing_apps_without_app_option_exit_with_an_error(tmp_path):
 
 
 def test_curve_caps_training_workflows_per_size(tmp_path, monkeypatch):
-    import predictor.train as train_mod
+    import pbkv_train.train as train_mod
 
     seen = []
     real_fit = train_mod.fit

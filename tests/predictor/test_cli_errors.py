@@ -10,8 +10,8 @@ import pytest
 from .predictor_fixtures import loop_workflows, write_workflows
 from typer.testing import CliRunner
 
-import predictor.cli as cli
-from predictor.cli import app
+import pbkv_train.cli as cli
+from pbkv_train.cli import app
 
 runner = CliRunner()
 
@@ -33,8 +33,8 @@ def no_training(monkeypatch):
         raise AssertionError("a model was trained although the command should have stopped first")
 
     monkeypatch.setattr(cli, "fit_workflows", refuse)
-    monkeypatch.setattr("predictor.backbones.fit", refuse)
-    monkeypatch.setattr("predictor.train.fit", refuse)
+    monkeypatch.setattr("pbkv_train.backbones.fit", refuse)
+    monkeypatch.setattr("pbkv_train.train.fit", refuse)
 
 
 def _error_line(result) -> str:

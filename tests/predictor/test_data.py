@@ -1,10 +1,10 @@
-"""Samples, masking after END, vocabulary and workflow split (predictor.data)."""
+"""Samples, masking after END, vocabulary and workflow split (pbkv_train.data)."""
 
 import pytest
 from .predictor_fixtures import write_workflows
 
 from pbkv_contract.hints import END_AGENT, UNKNOWN_AGENT
-from predictor.data import END, PAD, UNK, Vocab, build_samples, build_vocab, load_workflows, split_workflows
+from pbkv_train.data import END, PAD, UNK, Vocab, build_samples, build_vocab, load_workflows, split_workflows
 
 
 def test_targets_put_end_after_last_step_and_mask_everything_after_it(tmp_path):

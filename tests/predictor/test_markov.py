@@ -3,8 +3,8 @@
 import numpy as np
 from .predictor_fixtures import write_workflows
 
-from predictor.baselines import MarkovPredictor
-from predictor.data import END, build_samples, build_vocab, load_workflows
+from pbkv_train.baselines import MarkovPredictor
+from pbkv_train.data import END, build_samples, build_vocab, load_workflows
 
 
 def _samples(tmp_path, workflows, k=2):

@@ -4,9 +4,9 @@ import numpy as np
 import torch
 from .predictor_fixtures import write_workflows
 
-from predictor.data import END, build_samples, build_vocab, load_workflows
-from predictor.model import GraphSAGELayer, GraphSagePredictorNet, ModelConfig, count_parameters, masked_loss, transition_matrix
-from predictor.train import TrainConfig, fit, predict_proba, top1_accuracy
+from pbkv_train.data import END, build_samples, build_vocab, load_workflows
+from pbkv_train.model import GraphSAGELayer, GraphSagePredictorNet, ModelConfig, count_parameters, masked_loss, transition_matrix
+from pbkv_train.train import TrainConfig, fit, predict_proba, top1_accuracy
 
 torch.set_num_threads(1)
 

@@ -7,10 +7,10 @@ from .predictor_fixtures import loop_workflows, write_workflows
 
 from pbkv_contract.hints import END_AGENT
 from pbkv_contract.prediction import PredictionQuery
-from predictor.data import build_samples, build_vocab, load_workflows
-from predictor.serving import load_predictor
-from predictor.store import FORMAT_VERSION, ModelFileError, load_model, save_model
-from predictor.train import TrainConfig, fit, predict_proba
+from pbkv_train.data import build_samples, build_vocab, load_workflows
+from pbkv_train.serving import load_predictor
+from pbkv_train.store import FORMAT_VERSION, ModelFileError, load_model, save_model
+from pbkv_train.train import TrainConfig, fit, predict_proba
 
 torch.set_num_threads(1)
 

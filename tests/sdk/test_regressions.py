@@ -51,7 +51,7 @@ def _selector_team(base_url: str, fake: FakeOpenAI):
 
 
 def test_case14_selector_attempts_are_stamped_internal_and_the_run_stops_at_max_turns(fake_llm, tmp_path, monkeypatch):
-    from predictor.data import workflows_from_records
+    from pbkv_train.data import workflows_from_records
 
     monkeypatch.setenv("PBKV_TRACE_PATH", str(tmp_path / "t.jsonl"))
     fake_llm.reply_fn = _selector_script

@@ -39,7 +39,7 @@ class CacheHarness:
     """A real ``PBKVRadixCache`` on CPU pools (``MHATokenToKVPool(device="cpu")``), page size 1."""
 
     def __init__(self, policy: str, kv_tokens: int = 256, policy_config: dict | None = None):
-        from pbkv_server.backends.sglang.cpu_cache import build_cpu_cache
+        from pbkv_server.testing.sglang.cpu_cache import build_cpu_cache
 
         self.cache, self.allocator = build_cpu_cache(policy, kv_tokens, policy_config, pbkv=policy != "lru")
         self._rid = 0
@@ -148,9 +148,9 @@ class TablePredictor(Predictor):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-    """The seeded tiny random Qwen2 model (``pbkv_server.backends.sglang.tiny_model``), built once."""
+    """The seeded tiny random Qwen2 model (``pbkv_server.testing.sglang.tiny_model``), built once."""
     pytest.importorskip("sglang.srt.plugins")
-    from pbkv_server.backends.sglang.tiny_model import build_tiny_model
+    from pbkv_server.testing.sglang.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 

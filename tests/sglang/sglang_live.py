@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from pbkv_server.backends.sglang.cpu_server import CpuServer
+from pbkv_server.testing.sglang.cpu_server import CpuServer
 
 #: KV pool of every test server, tokens (``--max-total-tokens``).
 POOL_TOKENS = 4096

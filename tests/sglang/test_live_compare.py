@@ -29,7 +29,7 @@ def _trace(path):
 
 @pytest.mark.parametrize("policy", ["lru", "pbkv"])
 def test_one_workflow_at_a_time_the_simulator_matches_sglang_exactly(live_servers, tmp_path, policy):
-    from pbkv_server.bench_cli import app
+    from pbkv_server.cli.bench import app
 
     server = live_servers(policy)
     server.flush()

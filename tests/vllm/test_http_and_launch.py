@@ -136,7 +136,7 @@ def test_launcher_command_and_environment():
 def test_cli_engine_vllm_reports_a_missing_vllm_in_one_line(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    from pbkv_server.cli import app
+    from pbkv_server.cli.server import app
 
     monkeypatch.setenv("PBKV_VLLM_PYTHON", str(tmp_path / "no-python"))
     result = CliRunner().invoke(app, ["--engine", "vllm", "--", "--model", "m"])

@@ -16,8 +16,6 @@ Modules (only :mod:`launch` and :mod:`settings` import without SGLang installed)
 - :mod:`prefetch`: conservative prefetch from a scheduler hook via ``load_back``.
 - :mod:`ipc`: the workflow-end route on SGLang's HTTP app and its scheduler handler.
 - :mod:`plugin`: registration; :mod:`launch`: ``pbkv-server --engine sglang``.
-- :mod:`cpu_cache`: a real cache on CPU pools (tests, ``benchmarks/sglang_plugin_overhead.py``).
-- :mod:`tiny_model`: a seeded tiny random Qwen2 model folder, built offline (needs transformers);
-  :mod:`cpu_server`: a real SGLang server with it on this CPU, through the launcher (tests,
-  benchmarks; imports no SGLang).
+
+The CPU harnesses (tiny model, CPU server, CPU-pool cache) are :mod:`pbkv_server.testing.sglang`.
 """

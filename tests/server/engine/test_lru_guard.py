@@ -13,7 +13,7 @@ from pbkv_server.engine.radix import DEVICE
 from pbkv_server.engine.scoring import ScoreBoard
 from pbkv_server.engine.types import EngineConfig, EngineStats
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import write_trace
 

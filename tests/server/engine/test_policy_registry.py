@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pbkv_server.bench_cli import app as bench_app
+from pbkv_server.cli.bench import app as bench_app
 from pbkv_server.engine.policies import (
     REPLAY, SERVER, SGLANG, Policy, available_policies, policy_info, register_policy, resolve_policy_name,
     sglang_policy_names, unregister_policy,
@@ -96,7 +96,7 @@ def test_toy_policy_runs_in_pbkv_bench(toy, tmp_path):
 
 
 def test_toy_policy_is_a_server_policy(toy):
-    from pbkv_server.cli import build_config
+    from pbkv_server.cli.server import build_config
     from pbkv_server.http.service import engine_config_from
 
     config = build_config(policy="toy", predictor=[], idle_retire_s=0)
@@ -105,7 +105,7 @@ def test_toy_policy_is_a_server_policy(toy):
 
 
 def test_offline_policy_is_refused_by_the_server():
-    from pbkv_server.cli import build_config
+    from pbkv_server.cli.server import build_config
     from pbkv_server.http.service import engine_config_from
 
     with pytest.raises(ValueError, match="'belady'.*simulator only"):

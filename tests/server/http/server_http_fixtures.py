@@ -9,10 +9,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from pbkv_contract.hints import Hints
-from pbkv_server.scenario import Scenario, ScenarioRequest
+from pbkv_server.scenarios.base import Scenario, ScenarioRequest
 from pbkv_server.scenarios.default import DefaultScenario
 from pbkv_server.scenarios.tool_calls import ToolSettings
-from pbkv_server.tokenizer import count_tokens
+from pbkv_server.scenarios.tokenizer import count_tokens
 
 
 def text_of_tokens(n: int, topic: str) -> str:

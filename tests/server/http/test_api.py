@@ -11,8 +11,8 @@ import pytest
 from pbkv_contract.hints import Hints
 from pbkv_contract.trace import InvocationRecord, read_trace
 from pbkv_server.http import ServerConfig, run_in_thread
-from pbkv_server.scenario import Scenario, ScenarioRequest, register_scenario
-from pbkv_server.tokenizer import count_tokens
+from pbkv_server.scenarios.base import Scenario, ScenarioRequest, register_scenario
+from pbkv_server.scenarios.tokenizer import count_tokens
 
 from .server_http_fixtures import chat, metric, text_of_tokens
 

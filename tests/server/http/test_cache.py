@@ -9,8 +9,8 @@ from pbkv_contract.hints import END_PATH, Hints
 
 from pbkv_contract.blocks import prefix_hashes
 from pbkv_server.http.config import ServerConfig
-from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
-from pbkv_server.tokenizer import block_tokens, count_tokens, prompt_tokens
+from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile
+from pbkv_server.scenarios.tokenizer import block_tokens, count_tokens, prompt_tokens
 from .server_http_fixtures import chat, metric, text_of_tokens
 
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from pbkv_server.cli import app, build_config
+from pbkv_server.cli.server import app, build_config
 
 
 def test_flags_build_the_server_config():
@@ -99,7 +99,7 @@ def _startup_error(args: list[str]) -> str:
 
 
 def test_unknown_profile_is_one_line_listing_known_profiles():
-    from pbkv_server.sim.profiles import DEFAULT_PROFILE
+    from pbkv_server.hardware.profiles import DEFAULT_PROFILE
 
     line = _startup_error(["--profile", "nope", "--port", "0"])
     assert "unknown hardware profile 'nope'" in line and DEFAULT_PROFILE in line

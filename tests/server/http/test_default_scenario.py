@@ -6,9 +6,9 @@ import json
 import random
 import statistics
 
-from pbkv_server.scenario import ScenarioRequest
+from pbkv_server.scenarios.base import ScenarioRequest
 from pbkv_server.scenarios.default import MEDIAN_REPLY_TOKENS, DefaultScenario
-from pbkv_server.tokenizer import count_tokens
+from pbkv_server.scenarios.tokenizer import count_tokens
 
 MESSAGES = [
     {"role": "system", "content": "You verify claims about films and their directors."},

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("schemathesis")
 
-from pbkv_server.http.fuzzing import fuzz  # noqa: E402
+from pbkv_server.testing.fuzzing import fuzz  # noqa: E402
 
 # Cases per operation and mode: about 13 s for the whole API on the 2-core machine.
 CI_EXAMPLES = 40
@@ -51,7 +51,7 @@ def test_openapi_document_describes_request_bodies_and_error_shapes(start_server
 
 def test_the_one_cross_field_rule_the_schema_cannot_state_is_recognised():
     # tool_choice naming a function outside tools: schema-valid, refused by the server (test_tool_calls)
-    from pbkv_server.http.fuzzing import names_unoffered_tool
+    from pbkv_server.testing.fuzzing import names_unoffered_tool
 
     tools = [{"type": "function", "function": {"name": "a"}}]
     assert names_unoffered_tool({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "b"}}})

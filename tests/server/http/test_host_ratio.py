@@ -7,10 +7,10 @@ import pytest
 from typer.testing import CliRunner
 
 import pbkv_server.http.runner as runner_mod
-from pbkv_server.cli import app, build_config
+from pbkv_server.cli.server import app, build_config
 from pbkv_server.http.config import ServerConfig
 from pbkv_server.http.service import engine_config_from
-from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
+from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile
 
 
 def test_host_tokens_follow_device_tokens_and_ratio():

@@ -1,6 +1,6 @@
 """One metrics vocabulary: the server's /metrics and the replay summaries use the same names.
 
-Every engine figure of :mod:`pbkv_server.metrics` is an ``EngineStats`` field, appears on a live
+Every engine figure of :mod:`pbkv_server.engine.metric_names` is an ``EngineStats`` field, appears on a live
 server's ``/metrics`` under ``pbkv_<key>`` with the vocabulary's definition, and the replay
 summary reports the engine counters and decision latencies under the same keys.
 """
@@ -11,9 +11,9 @@ import httpx
 
 from pbkv_contract.hints import Hints
 from pbkv_server.engine import EngineStats
-from pbkv_server.metrics import ENGINE_METRICS, LATENCY_METRICS, prometheus_name
+from pbkv_server.engine.metric_names import ENGINE_METRICS, LATENCY_METRICS, prometheus_name
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import generate
 from .server_http_fixtures import chat

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pbkv_server.http.routing import AppRoutedPredictor, build_predictor, parse_predictor_flags
+from pbkv_server.predictors.per_app import AppRoutedPredictor, build_predictor, parse_predictor_flags
 from pbkv_server.predictors import MarkovPredictor
 from pbkv_contract.prediction import Prediction, PredictionQuery, Predictor
 
@@ -81,7 +81,7 @@ def test_model_trained_for_another_app_is_refused_at_startup(tmp_path):
 def test_wrong_app_model_and_missing_file_are_one_line_cli_errors(tmp_path):
     from typer.testing import CliRunner
 
-    from pbkv_server.cli import app
+    from pbkv_server.cli.server import app
 
     path = _model_for(tmp_path, "research")
     result = CliRunner().invoke(app, ["--port", "0", "--predictor", f"codegen={path}"])

@@ -18,9 +18,9 @@ from pbkv_contract.hints import END_PATH, GRAPH_PATH, Hints
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
 from pbkv_contract.blocks import prefix_hashes
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.profiles import DEFAULT_PROFILE, get_profile
+from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.tokenizer import block_tokens
+from pbkv_server.scenarios.tokenizer import block_tokens
 
 from .server_http_fixtures import chat, metric, text_of_tokens
 

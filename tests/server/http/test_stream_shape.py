@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from pbkv_server.tokenizer import count_tokens, prompt_tokens
+from pbkv_server.scenarios.tokenizer import count_tokens, prompt_tokens
 
 MESSAGES = [{"role": "system", "content": "You are a careful assistant."},
             {"role": "user", "content": "Summarise the claim about the 1998 film in two sentences."}]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pbkv_contract.blocks import canonical_prompt, prefix_hashes
-from pbkv_server.tokenizer import (
+from pbkv_server.scenarios.tokenizer import (
     TokenBudgetExceeded,
     block_tokens,
     count_tokens,
@@ -118,7 +118,7 @@ def test_block_tokens_within_budget_equals_the_unbudgeted_counts():
 
 
 def test_budget_refuses_before_tokenizing_a_message_that_cannot_fit(monkeypatch):
-    import pbkv_server.tokenizer as tokenizer
+    import pbkv_server.scenarios.tokenizer as tokenizer
 
     tokenized: list[str] = []
     real = tokenizer.token_starts

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from pbkv_contract.hints import Hints
-from pbkv_server.tokenizer import count_tokens
+from pbkv_server.scenarios.tokenizer import count_tokens
 
 from .test_stream_shape import strict_sse
 

@@ -147,7 +147,7 @@ def test_prompt_over_the_token_budget_is_refused_with_context_length_exceeded(st
 
 
 def test_huge_prompt_is_refused_without_tokenizing_it(start_server, monkeypatch):
-    import pbkv_server.tokenizer as tokenizer
+    import pbkv_server.scenarios.tokenizer as tokenizer
 
     server = start_server(policy="lru", device_tokens=50_000)
     seen: list[int] = []

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pbkv_server.scenario import ScenarioRequest
+from pbkv_server.scenarios.base import ScenarioRequest
 from pbkv_server.scenarios.default import DefaultScenario
 from pbkv_server.scenarios.tool_calls import (
     ToolSettings, consecutive_tool_rounds, decide_tool_call, draw_tool_call,

@@ -35,9 +35,9 @@ def write_model(path, app: str, agents) -> None:
     import numpy as np
     import torch
 
-    from predictor.data import Vocab
-    from predictor.model import GraphSagePredictorNet, ModelConfig
-    from predictor.store import save_model
+    from pbkv_train.data import Vocab
+    from pbkv_train.model import GraphSagePredictorNet, ModelConfig
+    from pbkv_train.store import save_model
 
     torch.manual_seed(0)
     vocab = Vocab(app, agents)

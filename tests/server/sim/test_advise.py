@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from pbkv_contract.trace import read_trace
-from pbkv_server.bench_cli import app
+from pbkv_server.cli.bench import app
 from pbkv_server.sim.advise import advise, custom_profile
-from pbkv_server.sim.profiles import PROFILES, get_profile
+from pbkv_server.hardware.profiles import PROFILES, get_profile
 from pbkv_server.sim.synth import write_trace
 
 runner = CliRunner()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pbkv_server.bench_cli import app
+from pbkv_server.cli.bench import app
 from pbkv_server.engine.policies import REPLAY, available_policies
 from .sim_fixtures import write_model
 
@@ -64,7 +64,7 @@ def test_truncated_line_is_skipped_with_a_warning_naming_the_line(trace, tmp_pat
     lines = trace.read_text().splitlines()
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(lines[:5] + ['{"type":"invocation","v":1,"app":"co'] + lines[5:]) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "pbkv_server.bench_cli", "replay", str(bad), "--policy", "lru",
+    proc = subprocess.run([sys.executable, "-m", "pbkv_server.cli.bench", "replay", str(bad), "--policy", "lru",
                            "--device-tokens", "30000", "--json", str(tmp_path / "o.json")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -127,8 +127,8 @@ def test_synth_help_says_an_existing_output_is_refused_as_synth_does(tmp_path, t
 def test_profiles_table_fits_80_columns_with_whole_names(monkeypatch):
     from rich.console import Console
 
-    import pbkv_server.bench_cli as bench_cli
-    from pbkv_server.sim.profiles import PROFILES
+    import pbkv_server.cli.bench as bench_cli
+    from pbkv_server.hardware.profiles import PROFILES
 
     # an 80-column terminal whatever COLUMNS the test run has (the console writes to the runner's stdout)
     monkeypatch.setattr(bench_cli, "console", Console(width=80))
@@ -174,18 +174,18 @@ def test_live_replay_subcommand_is_registered_when_its_module_exists(monkeypatch
     import importlib.machinery
     import types
 
-    import pbkv_server.bench_cli as cli
+    import pbkv_server.cli.bench as cli
 
     calls = []
-    module = types.ModuleType("pbkv_server.live_replay")
-    module.__spec__ = importlib.machinery.ModuleSpec("pbkv_server.live_replay", loader=None)
+    module = types.ModuleType("pbkv_server.loadgen.live_replay")
+    module.__spec__ = importlib.machinery.ModuleSpec("pbkv_server.loadgen.live_replay", loader=None)
 
     def command(target: str) -> None:
         """Fake live replay."""
         calls.append(target)
 
     module.command = command
-    monkeypatch.setitem(sys.modules, "pbkv_server.live_replay", module)
+    monkeypatch.setitem(sys.modules, "pbkv_server.loadgen.live_replay", module)
     monkeypatch.setattr(cli.app, "registered_commands", list(cli.app.registered_commands))
     cli._register_live_replay()
     result = runner.invoke(cli.app, ["live-replay", "http://127.0.0.1:1"])
@@ -272,7 +272,7 @@ def test_truncated_last_line_is_skipped_and_the_rest_replayed(trace, tmp_path):
     cut = tmp_path / "cut.jsonl"
     cut.write_text(text + lines[1][: len(lines[1]) // 2])  # no newline: the writer died mid-line
     out = tmp_path / "o.json"
-    proc = subprocess.run([sys.executable, "-m", "pbkv_server.bench_cli", "replay", str(cut), "--policy", "lru",
+    proc = subprocess.run([sys.executable, "-m", "pbkv_server.cli.bench", "replay", str(cut), "--policy", "lru",
                            "--device-tokens", "30000", "--json", str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert f"{cut}:{len(lines) + 1}" in proc.stderr and "Traceback" not in proc.stderr

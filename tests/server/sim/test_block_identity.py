@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 import pbkv_contract.blocks as blocks
 from pbkv_contract.trace import TraceWriter
-from pbkv_server.bench_cli import app
+from pbkv_server.cli.bench import app
 from pbkv_server.engine.policies import REPLAY, available_policies
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import generate
 from .sim_fixtures import make_end, make_inv, unit_profile  # noqa: F401 (fixture)

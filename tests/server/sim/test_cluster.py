@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from pbkv_server.bench_cli import app
+from pbkv_server.cli.bench import app
 from pbkv_server.engine import EngineRequest
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.cluster import AffinityRouter, CacheAwareRouter, CacheAwareSettings, simulate_cluster
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import generate, write_trace
 

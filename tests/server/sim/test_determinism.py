@@ -17,7 +17,7 @@ import pytest
 
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import generate
 

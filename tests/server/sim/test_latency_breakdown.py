@@ -15,7 +15,7 @@ from pbkv_server.engine import FirstToken
 from pbkv_server.sim.metrics import BREAKDOWN_PARTS, MetricsCollector
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import generate
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 
 from ..engine.engine_helpers import make_engine, request
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pbkv_server.bench_cli import app
+from pbkv_server.cli.bench import app
 from pbkv_server.engine.guard import host_value
 from pbkv_server.sim.measures import (MIN_DIFFERENCE, add_measures, latency_capture, latency_speedup,
                                       no_difference_verdict, prefill_saved)
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 
 runner = CliRunner()
 PROFILE = "h100-qwen2.5-32b"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import generate
 

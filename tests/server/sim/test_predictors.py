@@ -209,7 +209,7 @@ def test_factory_spec_that_is_neither_a_name_nor_a_file_names_both_readings():
 
 
 def test_factory_loads_a_model_file_for_its_app_and_rejects_one_for_another_app(tmp_path):
-    from predictor.store import ModelFileError
+    from pbkv_train.store import ModelFileError
 
     path = tmp_path / "m.pt"
     write_model(path, "codegen", ["planner", "coder"])
@@ -236,7 +236,7 @@ def test_batched_predictions_give_the_same_replay_as_one_call_per_invocation(pol
     """A predictor that does not learn online (the oracle here, a trained model in practice) is
     asked once per scheduling step for all new invocations; every figure of the replay equals the
     one-call-per-invocation replay, and the predictor is called fewer times."""
-    from pbkv_server.sim.profiles import get_profile
+    from pbkv_server.hardware.profiles import get_profile
     from pbkv_server.sim.simulator import load_workload, simulate
     from pbkv_server.sim.synth import generate
 

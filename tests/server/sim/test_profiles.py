@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pbkv_server.sim.profiles import PROFILES, get_profile, profile_names
+from pbkv_server.hardware.profiles import PROFILES, get_profile, profile_names
 
 
 def test_one_profile_per_reference_testbed():

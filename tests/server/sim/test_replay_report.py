@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pbkv_server.bench_cli import app
+from pbkv_server.cli.bench import app
 from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY
-from pbkv_server.sim.profiles import DEFAULT_HOST_RATIO, PAPER_HOST_RATIO, get_profile, host_tokens_for
+from pbkv_server.hardware.profiles import DEFAULT_HOST_RATIO, PAPER_HOST_RATIO, get_profile, host_tokens_for
 from pbkv_server.sim.study import StudySettings
 from pbkv_server.sim.report import gap_closed
 from .sim_fixtures import write_model
@@ -130,7 +130,7 @@ def test_gap_closed_formula_and_edge_cases():
 
 def test_torch_is_limited_to_threads_before_the_model_loads_and_restored_after(trace, tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
-    import predictor.serving as serving
+    import pbkv_train.serving as serving
 
     model = tmp_path / "codegen.pt"
     write_model(model, "codegen", ["planner", "coder", "tester", "analyzer"])
@@ -154,7 +154,7 @@ def test_torch_is_limited_to_threads_before_the_model_loads_and_restored_after(t
 
 
 def test_a_replay_with_a_builtin_predictor_does_not_import_torch(trace):
-    code = ("import sys; from typer.testing import CliRunner; from pbkv_server.bench_cli import app; "
+    code = ("import sys; from typer.testing import CliRunner; from pbkv_server.cli.bench import app; "
             f"r = CliRunner().invoke(app, ['replay', {str(trace)!r}, '--policy', 'he', '--no-gap', "
             "'--device-tokens', '30000']); assert r.exit_code == 0, r.output; print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -8,10 +8,10 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from pbkv_server.bench_cli import app
+from pbkv_server.cli.bench import app
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies, policy_info
 from pbkv_server.engine.guard import host_value
-from pbkv_server.sim.profiles import get_profile
+from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.study import Point, Run, StudySettings, admission_limits, aggregate, run_study, study_steps
 from pbkv_server.sim.synth import generate, write_trace
 
@@ -49,8 +49,8 @@ def test_admission_limit_is_the_first_concurrency_with_a_request_waiting_on_aver
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """An example-like output folder: synthetic test and training traces and a trained GraphSAGE file."""
-    from predictor.backbones import train_backbone
-    from predictor.store import save_model
+    from pbkv_train.backbones import train_backbone
+    from pbkv_train.store import save_model
 
     root = tmp_path_factory.mktemp("run") / "codegen_run"
     root.mkdir()
@@ -111,7 +111,7 @@ def test_a_small_study_runs_every_study_with_the_counted_replays_and_ratios_to_t
                       concurrency=4, device_tokens=SMALL["device_tokens"], host_tokens=SMALL["device_tokens"]).summary
     assert (b4.mean["hit_rate"], b4.mean["mean_latency_s"]) == (direct["hit_rate"], direct["mean_latency_s"])
     # a backbone's accuracy is that of a model trained on the training trace, scored on the test trace
-    from predictor.backbones import train_backbone
+    from pbkv_train.backbones import train_backbone
 
     backbone = {p.x: p for p in points if p.study == "backbone"}
     assert set(backbone) == {"graphsage", "markov3"}

@@ -23,7 +23,7 @@ from pbkv_server.http.config import (
     DEFAULT_MAX_HEADERS,
     ServerConfig,
 )
-from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
+from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 __all__ = ["app", "build_config"]
 
@@ -35,7 +35,7 @@ def main(
     ctx: typer.Context,
     engine: str = typer.Option("sim", help="sim (embedded engine core, CPU) | sglang (SGLang + PBKV plugin) | vllm (vLLM + PBKV plugin)."),
     policy: str = typer.Option(DEFAULT_POLICY, help="Cache policy (list them with: pbkv-bench policies)."),
-    profile: Optional[str] = typer.Option(None, help="Hardware profile (pbkv_server.sim.profiles); default: its DEFAULT_PROFILE."),
+    profile: Optional[str] = typer.Option(None, help="Hardware profile (pbkv_server.hardware.profiles); default: its DEFAULT_PROFILE."),
     predictor: List[str] = typer.Option(
         [], help="APP=SPEC or SPEC (all other apps); SPEC = markov | uniform | PATH (trained model). Repeatable."
     ),
@@ -138,7 +138,7 @@ def build_config(*, policy: str, predictor: List[str], idle_retire_s: float, **f
     Raises:
         ValueError: a malformed ``--predictor`` value or an invalid setting.
     """
-    from pbkv_server.http.routing import parse_predictor_flags
+    from pbkv_server.predictors.per_app import parse_predictor_flags
 
     return ServerConfig(
         policy=policy,

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from predictor.data import END, PAD, Workflow, Vocab
+from pbkv_train.data import END, PAD, Workflow, Vocab
 
 #: Steps beyond this share one step embedding.
 MAX_STEP_EMBED = 63

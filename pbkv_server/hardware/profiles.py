@@ -161,7 +161,7 @@ def derive_profile(name: str, model: ModelSpec, gpu: GpuSpec, tp: int, source: s
 
 _A6000_SRC = ("RTX A6000 datasheet (48 GB GDDR6, 768 GB/s, 154.8 TFLOPS dense BF16 tensor, PCIe 4.0 x16); ")
 _H100_SRC = ("H100 SXM5 datasheet (80 GB HBM3, 3.35 TB/s, 989 TFLOPS dense BF16 tensor, PCIe 5.0 x16); ")
-_SGLANG_SRC = "SGLang defaults (mem-fraction-static ~0.88, hicache-ratio 2.0); efficiencies: pbkv_server/sim/profiles.py"
+_SGLANG_SRC = "SGLang defaults (mem-fraction-static ~0.88, hicache-ratio 2.0); efficiencies: pbkv_server/hardware/profiles.py"
 
 PROFILES: dict[str, HardwareProfile] = {
     p.name: p

@@ -1,6 +1,6 @@
 """One torch CPU thread by default in the CLIs that may run a trained predictor (``pbkv-bench``, ``pbkv-server``).
 
-A trained predictor (``predictor/``) is a small model run at batch size 1 per prediction: more
+A trained predictor (``pbkv_train/``) is a small model run at batch size 1 per prediction: more
 intra-op threads buy nothing, and on a shared machine their OpenMP workers spin on cores that other
 processes need (``pbkv-predictor`` makes the same choice for training). The limit is applied before
 the model loads, and torch is imported only when a model file will be loaded (the built-in

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import httpx
 
-from pbkv_server.local_cluster import free_port
+from pbkv_server.testing.local_cluster import free_port
 
-from .launch import sglang_python
+from pbkv_server.backends.sglang.launch import sglang_python
 
 __all__ = ["CpuServer", "cpu_server_args"]
 

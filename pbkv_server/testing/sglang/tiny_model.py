@@ -1,6 +1,6 @@
 """A tiny, randomly initialised Qwen2 model that SGLang can serve on a CPU (tests, demos; offline).
 
-``python -m pbkv_server.backends.sglang.tiny_model --out DIR`` writes a model folder that
+``python -m pbkv_server.testing.sglang.tiny_model --out DIR`` writes a model folder that
 ``sglang.launch_server --model-path DIR --device cpu`` loads: a Qwen2 config (2 layers, hidden
 256, 4 attention heads, 2 KV heads, vocabulary 8,192) with random weights saved by transformers'
 ``save_pretrained``, and a byte-level BPE tokenizer trained with ``tokenizers`` on a seeded
@@ -144,7 +144,7 @@ def synthetic_corpus(n_words: int, seed: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``--out DIR [--seed N]``; prints the folder. Exit status 2 on a bad argument or write."""
-    parser = argparse.ArgumentParser(prog="python -m pbkv_server.backends.sglang.tiny_model",
+    parser = argparse.ArgumentParser(prog="python -m pbkv_server.testing.sglang.tiny_model",
                                      description="Build a tiny random Qwen2 model folder for SGLang on CPU (offline).")
     parser.add_argument("--out", required=True, help="model folder to write (kept if already built)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the tokenizer corpus and the weights")

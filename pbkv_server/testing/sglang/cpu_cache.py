@@ -37,8 +37,8 @@ def build_cpu_cache(policy: str, kv_tokens: int, policy_config: dict | None = No
     from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
     from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    from .cache import PBKVRadixCache
-    from .tree_core import TREE_CORE_NAME
+    from pbkv_server.backends.sglang.cache import PBKVRadixCache
+    from pbkv_server.backends.sglang.tree_core import TREE_CORE_NAME
 
     kv = MHATokenToKVPool(size=kv_tokens, page_size=1, dtype=torch.float16, head_num=1, head_dim=4,
                           layer_num=1, device="cpu", enable_memory_saver=False)

@@ -2,11 +2,11 @@
 
 The paper compares the GraphSAGE predictor with other backbones (MLP, Markov-3, Transformer) by
 their accuracy and by the hit rate the cache reaches with each. :func:`train_backbone` fits one
-of :data:`predictor.train.MODEL_NAMES` on trace records with the recipe of ``pbkv-predictor
+of :data:`pbkv_train.train.MODEL_NAMES` on trace records with the recipe of ``pbkv-predictor
 train`` (a seeded 10% validation hold-out for early stopping, the vocabulary of the training
 split), :meth:`Backbone.accuracy` scores it on other records, and :meth:`Backbone.predictor`
 serves it behind the prediction interface, like a model file loaded by
-:func:`predictor.serving.load_predictor`.
+:func:`pbkv_train.serving.load_predictor`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import numpy as np
 
 from pbkv_contract.prediction import PredictionQuery
 from pbkv_contract.trace import TraceRecord
-from predictor.data import (DEFAULT_K, DEFAULT_MAX_PREFIX, PAD, SampleSet, Vocab, Workflow, build_samples, build_vocab,
+from pbkv_train.data import (DEFAULT_K, DEFAULT_MAX_PREFIX, PAD, SampleSet, Vocab, Workflow, build_samples, build_vocab,
                             encode_query, holdout_split, workflows_from_records)
-from predictor.serving import GraphSagePredictor
-from predictor.train import TrainConfig, fit, predict_proba, top1_accuracy
+from pbkv_train.serving import GraphSagePredictor
+from pbkv_train.train import TrainConfig, fit, predict_proba, top1_accuracy
 
 __all__ = ["Backbone", "BackbonePredictor", "train_backbone", "fit_workflows", "VALIDATION_SHARE"]
 
@@ -34,7 +34,7 @@ class Backbone:
     """A trained backbone with what serving it needs.
 
     Attributes:
-        name: model name (:data:`predictor.train.MODEL_NAMES`, or ``markov<n>``).
+        name: model name (:data:`pbkv_train.train.MODEL_NAMES`, or ``markov<n>``).
         model: the trained network or Markov counts.
         vocab: the training split's vocabulary.
         k: horizon K.
@@ -113,7 +113,7 @@ def fit_workflows(name: str, workflows: Sequence[Workflow], *, seed: int = 0, k:
     hold-out for early stopping, the vocabulary of the rest, at most ``epochs`` epochs.
 
     Args:
-        name: a model of :data:`predictor.train.MODEL_NAMES` (or ``markov<n>``).
+        name: a model of :data:`pbkv_train.train.MODEL_NAMES` (or ``markov<n>``).
         seed: seeds the hold-out, the initialisation and the batch order.
         k: horizon K.
         on_epoch: called with (epoch, monitored loss) after each epoch of a network.

@@ -30,9 +30,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pbkv_contract.extras import missing_module_line
 from pbkv_contract.files import output_problem, shared_output
-from pbkv_server.sim.profiles import DEFAULT_PROFILE
+from pbkv_server.hardware.profiles import DEFAULT_PROFILE
 from pbkv_server.sim.study_cli import study as study_command
-from pbkv_server.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
+from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
 console = Console()
@@ -136,7 +136,7 @@ def replay(
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.measures import (CAPTURE_NOTE, add_measures, host_value, no_difference_verdict,
                                           trace_block_tokens)
-    from pbkv_server.sim.profiles import PAPER_HOST_RATIO, get_profile, host_tokens_for
+    from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile, host_tokens_for
     from pbkv_server.sim.report import (add_gap_closed, breakdown_table, latency_table, plot_timelines, results_table,
                                         write_json)
     from pbkv_server.sim.cluster import ROUTERS, cluster_line, simulate_cluster
@@ -285,7 +285,7 @@ def advise(
 
     from pbkv_contract.trace import TraceFormatError, read_trace
     from pbkv_server.sim.advise import advice_lines, advise as run_advise, custom_profile, plot_advice
-    from pbkv_server.sim.profiles import get_profile
+    from pbkv_server.hardware.profiles import get_profile
     from pbkv_server.sim.simulator import SimulationError
 
     if (gpu_memory is None) != (model is None):
@@ -361,7 +361,7 @@ def profiles() -> None:
     from rich import box
     from rich.table import Table
 
-    from pbkv_server.sim.profiles import PROFILES
+    from pbkv_server.hardware.profiles import PROFILES
     from pbkv_server.sim.report import _tokens
 
     # Fits 80 columns with whole names: light box, two-line headers, the name column never
@@ -382,11 +382,11 @@ def profiles() -> None:
 
 
 def _register_live_replay() -> None:
-    """Add ``live-replay`` if the SGLang helper's ``pbkv_server.live_replay`` module exists."""
+    """Add ``live-replay`` if the SGLang helper's ``pbkv_server.loadgen.live_replay`` module exists."""
     try:
-        if importlib.util.find_spec("pbkv_server.live_replay") is None:
+        if importlib.util.find_spec("pbkv_server.loadgen.live_replay") is None:
             return
-        command = importlib.import_module("pbkv_server.live_replay").command
+        command = importlib.import_module("pbkv_server.loadgen.live_replay").command
     except Exception as exc:  # a broken optional module must not take the whole CLI down
         logging.getLogger(__name__).debug("live-replay unavailable: %s", exc)
         return

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from pbkv_contract.prediction import Prediction, PredictionQuery, Predictor
-from predictor.data import END, UNK, encode_query
-from predictor.store import LoadedModel, load_model
+from pbkv_train.data import END, UNK, encode_query
+from pbkv_train.store import LoadedModel, load_model
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def load_predictor(path: str | os.PathLike[str], app: str | None = None) -> "Gra
 
     Raises:
         FileNotFoundError: no such file.
-        predictor.store.ModelFileError: wrong file type, format version or app.
+        pbkv_train.store.ModelFileError: wrong file type, format version or app.
     """
     return GraphSagePredictor(load_model(path, app=app))
 
@@ -55,7 +55,7 @@ class GraphSagePredictor(Predictor):
         self.info = loaded.info
         # Output columns kept: END and every real agent (indices 2..V-1 minus UNK, which is 1).
         self._keep = np.arange(END, len(self._vocab))
-        assert UNK < END and self._keep[0] == END  # layout fixed by predictor.data
+        assert UNK < END and self._keep[0] == END  # layout fixed by pbkv_train.data
         self._names = [self._vocab.tokens[i] for i in self._keep]
         self._warned_apps: set[str] = set()
 

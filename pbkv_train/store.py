@@ -2,7 +2,7 @@
 
 Content (a dict, loadable with ``torch.load(weights_only=True)``): ``format`` =
 :data:`FORMAT_NAME`, ``version`` = :data:`FORMAT_VERSION`, ``app``, ``vocab`` (token list, PAD/UNK/END
-first), ``config`` (:class:`predictor.model.ModelConfig` fields: K, dims, ...), ``state_dict``
+first), ``config`` (:class:`pbkv_train.model.ModelConfig` fields: K, dims, ...), ``state_dict``
 (weights and the transition matrix buffer) and ``info`` (training summary).
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from predictor.data import Vocab
-from predictor.model import GraphSagePredictorNet, ModelConfig
+from pbkv_train.data import Vocab
+from pbkv_train.model import GraphSagePredictorNet, ModelConfig
 
 FORMAT_NAME = "pbkv-predictor"
 #: Bump when the file layout or the network changes incompatibly.

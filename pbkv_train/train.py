@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from predictor.baselines import MarkovPredictor, MLPNet, TransformerNet
-from predictor.data import (
+from pbkv_train.baselines import MarkovPredictor, MLPNet, TransformerNet
+from pbkv_train.data import (
     DEFAULT_K,
     DEFAULT_MAX_PREFIX,
     SampleSet,
@@ -27,7 +27,7 @@ from predictor.data import (
     build_vocab,
     split_workflows,
 )
-from predictor.model import GraphSagePredictorNet, ModelConfig, masked_loss, transition_matrix
+from pbkv_train.model import GraphSagePredictorNet, ModelConfig, masked_loss, transition_matrix
 
 #: Model names accepted by :func:`run_experiment` and the CLI, in table order.
 MODEL_NAMES = ("graphsage", "graphsage-notxt", "markov1", "markov2", "markov3", "mlp", "transformer")

@@ -25,11 +25,11 @@ from rich.table import Table
 
 from pbkv_contract.files import output_problem
 from pbkv_contract.trace import read_trace
-from predictor.backbones import fit_workflows
-from predictor.data import DEFAULT_K, DEFAULT_MAX_PREFIX, split_workflows, workflows_from_records
-from predictor.model import count_parameters
-from predictor.store import save_model
-from predictor.train import MODEL_NAMES, TrainConfig, predict_proba, run_experiment, top1_accuracy
+from pbkv_train.backbones import fit_workflows
+from pbkv_train.data import DEFAULT_K, DEFAULT_MAX_PREFIX, split_workflows, workflows_from_records
+from pbkv_train.model import count_parameters
+from pbkv_train.store import save_model
+from pbkv_train.train import MODEL_NAMES, TrainConfig, predict_proba, run_experiment, top1_accuracy
 
 app = typer.Typer(help="PBKV workflow predictor: train, evaluate, learning curves.", no_args_is_help=True,
                   add_completion=False)

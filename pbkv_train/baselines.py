@@ -1,6 +1,6 @@
 """Baselines for the predictor comparison (PBKV Table 3): Markov order 1-3, an MLP, a Transformer.
 
-All use the samples of :mod:`predictor.data` (same splits, same K, same vocabulary):
+All use the samples of :mod:`pbkv_train.data` (same splits, same K, same vocabulary):
 
 - :class:`MarkovPredictor`: for each horizon k, counts of the k-th next agent given the last
   ``order`` agents (current agent included; positions before the workflow start read as PAD, so
@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from predictor.data import PAD, SampleSet
-from predictor.model import MAX_STEP_EMBED
+from pbkv_train.data import PAD, SampleSet
+from pbkv_train.model import MAX_STEP_EMBED
 
 
 class MarkovPredictor:
