@@ -1,10 +1,5 @@
-"""CrewAI integration: each crew kickoff is one PBKV workflow, each agent role one PBKV agent.
-
-Add to an existing app (the only line; ``LLM(...)`` needs no ``interceptor=``)::
-
-    from pbkv_sdk.integrations.crewai import instrument
-
-    instrument(app="finance", server_url="http://127.0.0.1:30000")
+"""CrewAI: the hooks, listener and interceptor that :mod:`pbkv_sdk.integrations.crewai` installs
+(this module imports CrewAI; the instrumentor there checks for it first).
 
 Mapping and the CrewAI APIs used (crewai 1.x, checked against the installed source):
 
@@ -42,8 +37,8 @@ from crewai.hooks.dispatch import InterceptionPoint, register, unregister
 from crewai.hooks.llm_hooks import register_before_llm_call_hook, unregister_before_llm_call_hook
 from crewai.llms.hooks.base import BaseInterceptor
 
-from pbkv_sdk import autopatch
-from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, set_agent, set_workflow, workflow_or_fresh
+from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, set_agent, set_workflow
+from pbkv_sdk.integrations.base import Instrumentor, Options
 from pbkv_sdk.stamping import PendingCall, observe_response, prepare_request
 
 log = logging.getLogger(__name__)
@@ -88,20 +83,21 @@ class PBKVInterceptor(BaseInterceptor[httpx.Request, httpx.Response]):
 
 
 class CrewAIInstrumentation:
-    """The installed hooks and listener.
+    """The installed hooks and listener (the handle of the CrewAI instrumentor).
+
+    Args:
+        options: what the kickoffs' workflows are made with.
+        instrumentor: the instrumentor that installed it (:meth:`uninstrument` goes through it).
 
     Attributes:
         interceptor: a :class:`PBKVInterceptor` for apps that pass ``LLM(interceptor=...)``
             (optional since the transports stamp by themselves).
     """
 
-    def __init__(self, app: str | None, server_url: str | None, trace_path: Any, end_timeout_s: float | None, body_hints: bool | None):
-        self.app = app
-        self.server_url = server_url
-        self.trace_path = trace_path
-        self.end_timeout_s = end_timeout_s
-        self.body_hints = body_hints
-        self.interceptor = PBKVInterceptor(body_hints)
+    def __init__(self, options: Options, instrumentor: Instrumentor):
+        self.options = options
+        self.instrumentor = instrumentor
+        self.interceptor = PBKVInterceptor(options.body_hints)
         self._lock = threading.Lock()
         # id(crew) -> (workflow, token of the workflow variable set by execution_start)
         self._active: dict[int, tuple[Workflow, contextvars.Token | None]] = {}
@@ -116,8 +112,14 @@ class CrewAIInstrumentation:
         return entry[0] if entry else None
 
     def uninstrument(self) -> None:
-        """Remove the hooks, the event listener and the transport stamping."""
-        autopatch.release(_HOLDER)
+        """Remove the hooks, the event listener and (if this is the installed one) the transport stamping."""
+        if self.instrumentor.handle is self:
+            self.instrumentor.uninstrument()  # calls remove()
+        else:
+            self.remove()
+
+    def remove(self) -> None:
+        """Remove the hooks and the event listener (idempotent)."""
         unregister(InterceptionPoint.EXECUTION_START, self._on_execution_start)
         unregister(InterceptionPoint.EXECUTION_END, self._on_execution_end)
         unregister_before_llm_call_hook(self._before_llm_call)
@@ -126,11 +128,9 @@ class CrewAIInstrumentation:
                 crewai_event_bus.off(event_type, handler)
             except Exception:  # already gone
                 pass
-        if _CURRENT and _CURRENT[-1] is self:
-            _CURRENT.pop()
 
-    def _install(self) -> None:
-        autopatch.acquire(_HOLDER)
+    def install(self) -> None:
+        """Register the hooks and the event listener."""
         register(InterceptionPoint.EXECUTION_START, self._on_execution_start)
         register(InterceptionPoint.EXECUTION_END, self._on_execution_end)
         register_before_llm_call_hook(self._before_llm_call)
@@ -146,9 +146,7 @@ class CrewAIInstrumentation:
         try:
             chosen = (getattr(ctx, "inputs", None) or {}).get(WORKFLOW_ID_INPUT_KEY)
             # a non-string input is not a choice of id: a fresh id without a warning
-            wf = workflow_or_fresh(self.app, chosen if isinstance(chosen, str) else None, server_url=self.server_url,
-                                   trace_path=self.trace_path, end_timeout_s=self.end_timeout_s,
-                                   body_hints=self.body_hints)
+            wf = self.options.workflow(chosen if isinstance(chosen, str) else None)
             token = set_workflow(wf)  # the kickoff's own thread/task: its sequential LLM calls see it
             with self._lock:
                 self._active[id(crew)] = (wf, token)
@@ -222,42 +220,3 @@ class CrewAIInstrumentation:
             self._active.pop(id(source))
             self._kickoff_of.pop(id(entry[0]), None)
         entry[0].end("failed" if isinstance(event, CrewKickoffFailedEvent) else "completed")
-
-
-def instrument(
-    app: str | None = None,
-    server_url: str | None = None,
-    trace_path: str | os.PathLike[str] | None = None,
-    *,
-    end_timeout_s: float | None = None,
-    body_hints: bool | None = None,
-) -> CrewAIInstrumentation:
-    """Install the PBKV hooks and listener for every crew of the process; replaces an earlier call.
-
-    Args:
-        app: application name (``$PBKV_APP`` wins when set).
-        server_url: PBKV server base URL for end signals (default ``$PBKV_SERVER_URL``, else the
-            LLM's origin).
-        trace_path: JSONL trace to record into (default ``$PBKV_TRACE_PATH``; none if unset).
-        end_timeout_s: time budget of each end signal, seconds.
-        body_hints: also send ``custom_params.pbkv``.
-
-    Returns:
-        The :class:`CrewAIInstrumentation` (its ``uninstrument()`` removes everything again).
-    """
-    while _CURRENT:
-        _CURRENT[-1].uninstrument()
-    inst = CrewAIInstrumentation(app, server_url, trace_path, end_timeout_s, body_hints)
-    inst._install()
-    _CURRENT.append(inst)
-    return inst
-
-
-def uninstrument() -> None:
-    """Remove what :func:`instrument` installed (no-op if nothing)."""
-    while _CURRENT:
-        _CURRENT[-1].uninstrument()
-
-
-_HOLDER = "crewai"
-_CURRENT: list[CrewAIInstrumentation] = []

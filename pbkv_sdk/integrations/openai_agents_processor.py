@@ -1,10 +1,5 @@
-"""OpenAI Agents SDK integration: a tracing processor that makes each ``Runner.run`` a PBKV workflow.
-
-Add to an existing app (the only line)::
-
-    from pbkv_sdk.integrations.openai_agents import instrument
-
-    instrument(app="support", server_url="http://127.0.0.1:30000")
+"""OpenAI Agents SDK: the tracing processor that :mod:`pbkv_sdk.integrations.openai_agents`
+installs (this module imports the Agents SDK; the instrumentor there checks for it first).
 
 Mapping (the Agents SDK's own tracing, on by default, drives it; ``add_trace_processor`` keeps
 the app's other processors):
@@ -23,40 +18,29 @@ the app's other processors):
   workflow and agent of that span.
 * tracing disabled (``agents.set_tracing_disabled(True)``, ``RunConfig(tracing_disabled=True)``,
   ``OPENAI_AGENTS_DISABLE_TRACING=1``): the Agents SDK calls no processor then, so
-  :func:`instrument` wraps its trace provider (:mod:`pbkv_sdk.integrations.openai_agents_untraced`):
+  ``instrument()`` wraps its trace provider (:mod:`pbkv_sdk.integrations.openai_agents_untraced`):
   the no-op traces and spans it hands out report to this processor alone, and runs are stamped
   exactly as with tracing on (workflow id ``trace_<32 hex>`` all the same). Nothing is exported.
-  If the app replaces the trace provider after :func:`instrument`, such runs cannot be seen: one
+  If the app replaces the trace provider after ``instrument()``, such runs cannot be seen: one
   warning says so and how to fix it, and their requests go out without hints.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
 from typing import Any
 
-from agents.tracing import (
-    TracingProcessor,
-    add_trace_processor,
-    get_current_span,
-    get_current_trace,
-    get_trace_provider,
-    set_trace_provider,
-)
+from agents.tracing import TracingProcessor, get_current_span, get_current_trace
 from agents.tracing.span_data import AgentSpanData, GenerationSpanData, ResponseSpanData
 from agents.tracing.spans import NoOpSpan
 from agents.tracing.traces import NoOpTrace
 
 from pbkv_sdk.context import Workflow
-from pbkv_sdk.integrations.openai_agents_untraced import ShadowProvider, shadow_key
+from pbkv_sdk.integrations.openai_agents_untraced import shadow_key
 from pbkv_sdk.once import WarnOnce
 from pbkv_sdk.spantree import SpanIntegration
 
-log = logging.getLogger(__name__)
-
-__all__ = ["PBKVTracingProcessor", "instrument", "uninstrument"]
+__all__ = ["PBKVTracingProcessor", "UNSEEN_RUN_WARNING"]
 
 _MODEL_CALL_SPANS = (GenerationSpanData, ResponseSpanData)
 
@@ -64,11 +48,14 @@ _MODEL_CALL_SPANS = (GenerationSpanData, ResponseSpanData)
 class PBKVTracingProcessor(SpanIntegration, TracingProcessor):
     """Agents SDK tracing processor: traces become workflows, agent spans name the model calls.
 
-    Arguments as :class:`pbkv_sdk.spantree.SpanIntegration` (app, server_url, trace_path,
-    end_timeout_s, body_hints).
+    Arguments as :class:`pbkv_sdk.spantree.SpanIntegration` (the fields of
+    :class:`~pbkv_sdk.integrations.base.Options`).
+
+    Attributes:
+        warn: warn-once for trouble seen at request time (the instrumentor's, once installed).
     """
 
-    holder = "openai-agents"
+    warn: WarnOnce | None = None
 
     # ----------------------------------------------------------------- TracingProcessor
 
@@ -141,50 +128,10 @@ class PBKVTracingProcessor(SpanIntegration, TracingProcessor):
         if key is not None:
             return self.spans.lookup(key)
         if type(obj) in (NoOpSpan, NoOpTrace):  # a run with tracing disabled that no shadow covers
-            _WARNED("untraced", UNSEEN_RUN_WARNING)
+            if self.warn is not None:
+                self.warn("untraced", UNSEEN_RUN_WARNING)
             return None
         return self.spans.lookup(real_id)
-
-
-def instrument(
-    app: str | None = None,
-    server_url: str | None = None,
-    trace_path: str | os.PathLike[str] | None = None,
-    *,
-    end_timeout_s: float | None = None,
-    body_hints: bool | None = None,
-) -> PBKVTracingProcessor:
-    """Add a :class:`PBKVTracingProcessor` to the Agents SDK and stamp the process's httpx transports.
-
-    Replaces an earlier call's processor (switched off: the Agents SDK cannot remove one). Wraps
-    the installed trace provider in a :class:`~pbkv_sdk.integrations.openai_agents_untraced.
-    ShadowProvider` so that runs with tracing disabled are stamped too. Arguments as
-    :class:`PBKVTracingProcessor`.
-
-    Returns:
-        The processor.
-    """
-    uninstrument()
-    processor = PBKVTracingProcessor(app, server_url, trace_path, end_timeout_s=end_timeout_s, body_hints=body_hints)
-    add_trace_processor(processor)
-    provider = get_trace_provider()
-    if isinstance(provider, ShadowProvider):
-        provider.processor = processor
-    else:
-        set_trace_provider(ShadowProvider(provider, processor))
-    processor.activate()
-    _CURRENT.append(processor)
-    return processor
-
-
-def uninstrument() -> None:
-    """Switch the installed processor off, stop stamping for it and unwrap the trace provider (no-op if none)."""
-    while _CURRENT:
-        _CURRENT.pop().deactivate()  # the Agents SDK has no public way to remove a processor
-    provider = get_trace_provider()
-    if isinstance(provider, ShadowProvider):  # one the app installed since then is left alone
-        provider.processor = None
-        set_trace_provider(provider.inner)
 
 
 def _cancelling() -> bool:
@@ -196,9 +143,6 @@ def _cancelling() -> bool:
     # Task.cancelling() is Python 3.11+; on 3.10 a cancelled run ends "completed".
     return task is not None and getattr(task, "cancelling", lambda: 0)() > 0
 
-
-_CURRENT: list[PBKVTracingProcessor] = []
-_WARNED = WarnOnce(log)
 
 #: Said once per process when an untraced run's request cannot be attributed to a run.
 UNSEEN_RUN_WARNING = (

@@ -1,12 +1,5 @@
-"""OpenTelemetry integration: apps that already emit GenAI or OpenInference agent spans get hints.
-
-For frameworks without a native PBKV integration that trace themselves with OpenTelemetry
-(PydanticAI, Google ADK, LlamaIndex workflows, Microsoft Agent Framework, or an app's own
-spans). Add to the app, after its tracer provider is set up (the only line)::
-
-    from pbkv_sdk.integrations.otel import instrument
-
-    instrument(app="research", server_url="http://127.0.0.1:30000")
+"""OpenTelemetry: the span processor that :mod:`pbkv_sdk.integrations.otel` installs (this module
+imports OpenTelemetry and OpenInference's conventions; the instrumentor there checks for them first).
 
 Mapping, from the span attributes present when a span starts:
 
@@ -30,8 +23,6 @@ hints (one warning says so).
 
 from __future__ import annotations
 
-import logging
-import os
 from typing import Any, Mapping
 
 from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
@@ -40,11 +31,10 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from pbkv_sdk.context import Workflow
+from pbkv_sdk.integrations.base import CANCELLED_NAMES
 from pbkv_sdk.spantree import SpanIntegration
 
-log = logging.getLogger(__name__)
-
-__all__ = ["PBKVSpanProcessor", "instrument", "uninstrument"]
+__all__ = ["PBKVSpanProcessor"]
 
 # OpenTelemetry semantic conventions for generative AI (gen-ai spans, agent spans); written out
 # because the Python package ships them only in its private ``_incubating`` module.
@@ -53,17 +43,14 @@ GEN_AI_AGENT_NAME = "gen_ai.agent.name"
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
 _AGENT_OPERATIONS = ("invoke_agent", "invoke_workflow")
 _LLM_OPERATIONS = ("chat", "text_completion", "generate_content")
-_CANCELLED_EXCEPTIONS = ("CancelledError", "GeneratorExit", "KeyboardInterrupt")
 
 
 class PBKVSpanProcessor(SpanIntegration, SpanProcessor):
     """Span processor that turns agent spans into PBKV workflows and names the LLM calls inside.
 
-    Arguments as :class:`pbkv_sdk.spantree.SpanIntegration` (app, server_url, trace_path,
-    end_timeout_s, body_hints).
+    Arguments as :class:`pbkv_sdk.spantree.SpanIntegration` (the fields of
+    :class:`~pbkv_sdk.integrations.base.Options`).
     """
-
-    holder = "otel"
 
     def on_start(self, span: Span, parent_context: Any = None) -> None:
         """Register the span: it inherits its parent's workflow and agent, or starts a workflow."""
@@ -102,48 +89,6 @@ class PBKVSpanProcessor(SpanIntegration, SpanProcessor):
         return self.spans.lookup(ctx.span_id) if ctx.is_valid else None
 
 
-def instrument(
-    app: str | None = None,
-    server_url: str | None = None,
-    trace_path: str | os.PathLike[str] | None = None,
-    *,
-    tracer_provider: Any = None,
-    end_timeout_s: float | None = None,
-    body_hints: bool | None = None,
-) -> PBKVSpanProcessor:
-    """Add a :class:`PBKVSpanProcessor` to the tracer provider and stamp the process's httpx transports.
-
-    Args:
-        tracer_provider: the SDK ``TracerProvider`` the app's spans come from (default: the
-            global one). A provider without ``add_span_processor`` (no SDK set up yet) gets
-            nothing: one warning says to pass ``tracer_provider=`` or set the provider first.
-        other arguments: as :class:`PBKVSpanProcessor`.
-
-    Returns:
-        The processor (replacing an earlier call's, which is switched off).
-    """
-    uninstrument()
-    processor = PBKVSpanProcessor(app, server_url, trace_path, end_timeout_s=end_timeout_s, body_hints=body_hints)
-    provider = tracer_provider if tracer_provider is not None else otel_trace.get_tracer_provider()
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        log.warning("PBKV: OTEL_SDK_DISABLED=true switches OpenTelemetry spans off, so the OpenTelemetry "
-                    "integration sees no agent spans and sends no hints")
-    if hasattr(provider, "add_span_processor"):
-        provider.add_span_processor(processor)
-    else:
-        log.warning("PBKV: the tracer provider %s takes no span processors (is the OpenTelemetry SDK set up?); "
-                    "call instrument(tracer_provider=...) with the app's SDK TracerProvider", type(provider).__name__)
-    processor.activate()
-    _CURRENT.append(processor)
-    return processor
-
-
-def uninstrument() -> None:
-    """Switch the installed processor off and stop stamping for it (no-op if none)."""
-    while _CURRENT:
-        _CURRENT.pop().deactivate()  # the SDK's TracerProvider cannot remove a processor
-
-
 # --------------------------------------------------------------------------- attribute rules
 
 
@@ -170,9 +115,6 @@ def _is_llm_span(attrs: Mapping[str, Any]) -> bool:
 
 def _status(span: ReadableSpan) -> str:
     for event in span.events:
-        if event.name == "exception" and (event.attributes or {}).get("exception.type") in _CANCELLED_EXCEPTIONS:
+        if event.name == "exception" and (event.attributes or {}).get("exception.type") in CANCELLED_NAMES:
             return "cancelled"
     return "failed" if span.status.status_code == StatusCode.ERROR else "completed"
-
-
-_CURRENT: list[PBKVSpanProcessor] = []
