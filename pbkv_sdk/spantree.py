@@ -133,14 +133,12 @@ class SpanIntegration:
     and off; :meth:`activate` / :meth:`deactivate` add and remove the resolver.
 
     Args:
-        app, server_url, trace_path, end_timeout_s, body_hints, kv_hints: the fields of
-            :class:`~pbkv_sdk.integrations.base.Options` (``app``: ``$PBKV_APP`` wins when set).
+        args, kwargs: the fields of :class:`~pbkv_sdk.integrations.base.Options`.
+        options: an :class:`~pbkv_sdk.integrations.base.Options` instead.
     """
 
-    def __init__(self, app: str | None = None, server_url: str | None = None, trace_path: Any = None, *,
-                 end_timeout_s: float | None = None, body_hints: bool | None = None, kv_hints: bool | None = None):
-        self.options = Options(app, server_url, trace_path, end_timeout_s, body_hints, kv_hints)
-        self.app = app
+    def __init__(self, *args: Any, options: Options | None = None, **kwargs: Any):
+        self.options = options if options is not None else Options(*args, **kwargs)
         #: False once uninstrumented (tracing systems cannot remove a processor): new roots are ignored.
         self.enabled = True
         self._handled_at_start: dict[Hashable, BaseException | None] = {}

@@ -21,7 +21,6 @@ handoff) and how it works: :mod:`pbkv_sdk.integrations.autogen_team`.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from pbkv_sdk.integrations.base import Instrumentor, Options
@@ -46,43 +45,29 @@ class AutoGenInstrumentor(Instrumentor):
 
 
 INSTRUMENTOR = AutoGenInstrumentor()
-instrument = INSTRUMENTOR.instrument
-uninstrument = INSTRUMENTOR.uninstrument
+instrument, uninstrument, __getattr__ = INSTRUMENTOR.exports()  # __getattr__: the framework-facing names
 _WARNED = INSTRUMENTOR.warn
 
 
-def instrument_team(
-    team: Any,
-    app: str | None = None,
-    server_url: str | None = None,
-    trace_path: str | os.PathLike[str] | None = None,
-    *,
-    end_timeout_s: float | None = None,
-    body_hints: bool | None = None,
-    kv_hints: bool | None = None,
-) -> Any:
+def instrument_team(team: Any, *args: Any, **kwargs: Any) -> Any:
     """Return ``team`` wrapped so every run is a stamped, recorded, ended PBKV workflow.
 
     Args:
         team: an AgentChat team (``RoundRobinGroupChat``, ``SelectorGroupChat``, ``Swarm``, ...);
             an already wrapped one is re-wrapped, not wrapped twice.
-        app, server_url, trace_path, end_timeout_s, body_hints, kv_hints: the fields of
-            :class:`~pbkv_sdk.integrations.base.Options` for this team; each one not given is
-            :func:`instrument`'s (else the environment's default).
+        args, kwargs: the fields of :class:`~pbkv_sdk.integrations.base.Options` for this team
+            (``app``, ``server_url``, ``trace_path``, ``end_timeout_s``, ``body_hints``,
+            ``kv_hints``); each one not given is :func:`instrument`'s (else the environment's default).
 
     Returns:
         An :class:`~pbkv_sdk.integrations.autogen_team.InstrumentedTeam` with the team's ``run`` /
         ``run_stream`` / ``reset`` signatures (other attributes are the team's own); ``team``
         itself, unwrapped, if AutoGen is missing (one warning: the app runs, unstamped).
     """
-    own = Options(app, server_url, trace_path, end_timeout_s, body_hints, kv_hints)
+    own = Options(*args, **kwargs)
     with INSTRUMENTOR._lock:
         # Not instrumented yet: instrument with no defaults, so this team's options stay its own.
         defaults = INSTRUMENTOR.instrument(options=INSTRUMENTOR.options or Options())
     if defaults is None:  # the framework is missing (warned once)
         return team
     return INSTRUMENTOR.implementation_module().wrap_team(team, own.over(defaults), INSTRUMENTOR)
-
-
-def __getattr__(name: str) -> Any:  # InstrumentedTeam, NamedModelClient, SELECTOR_AGENT, from autogen_team
-    return INSTRUMENTOR.forward(name)

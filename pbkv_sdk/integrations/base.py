@@ -243,3 +243,7 @@ class Instrumentor:
         if name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.implementation_module(), name)
+
+    def exports(self) -> tuple[Any, Any, Any]:
+        """``instrument, uninstrument, __getattr__`` of the integration's module."""
+        return self.instrument, self.uninstrument, self.forward

@@ -40,10 +40,5 @@ class CrewAIInstrumentor(Instrumentor):
 
 
 INSTRUMENTOR = CrewAIInstrumentor()
-instrument = INSTRUMENTOR.instrument
-uninstrument = INSTRUMENTOR.uninstrument
+instrument, uninstrument, __getattr__ = INSTRUMENTOR.exports()  # __getattr__: the framework-facing names
 _WARNED = INSTRUMENTOR.warn
-
-
-def __getattr__(name: str) -> Any:  # CrewAIInstrumentation, PBKVInterceptor, the constants, from crewai_hooks
-    return INSTRUMENTOR.forward(name)

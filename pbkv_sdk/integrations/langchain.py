@@ -40,7 +40,7 @@ class LangChainInstrumentor(Instrumentor):
     implementation = "pbkv_sdk.integrations.langchain_handler"
 
     def _install(self, options: Options, **extra: Any) -> Any:
-        handler = self.implementation_module().PBKVCallbackHandler(**vars(options))
+        handler = self.implementation_module().PBKVCallbackHandler(options=options)
         try:
             from langchain_core.tracers.context import register_configure_hook
         except ImportError as exc:  # fail open: the app runs, unstamped
@@ -68,10 +68,5 @@ class LangChainInstrumentor(Instrumentor):
 
 
 INSTRUMENTOR = LangChainInstrumentor()
-instrument = INSTRUMENTOR.instrument
-uninstrument = INSTRUMENTOR.uninstrument
+instrument, uninstrument, __getattr__ = INSTRUMENTOR.exports()  # __getattr__: the framework-facing names
 _WARNED = INSTRUMENTOR.warn
-
-
-def __getattr__(name: str) -> Any:  # PBKVCallbackHandler and the constants, from the handler module
-    return INSTRUMENTOR.forward(name)

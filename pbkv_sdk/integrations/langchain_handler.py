@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import collections
 import contextvars
-import logging
-import os
 import threading
 from typing import Any
 from uuid import UUID
@@ -44,7 +42,6 @@ try:  # LangGraph is optional: plain LangChain apps have no interrupts
 except ImportError:  # pragma: no cover - langgraph is installed with the extra
     _GraphInterrupt = _Command = None  # type: ignore[assignment,misc]
 
-log = logging.getLogger(__name__)
 
 #: Metadata key of a root run that sets the workflow id.
 WORKFLOW_ID_METADATA_KEY = "pbkv_workflow_id"
@@ -59,8 +56,9 @@ class PBKVCallbackHandler(BaseCallbackHandler):
     """Sets workflow/agent context for LLM calls of LangChain runs and ends workflows at root end.
 
     Args:
-        app, server_url, trace_path, end_timeout_s, body_hints, kv_hints: the fields of
-            :class:`~pbkv_sdk.integrations.base.Options`.
+        args, kwargs: the fields of :class:`~pbkv_sdk.integrations.base.Options` (``app``,
+            ``server_url``, ``trace_path``, ``end_timeout_s``, ``body_hints``, ``kv_hints``).
+        options: an :class:`~pbkv_sdk.integrations.base.Options` instead.
 
     Thread-safe; one handler serves any number of concurrent workflows.
     """
@@ -68,19 +66,10 @@ class PBKVCallbackHandler(BaseCallbackHandler):
     run_inline = True
     raise_error = False
 
-    def __init__(
-        self,
-        app: str | None = None,
-        server_url: str | None = None,
-        trace_path: str | os.PathLike[str] | None = None,
-        *,
-        end_timeout_s: float | None = None,
-        body_hints: bool | None = None,
-        kv_hints: bool | None = None,
-    ):
+    def __init__(self, *args: Any, options: Options | None = None, **kwargs: Any):
         super().__init__()
         #: What this handler's workflows are made with.
-        self.options = Options(app, server_url, trace_path, end_timeout_s, body_hints, kv_hints)
+        self.options = options if options is not None else Options(*args, **kwargs)
         self._lock = threading.Lock()
         self._root_of: dict[UUID, UUID] = {}  # run id -> root run id (live runs only)
         self._workflows: dict[UUID, Workflow] = {}  # root run id -> workflow

@@ -37,7 +37,7 @@ class OpenAIAgentsInstrumentor(Instrumentor):
 
         from pbkv_sdk.integrations.openai_agents_untraced import ShadowProvider
 
-        processor = self.implementation_module().PBKVTracingProcessor(**vars(options))
+        processor = self.implementation_module().PBKVTracingProcessor(options=options)
         processor.warn = self.warn
         add_trace_processor(processor)
         provider = get_trace_provider()
@@ -61,10 +61,5 @@ class OpenAIAgentsInstrumentor(Instrumentor):
 
 
 INSTRUMENTOR = OpenAIAgentsInstrumentor()
-instrument = INSTRUMENTOR.instrument
-uninstrument = INSTRUMENTOR.uninstrument
+instrument, uninstrument, __getattr__ = INSTRUMENTOR.exports()  # __getattr__: the framework-facing names
 _WARNED = INSTRUMENTOR.warn
-
-
-def __getattr__(name: str) -> Any:  # PBKVTracingProcessor, UNSEEN_RUN_WARNING, from openai_agents_processor
-    return INSTRUMENTOR.forward(name)

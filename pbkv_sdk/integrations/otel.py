@@ -39,7 +39,7 @@ class OTelInstrumentor(Instrumentor):
     def _install(self, options: Options, tracer_provider: Any = None) -> Any:
         from opentelemetry import trace as otel_trace
 
-        processor = self.implementation_module().PBKVSpanProcessor(**vars(options))
+        processor = self.implementation_module().PBKVSpanProcessor(options=options)
         provider = tracer_provider if tracer_provider is not None else otel_trace.get_tracer_provider()
         if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
             self.warn("disabled", "PBKV: OTEL_SDK_DISABLED=true switches OpenTelemetry spans off, so the "
@@ -58,10 +58,5 @@ class OTelInstrumentor(Instrumentor):
 
 
 INSTRUMENTOR = OTelInstrumentor()
-instrument = INSTRUMENTOR.instrument
-uninstrument = INSTRUMENTOR.uninstrument
+instrument, uninstrument, __getattr__ = INSTRUMENTOR.exports()  # __getattr__: the framework-facing names
 _WARNED = INSTRUMENTOR.warn
-
-
-def __getattr__(name: str) -> Any:  # PBKVSpanProcessor and the attribute names, from otel_processor
-    return INSTRUMENTOR.forward(name)
