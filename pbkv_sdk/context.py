@@ -26,6 +26,7 @@ from typing import Iterator
 
 from pbkv_contract.hints import END_STATUSES, HintError, validate_workflow_id
 from pbkv_contract.trace import WorkflowEndRecord
+from pbkv_sdk.kv_hints import ENV_KV_HINTS, queue_end
 from pbkv_sdk.routing import routing_header
 from pbkv_sdk.once import WarnOnce
 
@@ -36,7 +37,6 @@ ENV_SERVER_URL = "PBKV_SERVER_URL"
 ENV_TRACE_PATH = "PBKV_TRACE_PATH"
 ENV_APP = "PBKV_APP"
 ENV_BODY_HINTS = "PBKV_BODY_HINTS"
-ENV_KV_HINTS = "PBKV_KV_HINTS"
 ENV_END_TIMEOUT = "PBKV_END_TIMEOUT_S"
 
 #: Default time budget of one end signal, seconds.
@@ -196,8 +196,6 @@ class Workflow:
             end_workflow(self.workflow_id, status, server_url=target, timeout_s=self.end_timeout_s,
                          served_by=tuple(self.served_by))
         if self.kv_hints and not self.final_sent:  # the envelope carries the end on the next request
-            from pbkv_sdk.kv_hints import queue_end
-
             queue_end(self.llm_origin, self.workflow_id)
         recorder = self.recorder
         if recorder is not None:

@@ -1,12 +1,10 @@
 """Workflow end signal (hint protocol v1, ``docs/architecture.md``), sent without blocking the app.
 
-``POST {server}/pbkv/v1/workflows/{id}/end`` with ``{"status": ...}`` runs on a few background
-daemon threads (:data:`SENDER_THREADS`, so one hanging server delays a burst of ends by about one
-timeout, not one timeout per workflow) with a short timeout. The app never waits for it and never
-sees its errors: a failure, or a malformed ``server_url``, is logged as one warning per server
-(later ones at debug level), because the server also retires idle workflows by itself.
-:func:`flush` lets tests wait for delivery; at interpreter exit the SDK waits at most the largest
-end timeout in use (capped at :data:`EXIT_FLUSH_S`).
+``POST {server}/pbkv/v1/workflows/{id}/end`` with ``{"status": ...}`` is queued on the background
+sender of :mod:`pbkv_sdk.delivery` (a few daemon threads, a short timeout each). The app never
+waits for it and never sees its errors: a failure, or a malformed ``server_url``, is logged as one
+warning per server (later ones at debug level), because the server also retires idle workflows by
+itself. :func:`flush` lets tests wait for delivery.
 
 Behind a router with a replica list (:mod:`pbkv_sdk.routing`), the signal goes to the replicas
 that served the workflow (else to every listed one) instead of ``server_url``.
@@ -14,29 +12,19 @@ that served the workflow (else to every listed one) instead of ``server_url``.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
-import queue
-import threading
-import time
 import urllib.parse
 from typing import Any, Iterable
 
-import httpx
-
-from pbkv_contract.hints import END_PATH, END_STATUSES, HEADER_HINT_TOKEN
-from pbkv_sdk import routing
-from pbkv_sdk.queues import wait_done
+from pbkv_contract.hints import END_PATH, END_STATUSES
+from pbkv_sdk import delivery, routing
+from pbkv_sdk.delivery import EXIT_FLUSH_S, SENDER_THREADS, flush, queue_request
 from pbkv_sdk.once import WarnOnce
 
 log = logging.getLogger(__name__)
 
-#: Longest time ``atexit`` waits for undelivered end signals, seconds (the largest end timeout
-#: in use bounds it further, so exit is never held longer than one end signal's budget).
-EXIT_FLUSH_S = 2.0
-#: Threads that send end signals concurrently.
-SENDER_THREADS = 4
+__all__ = ["end_workflow", "end_url", "flush", "queue_request", "EXIT_FLUSH_S", "SENDER_THREADS"]
 
 
 def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str | None = None, timeout_s: float = 0.5,
@@ -81,18 +69,6 @@ def end_workflow(workflow_id: str, status: str = "completed", *, server_url: str
     queue_request("POST", url, {"status": status}, timeout_s)
 
 
-def queue_request(method: str, url: str, payload: Any, timeout_s: float, *, cooldown: bool = False) -> None:
-    """Queue one hint-endpoint request (JSON ``payload``) on the end-signal threads; returns at once.
-
-    Failures are logged once per server, never raised. With ``cooldown``, a server that cannot be
-    connected to (refused, or no connection within the timeout) is skipped for
-    :data:`pbkv_sdk.routing.REPLICA_COOLDOWN_S`, so a dead replica in a fan-out costs one timeout,
-    not one per signal. A slow answer (read timeout) does not count: the replica is alive, and
-    skipping it would lose the ends of every workflow it serves.
-    """
-    _sender().put(method, url, payload, timeout_s, cooldown)
-
-
 def end_url(server_url: str, workflow_id: str) -> str:
     """Full URL of the end endpoint of ``workflow_id`` on ``server_url`` (``/v1`` suffix dropped).
 
@@ -113,117 +89,17 @@ def end_url(server_url: str, workflow_id: str) -> str:
     return base + END_PATH.format(workflow_id=urllib.parse.quote(workflow_id, safe=""))
 
 
-def flush(timeout_s: float = 5.0) -> bool:
-    """Wait until every queued end signal was attempted; ``True`` if done within ``timeout_s``."""
-    sender = _SENDER
-    return True if sender is None else sender.flush(timeout_s)
-
-
-class _Sender:
-    """:data:`SENDER_THREADS` daemon threads draining a queue of end signals with one pooled httpx client."""
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[str, str, Any, float, bool] | None] = queue.Queue()
-        self._warned: set[str] = set()
-        # origin -> monotonic time until which it is skipped (cooldown requests only)
-        self._down_until: dict[str, float] = {}
-        # Built by the first sending thread, not here: httpx.Client() loads the TLS trust store
-        # (about 0.1-0.2 s), which must not land on the app thread that ends the first workflow.
-        self._client: httpx.Client | None = None
-        self._client_lock = threading.Lock()
-        #: Largest timeout of any signal queued so far, seconds (bounds the wait at exit).
-        self.max_timeout_s = 0.0
-        self._threads = [
-            threading.Thread(target=self._run, name=f"pbkv-end-signal-{i}", daemon=True) for i in range(SENDER_THREADS)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def put(self, method: str, url: str, payload: Any, timeout_s: float, cooldown: bool = False) -> None:
-        self.max_timeout_s = max(self.max_timeout_s, timeout_s)
-        self._queue.put((method, url, payload, timeout_s, cooldown))
-
-    def alive(self) -> int:
-        """Number of sender threads still running (all of them, unless something is badly wrong)."""
-        return sum(t.is_alive() for t in self._threads)
-
-    def flush(self, timeout_s: float) -> bool:
-        return wait_done(self._queue, timeout_s)
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            try:
-                if item is not None:
-                    self._send(*item)
-            except Exception:  # never let one bad signal stop the thread that sends all others
-                log.debug("PBKV end signal: unexpected error", exc_info=True)
-            finally:
-                self._queue.task_done()
-
-    def _http(self) -> httpx.Client:
-        with self._client_lock:
-            if self._client is None:
-                self._client = httpx.Client()
-            return self._client
-
-    def _send(self, method: str, url: str, payload: Any, timeout_s: float, cooldown: bool) -> None:
-        try:
-            origin = urllib.parse.urlsplit(url).netloc
-        except ValueError:
-            origin = url
-        if cooldown and self._down_until.get(origin, 0.0) > time.monotonic():
-            log.debug("PBKV: %s skipped (no connection to %s recently)", url, origin)
-            return
-        try:
-            token = os.environ.get("PBKV_HINT_TOKEN")
-            headers = {HEADER_HINT_TOKEN: token} if token else None
-            response = self._http().request(method, url, json=payload, headers=headers, timeout=httpx.Timeout(timeout_s))
-            if response.status_code >= 400:
-                raise httpx.HTTPStatusError(_status_problem(response), request=response.request, response=response)
-        except Exception as exc:  # fail open: the server retires idle workflows anyway
-            if cooldown and isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
-                self._down_until[origin] = time.monotonic() + routing.REPLICA_COOLDOWN_S
-            if origin not in self._warned:
-                self._warned.add(origin)
-                log.warning(
-                    "PBKV end signal to %s failed (%s); the app continues, further failures are logged at debug level",
-                    origin,
-                    exc,
-                )
-            else:
-                log.debug("PBKV end signal to %s failed: %s", url, exc)
-
-
-def _status_problem(response: httpx.Response) -> str:
-    """The failure text of an error answer; names the fix when the server is an SMG router."""
-    if response.status_code == 404 and "x-smg-error-code" in response.headers:
-        return (f"HTTP 404 from an SMG router, which does not forward {END_PATH.split('{')[0]}... paths: list "
-                f"the replicas in {routing.ENV_REPLICAS} so that end signals reach them")
-    return f"HTTP {response.status_code}"
-
-
-_SENDER: _Sender | None = None
 #: One warning per server URL that end signals cannot reach (or for no URL at all).
 _NO_SERVER_WARNED = WarnOnce(log)
 _warn_once_about = _NO_SERVER_WARNED
-_SENDER_LOCK = threading.Lock()
+
+# The sender's old names here (it lived in this module before pbkv_sdk.delivery).
+_Sender = delivery.Sender
+_sender = delivery.sender
+_flush_at_exit = delivery.flush_at_exit
 
 
-def _sender() -> _Sender:
-    global _SENDER
-    with _SENDER_LOCK:
-        if _SENDER is None:
-            _SENDER = _Sender()
-            atexit.register(_flush_at_exit)
-        return _SENDER
-
-
-def _flush_at_exit() -> None:
-    # Give queued ends one timeout's worth of time (plus thread wake-up slack), never more than
-    # EXIT_FLUSH_S: exit must not hang on a dead server, which retires idle workflows itself.
-    sender = _SENDER
-    if sender is not None:
-        sender.flush(min(EXIT_FLUSH_S, sender.max_timeout_s + 0.1))
-
-
+def __getattr__(name: str) -> Any:
+    if name == "_SENDER":  # read through: the sender starts lazily in pbkv_sdk.delivery
+        return delivery._SENDER
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,8 +33,9 @@ from pbkv_contract.hints import KV_HINTS_KEY
 
 __all__ = ["ENV_KV_HINTS", "envelope_for", "queue_end", "pending_ends", "MAX_PENDING_ENDS"]
 
-#: Environment switch of the envelope (``1``: on), read when a workflow is made.
-from pbkv_sdk.context import ENV_KV_HINTS  # noqa: E402  (the switch lives with the other options)
+#: Environment switch of the envelope (``1``: on), read when a workflow is made
+#: (:class:`pbkv_sdk.context.Workflow`, which imports it from here).
+ENV_KV_HINTS = "PBKV_KV_HINTS"
 #: Ended workflows waiting for a request to carry their evict (oldest dropped beyond).
 MAX_PENDING_ENDS = 256
 #: Queued ends attached to one request at most.

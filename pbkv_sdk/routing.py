@@ -39,6 +39,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
 from pbkv_contract.hints import GRAPH_PATH, HEADER_HINTS, HEADER_WORKFLOW_ID
+from pbkv_sdk.delivery import ENV_REPLICAS, REPLICA_COOLDOWN_S, queue_request
 from pbkv_sdk.once import WarnOnce
 
 log = logging.getLogger(__name__)
@@ -52,11 +53,8 @@ __all__ = [
 #: Session header of SMG's hash-ring and sticky policies (lightseekorg/smg docs/configuration/routing.md).
 DEFAULT_ROUTING_HEADER = "X-SMG-Routing-Key"
 ENV_ROUTING_HEADER = "PBKV_ROUTING_HEADER"
-ENV_REPLICAS = "PBKV_REPLICAS"
 #: Most replicas an end signal or graph is sent to (bounds the fan-out).
 MAX_REPLICAS = 256
-#: Seconds a replica that could not be connected to is skipped by later end signals and graphs.
-REPLICA_COOLDOWN_S = 10.0
 #: Answer headers in which a router names the worker that served the request (SMG 1.13).
 SERVED_BY_HEADERS = ("x-smg-routed-worker-id",)
 #: Answer header in which pbkv-server says how it read the hints.
@@ -196,7 +194,7 @@ def declare_graph(app: str, edges: Mapping[str, Sequence[str]], *, server_url: s
     """Declare ``app``'s static agent graph (``PUT .../apps/{app}/graph``, for ``kvflow``) to every
     listed replica, else to ``server_url`` (default ``$PBKV_SERVER_URL``). Returns at once.
 
-    Sent on the end-signal threads (:func:`pbkv_sdk.ending.flush` waits for them), fail-open and
+    Sent on the threads of :mod:`pbkv_sdk.delivery` (:func:`pbkv_sdk.ending.flush` waits), fail-open and
     idempotent (a PUT replaces the graph).
 
     Args:
@@ -213,8 +211,6 @@ def declare_graph(app: str, edges: Mapping[str, Sequence[str]], *, server_url: s
         ValueError: ``app`` is empty or ``edges`` is not a map of agent names to lists (or
             tuples) of names.
     """
-    from pbkv_sdk.ending import queue_request
-
     if not isinstance(app, str) or not app:
         raise ValueError("app must be a non-empty string")
     if not isinstance(edges, Mapping) or not all(

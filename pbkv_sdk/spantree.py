@@ -11,17 +11,16 @@ span ends, so memory follows the number of live spans.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
-from pbkv_sdk.context import Workflow, workflow_or_fresh
+from pbkv_sdk import autopatch
+from pbkv_sdk.context import Workflow
+from pbkv_sdk.integrations.base import CANCELLED, Options
 
 __all__ = ["SpanWorkflows", "SpanIntegration", "handled_exception", "leaving_status"]
-
-_CANCELLED = (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)
 
 
 def handled_exception() -> BaseException | None:
@@ -43,7 +42,7 @@ def leaving_status(before: BaseException | None) -> str | None:
     error = sys.exc_info()[1]
     if error is None or error is before:
         return None
-    return "cancelled" if isinstance(error, _CANCELLED) else "failed"
+    return "cancelled" if isinstance(error, CANCELLED) else "failed"
 
 
 @dataclass(slots=True)
@@ -127,28 +126,23 @@ class SpanWorkflows:
 
 
 class SpanIntegration:
-    """What the tracing-based integrations share: workflow settings, the span tree, the memory of
+    """What the tracing-based integrations share: workflow options, the span tree, the memory of
     exceptions already being handled when a root started, and the resolver registration.
 
-    Subclasses implement :meth:`resolve` and set :attr:`holder` (their autopatch holder name).
+    Subclasses implement :meth:`resolve`. Their instrumentor turns the process-wide stamping on
+    and off; :meth:`activate` / :meth:`deactivate` add and remove the resolver.
 
     Args:
-        app, server_url, trace_path, end_timeout_s, body_hints: as :class:`pbkv_sdk.Workflow`
-            (``app``: ``$PBKV_APP`` wins when set).
+        args, kwargs: the fields of :class:`~pbkv_sdk.integrations.base.Options`.
+        options: an :class:`~pbkv_sdk.integrations.base.Options` instead.
     """
 
-    holder = "spans"
-
-    def __init__(self, app: str | None = None, server_url: str | None = None, trace_path: Any = None, *,
-                 end_timeout_s: float | None = None, body_hints: bool | None = None):
-        self.app = app
+    def __init__(self, *args: Any, options: Options | None = None, **kwargs: Any):
+        self.options = options if options is not None else Options(*args, **kwargs)
         #: False once uninstrumented (tracing systems cannot remove a processor): new roots are ignored.
         self.enabled = True
         self._handled_at_start: dict[Hashable, BaseException | None] = {}
-        self.spans = SpanWorkflows(
-            lambda root_id: workflow_or_fresh(app, root_id, server_url=server_url, trace_path=trace_path,
-                                              end_timeout_s=end_timeout_s, body_hints=body_hints)
-        )
+        self.spans = SpanWorkflows(self.options.workflow)
 
     def resolve(self) -> tuple[Workflow, str | None] | None:
         """``(workflow, agent)`` of the span current in this context, or ``None``."""
@@ -163,16 +157,10 @@ class SpanIntegration:
         return leaving_status(self._handled_at_start.pop(root_id, None))
 
     def activate(self) -> None:
-        """Register the resolver and turn the process-wide stamping on."""
-        from pbkv_sdk import autopatch
-
+        """Register the resolver: requests sent inside this tracing system's spans get stamped."""
         autopatch.add_resolver(self.resolve)
-        autopatch.acquire(self.holder)
 
     def deactivate(self) -> None:
-        """Switch off: no new workflows, resolver unregistered, stamping released."""
-        from pbkv_sdk import autopatch
-
+        """Switch off: no new workflows, resolver unregistered."""
         self.enabled = False
         autopatch.remove_resolver(self.resolve)
-        autopatch.release(self.holder)

@@ -1,338 +1,73 @@
-"""AutoGen AgentChat integration: wrap a team so each run is one PBKV workflow.
+"""AutoGen AgentChat integration: each run of a wrapped team is one PBKV workflow.
 
-Add to an existing app (the only line; the model clients need no ``http_client=``)::
+Add to an existing app (the model clients need no ``http_client=``)::
 
-    from pbkv_sdk.integrations.autogen import instrument_team
+    from pbkv_sdk.integrations.autogen import instrument, instrument_team
 
-    team = instrument_team(team, app="swe", server_url="http://127.0.0.1:30000")
+    instrument(app="swe", server_url="http://127.0.0.1:30000")   # once: options and stamping
+    team = instrument_team(team)                                 # each team, before its first run
     result = await team.run(task="...")          # or: async for msg in team.run_stream(task=...)
 
-Mapping: workflow = one ``run``/``run_stream`` call; agent = the participant whose model client
-makes the call (its ``name``); the speaker-selection calls of ``SelectorGroupChat`` (every
-attempt, retries included) are named :data:`SELECTOR_AGENT` and flagged ``internal`` in the trace
-(predictor training skips them); step = the workflow's LLM requests in send order.
+AgentChat has no process-wide hook to attach to (no callback registry, no tracing processor), so
+unlike the other integrations a team is wrapped one by one: :func:`instrument_team` is the
+AutoGen-only step. It is also the one-line form: ``instrument_team(team, app=..., server_url=...)``
+instruments the process first if nothing has (as before the shared instrumentor existed), and its
+own arguments win over :func:`instrument`'s for that team. After :func:`uninstrument`, wrapped
+teams run as the team's own (no workflow, no hints); :func:`instrument` again turns them back on.
 
-Run control (each path is one workflow id and at most one end):
-
-* the run yields its ``TaskResult`` (a termination condition or ``max_turns`` stopped it):
-  ``completed``; it raises: ``failed``; its task is cancelled, its ``CancellationToken`` fires,
-  or the caller closes ``run_stream`` early: ``cancelled``;
-* the run stops because an agent handed off to someone outside the team (``HandoffTermination``,
-  human in the loop): the workflow is *paused*; the next run of the same team without a
-  ``reset()`` in between continues it (same id, steps go on); ``reset()`` ends it ``cancelled``;
-* ``reset()`` then ``run`` again: a new workflow; a run without reset after a completed one is a
-  new workflow too (the team's history makes its prompts share the cached prefix anyway).
-
-How: each participant's model client (and the selector's) is replaced by a thin proxy that sets
-the agent context variable around ``create``/``create_stream``; the model clients' HTTP requests
-are stamped by the process-wide transport stamping of :mod:`pbkv_sdk.autopatch`. The run is
-driven in a copied context holding the workflow, so the team's runtime tasks, created inside the
-run, inherit it. Instrument a team before its first run (the selector's client is bound at first
-run).
+The mapping (workflow, agent, step), the run control (completed, failed, cancelled, paused on a
+handoff) and how it works: :mod:`pbkv_sdk.integrations.autogen_team`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import logging
-import os
-from typing import Any, AsyncGenerator, Mapping, Sequence
+from typing import Any
 
-from autogen_agentchat.agents import AssistantAgent
-from autogen_agentchat.base import TaskResult
-from autogen_agentchat.messages import HandoffMessage
-from autogen_core.models import ChatCompletionClient
+from pbkv_sdk.integrations.base import Instrumentor, Options
 
-from pbkv_sdk import autopatch
-from pbkv_sdk.context import (
-    Workflow,
-    current_workflow,
-    set_agent,
-    set_internal,
-    set_workflow,
-    workflow_or_fresh,
-)
-from pbkv_sdk.stamping import wrap_client
-from pbkv_sdk.once import WarnOnce
-
-log = logging.getLogger(__name__)
-
-#: Agent name of SelectorGroupChat's speaker-selection LLM calls.
-SELECTOR_AGENT = "speaker_selector"
+__all__ = ["AutoGenInstrumentor", "INSTRUMENTOR", "instrument", "uninstrument", "instrument_team", "InstrumentedTeam",
+           "NamedModelClient", "SELECTOR_AGENT"]
 
 
-def instrument_team(
-    team: Any,
-    app: str | None = None,
-    server_url: str | None = None,
-    trace_path: str | os.PathLike[str] | None = None,
-    *,
-    end_timeout_s: float | None = None,
-    body_hints: bool | None = None,
-) -> "InstrumentedTeam":
+class AutoGenInstrumentor(Instrumentor):
+    """The AutoGen instrumentor; its handle is the :class:`Options` that teams are wrapped with."""
+
+    name = "autogen"
+    extra = "autogen"
+    dependencies = (("autogen-agentchat>=0.4", "autogen_agentchat"), ("autogen-core>=0.4", "autogen_core"))
+    implementation = "pbkv_sdk.integrations.autogen_team"
+
+    def _install(self, options: Options, **extra: Any) -> Any:
+        return options  # nothing process-wide beyond the stamping: teams are wrapped by instrument_team
+
+    def _uninstall(self, handle: Any) -> None:
+        """Nothing to remove: wrapped teams check :attr:`is_instrumented` at each run."""
+
+
+INSTRUMENTOR = AutoGenInstrumentor()
+instrument, uninstrument, __getattr__ = INSTRUMENTOR.exports()  # __getattr__: the framework-facing names
+_WARNED = INSTRUMENTOR.warn
+
+
+def instrument_team(team: Any, *args: Any, **kwargs: Any) -> Any:
     """Return ``team`` wrapped so every run is a stamped, recorded, ended PBKV workflow.
 
     Args:
-        team: an AgentChat team (``RoundRobinGroupChat``, ``SelectorGroupChat``, ``Swarm``, ...).
-        app: application name (``$PBKV_APP`` wins when set).
-        server_url: PBKV server base URL for end signals (default ``$PBKV_SERVER_URL``, else the
-            LLM's origin).
-        trace_path: JSONL trace to record into (default ``$PBKV_TRACE_PATH``; none if unset).
-        end_timeout_s: time budget of each end signal, seconds.
-        body_hints: also send ``custom_params.pbkv`` (see :func:`pbkv_sdk.http_client`).
+        team: an AgentChat team (``RoundRobinGroupChat``, ``SelectorGroupChat``, ``Swarm``, ...);
+            an already wrapped one is re-wrapped, not wrapped twice.
+        args, kwargs: the fields of :class:`~pbkv_sdk.integrations.base.Options` for this team
+            (``app``, ``server_url``, ``trace_path``, ``end_timeout_s``, ``body_hints``,
+            ``kv_hints``); each one not given is :func:`instrument`'s (else the environment's default).
 
     Returns:
-        An :class:`InstrumentedTeam` with the team's ``run`` / ``run_stream`` / ``reset``
-        signatures; other attributes are the team's own.
+        An :class:`~pbkv_sdk.integrations.autogen_team.InstrumentedTeam` with the team's ``run`` /
+        ``run_stream`` / ``reset`` signatures (other attributes are the team's own); ``team``
+        itself, unwrapped, if AutoGen is missing (one warning: the app runs, unstamped).
     """
-    autopatch.acquire(_HOLDER)
-    # AgentChat has no public accessor for a team's participants or an agent's model client, so
-    # these private attributes are read defensively: if a release renames them, the run still
-    # works (workflow ids, steps and ends still flow), its calls are just named "unknown", and
-    # one warning says so.
-    participants = getattr(team, "_participants", None)
-    if participants is None:
-        _warn_once(
-            "participants",
-            "PBKV: cannot list the participants of %s (no _participants attribute in this autogen-agentchat); "
-            "its LLM calls are stamped with agent 'unknown'",
-            type(team).__name__,
-        )
-        participants = []
-    for participant in participants:
-        if not hasattr(participant, "_model_client"):
-            if isinstance(participant, AssistantAgent):  # other agent kinds make no LLM calls of their own
-                _warn_once(
-                    "agent-client",
-                    "PBKV: cannot reach the model client of agent %r (no _model_client attribute); "
-                    "its LLM calls are stamped with agent 'unknown'",
-                    getattr(participant, "name", participant),
-                )
-            continue
-        _name_model_client(participant, "_model_client", getattr(participant, "name", "unknown"), body_hints)
-    if hasattr(team, "_model_client"):  # SelectorGroupChat (and MagenticOne's orchestrator client)
-        if getattr(team, "_initialized", False):
-            log.warning("PBKV: team already ran once; its speaker-selection calls stay unnamed")
-        _name_model_client(team, "_model_client", SELECTOR_AGENT, body_hints, internal=True)
-    return InstrumentedTeam(team, app, server_url, trace_path, end_timeout_s, body_hints)
-
-
-def uninstrument() -> None:
-    """Stop the process-wide transport stamping that :func:`instrument_team` turned on.
-
-    Wrapped teams keep naming their agents, but their requests go out without hints unless
-    another integration (or an explicit ``pbkv_sdk.async_http_client()``) still stamps.
-    """
-    autopatch.release(_HOLDER)
-
-
-class InstrumentedTeam:
-    """A team whose runs are PBKV workflows; ``run``/``run_stream`` as the wrapped team's."""
-
-    def __init__(self, team: Any, app: str | None, server_url: str | None, trace_path: Any, end_timeout_s: float | None,
-                 body_hints: bool | None = None):
-        self.team = team
-        self.app = app
-        self.server_url = server_url
-        self.trace_path = trace_path
-        self.end_timeout_s = end_timeout_s
-        self.body_hints = body_hints
-        #: The workflow of the current or last run (``None`` before the first run).
-        self.last_workflow: Workflow | None = None
-        #: The workflow paused by a handoff out of the team, continued by the next run.
-        self.paused_workflow: Workflow | None = None
-
-    async def reset(self) -> None:
-        """``team.reset()``; a paused workflow will never continue, so it ends ``cancelled``."""
-        paused, self.paused_workflow = self.paused_workflow, None
-        try:
-            await self.team.reset()
-        finally:
-            if paused is not None:
-                paused.end("cancelled")
-
-    async def run(self, *, task: Any = None, workflow_id: str | None = None, **kwargs: Any) -> TaskResult:
-        """Run the team to completion as one workflow; returns its ``TaskResult``.
-
-        Raises whatever the team raises (the workflow then ends ``failed``).
-        """
-        result: TaskResult | None = None
-        async for item in self.run_stream(task=task, workflow_id=workflow_id, **kwargs):
-            if isinstance(item, TaskResult):
-                result = item
-        if result is None:  # the team's own contract: run_stream ends with a TaskResult
-            raise RuntimeError("team run ended without a TaskResult")
-        return result
-
-    async def run_stream(self, *, task: Any = None, workflow_id: str | None = None, **kwargs: Any) -> AsyncGenerator[Any, None]:
-        """Yield the team's messages and final ``TaskResult`` as ``team.run_stream`` does."""
-        wf, self.paused_workflow = self.paused_workflow, None
-        if wf is None:  # a malformed user-chosen id is replaced, never raised (the SDK fails open)
-            wf = workflow_or_fresh(self.app, workflow_id, server_url=self.server_url, trace_path=self.trace_path,
-                                   end_timeout_s=self.end_timeout_s, body_hints=self.body_hints)
-        self.last_workflow = wf
-        ctx = contextvars.copy_context()
-        ctx.run(set_workflow, wf)
-        inner = self.team.run_stream(task=task, **kwargs)
-        status = "failed"
-        try:
-            while True:
-                try:
-                    # Each step runs as a task created inside ctx, so it (and the runtime tasks the
-                    # team starts in it) sees the workflow; the caller's context stays untouched.
-                    item = await ctx.run(asyncio.ensure_future, inner.__anext__())
-                except StopAsyncIteration:
-                    break
-                if isinstance(item, TaskResult):
-                    status = "paused" if self._handed_off(item) else "completed"
-                yield item
-        except (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt):
-            status = "cancelled"
-            raise
-        finally:
-            try:
-                await inner.aclose()
-            finally:
-                if status == "paused":
-                    self.paused_workflow = wf  # no end: the next run continues it
-                else:
-                    wf.end(status)
-
-    def _handed_off(self, result: TaskResult) -> bool:
-        """The run stopped on a handoff to someone outside the team (HandoffTermination)."""
-        last = result.messages[-1] if result.messages else None
-        if not isinstance(last, HandoffMessage):
-            return False
-        names = {getattr(p, "name", None) for p in getattr(self.team, "_participants", None) or []}
-        return last.target not in names
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.team, name)
-
-
-class NamedModelClient(ChatCompletionClient):
-    """A ``ChatCompletionClient`` proxy that makes its calls as agent ``agent_name``.
-
-    Every method delegates to ``inner``; ``create`` and ``create_stream`` set the agent context
-    variable for the duration of the call, so the stamping transport names the right agent even
-    when several agents share one model client.
-    """
-
-    def __init__(self, inner: ChatCompletionClient, agent_name: str, internal: bool = False):
-        self.inner = inner
-        self.agent_name = agent_name
-        #: Calls are the framework's own (speaker selection): flagged ``internal`` in the trace.
-        self.internal = internal
-        # Only clients that send HTTP requests can be checked for missing hints (not replay clients).
-        self._sends_http = _sends_http(inner)
-
-    async def create(self, messages: Sequence[Any], **kwargs: Any) -> Any:
-        """``inner.create`` with the agent context variable set to :attr:`agent_name`."""
-        tokens = (set_agent(self.agent_name), set_internal(self.internal))
-        try:
-            result = await self.inner.create(messages, **kwargs)
-        finally:
-            _reset(*tokens)
-        self._expect()
-        return result
-
-    async def create_stream(self, messages: Sequence[Any], **kwargs: Any) -> AsyncGenerator[Any, None]:
-        """``inner.create_stream`` with the agent context variable set while it streams."""
-        tokens = (set_agent(self.agent_name), set_internal(self.internal))
-        try:
-            async for chunk in self.inner.create_stream(messages, **kwargs):
-                yield chunk
-        finally:
-            _reset(*tokens)
-        self._expect()
-
-    def _expect(self) -> None:
-        wf = current_workflow()
-        if wf is not None and self._sends_http:
-            wf.expect_llm_call()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    def actual_usage(self) -> Any:
-        return self.inner.actual_usage()
-
-    def total_usage(self) -> Any:
-        return self.inner.total_usage()
-
-    def count_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
-        return self.inner.count_tokens(messages, **kwargs)
-
-    def remaining_tokens(self, messages: Sequence[Any], **kwargs: Any) -> int:
-        return self.inner.remaining_tokens(messages, **kwargs)
-
-    @property
-    def capabilities(self) -> Any:  # deprecated in AutoGen, still abstract
-        return self.inner.capabilities
-
-    @property
-    def model_info(self) -> Mapping[str, Any]:
-        return self.inner.model_info
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-def _name_model_client(holder: Any, attr: str, agent_name: str, body_hints: bool | None, internal: bool = False) -> None:
-    client = getattr(holder, attr, None)
-    if client is None:
-        return
-    if isinstance(client, NamedModelClient):
-        client = client.inner
-    _stamp_transport(client, body_hints)
-    try:
-        setattr(holder, attr, NamedModelClient(client, agent_name, internal))
-    except Exception as exc:  # a read-only attribute in some release: run on, unnamed
-        _warn_once(
-            "set-client",
-            "PBKV: cannot wrap the model client of %r (%s); its LLM calls are stamped with agent 'unknown'",
-            agent_name,
-            exc,
-        )
-
-
-def _stamp_transport(client: Any, body_hints: bool | None) -> None:
-    """Wrap the httpx client under an autogen-ext OpenAI model client (``client._client._client``).
-
-    The process-wide stamping covers httpx's default transport; this also covers a client the
-    user built with a custom transport. Clients without an httpx client inside (replay, other
-    SDKs) are left alone: if they do send unstamped requests, the workflow's end says so.
-    """
-    httpx_client = getattr(getattr(client, "_client", None), "_client", None)
-    try:
-        wrap_client(httpx_client, body_hints=body_hints)
-    except TypeError:
-        log.debug("PBKV: no httpx client inside %s", type(client).__name__)
-
-
-def _sends_http(client: Any) -> bool:
-    """Whether ``client`` is one of autogen-ext's OpenAI-SDK clients (each call is an HTTP request)."""
-    try:
-        from autogen_ext.models.openai import BaseOpenAIChatCompletionClient
-    except ImportError:  # pragma: no cover - autogen-ext[openai] comes with the extra
-        return False
-    return isinstance(client, BaseOpenAIChatCompletionClient)
-
-
-#: One warning per kind of trouble per process (every team of an app would repeat it).
-_WARNED = WarnOnce(log)
-
-
-_warn_once = _WARNED
-
-
-def _reset(*tokens: contextvars.Token) -> None:
-    for token in reversed(tokens):
-        try:
-            token.var.reset(token)
-        except ValueError:  # a generator finished from another context: nothing of ours to restore there
-            pass
-
-
-_HOLDER = "autogen"
+    own = Options(*args, **kwargs)
+    with INSTRUMENTOR._lock:
+        # Not instrumented yet: instrument with no defaults, so this team's options stay its own.
+        defaults = INSTRUMENTOR.instrument(options=INSTRUMENTOR.options or Options())
+    if defaults is None:  # the framework is missing (warned once)
+        return team
+    return INSTRUMENTOR.implementation_module().wrap_team(team, own.over(defaults), INSTRUMENTOR)

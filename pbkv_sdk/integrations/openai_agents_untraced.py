@@ -2,7 +2,7 @@
 
 With tracing disabled (``agents.set_tracing_disabled(True)``, ``RunConfig(tracing_disabled=True)``,
 ``OPENAI_AGENTS_DISABLE_TRACING=1``) the Agents SDK's trace provider hands out ``NoOpTrace`` /
-``NoOpSpan`` objects and calls no processor, so :class:`~pbkv_sdk.integrations.openai_agents.
+``NoOpSpan`` objects and calls no processor, so :class:`~pbkv_sdk.integrations.openai_agents_processor.
 PBKVTracingProcessor` would see no run, and every LLM request would leave without hints.
 
 :class:`ShadowProvider` wraps the installed trace provider (the Agents SDK's public
@@ -24,7 +24,7 @@ from agents.tracing.spans import NoOpSpan, Span
 from agents.tracing.traces import NoOpTrace, Trace
 
 if TYPE_CHECKING:
-    from pbkv_sdk.integrations.openai_agents import PBKVTracingProcessor
+    from pbkv_sdk.integrations.openai_agents_processor import PBKVTracingProcessor
 
 __all__ = ["ShadowProvider", "ShadowTrace", "ShadowSpan", "shadow_key"]
 

@@ -160,11 +160,11 @@ def test_the_async_interceptor_path_stamps_and_records(fake_llm, tmp_path):
 
 
 def test_ended_kickoffs_leave_no_state_behind(fake_llm):
-    from pbkv_sdk.integrations.crewai import _CURRENT
+    from pbkv_sdk.integrations.crewai import INSTRUMENTOR
 
     crew = build_crewai_crew(fake_llm.base_url, server_url=fake_llm.url)
     for i in range(3):
         crew.kickoff(inputs={"question": f"question-{i}"})
     ends_after_flush(fake_llm, 3)
-    inst = _CURRENT[-1]
+    inst = INSTRUMENTOR.handle
     assert inst._active == {} and inst._kickoff_of == {}  # a long-running app must not grow them
