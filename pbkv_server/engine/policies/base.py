@@ -232,6 +232,10 @@ class Policy(abc.ABC):
     def priority(self, node: NodeView) -> tuple:
         """Sort key of an evictable node; the smallest leaves first (device and host tiers)."""
 
+    def host_priority(self, node: NodeView) -> tuple:
+        """Order in which the host tier drops its leaves (smallest first); defaults to :meth:`priority`."""
+        return self.priority(node)
+
     def is_retired(self, node: NodeView) -> bool:
         """True if all workflows that touched the node have ended and one was multi-step
         (:attr:`NodeScore.retired`; anonymous and single-request-only nodes: False)."""
