@@ -30,6 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY
+from pbkv_server.engine.policies.opt_hybrids import ISOLATES
+
 #: name -> (trace, or "synth:GRAPH:WORKFLOWS:SEED"; profile; concurrency; device tokens; host ratio)
 CELLS = {
     "hover-48k-h1": ("runs/hover_langchain/test.jsonl", "a6000-qwen3-14b", 72, 48_000, 1.0),
@@ -40,9 +43,11 @@ CELLS = {
     "swe-24k-h1": ("runs/swe_autogen/test.jsonl", "a6000-qwen3-14b", 32, 24_000, 1.0),
     "finance-24k-h1": ("runs/finance_crewai/test.jsonl", "a6000-qwen3-14b", 32, 24_000, 1.0),
 }
-REFERENCES = ("lru", "pbkv", "opt", "opt-device", "opt-host", "opt-ref")
-ORACLE = "pbkv+oracle"
-ROWS = ("lru", "pbkv", ORACLE, "opt", "opt-device", "opt-host", "opt-ref")
+LRU, PBKV, OPT = BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY
+DEVICE, HOST, ORDER = ISOLATES["device order"], ISOLATES["host order"], ISOLATES["own order"]
+REFERENCES = (LRU, PBKV, OPT, DEVICE, HOST, ORDER)
+ORACLE = f"{PBKV}+oracle"  # the pbkv row replayed with the oracle predictor
+ROWS = (LRU, PBKV, ORACLE, OPT, DEVICE, HOST, ORDER)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     shares = []
     for cell in cells:
         rows = replay_cell(cell, args.out, args.predictor, args.force)
-        base, ref = rows["lru"]["mean_latency_s"], rows["opt"]["mean_latency_s"]
+        base, ref = rows[LRU]["mean_latency_s"], rows[OPT]["mean_latency_s"]
         for name in ROWS:
             s = rows[name]
             lat = s["mean_latency_s"]
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     for cell, sh in shares:
         print(f"| {cell} | {100 * sh['gain']:.1f}% | {_fmt(sh['device'])} | {_fmt(sh['host'])} | {_fmt(sh['order'])} "
-              f"| {_fmt(sh['pbkv'])} | {_fmt(sh['oracle'])} |")
+              f"| {_fmt(sh['online'])} | {_fmt(sh['oracle'])} |")
     return 0
 
 
@@ -86,15 +91,15 @@ def split(rows: dict[str, dict]) -> dict[str, float | None]:
     """The shares of the module docstring from each row's ``mean_latency_s`` (``None`` when opt is
     not at least 0.5 % faster than lru: nothing to split)."""
     lat = {k: v["mean_latency_s"] for k, v in rows.items()}
-    gain = lat["lru"] - lat["opt"]
-    out: dict[str, float | None] = {"gain": gain / lat["lru"]}
-    if gain <= 0.005 * lat["lru"]:
-        return {**out, "device": None, "host": None, "order": None, "pbkv": None, "oracle": None}
-    out["device"] = ((lat["lru"] - lat["opt-device"]) + (lat["opt-host"] - lat["opt"])) / 2 / gain
-    out["host"] = ((lat["lru"] - lat["opt-host"]) + (lat["opt-device"] - lat["opt"])) / 2 / gain
-    out["order"] = (lat["opt-ref"] - lat["opt"]) / gain
-    out["pbkv"] = (lat["lru"] - lat["pbkv"]) / gain
-    out["oracle"] = (lat["lru"] - lat[ORACLE]) / gain
+    gain = lat[LRU] - lat[OPT]
+    out: dict[str, float | None] = {"gain": gain / lat[LRU]}
+    if gain <= 0.005 * lat[LRU]:
+        return {**out, "device": None, "host": None, "order": None, "online": None, "oracle": None}
+    out["device"] = ((lat[LRU] - lat[DEVICE]) + (lat[HOST] - lat[OPT])) / 2 / gain
+    out["host"] = ((lat[LRU] - lat[HOST]) + (lat[DEVICE] - lat[OPT])) / 2 / gain
+    out["order"] = (lat[ORDER] - lat[OPT]) / gain
+    out["online"] = (lat[LRU] - lat[PBKV]) / gain
+    out["oracle"] = (lat[LRU] - lat[ORACLE]) / gain
     return out
 
 
@@ -110,7 +115,7 @@ def replay_cell(cell: str, out: Path, predictor: str, force: bool) -> dict[str, 
     common = ["--concurrency", str(concurrency), "--profile", profile, "--device-tokens", str(device),
               "--host-ratio", str(host_ratio)]
     rows: dict[str, dict] = {}
-    for tag, policies, pred in (("refs", ",".join(REFERENCES), predictor), ("oracle", "pbkv", "oracle")):
+    for tag, policies, pred in (("refs", ",".join(REFERENCES), predictor), ("oracle", PBKV, "oracle")):
         path = out / f"{cell}-{tag}.json"
         if force or not path.exists():
             t0 = time.perf_counter()
@@ -120,7 +125,7 @@ def replay_cell(cell: str, out: Path, predictor: str, force: bool) -> dict[str, 
         if tag == "refs":
             rows.update({p: data[p] for p in REFERENCES})
         else:
-            rows[ORACLE] = data["pbkv"]
+            rows[ORACLE] = data[PBKV]
     return rows
 
 

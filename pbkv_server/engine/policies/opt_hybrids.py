@@ -58,3 +58,9 @@ class OptReferenceOrderPolicy(OptimalPolicy):
 
     summary = "offline: opt with the timing-only reference order (no iteration to its own order)"
     iterates_order = False
+
+
+#: The hybrids by the part of ``opt`` they isolate (``scripts/decompose_opt.py`` reads them here,
+#: so no policy name is spelled outside the registry).
+ISOLATES = {"device order": OptDevicePolicy.name, "host order": OptHostPolicy.name,
+            "own order": OptReferenceOrderPolicy.name}
