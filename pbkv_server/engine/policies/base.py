@@ -45,11 +45,12 @@ REPLAY, SERVER, SGLANG = "replay", "server", "sglang"
 BASELINE_POLICY = "lru"
 #: Policy ``pbkv-server`` serves with unless told otherwise.
 DEFAULT_POLICY = "pbkv"
-#: Offline bound that tables report the gap to (replay only): MIN over the replay's own order.
+#: Offline reference that tables report the gap to (replay only): MIN on both tiers over the replay's
+#: own order (bounds device hits without prefetch; not latency: docs/design/offline-reference.md).
 REFERENCE_POLICY = "opt"
 #: The short comparison a summary reports (``pbkv-bench advise``): the baseline, PBKV's rules
 #: without and with the workflow hierarchy, the product rule, what SGLang users run today for
-#: agent sessions, and the offline bound.
+#: agent sessions, and the offline reference.
 HEADLINE_POLICIES = (BASELINE_POLICY, "lae", "he", DEFAULT_POLICY, "sglang-session", REFERENCE_POLICY)
 #: Entry-point group of out-of-tree policy modules.
 ENTRY_POINT_GROUP = "pbkv.policies"

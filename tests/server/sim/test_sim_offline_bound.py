@@ -215,3 +215,18 @@ def test_no_policy_beats_the_demand_bound_at_concurrency_1(seed, capacity, host)
         if not info.prefetches:
             assert s["hit_rate"] <= bound.device_hit_rate + 1e-12, policy
             assert s["hit_rate"] + v * s["host_hit_rate"] <= bound.prefill_saved + 1e-12, policy
+
+
+def test_opt_is_not_the_two_tier_optimum_for_cached_hits():
+    # A B Y Z A B on device 9 / host 4 (one block on each tier between requests). opt: Y demotes B
+    # (A comes back first), Z demotes Y, never used again, and the full host drops B for it (a
+    # victim always enters the host): the last B misses, 1 device hit of 6. Keeping B on the host
+    # and dropping Y would give 1 device + 1 host hit, which the demand bound counts (one tier of
+    # 13 tokens keeps A and B): opt bounds device hits, not device + host hits.
+    trace = ["A", "B", "Y", "Z", "A", "B"]
+    opt = simulate(_workload(trace), "opt", FAST_PCIE, concurrency=1, device_tokens=HOST_DEVICE,
+                   host_tokens=UNIT).summary
+    assert (opt["hit_rate"], opt["host_hit_rate"]) == (pytest.approx(1 / 6), 0)
+    bound = demand_bound(_workload(trace), FAST_PCIE, HOST_DEVICE, UNIT)
+    assert bound.device_hit_rate == pytest.approx(1 / 6)
+    assert bound.cached_hit_rate == pytest.approx(2 / 6)
