@@ -40,8 +40,10 @@ CELLS = {
     "hover-96k-h0": ("runs/hover_langchain/test.jsonl", "a6000-qwen3-14b", 72, 96_092, 0.0),
     "hover-48k-h0": ("runs/hover_langchain/test.jsonl", "a6000-qwen3-14b", 72, 48_000, 0.0),
     "codegen-60k-h1": ("synth:codegen:300:1", "h100-qwen2.5-32b", 16, 60_000, 1.0),
+    "codegen120-60k-h1": ("synth:codegen:120:1", "h100-qwen2.5-32b", 16, 60_000, 1.0),
     "swe-24k-h1": ("runs/swe_autogen/test.jsonl", "a6000-qwen3-14b", 32, 24_000, 1.0),
-    "finance-24k-h1": ("runs/finance_crewai/test.jsonl", "a6000-qwen3-14b", 32, 24_000, 1.0),
+    "swe-12k-h1": ("runs/swe_autogen/test.jsonl", "a6000-qwen3-14b", 32, 12_000, 1.0),
+    "finance-8k-h1": ("runs/finance_crewai/test.jsonl", "a6000-qwen3-14b", 32, 8_000, 1.0),
 }
 LRU, PBKV, OPT = BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY
 DEVICE, HOST, ORDER = ISOLATES["device order"], ISOLATES["host order"], ISOLATES["own order"]
