@@ -280,7 +280,7 @@ def advise(
     json_out: Optional[Path] = typer.Option(None, "--json", help="write the figures here"),
 ) -> None:
     """Say whether PBKV pays on this trace and hardware: working set, capacity, regime, every
-    policy's speedup over LRU (L_lru / L_policy) and the offline bound, and one verdict line."""
+    policy's speedup over LRU (L_lru / L_policy) and the offline reference's, and one verdict line."""
     import json as _json
 
     from pbkv_contract.trace import TraceFormatError, read_trace

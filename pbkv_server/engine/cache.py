@@ -297,7 +297,7 @@ class PrefixCache:
         else:
             if node.lock == 0 and not node.children:
                 node.ver += 1
-                heapq.heappush(self._host_heap, (self.policy.priority(node), next(self._seq), node.ver, node))
+                heapq.heappush(self._host_heap, (self.policy.host_priority(node), next(self._seq), node.ver, node))
                 if len(self._host_heap) > self._heap_limit():
                     self._host_heap = self._compact(self._host_heap, self._host_valid)
             if self.policy.prefetches and node.parent.tier == DEVICE:

@@ -10,8 +10,10 @@ From a recorded trace and a hardware setup:
 3. regime: ``fits in device`` (``A + W`` <= device: nothing reusable is ever evicted, so no eviction
    policy can gain), ``fits with host`` (``A + W`` <= device + host), ``short`` (more than both), or
    ``request too large`` (the largest prompt exceeds the device: no policy can serve it);
-4. replay under each policy (:data:`POLICIES`) and the offline optimum ``opt``; a policy's speedup
-   is ``L_lru / L_policy`` (mean workflow latency; above 1 is faster), ``opt``'s is the bound;
+4. replay under each policy (:data:`POLICIES`) and the offline reference ``opt``; a policy's speedup
+   is ``L_lru / L_policy`` (mean workflow latency; above 1 is faster), ``opt``'s is the reference's
+   (MIN on both tiers: it bounds device hits without prefetch, not latency;
+   ``docs/design/offline-reference.md``);
 5. verdict: deploy PBKV when its speedup reaches :data:`MIN_SPEEDUP`, else say why not (no gap to
    close, or PBKV does not close it).
 """
@@ -32,7 +34,7 @@ from pbkv_server.hardware.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3
 __all__ = ["POLICIES", "MIN_SPEEDUP", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "Advice", "custom_profile", "advise",
            "advice_lines", "plot_advice"]
 
-#: Policies advise replays, in report order; the offline optimum (REFERENCE_POLICY) gives the bound.
+#: Policies advise replays, in report order; the offline reference (REFERENCE_POLICY) gives the scale.
 POLICIES = HEADLINE_POLICIES
 #: Speedup over LRU below which a policy is "no gain": 3 % of mean latency is within what a
 #: change of concurrency or arrival order moves (a replay is one sample of the workload's order).
@@ -166,13 +168,13 @@ def _verdict(a: Advice) -> str:
                default=DEFAULT_POLICY)
     if bound is not None and bound < MIN_SPEEDUP:
         why = ("the reusable working set fits in the device, so LRU never evicts anything reused"
-               if a.regime == "fits in device" else "LRU already gets what the offline optimum gets")
-        return f"no gain: deploy plain LRU; even the offline optimum is only {bound:.2f}x LRU ({why})"
+               if a.regime == "fits in device" else "LRU already gets what the offline reference gets")
+        return f"no gain: deploy plain LRU; even the offline reference is only {bound:.2f}x LRU ({why})"
     if pbkv >= MIN_SPEEDUP:
         extra = f", {best} {s[best]:.2f}x" if best != DEFAULT_POLICY else ""
-        return (f"deploy PBKV: {pbkv:.2f}x faster than LRU (regime {a.regime}; offline bound "
+        return (f"deploy PBKV: {pbkv:.2f}x faster than LRU (regime {a.regime}; offline reference "
                 f"{'-' if bound is None else f'{bound:.2f}'}x{extra})")
-    return (f"no gain from PBKV: {pbkv:.2f}x LRU although the offline bound is "
+    return (f"no gain from PBKV: {pbkv:.2f}x LRU although the offline reference is "
             f"{'-' if bound is None else f'{bound:.2f}'}x; best online policy {best} {s[best]:.2f}x")
 
 
@@ -193,7 +195,8 @@ def advice_lines(a: Advice) -> list[str]:
         for p, lat in a.latency_s.items():
             out.append(f"{p:16s}  {lat:10.2f}   {a.hit_rate[p]:12.3f}   {a.speedup.get(p, math.nan):8.2f}x")
         if REFERENCE_POLICY in a.speedup:
-            out.append(f"offline optimum's latency gain bound: {a.speedup[REFERENCE_POLICY]:.2f}x LRU")
+            out.append(f"offline reference (MIN on both tiers, not a latency bound): "
+                       f"{a.speedup[REFERENCE_POLICY]:.2f}x LRU")
     out.append(f"verdict: {a.verdict}")
     return out
 

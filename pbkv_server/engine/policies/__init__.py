@@ -14,10 +14,10 @@ from .base import (
     sglang_policy_names, unregister_policy,
 )
 # PBKV and its baselines, then what users run today (docs/architecture.md, "Compared policies"),
-# then the offline bounds
+# then the offline references
 from . import lru, lae, he, pbkv, pbkv_aggressive, kvflow  # noqa: F401  (registration)
 from . import sglang_session, sglang_priority, ttl_pin, continuum, spec_prefill, kvflow_shipped  # noqa: F401
-from . import opt, belady  # noqa: F401
+from . import opt, belady, opt_hybrids  # noqa: F401
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     importlib.import_module(f"{__name__}.{_module}")  # modules already imported are not re-run

@@ -45,11 +45,12 @@ REPLAY, SERVER, SGLANG = "replay", "server", "sglang"
 BASELINE_POLICY = "lru"
 #: Policy ``pbkv-server`` serves with unless told otherwise.
 DEFAULT_POLICY = "pbkv"
-#: Offline bound that tables report the gap to (replay only): MIN over the replay's own order.
+#: Offline reference that tables report the gap to (replay only): MIN on both tiers over the replay's
+#: own order (bounds device hits without prefetch; not latency: docs/design/offline-reference.md).
 REFERENCE_POLICY = "opt"
 #: The short comparison a summary reports (``pbkv-bench advise``): the baseline, PBKV's rules
 #: without and with the workflow hierarchy, the product rule, what SGLang users run today for
-#: agent sessions, and the offline bound.
+#: agent sessions, and the offline reference.
 HEADLINE_POLICIES = (BASELINE_POLICY, "lae", "he", DEFAULT_POLICY, "sglang-session", REFERENCE_POLICY)
 #: Entry-point group of out-of-tree policy modules.
 ENTRY_POINT_GROUP = "pbkv.policies"
@@ -231,6 +232,10 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def priority(self, node: NodeView) -> tuple:
         """Sort key of an evictable node; the smallest leaves first (device and host tiers)."""
+
+    def host_priority(self, node: NodeView) -> tuple:
+        """Order in which the host tier drops its leaves (smallest first); defaults to :meth:`priority`."""
+        return self.priority(node)
 
     def is_retired(self, node: NodeView) -> bool:
         """True if all workflows that touched the node have ended and one was multi-step

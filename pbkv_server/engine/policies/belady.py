@@ -1,4 +1,4 @@
-"""``belady``: offline optimum reference, evict the node whose next use is farthest in the future.
+"""``belady``: offline reference, evict the node whose next use is farthest in the future.
 
 Needs the whole future (``EngineConfig.future``), so it exists only in the simulator. A node is
 used by a future request exactly when that request's prompt contains the node's first block

@@ -17,6 +17,13 @@ order. Two details make it exact here:
 
 With units of unequal size (block granularity, blocks of different token counts) MIN is a close
 bound, not a proven one. Needs ``EngineConfig.future`` keyed by unit keys; replay only.
+
+What it does not bound (``docs/design/offline-reference.md``): the host tier drops its leaves in
+the same MIN order (:meth:`~pbkv_server.engine.policies.base.Policy.host_priority`), but a demoted
+victim always enters the host, so device + host hits and prefill saved are not maximal; a
+prefetching policy may get more device hits; and latency, which also depends on batching and on
+the order the replay's own timing makes, has no bound here (latency capture may exceed 1).
+:func:`pbkv_server.sim.offline_bound.demand_bound` gives the sound hit and prefill-saved bounds.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ class OptimalPolicy(Policy):
         ValueError: at construction, when ``config.future`` is missing.
     """
 
-    summary = "offline bound: MIN over the replay's own order (farthest next use of the node's tail first)"
+    summary = ("offline reference: MIN on both tiers over the replay's own order; bounds device hits "
+               "without prefetch, not host hits or latency")
     offline = True
     iterates_order = True
     unit_priority = True

@@ -50,7 +50,10 @@ def test_builtin_declarations():
     assert belady.offline and belady.backends == {REPLAY} and belady.sglang_name is None
     assert kvflow.uses_app_graph and kvflow.prefetches and not kvflow.predictive and SGLANG not in kvflow.backends
     assert not lru.predictive and not lru.offline and lru.backends == {REPLAY, SERVER}
-    assert available_policies(SERVER) == [p for p in available_policies() if p not in ("opt", "belady")]
+    assert available_policies(SERVER) == [p for p in available_policies()
+                                          if p not in ("opt", "belady", "opt-device", "opt-host", "opt-ref")]
+    for hybrid in ("opt-device", "opt-host", "opt-ref"):  # replay-only references, as opt
+        assert policy_info(hybrid).offline and policy_info(hybrid).backends == {REPLAY}
     opt = policy_info("opt")
     assert opt.offline and opt.iterates_order and opt.backends == {REPLAY}
     assert sglang_policy_names() == {"pbkv-lae": "lae", "pbkv-he": "he", "pbkv": "pbkv"}

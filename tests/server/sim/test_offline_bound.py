@@ -12,11 +12,15 @@ import hashlib
 import random
 
 import pytest
+from dataclasses import replace
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pbkv_contract.hints import Hints
 from pbkv_server.engine import EngineRequest, HardwareProfile
 from pbkv_server.engine.policies import REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
+from pbkv_server.sim.offline_bound import demand_bound
 from pbkv_server.sim.simulator import ReplayUnit, Workload, load_workload, simulate
 from pbkv_server.sim.synth import generate
 
@@ -112,3 +116,119 @@ def test_at_concurrency_16_the_bound_runs_on_its_own_stable_order_and_is_not_bea
     for policy in ("lru", "lae", "he", "belady"):
         other = simulate(workload, policy, PROFILE, predictor=make_predictor("oracle", 3, records), **kw)
         assert other.summary["hit_rate"] <= bound.summary["hit_rate"] + 1e-12, policy
+
+
+# --------------------------------------------------------------------------- the host tier's order
+# A hand-computed trace (concurrency 1, one-block prompts of UNIT tokens, 1 output token): prompts
+# A B C D E A. A device of 2 * UNIT + 1 tokens keeps one block between requests (the next prompt
+# needs UNIT + 1), a host of 2 * UNIT holds two. Under LRU on both tiers: C demotes A, D demotes B
+# (host {A, B}), E demotes C and the full host drops its least recent leaf, A: the last A misses.
+# With MIN on the host (opt-host), E's demotion drops B (never used again) instead, and the last
+# A is a host hit; device order is LRU's, so device hits stay 0. opt (MIN on both tiers) keeps A
+# on the device (C demotes B, D demotes C): a device hit.
+HOST_TRACE = ["A", "B", "C", "D", "E", "A"]
+HOST_DEVICE, HOST_HOST = 2 * UNIT + 1, 2 * UNIT
+
+
+def _workload(labels: list[str]) -> Workload:
+    units = []
+    for i, label in enumerate(labels):
+        keys = _chain([label])
+        req = EngineRequest(f"w{i}#0", keys, [UNIT], 1, Hints(f"w{i}", "a", 0, "app"))
+        units.append(ReplayUnit(f"w{i}", [req], [f"w{i}"], ["app"], ["a"], [0.0], [1.0],
+                                [(f"w{i}", 0.0, "completed")]))
+    return Workload(units)
+
+
+@pytest.mark.parametrize("policy, device_hits, host_hits", [
+    ("lru", 0, 0), ("opt-host", 0, 1), ("opt", 1, 0), ("opt-device", 1, 0)])
+def test_host_order_hand_computed(policy, device_hits, host_hits):
+    result = simulate(_workload(HOST_TRACE), policy, PROFILE, concurrency=1, device_tokens=HOST_DEVICE,
+                      host_tokens=HOST_HOST)
+    n = len(HOST_TRACE)
+    assert result.summary["hit_rate"] == pytest.approx(device_hits / n)
+    assert result.summary["host_hit_rate"] == pytest.approx(host_hits / n)
+
+
+def test_the_host_tier_drops_in_host_priority_order_not_device_order():
+    # a policy that is LRU on the device and most-recent-first on the host: at E's demotion the host
+    # drops B (the more recent of A, B), so the last A is a host hit; were the host filed by
+    # priority() (LRU), A would be dropped and missed
+    from pbkv_server.engine.policies import register_policy, unregister_policy
+    from pbkv_server.engine.policies.lru import LRUPolicy
+
+    @register_policy("test-mru-host")
+    class MRUHost(LRUPolicy):
+        def host_priority(self, node) -> tuple:
+            return (-node.last_access,)
+
+    try:
+        result = simulate(_workload(HOST_TRACE), "test-mru-host", PROFILE, concurrency=1,
+                          device_tokens=HOST_DEVICE, host_tokens=HOST_HOST)
+    finally:
+        unregister_policy("test-mru-host")
+    assert result.summary["hit_rate"] == 0
+    assert result.summary["host_hit_rate"] == pytest.approx(1 / len(HOST_TRACE))
+
+
+def test_opt_ref_runs_once_on_the_timing_only_order_and_opt_iterates():
+    records = list(generate("codegen", 40, seed=5))
+    workload = load_workload(records)
+    kw = dict(concurrency=16, device_tokens=120_000, host_tokens=0)
+    ref = simulate(workload, "opt-ref", PROFILE, **kw)
+    assert "order_runs" not in ref.summary  # one run on build_future's timing-only order
+    assert policy_info("opt-ref").offline and not policy_info("opt-ref").iterates_order
+    assert simulate(workload, "opt", PROFILE, **kw).summary["order_runs"] >= 2
+
+
+# --------------------------------------------------------------------------- the two-tier demand bound
+FAST_PCIE = replace(PROFILE, pcie_bytes_per_s=2e7)  # a host hit saves 95% of a prefill (host_value 0.95)
+
+
+def test_demand_bound_hand_computed():
+    # HOST_TRACE on device 9 / host 8: MIN on the device alone keeps A (1 hit of 6); one tier of 17
+    # tokens keeps 3 blocks between requests, so it keeps A too (1 of 6); v = 0.95
+    bound = demand_bound(_workload(HOST_TRACE), FAST_PCIE, HOST_DEVICE, HOST_HOST)
+    assert bound.value_of_host_hit == pytest.approx(0.95)
+    assert bound.device_hit_rate == pytest.approx(1 / 6)
+    assert bound.cached_hit_rate == pytest.approx(1 / 6)
+    assert bound.prefill_saved == pytest.approx(1 / 6)
+    # A B A C B on device 9 / host 4: the second A finds A and B on the device (a hit); C must
+    # evict one of them and MIN evicts A (never used again), so the last B hits too: 2 of 5. One
+    # tier of 13 tokens holds 2 blocks between requests: the same 2 hits, and nothing more to gain.
+    bound = demand_bound(_workload(["A", "B", "A", "C", "B"]), FAST_PCIE, HOST_DEVICE, UNIT)
+    assert bound.device_hit_rate == pytest.approx(2 / 5)
+    assert bound.cached_hit_rate == pytest.approx(2 / 5)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), capacity=st.sampled_from([48, 56, 80]), host=st.sampled_from([8, 20, 40]))
+def test_no_policy_beats_the_demand_bound_at_concurrency_1(seed, capacity, host):
+    workload, _ = random_workload(random.Random(seed), 12)
+    bound = demand_bound(workload, FAST_PCIE, capacity, host)
+    v = bound.value_of_host_hit
+    for policy in available_policies(REPLAY):
+        info = policy_info(policy)
+        if info.speculative_prefill:
+            continue  # computes KV before any request asks for it: not demand loading
+        s = simulate(workload, policy, FAST_PCIE, concurrency=1, device_tokens=capacity, host_tokens=host,
+                     predictor=make_predictor("markov", 3)).summary
+        assert s["hit_rate"] + s["host_hit_rate"] <= bound.cached_hit_rate + 1e-12, policy
+        if not info.prefetches:
+            assert s["hit_rate"] <= bound.device_hit_rate + 1e-12, policy
+            assert s["hit_rate"] + v * s["host_hit_rate"] <= bound.prefill_saved + 1e-12, policy
+
+
+def test_opt_is_not_the_two_tier_optimum_for_cached_hits():
+    # A B Y Z A B on device 9 / host 4 (one block on each tier between requests). opt: Y demotes B
+    # (A comes back first), Z demotes Y, never used again, and the full host drops B for it (a
+    # victim always enters the host): the last B misses, 1 device hit of 6. Keeping B on the host
+    # and dropping Y would give 1 device + 1 host hit, which the demand bound counts (one tier of
+    # 13 tokens keeps A and B): opt bounds device hits, not device + host hits.
+    trace = ["A", "B", "Y", "Z", "A", "B"]
+    opt = simulate(_workload(trace), "opt", FAST_PCIE, concurrency=1, device_tokens=HOST_DEVICE,
+                   host_tokens=UNIT).summary
+    assert (opt["hit_rate"], opt["host_hit_rate"]) == (pytest.approx(1 / 6), 0)
+    bound = demand_bound(_workload(trace), FAST_PCIE, HOST_DEVICE, UNIT)
+    assert bound.device_hit_rate == pytest.approx(1 / 6)
+    assert bound.cached_hit_rate == pytest.approx(2 / 6)
