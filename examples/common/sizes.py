@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-__all__ = ["Size", "NOT_FOUND", "markdown_table"]
+__all__ = ["Size", "NOT_FOUND", "SAME_AS", "markdown_table"]
 
 #: Opening of the ``source`` of a size for which no public figure was found.
 NOT_FOUND = "No public figure found"
+#: Opening of the ``source`` of a size whose source is the one of an earlier row (named after it).
+SAME_AS = "As for"
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ The scenario (``scenario.py``) and the runner (``run.py``) read these values;
 
 from __future__ import annotations
 
-from examples.common.sizes import NOT_FOUND, Size
+from examples.common.sizes import NOT_FOUND, SAME_AS, Size
 
 __all__ = ["SIZES", "MEDIAN_TOKENS", "UNKNOWN_REQUEST_MEDIAN", "N_EXAMPLES", "TASKS"]
 
@@ -34,11 +34,11 @@ SIZES: tuple[Size, ...] = (
          "backstory, its task, and the outputs of the earlier tasks; the framework's own pattern",
          "CrewAI sequential process: agents pick up their tasks \"with outcomes of preceding tasks or "
          "directives guiding their execution\" (https://docs.crewai.com/learn/sequential-process)"),
-    *(Size(f"MEDIAN_TOKENS[{qtype}][{role}]", median, "tokens", f"median reply of the {role} on a {qtype} "
-           "question", _REPLY_SOURCE)
-      for qtype, roles in MEDIAN_TOKENS.items() for role, median in roles.items()),
     Size("UNKNOWN_REQUEST_MEDIAN", UNKNOWN_REQUEST_MEDIAN, "tokens", "median reply to a request the "
          "scenario cannot place", _REPLY_SOURCE),
+    *(Size(f"MEDIAN_TOKENS[{qtype}][{role}]", median, "tokens", f"median reply of the {role} on a {qtype} "
+           "question", f"{SAME_AS} `UNKNOWN_REQUEST_MEDIAN`")
+      for qtype, roles in MEDIAN_TOKENS.items() for role, median in roles.items()),
     Size("N_EXAMPLES", N_EXAMPLES, "questions", "held-out worked examples in every backstory",
          NOT_FOUND + "; the app's value"),
     Size("TASKS[full]", TASKS["full"], "questions", "(training, test) questions of a full run",

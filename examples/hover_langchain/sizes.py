@@ -7,7 +7,7 @@ The app (``app.py``, ``retrieval.py``, ``run.py``), the prompts (``prompts.py``)
 
 from __future__ import annotations
 
-from examples.common.sizes import NOT_FOUND, Size
+from examples.common.sizes import NOT_FOUND, SAME_AS, Size
 
 __all__ = ["SIZES", "DEFAULT_MESSAGES", "PASSAGES_PER_QUERY", "PASSAGE_SECTIONS",
            "MAX_ROUNDS", "REPLY_MEDIAN", "REPLY_SIGMA", "N_EXAMPLES", "N_DISTRACTOR_CLAIMS", "TASKS"]
@@ -71,7 +71,8 @@ SIZES: tuple[Size, ...] = (
          "The app's budget (HoVer claims need evidence from up to four articles, Jiang et al. 2020, "
          "https://arxiv.org/abs/2011.03088; the budget leaves two rounds for missed articles)"),
     Size("REPLY_SIGMA", REPLY_SIGMA, "", "log-normal sigma of every reply part", _REPLY_SOURCE),
-    *(Size(f"REPLY_MEDIAN[{part}]", median, "tokens", f"median length of the reply part `{part}`", _REPLY_SOURCE)
+    *(Size(f"REPLY_MEDIAN[{part}]", median, "tokens", f"median length of the reply part `{part}`",
+           f"{SAME_AS} `REPLY_SIGMA`")
       for part, median in REPLY_MEDIAN.items()),
     Size("N_EXAMPLES", N_EXAMPLES, "claims", "held-out worked examples in the system prompt(s)",
          NOT_FOUND + "; the app's value (few-shot prompting with a handful of examples)"),

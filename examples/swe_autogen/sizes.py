@@ -6,7 +6,7 @@ The scenario (``scenario.py``) and the runner (``run.py``) read these values;
 
 from __future__ import annotations
 
-from examples.common.sizes import NOT_FOUND, Size
+from examples.common.sizes import NOT_FOUND, SAME_AS, Size
 
 __all__ = ["SIZES", "REPLY_MEDIAN", "REPLY_SIGMA", "TASKS"]
 
@@ -38,7 +38,8 @@ SIZES: tuple[Size, ...] = (
          "to all other members\" (https://microsoft.github.io/autogen/stable/user-guide/agentchat-user-guide/"
          "selector-group-chat.html)"),
     Size("REPLY_SIGMA", REPLY_SIGMA, "", "log-normal sigma of every reply part", _REPLY_SOURCE),
-    *(Size(f"REPLY_MEDIAN[{part}]", median, "tokens", f"median length of the reply part `{part}`", _REPLY_SOURCE)
+    *(Size(f"REPLY_MEDIAN[{part}]", median, "tokens", f"median length of the reply part `{part}`",
+           f"{SAME_AS} `REPLY_SIGMA`")
       for part, median in REPLY_MEDIAN.items()),
     Size("TASKS[full]", TASKS["full"], "issues", "(training, test) issues of a full run",
          "The app's value (SWE-bench Lite test split has 300 issues)"),
