@@ -39,7 +39,7 @@ TITLES = {"hover_langchain": "HoVer + LangGraph", "swe_autogen": "SWE-bench Lite
 #: of the reconstructed command.
 DEFAULTS = {"profile": "a6000-qwen3-14b", "setup": "paper", "seed": 0}
 #: Default message convention per example (the first of ExampleSpec.message_conventions).
-DEFAULT_MESSAGES = {"hover_langchain": "per-agent"}
+DEFAULT_MESSAGES = {"hover_langchain": "shared"}
 sys.path.insert(0, str(ROOT))
 from pbkv_server.engine.policies import BASELINE_POLICY as BASELINE  # noqa: E402
 from pbkv_server.engine.policies import DEFAULT_POLICY as PREDICTIVE  # noqa: E402

@@ -42,7 +42,7 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
                                                    help="host KV tier / device (default: 1 with --setup paper, "
                                                         "2 = HiCache's default with --setup trace; 0 = none)"),
         messages: Optional[str] = typer.Option(None, "--messages", help="prompt convention of the app, where it offers "
-                                               "several (HoVer: per-agent, the default, or shared)"),
+                                               "several (HoVer: shared, the default, or per-agent)"),
         seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="task split, scenario and training seed"),
         epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="predictor training epochs"),
         timing: str = typer.Option("nominal", "--timing", help="trace times: nominal (seeded tool and framework "

@@ -9,15 +9,16 @@ from typing import Any, Callable
 from examples.common.data import workflow_id_for
 from examples.common.pipeline import ExampleSpec, seeded_split
 from examples.finance_crewai import prompts as P
+from examples.finance_crewai import sizes as S
 from examples.finance_crewai import scenario as _scenario  # noqa: F401  (registers the scenario)
 from examples.finance_crewai.app import build_crew, reviewer_approved
 from examples.finance_crewai.data import FinanceQuestion, load_financebench
 
 __all__ = ["spec", "run_questions", "summarise", "worked_examples", "N_EXAMPLES"]
 
-_SIZES = {"full": (72, 72), "quick": (24, 24)}
+_SIZES = dict(S.TASKS)
 #: Held-out questions rendered as worked examples in the agents' backstories.
-N_EXAMPLES = 3
+N_EXAMPLES = S.N_EXAMPLES
 
 
 def worked_examples(qs: list[FinanceQuestion]) -> list[FinanceQuestion]:

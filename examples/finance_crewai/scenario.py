@@ -15,17 +15,14 @@ from functools import lru_cache
 
 from examples.common.textgen import find_field, lognormal_tokens, non_system_text, prose, words_of
 from examples.finance_crewai import prompts as P
+from examples.finance_crewai import sizes as S
 from examples.finance_crewai.data import FinanceQuestion, load_financebench
 from pbkv_server.scenarios.base import Scenario, ScenarioRequest, register_scenario
 
 __all__ = ["FinanceScenario", "MEDIAN_TOKENS", "P_REVISE", "agent_role"]
 
-#: Median reply tokens per (question type, agent); assumptions of this scenario.
-MEDIAN_TOKENS = {
-    "metrics-generated": {P.RESEARCHER: 160, P.ANALYST: 260, P.WRITER: 60, P.REVIEWER: 70},
-    "domain-relevant": {P.RESEARCHER: 220, P.ANALYST: 200, P.WRITER: 150, P.REVIEWER: 90},
-    "novel-generated": {P.RESEARCHER: 190, P.ANALYST: 300, P.WRITER: 120, P.REVIEWER: 90},
-}
+#: Median reply tokens per (question type, agent): values and sources in ``sizes``.
+MEDIAN_TOKENS = S.MEDIAN_TOKENS
 #: Reviewer rejection probability: numerical reasoning is where drafts go wrong most often.
 P_REVISE = {"numerical": 0.3, "logical": 0.2, "extraction": 0.08, "": 0.12}
 
@@ -63,7 +60,7 @@ class FinanceScenario(Scenario):
         q = _questions().get(text.strip()) if text else None
         role = agent_role(request.agent)
         if q is None or role is None:
-            body = prose(rng, words_of(non_system_text(request.messages))[-200:], lognormal_tokens(rng, 80))
+            body = prose(rng, words_of(non_system_text(request.messages))[-200:], lognormal_tokens(rng, S.UNKNOWN_REQUEST_MEDIAN))
             return f"Thought: I now can give a great answer\nFinal Answer: {body}"
         vocab = words_of(q.question) + words_of(" ".join(p.quote for p in q.evidence))[:200]
         n = lognormal_tokens(rng, MEDIAN_TOKENS[q.question_type][role])

@@ -8,9 +8,10 @@ Graph (node names are the agent names the PBKV callback stamps)::
 
 The verifier's answer decides the loop (a conditional edge), within a budget of ``max_rounds``
 retrieval rounds. ``retrieve`` calls a LangChain tool over :class:`PassageIndex` and makes no LLM
-call. How each call's messages are built is the message convention (:mod:`prompts`): per-agent
-system prompts with the agent's own slice of the state, or one shared system prompt, the
-workflow's accumulated messages and the current agent's instruction.
+call. How each call's messages are built is the message convention (:mod:`prompts`): one shared
+system prompt, the workflow's accumulated messages and the current agent's instruction (the
+default, LangGraph's message-state pattern), or per-agent system prompts with the agent's own
+slice of the state.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ import operator
 from typing import Annotated, Any, Sequence, TypedDict
 
 from examples.hover_langchain import prompts as P
+from examples.hover_langchain import sizes as S
 from examples.hover_langchain.data import HoverClaim
 from examples.hover_langchain.retrieval import PassageIndex
 
 __all__ = ["ClaimState", "build_graph", "DEFAULT_MAX_ROUNDS", "PASSAGES_PER_QUERY"]
 
-#: Retrieval rounds before the app stops looping (the hop budget).
-DEFAULT_MAX_ROUNDS = 6
-PASSAGES_PER_QUERY = 3
+#: Retrieval rounds before the app stops looping (the hop budget; value and source in ``sizes``).
+DEFAULT_MAX_ROUNDS = S.MAX_ROUNDS
+#: Passages the retrieval tool returns per query (value and source in ``sizes``).
+PASSAGES_PER_QUERY = S.PASSAGES_PER_QUERY
 
 
 class ClaimState(TypedDict, total=False):
@@ -45,7 +48,7 @@ class ClaimState(TypedDict, total=False):
 
 
 def build_graph(llm: Any, index: PassageIndex, examples: Sequence[HoverClaim], max_rounds: int = DEFAULT_MAX_ROUNDS,
-                messages: str = P.PER_AGENT) -> Any:
+                messages: str = P.CONVENTIONS[0]) -> Any:
     """Compile the fact-checking graph.
 
     Args:
@@ -54,7 +57,7 @@ def build_graph(llm: Any, index: PassageIndex, examples: Sequence[HoverClaim], m
         index: the passage index the retrieval tool searches.
         examples: held-out claims for the agents' worked examples (fixed for all workflows).
         max_rounds: retrieval-round budget (>= 1).
-        messages: message convention, ``"per-agent"`` or ``"shared"`` (:data:`prompts.CONVENTIONS`).
+        messages: message convention, ``"shared"`` (the default) or ``"per-agent"`` (:data:`prompts.CONVENTIONS`).
 
     Returns:
         a compiled LangGraph graph; ``await graph.ainvoke({"claim": claim})`` returns the final

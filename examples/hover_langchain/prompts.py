@@ -1,16 +1,17 @@
 """Prompt texts and reply markers of the HoVer fact-checking app (shared by app and scenario).
 
-Two message conventions (``--messages``):
+Two message conventions (``--messages``), the default from ``sizes.DEFAULT_MESSAGES``:
 
-* ``per-agent`` (default): every agent has a fixed system prompt (instructions plus worked
+* ``shared`` (default): the common-prefix convention the PBKV paper counts on (agents share "the
+  system prompt, tool/agent descriptions, and the history accumulated by upstream agents"), and
+  LangGraph's message-state pattern (``add_messages`` appends, every node sees the whole list):
+  one system prompt describing the tool and every agent (with all worked examples), then the
+  workflow's accumulated messages (each earlier call's input and reply), then the current agent's
+  instruction, so every call of a workflow extends the previous one.
+* ``per-agent``: every agent has a fixed system prompt (instructions plus worked
   examples built from real HoVer claims that are held out of the task split), so requests of one
   agent share a long cached prefix across workflows; the task block and the growing notes
   follow, so successive calls of one agent within a workflow share the workflow's prefix too.
-* ``shared``: the common-prefix convention the PBKV paper counts on (agents share "the system
-  prompt, tool/agent descriptions, and the history accumulated by upstream agents"): one system
-  prompt describing the tool and every agent (with all worked examples), then the workflow's
-  accumulated messages (each earlier call's input and reply), then the current agent's
-  instruction, so every call of a workflow extends the previous one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from examples.hover_langchain.data import HoverClaim
+from examples.hover_langchain.sizes import DEFAULT_MESSAGES, PASSAGES_PER_QUERY
 
 APP = "hover"
 
@@ -62,14 +64,14 @@ _ROLE = {
 }
 
 
-#: Message conventions of the app (``--messages``), default first.
+#: Message conventions of the app (``--messages``), default (``sizes.DEFAULT_MESSAGES``) first.
 PER_AGENT = "per-agent"
 SHARED = "shared"
-CONVENTIONS = (PER_AGENT, SHARED)
+CONVENTIONS = tuple(sorted((PER_AGENT, SHARED), key=lambda c: c != DEFAULT_MESSAGES))
 
 #: The retrieval tool as the shared system prompt describes it to every agent.
 TOOL_DESCRIPTION = ("search_passages(query, exclude): keyword search over encyclopedia passages; returns the "
-                    "three best (title, text) pairs whose titles are not in exclude. It runs after the query "
+                    f"{PASSAGES_PER_QUERY} best (title, text) pairs whose titles are not in exclude. It runs after the query "
                     "writer, once per QUERY line, and its passages go to the summariser.")
 
 #: What the current agent is asked to do next (the last message under the shared convention).

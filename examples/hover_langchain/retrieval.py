@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from examples.hover_langchain.data import HoverClaim
+from examples.hover_langchain.sizes import PASSAGE_SECTIONS
 
 __all__ = ["Passage", "PassageIndex", "synthesise_passage", "build_index"]
 
@@ -45,12 +46,11 @@ def tokens(text: str) -> list[str]:
 def synthesise_passage(title: str) -> Passage:
     """A deterministic stand-in passage for ``title`` (the real article text is not available).
 
-    The text names the title in every sentence and covers 4-8 seeded section topics, about
-    450-900 characters (roughly 100-200 tokens), the size of the Wikipedia lead paragraphs that
-    make up the HoVer corpus, with the title's vocabulary.
+    The text names the title in every sentence and covers ``sizes.PASSAGE_SECTIONS`` seeded section
+    topics (sources in ``sizes``), with the title's vocabulary.
     """
     rng = random.Random(int.from_bytes(hashlib.sha1(title.encode("utf-8")).digest()[:8], "little"))
-    topics = rng.sample(_TOPICS, k=rng.randint(4, 8))
+    topics = rng.sample(_TOPICS, k=rng.randint(*PASSAGE_SECTIONS))
     sentences = [f"{title} is the subject of an encyclopedia article."]
     for topic in topics:
         year = rng.randint(1850, 2018)

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from examples.common.data import workflow_id_for
 from examples.common.pipeline import ExampleSpec, seeded_split
 from examples.hover_langchain import prompts as P
+from examples.hover_langchain import sizes as S
 from examples.hover_langchain import scenario as _scenario  # noqa: F401  (registers the scenario)
 from examples.hover_langchain.app import build_graph
 from examples.hover_langchain.data import HoverClaim, load_hover
@@ -17,12 +18,12 @@ from pbkv_server.sim.nominal import SEARCH_TOOL_GAP_S
 
 __all__ = ["spec", "run_claims", "summarise", "worked_examples", "N_EXAMPLES", "N_DISTRACTOR_CLAIMS"]
 
-#: Held-out claims rendered as worked examples in the system prompts.
-N_EXAMPLES = 3
+#: Held-out claims rendered as worked examples in the system prompts (value and source in ``sizes``).
+N_EXAMPLES = S.N_EXAMPLES
 #: Claims (outside the task split) whose titles join the index as distractors.
-N_DISTRACTOR_CLAIMS = 400
+N_DISTRACTOR_CLAIMS = S.N_DISTRACTOR_CLAIMS
 
-_SIZES = {"full": (300, 300), "quick": (40, 40)}
+_SIZES = dict(S.TASKS)
 
 
 def worked_examples(claims: list[HoverClaim]) -> list[HoverClaim]:
@@ -37,7 +38,7 @@ def _split(claims: list[HoverClaim], n_train: int, n_test: int, seed: int) -> tu
 
 
 async def run_claims(claims: list[HoverClaim], server_url: str, trace_path: str, concurrency: int,
-                     on_done: Callable[[], None] = lambda: None, messages: str = P.PER_AGENT) -> list[dict[str, Any]]:
+                     on_done: Callable[[], None] = lambda: None, messages: str = P.CONVENTIONS[0]) -> list[dict[str, Any]]:
     """Fact-check ``claims`` with the LangGraph app against pbkv-server, ``concurrency`` at a time.
 
     The PBKV callback is installed the README's way: ``instrument(app=..., server_url=...,

@@ -18,6 +18,7 @@ from functools import lru_cache
 from examples.common.textgen import find_field, lognormal_tokens, non_system_text, prose, words_of
 from examples.hover_langchain import prompts as P
 from examples.hover_langchain.data import HoverClaim, load_hover
+from examples.hover_langchain.sizes import REPLY_MEDIAN, REPLY_SIGMA
 from pbkv_server.scenarios.base import Scenario, ScenarioRequest, register_scenario
 
 __all__ = ["HoverScenario", "P_TARGETED", "P_PREMATURE", "P_HESITATE", "P_CORRECT"]
@@ -36,6 +37,11 @@ _NOTE_RE = re.compile(r"^NOTE \[(.+?)\]:", re.MULTILINE)
 _PASSAGE_RE = re.compile(r"^\[(.+?)\] ", re.MULTILINE)
 
 
+def _draw(rng: random.Random, part: str, scale: int = 1) -> int:
+    """Tokens of the free-text reply part ``part``: log-normal around ``scale`` x its median (``sizes``)."""
+    return lognormal_tokens(rng, REPLY_MEDIAN[part] * scale, REPLY_SIGMA)
+
+
 @lru_cache(maxsize=1)
 def _claims_by_text() -> dict[str, HoverClaim]:
     return {c.claim.strip(): c for c in load_hover()}
@@ -50,7 +56,7 @@ class HoverScenario(Scenario):
         text = find_field(request.messages, P.CLAIM_LABEL)
         claim = _claims_by_text().get(text.strip()) if text else None
         if claim is None or request.agent not in P.AGENTS:
-            return prose(rng, words_of(non_system_text(request.messages))[-200:], lognormal_tokens(rng, 60))
+            return prose(rng, words_of(non_system_text(request.messages))[-200:], _draw(rng, "unknown_request"))
         vocab = words_of(claim.claim)
         if request.agent == P.DECOMPOSER:
             return self._decompose(claim, rng, vocab)
@@ -69,7 +75,7 @@ class HoverScenario(Scenario):
             # Hops beyond the listed titles re-ask about a bridge entity, as real decompositions do.
             title = claim.titles[i % len(claim.titles)]
             lines.append(f"Q{i + 1}: What does the article '{title}' say about {' '.join(rng.sample(vocab, k=min(4, len(vocab))))}?")
-        return "\n".join(lines) + "\n" + prose(rng, vocab, lognormal_tokens(rng, 30 * claim.num_hops))
+        return "\n".join(lines) + "\n" + prose(rng, vocab, _draw(rng, "decomposer_per_hop", claim.num_hops))
 
     @staticmethod
     def _queries(claim: HoverClaim, missing: list[str], rng: random.Random, vocab: list[str]) -> str:
@@ -80,7 +86,7 @@ class HoverScenario(Scenario):
                 queries.append(rng.choice(missing))
             else:
                 queries.append(" ".join(rng.sample(vocab, k=min(len(vocab), rng.randint(3, 6)))))
-        reasoning = prose(rng, vocab, lognormal_tokens(rng, 40))
+        reasoning = prose(rng, vocab, _draw(rng, "query_reasoning"))
         return reasoning + "\n" + "\n".join(f"{P.QUERY_LABEL}: {q}" for q in queries)
 
     @staticmethod
@@ -90,7 +96,7 @@ class HoverScenario(Scenario):
         if not titles:
             return "No passages were retrieved for this query."
         return "\n".join(
-            f"NOTE [{t}]: {prose(rng, vocab + words_of(t), lognormal_tokens(rng, 45))}" for t in titles
+            f"NOTE [{t}]: {prose(rng, vocab + words_of(t), _draw(rng, 'summary_note'))}" for t in titles
         )
 
     @staticmethod
@@ -100,7 +106,7 @@ class HoverScenario(Scenario):
         if not done:
             gap = missing[0] if missing else rng.choice(claim.titles)
             return (f"{P.VERDICT_LABEL}: {P.VERDICT_MORE}\nThe notes do not settle the hop about '{gap}'. "
-                    + prose(rng, vocab, lognormal_tokens(rng, 50)))
+                    + prose(rng, vocab, _draw(rng, "verifier_more")))
         label = claim.label if rng.random() < P_CORRECT else ("SUPPORTED" if claim.label != "SUPPORTED" else "NOT_SUPPORTED")
         return (f"{P.VERDICT_LABEL}: {P.VERDICT_DONE} ({label})\n"
-                + prose(rng, vocab, lognormal_tokens(rng, 35 * claim.num_hops)))
+                + prose(rng, vocab, _draw(rng, "verifier_done_per_hop", claim.num_hops)))

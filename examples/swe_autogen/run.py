@@ -9,13 +9,14 @@ from typing import Any, Callable
 from examples.common.data import workflow_id_for
 from examples.common.pipeline import ExampleSpec, seeded_split
 from examples.swe_autogen import prompts as P
+from examples.swe_autogen import sizes as S
 from examples.swe_autogen import scenario as _scenario  # noqa: F401  (registers the scenario)
 from examples.swe_autogen.app import build_team
 from examples.swe_autogen.data import SweTask, load_swebench
 
 __all__ = ["spec", "run_issues", "summarise", "size_bucket"]
 
-_SIZES = {"full": (150, 150), "quick": (24, 24)}
+_SIZES = dict(S.TASKS)
 #: model_info for a model AutoGen does not know (plain chat, no tools, no vision).
 MODEL_INFO = {"vision": False, "function_calling": False, "json_output": False, "family": "unknown",
               "structured_output": False}

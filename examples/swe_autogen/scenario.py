@@ -16,6 +16,7 @@ from functools import lru_cache
 
 from examples.common.textgen import count_in_prompt, find_field, lognormal_tokens, non_system_text, prose, words_of
 from examples.swe_autogen import prompts as P
+from examples.swe_autogen import sizes as S
 from examples.swe_autogen.data import SweTask, load_swebench
 from pbkv_server.scenarios.base import Scenario, ScenarioRequest, register_scenario
 
@@ -50,22 +51,22 @@ class SweScenario(Scenario):
         iid = find_field(request.messages, P.INSTANCE_LABEL)
         task = _tasks().get(iid.strip()) if iid else None
         if task is None or request.agent not in P.AGENTS:
-            return prose(rng, words_of(non_system_text(request.messages))[-200:], lognormal_tokens(rng, 80))
+            return prose(rng, words_of(non_system_text(request.messages))[-200:], lognormal_tokens(rng, S.REPLY_MEDIAN['unknown_request'], S.REPLY_SIGMA))
         vocab = words_of(task.problem_statement)[:400]
         if request.agent == P.PLANNER:
-            steps = [f"{i}. Change {h.splitlines()[0].split(' b/', 1)[-1]}: {prose(rng, vocab, lognormal_tokens(rng, 35))}"
+            steps = [f"{i}. Change {h.splitlines()[0].split(' b/', 1)[-1]}: {prose(rng, vocab, lognormal_tokens(rng, S.REPLY_MEDIAN['plan_step'], S.REPLY_SIGMA))}"
                      for i, h in enumerate(task.hunks, 1)]
             steps.append(f"{len(steps) + 1}. Run {', '.join(task.fail_to_pass[:3]) or 'the affected tests'}.")
             return "Plan:\n" + "\n".join(steps)
         if request.agent == P.CODER:
             # The model rewrites the whole fix on each attempt: the gold patch has the real size.
-            return f"```diff\n{task.patch.strip()}\n```\n{prose(rng, vocab, lognormal_tokens(rng, 60))}"
+            return f"```diff\n{task.patch.strip()}\n```\n{prose(rng, vocab, lognormal_tokens(rng, S.REPLY_MEDIAN['coder_note'], S.REPLY_SIGMA))}"
         attempt = count_in_prompt(request.messages, P.TESTS_FAILED + ":") + 1
         if request.agent == P.TESTER:
             n = max(1, len(task.fail_to_pass))
             if rng.random() < p_fail(task.lines_changed, task.files_changed, attempt):
                 k = rng.randint(1, n)
                 failing = "\n".join(f"FAILED {t}" for t in (task.fail_to_pass or ("test_issue",))[:k])
-                return f"{P.TESTS_FAILED}: {k} of {n} failing\n{failing}\n{prose(rng, vocab, lognormal_tokens(rng, 120))}"
-            return f"{P.TESTS_PASSED}: {n} tests\n{prose(rng, vocab, lognormal_tokens(rng, 25))}"
-        return f"Analysis of failed run {attempt - 1}:\n{prose(rng, vocab, lognormal_tokens(rng, 150))}"
+                return f"{P.TESTS_FAILED}: {k} of {n} failing\n{failing}\n{prose(rng, vocab, lognormal_tokens(rng, S.REPLY_MEDIAN['tests_failed_note'], S.REPLY_SIGMA))}"
+            return f"{P.TESTS_PASSED}: {n} tests\n{prose(rng, vocab, lognormal_tokens(rng, S.REPLY_MEDIAN['tests_passed_note'], S.REPLY_SIGMA))}"
+        return f"Analysis of failed run {attempt - 1}:\n{prose(rng, vocab, lognormal_tokens(rng, S.REPLY_MEDIAN['analysis'], S.REPLY_SIGMA))}"

@@ -248,7 +248,7 @@ def test_seed_and_host_ratio_are_checked_before_the_run(args: list[str], tmp_pat
 
 @pytest.mark.parametrize(("example", "args", "message"), [
     ("hover_langchain", ["--setup", "cloud"], "unknown setup 'cloud'"),
-    ("hover_langchain", ["--messages", "gossip"], "not a message convention of hover_langchain (per-agent, shared)"),
+    ("hover_langchain", ["--messages", "gossip"], "not a message convention of hover_langchain (shared, per-agent)"),
     ("swe_autogen", ["--messages", "shared"], "this app builds its prompts one way"),
 ])
 def test_setup_and_message_convention_are_checked_before_the_run(example: str, args: list[str], message: str,

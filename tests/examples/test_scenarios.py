@@ -62,7 +62,10 @@ def test_hover_more_hops_mean_more_retrieval_rounds(fixture_data: Path) -> None:
     model_cls = _scenario_chat_model("hover")
     rounds: dict[int, list[int]] = defaultdict(list)
     for seed in range(2):
-        graph = build_graph(model_cls(seed=seed), build_index(claims), claims[:2])
+        # per-agent: this model seeds each reply by the last message, which under the shared
+        # convention is the agent's instruction, the same every round (the server seeds by
+        # workflow and step instead).
+        graph = build_graph(model_cls(seed=seed), build_index(claims), claims[:2], messages="per-agent")
 
         async def run_all():
             return await asyncio.gather(*(graph.ainvoke({"claim": c}) for c in claims))
