@@ -30,7 +30,7 @@ from pbkv_server.sim.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3_32B,
     derive_profile
 
 __all__ = ["POLICIES", "MIN_SPEEDUP", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "Advice", "custom_profile", "advise",
-           "advice_lines", "plot_advice"]
+           "advice_lines", "plot_advice", "regime_of", "verdict_of"]
 
 #: Policies advise replays, in report order; the offline optimum (REFERENCE_POLICY) gives the bound.
 POLICIES = HEADLINE_POLICIES
@@ -104,7 +104,8 @@ class Advice:
         return asdict(self)
 
 
-def _regime(demand: float, largest: int, device: int, host: int) -> str:
+def regime_of(demand: float, largest: int, device: int, host: int) -> str:
+    """The regime of a demand ``A + W`` (tokens) and the largest prompt on ``device`` + ``host`` tokens."""
     if largest > device:
         return "request too large"
     if demand <= device:
@@ -134,7 +135,7 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     host = round(host_ratio * device)
     live, flight = ws.live_tokens(concurrency), ws.in_flight_tokens(concurrency)
     advice = Advice(profile.name, concurrency, ws, live, flight, device, host,
-                    _regime(live + flight, ws.max_prompt_tokens, device, host))
+                    regime_of(live + flight, ws.max_prompt_tokens, device, host))
     if advice.regime == "request too large":
         advice.verdict = (f"no: the largest request ({ws.max_prompt_tokens:,} tokens) does not fit in the device KV "
                           f"pool ({device:,} tokens); no cache policy can serve it: add GPU memory (more GPUs, "
@@ -153,11 +154,12 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     base = advice.latency_s.get(BASELINE_POLICY)
     if base:
         advice.speedup = {p: base / lat if lat > 0 else math.nan for p, lat in advice.latency_s.items()}
-    advice.verdict = _verdict(advice)
+    advice.verdict = verdict_of(advice)
     return advice
 
 
-def _verdict(a: Advice) -> str:
+def verdict_of(a: Advice) -> str:
+    """The one-line recommendation for what ``a`` replayed (needs ``a.speedup`` of lru and pbkv)."""
     s = a.speedup
     bound, pbkv = s.get(REFERENCE_POLICY), s.get(DEFAULT_POLICY)
     if pbkv is None or BASELINE_POLICY not in s:
