@@ -219,6 +219,7 @@ QUICK_SYNTH_WORKFLOWS = 12
 
 
 def regime(
+    ctx: typer.Context,
     workloads: Optional[List[str]] = typer.Argument(None, help="example run folders (test.jsonl + predictor.pt), "
                                                                "synth:GRAPH[:WORKFLOWS[:SEED]] or trace files "
                                                                f"(default: {' '.join(DEFAULT_WORKLOADS)})"),
@@ -234,6 +235,7 @@ def regime(
                                                  "use their predictor.pt)"),
     concurrency: int = typer.Option(SYNTH_CONCURRENCY, help="base concurrency of trace-file and synthetic workloads"),
     profile: str = typer.Option(SYNTH_PROFILE, help="profile of trace-file and synthetic workloads"),
+    threads: int = typer.Option(DEFAULT_TORCH_THREADS, help="torch CPU threads (trained predictors)"),
 ) -> None:
     """Sweep device, host and concurrency around the working set; figures, report and JSON."""
     import dataclasses
@@ -279,8 +281,11 @@ def regime(
             specs = [_regime_workload(w, Path(tmp), quick, predictor, concurrency, profile)
                      for w in (workloads or DEFAULT_WORKLOADS)]
             loaded = [(spec, load_records(path)) for spec, path in specs]
+            saved = limit_torch_threads(threads, [spec.predictor for spec, _ in specs])  # before a model loads
         except (OSError, ValueError, KeyError) as exc:
             raise fail(exc.args[0] if exc.args else str(exc)) from None
+        if saved is not None:
+            ctx.call_on_close(lambda: limit_torch_threads(saved))
         for spec, records in loaded:
             err.print(f"{spec.label}: {len(settings.replayed())} policies per cell", highlight=False)
             try:
