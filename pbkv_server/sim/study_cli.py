@@ -213,7 +213,7 @@ EXAMPLE_CONCURRENCY = {"hover_langchain": 72, "swe_autogen": 24, "finance_crewai
 SYNTH_PROFILE, SYNTH_CONCURRENCY = "h100-qwen2.5-32b", 16
 #: The study's workloads when none is named: the three examples' runs and three synthetic graphs.
 DEFAULT_WORKLOADS = ("runs/hover_langchain", "runs/swe_autogen", "runs/finance_crewai",
-                     "synth:codegen:60:1", "synth:research:60:1", "synth:supervisor:60:1")
+                     "synth:codegen:40:1", "synth:research:60:1", "synth:supervisor:40:1")
 #: Most workflows of a synthetic workload under ``--quick``.
 QUICK_SYNTH_WORKFLOWS = 12
 
@@ -275,6 +275,7 @@ def regime(
     if problem:
         raise fail(f"--out-dir {out_dir}: {problem}")
     t0 = time.perf_counter()
+    command = "pbkv-bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "pbkv-bench study regime"
     results, figures = [], {}
     with tempfile.TemporaryDirectory(prefix="pbkv-regime-") as tmp:
         try:
@@ -299,12 +300,11 @@ def regime(
             name = f"{_slug(spec.label)}_regime.png"
             plot_regime(result, str(out_dir / name))
             figures[spec.label] = name
-    payload = _finite({"settings": dataclasses.asdict(settings), "workloads": results})
-    command = "pbkv-bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "pbkv-bench study regime"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "study.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-    (out_dir / "report.md").write_text(regime_markdown(payload, command, figures, time.perf_counter() - t0),
-                                       encoding="utf-8")
+            # written after every workload, so a stopped study keeps the workloads it finished
+            payload = _finite({"settings": dataclasses.asdict(settings), "workloads": results})
+            (out_dir / "study.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+            (out_dir / "report.md").write_text(regime_markdown(payload, command, figures, time.perf_counter() - t0),
+                                               encoding="utf-8")
     Console().print(f"wrote {out_dir / 'report.md'}, {out_dir / 'study.json'} and {len(figures)} figures")
 
 

@@ -147,3 +147,25 @@ def test_bad_workload_is_one_line(tmp_path):
     assert "no such file or folder" in result.output and "Traceback" not in result.output
     result = runner.invoke(app, ["study", "regime", "synth:codegen", "--host-ratios", "x", "--out-dir", str(tmp_path)])
     assert result.exit_code == 2 and "--host-ratios must be comma-separated numbers" in result.output
+
+
+def test_docs_script_tables_come_from_the_json(quick_runs, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    spec = importlib.util.spec_from_file_location("make_regime_docs", root / "scripts" / "make_regime_docs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    page = tmp_path / "page.md"
+    page.write_text(f"# t\n\n{mod.BEGIN}\nold\n{mod.END}\n")
+    assert mod.main(["--study", str(quick_runs[0] / "study.json"), "--out-dir", str(tmp_path / "o"),
+                     "--page", str(page)]) == 0
+    text = page.read_text()
+    data = json.loads((quick_runs[0] / "study.json").read_text())
+    cells = data["workloads"][0]["cells"]
+    best = max(c["policies"]["opt"]["latency_speedup"] for c in cells)
+    assert f"| tiny |" in text and f"{best:.3f}x (C=" in text and "old" not in text
+    assert (tmp_path / "o" / "tiny_regime.png").is_file() and (tmp_path / "o" / "report.md").is_file()
+    assert mod.main(["--study", str(quick_runs[0] / "study.json"), "--page", str(page), "--check"]) == 0
+    assert mod.main(["--study", str(tmp_path / "nope.json"), "--page", str(page)]) == 2
