@@ -43,6 +43,9 @@ PAGE = ROOT / "docs" / "when-pbkv-helps.md"
 OUT_DIR = ROOT / "docs" / "study" / "regime"
 #: The command that wrote the committed study (the report and the page quote it).
 COMMAND = "pbkv-bench study regime --out-dir docs/study/regime"
+#: Labels of the study's default workloads, in its order (study_cli.DEFAULT_WORKLOADS).
+DEFAULT_LABELS = ("hover_langchain", "swe_autogen", "finance_crewai", "synth-codegen", "synth-research",
+                  "synth-supervisor")
 #: Regimes in the order the page discusses them (pbkv_server.sim.advise).
 REGIMES = ("fits in device", "fits with host", "short")
 
@@ -71,6 +74,8 @@ def load(paths: list[Path]) -> dict:
     if merged is None:
         raise InputError("no study JSON given")
     labels = [w["label"] for w in merged["workloads"]]
+    order = {label: i for i, label in enumerate(DEFAULT_LABELS)}  # a split study in the one command's order
+    merged["workloads"].sort(key=lambda w: order.get(w["label"], len(order)))
     if len(set(labels)) != len(labels):
         raise InputError(f"workload labels repeat across the files: {labels}")
     return merged
@@ -154,7 +159,10 @@ def block(data: dict, stamp: str, command: str) -> str:
                    f"f={best['device_fraction']:g}, host {best['host_ratio']:g}x) | {_f(pb)} | "
                    f"{_f(statistics.fmean(caps), 2, '') if caps else '-'} | {regimes} | "
                    f"[figure](study/regime/{_slug(w['label'])}_regime.png) |")
-    out += ["", f"### Issue 24's criteria, every cell as measured", "",
+    out += ["", "### Figures", ""]
+    for w in data["workloads"]:
+        out += [f"![{w['label']}: speedup vs {BASELINE_POLICY} over the grid](study/regime/{_slug(w['label'])}_regime.png)", ""]
+    out += [f"### Issue 24's criteria, every cell as measured", "",
             f"Cells where opt >= {OPT_GAIN:g}x {BASELINE_POLICY} and {DEFAULT_POLICY}'s capture is below "
             f"{CAPTURE_TARGET:g}, and cells where {DEFAULT_POLICY} is below {SLOWER_LIMIT:g}x {BASELINE_POLICY} "
             "(speedup, capture, opt's speedup).", ""]
