@@ -31,7 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from pbkv_contract.extras import missing_module_line
 from pbkv_contract.files import output_problem, shared_output
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE
-from pbkv_server.sim.study_cli import study as study_command
+from pbkv_server.sim.study_cli import study_app
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
@@ -395,7 +395,7 @@ def _register_live_replay() -> None:
 
 _register_live_replay()
 app.command("live-compare")(importlib.import_module("pbkv_server.sim.live_compare").command)
-app.command("study")(study_command)  # pbkv_server/sim/study_cli.py: the paper's sensitivity studies
+app.add_typer(study_app, name="study")  # pbkv_server/sim/study_cli.py: paper sensitivity studies, regime sweep
 
 
 if __name__ == "__main__":

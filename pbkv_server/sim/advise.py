@@ -5,7 +5,7 @@ From a recorded trace and a hardware setup:
 1. demand: the reusable working set ``W`` and the in-flight demand ``A`` at the replay concurrency
    (:mod:`pbkv_server.sim.capacity`), and the largest prompt;
 2. capacity: device KV tokens of the profile (or of ``--gpu-memory``/``--model`` by the profile
-   rule, :func:`pbkv_server.sim.profiles.derive_profile`) and a host tier of ``host_ratio`` x device
+   rule, :func:`pbkv_server.hardware.profiles.derive_profile`) and a host tier of ``host_ratio`` x device
    (default 1, the PBKV paper's HiCache baseline);
 3. regime: ``fits in device`` (``A + W`` <= device: nothing reusable is ever evicted, so no eviction
    policy can gain), ``fits with host`` (``A + W`` <= device + host), ``short`` (more than both), or
@@ -32,7 +32,7 @@ from pbkv_server.hardware.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3
     derive_profile
 
 __all__ = ["POLICIES", "MIN_SPEEDUP", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "Advice", "custom_profile", "advise",
-           "advice_lines", "plot_advice"]
+           "advice_lines", "plot_advice", "regime_of", "verdict_of"]
 
 #: Policies advise replays, in report order; the offline reference (REFERENCE_POLICY) gives the scale.
 POLICIES = HEADLINE_POLICIES
@@ -52,7 +52,7 @@ MIB = 2**20
 
 def custom_profile(gpu_memory_gib: float, model: str, tp: int = 1, gpu: str = "h100") -> HardwareProfile:
     """The profile of ``tp`` GPUs of ``gpu_memory_gib`` GiB each serving ``model``, by the rule of
-    :mod:`pbkv_server.sim.profiles` (speeds of the ``gpu`` datasheet).
+    :mod:`pbkv_server.hardware.profiles` (speeds of the ``gpu`` datasheet).
 
     Raises:
         ValueError: unknown model or GPU, memory <= 0, or the weights do not fit.
@@ -106,7 +106,8 @@ class Advice:
         return asdict(self)
 
 
-def _regime(demand: float, largest: int, device: int, host: int) -> str:
+def regime_of(demand: float, largest: int, device: int, host: int) -> str:
+    """The regime of a demand ``A + W`` (tokens) and the largest prompt on ``device`` + ``host`` tokens."""
     if largest > device:
         return "request too large"
     if demand <= device:
@@ -136,7 +137,7 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     host = round(host_ratio * device)
     live, flight = ws.live_tokens(concurrency), ws.in_flight_tokens(concurrency)
     advice = Advice(profile.name, concurrency, ws, live, flight, device, host,
-                    _regime(live + flight, ws.max_prompt_tokens, device, host))
+                    regime_of(live + flight, ws.max_prompt_tokens, device, host))
     if advice.regime == "request too large":
         advice.verdict = (f"no: the largest request ({ws.max_prompt_tokens:,} tokens) does not fit in the device KV "
                           f"pool ({device:,} tokens); no cache policy can serve it: add GPU memory (more GPUs, "
@@ -155,11 +156,12 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     base = advice.latency_s.get(BASELINE_POLICY)
     if base:
         advice.speedup = {p: base / lat if lat > 0 else math.nan for p, lat in advice.latency_s.items()}
-    advice.verdict = _verdict(advice)
+    advice.verdict = verdict_of(advice)
     return advice
 
 
-def _verdict(a: Advice) -> str:
+def verdict_of(a: Advice) -> str:
+    """The one-line recommendation for what ``a`` replayed (needs ``a.speedup`` of lru and pbkv)."""
     s = a.speedup
     bound, pbkv = s.get(REFERENCE_POLICY), s.get(DEFAULT_POLICY)
     if pbkv is None or BASELINE_POLICY not in s:

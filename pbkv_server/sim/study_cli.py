@@ -22,12 +22,15 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+import math
+
 import typer
+import typer.core
 
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, PAPER_HOST_RATIO
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
-__all__ = ["study"]
+__all__ = ["study", "regime", "study_app"]
 
 #: Files of an example's output folder that a study reads.
 TEST_TRACE, TRAIN_TRACE, MODEL = "test.jsonl", "train.jsonl", "predictor.pt"
@@ -199,3 +202,171 @@ def _finite(value):
     from pbkv_server.sim.report import jsonable
 
     return jsonable(value)
+
+
+# --------------------------------------------------------------------------- regime study
+
+#: The paper's replay concurrency of each example (``ExampleSpec.replay_concurrency`` in
+#: ``examples/*/run.py``), used when the run folder has no ``--json`` summary next to it.
+EXAMPLE_CONCURRENCY = {"hover_langchain": 72, "swe_autogen": 24, "finance_crewai": 48}
+#: Synthetic workloads' profile and concurrency (issue 24's codegen rows: h100-qwen2.5-32b, C=16).
+SYNTH_PROFILE, SYNTH_CONCURRENCY = "h100-qwen2.5-32b", 16
+#: The study's workloads when none is named: the three examples' runs and three synthetic graphs.
+DEFAULT_WORKLOADS = ("runs/hover_langchain", "runs/swe_autogen", "runs/finance_crewai",
+                     "synth:codegen:40:1", "synth:research:60:1", "synth:supervisor:40:1")
+#: Most workflows of a synthetic workload under ``--quick``.
+QUICK_SYNTH_WORKFLOWS = 12
+
+
+def regime(
+    ctx: typer.Context,
+    workloads: Optional[List[str]] = typer.Argument(None, help="example run folders (test.jsonl + predictor.pt), "
+                                                               "synth:GRAPH[:WORKFLOWS[:SEED]] or trace files "
+                                                               f"(default: {' '.join(DEFAULT_WORKLOADS)})"),
+    out_dir: Path = typer.Option(Path("study-regime"), "--out-dir", help="where study.json, report.md and the PNGs go"),
+    quick: bool = typer.Option(False, "--quick", help="small grid (device 0.25, 1; host 0, 1) and at most "
+                                                      f"{QUICK_SYNTH_WORKFLOWS} synthetic workflows"),
+    policies: Optional[str] = typer.Option(None, help="comma-separated policies (default: lru,lae,he,pbkv,"
+                                                      "sglang-session,opt; lru and opt are always replayed)"),
+    device_fractions: Optional[str] = typer.Option(None, help="f values: device = A + f x W (default 0.25,0.5,0.75,1,1.5)"),
+    host_ratios: Optional[str] = typer.Option(None, help="host tier / device (default 0,1,2)"),
+    concurrency_factors: Optional[str] = typer.Option(None, help="x the base concurrency (default 1,2)"),
+    predictor: str = typer.Option("markov", help="predictor of trace-file and synthetic workloads (example runs "
+                                                 "use their predictor.pt)"),
+    concurrency: int = typer.Option(SYNTH_CONCURRENCY, help="base concurrency of trace-file and synthetic workloads"),
+    profile: str = typer.Option(SYNTH_PROFILE, help="profile of trace-file and synthetic workloads"),
+    threads: int = typer.Option(DEFAULT_TORCH_THREADS, help="torch CPU threads (trained predictors)"),
+) -> None:
+    """Sweep device, host and concurrency around the working set; figures, report and JSON."""
+    import dataclasses
+    import tempfile
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    from pbkv_server.hardware.profiles import get_profile
+    from pbkv_server.sim.regime import QUICK, RegimeSettings, run_workload
+    from pbkv_server.sim.simulator import SimulationError
+    from pbkv_server.sim.study import load_records
+    from pbkv_server.sim.study_plots import plot_regime
+    from pbkv_server.sim.study_report import regime_markdown
+
+    err = Console(stderr=True)
+
+    def fail(message: str) -> typer.Exit:
+        err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        return typer.Exit(code=2)
+
+    try:
+        settings = QUICK if quick else RegimeSettings()
+        changes = {k: tuple(_floats(v, f"--{k.replace('_', '-')}")) for k, v in
+                   (("device_fractions", device_fractions), ("host_ratios", host_ratios),
+                    ("concurrency_factors", concurrency_factors)) if v is not None}
+        if policies is not None:
+            changes["policies"] = tuple(_names(policies) or ())
+        settings = dataclasses.replace(settings, **changes)
+        settings.check()
+        if concurrency < 1:
+            raise ValueError("--concurrency must be >= 1")
+        get_profile(profile)
+    except (ValueError, KeyError) as exc:
+        raise fail(exc.args[0] if exc.args else str(exc)) from None
+    problem = _folder_problem(out_dir)
+    if problem:
+        raise fail(f"--out-dir {out_dir}: {problem}")
+    t0 = time.perf_counter()
+    command = "pbkv-bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "pbkv-bench study regime"
+    results, figures = [], {}
+    with tempfile.TemporaryDirectory(prefix="pbkv-regime-") as tmp:
+        try:
+            specs = [_regime_workload(w, Path(tmp), quick, predictor, concurrency, profile)
+                     for w in (workloads or DEFAULT_WORKLOADS)]
+            loaded = [(spec, load_records(path)) for spec, path in specs]
+            saved = limit_torch_threads(threads, [spec.predictor for spec, _ in specs])  # before a model loads
+        except (OSError, ValueError, KeyError) as exc:
+            raise fail(exc.args[0] if exc.args else str(exc)) from None
+        if saved is not None:
+            ctx.call_on_close(lambda: limit_torch_threads(saved))
+        for spec, records in loaded:
+            err.print(f"{spec.label}: {len(settings.replayed())} policies per cell", highlight=False)
+            try:
+                result = run_workload(spec, settings, records=records, on_cell=lambda c, label=spec.label: err.print(
+                    f"  {label}: C={c.concurrency} host {c.host_ratio:g}x f={c.device_fraction:g} "
+                    f"({c.regime}) pbkv {c.policies.get('pbkv', {}).get('latency_speedup', math.nan):.3f}x "
+                    f"opt {c.policies['opt']['latency_speedup']:.3f}x", highlight=False))
+            except (ValueError, RuntimeError, SimulationError) as exc:
+                raise fail(f"{spec.label}: {exc}") from None
+            results.append(result)
+            name = f"{_slug(spec.label)}_regime.png"
+            plot_regime(result, str(out_dir / name))
+            figures[spec.label] = name
+            # written after every workload, so a stopped study keeps the workloads it finished
+            payload = _finite({"settings": dataclasses.asdict(settings), "workloads": results})
+            (out_dir / "study.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+            (out_dir / "report.md").write_text(regime_markdown(payload, command, figures, time.perf_counter() - t0),
+                                               encoding="utf-8")
+    Console().print(f"wrote {out_dir / 'report.md'}, {out_dir / 'study.json'} and {len(figures)} figures")
+
+
+def _regime_workload(text: str, tmp: Path, quick: bool, predictor: str, concurrency: int, profile: str):
+    """``(RegimeWorkload, trace path)`` of one WORKLOAD argument; ``ValueError`` for a bad one."""
+    from pbkv_server.hardware.profiles import DEFAULT_PROFILE as EXAMPLE_PROFILE
+    from pbkv_server.sim.regime import RegimeWorkload, example_workload
+    from pbkv_server.sim.synth import write_trace
+
+    if text.startswith("synth:"):
+        parts = text.split(":")[1:]
+        if not 1 <= len(parts) <= 3 or not parts[0]:
+            raise ValueError(f"{text!r}: expected synth:GRAPH[:WORKFLOWS[:SEED]]")
+        try:
+            workflows = int(parts[1]) if len(parts) > 1 else 60
+            seed = int(parts[2]) if len(parts) > 2 else 1
+        except ValueError:
+            raise ValueError(f"{text!r}: WORKFLOWS and SEED must be whole numbers") from None
+        if quick:
+            workflows = min(workflows, QUICK_SYNTH_WORKFLOWS)
+        path = tmp / f"{_slug(text)}.jsonl"
+        write_trace(str(path), graph=parts[0], workflows=workflows, seed=seed)
+        source = f"pbkv-bench synth --graph {parts[0]} --workflows {workflows} --seed {seed}"
+        label = f"synth-{parts[0]}"
+        return RegimeWorkload(label, source, predictor, concurrency, profile, source), path
+    run = Path(text)
+    if run.is_dir():
+        if not (run / TEST_TRACE).is_file() or not (run / MODEL).is_file():
+            raise ValueError(f"{run} holds no {TEST_TRACE} and {MODEL} (an example's output folder)")
+        summary = run.parent / f"{run.name}.json"  # the example's --json summary, when it was written there
+        c, prof = EXAMPLE_CONCURRENCY.get(run.name, concurrency), EXAMPLE_PROFILE
+        if summary.is_file():
+            data = json.loads(summary.read_text(encoding="utf-8"))
+            c, prof = int(data.get("replay_concurrency", c)), data.get("profile", prof)
+        return example_workload(run, c, prof), run / TEST_TRACE
+    if run.is_file():
+        return RegimeWorkload(run.stem, str(run), predictor, concurrency, profile, f"trace file {run}"), run
+    raise ValueError(f"{text}: no such file or folder (nor synth:GRAPH)")
+
+
+def _floats(text: str, flag: str) -> list[float]:
+    try:
+        values = sorted({float(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise ValueError(f"{flag} names no value")
+    return values
+
+
+class _StudyGroup(typer.core.TyperGroup):
+    """``pbkv-bench study``: ``regime`` (and ``paper``) are subcommands, and ``pbkv-bench study
+    RUN...`` stays the paper's studies (the form every earlier command line used)."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] != "--help":
+            args = ["paper", *args]
+        return super().parse_args(ctx, args)
+
+
+study_app = typer.Typer(cls=_StudyGroup, no_args_is_help=True, add_completion=False,
+                        help="Studies on recorded runs: the paper's sensitivity studies (paper, the default: "
+                             "pbkv-bench study RUN...) and the regime sweep (regime).")
+study_app.command("paper")(study)
+study_app.command("regime")(regime)

@@ -16,7 +16,7 @@ from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY
 from pbkv_server.sim.policy_style import policy_style
 from pbkv_server.sim.study import Point, admission_limits
 
-__all__ = ["FIGURES", "plot_study"]
+__all__ = ["FIGURES", "plot_study", "plot_regime"]
 
 #: File stem and paper figure of each study.
 FIGURES = {
@@ -147,3 +147,74 @@ def _sweep(plt, study: str, points: Sequence[Point]):
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small", title="policy", title_fontsize="small")
     return fig
+
+
+def plot_regime(workload: dict, path: str) -> str:
+    """The regime study's figure of one workload (:func:`pbkv_server.sim.regime.run_workload`'s
+    dict): speedup vs LRU (``L_lru / L``) against the device fraction f = (device - A) / W, one
+    panel per (concurrency, host ratio), one line per policy in its :func:`policy_style`; a grey
+    band and a star on opt's line mark the cells where opt is at least ``OPT_GAIN`` x LRU; dotted
+    verticals mark where A + W fits in the device (f = 1) and in device + host.
+
+    Returns:
+        ``path`` (PNG; parent folders created).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pbkv_server.engine.policies import REFERENCE_POLICY
+    from pbkv_server.sim.regime import OPT_GAIN
+
+    cells = workload["cells"]
+    concurrencies = sorted({c["concurrency"] for c in cells})
+    hosts = sorted({c["host_ratio"] for c in cells})
+    fig, axes = plt.subplots(len(concurrencies), len(hosts), figsize=(4.6 * len(hosts), 3.6 * len(concurrencies)),
+                             squeeze=False, sharey=True)
+    policies = list(cells[0]["policies"]) if cells else []
+    for row, c in enumerate(concurrencies):
+        for col, h in enumerate(hosts):
+            ax = axes[row][col]
+            own = sorted((x for x in cells if x["concurrency"] == c and x["host_ratio"] == h),
+                         key=lambda x: x["device_fraction"])
+            xs = [x["device_fraction"] for x in own]
+            for i, p in enumerate(policies):
+                style = policy_style(p)
+                ax.plot(xs, [x["policies"][p]["latency_speedup"] for x in own], marker=_MARKERS[i % len(_MARKERS)],
+                        markersize=4, linewidth=1.4, color=style.colour, linestyle=style.linestyle, label=p)
+            gain = [x for x in own if x["opt_gain"]]
+            if gain:
+                ax.plot([x["device_fraction"] for x in gain],
+                        [x["policies"][REFERENCE_POLICY]["latency_speedup"] for x in gain], linestyle="none",
+                        marker="*", markersize=11, color="black", label=f"opt >= {OPT_GAIN:g}x LRU")
+                for x in gain:
+                    ax.axvspan(x["device_fraction"] - 0.04, x["device_fraction"] + 0.04, color="0.85", zorder=0)
+            ax.axhline(1.0, color="gray", linewidth=0.8, linestyle=":")
+            if own:
+                a, w = own[0]["in_flight_tokens"], own[0]["live_tokens"]
+                ax.axvline(1.0, color="black", linewidth=0.8, linestyle=":")  # A + W = device
+                if h > 0 and w > 0:  # A + W = (1 + h) device, device = A + f W
+                    f_host = (a + w) / ((1 + h) * w) - a / w
+                    if min(xs) <= f_host <= max(xs):
+                        ax.axvline(f_host, color="tab:brown", linewidth=0.8, linestyle=":")
+            ax.set_title(f"C={c}, host {h:g}x device", fontsize=9)
+            ax.set_xlabel("device fraction f = (device - A) / W")
+            if col == 0:
+                ax.set_ylabel("speedup vs LRU (L_lru / L, >1 faster)")
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes.ravel():  # the star appears only in panels with a gain: collect every label once
+        for hd, lb in zip(*ax.get_legend_handles_labels()):
+            if lb not in labels:
+                handles.append(hd)
+                labels.append(lb)
+    fig.legend(handles, labels, loc="lower center", ncol=min(8, len(labels)), fontsize="small")
+    fig.suptitle(textwrap.fill(f"Regime study (simulated): {workload['label']}, profile {workload['profile']}, "
+                               f"predictor {os.path.basename(workload['predictor'])}; dotted: A + W fits the device "
+                               f"(black, f = 1) / device + host (brown)", 120), fontsize=9)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+    return path

@@ -18,7 +18,7 @@ from pbkv_server.sim.metrics import BREAKDOWN_PARTS
 from pbkv_server.sim.study import Point, StudyResult, admission_limits
 from pbkv_server.sim.study_plots import FIGURES
 
-__all__ = ["report_markdown", "best_regime"]
+__all__ = ["report_markdown", "best_regime", "regime_markdown"]
 
 #: Engine defaults (gamma, horizon K) that the summary's "at the base concurrency" figures assume.
 _ENGINE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
@@ -204,3 +204,61 @@ def _none(p: Point, key: str) -> str:
 
 def _limit(value) -> str:
     return "not reached" if value is None else str(value)
+
+
+def regime_markdown(payload: dict, command: str, figures: dict[str, str], seconds: float | None = None) -> str:
+    """The regime study's report: per workload its setup, notes, figure, every cell and issue
+    24's acceptance lists. ``payload`` is the study JSON (``{"settings", "workloads": [...]}``,
+    :func:`pbkv_server.sim.regime.run_workload` per workload); ``figures``: label -> figure path."""
+    from pbkv_server.sim.regime import CAPTURE_TARGET, OPT_GAIN, SLOWER_LIMIT
+
+    wall = f" ({seconds / 60:.1f} min wall on this machine)" if seconds is not None else ""
+    out = ["# Regime study (simulated)", "",
+           f"Command: `{command}`{wall}.", "",
+           "Device = A + f x W KV tokens (W: reusable working set, A: in-flight demand at the cell's concurrency, "
+           "`pbkv_server/sim/capacity.py`; f = 1 is where A + W fits the device), host = ratio x device. "
+           f"Speedup = L_{BASELINE_POLICY} / L (mean workflow latency, >1 faster); {CAPTURE_NOTE}. "
+           f"`*`: opt >= {OPT_GAIN:g}x {BASELINE_POLICY}. Hit rates are token level, device / host.", ""]
+    for w in payload["workloads"]:
+        ws, cells = w["working_set"], w["cells"]
+        policies = list(cells[0]["policies"]) if cells else []
+        out += [f"## {w['label']}", "",
+                f"Trace `{w['trace']}` ({w['source']}): {ws['workflows']} replay units, {ws['requests']} requests; "
+                f"profile `{w['profile']}`, predictor `{w['predictor']}`, base concurrency {w['base_concurrency']}; "
+                f"largest request {w['smallest_device_tokens']:,} tok.", ""]
+        out += [f"- {n}" for n in w["notes"]] + ([""] if w["notes"] else [])
+        if w["label"] in figures:
+            out += [f"![{w['label']}: regime]({figures[w['label']]})", ""]
+        head = ("| C | f | W / A tok | device tok | host | regime | lru s | "
+                + " | ".join(f"{p} x" for p in policies if p != BASELINE_POLICY)
+                + f" | {DEFAULT_POLICY} capture | hit lru / {DEFAULT_POLICY} / opt |")
+        out += [head, "|" + "---|" * (head.count("|") - 1)]
+        for c in cells:
+            f = c["policies"]
+            speedups = " | ".join(_num(f[p]["latency_speedup"], 3) for p in policies if p != BASELINE_POLICY)
+            hits = " / ".join(f"{_pct(f[p]['hit_rate'])}, {_pct(f[p]['host_hit_rate'])}"
+                              for p in (BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY) if p in f)
+            pb = f.get(DEFAULT_POLICY, {}).get("latency_capture")
+            out.append(f"| {c['concurrency']} | {c['device_fraction']:g}{' *' if c['opt_gain'] else ''} | "
+                       f"{c['live_tokens']:,.0f} / {c['in_flight_tokens']:,.0f} | {c['device_tokens']:,} | "
+                       f"{c['host_ratio']:g}x | {c['regime']} | {f[BASELINE_POLICY]['mean_latency_s']:.1f} | "
+                       f"{speedups} | {_num(pb, 2)} | {hits} |")
+        acc = w["acceptance"]
+        out += ["", f"Acceptance ({acc['policy']}): {acc['opt_gain_cells']} of {len(cells)} cells have opt >= "
+                f"{OPT_GAIN:g}x {BASELINE_POLICY}.", ""]
+        out.append(f"- capture < {CAPTURE_TARGET:g} where opt >= {OPT_GAIN:g}x: " + _cell_list(acc["capture_below"]))
+        out.append(f"- {acc['policy']} < {SLOWER_LIMIT:g}x {BASELINE_POLICY}: " + _cell_list(acc["slower_than_lru"]))
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _num(value, digits: int) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _cell_list(rows) -> str:
+    if not rows:
+        return "none"
+    return "; ".join(f"C={r['concurrency']} f={r['device_fraction']:g} host {r['host_ratio']:g}x "
+                     f"({_num(r['speedup'], 3)}x, capture {_num(r['capture'], 2)}, opt {_num(r['opt_speedup'], 3)}x)"
+                     for r in rows)
