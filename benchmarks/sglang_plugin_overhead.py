@@ -19,7 +19,7 @@
    medians of the per-round ratios), the live hit rate (median, min-max over
    rounds: concurrent interleaving varies from run to run), and the simulator's hit rate
    for the same requests at the same capacity and concurrency
-   (:mod:`pbkv_server.sim.live_compare`, timing measured from the policy's first live round).
+   (:mod:`pbkv_server.loadgen.live_compare`, timing measured from the policy's first live round).
 
        .venv-sglang/bin/python benchmarks/sglang_plugin_overhead.py --live runs/swe_autogen/test.jsonl \
            --max-total-tokens 40241 --concurrency 24 --rounds 3
@@ -133,7 +133,7 @@ def live(args) -> None:
     from pbkv_server.testing.sglang.cpu_server import CpuServer
     from pbkv_server.testing.sglang.tiny_model import build_tiny_model
     from pbkv_server.loadgen.live_replay import PromptBook, replay
-    from pbkv_server.sim.live_compare import matched_records, measured_profile, server_settings, simulate_matched
+    from pbkv_server.loadgen.live_compare import matched_records, measured_profile, server_settings, simulate_matched
 
     policies = args.policies.split(",")
     records = read_trace(args.live)

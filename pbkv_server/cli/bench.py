@@ -394,7 +394,7 @@ def _register_live_replay() -> None:
 
 
 _register_live_replay()
-app.command("live-compare")(importlib.import_module("pbkv_server.sim.live_compare").command)
+app.command("live-compare")(importlib.import_module("pbkv_server.loadgen.live_compare").command)
 app.add_typer(study_app, name="study")  # pbkv_server/sim/study_cli.py: paper sensitivity studies, regime sweep
 
 

@@ -36,13 +36,7 @@ IMPORTED_ONLY_BY: dict[str, tuple[str, ...]] = {"pbkv_sdk": ("examples",)}
 
 #: Upward imports that exist today, each with why it is left and where it goes. The test fails
 #: when one disappears too, so the list cannot go stale.
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("pbkv_server.sim.live_compare", "pbkv_server.loadgen.live_replay"):
-        "`pbkv-bench live-compare` (a live SGLang server against the simulator) is a load "
-        "generator kept in sim/ while sim/ is rewritten in parallel (issue 23 item 4); it moves to loadgen/",
-    ("pbkv_server.sim.live_compare", "pbkv_server.backends.sglang.settings"):
-        "same module: reads the SGLang plugin's settings; moves with it to loadgen/",
-}
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 
 TIER = {group: tier for tier, groups in enumerate(LAYERS) for group in groups}
 PACKAGES = sorted({group.split(".")[0] for group in TIER})

@@ -1,4 +1,4 @@
-"""``pbkv-bench live-compare`` (pbkv_server.sim.live_compare): server settings, the requests the
+"""``pbkv-bench live-compare`` (pbkv_server.loadgen.live_compare): server settings, the requests the
 simulator replays, the measured timing, and the command against a stand-in SGLang server.
 
 The comparison with a real SGLang server runs in .venv-sglang (tests/sglang/test_live_compare.py).
@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
 from pbkv_server.loadgen.live_replay import PromptBook, ReplaySummary, RequestResult
-from pbkv_server.sim.live_compare import matched_records, measured_profile, server_settings
+from pbkv_server.loadgen.live_compare import matched_records, measured_profile, server_settings
 
 INFO = {"radix_eviction_policy": "pbkv-he", "max_total_num_tokens": 4096, "page_size": 1,
         "radix_eviction_policy_config": '{"gamma": 0.5, "horizon": 2}', "enable_hierarchical_cache": False}
