@@ -503,7 +503,7 @@ class PrefixCache:
         parent = node.parent
         if self.host_capacity >= node.tokens:
             short = node.tokens - (self.host_capacity - self.tree.host_tokens)
-            if short > 0:
+            if short > 0 and (not self.policy.selective_host or self._worth_host(node)):
                 self._evict_host(short)
             if self.host_capacity - self.tree.host_tokens >= node.tokens:
                 self._count_eviction(node)
@@ -518,6 +518,16 @@ class PrefixCache:
         self._drop_subtree(node)
         self.refresh(parent)
         return True
+
+    def _worth_host(self, node: Node) -> bool:
+        """True if device victim ``node`` ranks above the host tier's next victim in the policy's
+        host order (``selective_host`` policies write a victim to a full host only then: otherwise
+        it would displace cache the policy values more, and would itself leave the host first)."""
+        self.policy.settle()
+        heap = self._host_heap
+        if self._peek(heap, self._host_valid) is None:
+            return True
+        return self.policy.host_priority(node) > heap[0][0]
 
     def _count_eviction(self, node: Node) -> None:
         s = self.stats

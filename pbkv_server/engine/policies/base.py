@@ -204,6 +204,9 @@ class Policy(abc.ABC):
         guardable: the engine runs the robustness guard (:mod:`~pbkv_server.engine.guard`) for
             this policy when ``EngineConfig.lru_guard`` is on; the policy then ranks in LRU order
             (retired-first allowed) while :attr:`fallback` is True.
+        selective_host: a device victim is written to a full host tier only if it ranks above the
+            host's next victim in :meth:`host_priority` (otherwise it is dropped, and the host
+            keeps what it holds); ``False``: every victim the host can make room for is written.
 
     Attributes:
         fallback: set by the cache's guard: True while LRU would have done better on the traffic
@@ -224,6 +227,7 @@ class Policy(abc.ABC):
     reorders_queue = False
     speculative_prefill = False
     guardable = False
+    selective_host = False
 
     def __init__(self, cache: "PrefixCache | None") -> None:
         self.cache = cache

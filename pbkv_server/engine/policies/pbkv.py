@@ -1,25 +1,128 @@
-"""``pbkv``: hierarchical eviction plus conservative prefetch (PBKV section 4; ``docs/architecture.md``, "Prefetch")."""
+"""``pbkv``: the product rule, ``pbkv-paper``'s hierarchy made to hold a stable set where memory is short.
+
+``pbkv-paper`` (:mod:`.pbkv_paper`) ranks active cache by its lookahead score (PBKV Eq. 2), the
+expected discounted number of uses in the next K invocations. Where the reusable working set
+exceeds device + host, every active workflow's cache has a similar score, ties fall to LRU, and
+the cache thrashes: each workflow loses its history just before it comes back (LRU on a cyclic
+pattern). The offline optimum instead keeps some workflows whole. This rule keeps the hierarchy
+(retired cache first, guard fallback to LRU) and changes three things
+(``docs/design/memory-short-policy.md``):
+
+1. **Stable resident set.** Active cache that the predictor still expects to be used (score at
+   least :data:`LOW_SCORE`) is ordered by the age of the oldest active workflow that uses it: the
+   youngest workflow's cache leaves first, so the oldest workflows keep theirs and finish (the
+   MRU-over-workflows order that is optimal for a cyclic pattern larger than the cache). Cache the
+   predictor does not expect to be used within the horizon (score below :data:`LOW_SCORE`) leaves
+   before it, by score then LRU, as in ``pbkv-paper``.
+2. **Cache of a waiting request is needed now.** A request that was submitted and is not yet
+   admitted will use its agent's cache at admission with certainty, but the score, predicted at
+   that invocation, counts only the *next* agents. Cache of a (workflow, agent) with a request
+   waiting ranks above all other active cache.
+3. **Host tier keeps what ranks highest** (``selective_host``): a device victim is written to a
+   full host only if it ranks above the host's own next victim (retired cache is then dropped
+   instead of displacing active host cache). The host drops in the same order
+   (:meth:`host_priority` is :meth:`priority`).
+
+Admission stays FIFO: admitting the oldest workflow's request first gained more on agent-only
+traces but made mixed chat + agent traffic slower than LRU (``docs/design/memory-short-policy.md``).
+
+Traffic without hints is ordered exactly as ``lru`` (every node ranks ``(1, -inf, 0, last_access)``);
+chat turns (single-request workflows) have no active cache once they end,
+and their ages follow submission order.
+
+State kept per active workflow: its age (a sequence number from its first invocation) and its
+waiting requests per agent, fed by :meth:`on_invocation`, :meth:`on_admit` and
+:meth:`on_workflow_end`. A backend without those hooks (the SGLang plugin today) sees every
+workflow as equally old and nothing waiting: the order degrades to ``pbkv-paper``'s.
+"""
 
 from __future__ import annotations
 
-from ..prefetch import conservative_prefetch
+import itertools
+import math
+
 from .base import register_policy
-from .he import HierarchicalPolicy
+from .pbkv_paper import PBKVPaperPolicy
+
+#: Lookahead score below which active cache counts as not expected within the horizon (expected
+#: discounted uses, PBKV Eq. 2: a 5% chance of one use); such cache leaves before the resident set.
+LOW_SCORE = 0.05
 
 
 @register_policy("pbkv")
-class PBKVPolicy(HierarchicalPolicy):
-    """``he`` eviction order; on decode-only steps, loads high-value host cache into free or
-    retired device space without touching active cache."""
+class PBKVPolicy(PBKVPaperPolicy):
+    """Retired ``(0, ...)``, unlikely ``(1, -inf, score, t)``, resident set ``(1, -age, score, t)``,
+    waiting requests' cache ``(2, -age, score, t)``."""
 
-    summary = "he eviction + conservative prefetch into idle device space"
-    prefetches = True
+    summary = "pbkv-paper + stable resident set (youngest workflow first), waiting requests' cache kept, selective host"
     sglang_name = "pbkv"
+    selective_host = True
 
-    def prefetch_value(self, node) -> float:
-        """One-step value ``sum_w A_w(c) . P_w^(1)``."""
-        return node.sc.value if node.sc is not None else 0.0
+    def __init__(self, cache) -> None:
+        super().__init__(cache)
+        self._seq = itertools.count()
+        self._age: dict = {}  # active workflow id -> sequence number of its first invocation
+        self._wait: dict = {}  # workflow id -> {agent: requests submitted and not yet admitted}
 
-    def prefetch(self, seconds: float) -> None:
-        """See :func:`~pbkv_server.engine.prefetch.conservative_prefetch`."""
-        conservative_prefetch(self.cache, seconds)
+    def priority(self, node) -> tuple:
+        """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
+        sc = node.sc
+        if sc is None:
+            return (1, -math.inf, 0.0, node.last_access)
+        if sc.retired:
+            return (0, 0 if sc.finished_private else 1, 0.0, node.last_access)
+        if self.fallback or not sc.access:
+            return (1, -math.inf, 0.0, node.last_access)
+        age = self._age
+        keeper = min(age.get(w, math.inf) for w in sc.access)
+        wait = self._wait
+        if wait:
+            for w, agents in sc.access.items():
+                ws = wait.get(w)
+                if ws is not None and any(a in agents for a in ws):
+                    return (2, -keeper, sc.score, node.last_access)
+        if sc.score < LOW_SCORE:
+            return (1, -math.inf, sc.score, node.last_access)
+        return (1, -keeper, sc.score, node.last_access)
+
+    # ----------------------------------------------------------------- hooks
+    def on_invocation(self, wf, previous_agent) -> None:
+        """A request of ``wf`` was submitted: give a new workflow its age, mark its agent waiting."""
+        wid = wf.workflow_id
+        if wid not in self._age:
+            self._age[wid] = next(self._seq)
+        agent = wf.agent
+        ws = self._wait.setdefault(wid, {})
+        ws[agent] = ws.get(agent, 0) + 1
+        self._refile(wid, agent)
+
+    def on_admit(self, admission, path) -> None:
+        """The request was admitted: its agent no longer waits (its path is locked meanwhile)."""
+        wf = admission.workflow
+        if wf is None or not self._wait:
+            return
+        wid, agent = wf.workflow_id, admission.agent
+        ws = self._wait.get(wid)
+        if ws is None or agent not in ws:
+            return  # an internal request (speculative prefill), or one of an ended incarnation
+        ws[agent] -= 1
+        if ws[agent] <= 0:
+            del ws[agent]
+            if not ws:
+                del self._wait[wid]
+            self._refile(wid, agent)
+
+    def on_workflow_end(self, wf) -> None:
+        """Forget the workflow (its nodes are re-filed by the engine: their access changed)."""
+        self._age.pop(wf.workflow_id, None)
+        self._wait.pop(wf.workflow_id, None)
+
+    def _refile(self, wid, agent) -> None:
+        """Re-file the nodes ``agent`` of workflow ``wid`` touched (their waiting rank changed)."""
+        cache = self.cache
+        if cache is None:
+            return
+        for rec in cache.board.records(wid):
+            agents = rec.access.get(wid)
+            if agents is not None and agent in agents:
+                cache.refresh(rec.owner)

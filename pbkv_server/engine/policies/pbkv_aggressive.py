@@ -26,7 +26,7 @@ import math
 
 from ..prefetch import aggressive_prefetch
 from .base import register_policy
-from .pbkv import PBKVPolicy
+from .pbkv_paper import PBKVPaperPolicy
 
 #: Window (seconds) before any workflow's second invocation was seen.
 DEFAULT_WINDOW_S = 1.0
@@ -35,8 +35,8 @@ GAP_EMA = 0.1
 
 
 @register_policy("pbkv-aggressive")
-class AggressivePBKVPolicy(PBKVPolicy):
-    """Like ``pbkv``, plus active cache of lower score may be evicted for host cache of higher
+class AggressivePBKVPolicy(PBKVPaperPolicy):
+    """Like ``pbkv-paper``, plus active cache of lower score may be evicted for host cache of higher
     score, within ``config.rho`` x device capacity per step window (see module docstring).
 
     Raises:

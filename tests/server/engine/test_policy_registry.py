@@ -56,7 +56,7 @@ def test_builtin_declarations():
         assert policy_info(hybrid).offline and policy_info(hybrid).backends == {REPLAY}
     opt = policy_info("opt")
     assert opt.offline and opt.iterates_order and opt.backends == {REPLAY}
-    assert sglang_policy_names() == {"pbkv-lae": "lae", "pbkv-he": "he", "pbkv": "pbkv"}
+    assert sglang_policy_names() == {"pbkv-lae": "lae", "pbkv-he": "he", "pbkv-paper": "pbkv-paper", "pbkv": "pbkv"}
     # what users run today: online, on replay and the server, not plugin strategies (they need hooks)
     for name in ("sglang-session", "sglang-priority", "ttl-pin", "continuum", "spec-prefill", "kvflow-shipped"):
         info = policy_info(name)

@@ -1,0 +1,102 @@
+"""Hand-checked scenarios where ``pbkv``'s memory-short rules choose differently from
+``pbkv-paper`` (``docs/design/memory-short-policy.md``). Profile and helpers: engine_helpers
+(10 tokens per block, output 1 token: 1 token reserved while running, outputs not cached)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pbkv_contract.hints import Hints
+from pbkv_server.engine.policies import available_policies, policy_info, REPLAY, SERVER, SGLANG
+
+from engine_helpers import TablePredictor, chain, device_keys, host_keys, make_engine, request, run
+
+#: every workflow's next agents: "a" for certain (score 1 + 0.7 + 0.49 with gamma 0.7)
+TABLE = {w: [{"a": 1.0}] * 3 for w in ("w1", "w2", "w3")}
+
+
+def _cycle(policy: str):
+    """Device 50. Three workflows of one agent, each with a 20-token history [Wi.1 Wi.2], take
+    turns twice: w1 w2 w3 w1 w2 w3, one request at a time.
+
+    Round 1 fills 40 tokens; w3 needs 21 with 10 free, so one 20-token history must go. All three
+    score alike, so pbkv-paper breaks the tie by LRU like lru and evicts w1; pbkv keeps its stable
+    set (the oldest workflows) and evicts the youngest cached workflow, w2.
+    Round 2, lru/pbkv-paper: every turn misses (the cyclic pattern: each workflow's history left
+    just before its turn). pbkv: w1 hits 20 (cached, 10 free cover its reservation); w2 misses
+    and evicts w3 (younger than w1); w3 misses and evicts w2. Device hits: 0 vs 20 of 120 tokens.
+    """
+    eng = make_engine(policy, device=50, predictor=TablePredictor(TABLE))
+    for step in (0, 1):
+        for w in ("w1", "w2", "w3"):
+            eng.submit(request(f"{w}.{step}", [f"{w}.1", f"{w}.2"], hints=Hints(w, "a", step, "app")))
+            run(eng)
+    return eng
+
+
+@pytest.mark.parametrize("policy,hits,kept", [("lru", 0, ("w2", "w3")), ("pbkv-paper", 0, ("w2", "w3")),
+                                              ("pbkv", 20, ("w1", "w3"))])
+def test_stable_set_beats_lru_ties_when_histories_do_not_fit(policy, hits, kept):
+    eng = _cycle(policy)
+    assert eng.stats.device_hit_tokens == hits
+    assert eng.stats.prompt_tokens == 120
+    assert device_keys(eng) == {k for w in kept for k in chain([f"{w}.1", f"{w}.2"])}
+
+
+def test_waiting_requests_cache_outranks_a_higher_score():
+    """Device 60. w1 (older) caches [A1 A2] with next agent "b" predicted certain, so its "a"
+    cache scores 0 (below LOW_SCORE); w2 caches [B1 B2] with "a" predicted (score 2.19). Then w1's
+    agent "a" request is submitted while an anonymous request [R1 R2 R3] (30 tokens + 1 reserved)
+    is queued before it. R needs 31 with 20 free, so 11 tokens (two blocks, one 20-token history)
+    must go: pbkv-paper evicts the lowest score, w1's [A1 A2],
+    which the waiting request needs at once; pbkv ranks the cache of a waiting (workflow, agent)
+    above all active cache and evicts w2's [B1 B2]. w1's request then hits 20 under pbkv, 0 under
+    pbkv-paper (its prompt was evicted while it waited)."""
+    table = {"w1": [{"b": 1.0}] * 3, "w2": [{"a": 1.0}] * 3}
+    hits = {}
+    for policy in ("pbkv-paper", "pbkv"):
+        eng = make_engine(policy, device=60, predictor=TablePredictor(table))
+        eng.submit(request("w1.0", ["A1", "A2"], hints=Hints("w1", "a", 0, "app")))
+        run(eng)
+        eng.submit(request("w2.0", ["B1", "B2"], hints=Hints("w2", "a", 0, "app")))
+        run(eng)
+        before = eng.stats.device_hit_tokens
+        eng.submit(request("r", ["R1", "R2", "R3"]))
+        eng.submit(request("w1.1", ["A1", "A2"], hints=Hints("w1", "a", 1, "app")))
+        run(eng)
+        hits[policy] = eng.stats.device_hit_tokens - before
+    assert hits == {"pbkv-paper": 0, "pbkv": 20}
+
+
+def test_retired_victim_does_not_displace_active_host_cache():
+    """Device 30, host 20. Active w1 caches [A1 A2] (20) and is demoted to the host by an
+    anonymous [N1 N2] (the host is empty: it is written). Two-step w2 caches [P1 P2] on the device
+    after N leaves, and ends (retired). An anonymous [M1 M2] then needs 21: the device victim is
+    the retired P. pbkv-paper writes it to the full host by dropping w1's active [A1 A2];
+    pbkv (selective_host) drops P instead, and w1's cache stays on the host."""
+    table = {"w1": [{"a": 1.0}] * 3}
+    kept = {}
+    for policy in ("pbkv-paper", "pbkv"):
+        eng = make_engine(policy, device=30, host=20, predictor=TablePredictor(table))
+        eng.submit(request("w1.0", ["A1", "A2"], hints=Hints("w1", "a", 0, "app")))
+        run(eng)
+        eng.submit(request("n", ["N1", "N2"]))
+        run(eng)
+        for step in (0, 1):
+            eng.submit(request(f"w2.{step}", ["P1", "P2"], hints=Hints("w2", "a", step, "app")))
+            run(eng)
+        eng.end_workflow("w2")
+        eng.submit(request("m", ["M1", "M2"]))
+        run(eng)
+        kept[policy] = set(chain(["A1", "A2"])) <= host_keys(eng)
+    assert kept == {"pbkv-paper": False, "pbkv": True}
+
+
+def test_pbkv_paper_is_registered_with_the_papers_rules():
+    """``pbkv-paper`` keeps today's pbkv declaration: predictive, prefetching, every backend,
+    SGLang name ``pbkv-paper``; ``pbkv`` is the default product rule next to it."""
+    info = policy_info("pbkv-paper")
+    assert info.predictive and info.prefetches and not info.offline
+    assert info.backends == {REPLAY, SERVER, SGLANG} and info.sglang_name == "pbkv-paper"
+    assert policy_info("pbkv").sglang_name == "pbkv"
+    assert {"pbkv", "pbkv-paper"} <= set(available_policies(REPLAY))
