@@ -136,3 +136,23 @@ def test_a_workflow_named_after_its_session_ends_as_before():
     nodes = [n for n in engine.tree.nodes() if n.parent is not None]
     assert nodes and all(engine.policy.is_retired(n) and n.sc.finished_private for n in nodes)
     assert not engine.workflows.sessions
+
+
+def test_the_table_bound_releases_the_least_recently_active_idle_session():
+    """``max_active`` bounds the open sessions too: a new session beyond it releases the least
+    recently active one without an active turn, and the owner re-files what it held."""
+    from pbkv_server.engine.scoring import NodeScore, ScoreBoard
+    from pbkv_server.engine.workflows import WorkflowTable
+
+    board = ScoreBoard()
+    released = []
+    table = WorkflowTable(board, max_active=1, on_release=released.extend)
+    rec = NodeScore(None)
+    for step in range(2):  # a two-call turn: its cache can retire
+        table.invocation(Hints("A-t0", "user", step), (), float(step), session="A")
+        board.touch(rec, "A-t0", "user")
+    table.end("A-t0")
+    assert not rec.retired and list(table.sessions) == ["A"]
+    table.invocation(Hints("B-t0", "user", 0), (), 5.0, session="B")
+    assert released == [rec] and rec.retired and rec.finished_private
+    assert list(table.sessions) == ["B"] and table.sessions_full == 1
