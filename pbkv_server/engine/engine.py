@@ -102,7 +102,7 @@ class Engine:
             self.board, config.predictor, predict=self.policy.uses_predictions, stats=self._stats,
             latency_clock=self.latency_clock, on_end=self._on_workflow_end,
             max_active=config.max_active_workflows, max_ended=config.max_ended_ids,
-            batch=config.batch_predictions, on_changed=self._rescore)
+            batch=config.batch_predictions, on_changed=self._rescore, on_release=self.cache.rescore)
         self._active = self.workflows.workflows  # the same OrderedDict, read on the hot path
         self._lifecycle_clock = config.lifecycle_clock
         self._end_listeners: list[EndListener] = []
@@ -150,14 +150,17 @@ class Engine:
         self._submitted += 1
         hints = req.hints
         if hints is not None:
-            r.wf, r.agent = self._invocation(hints, tuple(req.features))
+            r.wf, r.agent = self._invocation(hints, tuple(req.features), req.session_id)
         self._known_ids.add(req.request_id)
         self._waiting.append(r)
 
     def close_session(self, session_id: str) -> None:
-        """The client closed SGLang session ``session_id`` (``/close_session``): tell the policy.
-        A PBKV workflow of the same id is ended separately (:meth:`end_workflow`)."""
+        """The client closed SGLang session ``session_id`` (``/close_session``): tell the policy,
+        and release the session's hold on the history its ended turns left (it may retire now;
+        :meth:`WorkflowTable.close_session`). A PBKV workflow of the same id is ended separately
+        (:meth:`end_workflow`)."""
         self.policy.on_session_close(session_id)
+        self.workflows.close_session(session_id)
 
     def end_workflow(self, workflow_id: str, status: str = "completed", reason: str = END_CLIENT) -> bool:
         """The workflow ended: its nodes lose it (retired if it was their last). Idempotent.
@@ -184,7 +187,7 @@ class Engine:
     def retire_idle(self) -> list[str]:
         """Retire workflows idle for ``config.idle_retire_s`` on the lifecycle clock (engine time,
         or ``config.lifecycle_clock``); returns their ids. Also runs at every :meth:`step`."""
-        if not self._active or self.config.idle_retire_s is None:
+        if (not self._active and not self.workflows.sessions) or self.config.idle_retire_s is None:
             return []
         return self.workflows.retire_idle(self._lifecycle_now(), self.config.idle_retire_s)
 
@@ -349,8 +352,8 @@ class Engine:
     def _lifecycle_now(self) -> float:
         return self.clock if self._lifecycle_clock is None else self._lifecycle_clock()
 
-    def _invocation(self, hints, features: tuple[float, ...]) -> tuple[Workflow, str]:
-        wf, changed, _retired = self.workflows.invocation(hints, features, self._lifecycle_now())
+    def _invocation(self, hints, features: tuple[float, ...], session: str | None) -> tuple[Workflow, str]:
+        wf, changed, _retired = self.workflows.invocation(hints, features, self._lifecycle_now(), session)
         wf.inflight += 1
         if changed:  # an online predictor answered at once: re-file the nodes it changed
             self._rescore(changed)

@@ -103,10 +103,17 @@ class NodeScore:
             cache that the next request (the next turn) may extend, like a request without hints.
         finished_private: the one workflow that ever touched the node ended after two or more
             invocations: the node is that finished workflow's own history, which no later request
-            extends (a multi-step agent workflow that ended is not continued by anyone).
+            extends (a multi-step agent workflow that ended is not continued by anyone). For the
+            workflows of a session (:meth:`ScoreBoard.end_workflow` with ``session``): every
+            workflow that ever touched the node belonged to one session, which closed.
+        sessions: open session id -> number of its ended workflows that touched the node, or
+            ``None``: the node is the history of a live session whose next workflow (the next
+            turn) extends it, so it is not retired until the session closes
+            (:meth:`ScoreBoard.release_session`).
     """
 
-    __slots__ = ("owner", "access", "contrib", "score", "value", "n_ever", "multi_step", "finished_private")
+    __slots__ = ("owner", "access", "contrib", "score", "value", "n_ever", "multi_step", "finished_private",
+                 "sessions")
 
     def __init__(self, owner: Any) -> None:
         self.owner = owner
@@ -117,12 +124,14 @@ class NodeScore:
         self.n_ever = 0
         self.multi_step = False
         self.finished_private = False
+        self.sessions: dict[Hashable, int] | None = None
 
     @property
     def retired(self) -> bool:
-        """True when every workflow that touched the node has ended and one of them was multi-step
-        (:attr:`multi_step`); cache of single-request workflows and of anonymous requests never is."""
-        return self.multi_step and not self.access
+        """True when every workflow that touched the node has ended, one of them was multi-step
+        (:attr:`multi_step`) and no open session holds it (:attr:`sessions`); cache of
+        single-request workflows and of anonymous requests never is."""
+        return self.multi_step and not self.access and not self.sessions
 
 
 class ScoreBoard:
@@ -140,6 +149,8 @@ class ScoreBoard:
         self._weights: dict[Hashable, tuple[dict[str, float], dict[str, float]]] = {}
         # workflow -> its records, insertion-ordered (a dict used as an ordered set; see module doc)
         self._nodes: dict[Hashable, dict[NodeScore, None]] = {}
+        # open session -> records its ended workflows touched (held: not retired), insertion-ordered
+        self._held: dict[Hashable, dict[NodeScore, None]] = {}
 
     def active_workflows(self) -> int:
         """Number of workflows with at least one touched node or a prediction."""
@@ -210,29 +221,65 @@ class ScoreBoard:
         if rec.n_ever == 0:
             rec.n_ever = 1
 
-    def end_workflow(self, wf: Hashable, invocations: int = 0) -> list[NodeScore]:
+    def end_workflow(self, wf: Hashable, invocations: int = 0, session: Hashable | None = None) -> list[NodeScore]:
         """Drop ``wf`` from every node it touched (idempotent); returns the records it left, in
         the order of :meth:`set_prediction`.
 
         Args:
             wf: the workflow id.
             invocations: how many invocations the workflow made; with two or more, the nodes only
-                it ever touched become ``finished_private``.
+                it ever touched become ``finished_private`` (without ``session``).
+            session: the open session ``wf`` is a turn of (``None``: none): its nodes stay held by
+                the session (not retired, not finished private) until :meth:`release_session`.
         """
         self._weights.pop(wf, None)
         recs = self._nodes.pop(wf, {})
+        held = None if session is None else self._held.setdefault(session, {})
         for rec in recs:
             rec.access.pop(wf, None)
             if invocations >= 2:
                 rec.multi_step = True
-            rec.finished_private = rec.n_ever == 1 and invocations >= 2 and not rec.access
+            if held is not None:
+                sessions = rec.sessions
+                if sessions is None:
+                    sessions = rec.sessions = {}
+                sessions[session] = sessions.get(session, 0) + 1
+                held[rec] = None
+                rec.finished_private = False
+            else:
+                rec.finished_private = rec.n_ever == 1 and invocations >= 2 and not rec.access
             s, v = rec.contrib.pop(wf, (0.0, 0.0))
             if rec.contrib:
                 rec.score = max(0.0, rec.score - s)
                 rec.value = max(0.0, rec.value - v)
             else:  # exact zero, no float residue
                 rec.score = rec.value = 0.0
+        if held is not None and not held:  # nothing of the session cached
+            del self._held[session]
         return list(recs)
+
+    def release_session(self, session: Hashable) -> list[NodeScore]:
+        """Session ``session`` closed (or idled out): its hold on the nodes its ended workflows
+        touched goes (idempotent). A released node that no active workflow and no other open
+        session holds is retired (if one of its workflows was multi-step), and finished private
+        when every workflow that ever touched it was one of this session's.
+
+        Returns:
+            The released records, in the order the session first held them (the owner re-files them).
+        """
+        recs = self._held.pop(session, {})
+        for rec in recs:
+            sessions = rec.sessions
+            count = sessions.pop(session, 0)
+            if not sessions:
+                rec.sessions = None
+            rec.finished_private = (rec.multi_step and rec.n_ever == count and not rec.access
+                                    and rec.sessions is None)
+        return list(recs)
+
+    def held_sessions(self) -> int:
+        """Number of sessions holding at least one cached node."""
+        return len(self._held)
 
     def copy(self, src: NodeScore, owner: Any) -> NodeScore:
         """A new record for ``owner`` with ``src``'s state (a radix node split in two)."""
@@ -243,6 +290,10 @@ class ScoreBoard:
         rec.multi_step, rec.finished_private = src.multi_step, src.finished_private
         for wf in rec.access:
             self._nodes[wf][rec] = None
+        if src.sessions:
+            rec.sessions = dict(src.sessions)
+            for session in rec.sessions:
+                self._held[session][rec] = None
         return rec
 
     def forget(self, rec: NodeScore) -> None:
@@ -251,6 +302,14 @@ class ScoreBoard:
             nodes = self._nodes.get(wf)
             if nodes is not None:
                 nodes.pop(rec, None)
+        if rec.sessions:
+            for session in rec.sessions:
+                held = self._held.get(session)
+                if held is not None:
+                    held.pop(rec, None)
+                    if not held:
+                        del self._held[session]
+            rec.sessions = None
         rec.access.clear()
         rec.contrib.clear()
         rec.score = rec.value = 0.0

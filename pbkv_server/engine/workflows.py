@@ -15,7 +15,14 @@ lifecycle"):
   workflow's last request in flight finishes (``inflight`` is kept by the owner);
 - an ended workflow leaves the score board (its nodes retire when it was their last workflow) and
   its id is remembered (bounded) so that repeated end signals stay idempotent and a reused id is
-  detected.
+  detected;
+- a workflow that is one turn of a session (a ``session`` other than its own id: a chat
+  conversation or a coding-agent session whose user turns are each a workflow) leaves its nodes
+  held by the session when it ends, not retired: the session's next turn resends and extends that
+  history. The hold goes when the session closes (:meth:`WorkflowTable.close_session`, SGLang's
+  ``/close_session``; the simulator closes a replay unit's session when its last workflow ends),
+  when the session has no workflow active and no activity for ``idle_s`` seconds (the same idle
+  timeout as workflows, :meth:`WorkflowTable.retire_idle`), or by the table bound.
 
 Times are the owner's clock (engine seconds in the simulator, ``time.monotonic()`` seconds in a
 live server). A predictor failure is counted and logged once, and never reaches the request.
@@ -37,7 +44,7 @@ from .scoring import NodeScore, ScoreBoard
 log = logging.getLogger(__name__)
 
 __all__ = ["Workflow", "WorkflowTable", "Invocation", "END_CLIENT", "END_IDLE", "END_TABLE_FULL",
-           "RETIRED_STATUS", "SESSION_AGENT"]
+           "RETIRED_STATUS", "SESSION_AGENT", "Session"]
 
 #: Why a workflow ended: the client's end signal, idleness, or the table bound.
 END_CLIENT, END_IDLE, END_TABLE_FULL = "client", "idle", "table_full"
@@ -64,6 +71,8 @@ class Workflow:
         incarnation: 1 for the first use of the id, n for its n-th use after ending n - 1 times.
         pending_end: ``(status, reason)`` of an end signal received while requests were in
             flight, applied when the last of them finishes; ``None`` otherwise.
+        session: the open session this workflow is a turn of, or ``None`` (no session, the
+            workflow is its own session, or the session closed while it was active).
     """
 
     workflow_id: str
@@ -74,11 +83,26 @@ class Workflow:
     last_step: int = -1
     incarnation: int = 1
     pending_end: tuple[str, str] | None = None
+    session: str | None = None
 
     @property
     def agent(self) -> str | None:
         """Agent of the latest invocation."""
         return self.history[-1] if self.history else None
+
+
+@dataclass(slots=True)
+class Session:
+    """An open session of the table: workflows (turns) that share one session id.
+
+    Attributes:
+        live: ids of its active workflows (insertion-ordered).
+        last_activity: time of its latest invocation or request completion, seconds on the
+            owner's clock; idleness of the session counts from here once ``live`` is empty.
+    """
+
+    live: dict[str, None] = field(default_factory=dict)
+    last_activity: float = 0.0
 
 
 class Invocation(NamedTuple):
@@ -122,13 +146,18 @@ class WorkflowTable:
             are the same as asking at each invocation.
         on_changed: ``on_changed(records)``, called with the records whose score or value a
             batched prediction changed (the owner re-files them).
+        on_release: ``on_release(records)``, called with the records a session's hold left
+            (closed, idle or over the bound; the owner re-files them: they may be retired now).
 
     Raises:
         ValueError: a bound below 1.
 
     Attributes:
         workflows: ``OrderedDict`` workflow id -> :class:`Workflow`, least recently active first.
+        sessions: ``OrderedDict`` session id -> :class:`Session`, least recently active first.
         invocations, ended, retired_idle, retired_full, reused_ids, predictor_errors: counters.
+        sessions_closed, sessions_idle, sessions_full: sessions released by a close, by
+            idleness and by the table bound.
     """
 
     def __init__(
@@ -145,6 +174,7 @@ class WorkflowTable:
         max_ended: int = 100_000,
         batch: bool = False,
         on_changed: Callable[[list[NodeScore]], None] | None = None,
+        on_release: Callable[[list[NodeScore]], None] | None = None,
     ) -> None:
         if (max_active is not None and max_active < 1) or max_ended < 1:
             raise ValueError("table bounds must be >= 1")
@@ -159,6 +189,11 @@ class WorkflowTable:
         self.max_ended = max_ended
         self.batch = batch
         self.on_changed = on_changed
+        self.on_release = on_release
+        self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.sessions_closed = 0
+        self.sessions_idle = 0
+        self.sessions_full = 0
         self._pending: list[PredictionQuery] = []
         self.workflows: OrderedDict[str, Workflow] = OrderedDict()
         self._ended: OrderedDict[str, tuple[str, int]] = OrderedDict()  # id -> (status, incarnation)
@@ -197,7 +232,8 @@ class WorkflowTable:
         """Ended ids currently remembered (at most ``max_ended``)."""
         return len(self._ended)
 
-    def invocation(self, hints: Hints, features: tuple[float, ...], now: float) -> Invocation:
+    def invocation(self, hints: Hints, features: tuple[float, ...], now: float,
+                   session: str | None = None) -> Invocation:
         """One invocation of ``hints.workflow_id`` at time ``now`` (seconds): observe, predict, rescore.
 
         A request for an id that already ended starts a new incarnation of it (its own history
@@ -207,6 +243,9 @@ class WorkflowTable:
             hints: the request's hints (``workflow_id``, ``app``, ``agent``, ``step``).
             features: the request's numeric features for the predictor.
             now: the owner's clock, seconds.
+            session: the request's session id (SGLang's top-level ``session_id``; in replay the
+                trace's). A new workflow whose session differs from its own id becomes a turn
+                of that session (see the module docstring); a later invocation does not move it.
         """
         workflows = self.workflows
         workflow_id = hints.workflow_id
@@ -214,6 +253,8 @@ class WorkflowTable:
         retired: list[Workflow] = []
         if wf is None:
             wf = workflows[workflow_id] = Workflow(workflow_id, hints.app, incarnation=self._next_incarnation(workflow_id))
+            if session is not None and session != workflow_id:
+                self._join_session(wf, session, now)
             if self.max_active is not None and len(workflows) > self.max_active:
                 retired = self._retire_over_bound(wf)
         else:
@@ -221,6 +262,8 @@ class WorkflowTable:
             if self.follow_app and hints.app is not None:
                 wf.app = hints.app
         wf.last_activity = now
+        if wf.session is not None:
+            self._session_activity(wf.session, now)
         self.invocations += 1
         changed: list[NodeScore] = []
         predictor = self.predictor
@@ -258,7 +301,10 @@ class WorkflowTable:
                 wf.pending_end = (status, reason)
             return wf
         del self.workflows[workflow_id]
-        changed = self.board.end_workflow(workflow_id, len(wf.history))
+        sid = wf.session
+        if sid is not None:  # its nodes stay held by the session for the next turn
+            self.sessions[sid].live.pop(workflow_id, None)
+        changed = self.board.end_workflow(workflow_id, len(wf.history), sid)
         self.ended += 1
         self._remember(workflow_id, status, wf.incarnation)
         if self.on_end is not None:
@@ -277,6 +323,8 @@ class WorkflowTable:
         last request in flight."""
         wf.inflight -= 1
         wf.last_activity = now
+        if wf.session is not None and self.workflows.get(wf.workflow_id) is wf:
+            self._session_activity(wf.session, now)
         if self.workflows.get(wf.workflow_id) is wf:
             self.workflows.move_to_end(wf.workflow_id)
             if wf.inflight == 0 and wf.pending_end is not None:
@@ -284,12 +332,14 @@ class WorkflowTable:
 
     def retire_idle(self, now: float, idle_s: float | None) -> list[str]:
         """End (status ``cancelled``, reason ``idle``) every workflow with nothing in flight whose
-        last activity is at least ``idle_s`` seconds before ``now``, least recently active first.
+        last activity is at least ``idle_s`` seconds before ``now``, least recently active first;
+        then release every session with no active workflow and no activity for as long (its
+        held nodes may retire).
 
         Returns:
-            The retired ids in retirement order (``[]`` if ``idle_s`` is ``None``).
+            The retired workflow ids in retirement order (``[]`` if ``idle_s`` is ``None``).
         """
-        if idle_s is None or not self.workflows:
+        if idle_s is None or not (self.workflows or self.sessions):
             return []
         horizon = now - idle_s
         expired = []
@@ -301,7 +351,29 @@ class WorkflowTable:
         for workflow_id in expired:
             self.end(workflow_id, RETIRED_STATUS, END_IDLE)
         self.retired_idle += len(expired)
+        idle = []
+        for sid, sess in self.sessions.items():  # ordered by last activity, as the workflows
+            if sess.last_activity > horizon:
+                break
+            if not sess.live:
+                idle.append(sid)
+        for sid in idle:
+            self._release_session(sid)
+        self.sessions_idle += len(idle)
         return expired
+
+    def close_session(self, session_id: str) -> int:
+        """The client closed session ``session_id`` (idempotent; an unknown id is fine): its hold
+        goes, so the nodes its ended turns left retire (``on_release`` re-files them). A turn
+        still active ends later as a workflow without a session.
+
+        Returns:
+            The number of node records released.
+        """
+        if session_id not in self.sessions:
+            return 0
+        self.sessions_closed += 1
+        return self._release_session(session_id)
 
     def flush(self) -> None:
         """Ask the predictor once for every gathered query (batch mode) and apply the predictions in
@@ -318,6 +390,46 @@ class WorkflowTable:
             self.on_changed(changed)
 
     # ------------------------------------------------------------------ helpers
+    def _join_session(self, wf: Workflow, session_id: str, now: float) -> None:
+        sessions = self.sessions
+        sess = sessions.get(session_id)
+        if sess is None:
+            sess = sessions[session_id] = Session()
+            if self.max_active is not None and len(sessions) > self.max_active:
+                self._release_over_bound(session_id)
+        sess.live[wf.workflow_id] = None
+        wf.session = session_id
+
+    def _session_activity(self, session_id: str, now: float) -> None:
+        sess = self.sessions.get(session_id)
+        if sess is not None:
+            sess.last_activity = now
+            self.sessions.move_to_end(session_id)
+
+    def _release_session(self, session_id: str) -> int:
+        """Drop the session: its active turns lose it, the board releases its hold."""
+        sess = self.sessions.pop(session_id)
+        for workflow_id in sess.live:
+            self.workflows[workflow_id].session = None
+        released = self.board.release_session(session_id)
+        if released and self.on_release is not None:
+            self.on_release(released)
+        return len(released)
+
+    def _release_over_bound(self, newest: str) -> None:
+        # least recently active first, never the newcomer or one with an active turn
+        excess = len(self.sessions) - self.max_active
+        victims = []
+        for sid, sess in self.sessions.items():
+            if excess <= 0:
+                break
+            if sid != newest and not sess.live:
+                victims.append(sid)
+                excess -= 1
+        for sid in victims:
+            self._release_session(sid)
+        self.sessions_full += len(victims)
+
     def _next_incarnation(self, workflow_id: str) -> int:
         entry = self._ended.pop(workflow_id, None)
         if entry is None:

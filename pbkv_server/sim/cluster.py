@@ -408,6 +408,12 @@ class _ClusterDriver(_Driver):
                 engine.advance_to(time)
             engine.end_workflow(workflow_id, status)
 
+    def _close_session(self, unit) -> None:
+        # every replica that served one of the unit's workflows holds its history
+        replicas = {r: None for wid in dict.fromkeys(unit.workflow_ids) for r in self.served.get(wid, ())}
+        for r in replicas:
+            self.engines[r].close_session(unit.unit_id)
+
     def cluster_summary(self) -> dict[str, Any]:
         counts = [acc[0] for acc in self.tokens]
         mean = sum(counts) / len(counts)

@@ -491,7 +491,7 @@ class _Driver:
         self._end(wid, status, time)
         self.metrics.workflow_ended(wid, time)
         if j + 1 == len(unit.requests):  # the unit's last workflow ended: its slot goes to the next unit
-            self.engine.close_session(unit.unit_id)  # the app closes its session (SGLang /close_session)
+            self._close_session(unit)  # the app closes its session (SGLang /close_session)
             self.done += 1
             if self.on_unit_end is not None:
                 self.on_unit_end(self.done)
@@ -504,6 +504,10 @@ class _Driver:
     def _end(self, workflow_id: str, status: str, time: float) -> None:
         """Send the workflow's end signal (a cluster sends it to the replicas that served it)."""
         self.engine.end_workflow(workflow_id, status)
+
+    def _close_session(self, unit: ReplayUnit) -> None:
+        """Close the unit's session (a cluster closes it on the replicas that served it)."""
+        self.engine.close_session(unit.unit_id)
 
     def _source(self, request_id: str) -> object:
         """The engine that served ``request_id``, for the latency breakdown (one engine here)."""
