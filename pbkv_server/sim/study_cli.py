@@ -27,6 +27,7 @@ import math
 import typer
 import typer.core
 
+from pbkv_server.engine.policies import DEFAULT_POLICY, REFERENCE_POLICY
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, PAPER_HOST_RATIO
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
@@ -292,8 +293,8 @@ def regime(
             try:
                 result = run_workload(spec, settings, records=records, on_cell=lambda c, label=spec.label: err.print(
                     f"  {label}: C={c.concurrency} host {c.host_ratio:g}x f={c.device_fraction:g} "
-                    f"({c.regime}) pbkv {c.policies.get('pbkv', {}).get('latency_speedup', math.nan):.3f}x "
-                    f"opt {c.policies['opt']['latency_speedup']:.3f}x", highlight=False))
+                    f"({c.regime}) {DEFAULT_POLICY} {c.policies.get(DEFAULT_POLICY, {}).get('latency_speedup', math.nan):.3f}x "
+                    f"{REFERENCE_POLICY} {c.policies[REFERENCE_POLICY]['latency_speedup']:.3f}x", highlight=False))
             except (ValueError, RuntimeError, SimulationError) as exc:
                 raise fail(f"{spec.label}: {exc}") from None
             results.append(result)

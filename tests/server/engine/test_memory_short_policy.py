@@ -9,7 +9,7 @@ import pytest
 from pbkv_contract.hints import Hints
 from pbkv_server.engine.policies import available_policies, policy_info, REPLAY, SERVER, SGLANG
 
-from engine_helpers import TablePredictor, chain, device_keys, host_keys, make_engine, request, run
+from .engine_helpers import TablePredictor, chain, device_keys, host_keys, make_engine, request, run
 
 #: every workflow's next agents: "a" for certain (score 1 + 0.7 + 0.49 with gamma 0.7)
 TABLE = {w: [{"a": 1.0}] * 3 for w in ("w1", "w2", "w3")}

@@ -32,7 +32,7 @@ import pytest
 from pbkv_contract.hints import Hints
 from pbkv_server.engine.types import FirstToken
 
-from engine_helpers import chain, device_keys, make_engine, request, run
+from .engine_helpers import chain, device_keys, make_engine, request, run
 
 PREDICTIVE = ("lae", "he", "pbkv")
 
