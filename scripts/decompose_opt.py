@@ -132,7 +132,7 @@ def replay_cell(cell: str, out: Path, predictor: str, force: bool) -> dict[str, 
 
 
 def _bench(*args: str) -> None:
-    cmd = [sys.executable, "-m", "pbkv_server.bench_cli", *args]
+    cmd = [sys.executable, "-m", "pbkv_server.cli.bench", *args]
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ)
     if done.returncode:
         raise SystemExit(f"decompose_opt: {' '.join(args[:2])} failed: {done.stderr.strip().splitlines()[-1:]}")

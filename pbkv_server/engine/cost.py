@@ -2,7 +2,7 @@
 
 A :class:`HardwareProfile` turns work into engine seconds: prefill throughput (tokens/s), decode
 step time as an affine function of the batch size and of the context the running sequences hold,
-and host<->device copies over PCIe. Named instances live in :mod:`pbkv_server.sim.profiles`; each
+and host<->device copies over PCIe. Named instances live in :mod:`pbkv_server.hardware.profiles`; each
 cites where its numbers come from.
 """
 

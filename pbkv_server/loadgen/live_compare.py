@@ -2,13 +2,13 @@
 
 The command asks the server for its settings (``GET /server_info``: eviction policy and its
 config, KV pool ``max_total_num_tokens``, page size, HiCache), live-replays the trace against it
-(:func:`pbkv_server.live_replay.replay`, SGLang ``/generate``), then replays the *same* requests in
+(:func:`pbkv_server.loadgen.live_replay.replay`, SGLang ``/generate``), then replays the *same* requests in
 the simulator with the engine-core policy of the same rule (:func:`sim_policy`), the same device
 capacity and page size, no host tier, the same concurrency and predictor, and prints both hit rates side by
 side (token-level: cached prompt tokens / prompt tokens).
 
 "The same requests" means what the live server saw, not the raw trace: each block of a prompt
-has the token count :class:`~pbkv_server.live_replay.PromptBook` gave it (fixed per block hash),
+has the token count :class:`~pbkv_server.loadgen.live_replay.PromptBook` gave it (fixed per block hash),
 output lengths are capped like the live replay's, and the gaps between a workflow's invocations
 are the recorded ones times ``--gap-scale`` (default 0, back to back, as live-replay's), with
 the end signal right after the last invocation.

@@ -22,7 +22,7 @@ Two published settings are replayed through the simulator and set next to the pa
   figure compared is :attr:`EngineStats.decode_s` / ``decode_iterations``.
 
 A disagreement above :data:`TOLERANCE` is reported, never fitted: the cost model's inputs come
-from datasheets and model configurations (:mod:`pbkv_server.sim.profiles`), and no constant is
+from datasheets and model configurations (:mod:`pbkv_server.hardware.profiles`), and no constant is
 chosen to meet these figures.
 """
 

@@ -1,5 +1,5 @@
 """Per-request serving metrics of a replay, with the definitions of the metrics vocabulary
-(:mod:`pbkv_server.metrics`, which the server's Prometheus metrics use too).
+(:mod:`pbkv_server.engine.metric_names`, which the server's Prometheus metrics use too).
 
 * workflow latency: from the workflow's first submission to its end (seconds);
 * TTFT of a request: from its arrival to its first output token (queueing + host loads + prefill);

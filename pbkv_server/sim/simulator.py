@@ -340,7 +340,7 @@ def simulate(
             predictors learn from the stream).
         device_tokens / host_tokens: capacity overrides in tokens (``None``: the profile's, each on
             its own: ``pbkv-bench replay`` sizes the host tier from the device size with
-            :func:`pbkv_server.sim.profiles.host_tokens_for` and passes both).
+            :func:`pbkv_server.hardware.profiles.host_tokens_for` and passes both).
         horizon, gamma, rho, max_batch: engine settings (PBKV Eq. 2 K and gamma; aggressive rho).
         page_size: KV page size in tokens (``None``: the trace's blocks are the cache units).
         batch_predictions: one predictor call per scheduling step (see ``EngineConfig``).

@@ -19,7 +19,7 @@ Studies (paper figure in brackets), each a set of replays of the test trace:
 
 Seeds: a study that uses the trained predictor repeats each point with ``seeds`` predictors: the
 given model file, then GraphSAGE models trained on the training trace with seeds 1, 2, ...
-(:func:`predictor.backbones.train_backbone`, ``pbkv-predictor train``'s recipe); backbone and
+(:func:`pbkv_train.backbones.train_backbone`, ``pbkv-predictor train``'s recipe); backbone and
 horizon models are trained for every seed. Points report mean and standard deviation over seeds
 (error bars). Policies without predictions, and the noise study (the oracle is deterministic), run
 once. Policy names come from the registry (predictive ones, the baseline, the default policy).
@@ -243,7 +243,7 @@ class _Models:
         self._cache: dict[tuple[str, int, int], Any] = {}
 
     def backbone(self, name: str, k: int, seed: int):
-        """A backbone trained on the training trace (:func:`predictor.backbones.train_backbone`)."""
+        """A backbone trained on the training trace (:func:`pbkv_train.backbones.train_backbone`)."""
         key = (name, k, seed)
         if key not in self._cache:
             from pbkv_train.backbones import train_backbone
