@@ -3,9 +3,9 @@
 For each workload (a synthetic graph, or a recorded trace such as an example's ``test.jsonl``) it
 replays every online replay policy of the registry (``lru``, PBKV and its baselines, ``kvflow``,
 then the alternatives: SGLang's session cache and priority eviction, TTL pins, Continuum,
-speculative prefill, KVFlow as shipped) and the offline bound, the predictive policies once per
+speculative prefill, KVFlow as shipped) and the offline reference, the predictive policies once per
 predictor (default ``oracle`` and ``markov``), and prints a markdown table: device and host hit
-rate, device-hit gap closed (share of the hit-rate gap between the baseline and the offline bound
+rate, device-hit gap closed (share of the hit-rate gap between the baseline and the offline reference
 that the policy closes: 100% = the bound; n/a when the gap is under half a point), prefill saved,
 mean workflow latency, speedup vs LRU (LRU's mean latency / the policy's, x, >1 faster), latency
 capture and mean TTFT (measures of :mod:`pbkv_server.sim.measures`, as ``pbkv-bench replay``

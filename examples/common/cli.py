@@ -49,7 +49,7 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
                                    "gaps: the same seed gives the same figures on any machine) or recorded (this "
                                    "run's wall clock, which moves with the machine's load)"),
         no_belady: bool = typer.Option(False, "--no-opt", "--no-belady",
-                                       help="skip the offline optimum opt, the reference every gap is measured "
+                                       help="skip the offline reference opt, the reference every gap is measured "
                                             "against (--no-belady is its former name)"),
     ) -> None:
         """Run the example end to end: app -> traces -> predictor -> replay under every policy -> table, plots."""

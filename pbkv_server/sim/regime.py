@@ -1,5 +1,5 @@
 """The regime study (``pbkv-bench study regime``): where in (device, host, concurrency) a cache
-policy can change latency, and how much of the offline optimum's gain each policy gets there.
+policy can change latency, and how much of the offline reference's (`opt`'s) gain each policy gets there.
 
 Grid, per workload (a recorded or synthetic trace, its predictor, base concurrency ``C0`` and
 hardware profile):

@@ -4,7 +4,7 @@
 expected discounted number of uses in the next K invocations. Where the reusable working set
 exceeds device + host, every active workflow's cache has a similar score, ties fall to LRU, and
 the cache thrashes: each workflow loses its history just before it comes back (LRU on a cyclic
-pattern). The offline optimum instead keeps some workflows whole. This rule keeps the hierarchy
+pattern). The offline reference `opt` instead keeps some workflows whole. This rule keeps the hierarchy
 (retired cache first, guard fallback to LRU) and changes three things
 (``docs/design/memory-short-policy.md``):
 
