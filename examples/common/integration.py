@@ -26,8 +26,15 @@ from rich.console import Console
 from examples.common.results import PolicyResult
 from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter, read_trace
 
-__all__ = ["embedded_server", "train_predictor", "replay", "read_records", "canonicalise_trace", "retime_trace",
-           "summary_to_result"]
+__all__ = ["EMBEDDED_END_TIMEOUT_S", "embedded_server", "train_predictor", "replay", "read_records",
+           "canonicalise_trace", "retime_trace", "summary_to_result"]
+
+
+#: The end signal's per-phase timeout against the embedded server, seconds. The server runs in a
+#: thread of the app's own process (one GIL, 2 cores), so under the app's load its answer can take
+#: longer than the SDK's 0.5 s default, which then warns; a lost end only delays the retirement in
+#: the app run's engine (the replay reads the recorded ``workflow_end``), but the warning misleads.
+EMBEDDED_END_TIMEOUT_S = 5.0
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any, Callable
 
 from examples.common.data import workflow_id_for
+from examples.common.integration import EMBEDDED_END_TIMEOUT_S
 from examples.common.pipeline import ExampleSpec, seeded_split
 from examples.finance_crewai import prompts as P
 from examples.finance_crewai import sizes as S
@@ -47,7 +48,8 @@ async def run_questions(questions: list[FinanceQuestion], server_url: str, trace
     from pbkv_sdk.integrations.crewai import instrument
 
     examples = worked_examples(load_financebench())
-    pbkv = instrument(app=P.APP, server_url=server_url, trace_path=trace_path)
+    pbkv = instrument(app=P.APP, server_url=server_url, trace_path=trace_path,
+                      end_timeout_s=EMBEDDED_END_TIMEOUT_S)
     try:
         llm = LLM(model="openai/pbkv-sim", base_url=server_url + "/v1", api_key="not-needed", max_tokens=1024,
                   temperature=0.0, interceptor=pbkv.interceptor)

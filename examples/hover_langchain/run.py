@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any, Callable
 
 from examples.common.data import workflow_id_for
+from examples.common.integration import EMBEDDED_END_TIMEOUT_S
 from examples.common.pipeline import ExampleSpec, seeded_split
 from examples.hover_langchain import prompts as P
 from examples.hover_langchain import sizes as S
@@ -58,7 +59,7 @@ async def run_claims(claims: list[HoverClaim], server_url: str, trace_path: str,
     task_ids = {c.uid for c in claims}
     distractors = [c for c in everything[:-N_EXAMPLES] if c.uid not in task_ids][-N_DISTRACTOR_CLAIMS:]
     index = build_index(claims, distractors)
-    instrument(app=P.APP, server_url=server_url, trace_path=trace_path)
+    instrument(app=P.APP, server_url=server_url, trace_path=trace_path, end_timeout_s=EMBEDDED_END_TIMEOUT_S)
     try:
         llm = ChatOpenAI(model="pbkv-sim", base_url=server_url + "/v1", api_key="not-needed", max_tokens=512,
                          temperature=0.0, max_retries=0, timeout=120,

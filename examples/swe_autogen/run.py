@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any, Callable
 
 from examples.common.data import workflow_id_for
+from examples.common.integration import EMBEDDED_END_TIMEOUT_S
 from examples.common.pipeline import ExampleSpec, seeded_split
 from examples.swe_autogen import prompts as P
 from examples.swe_autogen import sizes as S
@@ -48,7 +49,8 @@ async def run_issues(tasks: list[SweTask], server_url: str, trace_path: str, con
             client = OpenAIChatCompletionClient(model="pbkv-sim", base_url=server_url + "/v1", api_key="not-needed",
                                                 model_info=MODEL_INFO, max_tokens=1024, temperature=0.0)
             try:
-                team = instrument_team(build_team(client), app=P.APP, server_url=server_url, trace_path=trace_path)
+                team = instrument_team(build_team(client), app=P.APP, server_url=server_url, trace_path=trace_path,
+                                      end_timeout_s=EMBEDDED_END_TIMEOUT_S)
                 # A fixed workflow id per issue keeps the seeded scenario replies the same in every run.
                 result = await team.run(task=P.task_message(task), workflow_id=workflow_id_for(task.instance_id))
             finally:
