@@ -81,8 +81,9 @@ SIZES: tuple[Size, ...] = (
          "offline index holds the task titles plus these distractors)"),
     Size("TASKS[full]", TASKS["full"], "claims", "(training, test) claims of a full run",
          "The app's value: the main job's budget (at most 4 minutes after setup on a 2-core "
-         "machine); 150 test claims still keep the paper's 72 workflows in flight, so W and the regime "
-         "do not depend on it"),
+         "machine). 150 test claims still keep the paper's 72 workflows in flight, so the paper setup "
+         "stays memory-short; a run this short spends more of its time filling and draining, so "
+         "policies differ less than at 300/300 (`--train 300 --test 300`)"),
     Size("TASKS[quick]", TASKS["quick"], "claims", "(training, test) claims of `--quick` (CI)",
          "The app's value (CI budget)"),
 )
