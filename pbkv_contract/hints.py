@@ -469,7 +469,11 @@ class KvHintEnvelope:
 _KV_HINT_FIELDS = ((KV_HINTS_KEY,), (KV_HINT_KEY_DYNAMO,), ("kv_transfer_params", KV_HINT_KEY_DYNAMO))
 
 
-def _kv_field(body: Mapping) -> tuple[str, Any]:
+def find_kv_hints(body: Mapping) -> tuple[str, Any]:
+    """Where a body carries its KV-hint envelope, as ``(dotted field, raw value)``: ``kv_hints``
+    (vLLM, SGLang), else Dynamo's ``kv_hint`` or ``kv_transfer_params.kv_hint``; ``("kv_hints",
+    None)`` when it carries none. The value is not checked (:func:`parse_kv_hints` does that):
+    a proxy forwards it as it came, the engine's book parses it."""
     for path in _KV_HINT_FIELDS:
         value: Any = body
         for key in path:
@@ -494,7 +498,7 @@ def parse_kv_hints(body: Any) -> tuple[KvHintEnvelope | None, str | None]:
     if not isinstance(body, Mapping):
         return None, None
     try:
-        where, env = _kv_field(body)
+        where, env = find_kv_hints(body)
     except Exception:  # an odd mapping type: no envelope to read
         return None, None
     if env is None:

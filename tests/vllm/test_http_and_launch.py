@@ -70,6 +70,20 @@ def test_the_kv_hint_envelope_travels_in_vllm_xargs():
     assert "kv_hints" not in out and json.loads(out["vllm_xargs"]["pbkv_kv_hints"]) == envelope
 
 
+@pytest.mark.parametrize("shape", ["kv_hint", "kv_transfer_params.kv_hint"])
+def test_dynamo_shaped_envelopes_travel_in_vllm_xargs_too(shape):
+    envelope = {"protocol_version": "0.1", "message_id": "m1",
+                "actions": [{"action_id": "a1", "action_type": "kv.evict", "action_version": "1.0",
+                             "payload": {"session_id": "wf1"}}]}
+    body = ({"model": "m", "kv_hint": envelope} if shape == "kv_hint"
+            else {"model": "m", "kv_transfer_params": {"do_remote_prefill": False, "kv_hint": envelope}})
+    out = hinted_body({}, body)
+    assert json.loads(out["vllm_xargs"]["pbkv_kv_hints"]) == envelope
+    assert "kv_hint" not in out  # the top-level field is consumed
+    if shape != "kv_hint":  # vLLM's own field stays exactly as the client sent it
+        assert out["kv_transfer_params"] == body["kv_transfer_params"]
+
+
 def test_a_non_json_body_passes_untouched():
     seen, status, _ = _asgi("POST", "/v1/completions", b"not json", [("content-type", "application/json")])
     assert status == 200 and seen["body"] == b"not json"

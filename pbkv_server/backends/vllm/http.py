@@ -9,8 +9,8 @@ engine core; its ``vllm_xargs`` body field reaches the scheduler's ``Request`` a
   ``pbkv_agent``, ``pbkv_step``, ``pbkv_app`` (:data:`~.workflows.FLAT_KEYS`); a malformed hint is
   forwarded as ``pbkv_malformed`` (the reason), so the engine core counts it and serves the
   request anonymously; a body that is not JSON is passed on untouched; the body's KV-hint
-  envelope ``kv_hints`` (which vLLM 0.33.0's HTTP server does not read) travels JSON-encoded as
-  ``vllm_xargs.pbkv_kv_hints``;
+  envelope (``kv_hints``, or Dynamo's ``kv_hint`` at the top or in ``kv_transfer_params``; vLLM
+  0.33.0's HTTP server reads none of them) travels JSON-encoded as ``vllm_xargs.pbkv_kv_hints``;
 - answers ``POST /pbkv/v1/workflows/{workflow_id}/end`` (hint protocol v1: optional JSON body
   ``{"status": ...}``; 204, 400 with a reason, 503 without a control socket) by sending the end to
   the engine core (:func:`~.control.send_end`, socket ``PBKV_VLLM_CONTROL``).
@@ -26,7 +26,8 @@ import os
 import re
 from typing import Any, Awaitable, Callable
 
-from pbkv_contract.hints import BODY_KEY, END_STATUSES, KV_HINTS_KEY, HintError, parse_hints, validate_workflow_id
+from pbkv_contract.hints import (BODY_KEY, END_STATUSES, KV_HINT_KEY_DYNAMO, KV_HINTS_KEY, HintError, find_kv_hints,
+                                 parse_hints, validate_workflow_id)
 
 from .control import send_end
 from .settings import ENV_CONTROL
@@ -47,7 +48,9 @@ def hinted_body(headers: dict[str, str], body: Any) -> Any:
     if not isinstance(body, dict):
         return body
     hints, reason = parse_hints(headers, body)
-    envelope = body.get(KV_HINTS_KEY)
+    # any of the three shapes (vLLM/SGLang ``kv_hints``, Dynamo's ``kv_hint`` at the top or in
+    # ``kv_transfer_params``) travels on in one xarg; the engine's book reads it as ``kv_hints``
+    _, envelope = find_kv_hints(body)
     if hints is None and reason is None and envelope is None:
         return body
     xargs = body.get("vllm_xargs")
@@ -61,7 +64,9 @@ def hinted_body(headers: dict[str, str], body: Any) -> Any:
         xargs[MALFORMED_KEY] = reason[:200]
     if envelope is not None:
         xargs[KV_HINTS_XARG] = json.dumps(envelope)
-    out = {k: v for k, v in body.items() if k not in ("custom_params", KV_HINTS_KEY)}
+    # the top-level envelope fields are ours to consume (vLLM 0.33.0's server reads neither);
+    # ``kv_transfer_params`` is vLLM's own (connectors read it) and stays as it came
+    out = {k: v for k, v in body.items() if k not in ("custom_params", KV_HINTS_KEY, KV_HINT_KEY_DYNAMO)}
     custom = body.get("custom_params")
     if isinstance(custom, dict) and set(custom) - {BODY_KEY}:  # keep what else the client sent
         out["custom_params"] = {k: v for k, v in custom.items() if k != BODY_KEY}
