@@ -16,6 +16,9 @@ compares only the policies it holds, so a new policy is covered once it is added
 
 ``add`` replays the fixture's own cases for the new policies (and ``lru`` once more, which must
 equal the fixture's ``lru`` exactly, so the cases are the same ones), then writes them into FIXTURE.
+A deliberate behaviour change of one policy re-records only that policy's entries the same way:
+
+    python scripts/replay_fingerprint.py add FIXTURE --policies CHANGED --workflows 60 --replace
 
 Cases recorded:
 
@@ -70,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--workflows", type=int, default=SYNTH["workflows"], help="workflows of the synthetic trace")
     add = sub.add_parser("add", help="record new policies into an existing fingerprint (others untouched)")
     add.add_argument("fixture", type=Path)
-    add.add_argument("--policies", required=True, help="comma-separated policies not yet in the fixture")
+    add.add_argument("--policies", required=True,
+                     help="comma-separated policies not yet in the fixture (or in it, with --replace)")
+    add.add_argument("--replace", action="store_true",
+                     help="re-record policies the fixture already holds (a deliberate behaviour change)")
     add.add_argument("--workflows", type=int, default=SYNTH["workflows"],
                      help="workflows of the synthetic trace (the fixture's own: 60 for the test fixture)")
     cmp_ = sub.add_parser("compare", help="exit 1 if two fingerprints differ")
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "record":
         return record(args.out, args.example, args.policies, args.workflows)
     if args.cmd == "add":
-        return add_policies(args.fixture, args.policies.split(","), args.workflows)
+        return add_policies(args.fixture, args.policies.split(","), args.workflows, args.replace)
     return compare(args.before, args.after)
 
 
@@ -124,18 +130,25 @@ def recorded_policies(fingerprint: dict[str, Any]) -> list[str]:
     return sorted(next(iter(fingerprint.values()))) if fingerprint else []
 
 
-def add_policies(fixture: Path, policies: list[str], workflows: int = SYNTH["workflows"]) -> int:
+def add_policies(fixture: Path, policies: list[str], workflows: int = SYNTH["workflows"], replace: bool = False) -> int:
     """Record ``policies`` on the synthetic cases of ``fixture`` and write them into it.
 
     Only synthetic cases are supported (example cases need their run's files). ``lru`` is replayed
     alongside and must equal the fixture's ``lru`` exactly, which shows that ``workflows`` and the
-    case settings are the fixture's; a policy already in the fixture is refused (use ``record`` for
-    a deliberate re-recording). Returns 0, or 2 with one line on stderr.
+    case settings are the fixture's; a policy already in the fixture is refused unless ``replace``
+    (a deliberate behaviour change of that policy: its entries are overwritten, every other
+    policy's stay as recorded). Re-recording ``lru`` itself is refused (it is the check that the
+    cases are the fixture's). Returns 0, or 2 with one line on stderr.
     """
     data = json.loads(fixture.read_text(encoding="utf-8"))
     have = set(recorded_policies(data))
     policies = [p for p in (q.strip() for q in policies) if p]
     again = sorted(set(policies) & have)
+    if replace and _baseline() in policies:
+        print(f"replay_fingerprint: --replace cannot re-record {_baseline()} (use record)", file=sys.stderr)
+        return 2
+    if replace:
+        again = []
     if not policies or again:
         print(f"replay_fingerprint: {', '.join(again) or 'no policy'} already in {fixture}" if again
               else "replay_fingerprint: --policies names no policy", file=sys.stderr)
@@ -157,7 +170,7 @@ def add_policies(fixture: Path, policies: list[str], workflows: int = SYNTH["wor
         for policy in policies:
             runs[policy] = fresh[case][policy]
     fixture.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"added {', '.join(policies)} to {fixture} ({len(data)} cases)")
+    print(f"{'re-recorded' if replace else 'added'} {', '.join(policies)} in {fixture} ({len(data)} cases)")
     return 0
 
 

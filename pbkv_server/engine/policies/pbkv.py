@@ -18,10 +18,14 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    admitted will use its agent's cache at admission with certainty, but the score, predicted at
    that invocation, counts only the *next* agents. Cache of a (workflow, agent) with a request
    waiting ranks above all other active cache.
-3. **Host tier keeps what ranks highest** (``selective_host``): a device victim is written to a
-   full host only if it ranks above the host's own next victim (retired cache is then dropped
-   instead of displacing active host cache). The host drops in the same order
-   (:meth:`host_priority` is :meth:`priority`).
+3. **Host drop order: farthest estimated next use first** (:meth:`host_priority`, an online
+   approximation of MIN, :mod:`.host_order`): retired cache first, then active cache by the
+   estimated engine time of its next use (its workflows' waiting requests, running requests and
+   tool gaps, weighted by the predictor's one-step probability), latest first.
+4. **Host tier keeps what ranks highest** (``selective_host``): a device victim is written to a
+   full host only if it ranks above the host's own next victim in that order (retired cache, or
+   cache whose next use is estimated farther than every host leaf's, is then dropped instead of
+   displacing host cache used sooner).
 
 Admission stays FIFO: admitting the oldest workflow's request first gained more on agent-only
 traces but made mixed chat + agent traffic slower than LRU (``docs/design/memory-short-policy.md``).
@@ -30,10 +34,11 @@ Traffic without hints is ordered exactly as ``lru`` (every node ranks ``(1, -inf
 chat turns (single-request workflows) have no active cache once they end,
 and their ages follow submission order.
 
-State kept per active workflow: its age (a sequence number from its first invocation) and its
-waiting requests per agent, fed by :meth:`on_invocation`, :meth:`on_admit` and
-:meth:`on_workflow_end`. A backend without those hooks (the SGLang plugin today) sees every
-workflow as equally old and nothing waiting: the order degrades to ``pbkv-paper``'s.
+State kept per active workflow: its age (a sequence number from its first invocation), its
+waiting requests per agent and its next-use estimate, fed by :meth:`on_invocation`,
+:meth:`on_admit`, :meth:`on_finish` and :meth:`on_workflow_end`. A backend without those hooks
+(the SGLang plugin today) sees every workflow as equally old, nothing waiting and no estimate:
+the device order degrades to ``pbkv-paper``'s and the host order to score, then LRU.
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ from __future__ import annotations
 import itertools
 import math
 
+from ..radix import HOST
 from .base import register_policy
+from .host_order import NextUse
 from .pbkv_paper import PBKVPaperPolicy
 
 #: Lookahead score below which active cache counts as not expected within the horizon (expected
@@ -52,9 +59,11 @@ LOW_SCORE = 0.05
 @register_policy("pbkv")
 class PBKVPolicy(PBKVPaperPolicy):
     """Retired ``(0, ...)``, unlikely ``(1, -inf, score, t)``, resident set ``(1, -age, score, t)``,
-    waiting requests' cache ``(2, -age, score, t)``."""
+    waiting requests' cache ``(2, -age, score, t)``; host order: retired ``(0, ...)``, active
+    ``(1, -estimated next use, score, t)``."""
 
-    summary = "pbkv-paper + stable resident set (youngest workflow first), waiting requests' cache kept, selective host"
+    summary = ("pbkv-paper + stable resident set (youngest workflow first), waiting requests' cache kept, "
+               "host drops the farthest estimated next use, selective host")
     sglang_name = "pbkv"
     selective_host = True
 
@@ -63,6 +72,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._seq = itertools.count()
         self._age: dict = {}  # active workflow id -> sequence number of its first invocation
         self._wait: dict = {}  # workflow id -> {agent: requests submitted and not yet admitted}
+        self._next = NextUse()  # next-use estimates of active workflows (host order)
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
@@ -85,6 +95,19 @@ class PBKVPolicy(PBKVPaperPolicy):
             return (1, -math.inf, sc.score, node.last_access)
         return (1, -keeper, sc.score, node.last_access)
 
+    def host_priority(self, node) -> tuple:
+        """Host drop order: retired first, then active cache whose estimated next use
+        (:meth:`.host_order.NextUse.estimate`, engine seconds) is farthest; unhinted cache and the
+        guard's fallback rank as in ``lru``."""
+        sc = node.sc
+        if sc is None:
+            return (1, -math.inf, 0.0, node.last_access)
+        if sc.retired:
+            return (0, 0 if sc.finished_private else 1, 0.0, node.last_access)
+        if self.fallback or not sc.access:
+            return (1, -math.inf, 0.0, node.last_access)
+        return (1, -self._next.estimate(sc), sc.score, node.last_access)
+
     # ----------------------------------------------------------------- hooks
     def on_invocation(self, wf, previous_agent) -> None:
         """A request of ``wf`` was submitted: give a new workflow its age, mark its agent waiting."""
@@ -94,7 +117,9 @@ class PBKVPolicy(PBKVPaperPolicy):
         agent = wf.agent
         ws = self._wait.setdefault(wid, {})
         ws[agent] = ws.get(agent, 0) + 1
+        self._next.invocation(wid, wf.app, agent, self._now())
         self._refile(wid, agent)
+        self._refile_host(wid)
 
     def on_admit(self, admission, path) -> None:
         """The request was admitted: its agent no longer waits (its path is locked meanwhile)."""
@@ -106,16 +131,44 @@ class PBKVPolicy(PBKVPaperPolicy):
         if ws is None or agent not in ws:
             return  # an internal request (speculative prefill), or one of an ended incarnation
         ws[agent] -= 1
-        if ws[agent] <= 0:
+        still = ws[agent] > 0
+        if not still:
             del ws[agent]
             if not ws:
                 del self._wait[wid]
             self._refile(wid, agent)
+        req = admission.request
+        self._next.admitted(wid, wf.app, agent, req.request_id if req is not None else None, self._now(), still)
+        self._refile_host(wid)
+
+    def on_finish(self, request, wf, end) -> None:
+        """A request finished: its workflow is in its tool gap (its next-use estimate moves)."""
+        if wf is None or wf.workflow_id not in self._age:
+            return
+        wid = wf.workflow_id
+        self._next.finished(wid, wf.app, request.request_id, self._now())
+        self._refile_host(wid)
 
     def on_workflow_end(self, wf) -> None:
         """Forget the workflow (its nodes are re-filed by the engine: their access changed)."""
         self._age.pop(wf.workflow_id, None)
         self._wait.pop(wf.workflow_id, None)
+        self._next.ended(wf.workflow_id)
+
+    def _now(self) -> float:
+        cache = self.cache
+        return cache.now if cache is not None else 0.0
+
+    def _refile_host(self, wid) -> None:
+        """Re-file workflow ``wid``'s host nodes (their next-use estimate changed); device nodes
+        keep their entries (the device order does not read the estimate)."""
+        cache = self.cache
+        if cache is None:
+            return
+        for rec in cache.board.records(wid):
+            node = rec.owner
+            if node.tier == HOST:
+                cache.refresh(node)
 
     def _refile(self, wid, agent) -> None:
         """Re-file the nodes ``agent`` of workflow ``wid`` touched (their waiting rank changed)."""

@@ -100,3 +100,30 @@ def test_pbkv_paper_is_registered_with_the_papers_rules():
     assert info.backends == {REPLAY, SERVER, SGLANG} and info.sglang_name == "pbkv-paper"
     assert policy_info("pbkv").sglang_name == "pbkv"
     assert {"pbkv", "pbkv-paper"} <= set(available_policies(REPLAY))
+
+
+def test_host_keeps_the_leaf_whose_next_use_is_estimated_sooner():
+    """Device 30, host 20 (one 20-token history). Older w1 caches [A1 A2] (agent "a", predicted
+    next only with probability 0.03 per step: score 0.03 * (1 + 0.7 + 0.49) = 0.0657, above
+    LOW_SCORE, so the device keeps ranking it in the resident set); younger w2 caches [B1 B2]
+    ("a" certain: q = 1), which demotes A to the empty host. An anonymous [N1 N2] then demotes B
+    to the full host. Next-use estimates (host_order.NextUse): w1 finished at t1 after a request
+    of d1 > 0 s, no gap observed yet, so A's is t1 + (1/0.0657 - 1) * d1 = t1 + 14.2 d1; w2
+    finished at t2 = t1 + d2 (d2: w2's request, about d1 plus A's write), so B's is t2, sooner.
+    The host drops A and keeps B, and w2's next request [B1 B2] finds its 20 tokens there. The
+    previous host order (the device order: youngest workflow's cache first) dropped B instead
+    (w2 is younger) and the request found nothing: 0 host hits."""
+    table = {"w1": [{"a": 0.03, "b": 0.97}] * 3, "w2": [{"a": 1.0}] * 3}
+    eng = make_engine("pbkv", device=30, host=20, predictor=TablePredictor(table))
+    eng.submit(request("w1.0", ["A1", "A2"], hints=Hints("w1", "a", 0, "app")))
+    run(eng)
+    eng.submit(request("w2.0", ["B1", "B2"], hints=Hints("w2", "a", 0, "app")))
+    run(eng)
+    assert host_keys(eng) == set(chain(["A1", "A2"]))
+    eng.submit(request("n", ["N1", "N2"]))
+    run(eng)
+    assert host_keys(eng) == set(chain(["B1", "B2"]))
+    before = eng.stats.host_hit_tokens
+    eng.submit(request("w2.1", ["B1", "B2"], hints=Hints("w2", "a", 1, "app")))
+    run(eng)
+    assert eng.stats.host_hit_tokens - before == 20

@@ -117,3 +117,29 @@ def test_add_records_a_missing_policy_exactly_as_a_full_recording_does(tmp_path)
     copy.write_text(json.dumps(data))
     assert fp.add_policies(copy, [dropped], WORKFLOWS) == 0
     assert json.loads(copy.read_text()) == json.loads(FIXTURE.read_text())
+
+
+def test_replace_refuses_to_re_record_the_baseline(tmp_path, capsys):
+    fp = _script()
+    copy = tmp_path / "fp.json"
+    copy.write_text(FIXTURE.read_text())
+    assert fp.add_policies(copy, ["lru"], WORKFLOWS, replace=True) == 2
+    assert "cannot re-record lru" in capsys.readouterr().err
+    assert copy.read_text() == FIXTURE.read_text()
+
+
+@pytest.mark.slow
+def test_replace_re_records_only_the_named_policy(tmp_path):
+    """Spoil one policy's figures in a copy; --replace restores exactly them and nothing else."""
+    fp = _script()
+    data = json.loads(FIXTURE.read_text())
+    for runs in data.values():
+        runs["lae"]["hit_rate"] = -1.0
+        runs["he"]["hit_rate"] = -2.0  # not named: must stay spoiled
+    copy = tmp_path / "fp.json"
+    copy.write_text(json.dumps(data))
+    assert fp.add_policies(copy, ["lae"], WORKFLOWS, replace=True) == 0
+    got, want = json.loads(copy.read_text()), json.loads(FIXTURE.read_text())
+    for case, runs in got.items():
+        assert runs["lae"] == want[case]["lae"]
+        assert runs["he"]["hit_rate"] == -2.0
