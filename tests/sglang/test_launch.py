@@ -1,5 +1,6 @@
 """``pbkv-server --engine sglang`` builds the right command and the launched SGLang has the plugin."""
 
+import re
 import sys
 
 import pytest
@@ -41,4 +42,11 @@ def test_launched_sglang_lists_the_plugin_policies(capfd, monkeypatch):
     monkeypatch.setenv("PBKV_SGLANG_PYTHON", sys.executable)
     assert main("pbkv-lae", ["--help"]) == 0
     out = capfd.readouterr().out
-    assert "{lru,lfu,slru,priority,tlru,pbkv-lae,pbkv-he,pbkv}" in out
+    # SGLang's own five, then every SGLang name of a registered policy (a new one joins the list)
+    from pbkv_server.engine.policies import sglang_policy_names
+
+    choices = re.search(r"--radix-eviction-policy \{([^}]*)\}", out)
+    assert choices is not None, out[-2000:]
+    assert set(choices.group(1).split(",")) == {"lru", "lfu", "slru", "priority", "tlru",
+                                                *sglang_policy_names()}
+    assert {"pbkv", "pbkv-paper", "pbkv-he", "pbkv-lae"} <= set(sglang_policy_names())
