@@ -76,13 +76,10 @@ class PBKVPolicy(PBKVPaperPolicy):
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
+        shared = self._shared_rank(node)
+        if shared is not None:
+            return shared
         sc = node.sc
-        if sc is None:
-            return (1, -math.inf, 0.0, node.last_access)
-        if sc.retired:
-            return (0, 0 if sc.finished_private else 1, 0.0, node.last_access)
-        if self.fallback or not sc.access:
-            return (1, -math.inf, 0.0, node.last_access)
         age = self._age
         keeper = min(age.get(w, math.inf) for w in sc.access)
         wait = self._wait
@@ -99,6 +96,16 @@ class PBKVPolicy(PBKVPaperPolicy):
         """Host drop order: retired first, then active cache whose estimated next use
         (:meth:`.host_order.NextUse.estimate`, engine seconds) is farthest; unhinted cache and the
         guard's fallback rank as in ``lru``."""
+        shared = self._shared_rank(node)
+        if shared is not None:
+            return shared
+        sc = node.sc
+        return (1, -self._next.estimate(sc), sc.score, node.last_access)
+
+    def _shared_rank(self, node) -> tuple | None:
+        """The rank both orders give unhinted cache (as ``lru``), retired cache (first, finished
+        private before shared) and everything under the guard's fallback; None for active,
+        scored cache, which each order ranks its own way."""
         sc = node.sc
         if sc is None:
             return (1, -math.inf, 0.0, node.last_access)
@@ -106,7 +113,7 @@ class PBKVPolicy(PBKVPaperPolicy):
             return (0, 0 if sc.finished_private else 1, 0.0, node.last_access)
         if self.fallback or not sc.access:
             return (1, -math.inf, 0.0, node.last_access)
-        return (1, -self._next.estimate(sc), sc.score, node.last_access)
+        return None
 
     # ----------------------------------------------------------------- hooks
     def on_invocation(self, wf, previous_agent) -> None:
