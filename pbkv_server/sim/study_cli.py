@@ -20,7 +20,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import math
 
@@ -59,7 +59,6 @@ def study(
 ) -> None:
     """Run the PBKV paper's sensitivity studies (Figures 5a-c, 10-12) and write figures and a report."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pbkv_server.hardware.profiles import get_profile
@@ -68,10 +67,7 @@ def study(
     from pbkv_server.sim.study_report import report_markdown
 
     err = Console(stderr=True)
-
-    def fail(message: str) -> typer.Exit:
-        err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-        return typer.Exit(code=2)
+    fail = _failer(err)
 
     try:
         settings = StudySettings(
@@ -160,6 +156,17 @@ def _inputs(runs: list[Path], model: Path | None, train_trace: Path | None,
     return out
 
 
+def _failer(err) -> Callable[[str], typer.Exit]:
+    """The ``fail(message)`` of a command: prints one error line on ``err`` (a rich console on
+    stderr) and returns the ``typer.Exit`` (status 2) for the caller to raise."""
+    from rich.markup import escape
+
+    def fail(message: str) -> typer.Exit:
+        err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        return typer.Exit(code=2)
+    return fail
+
+
 def _ints(text: str, flag: str) -> list[int]:
     try:
         values = sorted({int(v) for v in text.split(",") if v.strip()})
@@ -243,7 +250,6 @@ def regime(
     import tempfile
 
     from rich.console import Console
-    from rich.markup import escape
 
     from pbkv_server.hardware.profiles import get_profile
     from pbkv_server.sim.regime import QUICK, RegimeSettings, run_workload
@@ -253,10 +259,7 @@ def regime(
     from pbkv_server.sim.study_report import regime_markdown
 
     err = Console(stderr=True)
-
-    def fail(message: str) -> typer.Exit:
-        err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-        return typer.Exit(code=2)
+    fail = _failer(err)
 
     try:
         settings = QUICK if quick else RegimeSettings()
