@@ -38,6 +38,17 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-d
 console = Console()
 err_console = Console(stderr=True)
 
+def _check_outputs(trace: Path, json_out: Path | None, plot: Path | None) -> None:
+    """Refuse (one line, exit 2) a ``--json`` / ``--plot`` path that cannot be written, that is
+    the input ``trace``, or that both options name, before any replay starts."""
+    for option, path in (("--json", json_out), ("--plot", plot)):
+        problem = output_problem(path, [trace])
+        if problem:
+            raise _fail(f"{option} {path}: {problem}")
+    if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:
+        raise _fail(problem)
+
+
 def _fail(message: str) -> typer.Exit:
     # soft_wrap: no newlines inserted at the console width, so paths in messages stay whole
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
@@ -173,12 +184,7 @@ def replay(
     # gap closed needs both ends of the scale: replay the missing ones too, after the listed ones
     scale_only = [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if gap and p not in policies and p in known]
     # Check outputs before the runs: a bad path must not cost a whole study.
-    for option, path in (("--json", json_out), ("--plot", plot)):
-        problem = output_problem(path, [trace])
-        if problem:
-            raise _fail(f"{option} {path}: {problem}")
-    if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:
-        raise _fail(problem)
+    _check_outputs(trace, json_out, plot)
     try:
         hw = get_profile(profile)
     except KeyError as exc:
@@ -294,12 +300,7 @@ def advise(
         raise _fail("give --profile or --gpu-memory/--model, not both")
     if concurrency < 1 or tp < 1:
         raise _fail("--concurrency and --tp must be >= 1")
-    for option, path in (("--json", json_out), ("--plot", plot)):
-        problem = output_problem(path, [trace])
-        if problem:
-            raise _fail(f"{option} {path}: {problem}")
-    if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:
-        raise _fail(problem)
+    _check_outputs(trace, json_out, plot)
     try:
         hw = custom_profile(gpu_memory, model, tp, gpu) if gpu_memory is not None else get_profile(profile or DEFAULT_PROFILE)
     except (KeyError, ValueError) as exc:
