@@ -146,7 +146,7 @@ def local_cluster(replicas: int, *, router_policy: str = "consistent_hashing", s
             cmd = [server, "--port", str(port), *server_flags]
             if traces[i] is not None:
                 cmd += ["--trace-out", str(traces[i])]
-            procs.append(_spawn(cmd, logs, f"replica-{i}.log", {**os.environ, **(env or {})}))
+            procs.append(_spawn(cmd, logs, f"replica-{i}.log", _replica_env(env)))
             urls.append(f"http://127.0.0.1:{port}")
         for i, (url, proc) in enumerate(zip(urls, procs)):
             _wait(lambda url=url: httpx.get(url + "/health", timeout=2.0).status_code == 200, proc,
@@ -217,3 +217,14 @@ def _stop(proc: subprocess.Popen, sig: int) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=15)
+
+
+def _replica_env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    """This process's environment plus ``extra``, with the checkout on ``PYTHONPATH``: a scenario
+    of the examples (``examples`` is not installed, it runs from the checkout) must import in the
+    replicas whatever their working directory."""
+    from pbkv_server.backends.engine_env import CHECKOUT_ROOT
+
+    env = {**os.environ, **(extra or {})}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
