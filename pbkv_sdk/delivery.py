@@ -9,12 +9,13 @@ requests by about one timeout, not one timeout per request) with one pooled http
 short timeout each. The app never waits for them and never sees their errors: a failure is logged
 as one warning per server (later ones at debug level), because the server also retires idle
 workflows by itself. :func:`flush` lets tests wait for delivery; at interpreter exit the SDK waits
-at most the largest timeout in use (capped at :data:`EXIT_FLUSH_S`).
+at most the largest timeout among the requests still pending (capped at :data:`EXIT_FLUSH_S`).
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import logging
 import os
 import queue
@@ -75,8 +76,10 @@ class Sender:
         # (about 0.1-0.2 s), which must not land on the app thread that ends the first workflow.
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
-        #: Largest timeout of any request queued so far, seconds (bounds the wait at exit).
-        self.max_timeout_s = 0.0
+        # timeout (s) -> number of requests with it still queued or in flight: the exit wait is
+        # bounded by the largest of them, not by a long-timeout request that is already done.
+        self._pending: collections.Counter[float] = collections.Counter()
+        self._pending_lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._run, name=f"pbkv-end-signal-{i}", daemon=True) for i in range(SENDER_THREADS)
         ]
@@ -84,8 +87,15 @@ class Sender:
             thread.start()
 
     def put(self, method: str, url: str, payload: Any, timeout_s: float, cooldown: bool = False) -> None:
-        self.max_timeout_s = max(self.max_timeout_s, timeout_s)
+        with self._pending_lock:
+            self._pending[timeout_s] += 1
         self._queue.put((method, url, payload, timeout_s, cooldown))
+
+    @property
+    def max_timeout_s(self) -> float:
+        """Largest timeout of the requests still queued or in flight, seconds (0 when none)."""
+        with self._pending_lock:
+            return max(self._pending, default=0.0)
 
     def alive(self) -> int:
         """Number of sender threads still running (all of them, unless something is badly wrong)."""
@@ -103,6 +113,11 @@ class Sender:
             except Exception:  # never let one bad request stop the thread that sends all others
                 log.debug("PBKV end signal: unexpected error", exc_info=True)
             finally:
+                if item is not None:
+                    with self._pending_lock:
+                        self._pending[item[3]] -= 1
+                        if self._pending[item[3]] <= 0:
+                            del self._pending[item[3]]
                 self._queue.task_done()
 
     def _http(self) -> httpx.Client:
@@ -162,7 +177,7 @@ def sender() -> Sender:
 
 
 def flush_at_exit() -> None:
-    """Give queued requests one timeout's worth of time (plus thread wake-up slack), never more
+    """Give pending requests the largest of their timeouts (plus thread wake-up slack), never more
     than :data:`EXIT_FLUSH_S`: exit must not hang on a dead server, which retires idle workflows itself."""
     current = _SENDER
     if current is not None:

@@ -263,8 +263,11 @@ def _record_and_interrupt_twice(tmp_path, app_code: str) -> tuple[subprocess.Com
     out, ready, ack = tmp_path / "rec.jsonl", tmp_path / "ready", tmp_path / "ack"
     code = (f"import os, signal, time\nACK = {str(ack)!r}\n{app_code}\n"
             f"open({str(ready)!r}, 'w').write(str(os.getpid()))\ntime.sleep(20)\n")
+    # Output goes to a file, not a pipe: the app inherits it, and reading a pipe to its end would
+    # wait for an app that outlives `record` (the test that kills it afterwards would find it gone).
+    log = (tmp_path / "record.log").open("w+")
     proc = subprocess.Popen([sys.executable, "-m", "pbkv_sdk.cli", "record", "--out", str(out), "--", sys.executable, "-c", code],
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            start_new_session=True, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 20
         while not (ready.exists() and ready.read_text()) and time.monotonic() < deadline:
@@ -276,10 +279,13 @@ def _record_and_interrupt_twice(tmp_path, app_code: str) -> tuple[subprocess.Com
             time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.3)
-        output, _ = proc.communicate(timeout=20)
+        proc.wait(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
+        log.seek(0)
+        output = log.read()
+        log.close()
     return subprocess.CompletedProcess(proc.args, proc.returncode, output), out, ready
 
 

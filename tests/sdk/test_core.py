@@ -211,9 +211,15 @@ def test_a_burst_of_ends_to_a_hanging_server_is_sent_in_parallel_and_exit_waits_
     # 8 ends on 4 threads = 2 rounds of one timeout each (0.6 s); one thread would need 8 x 0.3 = 2.4 s
     assert drained < 1.8, drained
     assert sorted(w for w, _, _ in fake_llm.ends) == sorted(f"wf-hang-{i}" for i in range(n))
-    # at interpreter exit the SDK waits at most the largest end timeout (+0.1 s), not EXIT_FLUSH_S
+    # at interpreter exit the SDK waits at most the largest timeout of the ends still pending
+    # (+0.1 s), not EXIT_FLUSH_S, and not the timeout of an end that was already delivered: one with
+    # a 5 s timeout goes first (as any earlier app or test may have sent) and must not lengthen it.
     # 40 hanging ends need 10 rounds (3 s) to drain; the exit wait is bounded by 0.4 s. The 1.5 s
-    # limit leaves room for a loaded CI machine while still failing an exit that drains everything.
+    # limit leaves room for a loaded CI machine while still failing an exit that waits 2 s.
+    fake_llm.end_delay_s = 0.0
+    pbkv_sdk.Workflow("demo", "wf-long-timeout", server_url=fake_llm.url, end_timeout_s=5.0).end()
+    assert ending.flush(5.0)
+    fake_llm.end_delay_s = 2.0
     for i in range(40):
         pbkv_sdk.Workflow("demo", f"wf-exit-{i}", server_url=fake_llm.url, end_timeout_s=timeout_s).end()
     t1 = time.perf_counter()
