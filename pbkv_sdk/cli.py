@@ -168,7 +168,7 @@ def validate(file: Path = typer.Argument(..., exists=True, dir_okay=False, help=
                           highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     for lineno, reason in report.invalid[:50]:
-        console.print(f"{file}:{lineno}: {reason}", markup=False, highlight=False)
+        console.print(f"{file}:{lineno}: {reason}", markup=False, highlight=False, soft_wrap=True)  # one line per problem, for grep
     if len(report.invalid) > 50:
         console.print(f"... and {len(report.invalid) - 50} more")
     console.print(f"{report.valid} valid, {len(report.invalid)} invalid line(s)")

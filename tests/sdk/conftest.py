@@ -27,7 +27,7 @@ def _fresh_sdk_state(monkeypatch) -> Iterator[None]:
     """Each test starts with no PBKV environment and with its own 'warn once' memory."""
     import sys
 
-    from pbkv_sdk import context, ending, routing, stamping
+    from pbkv_sdk import autopatch, context, ending, routing, stamping
 
     for name in ("PBKV_SERVER_URL", "PBKV_TRACE_PATH", "PBKV_APP", "PBKV_BODY_HINTS", "PBKV_END_TIMEOUT_S",
                  "PBKV_ROUTING_HEADER", "PBKV_REPLICAS"):
@@ -42,6 +42,8 @@ def _fresh_sdk_state(monkeypatch) -> Iterator[None]:
     if ending._SENDER is not None:
         ending._SENDER._warned.clear()
         ending._SENDER._down_until.clear()
+    for holder in autopatch.holders():  # left by a test outside tests/sdk that ran first in this process
+        autopatch.release(holder)
     for name in ("pbkv_sdk.integrations.autogen", "pbkv_sdk.integrations.langchain", "pbkv_sdk.integrations.openai_agents"):
         module = sys.modules.get(name)  # only if a test imported it: importing a framework is slow
         if module is not None:
@@ -49,8 +51,6 @@ def _fresh_sdk_state(monkeypatch) -> Iterator[None]:
     yield
     ending.flush(5.0)
     routing.configure(routing_header=None, replicas=None)
-    from pbkv_sdk import autopatch
-
     for holder in autopatch.holders():  # e.g. instrument_team, which holds it for the process
         autopatch.release(holder)
 

@@ -1,12 +1,14 @@
 """An 'existing app' for the `pbkv-sdk record` tests: runs one of the test apps on a few tasks.
 
 Usage: ``python record_target.py {langgraph,autogen,crewai,mixed} BASE_URL N_TASKS`` (``mixed``:
-N LangGraph workflows, then N // 4 CrewAI kickoffs, then a line ``app done <unix time>``). Its only PBKV
+N LangGraph workflows, then N // 4 CrewAI kickoffs, then a line ``app done <unix time>``; at exit it writes ``exit handlers done <unix time>`` to
+stderr once every other exit handler, the SDK's end flush included, has run). Its only PBKV
 lines are the ones README "Adding PBKV to your app" gives (inside ``apps.py``); recording, the
 app name and the server URL come from the environment that ``pbkv-sdk record`` sets.
 """
 
 import asyncio
+import atexit
 import sys
 import time
 from pathlib import Path
@@ -51,6 +53,9 @@ def run_mixed(base_url: str, n: int) -> None:
 
 
 if __name__ == "__main__":
+    # Registered before the SDK's exit flush, so it runs after it (atexit is last in, first out):
+    # the tests time exit handling without the interpreter's teardown, which a loaded machine slows.
+    atexit.register(lambda: print(f"exit handlers done {time.time()}", file=sys.stderr, flush=True))
     framework, base_url, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     {"langgraph": run_langgraph, "autogen": run_autogen, "crewai": run_crewai, "mixed": run_mixed}[framework](base_url, n)
     print(f"app done {time.time()}", flush=True)

@@ -390,8 +390,13 @@ def test_case16_a_silent_end_endpoint_costs_one_timeout_at_exit_and_one_warning(
     assert len(fake_llm.requests) == sum(6 * (1 + i % 2) for i in range(20)) + 5 * 2
     assert len(hole.held) >= 1  # the end signals did reach the silent peer
     # Exit waits one end timeout in total (1 s), not one per pending end (25 ends on 4 sender
-    # threads would take about 7 s); interpreter shutdown with CrewAI loaded adds 1-2 s here.
-    assert t_exit - t_done < 1.0 + 3.0
+    # threads would take about 7 s). Timed by the app itself, from its last line to the end of its
+    # exit handlers: the interpreter teardown after them (1-2 s with CrewAI loaded, more on a
+    # loaded machine) is not the SDK's.
+    t_app_done = float(done_line.split()[-1])
+    t_handlers = float(next(line for line in stderr.splitlines() if line.startswith("exit handlers done")).split()[-1])
+    assert t_handlers - t_app_done < 1.0 + 1.5
+    assert t_exit >= t_done
     warnings = [line for line in stderr.splitlines() if "PBKV end signal" in line]
     assert len(warnings) == 1, stderr
 

@@ -83,8 +83,15 @@ def test_a_name_cannot_be_registered_twice_by_another_class(toy):
 
 
 @pytest.mark.slow
-def test_toy_policy_runs_in_pbkv_bench(toy, tmp_path):
-    listing = runner.invoke(bench_app, ["policies"], env={"COLUMNS": "200"})
+def test_toy_policy_runs_in_pbkv_bench(toy, tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from pbkv_server.cli import bench
+
+    # A console built at import takes its width from the terminal of that moment (80 columns
+    # where there is none, as on a pytest-xdist worker), not from COLUMNS set for this call.
+    monkeypatch.setattr(bench, "console", Console(width=200))
+    listing = runner.invoke(bench_app, ["policies"])
     assert listing.exit_code == 0 and "toy policy of the registry tests" in listing.output
     trace = tmp_path / "t.jsonl"
     assert runner.invoke(bench_app, ["synth", "--workflows", "6", "--seed", "1", "--out", str(trace)]).exit_code == 0

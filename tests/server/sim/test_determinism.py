@@ -15,19 +15,23 @@ import sys
 
 import pytest
 
-from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import load_workload, simulate
 from pbkv_server.sim.synth import generate
 
 WORKFLOWS, SEED, DEVICE_TOKENS, CONCURRENCY = 60, 3, 50_000, 8
+# The offline references replay with the whole future at every eviction (about 10 s of CPU a
+# replay at 60 workflows): a third of the trace, on a device as tight relative to it (it still
+# evicts tens of thousands of times), checks their tie order in a seventh of the time.
+OFFLINE_WORKFLOWS, OFFLINE_DEVICE_TOKENS = 20, 25_000
 
 
-def replay_stats(records, workload, policy: str) -> tuple[int, int, int, int, int]:
+def replay_stats(records, workload, policy: str, device_tokens: int = DEVICE_TOKENS) -> tuple[int, int, int, int, int]:
     """(evictions, evicted tokens, device hit tokens, host hit tokens, prefetched tokens) of one replay."""
     result = simulate(workload, policy, get_profile("h100-qwen2.5-32b"), concurrency=CONCURRENCY,
-                      predictor=make_predictor("markov", 3, records), device_tokens=DEVICE_TOKENS)
+                      predictor=make_predictor("markov", 3, records), device_tokens=device_tokens)
     s = result.engine.stats
     return (s.evictions, s.evicted_tokens, s.device_hit_tokens, s.host_hit_tokens, s.prefetched_tokens)
 
@@ -38,18 +42,26 @@ def trace():
     return records, load_workload(records)
 
 
+@pytest.fixture(scope="module")
+def offline_trace():
+    records = list(generate("codegen", OFFLINE_WORKFLOWS, seed=SEED))
+    return records, load_workload(records)
+
+
 # The baseline and the default policy in the fast lane; the others slow (seconds each; the
 # offline reference, which replays with the whole future at every eviction, minutes).
 @pytest.mark.parametrize("policy", [p if p in (BASELINE_POLICY, DEFAULT_POLICY) else pytest.param(p, marks=pytest.mark.slow)
                                     for p in available_policies(REPLAY)])
-def test_three_replays_in_one_process_give_identical_stats(trace, policy):
-    records, workload = trace
+def test_three_replays_in_one_process_give_identical_stats(request, policy):
+    offline = policy_info(policy).offline
+    records, workload = request.getfixturevalue("offline_trace" if offline else "trace")
+    device_tokens = OFFLINE_DEVICE_TOKENS if offline else DEVICE_TOKENS
     runs, ballast = [], []
     for i in range(3):
         # Allocations between runs move the next run's nodes and score records to other
         # addresses, which reorders any set of them (the bug this test guards against).
         ballast.append([object() for _ in range(2000 * (i + 1))])
-        runs.append(replay_stats(records, workload, policy))
+        runs.append(replay_stats(records, workload, policy, device_tokens))
     assert runs[0][0] > 0, "the device must be tight enough to evict, or the test checks nothing"
     assert runs[1] == runs[0] and runs[2] == runs[0]
 
