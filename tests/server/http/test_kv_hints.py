@@ -169,7 +169,9 @@ def test_the_sdk_sends_the_envelope_to_pbkv_server_only_when_opted_in(start_serv
     workflow, and the request the framework marks final retires it once served, before the end
     route is called; not opted in, the server sees no envelope."""
     import pbkv_sdk
+    from pbkv_sdk import kv_hints as kvout
 
+    kvout.reset()
     server = start_server(policy="pbkv")
     client = pbkv_sdk.http_client()
     url = server.url + "/v1/chat/completions"
@@ -179,7 +181,9 @@ def test_the_sdk_sends_the_envelope_to_pbkv_server_only_when_opted_in(start_serv
         text = httpx.get(server.url + "/metrics").text
         assert _count(text, "retain", "applied") == 0
     with pbkv_sdk.workflow(app="app", workflow_id="wf-sdk", server_url=server.url, kv_hints=True) as wf:
-        assert client.post(url, json=body).headers["X-PBKV-Hints"] == "ok"
+        assert client.post(url, json=body).headers["X-PBKV-Hints"] == "ok"  # no envelope yet: it teaches
+        assert kvout.advertised(server.url).reads("kv.retain", "1.0")
+        assert client.post(url, json=body).status_code == 200
         assert server.service.workflows.get("wf-sdk") is not None
         wf.mark_final()
         assert client.post(url, json=body).status_code == 200
@@ -187,3 +191,26 @@ def test_the_sdk_sends_the_envelope_to_pbkv_server_only_when_opted_in(start_serv
         text = httpx.get(server.url + "/metrics").text
     assert _count(text, "retain", "applied") == 1 and _count(text, "evict", "applied") == 1
     client.close()
+    kvout.reset()
+
+
+def test_the_server_advertises_the_actions_it_reads_on_every_answer_and_on_get(start_server):
+    """``X-PBKV-KV-Hints`` on every answer (LLM, errors, health) and ``GET /pbkv/v1/kv_hints``
+    with the same advertisement; the SDK's ``discover`` reads it."""
+    from pbkv_contract.kv_hint_caps import advertisement, parse_advertisement
+    from pbkv_sdk import kv_hints as kvout
+
+    server = start_server()
+    answers = [httpx.post(server.url + "/v1/chat/completions", json={"model": "m", "messages": _user(5, "a")}),
+               httpx.post(server.url + "/v1/chat/completions", content=b"{"), httpx.get(server.url + "/health"),
+               httpx.get(server.url + "/no/such/route")]
+    assert [r.status_code for r in answers] == [200, 400, 200, 404]
+    assert all(r.headers["X-PBKV-KV-Hints"] == advertisement() for r in answers)
+    doc = httpx.get(server.url + "/pbkv/v1/kv_hints").json()
+    assert doc["advertisement"] == advertisement() and len(doc["actions"]) == 7
+    assert {a["kind"] for a in doc["actions"]} == {"retain", "demote", "evict", "fetch"}
+    assert all(a["effect"] for a in doc["actions"])
+    kvout.reset()
+    assert kvout.discover(server.url + "/v1") == parse_advertisement(advertisement())
+    assert kvout.advertised(server.url) == parse_advertisement(advertisement())
+    kvout.reset()
