@@ -176,8 +176,9 @@ class WorkflowBook:
                 if target is None:
                     continue
                 if action.kind in ("retain", "fetch"):
-                    if target != own:  # the request's own workflow was just invoked
-                        self.keep(target)
+                    kept = action.keeps(own)
+                    if kept is not None:
+                        self.keep(kept)
                     continue
                 if action.after_request(own):
                     end_after = own

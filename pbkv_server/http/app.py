@@ -207,10 +207,11 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
 #: What each understood envelope action does on pbkv-server (:mod:`pbkv_server.http.kv_hints`).
 _KV_HINT_EFFECTS = {
     "retain": "the request's own workflow: payload.priority and a cache TTL (ttl_seconds, else 300 s) "
-              "as its priority / pin hints; another workflow: no effect",
+              "as its priority / pin hints; another active workflow: its idle clock restarts (not retired idle)",
     "demote": "the workflow is retired (its own: after the request is served)",
     "evict": "the workflow is retired (its own: after the request is served)",
-    "fetch": "the workflow's host-tier cache is loaded back to the device as far as free room goes",
+    "fetch": "the workflow's host-tier cache is loaded back to the device as far as free room goes; "
+             "another active workflow's idle clock restarts, as a retain's",
 }
 _KV_HINTS_DOCUMENT = document(effects=_KV_HINT_EFFECTS)
 _KV_HINTS_HEADER = (HEADER_KV_HINTS.lower().encode("latin-1"), advertisement().encode("latin-1"))

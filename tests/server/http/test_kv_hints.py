@@ -126,6 +126,48 @@ def test_dynamo_fetch_loads_the_workflows_host_cache_back(start_server, shape):
         assert host == 0 and cached >= loaded and cached <= prompt_tokens
 
 
+@pytest.mark.parametrize(("action_type", "key", "kind"), [("kv.retain", "workflow_id", "retain"),
+                                                        ("kv.prefetch", "session_id", "fetch")])
+def test_a_retain_or_fetch_from_another_request_keeps_a_workflow_in_a_long_tool_call(action_type, key, kind):
+    """wf-tool waits on a long tool call while wf-lead's request retains (or prefetches) it: its
+    idle clock restarts, as in the vLLM and SGLang backends (``WorkflowTable.keep``). The
+    lifecycle clock is set by hand (idle_retire_s 10 s): wf-tool last ran at 0, the hint comes at
+    8, so at 12 it has been idle 4 s and stays (without the hint: 12 s, retired); at 18.5 both
+    workflows are 10.5 s idle and retired. A hint for the ended wf-tool then has no effect and does
+    not start it again."""
+    from dataclasses import replace
+
+    from pbkv_server.http import ServerConfig, run_in_thread
+    from pbkv_server.http.service import engine_config_from
+
+    now = [0.0]
+    config = ServerConfig(port=0, policy="lru", idle_retire_s=10.0)
+    server = run_in_thread(config, make_engine_config=lambda: replace(
+        engine_config_from(config), lifecycle_clock=lambda: now[0]))
+    hint = _envelope(_action(action_type, {key: "wf-tool"}))
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            assert chat(client, _user(40, "tool"), Hints("wf-tool", "coder", 0, "app"), max_tokens=2).status_code == 200
+            assert chat(client, _user(40, "lead"), Hints("wf-lead", "lead", 0, "app"), max_tokens=2).status_code == 200
+            now[0] = 8.0
+            r = chat(client, _user(40, "lead"), Hints("wf-lead", "lead", 1, "app"), max_tokens=2, kv_hints=hint)
+            assert r.status_code == 200 and r.headers["X-PBKV-Hints"] == "ok"
+            now[0] = 12.0  # an anonymous request steps the engine, whose step runs the idle sweep
+            assert chat(client, _user(10, "anon"), max_tokens=2).status_code == 200
+            assert server.service.workflows.get("wf-tool") is not None
+            assert client.get("/health").json()["active_workflows"] == 2
+            now[0] = 18.5
+            assert chat(client, _user(10, "anon"), max_tokens=2).status_code == 200
+            assert client.get("/health").json()["active_workflows"] == 0
+            r = chat(client, _user(40, "new"), Hints("wf-new", "lead", 0, "app"), max_tokens=2, kv_hints=hint)
+            assert r.status_code == 200 and server.service.workflows.get("wf-tool") is None
+            text = client.get("/metrics").text
+    finally:
+        server.stop()
+    assert metric(text, "pbkv_workflow_ends_total", {"status": "cancelled", "source": "idle"}) == 2
+    assert _count(text, kind, "applied") == 1 and _count(text, kind, "no_effect") == 1
+
+
 def test_unknown_actions_are_counted_and_ignored_and_a_malformed_envelope_is_a_malformed_hint(start_server):
     server = start_server(policy="pbkv")
     with httpx.Client(base_url=server.url) as client:
