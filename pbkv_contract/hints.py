@@ -445,6 +445,14 @@ class KvHintAction:
         request as a new use of the id."""
         return self.kind in ("demote", "evict") and self.target(own) == own
 
+    def keeps(self, own: str | None) -> str | None:
+        """The other workflow a retain or fetch says runs on (its idle clock restarts: a
+        trajectory in a long tool call keeps its cache's rank), else ``None``: another kind, no
+        target, or the request's own workflow (its invocation is its activity already). Every
+        consumer applies it the same way (``WorkflowTable.keep``); a hint never starts a workflow."""
+        target = self.target(own)
+        return target if self.kind in ("retain", "fetch") and target is not None and target != own else None
+
 
 @dataclass(frozen=True, slots=True)
 class KvHintEnvelope:

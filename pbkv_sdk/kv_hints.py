@@ -19,8 +19,16 @@ With ``kv_hints`` on (``Workflow(kv_hints=True)``, ``instrument(..., kv_hints=Tr
   next request to the same server: the end travels in the envelope as well as by the end route.
 
 Payloads name the workflow as ``workflow_id`` (pbkv-server) and ``session_id`` (SGLang's target
-field). Only for engines and routers that read the field: api.openai.com rejects unknown fields.
-Building the envelope fails open like the rest of stamping: the request goes out without it.
+field).
+
+Only to servers that advertise the actions (api.openai.com rejects unknown fields): pbkv-server,
+the vLLM backend and the SGLang plugin send ``X-PBKV-KV-Hints`` on every answer and answer
+``GET /pbkv/v1/kv_hints`` (:mod:`pbkv_contract.kv_hint_caps`). The SDK learns each origin's
+advertisement once, from its first answer below 500 (:func:`learn`; header absent: nothing
+advertised), or up front with :func:`discover`. Until then, and for an origin that advertises
+nothing, requests go without the envelope; an action the origin does not advertise is left out
+(a final request whose ``kv.evict`` is left out leaves the end to the end route). Building the
+envelope fails open like the rest of stamping: the request goes out without it.
 """
 
 from __future__ import annotations
@@ -30,8 +38,10 @@ from collections import deque
 from typing import Any
 
 from pbkv_contract.hints import KV_HINTS_KEY
+from pbkv_contract.kv_hint_caps import HEADER_KV_HINTS, KV_HINTS_PATH, Advertised, parse_advertisement
 
-__all__ = ["ENV_KV_HINTS", "envelope_for", "queue_end", "pending_ends", "MAX_PENDING_ENDS"]
+__all__ = ["ENV_KV_HINTS", "envelope_for", "queue_end", "pending_ends", "MAX_PENDING_ENDS", "advertised",
+           "learn", "discover", "reset", "MAX_ORIGINS"]
 
 #: Environment switch of the envelope (``1``: on), read when a workflow is made
 #: (:class:`pbkv_sdk.context.Workflow`, which imports it from here).
@@ -43,8 +53,79 @@ MAX_ENDS_PER_REQUEST = 16
 PROTOCOL_VERSION = "0.1"
 ACTION_VERSION = "1.0"
 
+#: Origins whose advertisement is remembered (a process talks to a few; more are forgotten oldest first).
+MAX_ORIGINS = 256
+
 _lock = threading.Lock()
 _pending: deque[tuple[str | None, str]] = deque(maxlen=MAX_PENDING_ENDS)
+_origins: dict[str, Advertised] = {}  # insertion-ordered: oldest first
+
+
+def advertised(origin: str) -> Advertised | None:
+    """What ``origin`` (``scheme://host:port``) advertises, or ``None`` while not learned yet."""
+    return _origins.get(origin)
+
+
+def learn(origin: str, header: str | None, status: int) -> Advertised | None:
+    """Learn ``origin``'s advertisement from an answer's ``X-PBKV-KV-Hints`` value ``header``
+    (``None``: absent) and HTTP ``status``. Only the first answer below 500 teaches (a 5xx may
+    come from a proxy while the server starts); later calls return what was learned. Never raises.
+
+    Returns:
+        The origin's advertisement, or ``None`` if still not learned.
+    """
+    known = _origins.get(origin)
+    if known is not None or status >= 500:
+        return known
+    return _remember(origin, parse_advertisement(header))
+
+
+def discover(url: str, timeout_s: float = 2.0) -> Advertised:
+    """Learn what the server at ``url`` advertises now, with ``GET /pbkv/v1/kv_hints`` (so that
+    even its first request carries the envelope). Fails open: an error, a status other than 200
+    or a body without ``advertisement`` means nothing advertised; a 5xx or a network error is
+    not remembered (the next answer teaches). Never raises.
+
+    Args:
+        url: any URL of the server (its origin is used).
+        timeout_s: seconds for the whole request.
+    """
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+        origin = f"{parsed.scheme}://{parsed.netloc.decode('ascii')}"
+        response = httpx.get(origin + KV_HINTS_PATH, timeout=timeout_s)
+    except Exception:
+        return Advertised((), ())
+    if response.status_code >= 500:
+        return Advertised((), ())
+    value = None
+    if response.status_code == 200:
+        try:
+            body = response.json()
+            value = body.get("advertisement") if isinstance(body, dict) else None
+        except ValueError:
+            value = None
+        value = value or response.headers.get(HEADER_KV_HINTS)
+    with _lock:
+        _origins.pop(origin, None)  # an explicit look-up replaces what an answer taught
+    return _remember(origin, parse_advertisement(value))
+
+
+def reset() -> None:
+    """Forget every learned advertisement and queued end (tests; servers upgraded in place)."""
+    with _lock:
+        _origins.clear()
+        _pending.clear()
+
+
+def _remember(origin: str, caps: Advertised) -> Advertised:
+    with _lock:
+        caps = _origins.setdefault(origin, caps)  # two answers racing: the first one wins
+        while len(_origins) > MAX_ORIGINS:
+            _origins.pop(next(iter(_origins)))
+    return caps
 
 
 def queue_end(origin: str | None, workflow_id: str) -> None:
@@ -82,22 +163,35 @@ def _evict(action_id: str, workflow_id: str, current: bool) -> dict[str, Any]:
                    include_current_request=current, block_hashes=[])
 
 
-def envelope_for(workflow_id: str, step: int, origin: str, final: bool) -> dict[str, Any]:
-    """The envelope of request ``step`` of ``workflow_id`` to ``origin`` (queued ends taken).
+def envelope_for(workflow_id: str, step: int, origin: str, final: bool,
+                 caps: Advertised) -> tuple[dict[str, Any] | None, bool]:
+    """The envelope of request ``step`` of ``workflow_id`` to ``origin``, with only the actions
+    ``caps`` (the origin's advertisement) reads; queued ends are taken only when it reads
+    ``kv.evict``.
 
     Args:
         final: the framework marked this request as the workflow's last.
+
+    Returns:
+        ``(envelope or None when no action is left, whether it carries the workflow's own end)``.
     """
+    if not caps.reads_protocol(PROTOCOL_VERSION):
+        return None, False
     mid = f"{workflow_id}-{step}"
+    evicts = caps.reads("kv.evict", ACTION_VERSION)
     if final:
-        actions = [_evict(f"{mid}-end", workflow_id, True)]
+        actions = [_evict(f"{mid}-end", workflow_id, True)] if evicts else []
     else:
         actions = [_action(f"{mid}-retain", "kv.retain", workflow_id)]
         if step > 0:
             actions.append(_action(f"{mid}-prefetch", "kv.prefetch", workflow_id))
-    for i, ended in enumerate(_take_ends(origin, workflow_id)):
-        actions.append(_evict(f"{mid}-ended-{i}", ended, False))
-    return {"protocol_version": PROTOCOL_VERSION, "message_id": mid, "actions": actions}
+        actions = [a for a in actions if caps.reads(a["action_type"], ACTION_VERSION)]
+    if evicts:
+        for i, ended in enumerate(_take_ends(origin, workflow_id)):
+            actions.append(_evict(f"{mid}-ended-{i}", ended, False))
+    if not actions:
+        return None, False
+    return {"protocol_version": PROTOCOL_VERSION, "message_id": mid, "actions": actions}, final and evicts
 
 
 def add_to_body(data: dict[str, Any], envelope: dict[str, Any], custom_params: bool) -> None:

@@ -164,6 +164,8 @@ class PendingCall:
     internal: bool = False
     workflow: Workflow | None = None
     body_hints: bool = False
+    #: origin whose KV-hint advertisement this answer teaches (set while it is not learned).
+    kv_origin: str | None = None
 
 
 def prepare_request(request: httpx.Request, *, body_hints: bool | None = False) -> tuple[httpx.Request, PendingCall | None]:
@@ -199,6 +201,13 @@ def observe_response(response: httpx.Response, pending: PendingCall | None, *, i
     if pending is None:
         return response
     wf = pending.workflow
+    if pending.kv_origin is not None:  # until an origin's first answer: what it advertises
+        try:
+            from pbkv_sdk.kv_hints import HEADER_KV_HINTS, learn
+
+            learn(pending.kv_origin, response.headers.get(HEADER_KV_HINTS), response.status_code)
+        except Exception as exc:  # fail open: the envelope just stays off for this origin
+            _warn_once("kv_hints:learn", "PBKV: KV-hint advertisement not read (%s: %s)", type(exc).__name__, exc)
     try:
         if wf is not None and wf.read_answers:
             note_response(wf, response.headers, pending.body_hints, pending.hints)
@@ -245,14 +254,15 @@ def _stamp(request: httpx.Request, wf: Workflow, body_hints: bool) -> tuple[http
     request.extensions[_STAMPED] = True  # inner PBKV layers (patched transports) leave it alone
     recorder = wf.recorder
     body = b""
-    kv_hints = getattr(wf, "kv_hints", False)  # a Workflow pickled by an older SDK has none
-    if body_hints or recorder is not None or kv_hints:
+    kv_origin = envelope = None
+    if getattr(wf, "kv_hints", False):  # a Workflow pickled by an older SDK has none
+        envelope, kv_origin = _envelope(wf, hints, request.url)
+    if body_hints or recorder is not None or envelope is not None:
         body = request.read()
-        envelope = _envelope(wf, hints) if kv_hints else None
         if body_hints or envelope is not None:
             request = _with_body_hints(request, body, hints if body_hints else None, envelope)
             body = request.content
-    return request, PendingCall(hints, recorder, time.time(), body, internal, wf, body_hints)
+    return request, PendingCall(hints, recorder, time.time(), body, internal, wf, body_hints, kv_origin)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -290,20 +300,26 @@ def _step_for(request: httpx.Request, wf: Workflow) -> int:
     return step
 
 
-def _envelope(wf: Workflow, hints: Hints) -> dict[str, Any] | None:
-    """The request's KV-hint envelope (:mod:`pbkv_sdk.kv_hints`), or ``None`` (warned) if it
-    cannot be built: the request then goes out with its other hints (fail open)."""
+def _envelope(wf: Workflow, hints: Hints, url: httpx.URL) -> tuple[dict[str, Any] | None, str | None]:
+    """``(envelope, origin to learn)`` of a request to ``url`` (:mod:`pbkv_sdk.kv_hints`): the
+    envelope holds the actions the origin advertises, ``None`` when it advertises none of them or
+    is not learned yet (then its origin is returned, for the answer to teach); ``(None, None)``
+    (warned) if it cannot be built: the request goes out with its other hints (fail open)."""
     try:
-        from pbkv_sdk.kv_hints import envelope_for
+        from pbkv_sdk.kv_hints import advertised, envelope_for
 
+        origin = f"{url.scheme}://{url.netloc.decode('ascii')}"
+        caps = advertised(origin)
+        if caps is None:
+            return None, origin
         final = getattr(wf, "final_next", False) and not getattr(wf, "final_sent", False)
-        envelope = envelope_for(wf.workflow_id, hints.step, wf.llm_origin or "", final)
-        if final:
+        envelope, carried_end = envelope_for(wf.workflow_id, hints.step, origin, final, caps)
+        if carried_end:
             wf.final_sent = True
-        return envelope
+        return envelope, None
     except Exception as exc:
         _warn_once("kv_hints", "PBKV: request sent without its kv_hints envelope (%s: %s)", type(exc).__name__, exc)
-        return None
+        return None, None
 
 
 def _with_body_hints(request: httpx.Request, body: bytes, hints: Hints | None,

@@ -11,7 +11,8 @@
 # 2. takes a trace (TRACE=path, else a seeded synthetic one from `pbkv-bench synth`),
 # 3. starts vLLM with its own LRU (`pbkv-server --engine vllm --policy lru`), live-replays it,
 # 4. restarts it with the plugin (`--policy pbkv-he`: PBKVBlockPool, PBKVConnector, middleware),
-#    replays again, then ends one workflow over POST /pbkv/v1/workflows/{id}/end (expects 204),
+#    replays again, then ends one workflow over POST /pbkv/v1/workflows/{id}/end (expects 204)
+#    and reads the KV-hint advertisement (GET /pbkv/v1/kv_hints, header X-PBKV-KV-Hints),
 # 5. with OFFLOAD=1 also a run with the CPU offload tier in PBKV's order (MultiConnector of
 #    OffloadingConnector with eviction_policy "pbkv" and PBKVConnector),
 # 6. prints the runs' hit rates and latencies side by side (JSON summaries kept in $OUT).
@@ -81,6 +82,8 @@ run_one() {  # name, policy, extra vLLM flags...
   if [ "$policy" != lru ]; then
     code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$PORT/pbkv/v1/workflows/gpu-check/end")
     log "end route answered $code (expected 204)"
+    caps=$(curl -s -D - -o /dev/null "http://127.0.0.1:$PORT/pbkv/v1/kv_hints" | tr -d '\r' | grep -i '^x-pbkv-kv-hints:' || true)
+    log "KV-hint advertisement: ${caps:-MISSING (expected X-PBKV-KV-Hints)}"
     grep -h "PBKV vLLM plugin\|PBKV vLLM runtime" "$OUT/server_$name.log" | head -3 || true
   fi
   stop_server

@@ -151,8 +151,10 @@ class WorkflowBook:
         envelope is counted (and logged once) as a malformed hint, the request's own hints still
         apply. A demote/evict of another workflow retires it now; one of the request's own
         workflow is returned, for the backend to retire once the request finished (its final
-        turn; ending it first would leave the request's cache unrecorded). Retain and fetch are
-        the backend's to apply, from the envelope returned. Never raises.
+        turn; ending it first would leave the request's cache unrecorded). A retain or fetch of an
+        active workflow restarts its idle clock (:meth:`keep`): its cache keeps its lookahead rank
+        instead of retiring after ``idle_retire_s`` (a trajectory in a long tool call); what else
+        they mean is the backend's to apply, from the envelope returned. Never raises.
 
         Returns:
             ``(envelope, end_after)``: the parsed envelope or ``None``, and the workflow id to end
@@ -171,7 +173,12 @@ class WorkflowBook:
             for action in envelope.actions:
                 counts[action.kind] += 1
                 target = action.target(own)
-                if action.kind not in ("demote", "evict") or target is None:
+                if target is None:
+                    continue
+                if action.kind in ("retain", "fetch"):
+                    kept = action.keeps(own)
+                    if kept is not None:
+                        self.keep(kept)
                     continue
                 if action.after_request(own):
                     end_after = own
@@ -181,6 +188,12 @@ class WorkflowBook:
         except Exception as exc:  # bookkeeping must never fail a request
             self._count_malformed(f"kv_hints: unreadable ({type(exc).__name__})")
             return None, None
+
+    def keep(self, workflow_id: str) -> bool:
+        """Restart the idle clock of active workflow ``workflow_id`` (a retain or fetch hint: the
+        trajectory runs on). Returns whether it is active; an ended or unknown id is left alone
+        (a hint never starts a workflow)."""
+        return self.table.keep(workflow_id, self.clock())
 
     def _count_malformed(self, reason: str) -> None:
         self._malformed += 1

@@ -170,6 +170,13 @@ class Engine:
         """
         return self.workflows.end(workflow_id, status, reason) is not None
 
+    def keep_workflow(self, workflow_id: str) -> bool:
+        """A KV-hint retain or fetch from another request says active workflow ``workflow_id``
+        runs on (a long tool call): its idle clock restarts on the lifecycle clock, as the
+        backends' book does (:meth:`WorkflowTable.keep`). Returns whether it is active; an ended
+        or unknown id is left alone (a hint never starts a workflow)."""
+        return self.workflows.keep(workflow_id, self._lifecycle_now())
+
     def prefetch_workflow(self, workflow_id: str) -> int:
         """Load the host-tier cache that workflow ``workflow_id`` touched back to the device, as far
         as free device room goes (an orchestrator's ``kv.fetch`` hint; nothing is evicted for it,

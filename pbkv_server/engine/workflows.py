@@ -330,6 +330,19 @@ class WorkflowTable:
             if wf.inflight == 0 and wf.pending_end is not None:
                 self.end(wf.workflow_id, *wf.pending_end)
 
+    def keep(self, workflow_id: str, now: float) -> bool:
+        """A hint says active workflow ``workflow_id`` runs on (a KV-hint retain or fetch from
+        another request): it counts as activity at ``now``, as a completion does. Returns whether
+        it is active; an unknown or ended id is left alone."""
+        wf = self.workflows.get(workflow_id)
+        if wf is None:
+            return False
+        wf.last_activity = max(wf.last_activity, now)
+        self.workflows.move_to_end(workflow_id)  # retire_idle walks in activity order
+        if wf.session is not None:
+            self._session_activity(wf.session, now)
+        return True
+
     def retire_idle(self, now: float, idle_s: float | None) -> list[str]:
         """End (status ``cancelled``, reason ``idle``) every workflow with nothing in flight whose
         last activity is at least ``idle_s`` seconds before ``now``, least recently active first;

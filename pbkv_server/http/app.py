@@ -7,6 +7,9 @@ Routes (``docs/architecture.md``, "Hint protocol" and "Live server"):
   headers ``X-PBKV-Prompt-Tokens``, ``X-PBKV-Cached-Tokens``, ``X-PBKV-Host-Cached-Tokens``,
   ``X-PBKV-TTFT-S`` (simulated, engine seconds) and ``X-PBKV-Hints`` (ok | anonymous | ignored).
 * ``GET /v1/models``, ``GET /v1/models/{id}``, ``GET /health``, ``GET /metrics``.
+* ``GET /pbkv/v1/kv_hints``: the KV-hint envelope actions the server reads; every answer also
+  carries them in ``X-PBKV-KV-Hints`` (:mod:`pbkv_contract.kv_hint_caps`), so that clients send
+  envelope actions only to a server that reads them.
 * ``POST /pbkv/v1/workflows/{workflow_id}/end`` (204, idempotent, unknown ids fine),
   ``POST /close_session`` (SGLang's, ``{"session_id": ...}``, 200: closes the session's tags and
   ends the PBKV workflow of that id) and ``PUT /pbkv/v1/apps/{app}/graph`` (204): the only routes
@@ -40,6 +43,7 @@ from pbkv_server.http.openapi import (
     ChatCompletion,
     CloseSession,
     Health,
+    KvHintCapabilities,
     ModelCard,
     ModelList,
     TextCompletion,
@@ -51,6 +55,7 @@ from pbkv_server.http.openapi import (
 from pbkv_server.http.responses import full_response, model_card, stream_events
 from pbkv_server.http.service import PbkvService
 from pbkv_contract.hints import END_PATH, GRAPH_PATH
+from pbkv_contract.kv_hint_caps import HEADER_KV_HINTS, KV_HINTS_PATH, advertisement, document
 
 __all__ = ["create_app", "CLOSE_SESSION_PATH"]
 
@@ -88,6 +93,7 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
     metrics = service.metrics
 
     app.add_middleware(_CountRequests, metrics=metrics)
+    app.add_middleware(_AdvertiseKvHints)
     # Sizes a soak run watches for growth (benchmarks/server_soak.py).
     metrics.watch("pbkv_tree_nodes", "Radix-tree nodes of the engine (both tiers)",
                   lambda: service.driver.engine.tree.n_nodes)
@@ -159,6 +165,11 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
         """Prometheus text exposition of the server's and the engine's figures."""
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
+    @app.get(KV_HINTS_PATH, responses=responses(KvHintCapabilities, 431), response_class=Response)
+    async def kv_hint_capabilities() -> Response:
+        """The KV-hint envelope (``kv_hints``) actions this server reads, and what each does."""
+        return JSONResponse(_KV_HINTS_DOCUMENT)
+
     @app.post(END_PATH.replace("{workflow_id}", "{workflow_id:path}"), status_code=204,
               openapi_extra=json_body(WorkflowEnd, required=False, description="Optional; empty means completed"),
               responses=responses(None, 400, 401, 404, 413, 431, ok_status=204), response_class=Response)
@@ -192,6 +203,38 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
 
 
 # ---------------------------------------------------------------------------- helpers
+
+#: What each understood envelope action does on pbkv-server (:mod:`pbkv_server.http.kv_hints`).
+_KV_HINT_EFFECTS = {
+    "retain": "the request's own workflow: payload.priority and a cache TTL (ttl_seconds, else 300 s) "
+              "as its priority / pin hints; another active workflow: its idle clock restarts (not retired idle)",
+    "demote": "the workflow is retired (its own: after the request is served)",
+    "evict": "the workflow is retired (its own: after the request is served)",
+    "fetch": "the workflow's host-tier cache is loaded back to the device as far as free room goes; "
+             "another active workflow's idle clock restarts, as a retain's",
+}
+_KV_HINTS_DOCUMENT = document(effects=_KV_HINT_EFFECTS)
+_KV_HINTS_HEADER = (HEADER_KV_HINTS.lower().encode("latin-1"), advertisement().encode("latin-1"))
+
+
+class _AdvertiseKvHints:
+    """Pure ASGI middleware: every answer carries ``X-PBKV-KV-Hints``, the envelope actions the
+    server reads (one header; clients learn it from their first answer)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_wrapper(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), _KV_HINTS_HEADER]}
+            await send(message)
+
+        await self.app(scope, receive, send_wrapper)
 
 
 class _CountRequests:

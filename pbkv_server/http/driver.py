@@ -149,6 +149,11 @@ class SimDriver:
             self._wake.set()  # ending may free memory a waiting request needs
         return active
 
+    def keep_workflow(self, workflow_id: str) -> bool:
+        """Restart active workflow ``workflow_id``'s idle clock (a ``kv.retain`` / ``kv.fetch``
+        of another workflow; :meth:`Engine.keep_workflow`); True if it is active."""
+        return self.engine.keep_workflow(workflow_id)
+
     def prefetch_workflow(self, workflow_id: str) -> int:
         """Load ``workflow_id``'s host-tier cache back to the device where free room allows (a
         ``kv.fetch`` hint; :meth:`Engine.prefetch_workflow`); returns the tokens loaded."""

@@ -152,7 +152,8 @@ class Prepared:
     block_chars: int
     incarnation: int = 1
     tool_calls: list[dict[str, Any]] | None = None
-    #: KV-hint actions to apply when the request is submitted (other workflows' ends, fetches).
+    #: ``(kind, workflow_id, keep)`` KV-hint actions to apply when the request is submitted
+    #: (other workflows' ends and retains, fetches).
     kv_actions: tuple = ()
     #: ``(kind, workflow_id)`` to retire once the request has finished (its own demote/evict).
     kv_end_after: tuple[str, str] | None = None

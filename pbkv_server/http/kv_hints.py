@@ -12,12 +12,16 @@ retain / pin (own)          the request's ``priority`` (``payload.priority``) an
                             and priority hints the ``ttl-pin`` and ``sglang-priority``
                             policies read, as if sent as ``priority`` / ``nvext.cache_control``;
                             a value the request sent itself wins
-retain / pin (other)        none (the engine pins per request): ``no_effect``
+retain / pin (other)        the workflow's idle clock restarts (``Engine.keep_workflow``, the
+                            ``WorkflowTable.keep`` the vLLM and SGLang backends apply): a
+                            trajectory in a long tool call is not retired by the idle sweep;
+                            ``no_effect`` when it is not active (a hint never starts one)
 demote / evict / deref      the workflow is retired, as ``POST .../workflows/{id}/end`` does;
                             the request's own workflow only after the request finished (its
                             final turn), another one before the request is queued
 fetch / prefetch            the workflow's host-tier cache is loaded back to the device, as
-                            far as free device room goes (``Engine.prefetch_workflow``)
+                            far as free device room goes (``Engine.prefetch_workflow``); of
+                            another workflow, its idle clock restarts first, as a retain's
 ==========================  ==============================================================
 
 An action with no workflow to act on (an anonymous request's own) is ``no_effect``; unknown
@@ -48,23 +52,24 @@ class KvPlan:
     Attributes:
         priority: request priority from a retain, or ``None``.
         cache_ttl_s: pin TTL from a retain, seconds, or ``None``.
-        now: ``(kind, workflow_id)`` to apply when the request is submitted (ends of other
-            workflows, fetches), in the order sent.
+        now: ``(kind, workflow_id, keep)`` to apply when the request is submitted (ends of
+            other workflows, fetches, retains of other workflows), in the order sent; ``keep``:
+            the workflow's idle clock restarts (:meth:`~pbkv_contract.hints.KvHintAction.keeps`).
         end_after: ``(kind, workflow_id)``: the request's own workflow, to retire once the request
             finished (``kind``: the demote or evict that asked, for the count).
-        counted: ``(action, outcome)`` pairs already decided (retains, no-effect actions,
-            ignored ones as ``("unknown", "ignored")``).
+        counted: ``(action, outcome)`` pairs already decided (retains of the request's own
+            workflow, no-effect actions, ignored ones as ``("unknown", "ignored")``).
     """
 
     priority: int | None = None
     cache_ttl_s: float | None = None
-    now: list[tuple[str, str]] = field(default_factory=list)
+    now: list[tuple[str, str, bool]] = field(default_factory=list)
     end_after: tuple[str, str] | None = None
     counted: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def taken(self) -> bool:
-        """Whether any action will act (a retain on the request, an end, a fetch)."""
+        """Whether any action will act (a retain, an end, a fetch)."""
         return bool(self.now or self.end_after or ("retain", "applied") in self.counted)
 
 
@@ -75,16 +80,13 @@ def plan_kv_hints(envelope: KvHintEnvelope, own: str | None) -> KvPlan:
         target = action.target(own)
         if target is None:
             out.counted.append((action.kind, "no_effect"))
-        elif action.kind == "retain":
-            if target != own:
-                out.counted.append(("retain", "no_effect"))
-                continue
+        elif action.kind == "retain" and target == own:
             _retain(out, action)
             out.counted.append(("retain", "applied"))
         elif action.after_request(own):
             out.end_after = (action.kind, own)
-        else:
-            out.now.append((action.kind, target))
+        else:  # an end of another workflow, a fetch, a retain of another workflow
+            out.now.append((action.kind, target, action.keeps(own) is not None))
     return out
 
 

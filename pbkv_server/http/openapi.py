@@ -22,7 +22,8 @@ from pbkv_contract.hints import END_STATUSES
 from pbkv_server.http.validation import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["install_openapi", "json_body", "responses", "ChatCompletion", "TextCompletion", "ErrorResponse",
-           "WorkflowEnd", "CloseSession", "AppGraph", "AGENT_MAP", "ModelCard", "ModelList", "Health"]
+           "WorkflowEnd", "CloseSession", "AppGraph", "AGENT_MAP", "ModelCard", "ModelList", "Health",
+           "KvHintCapabilities"]
 
 _REF = "#/components/schemas/{model}"
 
@@ -156,6 +157,25 @@ class Health(_Closed):
     inflight: int
     active_workflows: int
     engine_failures: int
+
+
+class KvHintAction(_Closed):
+    """One envelope action type the server reads, and what it does here."""
+
+    action_type: str
+    action_version: str
+    kind: Literal["retain", "demote", "evict", "fetch"]
+    effect: str | None = None
+
+
+class KvHintCapabilities(_Closed):
+    """``GET /pbkv/v1/kv_hints``: the KV-hint envelope actions read (:mod:`pbkv_contract.kv_hint_caps`)."""
+
+    header: str
+    advertisement: str
+    protocol_versions: list[str]
+    fields: list[str]
+    actions: list[KvHintAction]
 
 
 class WorkflowEnd(BaseModel):

@@ -253,8 +253,8 @@ class PbkvService:
         Raises:
             ApiError: 400 when the engine rejects the request (its message says why).
         """
-        for kind, target in prep.kv_actions:  # before the request is queued: it may use what a fetch loads
-            self._kv_apply(kind, target)
+        for kind, target, keep in prep.kv_actions:  # before the request is queued: it may use what a fetch loads
+            self._kv_apply(kind, target, keep)
         try:
             sub = self.driver.submit(prep.engine_request)
         except ValueError as exc:
@@ -478,12 +478,16 @@ class PbkvService:
             self.metrics.kv_hint_actions.labels(action, outcome).inc()
         return plan, False
 
-    def _kv_apply(self, kind: str, workflow_id: str) -> None:
-        """Apply one planned demote/evict (an end, as the end route) or fetch, and count it."""
+    def _kv_apply(self, kind: str, workflow_id: str, keep: bool = False) -> None:
+        """Apply one planned action and count it: ``keep`` restarts the workflow's idle clock (a
+        retain or fetch of another workflow, as the backends' book does); a fetch then loads its
+        host-tier cache; a demote/evict ends it, as the end route. Applied: the workflow was kept,
+        tokens were loaded, or it was ended."""
         try:
+            done = keep and self.driver.keep_workflow(workflow_id)
             if kind == "fetch":
-                done = self.driver.prefetch_workflow(workflow_id) > 0
-            else:
+                done = self.driver.prefetch_workflow(workflow_id) > 0 or done
+            elif kind != "retain":
                 done = self.driver.end_workflow(workflow_id, "completed")
         except Exception:  # an advisory hint must never fail the request
             log.exception("kv_hints: %s of workflow %s failed", kind, workflow_id)

@@ -210,9 +210,11 @@ class _Common(_Open):
     kv_hints: Any = Field(
         None, description="The engines' versioned KV-hint envelope (vLLM KvHintsEnvelope, SGLang KvHints): "
         "{protocol_version, message_id, actions: [{action_id, action_type, action_version, payload}]}. "
-        "Understood: kv.retain / kv.pin (keep the workflow's cache: payload priority, ttl_seconds), "
+        "Understood: kv.retain / kv.pin (keep the workflow's cache: payload priority, ttl_seconds; "
+        "another workflow stays active), "
         "kv.evict / kv.demote / kv.deref (retire the workflow, after this request for its own), "
-        "kv.fetch / kv.prefetch (load the workflow's host-tier cache back). The target is "
+        "kv.fetch / kv.prefetch (load the workflow's host-tier cache back; another workflow stays "
+        "active). The target is "
         "payload.workflow_id or payload.session_id, else the request's workflow. Unknown action types "
         "and versions are ignored and counted; a malformed envelope is counted as a malformed hint; "
         "neither is ever an error.",

@@ -129,3 +129,13 @@ def test_own_trajectory_end_waits_for_the_request_other_targets_do_not():
     assert evict.target("wf-own") == "wf-own" and evict.after_request("wf-own")
     assert demote.target("wf-own") == "other" and not demote.after_request("wf-own")
     assert not fetch.after_request("wf-own") and fetch.target(None) is None
+
+
+def test_a_retain_or_fetch_keeps_another_workflow_active_never_its_own_or_an_end():
+    """``keeps``: the rule pbkv-server and both backends apply (``WorkflowTable.keep``)."""
+    env, _ = parse_kv_hints(_env(_action("kv.pin", payload={"workflow_id": "wf-tool"}),
+                                 _action("kv.prefetch", payload={"session_id": "wf-tool"}),
+                                 _action("kv.retain"), _action("kv.fetch", payload={"workflow_id": "wf-own"}),
+                                 _action("kv.demote", payload={"workflow_id": "wf-tool"})))
+    assert [a.keeps("wf-own") for a in env.actions] == ["wf-tool", "wf-tool", None, None, None]
+    assert [a.keeps(None) for a in env.actions] == ["wf-tool", "wf-tool", None, "wf-own", None]

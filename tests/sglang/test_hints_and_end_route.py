@@ -113,6 +113,23 @@ def test_end_route_answers_204_and_dispatches_to_the_scheduler(plugins_loaded):
     assert all(isinstance(m, PBKVEndWorkflowReq) for m in tm.sent)
 
 
+def test_sglangs_app_advertises_the_envelope_actions_the_plugin_reads(plugins_loaded):
+    """``X-PBKV-KV-Hints`` on SGLang's answers (the plugin's middleware) and ``GET /pbkv/v1/kv_hints``."""
+    from fastapi.testclient import TestClient
+    from sglang.srt.entrypoints import http_server
+
+    from pbkv_contract.kv_hint_caps import advertisement
+    from pbkv_server.backends.sglang.ipc import KV_HINT_EFFECTS
+
+    client = TestClient(http_server.app)
+    r = client.get("/pbkv/v1/kv_hints")
+    assert r.status_code == 200 and r.headers["X-PBKV-KV-Hints"] == advertisement()
+    doc = r.json()
+    assert doc["advertisement"] == advertisement()
+    assert {a["action_type"]: a["effect"] for a in doc["actions"]}["kv.pin"] == KV_HINT_EFFECTS["retain"]
+    assert client.post("/pbkv/v1/workflows/bad%20id/end").headers["X-PBKV-KV-Hints"] == advertisement()
+
+
 def test_end_message_crosses_sglangs_msgpack_ipc_and_retires_the_workflow(harness):
     from sglang.srt.managers.io_struct import msgpack_decode, msgpack_encode
     from sglang.utils import TypeBasedDispatcher

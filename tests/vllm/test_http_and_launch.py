@@ -156,3 +156,39 @@ def test_cli_engine_vllm_reports_a_missing_vllm_in_one_line(monkeypatch, tmp_pat
     result = CliRunner().invoke(app, ["--engine", "vllm", "--", "--model", "m"])
     assert result.exit_code == 2
     assert "run scripts/setup_vllm.sh" in result.output and "Traceback" not in result.output
+
+
+def _asgi_messages(method, path, body=b""):
+    """All messages PBKVMiddleware sends for one request (around an app answering 201)."""
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 201, "headers": [(b"x-engine", b"vllm")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(PBKVMiddleware(app)({"type": "http", "method": method, "path": path, "headers": []}, receive, send))
+    return sent
+
+
+def test_every_answer_advertises_the_envelope_actions_and_get_describes_them():
+    from pbkv_contract.kv_hint_caps import advertisement
+    from pbkv_server.backends.vllm.http import KV_HINT_EFFECTS
+
+    header = (b"x-pbkv-kv-hints", advertisement().encode())
+    for method, path in (("GET", "/v1/models"), ("POST", "/v1/chat/completions"),
+                         ("POST", "/pbkv/v1/workflows/bad id/end")):
+        start = _asgi_messages(method, path, b"{}")[0]
+        assert header in start["headers"], (method, path)
+    start, body = _asgi_messages("GET", "/pbkv/v1/kv_hints")
+    assert start["status"] == 200 and header in start["headers"]
+    doc = json.loads(body["body"])
+    assert doc["advertisement"] == advertisement()
+    assert {a["action_type"]: a["effect"] for a in doc["actions"]}["kv.prefetch"] == KV_HINT_EFFECTS["fetch"]
+    assert _asgi_messages("GET", "/v1/models")[0]["headers"][0] == (b"x-engine", b"vllm")  # vLLM's own kept

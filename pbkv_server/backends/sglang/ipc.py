@@ -6,6 +6,10 @@ tokenizer manager's scheduler socket (the channel SGLang's own control requests 
 scheduler's request dispatcher, extended by :func:`extend_scheduler_dispatcher`, hands it to its
 PBKV cache. The route answers 204 at once (idempotent; unknown ids are fine).
 
+The same function adds ``GET /pbkv/v1/kv_hints`` and ``X-PBKV-KV-Hints`` on every answer: the
+KV-hint envelope actions the plugin reads (:mod:`pbkv_contract.kv_hint_caps`; SDKs send envelope
+actions only to a server that advertises them).
+
 Also here: :func:`headers_to_custom_params`, which copies ``X-PBKV-*`` headers of an OpenAI request
 into ``custom_params.pbkv`` (SGLang drops most headers before the scheduler), and
 :func:`end_session_workflow`, which makes SGLang's own ``/close_session`` a workflow end.
@@ -21,11 +25,14 @@ from fastapi import Request
 from sglang.srt.managers.io_struct import BaseReq
 
 from pbkv_contract.hints import BODY_KEY, END_PATH, END_STATUSES, HintError, parse_hints, validate_workflow_id
+from pbkv_contract.kv_hint_caps import KV_HINTS_PATH, document
+from pbkv_server.backends.kv_hint_http import AdvertiseKvHints
 
 log = logging.getLogger(__name__)
 
 __all__ = ["PBKVEndWorkflowReq", "install_http_routes", "dispatch_to_scheduler", "extend_scheduler_dispatcher",
-           "handle_end_workflow", "end_session_workflow", "headers_to_custom_params", "END_ROUTE"]
+           "handle_end_workflow", "end_session_workflow", "headers_to_custom_params", "END_ROUTE",
+           "KV_HINT_EFFECTS"]
 
 #: FastAPI path of the end route.
 END_ROUTE = END_PATH
@@ -38,13 +45,39 @@ class PBKVEndWorkflowReq(BaseReq, kw_only=True):
     status: str = "completed"
 
 
+#: What each envelope action does in the SGLang plugin (:mod:`.workflows`), for ``GET /pbkv/v1/kv_hints``.
+KV_HINT_EFFECTS = {
+    "retain": "payload.priority becomes the request's priority when it set none; another active "
+              "workflow's idle clock restarts",
+    "demote": "the workflow is retired (its own: once the request finished)",
+    "evict": "the workflow is retired (its own: once the request finished)",
+    "fetch": "another active workflow's idle clock restarts; SGLang loads a request's host-tier hits "
+             "at admission, and the plugin's prefetch rounds run by value",
+}
+
+
 def install_http_routes(app: Any) -> bool:
-    """Add the end route to SGLang's FastAPI ``app`` (idempotent). Returns True if added now."""
+    """Add the end route, ``GET /pbkv/v1/kv_hints`` and the ``X-PBKV-KV-Hints`` answer header to
+    SGLang's FastAPI ``app`` (idempotent; before the app serves, as the plugin registers in the
+    launcher before SGLang parses its arguments). Returns True if added now."""
     if any(getattr(r, "path", None) == END_ROUTE for r in app.routes):
         return False
     app.add_api_route(END_ROUTE, _end_workflow_endpoint, methods=["POST"], status_code=204,
                       name="pbkv_end_workflow")
+    app.add_api_route(KV_HINTS_PATH, _kv_hints_endpoint, methods=["GET"], name="pbkv_kv_hints")
+    try:
+        app.add_middleware(AdvertiseKvHints)
+    except RuntimeError:  # the app already serves (Starlette builds its stack once): GET route only
+        log.warning("PBKV: X-PBKV-KV-Hints not added (SGLang's app already started); GET %s still answers",
+                    KV_HINTS_PATH)
     return True
+
+
+async def _kv_hints_endpoint():
+    """The envelope actions the plugin reads, and what each does here."""
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(document(effects=KV_HINT_EFFECTS))
 
 
 async def _end_workflow_endpoint(workflow_id: str, request: Request):

@@ -18,8 +18,9 @@ native ``/generate`` and the Engine API) or, from the OpenAI routes, which do no
 request's own (``kv.deref``, a final turn) when the request finished
 (:meth:`SGLangWorkflowBook.finish_request`, from the cache's checkpoint of the finished request).
 A retain with ``payload.priority`` becomes the ``Req.priority`` that SGLang's priority eviction
-reads, when the request set none. A fetch is counted only: SGLang loads a request's host-tier hits
-back at admission itself, and the plugin's prefetch rounds run by value. A malformed envelope is
+reads, when the request set none. A retain or fetch of another active workflow restarts its idle
+clock (:meth:`~pbkv_server.backends.book.WorkflowBook.keep`); a fetch loads nothing itself: SGLang
+loads a request's host-tier hits back at admission, and the plugin's prefetch rounds run by value. A malformed envelope is
 counted as a malformed hint; unknown actions as ignored.
 """
 

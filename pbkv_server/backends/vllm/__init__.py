@@ -18,8 +18,10 @@ which vLLM calls in each of its processes. What it adds, and through which vLLM 
   (:mod:`.http`, ``--middleware``); vLLM's own ``session_id`` (vllm-project/vllm#48048) names the
   workflow of a request without PBKV hints. The end route lives in the same middleware and
   reaches the engine core over a Unix datagram socket (:mod:`.control`).
-- Prefetch: none; vLLM's offload API loads host KV only for a request being scheduled
-  (:mod:`.offload_policy`).
+- KV-hint envelope: read in the engine core (:mod:`.workflows`); the middleware advertises the
+  actions it reads (``X-PBKV-KV-Hints``, ``GET /pbkv/v1/kv_hints``).
+- Prefetch: none ahead of a request; both of vLLM's offload load paths (host to GPU, and
+  secondary tier to host) start from a request being scheduled (:mod:`.offload_policy`).
 
 The order always comes from the engine core: :class:`~.tree.BlockTree` ranks blocks with the
 engine-core policy's ``priority`` over the engine core's score records

@@ -13,7 +13,10 @@ engine core; its ``vllm_xargs`` body field reaches the scheduler's ``Request`` a
   0.33.0's HTTP server reads none of them) travels JSON-encoded as ``vllm_xargs.pbkv_kv_hints``;
 - answers ``POST /pbkv/v1/workflows/{workflow_id}/end`` (hint protocol v1: optional JSON body
   ``{"status": ...}``; 204, 400 with a reason, 503 without a control socket) by sending the end to
-  the engine core (:func:`~.control.send_end`, socket ``PBKV_VLLM_CONTROL``).
+  the engine core (:func:`~.control.send_end`, socket ``PBKV_VLLM_CONTROL``);
+- advertises the envelope actions the backend reads (:mod:`pbkv_contract.kv_hint_caps`):
+  ``X-PBKV-KV-Hints`` on every answer, and ``GET /pbkv/v1/kv_hints`` answered with
+  :data:`KV_HINT_EFFECTS`, so that the SDK sends envelope actions to this server only.
 
 Imports no vLLM.
 """
@@ -29,17 +32,29 @@ from typing import Any, Awaitable, Callable
 from pbkv_contract.hints import (BODY_KEY, END_STATUSES, KV_HINT_KEY_DYNAMO, KV_HINTS_KEY, HintError, find_kv_hints,
                                  parse_hints, validate_workflow_id)
 
+from pbkv_contract.kv_hint_caps import KV_HINTS_PATH, document
+from pbkv_server.backends.kv_hint_http import advertising
+
 from .control import send_end
 from .settings import ENV_CONTROL
 from .workflows import FLAT_KEYS, KV_HINTS_XARG, MALFORMED_KEY
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PBKVMiddleware", "hinted_body"]
+__all__ = ["PBKVMiddleware", "hinted_body", "KV_HINT_EFFECTS"]
 
 _END_RE = re.compile(r"^/pbkv/v1/workflows/([^/]+)/end$")
 #: Largest body the middleware rewrites (bigger ones pass untouched), bytes.
 MAX_REWRITE_BYTES = 64 << 20
+#: What each envelope action does in the vLLM backend (:mod:`.workflows`), for ``GET /pbkv/v1/kv_hints``.
+KV_HINT_EFFECTS = {
+    "retain": "another active workflow's idle clock restarts (its cache keeps its lookahead rank); "
+              "the request's own workflow is active anyway",
+    "demote": "the workflow is retired, its blocks go first (its own: at request_finished)",
+    "evict": "the workflow is retired, its blocks go first (its own: at request_finished)",
+    "fetch": "as retain: vLLM's offload API loads host KV only for a request being scheduled, which "
+             "the workflow's next request then does",
+}
 
 
 def hinted_body(headers: dict[str, str], body: Any) -> Any:
@@ -81,7 +96,14 @@ class PBKVMiddleware:
         self.app = app
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope.get("type") != "http" or scope.get("method") != "POST":
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        send = advertising(send)
+        if scope.get("method") == "GET" and scope.get("path") == KV_HINTS_PATH:
+            await _answer(send, 200, document(effects=KV_HINT_EFFECTS))
+            return
+        if scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
         match = _END_RE.match(scope.get("path", ""))

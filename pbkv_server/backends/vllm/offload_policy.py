@@ -15,7 +15,9 @@ policy's order, leaves first. Hints and ticks of a request come from the process
 the request first; the offload manager runs in the same scheduler process).
 
 Prefetch: vLLM's offload API loads host chunks into GPU blocks only for a request being scheduled
-(``get_num_new_matched_tokens`` / ``prepare_load``); there is no call to load ahead of a request,
+(``get_num_new_matched_tokens`` / ``prepare_load``), and promotes chunks from a secondary tier to
+the host only from such a request's lookup (``TieringOffloadingManager.lookup``, with its
+``ReqContext``); there is no call to load ahead of a request,
 so PBKV's conservative prefetch does not run on vLLM (the host tier keeps the predicted chunks
 instead, which the next request of the workflow then loads).
 """

@@ -22,9 +22,12 @@ The engines' KV-hint envelope (:func:`pbkv_contract.hints.parse_kv_hints`) comes
 at once, the request's own when the request finished (:meth:`VLLMRuntime.request_done`; its
 final turn, as vLLM's ``execute_at: request_completion``): its cache becomes the first to go, as
 after a workflow end.
-``retain`` changes nothing (an active workflow's cache already ranks by its lookahead score) and
-``fetch`` cannot run (vLLM has no ahead-of-request load); both are counted. A malformed envelope
-is counted as a malformed hint; the request's other hints still apply.
+A ``retain`` or ``fetch`` of another active workflow restarts its idle clock
+(:meth:`~pbkv_server.backends.book.WorkflowBook.keep`), so its cache keeps its lookahead rank
+instead of retiring; a fetch loads nothing ahead of the request (vLLM's offload API loads KV only
+for a request being scheduled, :mod:`.offload_policy`). Every action is counted by kind, unknown
+types and versions as ignored; a malformed envelope is counted as a malformed hint, and the
+request's other hints still apply.
 
 A request without PBKV hints that carries vLLM's own ``session_id`` (``Request.session_id``, body
 field or ``X-Session-ID`` header) belongs to the workflow of that id

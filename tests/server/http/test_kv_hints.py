@@ -126,6 +126,48 @@ def test_dynamo_fetch_loads_the_workflows_host_cache_back(start_server, shape):
         assert host == 0 and cached >= loaded and cached <= prompt_tokens
 
 
+@pytest.mark.parametrize(("action_type", "key", "kind"), [("kv.retain", "workflow_id", "retain"),
+                                                        ("kv.prefetch", "session_id", "fetch")])
+def test_a_retain_or_fetch_from_another_request_keeps_a_workflow_in_a_long_tool_call(action_type, key, kind):
+    """wf-tool waits on a long tool call while wf-lead's request retains (or prefetches) it: its
+    idle clock restarts, as in the vLLM and SGLang backends (``WorkflowTable.keep``). The
+    lifecycle clock is set by hand (idle_retire_s 10 s): wf-tool last ran at 0, the hint comes at
+    8, so at 12 it has been idle 4 s and stays (without the hint: 12 s, retired); at 18.5 both
+    workflows are 10.5 s idle and retired. A hint for the ended wf-tool then has no effect and does
+    not start it again."""
+    from dataclasses import replace
+
+    from pbkv_server.http import ServerConfig, run_in_thread
+    from pbkv_server.http.service import engine_config_from
+
+    now = [0.0]
+    config = ServerConfig(port=0, policy="lru", idle_retire_s=10.0)
+    server = run_in_thread(config, make_engine_config=lambda: replace(
+        engine_config_from(config), lifecycle_clock=lambda: now[0]))
+    hint = _envelope(_action(action_type, {key: "wf-tool"}))
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            assert chat(client, _user(40, "tool"), Hints("wf-tool", "coder", 0, "app"), max_tokens=2).status_code == 200
+            assert chat(client, _user(40, "lead"), Hints("wf-lead", "lead", 0, "app"), max_tokens=2).status_code == 200
+            now[0] = 8.0
+            r = chat(client, _user(40, "lead"), Hints("wf-lead", "lead", 1, "app"), max_tokens=2, kv_hints=hint)
+            assert r.status_code == 200 and r.headers["X-PBKV-Hints"] == "ok"
+            now[0] = 12.0  # an anonymous request steps the engine, whose step runs the idle sweep
+            assert chat(client, _user(10, "anon"), max_tokens=2).status_code == 200
+            assert server.service.workflows.get("wf-tool") is not None
+            assert client.get("/health").json()["active_workflows"] == 2
+            now[0] = 18.5
+            assert chat(client, _user(10, "anon"), max_tokens=2).status_code == 200
+            assert client.get("/health").json()["active_workflows"] == 0
+            r = chat(client, _user(40, "new"), Hints("wf-new", "lead", 0, "app"), max_tokens=2, kv_hints=hint)
+            assert r.status_code == 200 and server.service.workflows.get("wf-tool") is None
+            text = client.get("/metrics").text
+    finally:
+        server.stop()
+    assert metric(text, "pbkv_workflow_ends_total", {"status": "cancelled", "source": "idle"}) == 2
+    assert _count(text, kind, "applied") == 1 and _count(text, kind, "no_effect") == 1
+
+
 def test_unknown_actions_are_counted_and_ignored_and_a_malformed_envelope_is_a_malformed_hint(start_server):
     server = start_server(policy="pbkv")
     with httpx.Client(base_url=server.url) as client:
@@ -169,7 +211,9 @@ def test_the_sdk_sends_the_envelope_to_pbkv_server_only_when_opted_in(start_serv
     workflow, and the request the framework marks final retires it once served, before the end
     route is called; not opted in, the server sees no envelope."""
     import pbkv_sdk
+    from pbkv_sdk import kv_hints as kvout
 
+    kvout.reset()
     server = start_server(policy="pbkv")
     client = pbkv_sdk.http_client()
     url = server.url + "/v1/chat/completions"
@@ -179,7 +223,9 @@ def test_the_sdk_sends_the_envelope_to_pbkv_server_only_when_opted_in(start_serv
         text = httpx.get(server.url + "/metrics").text
         assert _count(text, "retain", "applied") == 0
     with pbkv_sdk.workflow(app="app", workflow_id="wf-sdk", server_url=server.url, kv_hints=True) as wf:
-        assert client.post(url, json=body).headers["X-PBKV-Hints"] == "ok"
+        assert client.post(url, json=body).headers["X-PBKV-Hints"] == "ok"  # no envelope yet: it teaches
+        assert kvout.advertised(server.url).reads("kv.retain", "1.0")
+        assert client.post(url, json=body).status_code == 200
         assert server.service.workflows.get("wf-sdk") is not None
         wf.mark_final()
         assert client.post(url, json=body).status_code == 200
@@ -187,3 +233,26 @@ def test_the_sdk_sends_the_envelope_to_pbkv_server_only_when_opted_in(start_serv
         text = httpx.get(server.url + "/metrics").text
     assert _count(text, "retain", "applied") == 1 and _count(text, "evict", "applied") == 1
     client.close()
+    kvout.reset()
+
+
+def test_the_server_advertises_the_actions_it_reads_on_every_answer_and_on_get(start_server):
+    """``X-PBKV-KV-Hints`` on every answer (LLM, errors, health) and ``GET /pbkv/v1/kv_hints``
+    with the same advertisement; the SDK's ``discover`` reads it."""
+    from pbkv_contract.kv_hint_caps import advertisement, parse_advertisement
+    from pbkv_sdk import kv_hints as kvout
+
+    server = start_server()
+    answers = [httpx.post(server.url + "/v1/chat/completions", json={"model": "m", "messages": _user(5, "a")}),
+               httpx.post(server.url + "/v1/chat/completions", content=b"{"), httpx.get(server.url + "/health"),
+               httpx.get(server.url + "/no/such/route")]
+    assert [r.status_code for r in answers] == [200, 400, 200, 404]
+    assert all(r.headers["X-PBKV-KV-Hints"] == advertisement() for r in answers)
+    doc = httpx.get(server.url + "/pbkv/v1/kv_hints").json()
+    assert doc["advertisement"] == advertisement() and len(doc["actions"]) == 7
+    assert {a["kind"] for a in doc["actions"]} == {"retain", "demote", "evict", "fetch"}
+    assert all(a["effect"] for a in doc["actions"])
+    kvout.reset()
+    assert kvout.discover(server.url + "/v1") == parse_advertisement(advertisement())
+    assert kvout.advertised(server.url) == parse_advertisement(advertisement())
+    kvout.reset()
