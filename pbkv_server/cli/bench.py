@@ -150,8 +150,8 @@ def replay(
     from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile, host_tokens_for
     from pbkv_server.sim.report import (add_gap_closed, breakdown_table, latency_table, plot_timelines, results_table,
                                         write_json)
-    from pbkv_server.sim.cluster import ROUTERS, cluster_line, simulate_cluster
-    from pbkv_server.sim.simulator import SimulationError, load_workload, simulate
+    from pbkv_server.sim.cluster import ROUTERS, cluster_line
+    from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, SimulationError, load_workload, simulate
 
     known = available_policies(REPLAY)
     policies = known if policy is None else [p.strip() for p in policy.split(",") if p.strip()]
@@ -217,17 +217,15 @@ def replay(
         for name in policies + scale_only:
             label = f"{name} (gap)" if name in scale_only else name
             task = progress.add_task(f"{label:16s}", total=len(workload.units))
-            settings = dict(concurrency=concurrency, device_tokens=device_tokens, host_tokens=host, horizon=horizon,
-                            gamma=gamma, rho=rho, page_size=page_size, timeline_bins=timeline_bins,
-                            lru_guard=lru_guard, on_workflow_end=lambda done, task=task: progress.update(task, completed=done))
+            config = ReplayConfig(name, hw, device_tokens=device_tokens, host_tokens=host, horizon=horizon, gamma=gamma,
+                                  rho=rho, page_size=page_size, lru_guard=lru_guard)
+            options = ReplayOptions(
+                concurrency=concurrency, timeline_bins=timeline_bins,
+                predictor_factory=lambda: make_predictor(predictor, horizon, records, app=trace_app),
+                on_workflow_end=lambda done, task=task: progress.update(task, completed=done))
             try:
-                if replicas > 1:
-                    result = simulate_cluster(workload, name, hw, replicas=replicas, router=router, **settings,
-                                              predictor_factory=lambda: make_predictor(predictor, horizon, records,
-                                                                                       app=trace_app))
-                else:
-                    result = simulate(workload, name, hw, **settings,
-                                      predictor=make_predictor(predictor, horizon, records, app=trace_app))
+                # one replica replays on one engine (no router), as a single server
+                result = simulate(workload, config, options, replicas=replicas, router=router if replicas > 1 else None)
             except (SimulationError, ValueError) as exc:
                 raise _fail(f"{name}: {exc}") from None
             device, host_size = result.engine.device_capacity, result.engine.host_capacity

@@ -18,7 +18,7 @@ import pytest
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.simulator import load_workload, simulate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth import generate
 
 WORKFLOWS, SEED, DEVICE_TOKENS, CONCURRENCY = 60, 3, 50_000, 8
@@ -26,8 +26,8 @@ WORKFLOWS, SEED, DEVICE_TOKENS, CONCURRENCY = 60, 3, 50_000, 8
 
 def replay_stats(records, workload, policy: str) -> tuple[int, int, int, int, int]:
     """(evictions, evicted tokens, device hit tokens, host hit tokens, prefetched tokens) of one replay."""
-    result = simulate(workload, policy, get_profile("h100-qwen2.5-32b"), concurrency=CONCURRENCY,
-                      predictor=make_predictor("markov", 3, records), device_tokens=DEVICE_TOKENS)
+    result = simulate(workload, ReplayConfig(policy, get_profile("h100-qwen2.5-32b"), device_tokens=DEVICE_TOKENS),
+                      ReplayOptions(concurrency=CONCURRENCY, predictor=make_predictor("markov", 3, records)))
     s = result.engine.stats
     return (s.evictions, s.evicted_tokens, s.device_hit_tokens, s.host_hit_tokens, s.prefetched_tokens)
 
