@@ -20,6 +20,7 @@ import importlib
 import importlib.util
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -47,6 +48,11 @@ def _check_outputs(trace: Path, json_out: Path | None, plot: Path | None) -> Non
             raise _fail(f"{option} {path}: {problem}")
     if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:
         raise _fail(problem)
+
+
+def _as_option(message: str) -> str:
+    """An engine setting's message (``gamma must be ...``) in the option's name (``--gamma must be ...``)."""
+    return re.sub(r"^([a-z_]+)(?= must )", lambda m: "--" + m.group(1).replace("_", "-"), message)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -160,18 +166,19 @@ def replay(
         raise _fail(f"unknown policy {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
     if concurrency < 1:
         raise _fail("--concurrency must be >= 1")
-    # Engine settings are checked by the engine too, but only when a run reaches them (rho at the
-    # first prefetch): check them here so a study does not fail after its first policies.
-    if not 0.0 < gamma <= 1.0:
-        raise _fail(f"--gamma must be in (0, 1], got {gamma}")
-    if not 0.0 <= rho <= 1.0:
-        raise _fail(f"--rho must be in [0, 1], got {rho}")
-    if page_size is not None and page_size < 1:
-        raise _fail("--page-size must be >= 1 token")
-    if horizon < 1 or timeline_bins < 1:
-        raise _fail("--horizon and --timeline-bins must be >= 1")
-    if (device_tokens is not None and device_tokens < 1) or (host_tokens is not None and host_tokens < 0):
-        raise _fail("--device-tokens must be >= 1 and --host-tokens >= 0")
+    try:
+        hw = get_profile(profile)
+    except KeyError as exc:
+        raise _fail(exc.args[0]) from None
+    # The engine checks its settings when its config is made (EngineConfig): make one now, so a bad
+    # value fails before the first policy runs, in the option's name.
+    try:
+        ReplayConfig(policies[0], hw, device_tokens=device_tokens, host_tokens=host_tokens, horizon=horizon,
+                     gamma=gamma, rho=rho, page_size=page_size, lru_guard=lru_guard).engine_config()
+    except ValueError as exc:
+        raise _fail(_as_option(str(exc))) from None
+    if timeline_bins < 1:
+        raise _fail("--timeline-bins must be >= 1")
     if threads < 1:
         raise _fail("--threads must be >= 1")
     if replicas < 1 or router not in ROUTERS:
@@ -185,10 +192,6 @@ def replay(
     scale_only = [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if gap and p not in policies and p in known]
     # Check outputs before the runs: a bad path must not cost a whole study.
     _check_outputs(trace, json_out, plot)
-    try:
-        hw = get_profile(profile)
-    except KeyError as exc:
-        raise _fail(exc.args[0]) from None
     try:
         # one default host tier for replay and study (PAPER_HOST_RATIO), with or without --device-tokens
         host = host_tokens_for(hw, device_tokens, host_tokens,
