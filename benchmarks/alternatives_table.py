@@ -45,7 +45,7 @@ from pbkv_server.sim.measures import (CAPTURE_NOTE, SPEEDUP_HEADER, host_value, 
 from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile
 from pbkv_server.sim.report import gap_closed, jsonable
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-from pbkv_server.sim.synth import write_trace
+from pbkv_server.sim.synth.agents import write_trace
 
 
 def main(argv: list[str] | None = None) -> int:

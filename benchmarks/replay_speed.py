@@ -32,7 +32,7 @@ from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.report import jsonable
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-from pbkv_server.sim.synth import write_trace
+from pbkv_server.sim.synth.agents import write_trace
 from pbkv_server.predictors.torch_threads import limit_torch_threads
 from pbkv_contract.trace import read_trace
 

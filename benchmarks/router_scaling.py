@@ -27,7 +27,7 @@ from pbkv_server.predictors import make_predictor  # noqa: E402
 from pbkv_server.sim.cluster import ROUTERS  # noqa: E402
 from pbkv_server.hardware.profiles import get_profile, host_tokens_for  # noqa: E402
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate  # noqa: E402
-from pbkv_server.sim.synth import generate  # noqa: E402
+from pbkv_server.sim.synth.agents import generate  # noqa: E402
 
 POLICIES = (BASELINE_POLICY, DEFAULT_POLICY)
 

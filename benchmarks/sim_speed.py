@@ -20,7 +20,7 @@ from pbkv_server.engine.policies import REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.synth.agents import generate
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from pbkv_contract.extras import missing_module_line
 from pbkv_contract.files import output_problem, shared_output
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE
-from pbkv_server.sim.study_cli import study_app
+from pbkv_server.sim.study.cli import study_app
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
@@ -83,7 +83,7 @@ def synth(
                                                          "256, for coding-agent 4096)"),
 ) -> None:
     """Write a seeded synthetic multi-agent workload as a v1 trace."""
-    from pbkv_server.sim.synth import write_trace
+    from pbkv_server.sim.synth.agents import write_trace
 
     if out.is_dir():
         raise _fail(f"--out {out} is a directory; give a file path")
@@ -397,7 +397,7 @@ def _register_live_replay() -> None:
 
 _register_live_replay()
 app.command("live-compare")(importlib.import_module("pbkv_server.loadgen.live_compare").command)
-app.add_typer(study_app, name="study")  # pbkv_server/sim/study_cli.py: paper sensitivity studies, regime sweep
+app.add_typer(study_app, name="study")  # pbkv_server/sim/study/cli.py: paper sensitivity studies, regime sweep
 
 
 if __name__ == "__main__":

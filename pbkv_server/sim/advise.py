@@ -149,7 +149,8 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     for name in policies:
         if progress is not None:
             progress(name)
-        result = simulate(workload, ReplayConfig(name, profile, device_tokens=device, host_tokens=host, horizon=horizon),
+        config = ReplayConfig(name, profile, device_tokens=device, host_tokens=host, horizon=horizon)
+        result = simulate(workload, config,
                           ReplayOptions(concurrency=concurrency,
                                         predictor=make_predictor(predictor, horizon, records, app=app)))
         advice.latency_s[name] = result.summary["mean_latency_s"]

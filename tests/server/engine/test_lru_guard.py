@@ -15,7 +15,7 @@ from pbkv_server.engine.types import EngineConfig, EngineStats
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-from pbkv_server.sim.synth import write_trace
+from pbkv_server.sim.synth.agents import write_trace
 
 PROFILE = get_profile("h100-qwen2.5-32b")
 

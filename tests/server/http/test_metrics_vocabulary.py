@@ -15,7 +15,7 @@ from pbkv_server.engine.metric_names import ENGINE_METRICS, LATENCY_METRICS, pro
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.synth.agents import generate
 from .server_http_fixtures import chat
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .sim_fixtures import make_end, make_inv, unit_profile  # noqa: F401 (fixture)
-from pbkv_server.sim.simulator import REPLAY_AGENT_PRIORITY, REPLAY_CACHE_TTL_S, ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.simulator import (REPLAY_AGENT_PRIORITY, REPLAY_CACHE_TTL_S, ReplayConfig, ReplayOptions,
+                                      load_workload, simulate)
 
 
 def _records():

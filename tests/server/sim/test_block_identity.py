@@ -15,7 +15,7 @@ from pbkv_server.cli.bench import app
 from pbkv_server.engine.policies import REPLAY, available_policies
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.synth.agents import generate
 from .sim_fixtures import make_end, make_inv, unit_profile  # noqa: F401 (fixture)
 
 

@@ -15,7 +15,7 @@ from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.cluster import AffinityRouter, CacheAwareRouter, CacheAwareSettings
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-from pbkv_server.sim.synth import generate, write_trace
+from pbkv_server.sim.synth.agents import generate, write_trace
 
 HW = get_profile("h100-qwen2.5-32b")
 KEYS = ("hit_rate", "host_hit_rate", "mean_latency_s", "p99_latency_s", "mean_ttft_s", "workflows", "requests",

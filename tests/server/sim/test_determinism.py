@@ -19,7 +19,7 @@ from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY,
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.synth.agents import generate
 
 WORKFLOWS, SEED, DEVICE_TOKENS, CONCURRENCY = 60, 3, 50_000, 8
 
@@ -59,7 +59,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from test_determinism import replay_stats, WORKFLOWS, SEED
 from pbkv_server.sim.simulator import load_workload
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.synth.agents import generate
 records = list(generate("codegen", WORKFLOWS, seed=SEED))
 workload = load_workload(records)
 print(json.dumps({p: replay_stats(records, workload, p) for p in ("pbkv", "kvflow")}))

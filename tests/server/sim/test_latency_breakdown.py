@@ -14,7 +14,7 @@ import pytest
 from pbkv_server.engine import FirstToken
 from pbkv_server.sim.metrics import BREAKDOWN_PARTS, MetricsCollector
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.synth.agents import generate
 from pbkv_server.hardware.profiles import get_profile
 
 from ..engine.engine_helpers import make_engine, request

@@ -22,7 +22,7 @@ from pbkv_server.engine.policies import REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.offline_bound import demand_bound
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, ReplayUnit, Workload, load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.synth.agents import generate
 
 UNIT = 4  # tokens per block: equal units, where MIN is optimal
 PROFILE = HardwareProfile(name="bound", description="test", source="tests", prefill_tokens_per_s=1000.0,
@@ -183,7 +183,8 @@ def test_opt_ref_runs_once_on_the_timing_only_order_and_opt_iterates():
     ref = simulate(workload, ReplayConfig("opt-ref", PROFILE, **kw), ReplayOptions(concurrency=16))
     assert "order_runs" not in ref.summary  # one run on build_future's timing-only order
     assert policy_info("opt-ref").offline and not policy_info("opt-ref").iterates_order
-    assert simulate(workload, ReplayConfig("opt", PROFILE, **kw), ReplayOptions(concurrency=16)).summary["order_runs"] >= 2
+    opt = simulate(workload, ReplayConfig("opt", PROFILE, **kw), ReplayOptions(concurrency=16))
+    assert opt.summary["order_runs"] >= 2
 
 
 # --------------------------------------------------------------------------- the two-tier demand bound

@@ -15,7 +15,7 @@ import pytest
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.synth.agents import generate
 
 DEVICE_TOKENS = 120_000
 CONCURRENCY = 8
@@ -32,7 +32,8 @@ def run(trace, policies, predictor):
     profile = get_profile("h100-qwen2.5-32b")
     return {
         p: simulate(workload, ReplayConfig(p, profile, device_tokens=DEVICE_TOKENS),
-                    ReplayOptions(concurrency=CONCURRENCY, predictor=make_predictor(predictor, 3, records))).summary["hit_rate"]
+                    ReplayOptions(concurrency=CONCURRENCY,
+                                  predictor=make_predictor(predictor, 3, records))).summary["hit_rate"]
         for p in policies
     }
 

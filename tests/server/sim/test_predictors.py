@@ -238,7 +238,7 @@ def test_batched_predictions_give_the_same_replay_as_one_call_per_invocation(pol
     one-call-per-invocation replay, and the predictor is called fewer times."""
     from pbkv_server.hardware.profiles import get_profile
     from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-    from pbkv_server.sim.synth import generate
+    from pbkv_server.sim.synth.agents import generate
 
     records = list(generate("codegen", 40, seed=9))
     workload = load_workload(records)

@@ -10,8 +10,9 @@ from .sim_fixtures import make_end, make_inv, unit_profile  # noqa: F401 (fixtur
 from pbkv_contract.trace import TraceFormatError
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.future import TraceFuture, reference_order
-from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, SimulationError, load_workload, simulate, static_graphs
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.simulator import (ReplayConfig, ReplayOptions, SimulationError, load_workload, simulate,
+                                      static_graphs)
+from pbkv_server.sim.synth.agents import generate
 
 
 def test_single_request_timing_by_hand(unit_profile):
@@ -68,8 +69,9 @@ def test_closed_loop_keeps_at_most_c_workflows_in_flight(unit_profile, concurren
 def test_tool_gaps_are_replayed_as_recorded(unit_profile):
     records = list(generate("research", 5, seed=2, block_chars=1024))
     workload = load_workload(records)
-    times = simulate(workload, ReplayConfig("he", unit_profile),
-                     ReplayOptions(concurrency=2, predictor=make_predictor("oracle", 3, records))).metrics.request_times()
+    result = simulate(workload, ReplayConfig("he", unit_profile),
+                      ReplayOptions(concurrency=2, predictor=make_predictor("oracle", 3, records)))
+    times = result.metrics.request_times()
     for wf in workload.units:
         for j in range(len(wf.requests) - 1):
             finish = times[wf.requests[j].request_id][2]

@@ -223,7 +223,7 @@ def run_workload(workload: RegimeWorkload, settings: RegimeSettings, *,
     """
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
-    from pbkv_server.sim.study import load_records
+    from pbkv_server.sim.study.paper import load_records
 
     settings.check()
     if records is None:
