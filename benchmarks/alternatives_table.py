@@ -44,8 +44,8 @@ from pbkv_server.sim.measures import (CAPTURE_NOTE, SPEEDUP_HEADER, host_value, 
                                       prefill_saved)
 from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile
 from pbkv_server.sim.report import gap_closed, jsonable
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import write_trace
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import write_trace
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,8 +108,9 @@ def compare(records: list, predictors: list[str], profile, concurrency: int, dev
     for name, pred, by_session in runs:
         t0 = time.perf_counter()
         recs, wl = (merged, merged_workload) if by_session else (records, workload)
-        result = simulate(wl, name, profile, concurrency=concurrency, device_tokens=device, host_tokens=host,
-                          predictor=make_predictor(pred, 3, recs) if pred else None)
+        result = simulate(wl, ReplayConfig(name, profile, device_tokens=device, host_tokens=host),
+                          ReplayOptions(concurrency=concurrency,
+                                        predictor=make_predictor(pred, 3, recs) if pred else None))
         s = result.summary
         if by_session:
             # a merged workflow is a whole conversation: compare per turn (arrival to last token),

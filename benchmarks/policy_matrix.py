@@ -26,8 +26,8 @@ from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, available_polic
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.measures import latency_speedup
 from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import write_trace
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import write_trace
 from _cli import check_output, run_script
 from pbkv_contract.trace import read_trace
 
@@ -75,10 +75,11 @@ def main(argv: list[str] | None = None) -> int:
                         key = f"{name} C={conc} device={device} predictor={pred}"
                         row = {}
                         for policy in policies:
-                            r = simulate(workload, policy, profile, concurrency=conc,
-                                         predictor=make_predictor(pred, 3, records), device_tokens=device,
-                                         host_tokens=int(args.host_ratio * device),
-                                         lru_guard=not args.no_lru_guard).summary
+                            r = simulate(workload, ReplayConfig(policy, profile, device_tokens=device,
+                                                                host_tokens=int(args.host_ratio * device),
+                                                                lru_guard=not args.no_lru_guard),
+                                         ReplayOptions(concurrency=conc,
+                                                       predictor=make_predictor(pred, 3, records))).summary
                             row[policy] = {"hit_rate": r["hit_rate"], "host_hit_rate": r["host_hit_rate"],
                                            "mean_latency_s": r["mean_latency_s"], "mean_ttft_s": r["mean_ttft_s"],
                                            "per_app": r.get("per_app", {})}

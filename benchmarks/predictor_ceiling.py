@@ -10,7 +10,7 @@ carry nothing. Request features hash words into 64 dimensions, so a model can on
 weighted as in `pbkv-predictor eval` (one per invocation, targets up to and including END).
 
 Method (independent of the predictor code): sample N workflows from the graph's own parameters
-(`pbkv_server.sim.synth.GRAPHS`, re-walked here, not read from a trace), count the k-th next agent
+(`pbkv_server.sim.synth.agents.GRAPHS`, re-walked here, not read from a trace), count the k-th next agent
 per information state, and sum each state's largest count. With N = 300,000 the estimate moves by
 less than 0.1 point between seeds. A second line gives the ceiling from agents and step alone
 (what the Transformer and the Markov models can see at most).
@@ -25,10 +25,10 @@ import argparse
 import random
 from collections import Counter, defaultdict
 
-from pbkv_server.sim.synth import GRAPHS, SIGNAL_TRUTH
+from pbkv_server.sim.synth.agents import GRAPHS, SIGNAL_TRUTH
 
 K = 3
-#: Property words in the task message and in each later message (pbkv_server.sim.synth._workflow).
+#: Property words in the task message and in each later message (pbkv_server.sim.synth.agents.agent_workflow).
 TASK_PROPERTY_WORDS, MESSAGE_PROPERTY_WORDS = 5, 2
 
 

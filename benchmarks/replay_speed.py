@@ -31,8 +31,8 @@ from pbkv_server.engine.policies import DEFAULT_POLICY
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.report import jsonable
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import write_trace
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import write_trace
 from pbkv_server.predictors.torch_threads import limit_torch_threads
 from pbkv_contract.trace import read_trace
 
@@ -79,8 +79,8 @@ def main() -> None:
         for spec, label in ((str(model), "trained model"), ("markov", "markov (online)")):
             predictor = make_predictor(spec, 3, records, app=args.graph)
             t0, c0 = time.perf_counter(), time.process_time()
-            result = simulate(workload, args.policy, profile, concurrency=args.concurrency, predictor=predictor,
-                              device_tokens=args.device_tokens)
+            result = simulate(workload, ReplayConfig(args.policy, profile, device_tokens=args.device_tokens),
+                              ReplayOptions(concurrency=args.concurrency, predictor=predictor))
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             calls = result.summary.get("latency_ms", {}).get("predictor_call", {}).get("n", "?")
             figures = json.dumps(jsonable({k: result.summary.get(k) for k in DETERMINISTIC}), sort_keys=True)

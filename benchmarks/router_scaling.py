@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY  # noqa: E402
 from pbkv_server.predictors import make_predictor  # noqa: E402
-from pbkv_server.sim.cluster import ROUTERS, simulate_cluster  # noqa: E402
+from pbkv_server.sim.cluster import ROUTERS  # noqa: E402
 from pbkv_server.hardware.profiles import get_profile, host_tokens_for  # noqa: E402
-from pbkv_server.sim.simulator import load_workload  # noqa: E402
-from pbkv_server.sim.synth import generate  # noqa: E402
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate  # noqa: E402
+from pbkv_server.sim.synth.agents import generate  # noqa: E402
 
 POLICIES = (BASELINE_POLICY, DEFAULT_POLICY)
 
@@ -57,9 +57,10 @@ def main() -> None:
         for router in ROUTERS if n > 1 else ROUTERS[:1]:
             for policy in POLICIES:
                 t0 = time.perf_counter()
-                s = simulate_cluster(workload, policy, hw, replicas=n, router=router, concurrency=n * args.concurrency,
-                                     predictor_factory=lambda: make_predictor("markov", 3, records),
-                                     device_tokens=args.device_tokens, host_tokens=host).summary
+                s = simulate(workload, ReplayConfig(policy, hw, device_tokens=args.device_tokens, host_tokens=host),
+                             ReplayOptions(concurrency=n * args.concurrency,
+                                           predictor_factory=lambda: make_predictor("markov", 3, records)),
+                             replicas=n, router=router).summary
                 row = {"replicas": n, "router": router if n > 1 else "(one replica)", "policy": policy,
                        "hit_rate": s["hit_rate"], "device_host_hit_rate": s["hit_rate"] + s["host_hit_rate"],
                        "mean_latency_s": s["mean_latency_s"], "mean_ttft_s": s["mean_ttft_s"],

@@ -19,8 +19,8 @@ import time
 from pbkv_server.engine.policies import REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import generate
 
 
 def main() -> None:
@@ -44,8 +44,8 @@ def main() -> None:
     for policy in available_policies(REPLAY):
         predictor = make_predictor(args.predictor, 3, records)
         t0, c0 = time.perf_counter(), time.process_time()
-        result = simulate(workload, policy, profile, concurrency=args.concurrency, predictor=predictor,
-                          device_tokens=args.device_tokens)
+        result = simulate(workload, ReplayConfig(policy, profile, device_tokens=args.device_tokens),
+                          ReplayOptions(concurrency=args.concurrency, predictor=predictor))
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
         total += dt
         total_cpu += dc

@@ -113,7 +113,7 @@ def chain_hash(prev: bytes, block: bytes) -> str:
     """One link of a hash chain: ``sha256(prev || block)`` as :data:`HASH_HEX` hex digits.
 
     ``prev`` is the previous link's hex digits (ASCII bytes) or the chain's seed. The synthetic
-    trace generator (``pbkv_server.sim.synth``) chains its own block descriptions with it, so its
+    trace generator (``pbkv_server.sim.synth.agents``) chains its own block descriptions with it, so its
     hashes have the width and the chaining of real ones.
     """
     return hashlib.sha256(prev + block).hexdigest()[:HASH_HEX]

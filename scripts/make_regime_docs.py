@@ -2,12 +2,12 @@
 regime study's JSON, so no figure on that page is typed by hand.
 
 Input: ``study.json`` of ``pbkv-bench study regime`` (``{"settings", "workloads": [...]}``,
-``pbkv_server/sim/regime.py``); several files (the same settings, different workloads: a study
+``pbkv_server/sim/study/regime.py``); several files (the same settings, different workloads: a study
 split over processes) are merged in the order given. Output, all generated:
 
 * ``OUT_DIR/study.json`` (the merged JSON, when more than one file is given or it lives elsewhere),
-  ``OUT_DIR/<label>_regime.png`` (``study_plots.plot_regime``) and ``OUT_DIR/report.md``
-  (``study_report.regime_markdown``);
+  ``OUT_DIR/<label>_regime.png`` (``study.plots.plot_regime``) and ``OUT_DIR/report.md``
+  (``study.report.regime_markdown``);
 * the block between ``<!-- regime:begin -->`` and ``<!-- regime:end -->`` of the docs page:
   per regime, what each policy gets; per workload, opt's gain and PBKV's capture, and issue 24's
   acceptance lists; stamped with the git commit and the command.
@@ -36,14 +36,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 from make_results import git_stamp  # noqa: E402
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY  # noqa: E402
-from pbkv_server.sim.regime import CAPTURE_TARGET, OPT_GAIN, SLOWER_LIMIT  # noqa: E402
+from pbkv_server.sim.study.regime import CAPTURE_TARGET, OPT_GAIN, SLOWER_LIMIT  # noqa: E402
 
 BEGIN, END = "<!-- regime:begin -->", "<!-- regime:end -->"
 PAGE = ROOT / "docs" / "when-pbkv-helps.md"
 OUT_DIR = ROOT / "docs" / "study" / "regime"
 #: The command that wrote the committed study (the report and the page quote it).
 COMMAND = "pbkv-bench study regime --out-dir docs/study/regime"
-#: Labels of the study's default workloads, in its order (study_cli.DEFAULT_WORKLOADS).
+#: Labels of the study's default workloads, in its order (study.cli.DEFAULT_WORKLOADS).
 DEFAULT_LABELS = ("hover_langchain", "swe_autogen", "finance_crewai", "synth-codegen", "synth-research",
                   "synth-supervisor")
 #: Regimes in the order the page discusses them (pbkv_server.sim.advise).
@@ -181,7 +181,7 @@ def _cells(rows: list[dict]) -> str:
 
 
 def _slug(label: str) -> str:
-    from pbkv_server.sim.study_cli import _slug as slug
+    from pbkv_server.sim.study.cli import file_slug as slug
 
     return slug(label)
 
@@ -213,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.page}: {'stale' if stale else 'up to date'}")
         return 1 if stale else 0
     from pbkv_server.sim.report import jsonable
-    from pbkv_server.sim.study_plots import plot_regime
-    from pbkv_server.sim.study_report import regime_markdown
+    from pbkv_server.sim.study.plots import plot_regime
+    from pbkv_server.sim.study.report import regime_markdown
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     target = args.out_dir / "study.json"

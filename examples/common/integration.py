@@ -152,7 +152,7 @@ def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrenc
 
     from pbkv_server.engine.policies import policy_info
     from pbkv_server.hardware.profiles import get_profile
-    from pbkv_server.sim.simulator import load_workload, simulate
+    from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
     from pbkv_train.serving import load_predictor
 
     import torch
@@ -169,9 +169,9 @@ def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrenc
         for policy in policies:
             bar = progress.add_task(f"replay {policy}", total=len(workload.units))
             predictor = load_predictor(model_path, app=app) if policy_info(policy).predictive else None
-            sim = simulate(workload, policy, hw, concurrency=concurrency, predictor=predictor,
-                           device_tokens=device_tokens, host_tokens=host_tokens, app_graphs=graphs,
-                           on_workflow_end=lambda n, bar=bar: progress.update(bar, completed=n))
+            sim = simulate(workload, ReplayConfig(policy, hw, device_tokens=device_tokens, host_tokens=host_tokens),
+                           ReplayOptions(concurrency=concurrency, predictor=predictor, app_graphs=graphs,
+                                         on_workflow_end=lambda n, bar=bar: progress.update(bar, completed=n)))
             results.append(summary_to_result(policy, sim.summary))
     return results
 

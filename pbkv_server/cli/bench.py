@@ -20,6 +20,7 @@ import importlib
 import importlib.util
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -31,7 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from pbkv_contract.extras import missing_module_line
 from pbkv_contract.files import output_problem, shared_output
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE
-from pbkv_server.sim.study_cli import study_app
+from pbkv_server.sim.study.cli import study_app
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
@@ -47,6 +48,11 @@ def _check_outputs(trace: Path, json_out: Path | None, plot: Path | None) -> Non
             raise _fail(f"{option} {path}: {problem}")
     if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:
         raise _fail(problem)
+
+
+def _as_option(message: str) -> str:
+    """An engine setting's message (``gamma must be ...``) in the option's name (``--gamma must be ...``)."""
+    return re.sub(r"^([a-z_]+)(?= must )", lambda m: "--" + m.group(1).replace("_", "-"), message)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -77,7 +83,7 @@ def synth(
                                                          "256, for coding-agent 4096)"),
 ) -> None:
     """Write a seeded synthetic multi-agent workload as a v1 trace."""
-    from pbkv_server.sim.synth import write_trace
+    from pbkv_server.sim.synth.agents import write_trace
 
     if out.is_dir():
         raise _fail(f"--out {out} is a directory; give a file path")
@@ -150,8 +156,8 @@ def replay(
     from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile, host_tokens_for
     from pbkv_server.sim.report import (add_gap_closed, breakdown_table, latency_table, plot_timelines, results_table,
                                         write_json)
-    from pbkv_server.sim.cluster import ROUTERS, cluster_line, simulate_cluster
-    from pbkv_server.sim.simulator import SimulationError, load_workload, simulate
+    from pbkv_server.sim.cluster import ROUTERS, cluster_line
+    from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, SimulationError, load_workload, simulate
 
     known = available_policies(REPLAY)
     policies = known if policy is None else [p.strip() for p in policy.split(",") if p.strip()]
@@ -160,18 +166,19 @@ def replay(
         raise _fail(f"unknown policy {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
     if concurrency < 1:
         raise _fail("--concurrency must be >= 1")
-    # Engine settings are checked by the engine too, but only when a run reaches them (rho at the
-    # first prefetch): check them here so a study does not fail after its first policies.
-    if not 0.0 < gamma <= 1.0:
-        raise _fail(f"--gamma must be in (0, 1], got {gamma}")
-    if not 0.0 <= rho <= 1.0:
-        raise _fail(f"--rho must be in [0, 1], got {rho}")
-    if page_size is not None and page_size < 1:
-        raise _fail("--page-size must be >= 1 token")
-    if horizon < 1 or timeline_bins < 1:
-        raise _fail("--horizon and --timeline-bins must be >= 1")
-    if (device_tokens is not None and device_tokens < 1) or (host_tokens is not None and host_tokens < 0):
-        raise _fail("--device-tokens must be >= 1 and --host-tokens >= 0")
+    try:
+        hw = get_profile(profile)
+    except KeyError as exc:
+        raise _fail(exc.args[0]) from None
+    # The engine checks its settings when its config is made (EngineConfig): make one now, so a bad
+    # value fails before the first policy runs, in the option's name.
+    try:
+        ReplayConfig(policies[0], hw, device_tokens=device_tokens, host_tokens=host_tokens, horizon=horizon,
+                     gamma=gamma, rho=rho, page_size=page_size, lru_guard=lru_guard).engine_config()
+    except ValueError as exc:
+        raise _fail(_as_option(str(exc))) from None
+    if timeline_bins < 1:
+        raise _fail("--timeline-bins must be >= 1")
     if threads < 1:
         raise _fail("--threads must be >= 1")
     if replicas < 1 or router not in ROUTERS:
@@ -185,10 +192,6 @@ def replay(
     scale_only = [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if gap and p not in policies and p in known]
     # Check outputs before the runs: a bad path must not cost a whole study.
     _check_outputs(trace, json_out, plot)
-    try:
-        hw = get_profile(profile)
-    except KeyError as exc:
-        raise _fail(exc.args[0]) from None
     try:
         # one default host tier for replay and study (PAPER_HOST_RATIO), with or without --device-tokens
         host = host_tokens_for(hw, device_tokens, host_tokens,
@@ -217,17 +220,15 @@ def replay(
         for name in policies + scale_only:
             label = f"{name} (gap)" if name in scale_only else name
             task = progress.add_task(f"{label:16s}", total=len(workload.units))
-            settings = dict(concurrency=concurrency, device_tokens=device_tokens, host_tokens=host, horizon=horizon,
-                            gamma=gamma, rho=rho, page_size=page_size, timeline_bins=timeline_bins,
-                            lru_guard=lru_guard, on_workflow_end=lambda done, task=task: progress.update(task, completed=done))
+            config = ReplayConfig(name, hw, device_tokens=device_tokens, host_tokens=host, horizon=horizon, gamma=gamma,
+                                  rho=rho, page_size=page_size, lru_guard=lru_guard)
+            options = ReplayOptions(
+                concurrency=concurrency, timeline_bins=timeline_bins,
+                predictor_factory=lambda: make_predictor(predictor, horizon, records, app=trace_app),
+                on_workflow_end=lambda done, task=task: progress.update(task, completed=done))
             try:
-                if replicas > 1:
-                    result = simulate_cluster(workload, name, hw, replicas=replicas, router=router, **settings,
-                                              predictor_factory=lambda: make_predictor(predictor, horizon, records,
-                                                                                       app=trace_app))
-                else:
-                    result = simulate(workload, name, hw, **settings,
-                                      predictor=make_predictor(predictor, horizon, records, app=trace_app))
+                # one replica replays on one engine (no router), as a single server
+                result = simulate(workload, config, options, replicas=replicas, router=router if replicas > 1 else None)
             except (SimulationError, ValueError) as exc:
                 raise _fail(f"{name}: {exc}") from None
             device, host_size = result.engine.device_capacity, result.engine.host_capacity
@@ -396,7 +397,7 @@ def _register_live_replay() -> None:
 
 _register_live_replay()
 app.command("live-compare")(importlib.import_module("pbkv_server.loadgen.live_compare").command)
-app.add_typer(study_app, name="study")  # pbkv_server/sim/study_cli.py: paper sensitivity studies, regime sweep
+app.add_typer(study_app, name="study")  # pbkv_server/sim/study/cli.py: paper sensitivity studies, regime sweep
 
 
 if __name__ == "__main__":

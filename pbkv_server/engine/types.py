@@ -238,6 +238,11 @@ class EngineConfig:
             declare ``guardable`` (``he``, ``pbkv``, ``pbkv-aggressive``): while a ghost LRU at the
             same capacity finds more device hits than the policy, the policy ranks in LRU order.
             ``False`` = always the predicted order (``--no-lru-guard``).
+
+    Raises:
+        ValueError: a setting out of its range (one line naming the field, e.g. ``gamma must be in
+            (0, 1], got 0``), at construction: a setting read only later (``rho`` at the first
+            prefetch) must not fail a run half-way.
     """
 
     profile: HardwareProfile
@@ -258,3 +263,25 @@ class EngineConfig:
     batch_predictions: bool = True
     cache_outputs: bool = False
     lru_guard: bool = True
+
+    def __post_init__(self) -> None:
+        problems = _config_problems(self)
+        if problems:
+            raise ValueError(problems[0])
+
+
+def _config_problems(config: EngineConfig) -> list[str]:
+    """What is out of range in ``config``, one line each, in field order (empty: valid).
+
+    Each line starts with the field's name, so a command line can name its own option instead.
+    """
+    checks = (
+        ("device_tokens", config.device_tokens is None or config.device_tokens >= 1, ">= 1 token"),
+        ("host_tokens", config.host_tokens is None or config.host_tokens >= 0, ">= 0 tokens"),
+        ("horizon", config.horizon >= 1, ">= 1"),
+        ("gamma", 0.0 < config.gamma <= 1.0, "in (0, 1]"),
+        ("rho", 0.0 <= config.rho <= 1.0, "in [0, 1]"),
+        ("max_batch", config.max_batch >= 1, ">= 1"),
+        ("page_size", config.page_size is None or config.page_size >= 1, ">= 1 token"),
+    )
+    return [f"{name} must be {rule}, got {getattr(config, name)}" for name, ok, rule in checks if not ok]

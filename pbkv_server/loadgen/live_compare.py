@@ -51,7 +51,7 @@ from pbkv_contract.files import output_problem
 from pbkv_server.engine.cost import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, sglang_policy_names
 from pbkv_server.loadgen.live_replay import PromptBook, ReplaySummary, check_arguments, replay
-from pbkv_server.sim.simulator import load_workload, simulate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 
 __all__ = ["sim_policy", "ServerSettings", "server_settings", "matched_records", "measured_profile",
            "simulate_matched", "command"]
@@ -187,10 +187,11 @@ def simulate_matched(records: Sequence[TraceRecord], settings: ServerSettings, p
         apps = {r.app for r in records if isinstance(r, InvocationRecord)}
         predictor = make_predictor(settings.predictor, settings.horizon, records,
                                    app=next(iter(apps)) if len(apps) == 1 else None)
-    result = simulate(load_workload(records), settings.sim_policy, profile, concurrency=concurrency,
-                      predictor=predictor, device_tokens=settings.device_tokens, host_tokens=0,
-                      horizon=settings.horizon, gamma=settings.gamma, page_size=settings.page_size,
-                      cache_outputs=True)
+    result = simulate(load_workload(records), ReplayConfig(settings.sim_policy, profile,
+                                                           device_tokens=settings.device_tokens, host_tokens=0,
+                                                           horizon=settings.horizon, gamma=settings.gamma,
+                                                           page_size=settings.page_size, cache_outputs=True),
+                      ReplayOptions(concurrency=concurrency, predictor=predictor))
     return result.summary
 
 

@@ -126,7 +126,7 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
         ValueError: no invocation, ``concurrency`` < 1, a negative ``host_ratio``, or a bad predictor spec.
     """
     from pbkv_server.predictors import make_predictor
-    from pbkv_server.sim.simulator import load_workload, simulate
+    from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
@@ -149,8 +149,10 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     for name in policies:
         if progress is not None:
             progress(name)
-        result = simulate(workload, name, profile, concurrency=concurrency, device_tokens=device, host_tokens=host,
-                          horizon=horizon, predictor=make_predictor(predictor, horizon, records, app=app))
+        config = ReplayConfig(name, profile, device_tokens=device, host_tokens=host, horizon=horizon)
+        result = simulate(workload, config,
+                          ReplayOptions(concurrency=concurrency,
+                                        predictor=make_predictor(predictor, horizon, records, app=app)))
         advice.latency_s[name] = result.summary["mean_latency_s"]
         advice.hit_rate[name] = result.summary["hit_rate"] + result.summary["host_hit_rate"]
     base = advice.latency_s.get(BASELINE_POLICY)

@@ -37,8 +37,9 @@ from pbkv_contract.trace import InvocationRecord, TraceRecord, WorkflowEndRecord
 from pbkv_server.engine.cost import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, available_policies
 from pbkv_server.hardware.profiles import HICACHE_RATIO  # host tier of the HiCache runs: SGLang's default
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import DEFAULT_SYNTH_BLOCK_CHARS, CHARS_PER_TOKEN, segment_hashes
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import DEFAULT_SYNTH_BLOCK_CHARS
+from pbkv_server.sim.synth.common import CHARS_PER_TOKEN, segment_hashes
 
 __all__ = ["TOLERANCE", "Published", "KVFLOW_SPEEDUPS", "PBKV_DECODE_STEP", "kvflow_records", "kvflow_latencies",
            "decode_step", "CalibrationRow", "compare"]
@@ -89,7 +90,7 @@ def kvflow_records(fixed: int = 4096, dynamic: int = 32, output: int = 32, stage
     Workflow ``run<r>`` calls agents ``agent0`` .. ``agent<stages-1>`` in order; agent i's prompt
     is its fixed part (``fixed`` tokens, the same in every run) followed by the run's dynamic
     part (``dynamic`` tokens), and it generates ``output`` tokens; tool gaps are 0. Block
-    hashes follow :func:`pbkv_server.sim.synth.segment_hashes` (64-token blocks), so the fixed
+    hashes follow :func:`pbkv_server.sim.synth.common.segment_hashes` (64-token blocks), so the fixed
     parts are shared across runs exactly as identical text would be. The first ``warmup_runs``
     workflows warm the cache (KVFlow runs each fixed prompt before measuring).
 
@@ -133,8 +134,9 @@ def kvflow_latencies(profile: HardwareProfile, records: Sequence[TraceRecord] | 
     out = {}
     for system, policy, host_tokens in (("graph", graph_policy, host), ("hicache", BASELINE_POLICY, host),
                                         ("gpu_only", BASELINE_POLICY, 0)):
-        sim = simulate(workload, policy, profile, concurrency=1, device_tokens=profile.device_kv_tokens,
-                       host_tokens=host_tokens)
+        sim = simulate(workload, ReplayConfig(policy, profile, device_tokens=profile.device_kv_tokens,
+                                              host_tokens=host_tokens),
+                       ReplayOptions(concurrency=1))
         spans = [end - start for wid, (start, end) in sim.metrics.workflow_spans().items() if wid not in warm]
         out[system] = sum(spans) / len(spans)
     return out
@@ -143,8 +145,10 @@ def kvflow_latencies(profile: HardwareProfile, records: Sequence[TraceRecord] | 
 def decode_step(profile: HardwareProfile, records: Sequence[TraceRecord], concurrency: int = 72) -> float:
     """Mean decode step (seconds) of ``records`` replayed under ``lru`` at ``concurrency`` in the
     paper's setup: device = the profile's GPU-memory capacity, host tier = device."""
-    sim = simulate(load_workload(records), BASELINE_POLICY, profile, concurrency=concurrency,
-                   device_tokens=profile.device_kv_tokens, host_tokens=profile.device_kv_tokens)
+    sim = simulate(load_workload(records), ReplayConfig(BASELINE_POLICY, profile,
+                                                        device_tokens=profile.device_kv_tokens,
+                                                        host_tokens=profile.device_kv_tokens),
+                   ReplayOptions(concurrency=concurrency))
     return sim.summary["mean_decode_step_s"]
 
 

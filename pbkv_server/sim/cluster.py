@@ -33,34 +33,27 @@ as the real routers do:
   0.5, 1024. (SMG's ``docs/configuration/routing.md`` still describes the older rule: a global
   max-min imbalance check, and the smallest tree on a miss.)
 
-End signals go to every replica that served the workflow (what the SDK does with SMG's served-by
-answer header, ``pbkv_sdk.routing``). Engine clocks advance together: the driver always steps the
-busy replica with the earliest clock and hands an outside event (a submission, an end) over only
-once every busy replica has reached its time, so one replica's clock runs ahead of another's by
-at most one iteration, as a single engine's clock runs ahead of its next submission. With one
-replica the replay equals :func:`~pbkv_server.sim.simulator.simulate`'s (a test checks it).
+A cluster replay is :func:`~pbkv_server.sim.simulator.simulate` with ``replicas`` and ``router``;
+its loop (:class:`~pbkv_server.sim.driver.ReplayDriver`) sends end signals to every replica that
+served the workflow and advances the engine clocks together. With one replica the replay equals
+the single-engine one (a test checks it).
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
-import heapq
 import math
 import statistics
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
-from pbkv_contract.prediction import Predictor
-from pbkv_server.engine import Engine, EngineConfig, EngineRequest, FirstToken, HardwareProfile
-from pbkv_server.engine.policies import policy_info
-from pbkv_server.sim.metrics import MetricsCollector
-from pbkv_server.sim.simulator import SimulationError, Workload, _Driver, static_graphs
+from pbkv_server.engine import Engine, EngineRequest
 
 __all__ = [
     "ROUTERS", "VIRTUAL_NODES", "CacheAwareSettings", "Router", "AffinityRouter", "RoundRobinRouter",
-    "CacheAwareRouter", "make_router", "ClusterResult", "simulate_cluster", "cluster_line",
+    "CacheAwareRouter", "make_router", "cluster_line",
 ]
 
 #: Router models, by their ``pbkv-bench replay --router`` name.
@@ -225,110 +218,6 @@ def make_router(name: str, replicas: int, cache_aware: CacheAwareSettings = Cach
     raise ValueError(f"unknown router {name!r}; known: {', '.join(ROUTERS)}")
 
 
-@dataclass(slots=True)
-class ClusterResult:
-    """Outcome of one cluster replay.
-
-    Attributes:
-        policy: the replicas' cache policy.
-        summary: :meth:`MetricsCollector.summary` over all requests of the cluster, plus
-            ``replicas``, ``router``, ``single_replica_share`` (share of workflows whose requests
-            all went to one replica), ``end_deliveries`` (end signals sent, one per replica that
-            served a workflow), ``per_replica`` (per replica: ``requests``, ``hit_rate``,
-            ``host_hit_rate``), ``load_spread`` (most requests on one replica / the mean),
-            ``evictions``, ``evicted_tokens``, ``prefetched_tokens`` (sums) and ``hash_collisions``.
-        engines: the replicas' engines.
-        metrics: the collector.
-    """
-
-    policy: str
-    summary: dict[str, Any]
-    engines: list[Engine] = field(repr=False)
-    metrics: MetricsCollector = field(repr=False)
-
-    @property
-    def engine(self) -> Engine:
-        """The first replica's engine (all replicas have the same capacities)."""
-        return self.engines[0]
-
-
-def simulate_cluster(
-    workload: Workload,
-    policy: str,
-    profile: HardwareProfile,
-    *,
-    replicas: int,
-    router: str | Router = "affinity",
-    concurrency: int = 32,
-    predictor_factory: Callable[[], Predictor | None] | None = None,
-    device_tokens: int | None = None,
-    host_tokens: int | None = None,
-    horizon: int = 3,
-    gamma: float = 0.7,
-    rho: float = 0.1,
-    max_batch: int = 256,
-    page_size: int | None = None,
-    batch_predictions: bool = True,
-    timeline_bins: int = 40,
-    app_graphs: dict[str, dict[str, Sequence[str]]] | None = None,
-    on_workflow_end: Callable[[int], None] | None = None,
-    cache_aware: CacheAwareSettings = CacheAwareSettings(),
-    lru_guard: bool = True,
-) -> ClusterResult:
-    """Replay ``workload`` on ``replicas`` replicas of ``policy`` behind ``router``.
-
-    Args:
-        workload: from :func:`~pbkv_server.sim.simulator.load_workload`.
-        policy: every replica's cache policy (an online one).
-        profile: every replica's hardware cost model.
-        replicas: N >= 1.
-        router: a name of :data:`ROUTERS`, or a :class:`Router`.
-        concurrency: workflows in flight in the whole cluster (closed loop; same per-replica
-            load at N replicas means N times the single-replica C).
-        predictor_factory: makes each replica's predictor (called once per replica: online
-            predictors learn from their own replica's stream); ``None``: no predictor.
-        device_tokens / host_tokens: each replica's capacities in tokens (``None``: the profile's).
-        horizon, gamma, rho, max_batch, page_size, batch_predictions, timeline_bins, app_graphs,
-        on_workflow_end: as for :func:`~pbkv_server.sim.simulator.simulate`.
-        cache_aware: thresholds of the ``cache-aware`` router.
-        lru_guard: each replica runs the robustness guard of the predictive policies
-            (``EngineConfig.lru_guard``).
-
-    Raises:
-        ValueError: ``replicas`` or ``concurrency`` < 1, an unknown router or policy, or an
-            offline policy (its future is the whole trace's order on one engine).
-        SimulationError: a replica stops making progress.
-    """
-    if concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
-    if policy_info(policy).offline:
-        raise ValueError(f"{policy} is an offline reference (one engine's future); replay it without replicas")
-    chooser = make_router(router, replicas, cache_aware) if isinstance(router, str) else router
-    if replicas < 1:
-        raise ValueError("replicas must be >= 1")
-    graphs = app_graphs if app_graphs is not None else static_graphs(workload)
-    engines = []
-    for _ in range(replicas):
-        engine = Engine(EngineConfig(
-            profile=profile, policy=policy, device_tokens=device_tokens, host_tokens=host_tokens, horizon=horizon,
-            gamma=gamma, rho=rho, predictor=predictor_factory() if predictor_factory else None, max_batch=max_batch,
-            page_size=page_size, batch_predictions=batch_predictions, lru_guard=lru_guard,
-        ))
-        for app, edges in graphs.items():
-            engine.set_app_graph(app, edges)
-        engines.append(engine)
-    metrics = MetricsCollector(timeline_bins)
-    driver = _ClusterDriver(engines, chooser, workload, concurrency, on_workflow_end, metrics)
-    driver.run()
-    summary = metrics.summary()
-    summary.update(driver.cluster_summary())
-    summary["router"] = router if isinstance(router, str) else type(router).__name__
-    summary["hash_collisions"] = workload.hash_collisions
-    for key in ("evictions", "evicted_tokens", "prefetched_tokens"):
-        summary[key] = sum(getattr(e.stats, key) for e in engines)
-    return ClusterResult(policy, summary, engines, metrics)
-
-
 def cluster_line(policy: str, summary: dict[str, Any]) -> str:
     """One line of a cluster replay's routing figures (for ``pbkv-bench replay --replicas``)."""
     rates = [r["hit_rate"] for r in summary["per_replica"] if r["requests"]]
@@ -337,95 +226,6 @@ def cluster_line(policy: str, summary: dict[str, Any]) -> str:
             f"{100 * summary['single_replica_share']:.1f}%, requests on the busiest replica "
             f"{summary['load_spread']:.2f}x the mean, device hit rate per replica {spread}, "
             f"end signals {summary['end_deliveries']}")
-
-
-# --------------------------------------------------------------------------- the driver
-
-
-class _ClusterDriver(_Driver):
-    """The simulator's closed loop, with submissions routed to one of several engines."""
-
-    def __init__(self, engines: list[Engine], router: Router, workload: Workload, concurrency: int,
-                 on_unit_end: Callable[[int], None] | None, metrics: MetricsCollector):
-        super().__init__(engines[0], workload, concurrency, None, on_unit_end, metrics)
-        self.engines = engines
-        self.router = router
-        self.busy: list[tuple[float, int]] = []  # (clock, replica) of every busy engine, once each
-        self.served: dict[str, dict[int, None]] = {}  # workflow -> replicas in first-service order
-        self.tokens = [[0, 0, 0, 0] for _ in engines]  # per replica: requests, prompt, device, host
-        self.replica_of: dict[str, int] = {}  # request id -> replica, until its first token
-
-    def run(self) -> None:
-        for _ in range(min(self.concurrency, len(self.units))):
-            self._start_next(0.0)
-        engines, events, busy = self.engines, self.events, self.busy
-        stalled = 0
-        while True:
-            t_next = events[0][0] if events else math.inf
-            if busy and busy[0][0] < t_next:
-                _, r = heapq.heappop(busy)
-                engine = engines[r]
-                before = engine.clock
-                out = engine.step(until=events[0][0] if events else None)
-                if engine.busy:
-                    heapq.heappush(busy, (engine.clock, r))
-                for ev in out:
-                    if isinstance(ev, FirstToken):
-                        acc = self.tokens[r]
-                        acc[0] += 1
-                        acc[1] += ev.prompt_tokens
-                        acc[2] += ev.device_cached_tokens
-                        acc[3] += ev.host_cached_tokens
-                    self._engine_event(ev)
-                stalled = 0 if (out or engine.clock > before) else stalled + 1
-                if stalled > self.STALL_LIMIT:
-                    raise SimulationError(f"replica {r} made no progress in {self.STALL_LIMIT} steps at "
-                                          f"t={engine.clock:.3f}s; is a prompt larger than the device cache?")
-            elif events:
-                self._handle(heapq.heappop(events))
-            else:
-                break
-
-    def _source(self, request_id: str) -> object:
-        return self.replica_of.pop(request_id, None)
-
-    def _submit(self, req: EngineRequest, workflow_id: str, time: float) -> None:
-        r = self.router.route(req, workflow_id, self.engines)
-        self.replica_of[req.request_id] = r  # its iterations are that replica's (latency breakdown)
-        engine = self.engines[r]
-        idle = not engine.busy
-        if idle:
-            engine.advance_to(time)
-        engine.submit(req)
-        if idle:
-            heapq.heappush(self.busy, (engine.clock, r))
-        self.served.setdefault(workflow_id, {})[r] = None
-
-    def _end(self, workflow_id: str, status: str, time: float) -> None:
-        for r in self.served.get(workflow_id, ()):
-            engine = self.engines[r]
-            if not engine.busy:
-                engine.advance_to(time)
-            engine.end_workflow(workflow_id, status)
-
-    def _close_session(self, unit) -> None:
-        # every replica that served one of the unit's workflows holds its history
-        replicas = {r: None for wid in dict.fromkeys(unit.workflow_ids) for r in self.served.get(wid, ())}
-        for r in replicas:
-            self.engines[r].close_session(unit.unit_id)
-
-    def cluster_summary(self) -> dict[str, Any]:
-        counts = [acc[0] for acc in self.tokens]
-        mean = sum(counts) / len(counts)
-        return {
-            "replicas": len(self.engines),
-            "single_replica_share": (sum(len(s) == 1 for s in self.served.values()) / len(self.served)
-                                     if self.served else math.nan),
-            "end_deliveries": sum(len(s) for s in self.served.values()),
-            "load_spread": max(counts) / mean if mean else math.nan,
-            "per_replica": [{"requests": n, "hit_rate": d / p if p else 0.0, "host_hit_rate": h / p if p else 0.0}
-                            for n, p, d, h in self.tokens],
-        }
 
 
 def _load(engine: Engine) -> int:

@@ -9,7 +9,7 @@ them by this module's model, so the re-timed trace depends only on the seed and 
 were (agents, steps, token counts), never on the machine:
 
 * a call started at ``t`` has ``(ttft, t_end) = nominal_times(t, prompt_tokens, completion_tokens)``
-  (the rule the synthetic traces of :mod:`pbkv_server.sim.synth` are written with);
+  (the rule the synthetic traces of :mod:`pbkv_server.sim.synth.agents` are written with);
 * the next call of the workflow starts ``gap`` seconds after ``t_end``, with ``gap`` drawn uniformly
   from the range of the tool that runs after the call (``tool_gaps[agent]``), else from
   :data:`HANDOFF_GAP_S`, by a generator keyed by ``(seed, workflow id, step, agent)``

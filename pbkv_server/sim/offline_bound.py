@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pbkv_server.engine import HardwareProfile
 from pbkv_server.engine.guard import host_value
 from pbkv_server.engine.policies import REFERENCE_POLICY
-from pbkv_server.sim.simulator import Workload, simulate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, Workload, simulate
 
 __all__ = ["DemandBound", "demand_bound"]
 
@@ -59,9 +59,11 @@ def demand_bound(workload: Workload, profile: HardwareProfile, device_tokens: in
     Raises:
         ValueError / SimulationError: as :func:`~pbkv_server.sim.simulator.simulate`.
     """
-    device = simulate(workload, REFERENCE_POLICY, profile, concurrency=1, device_tokens=device_tokens,
-                      host_tokens=0, page_size=page_size).summary["hit_rate"]
-    union = simulate(workload, REFERENCE_POLICY, profile, concurrency=1, device_tokens=device_tokens + host_tokens,
-                     host_tokens=0, page_size=page_size).summary["hit_rate"]
+    device = simulate(workload, ReplayConfig(REFERENCE_POLICY, profile, device_tokens=device_tokens, host_tokens=0,
+                                             page_size=page_size),
+                      ReplayOptions(concurrency=1)).summary["hit_rate"]
+    union = simulate(workload, ReplayConfig(REFERENCE_POLICY, profile, device_tokens=device_tokens + host_tokens,
+                                            host_tokens=0, page_size=page_size),
+                     ReplayOptions(concurrency=1)).summary["hit_rate"]
     v = host_value(profile)
     return DemandBound(device, union, v * union + (1 - v) * device, v)

@@ -14,30 +14,35 @@ radix cache and the eviction policy; this module only drives it:
   (:func:`load_workload`), a unit's session is closed when the unit ends (SGLang
   ``/close_session``), and for a policy that declares ``speculative_prefill`` each request carries
   its next-turn prefix (Dynamo's speculative prefill);
+* several replicas behind a router (``simulate(..., replicas=N, router=...)``): each replica is
+  its own engine, the router (:mod:`pbkv_server.sim.cluster`) picks each request's; the same loop
+  (:class:`~pbkv_server.sim.driver.ReplayDriver`) drives one engine or several;
 * metrics follow :mod:`pbkv_server.sim.metrics`.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Sequence
 
 from pbkv_contract.hints import Hints
 from pbkv_contract.trace import InvocationRecord, TraceFormatError, TraceRecord, WorkflowEndRecord
 from pbkv_contract.prediction import Predictor
 
-from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, FirstToken, HardwareProfile
+from pbkv_server.engine import Engine, EngineConfig, EngineRequest, HardwareProfile
 from pbkv_server.engine.pages import to_units
 from pbkv_server.engine.policies import policy_info
+from pbkv_server.sim.cluster import Router, make_router
+from pbkv_server.sim.driver import ReplayDriver, SimulationError
 from pbkv_server.sim.future import TraceFuture, reference_order
 from pbkv_server.sim.metrics import MetricsCollector, guard_summary
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Workload", "ReplayUnit", "SimResult", "SimulationError", "load_workload", "simulate"]
+__all__ = ["Workload", "ReplayUnit", "ReplayConfig", "ReplayOptions", "SimResult", "SimulationError", "load_workload",
+           "simulate"]
 
 
 #: Most replays of an order-iterating offline policy (``opt``) before its order must be stable.
@@ -49,10 +54,6 @@ REPLAY_AGENT_PRIORITY = 10
 #: Cache TTL of every request when the trace records none, seconds: ``cache_control`` "5m"
 #: (Anthropic's default ephemeral TTL, Dynamo's lower clamp, SGLang PR #18941's demonstration).
 REPLAY_CACHE_TTL_S = 300.0
-
-
-class SimulationError(RuntimeError):
-    """The replay cannot make progress (e.g. a prompt larger than the whole device cache)."""
 
 
 @dataclass(slots=True)
@@ -116,14 +117,25 @@ class Workload:
 
 @dataclass(slots=True)
 class SimResult:
-    """Outcome of one replay: the metrics summary (:meth:`MetricsCollector.summary`, plus
-    ``hash_collisions`` of the workload), the collector
-    (raw per-request and per-workflow times) and the engine (counters, final cache state)."""
+    """Outcome of one replay.
+
+    Attributes:
+        policy: the replicas' cache policy.
+        summary: the metrics summary (:meth:`MetricsCollector.summary`, plus ``hash_collisions``
+            of the workload; a cluster's, see :func:`simulate`).
+        engines: the replicas' engines (counters, final cache state); one without a router.
+        metrics: the collector (raw per-request and per-workflow times).
+    """
 
     policy: str
     summary: dict[str, Any]
-    engine: Engine = field(repr=False)
+    engines: list[Engine] = field(repr=False)
     metrics: MetricsCollector = field(repr=False)
+
+    @property
+    def engine(self) -> Engine:
+        """The first replica's engine (all replicas have the same capacities)."""
+        return self.engines[0]
 
 
 def load_workload(records: Iterable[TraceRecord]) -> Workload:
@@ -308,79 +320,152 @@ def build_future(workload: Workload, concurrency: int, page_size: int | None = N
     })
 
 
-def simulate(
-    workload: Workload,
-    policy: str,
-    profile: HardwareProfile,
-    *,
-    concurrency: int = 32,
-    predictor: Predictor | None = None,
-    device_tokens: int | None = None,
-    host_tokens: int | None = None,
-    horizon: int = 3,
-    gamma: float = 0.7,
-    rho: float = 0.1,
-    max_batch: int = 256,
-    page_size: int | None = None,
-    batch_predictions: bool = True,
-    timeline_bins: int = 40,
-    app_graphs: dict[str, dict[str, Sequence[str]]] | None = None,
-    on_workflow_end: Callable[[int], None] | None = None,
-    cache_outputs: bool = False,
-    lru_guard: bool = True,
-) -> SimResult:
-    """Replay ``workload`` under ``policy`` and return its metrics.
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    """What every replica's engine is: the policy, the hardware and the engine settings a replay
+    chooses (the rest of :class:`~pbkv_server.engine.EngineConfig` keeps its defaults).
 
-    Args:
-        workload: from :func:`load_workload`.
+    Attributes:
         policy: engine policy name.
         profile: hardware cost model.
-        concurrency: C, most workflows in flight (>= 1).
-        predictor: next-agent predictor given to the engine (a fresh one per run: online
-            predictors learn from the stream).
         device_tokens / host_tokens: capacity overrides in tokens (``None``: the profile's, each on
             its own: ``pbkv-bench replay`` sizes the host tier from the device size with
             :func:`pbkv_server.hardware.profiles.host_tokens_for` and passes both).
         horizon, gamma, rho, max_batch: engine settings (PBKV Eq. 2 K and gamma; aggressive rho).
         page_size: KV page size in tokens (``None``: the trace's blocks are the cache units).
-        batch_predictions: one predictor call per scheduling step (see ``EngineConfig``).
+        batch_predictions: one predictor call per scheduling step (``EngineConfig.batch_predictions``).
+        cache_outputs: keep finished outputs in the cache as SGLang does (``EngineConfig.cache_outputs``).
+        lru_guard: run the robustness guard of the predictive policies (``EngineConfig.lru_guard``).
+    """
+
+    policy: str
+    profile: HardwareProfile
+    device_tokens: int | None = None
+    host_tokens: int | None = None
+    horizon: int = 3
+    gamma: float = 0.7
+    rho: float = 0.1
+    max_batch: int = 256
+    page_size: int | None = None
+    batch_predictions: bool = True
+    cache_outputs: bool = False
+    lru_guard: bool = True
+
+    def engine_config(self, predictor: Predictor | None = None, future: TraceFuture | None = None) -> EngineConfig:
+        """The :class:`EngineConfig` of one replica (raises ``ValueError`` on a bad setting)."""
+        return EngineConfig(
+            profile=self.profile, policy=self.policy, device_tokens=self.device_tokens, host_tokens=self.host_tokens,
+            horizon=self.horizon, gamma=self.gamma, rho=self.rho, predictor=predictor, max_batch=self.max_batch,
+            future=future, page_size=self.page_size, batch_predictions=self.batch_predictions,
+            cache_outputs=self.cache_outputs, lru_guard=self.lru_guard,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    """How a replay is driven and reported (the same for one engine and for a cluster).
+
+    Attributes:
+        concurrency: C, most replay units in flight over the whole replay (>= 1; same per-replica
+            load at N replicas means N times the single-replica C).
+        predictor: the next-agent predictor of a one-replica replay (a fresh one per replay:
+            online predictors learn from the stream).
+        predictor_factory: makes each replica's predictor (called once per replica: online
+            predictors learn from their own replica's stream); give this or ``predictor``.
         timeline_bins: bins of the hit-rate timeline.
         app_graphs: static agent graph per app for ``kvflow`` (default: learned from the workload,
             see :func:`static_graphs`).
         on_workflow_end: called with the number of finished replay units after each one (progress bars).
-        cache_outputs: keep finished outputs in the cache as SGLang does (``EngineConfig.cache_outputs``).
-        lru_guard: run the robustness guard of the predictive policies (``EngineConfig.lru_guard``).
+        speculative_prefill: attach each request's next-turn prefix for a policy that declares
+            ``speculative_prefill`` (Dynamo's speculative prefill). ``None`` (default): on for one
+            engine, off behind a router (cluster replays were recorded without it; the prefix goes
+            to the replica serving the current turn); ``True`` / ``False``: on / off in both.
+    """
+
+    concurrency: int = 32
+    predictor: Predictor | None = None
+    predictor_factory: Callable[[], Predictor | None] | None = None
+    timeline_bins: int = 40
+    app_graphs: dict[str, dict[str, Sequence[str]]] | None = None
+    on_workflow_end: Callable[[int], None] | None = None
+    speculative_prefill: bool | None = None
+
+
+def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = ReplayOptions(),
+             replicas: int = 1, router: str | Router | None = None) -> SimResult:
+    """Replay ``workload`` on ``replicas`` engines of ``config`` and return its metrics.
+
+    One engine without a router is the single-server replay; with ``replicas`` > 1 or a
+    ``router``, each replica is its own engine (own device and host tiers, workflow table and
+    predictor) and ``router`` picks the replica of each request (:mod:`pbkv_server.sim.cluster`).
+
+    Args:
+        workload: from :func:`load_workload`.
+        config: every replica's policy, hardware and engine settings.
+        options: concurrency, predictors, reporting (:class:`ReplayOptions`).
+        replicas: N >= 1 engines.
+        router: a name of :data:`~pbkv_server.sim.cluster.ROUTERS` or a
+            :class:`~pbkv_server.sim.cluster.Router`; ``None``: ``affinity`` when ``replicas`` > 1.
+
+    Returns:
+        The :class:`SimResult`. Behind a router its summary also holds the routing figures
+        (:meth:`~pbkv_server.sim.driver.ReplayDriver.cluster_summary`), ``router``, and the
+        replicas' summed ``evictions``, ``evicted_tokens``, ``prefetched_tokens``,
+        ``speculative_prefill_tokens`` (and ``guard`` over their summed counters).
 
     Raises:
-        ValueError: ``concurrency`` < 1 or an unknown policy (from the engine).
-        SimulationError: the engine stops making progress.
+        ValueError: ``concurrency`` or ``replicas`` < 1, an unknown policy or router, an offline
+            policy behind a router (its future is the whole trace's order on one engine), or a
+            single ``predictor`` for several replicas.
+        SimulationError: an engine stops making progress.
     """
-    if concurrency < 1:
+    if options.concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    info = policy_info(policy)
-    graphs = app_graphs if app_graphs is not None else static_graphs(workload)
+    info = policy_info(config.policy)
+    clustered = replicas > 1 or router is not None
+    if clustered and info.offline:
+        raise ValueError(f"{config.policy} is an offline reference (one engine's future); replay it without replicas")
+    if replicas < 1:
+        raise ValueError("replicas must be >= 1")
+    if options.predictor is not None and (options.predictor_factory is not None or replicas > 1):
+        raise ValueError("one predictor cannot serve several replicas (online predictors learn from their "
+                         "replica's stream): give predictor_factory")
+    if clustered:
+        router = "affinity" if router is None else router
+        chooser = make_router(router, replicas) if isinstance(router, str) else router
+    else:
+        chooser = None
+    # Each replica's predictor is made once: an offline policy's repeated runs reuse it, as before.
+    predictors = [options.predictor_factory() if options.predictor_factory else options.predictor
+                  for _ in range(replicas)]
+    graphs = options.app_graphs if options.app_graphs is not None else static_graphs(workload)
+    speculative = info.speculative_prefill and (
+        not clustered if options.speculative_prefill is None else options.speculative_prefill)
 
     def run(future: TraceFuture | None) -> tuple[SimResult, list[str]]:
-        engine = Engine(EngineConfig(
-            profile=profile, policy=policy, device_tokens=device_tokens, host_tokens=host_tokens,
-            horizon=horizon, gamma=gamma, rho=rho, predictor=predictor, max_batch=max_batch, future=future,
-            page_size=page_size, batch_predictions=batch_predictions, cache_outputs=cache_outputs,
-            lru_guard=lru_guard,
-        ))
-        for app, edges in graphs.items():
-            engine.set_app_graph(app, edges)
-        metrics = MetricsCollector(timeline_bins)
-        driver = _Driver(engine, workload, concurrency, future, on_workflow_end, metrics, info.speculative_prefill)
+        engines = []
+        for predictor in predictors:
+            engine = Engine(config.engine_config(predictor, future))
+            for app, edges in graphs.items():
+                engine.set_app_graph(app, edges)
+            engines.append(engine)
+        metrics = MetricsCollector(options.timeline_bins)
+        driver = ReplayDriver(engines, workload, options.concurrency, metrics, router=chooser, future=future,
+                              on_unit_end=options.on_workflow_end, speculative=speculative)
         driver.run()
-        summary = metrics.summary(engine.stats)
-        if engine.cache.guard is not None:
-            summary["guard"] = guard_summary(engine.stats)
-        summary["hash_collisions"] = workload.hash_collisions
-        return SimResult(policy, summary, engine, metrics), driver.submitted_ids
+        if clustered:
+            summary = _cluster_summary(metrics, driver, engines, router, workload.hash_collisions)
+        else:
+            summary = metrics.summary(engines[0].stats)
+            if engines[0].cache.guard is not None:
+                summary["guard"] = guard_summary(engines[0].stats)
+            summary["hash_collisions"] = workload.hash_collisions
+        return SimResult(config.policy, summary, engines, metrics), driver.submitted_ids
 
     if not info.offline:
         return run(None)[0]
-    result, order = run(build_future(workload, concurrency, page_size))
+    page_size = config.page_size
+    result, order = run(build_future(workload, options.concurrency, page_size))
     runs = 1
     if info.iterates_order:
         # MIN over the replay's own order: replay with the future of the previous run until the
@@ -388,11 +473,34 @@ def simulate(
         previous: list[str] | None = None
         while order != previous and runs < MAX_ORDER_RUNS:
             previous = order
-            result, order = run(build_future(workload, concurrency, page_size, order=previous))
+            result, order = run(build_future(workload, options.concurrency, page_size, order=previous))
             runs += 1
         result.summary["order_runs"] = runs
         result.summary["order_stable"] = order == previous
     return result
+
+
+#: Counters a cluster summary sums over its replicas.
+SUMMED_COUNTERS = ("evictions", "evicted_tokens", "prefetched_tokens", "speculative_prefill_tokens")
+#: Counters of :func:`~pbkv_server.sim.metrics.guard_summary`, summed over the replicas for a cluster's.
+_GUARD_COUNTERS = ("evictions", "prompt_tokens", "guard_switches", "guard_fallback_evictions",
+                   "guard_ghost_hit_tokens", "guard_ghost_host_hit_tokens")
+
+
+def _cluster_summary(metrics: MetricsCollector, driver: ReplayDriver, engines: list[Engine],
+                     router: str | Router, hash_collisions: int) -> dict[str, Any]:
+    """A cluster replay's summary: the metrics over all requests, the routing figures and the
+    replicas' summed counters (per-engine figures such as decode step times are left out)."""
+    summary = metrics.summary()
+    summary.update(driver.cluster_summary())
+    summary["router"] = router if isinstance(router, str) else type(router).__name__
+    summary["hash_collisions"] = hash_collisions
+    for key in SUMMED_COUNTERS:
+        summary[key] = sum(getattr(e.stats, key) for e in engines)
+    if engines[0].cache.guard is not None:
+        summed = SimpleNamespace(**{key: sum(getattr(e.stats, key) for e in engines) for key in _GUARD_COUNTERS})
+        summary["guard"] = guard_summary(summed)
+    return summary
 
 
 def static_graphs(workload: Workload) -> dict[str, dict[str, list[str]]]:
@@ -413,119 +521,3 @@ def static_graphs(workload: Workload) -> dict[str, dict[str, list[str]]]:
                 edges.setdefault(a, {})[b] = None
             edges.setdefault(agents[-1], {})
     return {app: {a: list(bs) for a, bs in edges.items()} for app, edges in graphs.items()}
-
-
-class _Driver:
-    """The event loop of one replay (kept out of :func:`simulate` so its state is explicit)."""
-
-    _SUBMIT, _END = 0, 1
-    #: Engine steps in a row without any event or clock progress before we give up.
-    STALL_LIMIT = 10_000
-
-    def __init__(self, engine, workload, concurrency, future, on_unit_end, metrics, speculative=False):
-        self.engine = engine
-        self.speculative = speculative  # attach each request's next-turn prefix (speculative prefill)
-        self.units = workload.units
-        self.concurrency = concurrency
-        self.future = future
-        self.on_unit_end = on_unit_end
-        self.metrics = metrics
-        self.events: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, unit, request index)
-        self.seq = itertools.count()
-        self.where: dict[str, tuple[int, int]] = {
-            req.request_id: (w, j) for w, unit in enumerate(self.units) for j, req in enumerate(unit.requests)
-        }
-        self.next_unit = 0
-        self.done = 0
-        self.submitted_ids: list[str] = []  # request ids in submission order
-
-    def run(self) -> None:
-        for _ in range(min(self.concurrency, len(self.units))):
-            self._start_next(0.0)
-        engine, events = self.engine, self.events
-        stalled = 0
-        while True:
-            while events and events[0][0] <= engine.clock:
-                self._handle(heapq.heappop(events))
-            if engine.busy:
-                before = engine.clock
-                # Stop a decode-only stretch at our next submission, so it arrives on time.
-                out = engine.step(until=events[0][0] if events else None)
-                for ev in out:
-                    self._engine_event(ev)
-                stalled = 0 if (out or engine.clock > before) else stalled + 1
-                if stalled > self.STALL_LIMIT:
-                    raise SimulationError(
-                        f"engine made no progress in {self.STALL_LIMIT} steps at t={engine.clock:.3f}s "
-                        f"(queue {engine.stats.queue_depth}); is a prompt larger than the device cache?"
-                    )
-            elif events:
-                engine.advance_to(events[0][0])
-            else:
-                break
-
-    def _start_next(self, time: float) -> None:
-        if self.next_unit < len(self.units):
-            w = self.next_unit
-            self.next_unit += 1
-            heapq.heappush(self.events, (time, next(self.seq), self._SUBMIT, w, 0))
-
-    def _handle(self, event: tuple[float, int, int, int, int]) -> None:
-        time, _, kind, w, j = event
-        unit = self.units[w]
-        if kind == self._SUBMIT:
-            req = unit.requests[j]
-            self.metrics.workflow_started(unit.workflow_ids[j], time)  # its first request counts
-            self.metrics.request_arrived(req.request_id, time, unit.agents[j], unit.apps[j], unit.workflow_ids[j])
-            if self.future is not None:
-                self.future.bind(self.engine.submitted, req.request_id)
-            self.submitted_ids.append(req.request_id)
-            if self.speculative and unit.next_prefix:
-                req = replace(req, speculative_next=unit.next_prefix[j])
-            try:
-                self._submit(req, unit.workflow_ids[j], time)
-            except ValueError as exc:  # e.g. a prompt larger than the device cache
-                raise SimulationError(f"cannot replay {req.request_id}: {exc}") from None
-            return
-        wid, _, status = unit.ends[j]
-        self._end(wid, status, time)
-        self.metrics.workflow_ended(wid, time)
-        if j + 1 == len(unit.requests):  # the unit's last workflow ended: its slot goes to the next unit
-            self._close_session(unit)  # the app closes its session (SGLang /close_session)
-            self.done += 1
-            if self.on_unit_end is not None:
-                self.on_unit_end(self.done)
-            self._start_next(time)
-
-    def _submit(self, req: EngineRequest, workflow_id: str, time: float) -> None:
-        """Hand ``req`` (of ``workflow_id``, due at ``time``) to the engine (a cluster routes it)."""
-        self.engine.submit(req)
-
-    def _end(self, workflow_id: str, status: str, time: float) -> None:
-        """Send the workflow's end signal (a cluster sends it to the replicas that served it)."""
-        self.engine.end_workflow(workflow_id, status)
-
-    def _close_session(self, unit: ReplayUnit) -> None:
-        """Close the unit's session (a cluster closes it on the replicas that served it)."""
-        self.engine.close_session(unit.unit_id)
-
-    def _source(self, request_id: str) -> object:
-        """The engine that served ``request_id``, for the latency breakdown (one engine here)."""
-        return None
-
-    def _engine_event(self, ev: FirstToken | Finished) -> None:
-        if isinstance(ev, FirstToken):
-            self.metrics.first_token(ev, self._source(ev.request_id))
-            if self.future is not None:
-                self.future.consume(ev.request_id)
-            return
-        self.metrics.finished(ev.request_id, ev.time)
-        w, j = self.where[ev.request_id]
-        unit = self.units[w]
-        end = unit.ends[j]
-        last = j + 1 == len(unit.requests)
-        if end is not None:  # its workflow ends after the recorded trailing gap
-            heapq.heappush(self.events, (ev.time + (unit.gaps_s[j] if last else end[1]), next(self.seq),
-                                         self._END, w, j))
-        if not last:
-            heapq.heappush(self.events, (ev.time + unit.gaps_s[j], next(self.seq), self._SUBMIT, w, j + 1))

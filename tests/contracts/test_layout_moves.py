@@ -85,3 +85,29 @@ def test_the_rewriter_brings_an_old_file_up_to_date_once(tmp_path):
     assert path.read_text() == AFTER
     again = subprocess.run([*script, "--check", str(path)], capture_output=True, text=True)
     assert again.returncode == 0, again.stdout  # a second run has nothing left to do
+
+
+SIM_BEFORE = '''from pbkv_server.sim.synth import generate, write_trace
+from pbkv_server.sim import study_cli, regime
+from .synth_chat import CHAT_GRAPHS
+from .study import load_records
+# see pbkv_server/sim/synth_coding.py
+'''
+SIM_AFTER = '''from pbkv_server.sim.synth.agents import generate, write_trace
+from pbkv_server.sim.study import cli as study_cli
+from pbkv_server.sim.study import regime
+from pbkv_server.sim.synth.chat import CHAT_GRAPHS
+from pbkv_server.sim.study.paper import load_records
+# see pbkv_server/sim/synth/coding.py
+'''
+
+
+def test_the_synth_and_study_packages_rewrite_an_old_simulator_file(tmp_path):
+    # Issue 23 item 4: old modules that became packages (synth, study) and modules moved into them.
+    path = tmp_path / "pbkv_server" / "sim" / "probe.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(SIM_BEFORE)
+    script = [sys.executable, str(ROOT / "scripts" / "apply_layout_moves.py"), "--root", str(tmp_path)]
+    subprocess.run([*script, str(path)], check=True, capture_output=True)
+    assert path.read_text() == SIM_AFTER
+    assert subprocess.run([*script, "--check", str(path)], capture_output=True).returncode == 0

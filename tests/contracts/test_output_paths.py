@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from pbkv_contract.files import output_problem, shared_output
 from pbkv_server.cli.bench import app as bench_app
-from pbkv_server.sim.synth import write_trace
+from pbkv_server.sim.synth.agents import write_trace
 from pbkv_train.cli import app as predictor_app
 
 runner = CliRunner()

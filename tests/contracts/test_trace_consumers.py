@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from pbkv_contract.trace import TraceFileReport, iter_trace
 from pbkv_sdk.cli import app as sdk_app
 from pbkv_server.cli.bench import app as bench_app
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.synth.agents import generate
 from pbkv_train.cli import app as predictor_app
 from pbkv_train.store import load_model
 

@@ -18,7 +18,7 @@ from .examples_fixtures import write_data_dir
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
 from pbkv_server.engine.policies import REFERENCE_POLICY, REPLAY, available_policies, policy_info
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.simulator import load_workload, simulate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,9 +67,10 @@ def test_quick_run_writes_traces_table_plots_and_json(example: str, quick_data: 
         assert comp["hit_rate_gap_to_ref"] == pytest.approx(ref["hit_rate"] - result["hit_rate"], abs=1e-12), name
         assert set(result["ttft_by_agent"]) == agents, name
     # LRU's row is the replay of the recorded test trace at the summary's setup, replayed again here.
-    again = simulate(load_workload(read_trace(summary["traces"]["test"])), "lru", get_profile(summary["profile"]),
-                     concurrency=concurrency, device_tokens=summary["device_tokens"],
-                     host_tokens=summary["host_tokens"]).summary
+    config = ReplayConfig("lru", get_profile(summary["profile"]), device_tokens=summary["device_tokens"],
+                          host_tokens=summary["host_tokens"])
+    again = simulate(load_workload(read_trace(summary["traces"]["test"])), config,
+                     ReplayOptions(concurrency=concurrency)).summary
     for key in ("hit_rate", "host_hit_rate", "mean_latency_s", "p99_latency_s", "mean_ttft_s"):
         assert lru[key] == again[key], key
     for plot in summary["plots"].values():

@@ -14,8 +14,8 @@ from pbkv_server.engine.scoring import ScoreBoard
 from pbkv_server.engine.types import EngineConfig, EngineStats
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import write_trace
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import write_trace
 
 PROFILE = get_profile("h100-qwen2.5-32b")
 
@@ -113,9 +113,10 @@ def _trace(tmp_path, graph: str, workflows: int):
 def test_ghost_hits_equal_the_lru_policy_replay_at_concurrency_1(tmp_path):
     records, workload = _trace(tmp_path, "chat-mix", 60)
     for device in (40000, 80000):
-        lru = simulate(workload, "lru", PROFILE, concurrency=1, device_tokens=device, host_tokens=0).summary
-        he = simulate(workload, "he", PROFILE, concurrency=1, predictor=make_predictor("markov", 3, records),
-                      device_tokens=device, host_tokens=0).summary
+        lru = simulate(workload, ReplayConfig("lru", PROFILE, device_tokens=device, host_tokens=0),
+                       ReplayOptions(concurrency=1)).summary
+        he = simulate(workload, ReplayConfig("he", PROFILE, device_tokens=device, host_tokens=0),
+                      ReplayOptions(concurrency=1, predictor=make_predictor("markov", 3, records))).summary
         # at C=1 the admissions are the trace's order whatever the policy, and only the running
         # request's reserve is held: the ghost is LRU exactly
         assert he["guard"]["ghost_hit_rate"] == lru["hit_rate"]
@@ -123,19 +124,21 @@ def test_ghost_hits_equal_the_lru_policy_replay_at_concurrency_1(tmp_path):
 
 def test_guard_never_trips_when_the_oracle_policy_beats_lru(tmp_path):
     records, workload = _trace(tmp_path, "codegen", 80)
-    run = dict(concurrency=16, device_tokens=120000, host_tokens=240000)
-    lru = simulate(workload, "lru", PROFILE, **run).summary
-    he = simulate(workload, "he", PROFILE, predictor=make_predictor("oracle", 3, records), **run).summary
+    run = dict(device_tokens=120000, host_tokens=240000)
+    lru = simulate(workload, ReplayConfig("lru", PROFILE, **run), ReplayOptions(concurrency=16)).summary
+    he = simulate(workload, ReplayConfig("he", PROFILE, **run),
+                  ReplayOptions(concurrency=16, predictor=make_predictor("oracle", 3, records))).summary
     assert he["hit_rate"] > lru["hit_rate"]
     assert he["guard"]["switches"] == 0 and he["guard"]["fallback_evictions"] == 0
 
 
 def test_lru_guard_off_reports_no_guard(tmp_path):
     records, workload = _trace(tmp_path, "codegen", 20)
-    off = simulate(workload, "he", PROFILE, concurrency=4, predictor=make_predictor("markov", 3, records),
-                   device_tokens=40000, host_tokens=0, lru_guard=False).summary
+    off = simulate(workload, ReplayConfig("he", PROFILE, device_tokens=40000, host_tokens=0, lru_guard=False),
+                   ReplayOptions(concurrency=4, predictor=make_predictor("markov", 3, records))).summary
     assert "guard" not in off
-    lru = simulate(workload, "lru", PROFILE, concurrency=4, device_tokens=40000, host_tokens=0).summary
+    lru = simulate(workload, ReplayConfig("lru", PROFILE, device_tokens=40000, host_tokens=0),
+                   ReplayOptions(concurrency=4)).summary
     assert "guard" not in lru  # only the guardable policies run it
 
 
@@ -145,9 +148,10 @@ def test_two_tier_ghost_matches_the_lru_policy_replay_with_a_host_tier_at_concur
     # real one drops a host node with its host subtree, keyed by nodes), within half a point here
     records, workload = _trace(tmp_path, "chat-mix", 60)
     for device, host in ((40000, 40000), (40000, 80000)):
-        lru = simulate(workload, "lru", PROFILE, concurrency=1, device_tokens=device, host_tokens=host).summary
-        he = simulate(workload, "he", PROFILE, concurrency=1, predictor=make_predictor("markov", 3, records),
-                      device_tokens=device, host_tokens=host).summary
+        lru = simulate(workload, ReplayConfig("lru", PROFILE, device_tokens=device, host_tokens=host),
+                       ReplayOptions(concurrency=1)).summary
+        he = simulate(workload, ReplayConfig("he", PROFILE, device_tokens=device, host_tokens=host),
+                      ReplayOptions(concurrency=1, predictor=make_predictor("markov", 3, records))).summary
         assert lru["host_hit_rate"] > 0
         assert he["guard"]["ghost_hit_rate"] == lru["hit_rate"]
         assert he["guard"]["ghost_host_hit_rate"] == pytest.approx(lru["host_hit_rate"], abs=0.005)

@@ -14,8 +14,8 @@ from pbkv_server.engine import EngineStats
 from pbkv_server.engine.metric_names import ENGINE_METRICS, LATENCY_METRICS, prometheus_name
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import generate
 from .server_http_fixtures import chat
 
 
@@ -39,8 +39,9 @@ def test_server_exposes_every_engine_metric_with_its_definition(start_server):
 
 def test_replay_summary_uses_the_vocabulary_keys():
     records = list(generate("codegen", 6, seed=2))
-    result = simulate(load_workload(records), "pbkv", get_profile("h100-qwen2.5-32b"), concurrency=2,
-                      predictor=make_predictor("markov", 3, records), device_tokens=60_000)
+    result = simulate(load_workload(records), ReplayConfig("pbkv", get_profile("h100-qwen2.5-32b"),
+                                                           device_tokens=60_000),
+                      ReplayOptions(concurrency=2, predictor=make_predictor("markov", 3, records)))
     summary = result.summary
     stats = result.engine.stats
     for key in ("evictions", "evicted_tokens", "prefetched_tokens"):

@@ -19,7 +19,7 @@ from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
 from pbkv_contract.blocks import prefix_hashes
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile
-from pbkv_server.sim.simulator import load_workload, simulate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.scenarios.tokenizer import block_tokens
 
 from .server_http_fixtures import chat, metric, text_of_tokens
@@ -79,9 +79,10 @@ def test_simulator_replay_of_server_trace_gives_the_same_hit_rate(start_server, 
         assert rec.block_tokens == block_tokens(messages, rec.block_chars)
 
     uses_predictor = policy in ("he", "pbkv", "pbkv-aggressive")
-    result = simulate(load_workload(records), policy, get_profile(DEFAULT_PROFILE), concurrency=1,
-                      predictor=make_predictor("markov", 3) if uses_predictor else None,
-                      device_tokens=DEVICE, host_tokens=HOST, app_graphs=graphs, page_size=1)
+    result = simulate(load_workload(records), ReplayConfig(policy, get_profile(DEFAULT_PROFILE), device_tokens=DEVICE,
+                                                           host_tokens=HOST, page_size=1),
+                      ReplayOptions(concurrency=1, predictor=make_predictor("markov", 3) if uses_predictor else None,
+                                    app_graphs=graphs))
     print(f"{policy}: live hit rate {live_hit:.4f} (host {live_host:.4f}), simulator {result.summary['hit_rate']:.4f}")
     assert 0.2 < live_hit < 0.95
     assert result.summary["hit_rate"] == pytest.approx(live_hit, abs=1e-12)

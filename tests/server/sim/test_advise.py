@@ -12,7 +12,7 @@ from pbkv_contract.trace import read_trace
 from pbkv_server.cli.bench import app
 from pbkv_server.sim.advise import advise, custom_profile
 from pbkv_server.hardware.profiles import PROFILES, get_profile
-from pbkv_server.sim.synth import write_trace
+from pbkv_server.sim.synth.agents import write_trace
 
 runner = CliRunner()
 

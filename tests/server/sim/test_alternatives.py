@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .sim_fixtures import make_end, make_inv, unit_profile  # noqa: F401 (fixture)
-from pbkv_server.sim.simulator import REPLAY_AGENT_PRIORITY, REPLAY_CACHE_TTL_S, load_workload, simulate
+from pbkv_server.sim.simulator import (REPLAY_AGENT_PRIORITY, REPLAY_CACHE_TTL_S, ReplayConfig, ReplayOptions,
+                                      load_workload, simulate)
 
 
 def _records():
@@ -53,10 +54,11 @@ def test_sessions_close_with_their_unit_and_only_a_speculative_policy_prefills(u
     spec-prefill prefills each request's next-turn prefix (14 + 22 + 20 + 31 = 87 prompt tokens, see
     above), other policies never do."""
     workload = load_workload(_records())
-    session = simulate(workload, "sglang-session", unit_profile, concurrency=2)
+    session = simulate(workload, ReplayConfig("sglang-session", unit_profile), ReplayOptions(concurrency=2))
     assert not any(session.engine.policy.referenced(n) for n in session.engine.tree.nodes())
-    spec = simulate(workload, "spec-prefill", unit_profile, concurrency=2)
+    spec = simulate(workload, ReplayConfig("spec-prefill", unit_profile), ReplayOptions(concurrency=2))
     assert spec.summary["speculative_prefill_tokens"] == 14 + 22 + 20 + 31
-    assert simulate(workload, "lru", unit_profile, concurrency=2).summary["speculative_prefill_tokens"] == 0
+    assert simulate(workload, ReplayConfig("lru", unit_profile),
+                    ReplayOptions(concurrency=2)).summary["speculative_prefill_tokens"] == 0
     # the turn after a speculative prefill finds the reply cached: t1 hits s and u0r0 (20 tokens)
     assert spec.summary["hit_rate"] > session.summary["hit_rate"]

@@ -212,7 +212,13 @@ def test_engine_settings_are_checked_before_any_run(trace):
     # pbkv-aggressive checks rho only at its first prefetch; the CLI rejects it before lru runs.
     assert "--rho must be in [0, 1]" in _bad(["replay", str(trace), "--policy", "lru,pbkv-aggressive", "--rho", "2"])
     assert "--gamma" in _bad(["replay", str(trace), "--policy", "he", "--gamma", "0"])
-    assert "--device-tokens" in _bad(["replay", str(trace), "--policy", "lru", "--device-tokens", "0"])
+    assert "--device-tokens must be >= 1 token, got 0" in _bad(["replay", str(trace), "--policy", "lru",
+                                                                "--device-tokens", "0"])
+    assert "--host-tokens must be >= 0 tokens, got -1" in _bad(["replay", str(trace), "--policy", "lru",
+                                                                "--host-tokens", "-1"])
+    assert "--page-size must be >= 1 token, got 0" in _bad(["replay", str(trace), "--policy", "lru", "--page-size", "0"])
+    assert "--horizon must be >= 1, got 0" in _bad(["replay", str(trace), "--policy", "lru", "--horizon", "0"])
+    assert "--timeline-bins must be >= 1" in _bad(["replay", str(trace), "--policy", "lru", "--timeline-bins", "0"])
 
 
 def test_synth_with_bad_arguments_creates_no_file(tmp_path):

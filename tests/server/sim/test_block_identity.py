@@ -14,8 +14,8 @@ from pbkv_contract.trace import TraceWriter
 from pbkv_server.cli.bench import app
 from pbkv_server.engine.policies import REPLAY, available_policies
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import generate
 from .sim_fixtures import make_end, make_inv, unit_profile  # noqa: F401 (fixture)
 
 
@@ -38,7 +38,7 @@ def test_case_7a_a_hash_under_another_parent_gets_no_cache_under_every_policy(po
         ["a1", "h", "a3"], ["a1", "h", "c3"], ["b1", "h~1", "b3"]]
     [warning] = caplog.records
     assert warning.getMessage().startswith("1 block hash(es) of the trace follow two or more different blocks")
-    result = simulate(workload, policy, unit_profile, concurrency=1)
+    result = simulate(workload, ReplayConfig(policy, unit_profile), ReplayOptions(concurrency=1))
     # token-level ground truth: A 0, C 20 (a1 and h), B 0 (its first block differs) of 90 prompt tokens
     assert result.summary["hit_rate"] == pytest.approx(20 / 90)
     assert result.summary["hash_collisions"] == 1
@@ -70,7 +70,8 @@ def test_case_7c_8_bit_hashes_are_detected_and_reported_full_width_ones_are_not(
         with caplog.at_level(logging.WARNING, logger="pbkv_server.sim.simulator"):
             workload = load_workload(generate("research", 1000, seed=3))
         assert len(caplog.records) == (1 if workload.hash_collisions else 0)
-        result = simulate(workload, "lru", profile, concurrency=16, device_tokens=120_000, host_tokens=0)
+        result = simulate(workload, ReplayConfig("lru", profile, device_tokens=120_000, host_tokens=0),
+                          ReplayOptions(concurrency=16))
         counts[hex_digits] = result.summary["hash_collisions"]
         assert workload.invocations > 5000
     assert counts[64] == 0

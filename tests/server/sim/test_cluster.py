@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 from pbkv_server.cli.bench import app
 from pbkv_server.engine import EngineRequest
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.cluster import AffinityRouter, CacheAwareRouter, CacheAwareSettings, simulate_cluster
+from pbkv_server.sim.cluster import AffinityRouter, CacheAwareRouter, CacheAwareSettings
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import generate, write_trace
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import generate, write_trace
 
 HW = get_profile("h100-qwen2.5-32b")
 KEYS = ("hit_rate", "host_hit_rate", "mean_latency_s", "p99_latency_s", "mean_ttft_s", "workflows", "requests",
@@ -31,19 +31,56 @@ def trace():
 @pytest.mark.parametrize("policy", ["lru", "pbkv"])
 def test_one_replica_replays_exactly_like_the_single_engine_simulator(trace, policy):
     records, workload = trace
-    single = simulate(workload, policy, HW, concurrency=8, predictor=make_predictor("markov", 3, records),
-                      device_tokens=30_000)
-    cluster = simulate_cluster(workload, policy, HW, replicas=1, router="round-robin", concurrency=8,
-                               predictor_factory=lambda: make_predictor("markov", 3, records), device_tokens=30_000)
+    single = simulate(workload, ReplayConfig(policy, HW, device_tokens=30_000),
+                      ReplayOptions(concurrency=8, predictor=make_predictor("markov", 3, records)))
+    cluster = simulate(workload, ReplayConfig(policy, HW, device_tokens=30_000),
+                       ReplayOptions(concurrency=8, predictor_factory=lambda: make_predictor("markov", 3, records)),
+                       replicas=1, router="round-robin")
     assert single.engine.stats.evictions > 0, "the device must be tight, or the comparison checks little"
     assert {k: cluster.summary[k] for k in KEYS} == {k: single.summary[k] for k in KEYS}
     assert cluster.summary["evictions"] == single.engine.stats.evictions
 
 
+
+@pytest.mark.parametrize(("policy", "speculative"), [("pbkv", None), ("spec-prefill", True)])
+def test_one_replica_with_cached_outputs_guard_and_speculative_prefill_matches_the_single_engine(trace, policy,
+                                                                                                 speculative):
+    # The cluster path shares the single engine's driver: cached outputs, the guard's figures and
+    # (asked for) speculative prefill come out the same on one replica behind a router.
+    records, workload = trace
+    config = ReplayConfig(policy, HW, device_tokens=30_000, cache_outputs=True)
+    single = simulate(workload, config, ReplayOptions(concurrency=8, predictor=make_predictor("markov", 3, records)))
+    cluster = simulate(workload, config, ReplayOptions(concurrency=8, speculative_prefill=speculative,
+                                                       predictor_factory=lambda: make_predictor("markov", 3, records)),
+                       replicas=1, router="round-robin")
+    assert {k: cluster.summary[k] for k in KEYS} == {k: single.summary[k] for k in KEYS}
+    for key in ("evictions", "speculative_prefill_tokens"):
+        assert cluster.summary[key] == single.summary[key]
+    assert ("guard" in single.summary) == (policy == "pbkv")
+    assert cluster.summary.get("guard") == single.summary.get("guard")
+    if policy == "spec-prefill":
+        assert single.summary["speculative_prefill_tokens"] > 0
+        # off behind a router unless asked for: cluster figures recorded before stay as they were
+        off = simulate(workload, config, ReplayOptions(concurrency=8), replicas=1, router="round-robin")
+        assert off.summary["speculative_prefill_tokens"] == 0
+    without = simulate(workload, ReplayConfig(policy, HW, device_tokens=30_000),
+                       ReplayOptions(concurrency=8, speculative_prefill=speculative,
+                                     predictor_factory=lambda: make_predictor("markov", 3, records)),
+                       replicas=1, router="round-robin")
+    assert without.summary["evictions"] != cluster.summary["evictions"]  # cached outputs take room
+
+
+def test_one_predictor_cannot_serve_several_replicas(trace):
+    records, workload = trace
+    with pytest.raises(ValueError, match="predictor_factory"):
+        simulate(workload, ReplayConfig("pbkv", HW), ReplayOptions(predictor=make_predictor("markov", 3, records)),
+                 replicas=2)
+
 def test_affinity_keeps_every_workflow_on_one_replica_and_ends_it_there_only(trace):
     records, workload = trace
-    result = simulate_cluster(workload, "pbkv", HW, replicas=4, router="affinity", concurrency=16,
-                              predictor_factory=lambda: make_predictor("markov", 3, records), device_tokens=30_000)
+    result = simulate(workload, ReplayConfig("pbkv", HW, device_tokens=30_000),
+                      ReplayOptions(concurrency=16, predictor_factory=lambda: make_predictor("markov", 3, records)),
+                      replicas=4, router="affinity")
     s = result.summary
     assert s["single_replica_share"] == 1.0 and s["end_deliveries"] == 40 and s["requests"] == workload.invocations
     ring = AffinityRouter(4)  # the same ring, asked independently
@@ -55,8 +92,9 @@ def test_affinity_keeps_every_workflow_on_one_replica_and_ends_it_there_only(tra
 
 def test_round_robin_spreads_requests_evenly_and_ends_reach_every_replica_that_served(trace):
     records, workload = trace
-    result = simulate_cluster(workload, "lru", HW, replicas=3, router="round-robin", concurrency=12,
-                              device_tokens=30_000)
+    result = simulate(workload, ReplayConfig("lru", HW, device_tokens=30_000),
+                      ReplayOptions(concurrency=12),
+                      replicas=3, router="round-robin")
     counts = [r["requests"] for r in result.summary["per_replica"]]
     assert sum(counts) == workload.invocations and max(counts) - min(counts) <= 1
     assert all(not e.active_workflows() for e in result.engines)  # no workflow left active anywhere
@@ -139,7 +177,7 @@ def test_cache_aware_spreads_a_long_shared_prefix_like_smg_does():
 
 def test_offline_policies_are_refused_on_a_cluster(trace):
     with pytest.raises(ValueError, match="offline"):
-        simulate_cluster(trace[1], "belady", HW, replicas=2)
+        simulate(trace[1], ReplayConfig("belady", HW), replicas=2)
 
 
 def test_bench_replay_with_replicas_writes_the_cluster_figures(tmp_path):
@@ -166,11 +204,12 @@ def test_latency_breakdown_counts_only_the_serving_replicas_iterations(trace, re
     # many replicas, counting every replica's prefill as a stall made decode (the rest)
     # negative (-21 s of a 57 s mean here).
     records, workload = trace
-    result = simulate_cluster(workload, "lru", HW, replicas=replicas, router="round-robin", concurrency=64,
-                              device_tokens=30_000)
+    result = simulate(workload, ReplayConfig("lru", HW, device_tokens=30_000),
+                      ReplayOptions(concurrency=64),
+                      replicas=replicas, router="round-robin")
     parts = result.summary["latency_breakdown_s"]
     assert all(parts[k] >= 0.0 for k in ("queue_s", "load_s", "prefill_s", "decode_s", "tool_s")), parts
     assert sum(parts.values()) == pytest.approx(result.summary["mean_latency_s"], rel=1e-9)
     if replicas == 1:  # one replica is the single engine, part for part
-        single = simulate(workload, "lru", HW, concurrency=64, device_tokens=30_000)
+        single = simulate(workload, ReplayConfig("lru", HW, device_tokens=30_000), ReplayOptions(concurrency=64))
         assert parts == pytest.approx(single.summary["latency_breakdown_s"], rel=1e-12)

@@ -18,8 +18,8 @@ import pytest
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import generate
 
 WORKFLOWS, SEED, DEVICE_TOKENS, CONCURRENCY = 60, 3, 50_000, 8
 # The offline references replay with the whole future at every eviction (about 10 s of CPU a
@@ -30,8 +30,8 @@ OFFLINE_WORKFLOWS, OFFLINE_DEVICE_TOKENS = 20, 25_000
 
 def replay_stats(records, workload, policy: str, device_tokens: int = DEVICE_TOKENS) -> tuple[int, int, int, int, int]:
     """(evictions, evicted tokens, device hit tokens, host hit tokens, prefetched tokens) of one replay."""
-    result = simulate(workload, policy, get_profile("h100-qwen2.5-32b"), concurrency=CONCURRENCY,
-                      predictor=make_predictor("markov", 3, records), device_tokens=device_tokens)
+    result = simulate(workload, ReplayConfig(policy, get_profile("h100-qwen2.5-32b"), device_tokens=device_tokens),
+                      ReplayOptions(concurrency=CONCURRENCY, predictor=make_predictor("markov", 3, records)))
     s = result.engine.stats
     return (s.evictions, s.evicted_tokens, s.device_hit_tokens, s.host_hit_tokens, s.prefetched_tokens)
 
@@ -71,7 +71,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from test_determinism import replay_stats, WORKFLOWS, SEED
 from pbkv_server.sim.simulator import load_workload
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.synth.agents import generate
 records = list(generate("codegen", WORKFLOWS, seed=SEED))
 workload = load_workload(records)
 print(json.dumps({p: replay_stats(records, workload, p) for p in ("pbkv", "kvflow")}))

@@ -13,8 +13,8 @@ import pytest
 
 from pbkv_server.engine import FirstToken
 from pbkv_server.sim.metrics import BREAKDOWN_PARTS, MetricsCollector
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import generate
 from pbkv_server.hardware.profiles import get_profile
 
 from ..engine.engine_helpers import make_engine, request
@@ -92,8 +92,9 @@ def test_replay_breakdown_adds_up_to_the_mean_latency_for_every_policy():
     records = list(generate(graph="codegen", workflows=12, seed=3))
     workload = load_workload(records)
     for policy in ("lru", "pbkv"):
-        s = simulate(workload, policy, get_profile("h100-qwen2.5-32b"), concurrency=4, device_tokens=60_000,
-                     host_tokens=60_000).summary
+        s = simulate(workload, ReplayConfig(policy, get_profile("h100-qwen2.5-32b"), device_tokens=60_000,
+                                            host_tokens=60_000),
+                     ReplayOptions(concurrency=4)).summary
         parts = s["latency_breakdown_s"]
         assert list(parts) == list(BREAKDOWN_PARTS) and min(parts.values()) >= -1e-9
         assert sum(parts.values()) == pytest.approx(s["mean_latency_s"], rel=1e-9)

@@ -21,8 +21,8 @@ from pbkv_server.engine import EngineRequest, HardwareProfile
 from pbkv_server.engine.policies import REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.offline_bound import demand_bound
-from pbkv_server.sim.simulator import ReplayUnit, Workload, load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, ReplayUnit, Workload, load_workload, simulate
+from pbkv_server.sim.synth.agents import generate
 
 UNIT = 4  # tokens per block: equal units, where MIN is optimal
 PROFILE = HardwareProfile(name="bound", description="test", source="tests", prefill_tokens_per_s=1000.0,
@@ -84,7 +84,8 @@ def test_opt_equals_an_independent_brute_force_min_at_concurrency_1(seed):
     rng = random.Random(seed)
     workload, prompts = random_workload(rng, 40)
     capacity = rng.choice([48, 64, 96])
-    result = simulate(workload, "opt", PROFILE, concurrency=1, device_tokens=capacity, host_tokens=0)
+    result = simulate(workload, ReplayConfig("opt", PROFILE, device_tokens=capacity, host_tokens=0),
+                      ReplayOptions(concurrency=1))
     assert result.summary["hit_rate"] == pytest.approx(brute_force_min(prompts, capacity), abs=1e-12)
 
 
@@ -99,10 +100,11 @@ def test_no_policy_without_prefetch_beats_opt_on_1000_random_traces():
         rng = random.Random(10_000 + seed)
         workload, _ = random_workload(rng, 12)
         capacity, host = rng.choice([48, 56, 80]), rng.choice([0, 40])
-        bound = simulate(workload, "opt", PROFILE, concurrency=1, device_tokens=capacity, host_tokens=host)
+        bound = simulate(workload, ReplayConfig("opt", PROFILE, device_tokens=capacity, host_tokens=host),
+                         ReplayOptions(concurrency=1))
         for policy in online:
-            other = simulate(workload, policy, PROFILE, concurrency=1, device_tokens=capacity, host_tokens=host,
-                             predictor=make_predictor("markov", 3))
+            other = simulate(workload, ReplayConfig(policy, PROFILE, device_tokens=capacity, host_tokens=host),
+                             ReplayOptions(concurrency=1, predictor=make_predictor("markov", 3)))
             assert other.summary["hit_rate"] <= bound.summary["hit_rate"] + 1e-12, (seed, policy)
 
 
@@ -110,11 +112,12 @@ def test_no_policy_without_prefetch_beats_opt_on_1000_random_traces():
 def test_at_concurrency_16_the_bound_runs_on_its_own_stable_order_and_is_not_beaten():
     records = list(generate("codegen", 40, seed=5))
     workload = load_workload(records)
-    kw = dict(concurrency=16, device_tokens=120_000, host_tokens=0)
-    bound = simulate(workload, "opt", PROFILE, **kw)
+    kw = dict(device_tokens=120_000, host_tokens=0)
+    bound = simulate(workload, ReplayConfig("opt", PROFILE, **kw), ReplayOptions(concurrency=16))
     assert bound.summary["order_stable"] and bound.summary["order_runs"] >= 2
     for policy in ("lru", "lae", "he", "belady"):
-        other = simulate(workload, policy, PROFILE, predictor=make_predictor("oracle", 3, records), **kw)
+        other = simulate(workload, ReplayConfig(policy, PROFILE, **kw),
+                         ReplayOptions(concurrency=16, predictor=make_predictor("oracle", 3, records)))
         assert other.summary["hit_rate"] <= bound.summary["hit_rate"] + 1e-12, policy
 
 
@@ -143,8 +146,9 @@ def _workload(labels: list[str]) -> Workload:
 @pytest.mark.parametrize("policy, device_hits, host_hits", [
     ("lru", 0, 0), ("opt-host", 0, 1), ("opt", 1, 0), ("opt-device", 1, 0)])
 def test_host_order_hand_computed(policy, device_hits, host_hits):
-    result = simulate(_workload(HOST_TRACE), policy, PROFILE, concurrency=1, device_tokens=HOST_DEVICE,
-                      host_tokens=HOST_HOST)
+    result = simulate(_workload(HOST_TRACE), ReplayConfig(policy, PROFILE, device_tokens=HOST_DEVICE,
+                                                          host_tokens=HOST_HOST),
+                      ReplayOptions(concurrency=1))
     n = len(HOST_TRACE)
     assert result.summary["hit_rate"] == pytest.approx(device_hits / n)
     assert result.summary["host_hit_rate"] == pytest.approx(host_hits / n)
@@ -163,8 +167,9 @@ def test_the_host_tier_drops_in_host_priority_order_not_device_order():
             return (-node.last_access,)
 
     try:
-        result = simulate(_workload(HOST_TRACE), "test-mru-host", PROFILE, concurrency=1,
-                          device_tokens=HOST_DEVICE, host_tokens=HOST_HOST)
+        result = simulate(_workload(HOST_TRACE), ReplayConfig("test-mru-host", PROFILE, device_tokens=HOST_DEVICE,
+                                                              host_tokens=HOST_HOST),
+                          ReplayOptions(concurrency=1))
     finally:
         unregister_policy("test-mru-host")
     assert result.summary["hit_rate"] == 0
@@ -174,11 +179,12 @@ def test_the_host_tier_drops_in_host_priority_order_not_device_order():
 def test_opt_ref_runs_once_on_the_timing_only_order_and_opt_iterates():
     records = list(generate("codegen", 40, seed=5))
     workload = load_workload(records)
-    kw = dict(concurrency=16, device_tokens=120_000, host_tokens=0)
-    ref = simulate(workload, "opt-ref", PROFILE, **kw)
+    kw = dict(device_tokens=120_000, host_tokens=0)
+    ref = simulate(workload, ReplayConfig("opt-ref", PROFILE, **kw), ReplayOptions(concurrency=16))
     assert "order_runs" not in ref.summary  # one run on build_future's timing-only order
     assert policy_info("opt-ref").offline and not policy_info("opt-ref").iterates_order
-    assert simulate(workload, "opt", PROFILE, **kw).summary["order_runs"] >= 2
+    opt = simulate(workload, ReplayConfig("opt", PROFILE, **kw), ReplayOptions(concurrency=16))
+    assert opt.summary["order_runs"] >= 2
 
 
 # --------------------------------------------------------------------------- the two-tier demand bound
@@ -211,8 +217,8 @@ def test_no_policy_beats_the_demand_bound_at_concurrency_1(seed, capacity, host)
         info = policy_info(policy)
         if info.speculative_prefill:
             continue  # computes KV before any request asks for it: not demand loading
-        s = simulate(workload, policy, FAST_PCIE, concurrency=1, device_tokens=capacity, host_tokens=host,
-                     predictor=make_predictor("markov", 3)).summary
+        s = simulate(workload, ReplayConfig(policy, FAST_PCIE, device_tokens=capacity, host_tokens=host),
+                     ReplayOptions(concurrency=1, predictor=make_predictor("markov", 3))).summary
         assert s["hit_rate"] + s["host_hit_rate"] <= bound.cached_hit_rate + 1e-12, policy
         if not info.prefetches:
             assert s["hit_rate"] <= bound.device_hit_rate + 1e-12, policy
@@ -226,8 +232,8 @@ def test_opt_is_not_the_two_tier_optimum_for_cached_hits():
     # and dropping Y would give 1 device + 1 host hit, which the demand bound counts (one tier of
     # 13 tokens keeps A and B): opt bounds device hits, not device + host hits.
     trace = ["A", "B", "Y", "Z", "A", "B"]
-    opt = simulate(_workload(trace), "opt", FAST_PCIE, concurrency=1, device_tokens=HOST_DEVICE,
-                   host_tokens=UNIT).summary
+    opt = simulate(_workload(trace), ReplayConfig("opt", FAST_PCIE, device_tokens=HOST_DEVICE, host_tokens=UNIT),
+                   ReplayOptions(concurrency=1)).summary
     assert (opt["hit_rate"], opt["host_hit_rate"]) == (pytest.approx(1 / 6), 0)
     bound = demand_bound(_workload(trace), FAST_PCIE, HOST_DEVICE, UNIT)
     assert bound.device_hit_rate == pytest.approx(1 / 6)

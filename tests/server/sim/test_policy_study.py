@@ -14,8 +14,8 @@ import pytest
 
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.simulator import load_workload, simulate
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.synth.agents import generate
 
 DEVICE_TOKENS = 120_000
 CONCURRENCY = 8
@@ -31,8 +31,9 @@ def run(trace, policies, predictor):
     records, workload = trace
     profile = get_profile("h100-qwen2.5-32b")
     return {
-        p: simulate(workload, p, profile, concurrency=CONCURRENCY, device_tokens=DEVICE_TOKENS,
-                    predictor=make_predictor(predictor, 3, records)).summary["hit_rate"]
+        p: simulate(workload, ReplayConfig(p, profile, device_tokens=DEVICE_TOKENS),
+                    ReplayOptions(concurrency=CONCURRENCY,
+                                  predictor=make_predictor(predictor, 3, records))).summary["hit_rate"]
         for p in policies
     }
 

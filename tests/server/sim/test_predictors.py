@@ -237,16 +237,16 @@ def test_batched_predictions_give_the_same_replay_as_one_call_per_invocation(pol
     asked once per scheduling step for all new invocations; every figure of the replay equals the
     one-call-per-invocation replay, and the predictor is called fewer times."""
     from pbkv_server.hardware.profiles import get_profile
-    from pbkv_server.sim.simulator import load_workload, simulate
-    from pbkv_server.sim.synth import generate
+    from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+    from pbkv_server.sim.synth.agents import generate
 
     records = list(generate("codegen", 40, seed=9))
     workload = load_workload(records)
     runs = {}
     for batch in (False, True):
-        result = simulate(workload, policy, get_profile("h100-qwen2.5-32b"), concurrency=16,
-                          predictor=make_predictor("oracle", 3, records), device_tokens=120_000,
-                          batch_predictions=batch)
+        result = simulate(workload, ReplayConfig(policy, get_profile("h100-qwen2.5-32b"), device_tokens=120_000,
+                                                 batch_predictions=batch),
+                          ReplayOptions(concurrency=16, predictor=make_predictor("oracle", 3, records)))
         s = result.summary
         runs[batch] = ((s["hit_rate"], s["host_hit_rate"], s["evictions"], s["evicted_tokens"],
                         s["prefetched_tokens"], s["mean_latency_s"], s["timeline"]), result.engine.stats.predictor_call_s)

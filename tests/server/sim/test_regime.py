@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from pbkv_server.cli.bench import app
 from pbkv_server.sim.capacity import working_set
-from pbkv_server.sim.regime import QUICK, RegimeSettings, RegimeWorkload, acceptance, grid, run_workload
-from pbkv_server.sim.synth import write_trace
+from pbkv_server.sim.study.regime import QUICK, RegimeSettings, RegimeWorkload, acceptance, grid, run_workload
+from pbkv_server.sim.synth.agents import write_trace
 from .sim_fixtures import make_end, make_inv
 
 runner = CliRunner()

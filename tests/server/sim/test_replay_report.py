@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from pbkv_server.cli.bench import app
 from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY
 from pbkv_server.hardware.profiles import DEFAULT_HOST_RATIO, PAPER_HOST_RATIO, get_profile, host_tokens_for
-from pbkv_server.sim.study import StudySettings
+from pbkv_server.sim.study.paper import StudySettings
 from pbkv_server.sim.report import gap_closed
 from .sim_fixtures import write_model
 

@@ -10,15 +10,16 @@ from .sim_fixtures import make_end, make_inv, unit_profile  # noqa: F401 (fixtur
 from pbkv_contract.trace import TraceFormatError
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.future import TraceFuture, reference_order
-from pbkv_server.sim.simulator import SimulationError, load_workload, simulate, static_graphs
-from pbkv_server.sim.synth import generate
+from pbkv_server.sim.simulator import (ReplayConfig, ReplayOptions, SimulationError, load_workload, simulate,
+                                      static_graphs)
+from pbkv_server.sim.synth.agents import generate
 
 
 def test_single_request_timing_by_hand(unit_profile):
     # 1000 uncached tokens at 1000 tok/s -> first token at 1.0 s; 3 output tokens -> two more decode
     # steps of 0.1 s -> finished at 1.2 s; the recorded trailing gap of 0.5 s -> workflow ends at 1.7 s.
     records = [make_inv("w", 0, "a", ["k1", "k2"], [600, 400], out=3, t_start=0.0, t_end=2.0), make_end("w", 2.5)]
-    result = simulate(load_workload(records), "lru", unit_profile, concurrency=1)
+    result = simulate(load_workload(records), ReplayConfig("lru", unit_profile), ReplayOptions(concurrency=1))
     arrival, first, finish = result.metrics.request_times()["w#0"]
     assert (arrival, first, finish) == pytest.approx((0.0, 1.0, 1.2))
     assert result.summary["mean_ttft_s"] == pytest.approx(1.0)
@@ -33,7 +34,7 @@ def test_prefix_reuse_within_a_workflow_is_a_device_hit(unit_profile):
         make_inv("w", 1, "a", ["k1", "k2", "k3"], [600, 400, 500], t_start=3.0, t_end=4.0),
         make_end("w", 4.0),
     ]
-    result = simulate(load_workload(records), "lru", unit_profile, concurrency=1)
+    result = simulate(load_workload(records), ReplayConfig("lru", unit_profile), ReplayOptions(concurrency=1))
     assert result.summary["hit_rate"] == pytest.approx(1000 / 2500)
     # The 2.0 s tool gap is replayed: step 1 arrives 2.0 s after step 0 finished (1.2 s).
     times = result.metrics.request_times()
@@ -46,7 +47,7 @@ def test_prefix_reuse_within_a_workflow_is_a_device_hit(unit_profile):
 def test_closed_loop_keeps_at_most_c_workflows_in_flight(unit_profile, concurrency):
     records = list(generate("codegen", 12, seed=11, block_chars=1024))
     workload = load_workload(records)
-    result = simulate(workload, "lru", unit_profile, concurrency=concurrency)
+    result = simulate(workload, ReplayConfig("lru", unit_profile), ReplayOptions(concurrency=concurrency))
     spans = result.metrics.workflow_spans()
     assert len(spans) == 12
     order = [u.unit_id for u in workload.units]
@@ -68,8 +69,9 @@ def test_closed_loop_keeps_at_most_c_workflows_in_flight(unit_profile, concurren
 def test_tool_gaps_are_replayed_as_recorded(unit_profile):
     records = list(generate("research", 5, seed=2, block_chars=1024))
     workload = load_workload(records)
-    times = simulate(workload, "he", unit_profile, concurrency=2,
-                     predictor=make_predictor("oracle", 3, records)).metrics.request_times()
+    result = simulate(workload, ReplayConfig("he", unit_profile),
+                      ReplayOptions(concurrency=2, predictor=make_predictor("oracle", 3, records)))
+    times = result.metrics.request_times()
     for wf in workload.units:
         for j in range(len(wf.requests) - 1):
             finish = times[wf.requests[j].request_id][2]
@@ -89,7 +91,7 @@ def test_load_workload_sorts_steps_and_rejects_empty_traces():
 def test_prompt_larger_than_device_is_a_clear_simulation_error(unit_profile):
     records = [make_inv("w", 0, "a", ["k"], [200_000])]
     with pytest.raises(SimulationError, match="w#0"):
-        simulate(load_workload(records), "lru", unit_profile, concurrency=1)
+        simulate(load_workload(records), ReplayConfig("lru", unit_profile), ReplayOptions(concurrency=1))
 
 
 def test_static_graph_is_the_union_of_observed_transitions():
@@ -131,7 +133,7 @@ def test_repeated_step_numbers_still_replay_every_invocation(unit_profile, caplo
     assert wf.agents == ["a", "c", "b"]
     assert len({r.request_id for r in wf.requests}) == 3
     assert "repeats step 0" in caplog.text
-    result = simulate(workload, "lru", unit_profile, concurrency=1)
+    result = simulate(workload, ReplayConfig("lru", unit_profile), ReplayOptions(concurrency=1))
     assert result.summary["requests"] == 3 and result.engine.stats.prompt_tokens == 15
 
 
@@ -153,7 +155,7 @@ def test_a_session_runs_its_workflows_in_order_each_after_its_think_time(unit_pr
     unit = workload.units[0]
     assert unit.workflow_ids == ["c-t0", "c-t1"] and unit.gaps_s == [10.0, 1.0]
     assert unit.ends == [("c-t0", 1.0, "completed"), ("c-t1", 1.0, "completed")]
-    result = simulate(workload, "lru", unit_profile, concurrency=4)
+    result = simulate(workload, ReplayConfig("lru", unit_profile), ReplayOptions(concurrency=4))
     times = result.metrics.request_times()
     assert times["c-t1#0"][0] == pytest.approx(times["c-t0#0"][2] + 10.0)
     spans = result.metrics.workflow_spans()

@@ -12,8 +12,8 @@ from pbkv_server.cli.bench import app
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies, policy_info
 from pbkv_server.engine.guard import host_value
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.study import Point, Run, StudySettings, admission_limits, aggregate, run_study, study_steps
-from pbkv_server.sim.synth import generate, write_trace
+from pbkv_server.sim.study.paper import Point, Run, StudySettings, admission_limits, aggregate, run_study, study_steps
+from pbkv_server.sim.synth.agents import generate, write_trace
 
 runner = CliRunner()
 
@@ -105,10 +105,11 @@ def test_a_small_study_runs_every_study_with_the_counted_replays_and_ratios_to_t
         if p.study != "concurrency":
             assert p.mean["hit_ratio"] == pytest.approx(p.mean["hit_rate"] / b4.mean["hit_rate"])
     # the baseline point is the plain replay of the trace at that setup (host tier = device, the study's default)
-    from pbkv_server.sim.simulator import load_workload, simulate
+    from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 
-    direct = simulate(load_workload(read_trace(run_dir / "test.jsonl")), BASELINE_POLICY, get_profile(SMALL["profile"]),
-                      concurrency=4, device_tokens=SMALL["device_tokens"], host_tokens=SMALL["device_tokens"]).summary
+    config = ReplayConfig(BASELINE_POLICY, get_profile(SMALL["profile"]), device_tokens=SMALL["device_tokens"],
+                          host_tokens=SMALL["device_tokens"])
+    direct = simulate(load_workload(read_trace(run_dir / "test.jsonl")), config, ReplayOptions(concurrency=4)).summary
     assert (b4.mean["hit_rate"], b4.mean["mean_latency_s"]) == (direct["hit_rate"], direct["mean_latency_s"])
     # a backbone's accuracy is that of a model trained on the training trace, scored on the test trace
     from pbkv_train.backbones import train_backbone

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, group_workflows, read_trace
 from pbkv_contract.blocks import prefix_hashes
-from pbkv_server.sim.synth import CHARS_PER_TOKEN, GRAPHS, generate, segment_hashes, write_trace
+from pbkv_server.sim.synth.agents import GRAPHS, generate, write_trace
+from pbkv_server.sim.synth.common import CHARS_PER_TOKEN, segment_hashes
 
 
 def invocations(records):

@@ -11,7 +11,7 @@ import pytest
 
 from pbkv_contract.marginals import trace_marginals
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
-from pbkv_server.sim.synth import write_trace
+from pbkv_server.sim.synth.agents import write_trace
 
 #: Published figures (Azure/AzurePublicDataset analysis/GitHubCopilotCodingAgents/DATASET_CARD.md,
 #: "Dataset Statistics"), restated from the raw sums so this test does not read the generator's table.

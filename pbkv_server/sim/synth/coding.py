@@ -20,7 +20,7 @@ so each call's prompt extends the previous call's prompt (the previous output an
 are appended). When the prompt would exceed :data:`CONTEXT_LIMIT` tokens the history is compacted
 (the agent summarises it): the prompt becomes system, instructions, a summary and the newest
 content, and only the system and instructions still repeat the previous call's prefix. Texts are
-segments hashed with :class:`pbkv_server.sim.synth._Hasher` (the sharing structure of real text).
+segments hashed with :class:`pbkv_server.sim.synth.common.Hasher` (the sharing structure of real text).
 
 A call's ``agent`` is its initiator (schema field ``initiator_type``): ``user`` for a turn's first
 call, ``agent`` for the follow-up calls, as ``pbkv-sdk import ghcp`` names them.
@@ -36,12 +36,12 @@ from typing import Iterator
 from pbkv_contract.features import request_features
 from pbkv_contract.trace import InvocationRecord, TraceRecord, WorkflowEndRecord
 
-from .nominal import nominal_times
-from .synth import CHARS_PER_TOKEN, EPOCH, _Hasher, _loguniform, _words
+from pbkv_server.sim.nominal import EPOCH, nominal_times
+from pbkv_server.sim.synth.common import CHARS_PER_TOKEN, Hasher, loguniform, random_words
 
 __all__ = ["CodingAgentSpec", "CODING_AGENT", "GRAPH_NAME", "DEFAULT_BLOCK_CHARS", "PUBLISHED", "generate_coding_agent"]
 
-#: Graph name of :func:`pbkv_server.sim.synth.generate`.
+#: Graph name of :func:`pbkv_server.sim.synth.agents.generate`.
 GRAPH_NAME = "coding-agent"
 #: Block size of this graph: 4,096 characters = 1,024 tokens. Prompts average ~68k tokens, so
 #: 64-token blocks would put ~1,000 hashes on every call (a 1,000-call trace of 70 MB); at 1,024
@@ -119,7 +119,7 @@ def generate_coding_agent(sessions: int, seed: int, block_chars: int, mean_inter
         spec: the sessions' shape.
     """
     rng = random.Random(seed)
-    hasher = _Hasher(block_chars)
+    hasher = Hasher(block_chars)
     t = EPOCH
     for index in range(sessions):
         t += rng.expovariate(1.0 / mean_interarrival_s)
@@ -134,37 +134,37 @@ def _count(rng: random.Random, mean: float) -> int:
     return 1 + int(math.log(1.0 - rng.random()) / math.log(p_more))
 
 
-def _session(spec: CodingAgentSpec, sid: str, t: float, rng: random.Random, hasher: _Hasher) -> Iterator[TraceRecord]:
+def _session(spec: CodingAgentSpec, sid: str, t: float, rng: random.Random, hasher: Hasher) -> Iterator[TraceRecord]:
     turns = _count(rng, spec.turns_per_session)
     head = [(f"{spec.app}/system", spec.system_tokens * CHARS_PER_TOKEN),
-            (f"{sid}/instructions", _loguniform(rng, *spec.instruction_tokens) * CHARS_PER_TOKEN)]
+            (f"{sid}/instructions", loguniform(rng, *spec.instruction_tokens) * CHARS_PER_TOKEN)]
     history: list[tuple[str, int]] = []  # segments after the head, characters
     compactions = 0
     for turn in range(turns):
         wid = f"{sid}-t{turn}"
-        history.append((f"{sid}/t{turn}/user", _loguniform(rng, *spec.user_tokens) * CHARS_PER_TOKEN))
+        history.append((f"{sid}/t{turn}/user", loguniform(rng, *spec.user_tokens) * CHARS_PER_TOKEN))
         calls = _count(rng, spec.calls_per_turn)
         for j in range(calls):
             if sum(n for _, n in head + history) > spec.context_limit * CHARS_PER_TOKEN and len(history) > 1:
                 # compaction: the history becomes a summary; the newest content stays after it
                 compactions += 1
-                summary = (f"{sid}/summary{compactions}", _loguniform(rng, *spec.summary_tokens) * CHARS_PER_TOKEN)
+                summary = (f"{sid}/summary{compactions}", loguniform(rng, *spec.summary_tokens) * CHARS_PER_TOKEN)
                 history = [summary, history[-1]]
             hashes, block_tokens = hasher.hashes_and_tokens(head + history)
             prompt = sum(block_tokens)
-            completion = _loguniform(rng, *spec.completion_tokens)
+            completion = loguniform(rng, *spec.completion_tokens)
             ttft, t_end = nominal_times(t, prompt, completion)
             yield InvocationRecord(
                 app=spec.app, workflow_id=wid, step=j, agent="user" if j == 0 else "agent",
                 t_start=round(t, 3), t_end=round(t_end, 3), ttft_s=round(ttft, 3), prompt_tokens=prompt,
                 completion_tokens=completion, prefix_hashes=hashes, block_chars=hasher.block_chars,
-                features=request_features(_words(rng, _WORDS, 8)), block_tokens=block_tokens, session_id=sid,
+                features=request_features(random_words(rng, _WORDS, 8)), block_tokens=block_tokens, session_id=sid,
             )
             appended = completion
             gap = 0.0
             if j + 1 < calls and rng.random() < spec.batch_p:
                 tools = _count(rng, 1.0 / (1.0 - spec.extra_tool_p))
-                appended += sum(_loguniform(rng, *spec.tool_tokens) for _ in range(tools))
+                appended += sum(loguniform(rng, *spec.tool_tokens) for _ in range(tools))
                 gap = math.exp(rng.uniform(math.log(spec.tool_batch_s[0]), math.log(spec.tool_batch_s[1])))
             history.append((f"{sid}/t{turn}/c{j}", appended * CHARS_PER_TOKEN))
             t = t_end + gap

@@ -222,8 +222,8 @@ def run_workload(workload: RegimeWorkload, settings: RegimeSettings, *,
         pbkv_server.sim.simulator.SimulationError: the engine stalls.
     """
     from pbkv_server.predictors import make_predictor
-    from pbkv_server.sim.simulator import load_workload, simulate
-    from pbkv_server.sim.study import load_records
+    from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+    from pbkv_server.sim.study.paper import load_records
 
     settings.check()
     if records is None:
@@ -247,8 +247,9 @@ def run_workload(workload: RegimeWorkload, settings: RegimeSettings, *,
             predictor = None
             if policy_info(name).predictive:
                 predictor = trained or make_predictor(workload.predictor, 3, records, app=app)
-            s = simulate(replay, name, profile, concurrency=cell.concurrency, predictor=predictor,
-                         device_tokens=cell.device_tokens, host_tokens=cell.host_tokens).summary
+            s = simulate(replay, ReplayConfig(name, profile, device_tokens=cell.device_tokens,
+                                              host_tokens=cell.host_tokens),
+                         ReplayOptions(concurrency=cell.concurrency, predictor=predictor)).summary
             cell.policies[name] = {"mean_latency_s": s["mean_latency_s"], "mean_ttft_s": s["mean_ttft_s"],
                                    "hit_rate": s["hit_rate"], "host_hit_rate": s["host_hit_rate"],
                                    "prefill_saved": prefill_saved(s["hit_rate"], s["host_hit_rate"], value)}

@@ -18,21 +18,20 @@ History message j is invocation j's output plus its tool result, so history accu
 agent's next call extends its previous prompt. Texts are not generated: each prompt is a sequence
 of segments (id, characters) and the chained block hash of a block hashes the (segment, offset,
 length) pieces it holds, which has exactly the sharing structure of hashing real text whose
-segments are distinct (:func:`segment_hashes`). Tokens are ``characters / CHARS_PER_TOKEN``.
+segments are distinct (:mod:`pbkv_server.sim.synth.common`). Tokens are ``characters / CHARS_PER_TOKEN``.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator
 
 from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter, WorkflowEndRecord
-from pbkv_contract.blocks import chain_hash
 from pbkv_contract.features import request_features
 
-from .nominal import EPOCH, HANDOFF_GAP_S, MEAN_INTERARRIVAL_S, SEARCH_TOOL_GAP_S, nominal_times
+from pbkv_server.sim.nominal import EPOCH, HANDOFF_GAP_S, MEAN_INTERARRIVAL_S, SEARCH_TOOL_GAP_S, nominal_times
+from pbkv_server.sim.synth.common import CHARS_PER_TOKEN, Hasher, loguniform, random_words
 
 __all__ = [
     "GRAPHS",
@@ -44,11 +43,9 @@ __all__ = [
     "GraphSpec",
     "generate",
     "write_trace",
-    "segment_hashes",
+    "agent_workflow",
 ]
 
-#: Characters per token of the synthetic text (English prose / code average for BPE tokenizers).
-CHARS_PER_TOKEN = 4
 #: Block size of synthetic traces: 256 characters = 64 tokens (an SGLang-page-sized block).
 DEFAULT_SYNTH_BLOCK_CHARS = 256
 #: Probability that the signal agent's output tells the truth about whether another round follows.
@@ -290,9 +287,9 @@ def generate(
 
     Args:
         graph: a name of :data:`GRAPHS`, ``"mixed"`` (each workflow picks one uniformly), or a
-            chat graph of :mod:`pbkv_server.sim.synth_chat` (``"chat"``: multi-turn conversations,
+            chat graph of :mod:`pbkv_server.sim.synth.chat` (``"chat"``: multi-turn conversations,
             each turn its own workflow; ``"chat-mix"``: conversations and agent workflows), or
-            ``"coding-agent"`` (:mod:`pbkv_server.sim.synth_coding`: sessions shaped after the
+            ``"coding-agent"`` (:mod:`pbkv_server.sim.synth.coding`: sessions shaped after the
             GitHub Copilot coding-agent traces, each user turn a workflow).
         workflows: number of workflows (>= 1); for the chat graphs, of conversations (and agent
             workflows), each conversation holding one workflow per turn; for ``coding-agent``,
@@ -307,8 +304,8 @@ def generate(
     """
     # Checked here, not in the generator body, so bad arguments fail at the call, before a
     # caller such as write_trace creates its output file.
-    from .synth_chat import CHAT_GRAPHS, generate_chat
-    from . import synth_coding
+    from pbkv_server.sim.synth import coding as synth_coding  # both import this module
+    from pbkv_server.sim.synth.chat import CHAT_GRAPHS, generate_chat
 
     if graph != "mixed" and graph not in GRAPHS and graph not in CHAT_GRAPHS and graph != synth_coding.GRAPH_NAME:
         raise ValueError(f"unknown graph {graph!r}; known: {', '.join(sorted(GRAPHS))}, mixed, "
@@ -332,14 +329,14 @@ def _generate(graph: str, workflows: int, seed: int, block_chars: int,
     specs = sorted(GRAPHS) if graph == "mixed" else [graph]
     # Role prompt lengths are properties of the app, fixed once per seed.
     roles = {
-        name: {a.name: _loguniform(rng, *a.role_tokens) for a in GRAPHS[name].agents.values()} for name in specs
+        name: {a.name: loguniform(rng, *a.role_tokens) for a in GRAPHS[name].agents.values()} for name in specs
     }
-    hasher = _Hasher(block_chars)
+    hasher = Hasher(block_chars)
     t = EPOCH
     for index in range(workflows):
         spec = GRAPHS[rng.choice(specs)]
         t += rng.expovariate(1.0 / mean_interarrival_s)
-        yield from _workflow(spec, roles[spec.app], f"{spec.app}-s{seed}-{index:06d}", t, rng, hasher)
+        yield from agent_workflow(spec, roles[spec.app], f"{spec.app}-s{seed}-{index:06d}", t, rng, hasher)
 
 
 def write_trace(path: str, **kwargs) -> tuple[int, int]:
@@ -361,21 +358,6 @@ def write_trace(path: str, **kwargs) -> tuple[int, int]:
     return n_wf, n_inv
 
 
-def segment_hashes(segments: Sequence[tuple[str, int]], block_chars: int) -> list[str]:
-    """Chained block hashes of a text made of distinct segments ``(segment id, characters)``.
-
-    Block b holds characters ``[b * block_chars, (b + 1) * block_chars)``; its hash is
-    ``sha256(h_{b-1} || pieces)`` at full width (:func:`pbkv_contract.blocks.chain_hash`, 64 hex
-    digits, ``h_{-1}`` empty), where ``pieces`` names the (segment, offset, length) runs in the
-    block. Two prompts share their first n hashes exactly when their first n blocks hold the same
-    pieces, as with :func:`pbkv_contract.blocks.prefix_hashes` on text.
-
-    Returns:
-        ``ceil(total characters / block_chars)`` hex strings.
-    """
-    return _Hasher(block_chars).hashes(segments)
-
-
 # --------------------------------------------------------------------------- generation
 
 
@@ -385,7 +367,18 @@ class _Msg:
     tokens: int
 
 
-def _workflow(spec: GraphSpec, roles: dict[str, int], wid: str, t0: float, rng: random.Random, hasher: "_Hasher"):
+def agent_workflow(spec: GraphSpec, roles: dict[str, int], wid: str, t0: float, rng: random.Random,
+                   hasher: Hasher) -> Iterator[TraceRecord]:
+    """The records of one workflow of ``spec`` (its invocations, then its end), drawn from ``rng``.
+
+    Args:
+        spec: the app's call graph.
+        roles: role prompt tokens per agent of the app (fixed once per seed).
+        wid: the workflow id.
+        t0: start time, seconds (the trace's clock).
+        rng: the generator's random source (advanced by the draws).
+        hasher: the trace's block hasher (its memo of workflow prompts is dropped at the end).
+    """
     prop = rng.choices(spec.properties, weights=[p.weight for p in spec.properties])[0]
     loops = prop.min_loops
     while spec.loop and loops < spec.max_loops and rng.random() < prop.p_continue:
@@ -399,8 +392,8 @@ def _workflow(spec: GraphSpec, roles: dict[str, int], wid: str, t0: float, rng: 
     sequence = list(prologue) + list(loop) * loops
     rounds = [0] * len(prologue) + [r + 1 for r in range(loops) for _ in loop]
 
-    task_tokens = _loguniform(rng, *spec.task_tokens)
-    task_text = _words(rng, spec.common_words, 6) + _words(rng, prop.words, 5)
+    task_tokens = loguniform(rng, *spec.task_tokens)
+    task_text = random_words(rng, spec.common_words, 6) + random_words(rng, prop.words, 5)
     history: list[_Msg] = []
     newest = task_text
     t = t0
@@ -412,7 +405,7 @@ def _workflow(spec: GraphSpec, roles: dict[str, int], wid: str, t0: float, rng: 
         segments += [(m.seg, m.tokens * CHARS_PER_TOKEN) for m in history]
         hashes, block_tokens = hasher.hashes_and_tokens(segments)
         prompt_tokens = sum(block_tokens)
-        completion = _loguniform(rng, *agent.output_tokens)
+        completion = loguniform(rng, *agent.output_tokens)
         ttft, t_end = nominal_times(t, prompt_tokens, completion)
         yield InvocationRecord(
             app=spec.app, workflow_id=wid, step=step, agent=agent_name, t_start=round(t, 3),
@@ -420,80 +413,16 @@ def _workflow(spec: GraphSpec, roles: dict[str, int], wid: str, t0: float, rng: 
             completion_tokens=completion, prefix_hashes=hashes, block_chars=hasher.block_chars,
             features=request_features(newest), block_tokens=block_tokens,
         )
-        tool = _loguniform(rng, *agent.tool_tokens) if agent.tool_tokens[1] > 0 else 0
+        tool = loguniform(rng, *agent.tool_tokens) if agent.tool_tokens[1] > 0 else 0
         history.append(_Msg(f"{wid}/msg{step}", completion + tool))
         # The newest message of the next call: this call's output (and tool result).
-        newest = _words(rng, agent.words, 5) + _words(rng, prop.words, 2) + _words(rng, spec.common_words, 3)
+        newest = (random_words(rng, agent.words, 5) + random_words(rng, prop.words, 2)
+                  + random_words(rng, spec.common_words, 3))
         if agent_name == spec.signal_agent:
             more = rounds[step] < loops
             if rng.random() >= SIGNAL_TRUTH:
                 more = not more
-            newest += _words(rng, spec.continue_words if more else spec.stop_words, 3)
+            newest += random_words(rng, spec.continue_words if more else spec.stop_words, 3)
         t = t_end + rng.uniform(*agent.tool_gap_s)
     hasher.forget_workflows()
     yield WorkflowEndRecord(app=spec.app, workflow_id=wid, t=round(t, 3), status="completed")
-
-
-def _loguniform(rng: random.Random, lo: int, hi: int) -> int:
-    if hi <= 0:
-        return 0
-    if lo >= hi:
-        return lo
-    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
-
-
-def _words(rng: random.Random, vocab: Sequence[str], n: int) -> str:
-    return " ".join(rng.choice(vocab) for _ in range(n)) + " " if vocab else ""
-
-
-class _Hasher:
-    """Segment hashing with a memo of hash-chain states at segment boundaries.
-
-    Prompts of one workflow extend each other and every prompt starts with the shared preamble and
-    role, so the chain state after a segment prefix is reused instead of rehashing it.
-    """
-
-    def __init__(self, block_chars: int):
-        self.block_chars = block_chars
-        self._memo: dict[tuple[str, ...], tuple[bytes, tuple[str, ...], int, tuple[str, ...]]] = {}
-
-    def hashes(self, segments: Sequence[tuple[str, int]]) -> list[str]:
-        return self.hashes_and_tokens(segments)[0]
-
-    def hashes_and_tokens(self, segments: Sequence[tuple[str, int]]) -> tuple[list[str], list[int]]:
-        """Hashes and tokens per block (full blocks ``block_chars / CHARS_PER_TOKEN``, last rounded up)."""
-        key: tuple[str, ...] = ()
-        prev, pieces, fill, out = b"", (), 0, ()
-        start = 0
-        # Longest memoised segment prefix (memo keys carry the lengths in the ids).
-        for i in range(len(segments), 0, -1):
-            k = tuple(f"{s}#{n}" for s, n in segments[:i])
-            if k in self._memo:
-                prev, pieces, fill, out = self._memo[k]
-                key, start = k, i
-                break
-        out_l, pieces_l = list(out), list(pieces)
-        for seg, n in segments[start:]:
-            off = 0
-            while off < n:
-                take = min(n - off, self.block_chars - fill)
-                pieces_l.append(f"{seg}@{off}+{take}")
-                off += take
-                fill += take
-                if fill == self.block_chars:
-                    digest = chain_hash(prev, "|".join(pieces_l).encode())
-                    out_l.append(digest)
-                    prev = digest.encode()
-                    pieces_l, fill = [], 0
-            key = key + (f"{seg}#{n}",)
-            self._memo[key] = (prev, tuple(pieces_l), fill, tuple(out_l))
-        hashes = list(out_l)
-        tokens = [self.block_chars // CHARS_PER_TOKEN] * len(hashes)
-        if pieces_l:
-            hashes.append(chain_hash(prev, "|".join(pieces_l).encode()))
-            tokens.append(-(-fill // CHARS_PER_TOKEN))
-        return hashes, tokens
-
-    def forget_workflows(self) -> None:
-        """Drop memo entries past the shared (preamble, role) prefix: a finished workflow's prompts never recur."""
-        self._memo = {k: v for k, v in self._memo.items() if len(k) <= 2}

@@ -47,7 +47,7 @@ from pbkv_server.engine.policies import (BASELINE_POLICY, DEFAULT_POLICY, REFERE
                                          available_policies, policy_info)
 from pbkv_server.sim.measures import host_value, latency_capture, latency_speedup, prefill_saved
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, MAX_HOST_RATIO, PAPER_HOST_RATIO, get_profile
-from pbkv_server.sim.simulator import Workload, load_workload, simulate
+from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, Workload, load_workload, simulate
 
 __all__ = ["STUDIES", "StudySettings", "Run", "Point", "StudyResult", "run_study", "aggregate", "admission_limits",
            "study_steps"]
@@ -385,8 +385,9 @@ class _Replayer:
                                                  host_value(self.profile))
 
     def _figures(self, policy: str, concurrency: int, predictor, **settings) -> dict[str, float]:
-        s = simulate(self.workload, policy, self.profile, concurrency=concurrency, predictor=predictor,
-                     device_tokens=self.device, host_tokens=self.host, **settings).summary
+        """Figures of one replay; ``settings``: engine settings of :class:`ReplayConfig` (horizon, gamma, rho)."""
+        config = ReplayConfig(policy, self.profile, device_tokens=self.device, host_tokens=self.host, **settings)
+        s = simulate(self.workload, config, ReplayOptions(concurrency=concurrency, predictor=predictor)).summary
         return {"hit_rate": s["hit_rate"], "host_hit_rate": s["host_hit_rate"],
                 "mean_latency_s": s["mean_latency_s"], "mean_ttft_s": s["mean_ttft_s"],
                 "mean_queue_length": s["mean_queue_length"],

@@ -5,9 +5,9 @@
 
 Each RUN is an example's output folder (``test.jsonl``, ``predictor.pt`` and, for the backbone and
 horizon studies and for error bars, ``train.jsonl``) or a trace file with ``--model``. For every
-run the studies of :mod:`pbkv_server.sim.study` replay its test trace; the command writes one PNG
-per study and run (:mod:`pbkv_server.sim.study_plots`), ``report.md``
-(:mod:`pbkv_server.sim.study_report`) and ``study.json`` (every run and point) into ``--out-dir``.
+run the studies of :mod:`pbkv_server.sim.study.paper` replay its test trace; the command writes one PNG
+per study and run (:mod:`pbkv_server.sim.study.plots`), ``report.md``
+(:mod:`pbkv_server.sim.study.report`) and ``study.json`` (every run and point) into ``--out-dir``.
 Bad input (a missing file, a bad option, an unwritable folder) is one error line and exit status
 2, before any replay.
 """
@@ -62,9 +62,9 @@ def study(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pbkv_server.hardware.profiles import get_profile
-    from pbkv_server.sim.study import StudySettings, load_records, run_study, study_steps
-    from pbkv_server.sim.study_plots import FIGURES, plot_study
-    from pbkv_server.sim.study_report import report_markdown
+    from pbkv_server.sim.study.paper import StudySettings, load_records, run_study, study_steps
+    from pbkv_server.sim.study.plots import FIGURES, plot_study
+    from pbkv_server.sim.study.report import report_markdown
 
     err = Console(stderr=True)
     fail = _failer(err)
@@ -117,7 +117,7 @@ def study(
             points = result.points
             for s in settings.studies:
                 if any(p.study == s for p in points):
-                    name = f"{_slug(label)}_{FIGURES[s][0]}.png"
+                    name = f"{file_slug(label)}_{FIGURES[s][0]}.png"
                     plot_study(s, points, str(out_dir / name), f"{label}, {_setting(result)}")
                     figures[label][s] = name
     command = "pbkv-bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "pbkv-bench study"
@@ -181,7 +181,9 @@ def _names(text: str | None) -> list[str] | None:
     return [v.strip() for v in text.split(",") if v.strip()] if text else None
 
 
-def _slug(label: str) -> str:
+def file_slug(label: str) -> str:
+    """``label`` as a file name stem (runs of other characters than ``A-Za-z0-9._-`` become ``-``;
+    ``run`` if nothing is left): the figures of a study are named after their run's label."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-") or "run"
 
 
@@ -252,11 +254,11 @@ def regime(
     from rich.console import Console
 
     from pbkv_server.hardware.profiles import get_profile
-    from pbkv_server.sim.regime import QUICK, RegimeSettings, run_workload
+    from pbkv_server.sim.study.regime import QUICK, RegimeSettings, run_workload
     from pbkv_server.sim.simulator import SimulationError
-    from pbkv_server.sim.study import load_records
-    from pbkv_server.sim.study_plots import plot_regime
-    from pbkv_server.sim.study_report import regime_markdown
+    from pbkv_server.sim.study.paper import load_records
+    from pbkv_server.sim.study.plots import plot_regime
+    from pbkv_server.sim.study.report import regime_markdown
 
     err = Console(stderr=True)
     fail = _failer(err)
@@ -301,7 +303,7 @@ def regime(
             except (ValueError, RuntimeError, SimulationError) as exc:
                 raise fail(f"{spec.label}: {exc}") from None
             results.append(result)
-            name = f"{_slug(spec.label)}_regime.png"
+            name = f"{file_slug(spec.label)}_regime.png"
             plot_regime(result, str(out_dir / name))
             figures[spec.label] = name
             # written after every workload, so a stopped study keeps the workloads it finished
@@ -315,8 +317,8 @@ def regime(
 def _regime_workload(text: str, tmp: Path, quick: bool, predictor: str, concurrency: int, profile: str):
     """``(RegimeWorkload, trace path)`` of one WORKLOAD argument; ``ValueError`` for a bad one."""
     from pbkv_server.hardware.profiles import DEFAULT_PROFILE as EXAMPLE_PROFILE
-    from pbkv_server.sim.regime import RegimeWorkload, example_workload
-    from pbkv_server.sim.synth import write_trace
+    from pbkv_server.sim.study.regime import RegimeWorkload, example_workload
+    from pbkv_server.sim.synth.agents import write_trace
 
     if text.startswith("synth:"):
         parts = text.split(":")[1:]
@@ -329,7 +331,7 @@ def _regime_workload(text: str, tmp: Path, quick: bool, predictor: str, concurre
             raise ValueError(f"{text!r}: WORKFLOWS and SEED must be whole numbers") from None
         if quick:
             workflows = min(workflows, QUICK_SYNTH_WORKFLOWS)
-        path = tmp / f"{_slug(text)}.jsonl"
+        path = tmp / f"{file_slug(text)}.jsonl"
         write_trace(str(path), graph=parts[0], workflows=workflows, seed=seed)
         source = f"pbkv-bench synth --graph {parts[0]} --workflows {workflows} --seed {seed}"
         label = f"synth-{parts[0]}"

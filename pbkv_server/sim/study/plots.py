@@ -1,8 +1,8 @@
 """Figures of ``pbkv-bench study``: one PNG per study, in the layout of the PBKV paper's figures.
 
 Every figure has labelled axes with units, a legend and, where points repeat over predictor
-seeds, error bars of one standard deviation. Inputs are :class:`~pbkv_server.sim.study.Point`
-lists (:func:`pbkv_server.sim.study.aggregate`).
+seeds, error bars of one standard deviation. Inputs are :class:`~pbkv_server.sim.study.paper.Point`
+lists (:func:`pbkv_server.sim.study.paper.aggregate`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Sequence
 
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY
 from pbkv_server.sim.policy_style import policy_style
-from pbkv_server.sim.study import Point, admission_limits
+from pbkv_server.sim.study.paper import Point, admission_limits
 
 __all__ = ["FIGURES", "plot_study", "plot_regime"]
 
@@ -150,7 +150,7 @@ def _sweep(plt, study: str, points: Sequence[Point]):
 
 
 def plot_regime(workload: dict, path: str) -> str:
-    """The regime study's figure of one workload (:func:`pbkv_server.sim.regime.run_workload`'s
+    """The regime study's figure of one workload (:func:`pbkv_server.sim.study.regime.run_workload`'s
     dict): speedup vs LRU (``L_lru / L``) against the device fraction f = (device - A) / W, one
     panel per (concurrency, host ratio), one line per policy in its :func:`policy_style`; a grey
     band and a star on opt's line mark the cells where opt is at least ``OPT_GAIN`` x LRU; dotted
@@ -165,7 +165,7 @@ def plot_regime(workload: dict, path: str) -> str:
     import matplotlib.pyplot as plt
 
     from pbkv_server.engine.policies import REFERENCE_POLICY
-    from pbkv_server.sim.regime import OPT_GAIN
+    from pbkv_server.sim.study.regime import OPT_GAIN
 
     cells = workload["cells"]
     concurrencies = sorted({c["concurrency"] for c in cells})

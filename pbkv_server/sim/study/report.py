@@ -15,8 +15,8 @@ from pbkv_server.engine import EngineConfig
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY
 from pbkv_server.sim.measures import CAPTURE_NOTE, MIN_DIFFERENCE
 from pbkv_server.sim.metrics import BREAKDOWN_PARTS
-from pbkv_server.sim.study import Point, StudyResult, admission_limits
-from pbkv_server.sim.study_plots import FIGURES
+from pbkv_server.sim.study.paper import Point, StudyResult, admission_limits
+from pbkv_server.sim.study.plots import FIGURES
 
 __all__ = ["report_markdown", "best_regime", "regime_markdown"]
 
@@ -209,8 +209,8 @@ def _limit(value) -> str:
 def regime_markdown(payload: dict, command: str, figures: dict[str, str], seconds: float | None = None) -> str:
     """The regime study's report: per workload its setup, notes, figure, every cell and issue
     24's acceptance lists. ``payload`` is the study JSON (``{"settings", "workloads": [...]}``,
-    :func:`pbkv_server.sim.regime.run_workload` per workload); ``figures``: label -> figure path."""
-    from pbkv_server.sim.regime import CAPTURE_TARGET, OPT_GAIN, SLOWER_LIMIT
+    :func:`pbkv_server.sim.study.regime.run_workload` per workload); ``figures``: label -> figure path."""
+    from pbkv_server.sim.study.regime import CAPTURE_TARGET, OPT_GAIN, SLOWER_LIMIT
 
     wall = f" ({seconds / 60:.1f} min wall on this machine)" if seconds is not None else ""
     out = ["# Regime study (simulated)", "",

@@ -15,7 +15,7 @@ so a turn's prompt extends the previous turn's prompt plus its reply: the reuse 
 conversation's own history, seconds to minutes later, and the shared system prompts.
 
 ``chat-mix`` interleaves chat conversations with workflows of an agent graph of
-:mod:`pbkv_server.sim.synth` (``codegen`` by default), one unit at a time, to measure both traffic
+:mod:`pbkv_server.sim.synth.agents` (``codegen`` by default), one unit at a time, to measure both traffic
 classes on one server (the replay reports figures per app: ``chat`` and the agent app).
 """
 
@@ -29,8 +29,9 @@ from typing import Iterator
 from pbkv_contract.features import request_features
 from pbkv_contract.trace import InvocationRecord, TraceRecord, WorkflowEndRecord
 
-from .nominal import EPOCH, nominal_times
-from .synth import CHARS_PER_TOKEN, GRAPHS, _Hasher, _loguniform, _words, _workflow
+from pbkv_server.sim.nominal import EPOCH, nominal_times
+from pbkv_server.sim.synth.agents import GRAPHS, agent_workflow
+from pbkv_server.sim.synth.common import CHARS_PER_TOKEN, Hasher, loguniform, random_words
 
 __all__ = ["ChatSpec", "CHAT", "CHAT_GRAPHS", "generate_chat"]
 
@@ -67,7 +68,7 @@ class ChatSpec:
 
 
 CHAT = ChatSpec()
-#: Graph names :func:`pbkv_server.sim.synth.generate` hands to this module, with the agent graph mixed in.
+#: Graph names :func:`pbkv_server.sim.synth.agents.generate` hands to this module, with the agent graph mixed in.
 CHAT_GRAPHS = {"chat": None, "chat-mix": "codegen"}
 
 
@@ -87,39 +88,39 @@ def generate_chat(graph: str, units: int, seed: int, block_chars: int, mean_inte
     """
     rng = random.Random(seed)
     agent_graph = GRAPHS[CHAT_GRAPHS[graph]] if CHAT_GRAPHS[graph] else None
-    roles = {a.name: _loguniform(rng, *a.role_tokens) for a in agent_graph.agents.values()} if agent_graph else {}
-    systems = [_loguniform(rng, *spec.system_tokens) for _ in range(spec.system_prompts)]
+    roles = {a.name: loguniform(rng, *a.role_tokens) for a in agent_graph.agents.values()} if agent_graph else {}
+    systems = [loguniform(rng, *spec.system_tokens) for _ in range(spec.system_prompts)]
     popularity = [1.0 / (k + 1) ** spec.zipf_s for k in range(spec.system_prompts)]
-    hasher = _Hasher(block_chars)
+    hasher = Hasher(block_chars)
     t = EPOCH
     for index in range(units):
         t += rng.expovariate(1.0 / mean_interarrival_s)
         if agent_graph is not None and rng.random() < agent_share:
-            yield from _workflow(agent_graph, roles, f"{agent_graph.app}-s{seed}-{index:06d}", t, rng, hasher)
+            yield from agent_workflow(agent_graph, roles, f"{agent_graph.app}-s{seed}-{index:06d}", t, rng, hasher)
             continue
         k = rng.choices(range(spec.system_prompts), weights=popularity)[0]
         yield from _conversation(spec, f"{spec.app}-s{seed}-{index:06d}", k, systems[k], t, rng, hasher)
 
 
 def _conversation(spec: ChatSpec, cid: str, k: int, system_tokens: int, t: float, rng: random.Random,
-                  hasher: _Hasher) -> Iterator[TraceRecord]:
+                  hasher: Hasher) -> Iterator[TraceRecord]:
     turns = 1
     while turns < spec.max_turns and rng.random() < spec.continue_p:
         turns += 1
     segments = [(f"{spec.app}/system/{k}", system_tokens * CHARS_PER_TOKEN)]
     for turn in range(turns):
         wid = f"{cid}-t{turn}"
-        user = _loguniform(rng, *spec.user_tokens)
+        user = loguniform(rng, *spec.user_tokens)
         segments.append((f"{cid}/user{turn}", user * CHARS_PER_TOKEN))
         hashes, block_tokens = hasher.hashes_and_tokens(segments)
         prompt_tokens = sum(block_tokens)
-        reply = _loguniform(rng, *spec.reply_tokens)
+        reply = loguniform(rng, *spec.reply_tokens)
         ttft, t_end = nominal_times(t, prompt_tokens, reply)
         yield InvocationRecord(
             app=spec.app, workflow_id=wid, step=0, agent="assistant", t_start=round(t, 3),
             t_end=round(t_end, 3), ttft_s=round(ttft, 3), prompt_tokens=prompt_tokens, completion_tokens=reply,
             prefix_hashes=hashes, block_chars=hasher.block_chars,
-            features=request_features(_words(rng, spec.words, 8)), block_tokens=block_tokens, session_id=cid,
+            features=request_features(random_words(rng, spec.words, 8)), block_tokens=block_tokens, session_id=cid,
         )
         yield WorkflowEndRecord(app=spec.app, workflow_id=wid, t=round(t_end, 3), status="completed")
         segments.append((f"{cid}/reply{turn}", reply * CHARS_PER_TOKEN))

@@ -1,0 +1,33 @@
+"""EngineConfig checks its own settings at construction: one line naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from pbkv_server.engine import EngineConfig
+from pbkv_server.hardware.profiles import get_profile
+
+PROFILE = get_profile("h100-qwen2.5-32b")
+
+
+@pytest.mark.parametrize(("setting", "line"), [
+    ({"device_tokens": 0}, "device_tokens must be >= 1 token, got 0"),
+    ({"host_tokens": -1}, "host_tokens must be >= 0 tokens, got -1"),
+    ({"horizon": 0}, "horizon must be >= 1, got 0"),
+    ({"gamma": 0.0}, "gamma must be in (0, 1], got 0.0"),
+    ({"gamma": float("nan")}, "gamma must be in (0, 1], got nan"),
+    ({"rho": 1.5}, "rho must be in [0, 1], got 1.5"),
+    ({"max_batch": 0}, "max_batch must be >= 1, got 0"),
+    ({"page_size": 0}, "page_size must be >= 1 token, got 0"),
+])
+def test_a_setting_out_of_range_is_one_line_naming_it(setting, line):
+    with pytest.raises(ValueError) as info:
+        EngineConfig(profile=PROFILE, **setting)
+    assert str(info.value) == line
+
+
+def test_the_edges_of_each_range_are_valid():
+    config = EngineConfig(profile=PROFILE, device_tokens=1, host_tokens=0, horizon=1, gamma=1.0, rho=0.0, max_batch=1,
+                          page_size=1)
+    assert (config.device_tokens, config.host_tokens, config.gamma, config.rho) == (1, 0, 1.0, 0.0)
+    assert EngineConfig(profile=PROFILE, rho=1.0).rho == 1.0  # None capacities: the profile's, checked by it
