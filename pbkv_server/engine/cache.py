@@ -33,6 +33,7 @@ from .guard import LRUGuard, host_value
 from .guard_feed import GuardFeed
 from .heaps import NODE, EvictionHeaps, host_valid
 from .policies import make_policy
+from .policies.base import UNGUARDED, Lifecycle, Pins, Prefetching
 from .radix import DEVICE, HOST, Node, RadixTree
 from .scoring import NodeScore, ScoreBoard
 from .types import Admission, EngineConfig, EngineStats
@@ -60,6 +61,24 @@ class _Match(NamedTuple):
     newly_locked: int
 
 
+class _NoHooks:
+    """The :class:`~pbkv_server.engine.policies.base.Lifecycle` of a policy that overrides no hook."""
+
+    __slots__ = ()
+
+    def on_admit(self, admission, path) -> None: ...
+    def on_invocation(self, wf, previous_agent) -> None: ...
+    def on_workflow_end(self, wf) -> None: ...
+    def on_finish(self, request, wf, end) -> None: ...
+    def on_session_close(self, session_id) -> None: ...
+    def on_split(self, top, bottom) -> None: ...
+    def on_drop(self, node) -> None: ...
+    def on_graph(self, app) -> None: ...
+
+
+_NO_HOOKS = _NoHooks()
+
+
 class PrefixCache:
     """Device and host KV cache as one radix tree, evicted in the order of a policy.
 
@@ -76,6 +95,8 @@ class PrefixCache:
 
     Attributes:
         tree, board, policy, profile, config, stats: as above (``policy`` built from ``config``).
+        hooks: the policy's :class:`~pbkv_server.engine.policies.base.Lifecycle` (a no-op object
+            when it overrides no hook); the engine calls its hooks through it too.
         device_capacity, host_capacity: KV capacities, tokens.
         heaps: the :class:`~pbkv_server.engine.heaps.EvictionHeaps` the policy's order is kept in.
         app_graphs: app -> static agent graph (agent -> possible next agents), for graph policies.
@@ -106,13 +127,19 @@ class PrefixCache:
         self._observers: list[AcquireObserver] = []
         self._guard_feed: GuardFeed | None = None
         self.now = 0.0
-        self.policy = make_policy(config.policy, self)
-        self.heaps = EvictionHeaps(self.tree, self.policy, bool(self.policy.prefetches))
+        self.policy = policy = make_policy(config.policy, self)
+        # the policy's capabilities, resolved once (policies/base.py): the hot paths test these
+        self._pins: Pins | None = policy.capability(Pins)
+        self.hooks: Lifecycle = policy.capability(Lifecycle) or _NO_HOOKS
+        self._prefetches = policy.capability(Prefetching) is not None
+        self._per_unit = bool(policy.unit_priority)
+        self._selective_host = bool(policy.selective_host)
+        self.heaps = EvictionHeaps(self.tree, policy, self._prefetches)
         # bound once, shadowing the refresh() method: re-filing is on every policy's hot path
         self.refresh = self._refile = self.heaps.refile
         # robustness guard (guard.py): a ghost LRU at the same capacity, fed every admission; while
         # the policy is behind it, the policy ranks in LRU order and the heaps are re-filed
-        if config.lru_guard and self.policy.guardable:
+        if config.lru_guard and policy.guardable:
             self.guard = LRUGuard(self.device_capacity, self.host_capacity, host_value(self.profile))
 
     # ================================================================ accounting
@@ -155,6 +182,8 @@ class PrefixCache:
         self._guard_feed = GuardFeed(guard, self) if guard is not None else None
         if self._guard_feed is not None:
             self._observers.append(self._guard_feed)
+        # the policy reads the guard's own fallback state (the guard owns it; nobody copies it)
+        self.policy.order_guard = guard if guard is not None else UNGUARDED
 
     def add_observer(self, observer: AcquireObserver) -> None:
         """Tell ``observer`` of every admission and cached output from now on (after the ones
@@ -181,7 +210,7 @@ class PrefixCache:
         self._reserve(req, got)
         for observer in self._observers:
             observer.admitted(req, got)
-        self.policy.on_admit(Admission(req.index, req.blocks, req.workflow, req.agent, req.request), path)
+        self.hooks.on_admit(Admission(req.index, req.blocks, req.workflow, req.agent, req.request), path)
         return got
 
     def release(self, end: Node | None, reserve: int) -> None:
@@ -235,7 +264,7 @@ class PrefixCache:
     def set_app_graph(self, app: str, edges: Mapping[str, Sequence[str]]) -> None:
         """Set ``app``'s static agent graph (agent -> possible next agents) and tell the policy."""
         self.app_graphs[app] = {str(a): tuple(str(b) for b in nexts) for a, nexts in edges.items()}
-        self.policy.on_graph(app)
+        self.hooks.on_graph(app)
 
     # ---------------------------------------------------------------- the steps of acquire()
     def _match(self, req: AcquireRequest) -> _Match:
@@ -278,7 +307,7 @@ class PrefixCache:
     def _load(self, path: list[Node]) -> None:
         """Step 3: move the path's host nodes to the device (their room was made in step 2)."""
         tree = self.tree
-        prefetches = self.policy.prefetches
+        prefetches = self._prefetches
         for node in path:
             if node.tier == HOST:
                 tree.set_tier(node, DEVICE)
@@ -360,12 +389,12 @@ class PrefixCache:
         blocked: list[Node] = []
         # a policy whose priority differs between the units of one node (its last unit decides)
         # takes one unit at a time, so that the rest of the node is ranked again
-        per_unit = self.policy.unit_priority
-        holds = self.policy.holds_nodes
+        per_unit = self._per_unit
+        pins = self._pins
         while freed < tokens:
             node = self.peek_victim()
-            if holds and node is not None:
-                if self.policy.holds(node):
+            if pins is not None and node is not None:
+                if pins.holds(node):
                     break  # held nodes rank last: everything left is held
                 if self.peek_victim() is not node:
                     continue  # the policy cleared expired holds and re-filed nodes: new order
@@ -489,7 +518,7 @@ class PrefixCache:
         parent = node.parent
         if self.host_capacity >= node.tokens:
             short = node.tokens - (self.host_capacity - self.tree.host_tokens)
-            if short > 0 and (not self.policy.selective_host or self._worth_host(node)):
+            if short > 0 and (not self._selective_host or self._worth_host(node)):
                 self._evict_host(short)
             if self.host_capacity - self.tree.host_tokens >= node.tokens:
                 self._count_eviction(node)
@@ -498,7 +527,7 @@ class PrefixCache:
                 self._refile(node)
                 self._refile(parent)
                 return True
-        if self._pinned_below(node) or (self.policy.holds_nodes and self.policy.keeps(node)):
+        if self._pinned_below(node) or (self._pins is not None and self._pins.keeps(node)):
             return False
         self._count_eviction(node)
         self._drop_subtree(node)
@@ -519,22 +548,22 @@ class PrefixCache:
         s = self.stats
         s.evictions += 1
         s.evicted_tokens += node.tokens
-        if self.policy.fallback:
+        if self.policy.order_guard.fallback:
             s.guard_fallback_evictions += 1
 
     def _evict_host(self, tokens: int) -> int:
         self.policy.settle()
         freed = 0
         heap = self.heaps.host
-        holds = self.policy.holds_nodes
+        pins = self._pins
         while freed < tokens and heap:
             entry = heapq.heappop(heap)
             if not host_valid(entry):
                 continue
-            if holds and self.policy.holds(entry[NODE]):
+            if pins is not None and pins.holds(entry[NODE]):
                 heapq.heappush(heap, entry)  # held nodes rank last: everything left is held
                 break
-            if holds and not host_valid(entry):
+            if pins is not None and not host_valid(entry):
                 continue  # an expired hold was cleared and the node re-filed: take it in order
             node = self._split_tail(entry[NODE], tokens - freed)
             parent = node.parent
@@ -569,7 +598,7 @@ class PrefixCache:
 
     def _pinned_below(self, node: Node) -> bool:
         """A node below ``node`` is locked, or kept by the policy (then ``node`` cannot be dropped)."""
-        keeps = self.policy.keeps if self.policy.holds_nodes else None
+        keeps = self._pins.keeps if self._pins is not None else None
         stack = list(node.children.values())
         while stack:
             n = stack.pop()
@@ -589,7 +618,7 @@ class PrefixCache:
 
     def _drop(self, node: Node) -> None:
         self.stats.dropped_tokens += node.tokens
-        self.policy.on_drop(node)  # while the node is still attached (policies read its parent)
+        self.hooks.on_drop(node)  # while the node is still attached (policies read its parent)
         self._condemned.pop(node, None)
         self.tree.remove(node)
         if node.sc is not None:
@@ -601,6 +630,6 @@ class PrefixCache:
         if bottom in self._condemned:
             self._condemned[top] = None
         # locked/tier token totals are unchanged: the tokens only moved between the two halves
-        self.policy.on_split(top, bottom)
+        self.hooks.on_split(top, bottom)
         self._refile(bottom)  # its first key changed (belady) and its entry must stay current
         self._refile(top)  # a host-tier top is the new prefetch frontier in place of bottom

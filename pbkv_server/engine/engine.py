@@ -27,6 +27,7 @@ from typing import Callable, Mapping, Sequence
 from .acquire import AcquireRequest
 from .cache import PrefixCache
 from .pages import to_units
+from .policies.base import Pins, Prefetching, QueueOrder
 from .radix import Node
 from .scoring import NodeScore, ScoreBoard
 from .types import EngineConfig, EngineRequest, EngineStats, Finished, FirstToken
@@ -96,10 +97,15 @@ class Engine:
         self._stats = EngineStats()
         self.board = ScoreBoard(config.gamma, config.horizon)
         self.cache = PrefixCache(config, self.board, self._stats, self.latency_clock)
-        self._policy = self.cache.policy
+        policy = self.cache.policy
+        # the policy's opt-in parts, resolved once (policies/base.py, "capabilities")
+        self._hooks = self.cache.hooks
+        self._queue: QueueOrder | None = policy.capability(QueueOrder)
+        self._pins: Pins | None = policy.capability(Pins)
+        self._prefetcher: Prefetching | None = policy.capability(Prefetching)
         # workflow table, predictor calls and their latency samples: shared with the SGLang plugin
         self.workflows = WorkflowTable(
-            self.board, config.predictor, predict=self._policy.uses_predictions, stats=self._stats,
+            self.board, config.predictor, predict=policy.uses_predictions, stats=self._stats,
             latency_clock=self.latency_clock, on_end=self._on_workflow_end,
             max_active=config.max_active_workflows, max_ended=config.max_ended_ids,
             batch=config.batch_predictions, on_changed=self._rescore, on_release=self.cache.rescore)
@@ -160,7 +166,7 @@ class Engine:
         and release the session's hold on the history its ended turns left (it may retire now;
         :meth:`WorkflowTable.close_session`). A PBKV workflow of the same id is ended separately
         (:meth:`end_workflow`)."""
-        self._policy.on_session_close(session_id)
+        self._hooks.on_session_close(session_id)
         self.workflows.close_session(session_id)
 
     def end_workflow(self, workflow_id: str, status: str = "completed", reason: str = END_CLIENT) -> bool:
@@ -220,13 +226,13 @@ class Engine:
         self.cache.now = self.clock
         admitted: list[_Request] = []
         max_batch = self.config.max_batch
-        reorders = self._policy.reorders_queue
+        queue, pins = self._queue, self._pins
         while self._waiting and len(self._running) + len(admitted) < max_batch:
             # FIFO, unless the policy schedules some waiting request first (Continuum: jobs whose
             # KV it pinned); the request it picks blocks the rest like the head does
-            i = self._policy.pick_waiting([r.req for r in self._waiting]) if reorders else 0
+            i = queue.pick_waiting([r.req for r in self._waiting]) if queue is not None else 0
             if not self._admit(self._waiting[i]):
-                if not self._running and not admitted and self._policy.relieve():
+                if not self._running and not admitted and pins is not None and pins.relieve():
                     continue  # the policy's pins blocked an idle engine: it gave one up, retry
                 break
             admitted.append(self._waiting[i])
@@ -265,9 +271,9 @@ class Engine:
                 k = min(k, profile.decode_steps_until(n, self._context, until - self.clock))
             k = max(1, k)
             stretch = profile.decode_steps_time(n, self._context, k)
-            if self._policy.prefetches:
+            if self._prefetcher is not None:
                 t0 = self.latency_clock()
-                self._policy.prefetch(stretch)
+                self._prefetcher.prefetch(stretch)
                 self._stats.prefetch_decision_s.append(self.latency_clock() - t0)
             self._context += n * k
             clock = self.clock + stretch
@@ -343,7 +349,7 @@ class Engine:
         if changed:  # an online predictor answered at once: re-file the nodes it changed
             self._rescore(changed)
         history = wf.history
-        self._policy.on_invocation(wf, history[-2] if len(history) > 1 else None)
+        self._hooks.on_invocation(wf, history[-2] if len(history) > 1 else None)
         return wf, hints.agent
 
     def _rescore(self, changed: list[NodeScore]) -> None:
@@ -356,7 +362,7 @@ class Engine:
         # called by the table between the board's retirement and the predictor's notification
         self.cache.rescore(changed)
         self._stats.retired_workflows += 1
-        self._policy.on_workflow_end(wf)
+        self._hooks.on_workflow_end(wf)
         for listener in self._end_listeners:
             listener(wf, status, reason)
 
@@ -375,7 +381,7 @@ class Engine:
         del self._running[r.req.request_id]
         self._context -= r.context + r.output_tokens - 1  # its prompt and all its output tokens
         self._known_ids.discard(r.req.request_id)
-        self._policy.on_finish(r.req, r.wf, r.end)  # before the release: pins are set on a locked path
+        self._hooks.on_finish(r.req, r.wf, r.end)  # before the release: pins are set on a locked path
         self.cache.release(r.end, r.reserve)
         if r.internal:
             return

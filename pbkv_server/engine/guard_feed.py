@@ -2,8 +2,9 @@
 
 :class:`GuardFeed` is an :class:`~pbkv_server.engine.acquire.AcquireObserver`: the cache tells it
 what it admitted and which outputs it kept, and it replays them in the guard's ghost LRU at the
-room the real cache had. When the guard switches between the predicted order and LRU's, the feed
-tells the policy and has the cache re-file every node under the new order
+room the real cache had. The guard owns the fallback state, which the policy reads as its
+``order_guard``; when the guard switches between the predicted order and LRU's, the feed has the
+cache re-file every node under the new order
 (:meth:`~pbkv_server.engine.cache.PrefixCache.reorder`), since the heaps hold priorities of the
 old one. The guard's decision is the guard's; this module only carries data to it.
 """
@@ -46,7 +47,6 @@ class GuardFeed:
         wf = req.workflow
         if guard.observe(wf.app if wf is not None else None, req.blocks, req.toks, room, req.prompt_tokens,
                          got.device_hit, req.count, got.host_hit):
-            cache.policy.fallback = guard.fallback
             stats.guard_switches += 1
             cache.reorder()
         stats.guard_ghost_hit_tokens = guard.ghost.hit_tokens

@@ -27,7 +27,7 @@ class _KeepX(HierarchicalPolicy):
     sglang_name = None
 
     def priority(self, node) -> tuple:
-        if self.fallback:
+        if self.order_guard.fallback:
             return super().priority(node)
         return (1, 1.0 if "x" in node.keys else 0.0, node.last_access)
 
