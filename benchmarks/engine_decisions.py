@@ -177,8 +177,9 @@ def main() -> None:
     print(f"policy {args.policy}, {args.workflows} concurrent workflows, {s.requests_finished} requests, "
           f"wall {wall:.1f} s, engine time {engine.clock:.0f} s; latencies in {clock}, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"tree: {engine.tree.n_nodes} nodes, device {engine.tree.device_tokens} / {engine.device_capacity} tokens, "
-          f"host {engine.tree.host_tokens} / {engine.host_capacity}; hit rate {s.hit_rate:.3f}, "
+    cache = engine.cache
+    print(f"tree: {cache.tree.n_nodes} nodes, device {cache.tree.device_tokens} / {cache.device_capacity} tokens, "
+          f"host {cache.tree.host_tokens} / {cache.host_capacity}; hit rate {s.hit_rate:.3f}, "
           f"host hit rate {s.host_hit_rate:.3f}, evictions {s.evictions}, prefetched {s.prefetched_tokens} tokens")
     if engine.cache.guard is not None:
         guard = engine.cache.guard

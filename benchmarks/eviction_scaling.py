@@ -32,7 +32,7 @@ import time
 
 from pbkv_contract.hints import END_AGENT, Hints
 from pbkv_contract.prediction import Prediction, Predictor
-from pbkv_server.engine import Engine, EngineConfig, EngineRequest, EngineStats, PrefixCache, ScoreBoard
+from pbkv_server.engine import AcquireRequest, Engine, EngineConfig, EngineRequest, EngineStats, PrefixCache, ScoreBoard
 from pbkv_server.engine.workflows import WorkflowTable
 from pbkv_server.hardware.profiles import get_profile
 
@@ -65,7 +65,7 @@ def run(policy: str, leaves: int, rounds: int, seed: int, host: bool = False) ->
         wf_id = workflows[i % len(workflows)]
         wf = table.workflows.get(wf_id) or table.invocation(Hints(wf_id, "a", 0, "app"), (), 0.0).workflow
         keys = [f"s{i}-{j}" for j in range(64)]
-        got = cache.acquire(keys, [1] * 64, list(range(65)), 0, float(next(clock)), wf, "a", True, i)
+        got = cache.acquire(AcquireRequest(keys, [1] * 64, list(range(65)), 0, float(next(clock)), wf, "a", index=i))
         cache.release(got.end, 0)
 
     filled = 2 * leaves if host else leaves

@@ -231,7 +231,7 @@ def replay(
                 result = simulate(workload, config, options, replicas=replicas, router=router if replicas > 1 else None)
             except (SimulationError, ValueError) as exc:
                 raise _fail(f"{name}: {exc}") from None
-            device, host_size = result.engine.device_capacity, result.engine.host_capacity
+            device, host_size = result.engine.cache.device_capacity, result.engine.cache.host_capacity
             result.summary.update(predictor=predictor, profile=hw.name, concurrency=concurrency,
                                   device_tokens=device, host_tokens=host_size, host_ratio=host_size / device, page_size=page_size)
             (scale if name in scale_only else results)[name] = result.summary

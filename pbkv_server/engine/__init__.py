@@ -7,7 +7,8 @@ lives nowhere else. See ``docs/architecture.md``, "Engine core".
 
 from .cost import HardwareProfile
 from .types import Admission, EngineConfig, EngineRequest, EngineStats, Finished, FirstToken, FutureOracle
-from .cache import Acquired, PrefixCache
+from .acquire import Acquired, AcquireRequest
+from .cache import PrefixCache
 from .engine import EndListener, Engine, Workflow
 from .policies import Policy, available_policies, make_policy, register_policy
 from .scoring import NodeScore, ScoreBoard, lookahead_score, one_step_value, workflow_weights
@@ -17,5 +18,6 @@ __all__ = [
     "Engine", "EngineConfig", "EngineRequest", "HardwareProfile", "FirstToken", "Finished",
     "EngineStats", "FutureOracle", "Workflow", "Policy", "available_policies", "make_policy",
     "register_policy", "NodeScore", "ScoreBoard", "lookahead_score", "one_step_value",
-    "workflow_weights", "WorkflowTable", "Invocation", "PrefixCache", "Acquired", "Admission", "EndListener",
+    "workflow_weights", "WorkflowTable", "Invocation", "PrefixCache", "Acquired", "AcquireRequest", "Admission",
+    "EndListener",
 ]

@@ -24,43 +24,59 @@ victim (a held node stays on its tier) and
 from __future__ import annotations
 
 import heapq
-import itertools
 import time
 from typing import Callable, Mapping, NamedTuple, Sequence
 
+from .acquire import Acquired, AcquireObserver, AcquireRequest
 from .cost import HardwareProfile
 from .guard import LRUGuard, host_value
+from .guard_feed import GuardFeed
+from .heaps import NODE, EvictionHeaps, host_valid
 from .policies import make_policy
+from .policies.base import UNGUARDED, Lifecycle, Pins, Prefetching
 from .radix import DEVICE, HOST, Node, RadixTree
 from .scoring import NodeScore, ScoreBoard
-from .types import Admission, EngineConfig, EngineRequest, EngineStats
+from .types import Admission, EngineConfig, EngineStats
 from .workflows import Workflow
 
-__all__ = ["PrefixCache", "Acquired"]
+__all__ = ["PrefixCache", "Acquired", "AcquireRequest", "AcquireObserver"]
 
 
-class Acquired(NamedTuple):
-    """A request's prefix, locked on the device (result of :meth:`PrefixCache.acquire`).
+class _Match(NamedTuple):
+    """The match step of :meth:`PrefixCache.acquire`: the prompt's cached prefix and its cost.
 
     Attributes:
-        path: nodes from the root down covering the whole prompt (root excluded).
-        device_hit: prompt tokens found on the device tier.
-        host_hit: prompt tokens found on the host tier (loaded over PCIe at admission).
-        load: tokens copied host -> device (the nodes' sizes, which a replayed trace may count
-            differently from the request's own per-block tokens).
-        new_tokens: prompt tokens to prefill.
+        path: cached nodes covering ``blocks[:matched]`` (device ones first).
+        matched: leading units found.
+        device_hit, host_hit: prompt tokens found per tier (the request's own token counts).
+        load: tokens of the host nodes to copy to the device (the nodes' own counts).
+        newly_locked: device tokens the path would lock that no running request locks yet.
     """
 
     path: list[Node]
+    matched: int
     device_hit: int
     host_hit: int
     load: int
-    new_tokens: int
+    newly_locked: int
 
-    @property
-    def end(self) -> Node | None:
-        """Deepest node of the prompt (``None`` for an empty prompt)."""
-        return self.path[-1] if self.path else None
+
+class _NoHooks:
+    """The :class:`~pbkv_server.engine.policies.base.Lifecycle` of a policy that overrides no hook."""
+
+    __slots__ = ()
+
+    def on_admit(self, admission, path) -> None: ...
+    def on_invocation(self, wf, previous_agent) -> None: ...
+    def on_workflow_end(self, wf) -> None: ...
+    def on_finish(self, request, wf, end) -> None: ...
+    def on_session_close(self, session_id) -> None: ...
+    def on_split(self, top, bottom) -> None: ...
+    def on_drop(self, node) -> None: ...
+    def on_graph(self, app) -> None: ...
+
+
+_NO_HOOKS = _NoHooks()
 
 
 class PrefixCache:
@@ -79,7 +95,10 @@ class PrefixCache:
 
     Attributes:
         tree, board, policy, profile, config, stats: as above (``policy`` built from ``config``).
+        hooks: the policy's :class:`~pbkv_server.engine.policies.base.Lifecycle` (a no-op object
+            when it overrides no hook); the engine calls its hooks through it too.
         device_capacity, host_capacity: KV capacities, tokens.
+        heaps: the :class:`~pbkv_server.engine.heaps.EvictionHeaps` the policy's order is kept in.
         app_graphs: app -> static agent graph (agent -> possible next agents), for graph policies.
         now: engine time of the current scheduling step, seconds (kept by the scheduler; policies
             that reason about time read it).
@@ -101,20 +120,27 @@ class PrefixCache:
         self.latency_clock = latency_clock
         self.tree = RadixTree(on_split=self._on_split)
         self.app_graphs: dict[str, dict[str, tuple[str, ...]]] = {}
-        self._seq = itertools.count()
-        self._dev_heap: list = []
-        self._host_heap: list = []
-        self._pf_heap: list = []
         self._reserved = 0
         self._locked_dev = 0
         # upper parts of device nodes whose tail an eviction took (see condemned())
         self._condemned: dict[Node, None] = {}
+        self._observers: list[AcquireObserver] = []
+        self._guard_feed: GuardFeed | None = None
         self.now = 0.0
-        self.policy = make_policy(config.policy, self)
-        # robustness guard (guard.py): a ghost LRU at the same capacity; while the policy is behind
-        # it, the policy ranks in LRU order (policy.fallback) and the heaps are re-filed
-        self.guard = (LRUGuard(self.device_capacity, self.host_capacity, host_value(self.profile))
-                      if config.lru_guard and self.policy.guardable else None)
+        self.policy = policy = make_policy(config.policy, self)
+        # the policy's capabilities, resolved once (policies/base.py): the hot paths test these
+        self._pins: Pins | None = policy.capability(Pins)
+        self.hooks: Lifecycle = policy.capability(Lifecycle) or _NO_HOOKS
+        self._prefetches = policy.capability(Prefetching) is not None
+        self._per_unit = bool(policy.unit_priority)
+        self._selective_host = bool(policy.selective_host)
+        self.heaps = EvictionHeaps(self.tree, policy, self._prefetches)
+        # bound once, shadowing the refresh() method: re-filing is on every policy's hot path
+        self.refresh = self._refile = self.heaps.refile
+        # robustness guard (guard.py): a ghost LRU at the same capacity, fed every admission; while
+        # the policy is behind it, the policy ranks in LRU order and the heaps are re-filed
+        if config.lru_guard and policy.guardable:
+            self.guard = LRUGuard(self.device_capacity, self.host_capacity, host_value(self.profile))
 
     # ================================================================ accounting
     @property
@@ -142,100 +168,50 @@ class PrefixCache:
         """Tokens of KV cache PCIe can move in ``seconds`` (the profile's bandwidth)."""
         return self.profile.load_tokens(seconds)
 
-    # ================================================================ requests
-    def acquire(self, blocks: list, toks: list, cum: list, reserve: int, now: float,
-                workflow: Workflow | None, agent: str | None, active: bool, index: int,
-                uncached: int = 0, request: EngineRequest | None = None, count: bool = True) -> Acquired | None:
-        """Admit a request's prompt if its KV fits: lock its cached prefix, load its host part,
-        insert its new part, evict what is needed, and reserve room for its output.
+    # ================================================================ observers
+    @property
+    def guard(self) -> LRUGuard | None:
+        """The robustness guard fed by this cache's admissions, or ``None`` (not guarded).
+        Setting it replaces the guard (``None`` switches it off)."""
+        return self._guard_feed.guard if self._guard_feed is not None else None
 
-        Args:
-            blocks: the prompt's unit keys (a ``list``, see :mod:`~pbkv_server.engine.pages`);
-                toks: tokens per unit; cum: prefix sums of ``toks`` (``cum[0] = 0``).
-            reserve: device tokens to reserve while the request runs (output, uncached tail).
-            now: engine time, seconds (the nodes' last access).
-            workflow, agent: who made the request (``None`` for an anonymous request).
-            active: the workflow is still active (``False``: it ended while the request waited,
-                so the use counts as an ended workflow's).
-            index: the request's submission index (for policies that read the future).
-            uncached: prompt tokens after the last whole page, never cached: prefilled, counted
-                in the prompt, and held in ``reserve``.
-            request: the request, handed to the policy in its :class:`Admission`.
-            count: count the prompt in the hit-rate figures; ``False`` for a speculative prefill
-                (counted in ``speculative_prefill_tokens`` only).
+    @guard.setter
+    def guard(self, guard: LRUGuard | None) -> None:
+        if self._guard_feed is not None:
+            self._observers.remove(self._guard_feed)
+        self._guard_feed = GuardFeed(guard, self) if guard is not None else None
+        if self._guard_feed is not None:
+            self._observers.append(self._guard_feed)
+        # the policy reads the guard's own fallback state (the guard owns it; nobody copies it)
+        self.policy.order_guard = guard if guard is not None else UNGUARDED
+
+    def add_observer(self, observer: AcquireObserver) -> None:
+        """Tell ``observer`` of every admission and cached output from now on (after the ones
+        added before it)."""
+        self._observers.append(observer)
+
+    # ================================================================ requests
+    def acquire(self, req: AcquireRequest) -> Acquired | None:
+        """Admit a request's prompt if its KV fits: match its cached prefix, lock it (evicting
+        what is needed), load its host part, insert its new part, and reserve room for its output.
 
         Returns:
             The locked prefix, or ``None`` when the request does not fit now (nothing changed but
             a possible split of a node where the prompt diverges, and evictions made while trying
             when pinned nodes kept the rest of the room).
         """
-        tree = self.tree
-        path, n = tree.match(blocks)
-        # Hits are counted with the request's own per-block token counts (a replayed trace may
-        # spread tokens over a shared block differently in two prompts); space with the nodes'.
-        device_hit = host_hit = load = newly_locked = 0
-        i = 0
-        for node in path:
-            j = i + len(node.keys)
-            if node.tier == DEVICE:
-                device_hit += cum[j] - cum[i]
-                if node.lock == 0:
-                    newly_locked += node.tokens
-            else:
-                host_hit += cum[j] - cum[i]
-                load += node.tokens
-            i = j
-        inserted = cum[-1] - device_hit - host_hit
-        need = load + inserted + reserve
-        if self._reserved + self._locked_dev + newly_locked + need > self.device_capacity:
+        m = self._match(req)
+        inserted = req.cum[-1] - m.device_hit - m.host_hit
+        if not self._lock(m.path, m.newly_locked, m.load + inserted + req.reserve):
             return None
-        for node in path:
-            self.lock(node)
-        short = need - self.device_free()
-        if short > 0 and self.evict_device(short) < short:
-            # nodes pinned below their victims kept the room: the request waits, nothing moved
-            for node in path:
-                self.unlock(node)
-            return None
-        prefetches = self.policy.prefetches
-        for node in path:
-            if node.tier == HOST:
-                tree.set_tier(node, DEVICE)
-                self._locked_dev += node.tokens
-                if prefetches:  # its host children became prefetch candidates
-                    for child in node.children.values():
-                        self.refresh(child)
-        parent = path[-1] if path else tree.root
-        if n < len(blocks):
-            node = tree.insert(parent, blocks[n:], toks[n:], DEVICE, now)
-            node.sc = NodeScore(node)
-            self.lock(node)
-            path.append(node)
-        for node in path:  # used again: no longer the rest of a victim
-            self._condemned.pop(node, None)
-        board = self.board
-        if workflow is not None and not active:
-            # the workflow ended while this request waited: its use counts, but as an ended one
-            for node in path:
-                node.last_access = now
-                board.note_ended_use(node.sc)
-        else:
-            for node in path:
-                node.last_access = now
-                if workflow is not None:
-                    board.touch(node.sc, workflow.workflow_id, agent)
-        self._reserved += reserve
-        s = self.stats
-        if count:
-            s.prompt_tokens += cum[-1] + uncached
-            s.device_hit_tokens += device_hit
-            s.host_hit_tokens += host_hit
-        else:
-            s.speculative_prefill_tokens += cum[-1] + uncached
-        if self.guard is not None:
-            self._observe(blocks, toks, cum[-1] + uncached, device_hit, host_hit, workflow, count)
-        self.policy.on_admit(Admission(index, blocks, workflow, agent, request), path)
-        return Acquired(path, device_hit, host_hit, load, inserted + uncached)
+        self._load(m.path)
+        path = self._insert(req, m)
+        got = Acquired(path, m.device_hit, m.host_hit, m.load, inserted + req.uncached)
+        self._reserve(req, got)
+        for observer in self._observers:
+            observer.admitted(req, got)
+        self.hooks.on_admit(Admission(req.index, req.blocks, req.workflow, req.agent, req.request), path)
+        return got
 
     def release(self, end: Node | None, reserve: int) -> None:
         """A request finished: unlock its path from ``end`` up and free its output reservation."""
@@ -252,7 +228,8 @@ class PrefixCache:
         last cached node ``end`` (or the root), recorded for ``workflow`` like a prompt use.
 
         Call it right after :meth:`release` of the request's reservation, which holds the room,
-        so nothing is evicted. Args as in :meth:`acquire`; ``keys``/``toks`` are the output's units.
+        so nothing is evicted. ``keys``/``toks`` are the output's units; ``now``, ``workflow``,
+        ``agent``, ``active`` as in :class:`AcquireRequest`.
 
         Returns:
             The new leaf, or ``None`` when ``keys`` is empty or the room is gone.
@@ -266,47 +243,123 @@ class PrefixCache:
             self.board.touch(node.sc, workflow.workflow_id, agent)
         elif workflow is not None:
             self.board.note_ended_use(node.sc)
-        self.refresh(node)
-        self.refresh(parent)
-        if self.guard is not None:  # the output takes room in LRU's cache too (never a hit)
-            self.guard.ghost.admit(keys, toks, self.device_capacity - self._reserved, count=False)
+        self._refile(node)
+        self._refile(parent)
+        for observer in self._observers:
+            observer.output_cached(keys, toks)
         return node
 
     def rescore(self, records: Sequence[NodeScore]) -> None:
         """Re-file the nodes whose score or prefetch value changed (a new prediction, an end)."""
         for rec in records:
-            self.refresh(rec.owner)
+            self._refile(rec.owner)
+
+    def reorder(self) -> None:
+        """Re-file every evictable node: the policy's order changed as a whole (the guard switched
+        modes), and the victim heaps hold priorities of the old order. O(tree)."""
+        self.heaps.clear_victims()
+        for node in self.tree.nodes():
+            self._refile(node)
 
     def set_app_graph(self, app: str, edges: Mapping[str, Sequence[str]]) -> None:
         """Set ``app``'s static agent graph (agent -> possible next agents) and tell the policy."""
         self.app_graphs[app] = {str(a): tuple(str(b) for b in nexts) for a, nexts in edges.items()}
-        self.policy.on_graph(app)
+        self.hooks.on_graph(app)
+
+    # ---------------------------------------------------------------- the steps of acquire()
+    def _match(self, req: AcquireRequest) -> _Match:
+        """Step 1: the prompt's cached prefix (splitting the node where it diverges) and what it
+        would hit, load and newly lock."""
+        cum = req.cum
+        path, n = self.tree.match(req.blocks)
+        # Hits are counted with the request's own per-block token counts (a replayed trace may
+        # spread tokens over a shared block differently in two prompts); space with the nodes'.
+        device_hit = host_hit = load = newly_locked = 0
+        i = 0
+        for node in path:
+            j = i + len(node.keys)
+            if node.tier == DEVICE:
+                device_hit += cum[j] - cum[i]
+                if node.lock == 0:
+                    newly_locked += node.tokens
+            else:
+                host_hit += cum[j] - cum[i]
+                load += node.tokens
+            i = j
+        return _Match(path, n, device_hit, host_hit, load, newly_locked)
+
+    def _lock(self, path: list[Node], newly_locked: int, need: int) -> bool:
+        """Step 2: lock ``path`` and evict until ``need`` device tokens are free (host loads, new
+        units, the reservation); False, with the path unlocked again, if the locked and reserved
+        tokens leave no such room or pinned nodes kept it."""
+        if self._reserved + self._locked_dev + newly_locked + need > self.device_capacity:
+            return False
+        for node in path:
+            self.lock(node)
+        short = need - self.device_free()
+        if short > 0 and self.evict_device(short) < short:
+            # nodes pinned below their victims kept the room: the request waits, nothing moved
+            for node in path:
+                self.unlock(node)
+            return False
+        return True
+
+    def _load(self, path: list[Node]) -> None:
+        """Step 3: move the path's host nodes to the device (their room was made in step 2)."""
+        tree = self.tree
+        prefetches = self._prefetches
+        for node in path:
+            if node.tier == HOST:
+                tree.set_tier(node, DEVICE)
+                self._locked_dev += node.tokens
+                if prefetches:  # its host children became prefetch candidates
+                    for child in node.children.values():
+                        self._refile(child)
+
+    def _insert(self, req: AcquireRequest, m: _Match) -> list[Node]:
+        """Step 4: add the prompt's new units as a locked device leaf, and record the use of every
+        node of the path (last access, workflow). Returns the whole path."""
+        path, n, blocks, now = m.path, m.matched, req.blocks, req.now
+        if n < len(blocks):
+            parent = path[-1] if path else self.tree.root
+            node = self.tree.insert(parent, blocks[n:], req.toks[n:], DEVICE, now)
+            node.sc = NodeScore(node)
+            self.lock(node)
+            path.append(node)
+        for node in path:  # used again: no longer the rest of a victim
+            self._condemned.pop(node, None)
+        board, workflow = self.board, req.workflow
+        if workflow is not None and not req.active:
+            # the workflow ended while this request waited: its use counts, but as an ended one
+            for node in path:
+                node.last_access = now
+                board.note_ended_use(node.sc)
+        else:
+            for node in path:
+                node.last_access = now
+                if workflow is not None:
+                    board.touch(node.sc, workflow.workflow_id, req.agent)
+        return path
+
+    def _reserve(self, req: AcquireRequest, got: Acquired) -> None:
+        """Step 5: hold the request's output room and count its prompt."""
+        self._reserved += req.reserve
+        s = self.stats
+        if req.count:
+            s.prompt_tokens += req.prompt_tokens
+            s.device_hit_tokens += got.device_hit
+            s.host_hit_tokens += got.host_hit
+        else:
+            s.speculative_prefill_tokens += req.prompt_tokens
 
     # ================================================================ primitives for policies
     def refresh(self, node: Node) -> None:
         """Re-file ``node`` in the eviction/prefetch heaps after something its priority depends on
-        changed (policies call this for state they own). O(log n)."""
-        if not node.attached or node.parent is None:
-            return
-        if node.tier == DEVICE:
-            if node.lock == 0 and node.n_dev_children == 0:
-                node.ver += 1
-                heapq.heappush(self._dev_heap, (self.policy.priority(node), next(self._seq), node.ver, node))
-                if len(self._dev_heap) > self._heap_limit():
-                    self._dev_heap = self._compact(self._dev_heap, self._dev_valid)
-        else:
-            if node.lock == 0 and not node.children:
-                node.ver += 1
-                heapq.heappush(self._host_heap, (self.policy.host_priority(node), next(self._seq), node.ver, node))
-                if len(self._host_heap) > self._heap_limit():
-                    self._host_heap = self._compact(self._host_heap, self._host_valid)
-            if self.policy.prefetches and node.parent.tier == DEVICE:
-                value = self.policy.prefetch_value(node)
-                node.pver += 1  # invalidates an entry holding an outdated (maybe now zero) value
-                if value > 0:
-                    heapq.heappush(self._pf_heap, (-value, next(self._seq), node.pver, node))
-                    if len(self._pf_heap) > self._heap_limit():
-                        self._pf_heap = self._compact(self._pf_heap, self._pf_valid)
+        changed (policies call this for state they own). O(log n).
+
+        Each cache binds this name to :meth:`EvictionHeaps.refile` at construction (no extra call
+        per re-filing); the method is the fallback and the documentation."""
+        self._refile(node)
 
     def split(self, node: Node, blocks: int) -> Node:
         """Cut ``node`` after its first ``blocks`` blocks (0 < blocks < len); returns the upper part
@@ -316,7 +369,7 @@ class PrefixCache:
     def peek_victim(self) -> Node | None:
         """The device node the policy would evict next (not removed), or ``None``."""
         self.policy.settle()
-        return self._peek(self._dev_heap, self._dev_valid)
+        return self.heaps.peek_device()
 
     def evict_device(self, tokens: int, limit: Callable[[Node, int], bool] | None = None) -> int:
         """Evict device nodes in policy order until ``tokens`` are freed.
@@ -336,19 +389,19 @@ class PrefixCache:
         blocked: list[Node] = []
         # a policy whose priority differs between the units of one node (its last unit decides)
         # takes one unit at a time, so that the rest of the node is ranked again
-        per_unit = self.policy.unit_priority
-        holds = self.policy.holds_nodes
+        per_unit = self._per_unit
+        pins = self._pins
         while freed < tokens:
             node = self.peek_victim()
-            if holds and node is not None:
-                if self.policy.holds(node):
+            if pins is not None and node is not None:
+                if pins.holds(node):
                     break  # held nodes rank last: everything left is held
                 if self.peek_victim() is not node:
                     continue  # the policy cleared expired holds and re-filed nodes: new order
             need = min(tokens - freed, node.toks[-1]) if per_unit and node is not None else tokens - freed
             if node is None or (limit is not None and not limit(node, self._tail_tokens(node, need))):
                 break
-            heapq.heappop(self._dev_heap)
+            heapq.heappop(self.heaps.device)
             node = self._split_tail(node, need)
             if self._evict(node):
                 freed += node.tokens
@@ -356,33 +409,13 @@ class PrefixCache:
                 node.ver += 1  # out of the heap until re-filed below
                 blocked.append(node)
         for node in blocked:
-            self.refresh(node)
+            self._refile(node)
         self.stats.eviction_decision_s.append(self.latency_clock() - t0)
         return freed
 
     def peek_prefetch(self) -> Node | None:
         """The host node with the highest prefetch value whose parent is on the device, or None."""
-        return self._peek(self._pf_heap, self._pf_valid)
-
-    @staticmethod
-    def _peek(heap: list, valid: Callable[[tuple], bool]) -> Node | None:
-        """The node of ``heap``'s best valid entry, dropping stale entries above it (lazy deletion)."""
-        while heap:
-            if valid(heap[0]):
-                return heap[0][3]
-            heapq.heappop(heap)
-        return None
-
-    def pop_prefetch(self) -> tuple | None:
-        """Remove and return the best valid prefetch entry ``(-value, seq, version, node)``, or None.
-        Hand an entry that was not used back with :meth:`push_prefetch`."""
-        if self.peek_prefetch() is None:
-            return None
-        return heapq.heappop(self._pf_heap)
-
-    def push_prefetch(self, entry: tuple) -> None:
-        """Put back an entry taken with :meth:`pop_prefetch` (it stays valid if the node is unchanged)."""
-        heapq.heappush(self._pf_heap, entry)
+        return self.heaps.peek_prefetch()
 
     def load(self, node: Node) -> bool:
         """Copy host node ``node`` to the device as a prefetch (caller checked space; parent on device).
@@ -399,9 +432,9 @@ class PrefixCache:
         self._condemned.pop(node, None)  # brought back for a reason: no longer the rest of a victim
         self.tree.set_tier(node, DEVICE)
         self.stats.prefetched_tokens += node.tokens
-        self.refresh(node)
+        self._refile(node)
         for child in node.children.values():
-            self.refresh(child)
+            self._refile(child)
         return True
 
     def load_nodes(self, nodes: Sequence[Node]) -> int:
@@ -475,27 +508,9 @@ class PrefixCache:
         if node.lock == 0:
             if node.tier == DEVICE:
                 self._locked_dev -= node.tokens
-            self.refresh(node)
+            self._refile(node)
 
     # ================================================================ internals
-    def _observe(self, blocks: list, toks: list, prompt: int, device_hit: int, host_hit: int,
-                 workflow: Workflow | None, count: bool) -> None:
-        """Feed an admission to the guard; on a mode switch, tell the policy and re-file every
-        evictable node under its new priority (the heaps hold tuples of the old mode)."""
-        t0 = self.latency_clock()
-        guard = self.guard
-        room = self.device_capacity - self._reserved
-        if guard.observe(workflow.app if workflow is not None else None, blocks, toks, room, prompt, device_hit, count,
-                         host_hit):
-            self.policy.fallback = guard.fallback
-            self.stats.guard_switches += 1
-            self._dev_heap, self._host_heap = [], []
-            for node in self.tree.nodes():
-                self.refresh(node)
-        self.stats.guard_ghost_hit_tokens = guard.ghost.hit_tokens
-        self.stats.guard_ghost_host_hit_tokens = guard.ghost.host_hit_tokens
-        self.stats.guard_decision_s.append(self.latency_clock() - t0)
-
     def _evict(self, node: Node) -> bool:
         """Move device node ``node`` to the host tier, or drop it (and its host subtree) if the
         host cannot make room. Returns False (nothing changed on the device) when it could only be
@@ -503,20 +518,20 @@ class PrefixCache:
         parent = node.parent
         if self.host_capacity >= node.tokens:
             short = node.tokens - (self.host_capacity - self.tree.host_tokens)
-            if short > 0 and (not self.policy.selective_host or self._worth_host(node)):
+            if short > 0 and (not self._selective_host or self._worth_host(node)):
                 self._evict_host(short)
             if self.host_capacity - self.tree.host_tokens >= node.tokens:
                 self._count_eviction(node)
                 self._condemned.pop(node, None)
                 self.tree.set_tier(node, HOST)
-                self.refresh(node)
-                self.refresh(parent)
+                self._refile(node)
+                self._refile(parent)
                 return True
-        if self._pinned_below(node) or (self.policy.holds_nodes and self.policy.keeps(node)):
+        if self._pinned_below(node) or (self._pins is not None and self._pins.keeps(node)):
             return False
         self._count_eviction(node)
         self._drop_subtree(node)
-        self.refresh(parent)
+        self._refile(parent)
         return True
 
     def _worth_host(self, node: Node) -> bool:
@@ -524,37 +539,37 @@ class PrefixCache:
         host order (``selective_host`` policies write a victim to a full host only then: otherwise
         it would displace cache the policy values more, and would itself leave the host first)."""
         self.policy.settle()
-        heap = self._host_heap
-        if self._peek(heap, self._host_valid) is None:
+        key = self.heaps.peek_host_key()
+        if key is None:
             return True
-        return self.policy.host_priority(node) > heap[0][0]
+        return self.policy.host_priority(node) > key
 
     def _count_eviction(self, node: Node) -> None:
         s = self.stats
         s.evictions += 1
         s.evicted_tokens += node.tokens
-        if self.policy.fallback:
+        if self.policy.order_guard.fallback:
             s.guard_fallback_evictions += 1
 
     def _evict_host(self, tokens: int) -> int:
         self.policy.settle()
         freed = 0
-        heap = self._host_heap
-        holds = self.policy.holds_nodes
+        heap = self.heaps.host
+        pins = self._pins
         while freed < tokens and heap:
             entry = heapq.heappop(heap)
-            if not self._host_valid(entry):
+            if not host_valid(entry):
                 continue
-            if holds and self.policy.holds(entry[3]):
+            if pins is not None and pins.holds(entry[NODE]):
                 heapq.heappush(heap, entry)  # held nodes rank last: everything left is held
                 break
-            if holds and not self._host_valid(entry):
+            if pins is not None and not host_valid(entry):
                 continue  # an expired hold was cleared and the node re-filed: take it in order
-            node = self._split_tail(entry[3], tokens - freed)
+            node = self._split_tail(entry[NODE], tokens - freed)
             parent = node.parent
             freed += node.tokens
             self._drop(node)
-            self.refresh(parent)
+            self._refile(parent)
         return freed
 
     def _split_tail(self, node: Node, need: int) -> Node:
@@ -583,7 +598,7 @@ class PrefixCache:
 
     def _pinned_below(self, node: Node) -> bool:
         """A node below ``node`` is locked, or kept by the policy (then ``node`` cannot be dropped)."""
-        keeps = self.policy.keeps if self.policy.holds_nodes else None
+        keeps = self._pins.keeps if self._pins is not None else None
         stack = list(node.children.values())
         while stack:
             n = stack.pop()
@@ -603,7 +618,7 @@ class PrefixCache:
 
     def _drop(self, node: Node) -> None:
         self.stats.dropped_tokens += node.tokens
-        self.policy.on_drop(node)  # while the node is still attached (policies read its parent)
+        self.hooks.on_drop(node)  # while the node is still attached (policies read its parent)
         self._condemned.pop(node, None)
         self.tree.remove(node)
         if node.sc is not None:
@@ -615,30 +630,6 @@ class PrefixCache:
         if bottom in self._condemned:
             self._condemned[top] = None
         # locked/tier token totals are unchanged: the tokens only moved between the two halves
-        self.policy.on_split(top, bottom)
-        self.refresh(bottom)  # its first key changed (belady) and its entry must stay current
-        self.refresh(top)  # a host-tier top is the new prefetch frontier in place of bottom
-
-    def _dev_valid(self, entry) -> bool:
-        node = entry[3]
-        return (entry[2] == node.ver and node.attached and node.tier == DEVICE and node.lock == 0
-                and node.n_dev_children == 0)
-
-    def _host_valid(self, entry) -> bool:
-        node = entry[3]
-        return entry[2] == node.ver and node.attached and node.tier == HOST and node.lock == 0 and not node.children
-
-    def _pf_valid(self, entry) -> bool:
-        node = entry[3]
-        return (entry[2] == node.pver and node.attached and node.tier == HOST and node.lock == 0
-                and node.parent.tier == DEVICE)
-
-    def _heap_limit(self) -> int:
-        # stale entries may pile up to a few per node before a rebuild: amortised O(1) per push
-        return 4 * self.tree.n_nodes + 4096
-
-    @staticmethod
-    def _compact(heap: list, valid) -> list:
-        kept = [e for e in heap if valid(e)]
-        heapq.heapify(kept)
-        return kept
+        self.hooks.on_split(top, bottom)
+        self._refile(bottom)  # its first key changed (belady) and its entry must stay current
+        self._refile(top)  # a host-tier top is the new prefetch frontier in place of bottom

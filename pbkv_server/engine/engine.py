@@ -24,8 +24,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from .acquire import AcquireRequest
 from .cache import PrefixCache
 from .pages import to_units
+from .policies.base import Pins, Prefetching, QueueOrder
 from .radix import Node
 from .scoring import NodeScore, ScoreBoard
 from .types import EngineConfig, EngineRequest, EngineStats, Finished, FirstToken
@@ -76,7 +78,10 @@ class Engine:
         cache: the :class:`~pbkv_server.engine.cache.PrefixCache` (tree, tiers, heaps, policy).
         workflows: the :class:`~pbkv_server.engine.workflows.WorkflowTable`.
         board: the :class:`~pbkv_server.engine.scoring.ScoreBoard` (A_w(c), scores, retirement).
-        tree, policy, device_capacity, host_capacity, app_graphs, profile: the cache's.
+        profile: the hardware cost model iterations are timed with (``config.profile``).
+
+    The cache's state (``tree``, ``policy``, capacities, ``app_graphs``) and primitives
+    (``refresh``, ``evict_device``...) are read on :attr:`cache` itself; the engine repeats none.
     """
 
     #: Clock of the latency samples in :attr:`stats` (seconds). Wall time by default; a benchmark
@@ -92,14 +97,15 @@ class Engine:
         self._stats = EngineStats()
         self.board = ScoreBoard(config.gamma, config.horizon)
         self.cache = PrefixCache(config, self.board, self._stats, self.latency_clock)
-        self.policy = self.cache.policy
-        self.tree = self.cache.tree
-        self.device_capacity = self.cache.device_capacity
-        self.host_capacity = self.cache.host_capacity
-        self.app_graphs = self.cache.app_graphs
+        policy = self.cache.policy
+        # the policy's opt-in parts, resolved once (policies/base.py, "capabilities")
+        self._hooks = self.cache.hooks
+        self._queue: QueueOrder | None = policy.capability(QueueOrder)
+        self._pins: Pins | None = policy.capability(Pins)
+        self._prefetcher: Prefetching | None = policy.capability(Prefetching)
         # workflow table, predictor calls and their latency samples: shared with the SGLang plugin
         self.workflows = WorkflowTable(
-            self.board, config.predictor, predict=self.policy.uses_predictions, stats=self._stats,
+            self.board, config.predictor, predict=policy.uses_predictions, stats=self._stats,
             latency_clock=self.latency_clock, on_end=self._on_workflow_end,
             max_active=config.max_active_workflows, max_ended=config.max_ended_ids,
             batch=config.batch_predictions, on_changed=self._rescore, on_release=self.cache.rescore)
@@ -125,8 +131,9 @@ class Engine:
     def stats(self) -> EngineStats:
         """Counters and latency samples (a live object; gauges are refreshed on each access)."""
         s = self._stats
-        s.device_used_tokens = self.tree.device_tokens + self.cache.reserved_tokens
-        s.host_used_tokens = self.tree.host_tokens
+        tree = self.cache.tree
+        s.device_used_tokens = tree.device_tokens + self.cache.reserved_tokens
+        s.host_used_tokens = tree.host_tokens
         s.active_workflows = len(self._active)
         s.queue_depth = len(self._waiting)
         s.running = len(self._running)
@@ -159,7 +166,7 @@ class Engine:
         and release the session's hold on the history its ended turns left (it may retire now;
         :meth:`WorkflowTable.close_session`). A PBKV workflow of the same id is ended separately
         (:meth:`end_workflow`)."""
-        self.policy.on_session_close(session_id)
+        self._hooks.on_session_close(session_id)
         self.workflows.close_session(session_id)
 
     def end_workflow(self, workflow_id: str, status: str = "completed", reason: str = END_CLIENT) -> bool:
@@ -226,13 +233,13 @@ class Engine:
         self.cache.now = self.clock
         admitted: list[_Request] = []
         max_batch = self.config.max_batch
-        reorders = self.policy.reorders_queue
+        queue, pins = self._queue, self._pins
         while self._waiting and len(self._running) + len(admitted) < max_batch:
             # FIFO, unless the policy schedules some waiting request first (Continuum: jobs whose
             # KV it pinned); the request it picks blocks the rest like the head does
-            i = self.policy.pick_waiting([r.req for r in self._waiting]) if reorders else 0
+            i = queue.pick_waiting([r.req for r in self._waiting]) if queue is not None else 0
             if not self._admit(self._waiting[i]):
-                if not self._running and not admitted and self.policy.relieve():
+                if not self._running and not admitted and pins is not None and pins.relieve():
                     continue  # the policy's pins blocked an idle engine: it gave one up, retry
                 break
             admitted.append(self._waiting[i])
@@ -271,9 +278,9 @@ class Engine:
                 k = min(k, profile.decode_steps_until(n, self._context, until - self.clock))
             k = max(1, k)
             stretch = profile.decode_steps_time(n, self._context, k)
-            if self.policy.prefetches:
+            if self._prefetcher is not None:
                 t0 = self.latency_clock()
-                self.policy.prefetch(stretch)
+                self._prefetcher.prefetch(stretch)
                 self._stats.prefetch_decision_s.append(self.latency_clock() - t0)
             self._context += n * k
             clock = self.clock + stretch
@@ -295,22 +302,6 @@ class Engine:
                 events.append(Finished(r.req.request_id, self.clock, r.output_tokens))
         return events
 
-    def refresh(self, node: Node) -> None:
-        """Re-file ``node`` in the cache's heaps (see :meth:`PrefixCache.refresh`)."""
-        self.cache.refresh(node)
-
-    def device_free(self) -> int:
-        """Unused device tokens (see :meth:`PrefixCache.device_free`)."""
-        return self.cache.device_free()
-
-    def peek_victim(self) -> Node | None:
-        """The device node the policy would evict next (see :meth:`PrefixCache.peek_victim`)."""
-        return self.cache.peek_victim()
-
-    def evict_device(self, tokens: int, limit=None) -> int:
-        """Evict device nodes in policy order (see :meth:`PrefixCache.evict_device`); returns tokens freed."""
-        return self.cache.evict_device(tokens, limit)
-
     def workflow(self, workflow_id: str) -> Workflow | None:
         """State of an active workflow, or None."""
         return self._active.get(workflow_id)
@@ -331,9 +322,9 @@ class Engine:
             raise ValueError(f"request id {req.request_id!r} is already waiting or running")
         prompt = sum(toks)
         out = max(1, int(req.output_tokens))
-        if prompt + out > self.device_capacity:
+        if prompt + out > self.cache.device_capacity:
             raise ValueError(f"request {req.request_id} needs {prompt + out} tokens of KV cache; "
-                             f"the device holds {self.device_capacity}")
+                             f"the device holds {self.cache.device_capacity}")
         units = to_units(req.blocks, toks, self.config.page_size)
         # the uncached tail (less than a page) holds KV while the request runs, like its output
         return _Request(req, units.keys, units.toks, prompt, out, index, self.clock, None, None,
@@ -365,7 +356,7 @@ class Engine:
         if changed:  # an online predictor answered at once: re-file the nodes it changed
             self._rescore(changed)
         history = wf.history
-        self.policy.on_invocation(wf, history[-2] if len(history) > 1 else None)
+        self._hooks.on_invocation(wf, history[-2] if len(history) > 1 else None)
         return wf, hints.agent
 
     def _rescore(self, changed: list[NodeScore]) -> None:
@@ -378,15 +369,15 @@ class Engine:
         # called by the table between the board's retirement and the predictor's notification
         self.cache.rescore(changed)
         self._stats.retired_workflows += 1
-        self.policy.on_workflow_end(wf)
+        self._hooks.on_workflow_end(wf)
         for listener in self._end_listeners:
             listener(wf, status, reason)
 
     def _admit(self, r: _Request) -> bool:
         wf = r.wf
         active = wf is None or self._active.get(wf.workflow_id) is wf
-        got = self.cache.acquire(r.blocks, r.toks, r.cum, r.reserve, self.clock, wf, r.agent, active, r.index,
-                                 uncached=r.tail, request=r.req, count=not r.internal)
+        got = self.cache.acquire(AcquireRequest(r.blocks, r.toks, r.cum, r.reserve, self.clock, wf, r.agent, active,
+                                                r.index, r.tail, r.req, not r.internal))
         if got is None:
             return False
         r.end = got.end
@@ -397,7 +388,7 @@ class Engine:
         del self._running[r.req.request_id]
         self._context -= r.context + r.output_tokens - 1  # its prompt and all its output tokens
         self._known_ids.discard(r.req.request_id)
-        self.policy.on_finish(r.req, r.wf, r.end)  # before the release: pins are set on a locked path
+        self._hooks.on_finish(r.req, r.wf, r.end)  # before the release: pins are set on a locked path
         self.cache.release(r.end, r.reserve)
         if r.internal:
             return

@@ -162,9 +162,8 @@ class _EvictingRoom:
     def free(self) -> int:
         return self.cache.device_free()
 
-    def make_room(self, short: int, entry: tuple) -> None:
+    def make_room(self, short: int, node: "Node") -> None:
         cache = self.cache
-        node = entry[3]
         score = node.sc.score if node.sc is not None else 0.0
         policy = cache.policy
 
@@ -183,19 +182,22 @@ class _EvictingRoom:
 
 def _engine_round(cache: "PrefixCache", budget: int, room: _EvictingRoom,
                   on_load: Callable[["Node"], None] | None = None) -> PrefetchOutcome:
-    """One round over the cache's prefetch heap; skipped entries go back to the heap."""
+    """One round over the cache's prefetch heap; skipped candidates go back to the heap."""
     if budget <= 0:
         return PrefetchOutcome(0, 0)
 
-    def load(entry: tuple) -> bool:
-        if not cache.load(entry[3]):  # pinned: refused by the cache, stays queued
+    def load(node: "Node") -> bool:
+        if not cache.load(node):  # pinned: refused by the cache, stays queued
             return False
         if on_load is not None:
-            on_load(entry[3])
+            on_load(node)
         return True
 
-    result = run_round(iter(cache.pop_prefetch, None), size=lambda entry: entry[3].tokens,
-                       bandwidth_tokens=budget, room=room, load=load)
-    for entry in result.skipped:
-        cache.push_prefetch(entry)
+    heaps = cache.heaps
+    result = run_round(iter(heaps.take_prefetch, None), size=_tokens, bandwidth_tokens=budget, room=room, load=load)
+    heaps.return_prefetch(result.skipped)
     return PrefetchOutcome(result.loaded_tokens, room.displaced)
+
+
+def _tokens(node: "Node") -> int:
+    return node.tokens

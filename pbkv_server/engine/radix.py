@@ -16,7 +16,10 @@ The tree knows nothing about policies; the engine decides which node moves where
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Hashable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Iterator, NamedTuple, Sequence
+
+if TYPE_CHECKING:  # scoring builds on nodes; the tree only carries the record
+    from .scoring import NodeScore
 
 __all__ = ["DEVICE", "HOST", "Node", "RadixTree", "Match"]
 
@@ -41,7 +44,8 @@ class Node:
         n_dev_children: children on the device tier.
         ver: version of the node's entry in an eviction heap (stale entries are skipped).
         pver: version of the node's entry in the prefetch heap.
-        sc: the node's :class:`~pbkv_server.engine.scoring.NodeScore` (set by the cache).
+        sc: the node's :class:`~pbkv_server.engine.scoring.NodeScore` (set by the cache; ``None``
+            for the root and until the cache sets it).
         attached: False once the node was dropped from the tree.
     """
 
@@ -61,7 +65,7 @@ class Node:
         self.n_dev_children = 0
         self.ver = 0
         self.pver = 0
-        self.sc: Any = None
+        self.sc: NodeScore | None = None
         self.attached = True
 
     def __repr__(self) -> str:

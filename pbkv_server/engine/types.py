@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Protocol, Sequence, runtim
 from pbkv_contract.hints import Hints
 
 from .cost import HardwareProfile
-from .policies.base import BASELINE_POLICY
+from .policy_names import BASELINE_POLICY
 
 if TYPE_CHECKING:  # the prediction interface imports no torch; keep the engine import graph minimal
     from pbkv_contract.prediction import Predictor

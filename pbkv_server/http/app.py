@@ -96,7 +96,7 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
     app.add_middleware(_AdvertiseKvHints)
     # Sizes a soak run watches for growth (benchmarks/server_soak.py).
     metrics.watch("pbkv_tree_nodes", "Radix-tree nodes of the engine (both tiers)",
-                  lambda: service.driver.engine.tree.n_nodes)
+                  lambda: service.driver.engine.cache.tree.n_nodes)
     metrics.watch("pbkv_server_workflows", "Active workflows in the server's workflow table", lambda: len(service.workflows))
     metrics.watch("pbkv_server_ended_workflow_ids", "Ended workflow ids remembered for idempotent end signals",
                   lambda: service.workflows.ended_count)

@@ -42,9 +42,9 @@ def _engine_order(policy):
     for wf in ENDED:
         engine.end_workflow(wf)
     order = []
-    while (node := engine.peek_victim()) is not None:
+    while (node := engine.cache.peek_victim()) is not None:
         order.append(node.keys[0])
-        engine.evict_device(node.tokens)
+        engine.cache.evict_device(node.tokens)
     return order
 
 

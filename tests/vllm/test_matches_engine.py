@@ -47,9 +47,9 @@ def _engine_order(policy):
     for wf in ENDED:
         engine.end_workflow(wf)
     order = []
-    while (node := engine.peek_victim()) is not None:
+    while (node := engine.cache.peek_victim()) is not None:
         order += [key[0] for key in reversed(node.keys)]  # page key: (block label, offset)
-        engine.evict_device(node.tokens)
+        engine.cache.evict_device(node.tokens)
     return order
 
 

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from pbkv_server.engine.policies.base import EvictionOrder
 from pbkv_server.engine.prefetch import run_round
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ class Prefetcher:
         return rnd
 
 
-def scan_tree(tree: Any, policy: Any, min_tokens: int = 1) -> tuple[list[Candidate], int]:
+def scan_tree(tree: Any, policy: EvictionOrder, min_tokens: int = 1) -> tuple[list[Candidate], int]:
     """One pass over a PBKV tree core (O(nodes)); host nodes under ``min_tokens`` are not candidates.
 
     Returns:

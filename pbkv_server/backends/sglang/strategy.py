@@ -16,6 +16,7 @@ from typing import Any
 from sglang.srt.mem_cache.evict_policy import EvictionStrategy
 
 from pbkv_server.engine.policies import make_policy, policy_info, sglang_policy_names
+from pbkv_server.engine.policies.base import EvictionOrder
 
 from .settings import PluginSettings
 
@@ -50,7 +51,8 @@ class _EnginePolicyStrategy(EvictionStrategy):
 
     def __init__(self, **config: Any) -> None:
         self.settings = PluginSettings.from_kwargs(self.sglang_name, config)
-        self.engine_policy = make_policy(sglang_policy_names()[self.sglang_name], None)  # priority() needs no engine
+        # the narrow core only: priority() needs no engine
+        self.engine_policy: EvictionOrder = make_policy(sglang_policy_names()[self.sglang_name], None)
         self.prefetch = self.settings.prefetch_enabled(self.sglang_name)
         self._warned = False
 

@@ -22,6 +22,7 @@ from typing import Any, Hashable, Iterable, Sequence
 
 from pbkv_contract.hints import Hints
 from pbkv_server.backends.book import WorkflowBook
+from pbkv_server.engine.policies.base import EvictionOrder
 
 __all__ = ["BlockNode", "BlockTree"]
 
@@ -57,7 +58,7 @@ class BlockTree:
         policy: the engine-core policy whose ``priority`` orders victims.
     """
 
-    def __init__(self, book: WorkflowBook, policy: Any) -> None:
+    def __init__(self, book: WorkflowBook, policy: EvictionOrder) -> None:
         self.book = book
         self.policy = policy
         self.nodes: dict[Hashable, BlockNode] = {}

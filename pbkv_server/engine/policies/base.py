@@ -23,7 +23,11 @@ import abc
 import importlib.metadata
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
+
+from ..policy_names import (  # re-exported: the names' home is policy_names.py (no policy import)
+    BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REFERENCE_POLICY, REPLAY, SERVER, SGLANG,
+)
 
 if TYPE_CHECKING:
     from ..cache import PrefixCache
@@ -32,26 +36,14 @@ if TYPE_CHECKING:
     from ..workflows import Workflow
 
 __all__ = [
-    "Policy", "PolicyInfo", "NodeView", "register_policy", "unregister_policy", "available_policies", "policy_info",
+    "Policy", "PolicyInfo", "NodeView", "EvictionOrder", "OrderGuard", "UNGUARDED", "Pins", "QueueOrder",
+    "Prefetching", "Lifecycle", "register_policy", "unregister_policy", "available_policies", "policy_info",
     "make_policy", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
     "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES", "ENTRY_POINT_GROUP",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Backends: trace replay (``pbkv-bench``), the live sim-engine server, the SGLang plugin.
-REPLAY, SERVER, SGLANG = "replay", "server", "sglang"
-#: Policy every comparison is made against: SGLang's default radix-cache rule.
-BASELINE_POLICY = "lru"
-#: Policy ``pbkv-server`` serves with unless told otherwise.
-DEFAULT_POLICY = "pbkv"
-#: Offline reference that tables report the gap to (replay only): MIN on both tiers over the replay's
-#: own order (bounds device hits without prefetch; not latency: docs/design/offline-reference.md).
-REFERENCE_POLICY = "opt"
-#: The short comparison a summary reports (``pbkv-bench advise``): the baseline, PBKV's rules
-#: without and with the workflow hierarchy, the product rule, what SGLang users run today for
-#: agent sessions, and the offline reference.
-HEADLINE_POLICIES = (BASELINE_POLICY, "lae", "he", DEFAULT_POLICY, "sglang-session", REFERENCE_POLICY)
 #: Entry-point group of out-of-tree policy modules.
 ENTRY_POINT_GROUP = "pbkv.policies"
 
@@ -175,8 +167,101 @@ class NodeView(Protocol):
     sc: "NodeScore | None"
 
 
+class EvictionOrder(Protocol):
+    """The narrow core every engine consumes: the order of evictable nodes and what they are worth.
+
+    SGLang's eviction strategy is one ``get_priority`` (``backends/sglang/strategy.py`` forwards it
+    to :meth:`priority`); the SGLang prefetch scan and the vLLM block pool read these three only.
+    """
+
+    def priority(self, node: NodeView) -> tuple:
+        """Sort key of an evictable node; the smallest leaves first."""
+
+    def is_retired(self, node: NodeView) -> bool:
+        """True if every workflow that touched the node has ended (its cache is free to take)."""
+
+    def prefetch_value(self, node: NodeView) -> float:
+        """Value of loading host node ``node`` to the device; <= 0 means never prefetch it."""
+
+
+class OrderGuard(Protocol):
+    """What a guardable policy asks the LRU guard (:class:`~pbkv_server.engine.guard.LRUGuard`):
+    ``fallback`` is True while LRU would have done better on the traffic served, and the policy
+    must rank in LRU order. The guard owns the state; the policy only reads it."""
+
+    @property
+    def fallback(self) -> bool: ...
+
+
+class _Unguarded:
+    """The :class:`OrderGuard` of a policy no guard watches: never in fallback."""
+
+    __slots__ = ()
+    fallback = False
+
+
+#: Order guard of every policy until a cache attaches its LRU guard (``Policy.order_guard``).
+UNGUARDED: OrderGuard = _Unguarded()
+
+
+# ----------------------------------------------------------------------------- capabilities
+# Opt-in parts of a policy beyond the core. The cache and the engine ask once, at construction,
+# ``policy.capability(Kind)`` and keep the answer (the policy, or None), so their hot paths test
+# a local reference rather than the policy's declaration flags.
+
+
+class Pins(Protocol):
+    """The policy pins nodes (TTL pins, Continuum's tool-call pins): declared by ``holds_nodes``."""
+
+    def holds(self, node: NodeView) -> bool:
+        """True if ``node`` must stay on the tier it is on now (see :meth:`Policy.holds`)."""
+
+    def keeps(self, node: NodeView) -> bool:
+        """True if ``node`` must not leave the cache (see :meth:`Policy.keeps`)."""
+
+    def relieve(self) -> bool:
+        """Give up one hold to unblock an idle engine; True if one was released."""
+
+
+class QueueOrder(Protocol):
+    """The policy picks which waiting request is admitted next: declared by ``reorders_queue``."""
+
+    def pick_waiting(self, waiting: Sequence["EngineRequest"]) -> int:
+        """Index in ``waiting`` (oldest first) of the request to admit next."""
+
+
+class Prefetching(Protocol):
+    """The policy loads host cache on decode-only steps: declared by ``prefetches``."""
+
+    def prefetch(self, seconds: float) -> None:
+        """Prefetch during a decode-only stretch of ``seconds`` engine time."""
+
+
+class Lifecycle(Protocol):
+    """The policy follows requests, workflows and the tree (any ``on_*`` hook overridden)."""
+
+    def on_admit(self, admission: "Admission", path: Sequence[NodeView]) -> None: ...
+    def on_invocation(self, wf: "Workflow", previous_agent: str | None) -> None: ...
+    def on_workflow_end(self, wf: "Workflow") -> None: ...
+    def on_finish(self, request: "EngineRequest", wf: "Workflow | None", end: NodeView | None) -> None: ...
+    def on_session_close(self, session_id: str) -> None: ...
+    def on_split(self, top: NodeView, bottom: NodeView) -> None: ...
+    def on_drop(self, node: NodeView) -> None: ...
+    def on_graph(self, app: str) -> None: ...
+
+
+_HOOKS = ("on_admit", "on_invocation", "on_workflow_end", "on_finish", "on_session_close", "on_split", "on_drop",
+          "on_graph")
+C = TypeVar("C")
+
+
 class Policy(abc.ABC):
     """Eviction (and optionally prefetch) rule. Lower :meth:`priority` = evicted first.
+
+    The core every engine consumes is :class:`EvictionOrder` (:meth:`priority`,
+    :meth:`is_retired`, :meth:`prefetch_value`). Pins, queue order, prefetch planning and the
+    lifecycle hooks are capabilities (:class:`Pins`, :class:`QueueOrder`, :class:`Prefetching`,
+    :class:`Lifecycle`) that the cache and the engine resolve once with :meth:`capability`.
 
     A policy sees the cache through :class:`~pbkv_server.engine.cache.PrefixCache`'s primitives
     (``refresh``, ``split``, ``evict_device``, ``load``, ``lock``...) and nodes through
@@ -187,7 +272,8 @@ class Policy(abc.ABC):
         name: registry name (set by :func:`register_policy`).
         summary: one line for help texts.
         uses_predictions: the engine calls the predictor and maintains scores only if True.
-        prefetches: the engine calls :meth:`prefetch` on decode-only steps only if True.
+        prefetches: has the :class:`Prefetching` capability (the engine calls :meth:`prefetch` on
+            decode-only steps).
         offline: needs ``EngineConfig.future`` (the trace's future); replay only.
         backends: backends besides the SGLang plugin; offline policies run in replay only.
         sglang_name: the plugin's ``--radix-eviction-policy`` value, or ``None`` (not in SGLang).
@@ -196,21 +282,22 @@ class Policy(abc.ABC):
         unit_priority: the priority is that of the node's last unit and differs between the units
             of one node, so eviction takes one unit at a time (``opt``); otherwise all units of a
             node rank alike and eviction takes the whole tail it needs at once.
-        holds_nodes: the policy pins nodes (:meth:`holds`, :meth:`keeps`); the cache asks it only
-            if True.
-        reorders_queue: the engine asks :meth:`pick_waiting` which waiting request to admit next
-            (otherwise the queue is FIFO).
+        holds_nodes: has the :class:`Pins` capability (:meth:`holds`, :meth:`keeps`,
+            :meth:`relieve`); the cache asks it only then.
+        reorders_queue: has the :class:`QueueOrder` capability (the engine asks
+            :meth:`pick_waiting`; otherwise the queue is FIFO).
         speculative_prefill: see :class:`PolicyInfo`.
-        guardable: the engine runs the robustness guard (:mod:`~pbkv_server.engine.guard`) for
-            this policy when ``EngineConfig.lru_guard`` is on; the policy then ranks in LRU order
-            (retired-first allowed) while :attr:`fallback` is True.
+        guardable: the cache runs the robustness guard (:mod:`~pbkv_server.engine.guard`) for
+            this policy when ``EngineConfig.lru_guard`` is on and attaches it as
+            :attr:`order_guard`; the policy ranks in LRU order (retired-first allowed) while
+            ``order_guard.fallback`` is True.
         selective_host: a device victim is written to a full host tier only if it ranks above the
             host's next victim in :meth:`host_priority` (otherwise it is dropped, and the host
             keeps what it holds); ``False``: every victim the host can make room for is written.
 
     Attributes:
-        fallback: set by the cache's guard: True while LRU would have done better on the traffic
-            served; a ``guardable`` policy's :meth:`priority` then ignores its predictions.
+        order_guard: the :class:`OrderGuard` the policy consults (:data:`UNGUARDED` until a cache
+            attaches its guard).
     """
 
     name = "base"
@@ -231,7 +318,31 @@ class Policy(abc.ABC):
 
     def __init__(self, cache: "PrefixCache | None") -> None:
         self.cache = cache
-        self.fallback = False
+        self.order_guard: OrderGuard = UNGUARDED
+
+    @property
+    def fallback(self) -> bool:
+        """True while the order guard holds the policy in LRU order (read-only: the guard's state;
+        priorities on the hot path read ``self.order_guard.fallback``, one attribute cheaper)."""
+        return self.order_guard.fallback
+
+    def capability(self, kind: type[C]) -> C | None:
+        """This policy as capability ``kind`` (:class:`Pins`, :class:`QueueOrder`,
+        :class:`Prefetching`, :class:`Lifecycle`) if it has it, else ``None``. The declaration
+        flags decide (``holds_nodes``, ``reorders_queue``, ``prefetches``; :class:`Lifecycle`: a
+        hook overridden), so the answer is fixed per class: callers ask once and keep it."""
+        if kind is Pins:
+            has = self.holds_nodes
+        elif kind is QueueOrder:
+            has = self.reorders_queue
+        elif kind is Prefetching:
+            has = self.prefetches
+        elif kind is Lifecycle:
+            cls = type(self)
+            has = any(getattr(cls, hook) is not getattr(Policy, hook) for hook in _HOOKS)
+        else:
+            raise ValueError(f"unknown policy capability {kind!r}")
+        return self if has else None  # type: ignore[return-value]
 
     @abc.abstractmethod
     def priority(self, node: NodeView) -> tuple:
@@ -259,7 +370,7 @@ class Policy(abc.ABC):
     def prefetch(self, seconds: float) -> None:
         """Prefetch during a decode-only stretch of ``seconds`` engine time (PCIe is otherwise idle)."""
 
-    # ----------------------------------------------------------------- pins (``holds_nodes``)
+    # ----------------------------------------------------------------- Pins (``holds_nodes``)
     def holds(self, node: NodeView) -> bool:
         """True if ``node`` must stay on the tier it is on now (a device victim is not evicted, a
         host victim is not dropped). A policy that holds nodes ranks every held node after every

@@ -36,4 +36,4 @@ class HierarchicalPolicy(Policy):
             return (1, 0.0, node.last_access)
         if sc.retired:
             return (0, 0 if sc.finished_private else 1, node.last_access)
-        return (1, 0.0 if self.fallback else sc.score, node.last_access)
+        return (1, 0.0 if self.order_guard.fallback else sc.score, node.last_access)

@@ -111,7 +111,7 @@ class PBKVPolicy(PBKVPaperPolicy):
             return (1, -math.inf, 0.0, node.last_access)
         if sc.retired:
             return (0, 0 if sc.finished_private else 1, 0.0, node.last_access)
-        if self.fallback or not sc.access:
+        if self.order_guard.fallback or not sc.access:
             return (1, -math.inf, 0.0, node.last_access)
         return None
 

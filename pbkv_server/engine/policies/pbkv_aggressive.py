@@ -88,7 +88,7 @@ class AggressivePBKVPolicy(PBKVPaperPolicy):
     def prefetch(self, seconds: float) -> None:
         """One bounded aggressive round (see :func:`~pbkv_server.engine.prefetch.aggressive_prefetch`);
         a conservative one while the guard holds the policy in LRU order."""
-        if self.fallback:
+        if self.order_guard.fallback:
             super().prefetch(seconds)
             return
         now, window, horizon = self.cache.now, self.window_s, self.horizon_s

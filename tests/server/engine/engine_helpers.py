@@ -50,12 +50,12 @@ def run(engine: Engine, until: float | None = None) -> list:
 
 def device_keys(engine: Engine) -> set[str]:
     """Block keys currently cached on the device tier."""
-    return {k for n in engine.tree.nodes() if n.tier == 0 for k in n.keys}
+    return {k for n in engine.cache.tree.nodes() if n.tier == 0 for k in n.keys}
 
 
 def host_keys(engine: Engine) -> set[str]:
     """Block keys currently cached on the host tier."""
-    return {k for n in engine.tree.nodes() if n.tier == 1 for k in n.keys}
+    return {k for n in engine.cache.tree.nodes() if n.tier == 1 for k in n.keys}
 
 
 class TablePredictor(Predictor):

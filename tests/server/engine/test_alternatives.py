@@ -56,8 +56,8 @@ def test_session_references_follow_splits_closes_and_ignore_late_requests():
     eng = make_engine("sglang-session", device=200)
     submit(eng, "a", "S1 S2 A1", session_id="s1")
     submit(eng, "b", "S1 S2 B1", session_id="s2")
-    pol = eng.policy
-    node = {n.keys[-1]: n for n in eng.tree.nodes()}
+    pol = eng.cache.policy
+    node = {n.keys[-1]: n for n in eng.cache.tree.nodes()}
     shared, a1, b1 = node[chain(["S1", "S2"])[1]], node[chain(["S1", "S2", "A1"])[2]], node[chain(["S1", "S2", "B1"])[2]]
     assert pol._refs[shared] == {"s1", "s2"} and pol._refs[a1] == {"s1"} and pol._refs[b1] == {"s2"}
     eng.close_session("s1")
@@ -65,7 +65,7 @@ def test_session_references_follow_splits_closes_and_ignore_late_requests():
     submit(eng, "late", "S1 S2 A1 A2", session_id="s1")
     assert not pol.referenced(a1)
     eng.close_session("s2")
-    assert not any(pol.referenced(n) for n in eng.tree.nodes())
+    assert not any(pol.referenced(n) for n in eng.cache.tree.nodes())
 
 
 # --------------------------------------------------------------------------- sglang-priority
@@ -91,8 +91,8 @@ def test_node_priority_is_the_max_over_the_requests_that_used_it_and_survives_sp
     submit(eng, "a", "S1 S2 A1", priority=7)
     submit(eng, "b", "S1 S2 B1", priority=2)
     submit(eng, "c", "S1 S2 B1")
-    node = {n.keys[-1]: n for n in eng.tree.nodes()}
-    pol = eng.policy
+    node = {n.keys[-1]: n for n in eng.cache.tree.nodes()}
+    pol = eng.cache.policy
     assert pol.node_priority(node[chain(["S1", "S2"])[1]]) == 7
     assert pol.node_priority(node[chain(["S1", "S2", "A1"])[2]]) == 7
     assert pol.node_priority(node[chain(["S1", "S2", "B1"])[2]]) == 2
@@ -118,7 +118,7 @@ def test_ttl_pins_keep_a_prefix_in_host_memory_where_lru_drops_it():
     tokens, 20 ms over PCIe at 1 ms/token); LRU recomputes it."""
     pinned, lru = _ttl_run("ttl-pin"), _ttl_run("lru")
     assert host_keys(pinned) == keys("A1 A2") | keys("C1 C2") and host_keys(lru) == keys("B1 B2") | keys("C1 C2")
-    assert pinned.policy.pinned_tokens == 20
+    assert pinned.cache.policy.pinned_tokens == 20
     first = [e for e in submit(pinned, "a2", "A1 A2") if isinstance(e, FirstToken)][0]
     assert (first.device_cached_tokens, first.host_cached_tokens) == (0, 20)
     assert [e for e in submit(lru, "a2", "A1 A2") if isinstance(e, FirstToken)][0].host_cached_tokens == 0
@@ -129,15 +129,15 @@ def test_ttl_pins_expire_lazily_refresh_on_hit_and_clamp_to_dynamos_range():
     A hit renews the pin to 300 s after that request's admission; once the clock passes the expiry,
     the next evictions clear the pin and the host drops A like any unpinned node."""
     eng = _ttl_run("ttl-pin", ttl=10.0)
-    a = next(n for n in eng.tree.nodes() if chain(["A1", "A2"])[1] in n.keys)
-    t_pin = eng.policy._pin[a][0]
+    a = next(n for n in eng.cache.tree.nodes() if chain(["A1", "A2"])[1] in n.keys)
+    t_pin = eng.cache.policy._pin[a][0]
     assert t_pin == pytest.approx(300.0 + 0.020, abs=1e-9)  # A finished at 0.020 s (prefill 20 ms, its one token)
     submit(eng, "a2", "A1 A2")  # hit: loaded to the device, pin renewed from now
-    assert eng.policy._pin[a][0] == pytest.approx(eng.clock + 300.0 - 0.020, abs=1e-9)
-    eng.advance_to(eng.policy._pin[a][0] + 1.0)
+    assert eng.cache.policy._pin[a][0] == pytest.approx(eng.clock + 300.0 - 0.020, abs=1e-9)
+    eng.advance_to(eng.cache.policy._pin[a][0] + 1.0)
     for rid in "EFG":  # push A out to the host and beyond
         submit(eng, rid.lower(), f"{rid}1 {rid}2")
-    assert not eng.policy.pinned(a) and eng.policy.pinned_tokens == 0
+    assert not eng.cache.policy.pinned(a) and eng.cache.policy.pinned_tokens == 0
     assert not keys("A1 A2") & (device_keys(eng) | host_keys(eng))
 
 
@@ -147,7 +147,7 @@ def test_ttl_pins_respect_the_budget_and_need_a_host_tier():
     for host in (30, 0):
         eng = make_engine("ttl-pin", device=30, host=host)
         submit(eng, "a", "A1 A2", cache_ttl_s=600.0)
-        assert eng.policy.pinned_tokens == 0 and eng.policy.budget == int(0.6 * host)
+        assert eng.cache.policy.pinned_tokens == 0 and eng.cache.policy.budget == int(0.6 * host)
 
 
 # --------------------------------------------------------------------------- continuum
@@ -176,13 +176,13 @@ def test_continuum_learns_tool_durations_and_skips_slow_tools_and_last_steps():
     submit(eng, "a0", "A1 A2", hints=Hints("w1", "a", 0, "app"))
     eng.advance_to(eng.clock + 5.0)
     submit(eng, "a1", "A1 A2 A3", hints=Hints("w1", "a", 1, "app"))
-    pol = eng.policy
+    pol = eng.cache.policy
     assert pol.tool_mean(("app", "a")) == pytest.approx(5.0, abs=1e-6)
-    assert not any(pol.pinned(n) for n in eng.tree.nodes())
+    assert not any(pol.pinned(n) for n in eng.cache.tree.nodes())
     submit(eng, "b0", "B1", hints=Hints("w2", "b", 0, "app"))
-    assert {n.keys[0] for n in eng.tree.nodes() if pol.pinned(n)} == keys("B1")
+    assert {n.keys[0] for n in eng.cache.tree.nodes() if pol.pinned(n)} == keys("B1")
     submit(eng, "c0", "C1", hints=Hints("w3", "b", 0, "app"), last_step=True)
-    assert not pol.pinned(next(n for n in eng.tree.nodes() if n.keys[0] in keys("C1")))
+    assert not pol.pinned(next(n for n in eng.cache.tree.nodes() if n.keys[0] in keys("C1")))
 
 
 def test_continuum_gives_up_a_pin_when_an_idle_engine_cannot_admit():
@@ -234,13 +234,13 @@ def test_shipped_kvflow_evicts_in_hold_passes_then_oldest_branch_first():
     """Eviction order: the pass of hold priority >= 3 (A, B, N, oldest first), then C (0). LRU's
     order would put C before N."""
     eng = _shipped_warm()
-    pol = eng.policy
-    node = {n.keys[0]: n for n in eng.tree.nodes()}
+    pol = eng.cache.policy
+    node = {n.keys[0]: n for n in eng.cache.tree.nodes()}
     assert [pol.hold_priority(node[chain([x])[0]]) for x in ("A1", "B1", "C1", "N1")] == [5, 5, 0, 6]
     order = []
-    while (victim := eng.peek_victim()) is not None:
+    while (victim := eng.cache.peek_victim()) is not None:
         order.append(victim.keys[0])
-        eng.evict_device(victim.tokens)
+        eng.cache.evict_device(victim.tokens)
     assert order == [chain([x])[0] for x in ("A1", "B1", "N1", "C1")]
 
 
@@ -249,8 +249,8 @@ def test_shipped_kvflow_tags_last_nodes_inherits_parent_agents_and_tracks_fronti
     frontier is that node; C's frontier stays C's node."""
     eng = _shipped_warm()
     submit(eng, "D", "C1 C2 D1", hints=Hints("w1", "D", 3, "app"))
-    pol = eng.policy
-    d1 = next(n for n in eng.tree.nodes() if n.keys[0] == chain(["C1", "C2", "D1"])[2])
+    pol = eng.cache.policy
+    d1 = next(n for n in eng.cache.tree.nodes() if n.keys[0] == chain(["C1", "C2", "D1"])[2])
     assert pol._tags[d1] == {("app", "C"), ("app", "D")}
     assert pol.frontier("app", "D") == [d1]
     assert [n.keys[0] for n in pol.frontier("app", "C")] == [chain(["C1"])[0]]
@@ -260,7 +260,7 @@ def test_shipped_kvflow_prefetches_frontiers_of_agents_within_two_steps():
     """With a host tier, everything is demoted; a long anonymous decode then loads C's frontier (step
     0) back within the stretch's PCIe budget, and nothing of A or B (unreachable)."""
     eng = _shipped_warm(host=1000)
-    eng.evict_device(10**6)
+    eng.cache.evict_device(10**6)
     assert device_keys(eng) == set()
     submit(eng, "long", "Z1", output_tokens=30)
     assert keys("C1 C2") <= device_keys(eng)

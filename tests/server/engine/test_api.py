@@ -26,8 +26,8 @@ def test_config_is_keyword_only_and_capacity_overrides_profile():
     with pytest.raises(TypeError):
         EngineConfig(PROFILE)  # type: ignore[misc]
     eng = Engine(EngineConfig(profile=PROFILE))
-    assert (eng.device_capacity, eng.host_capacity) == (PROFILE.device_kv_tokens, PROFILE.host_kv_tokens)
-    assert make_engine(device=77, host=5).device_capacity == 77
+    assert (eng.cache.device_capacity, eng.cache.host_capacity) == (PROFILE.device_kv_tokens, PROFILE.host_kv_tokens)
+    assert make_engine(device=77, host=5).cache.device_capacity == 77
     with pytest.raises(ValueError):
         make_engine(device=0)
 
@@ -113,7 +113,7 @@ def test_idle_workflows_are_retired_after_the_configured_time():
     assert eng.stats.active_workflows == 1 and eng.workflow("w2") is not None
     eng.submit(request("c", ["C1", "C2"]))  # 21 with 10 free: one whole node must go
     run(eng)
-    assert not set(chain(["A1"])) & {k for n in eng.tree.nodes() for k in n.keys}
+    assert not set(chain(["A1"])) & {k for n in eng.cache.tree.nodes() for k in n.keys}
 
 
 def test_max_batch_limits_running_requests():
@@ -139,10 +139,10 @@ def test_an_ended_workflow_keeps_its_cache_active_until_its_running_request_fini
     eng.step()  # admitted, first token; still decoding
     assert eng.end_workflow("w1") is True
     assert eng.workflow("w1") is not None and pred.ended == []
-    assert not any(n.sc.retired for n in eng.tree.nodes())
+    assert not any(n.sc.retired for n in eng.cache.tree.nodes())
     run(eng)
     assert eng.workflow("w1") is None and pred.ended == ["w1"]
-    assert all(n.sc.retired for n in eng.tree.nodes()) and eng.stats.retired_workflows == 1
+    assert all(n.sc.retired for n in eng.cache.tree.nodes()) and eng.stats.retired_workflows == 1
 
 
 def test_decode_step_reads_the_context_of_every_running_sequence():

@@ -10,19 +10,19 @@ def test_finished_output_stays_as_a_leaf_of_output_minus_one_tokens():
     eng = make_engine("lru", device=1000, cache_outputs=True)
     eng.submit(request("a", ["p1", "p2"], output=11))  # prompt 20 tokens
     run(eng)
-    assert eng.tree.device_tokens == 20 + 10
+    assert eng.cache.tree.device_tokens == 20 + 10
     # the next prompt extends the first one: it matches the prompt, never the output leaf
     eng.submit(request("b", ["p1", "p2", "p3"], output=1))
     hits = [ev.device_cached_tokens for ev in run(eng) if hasattr(ev, "device_cached_tokens")]
     assert hits == [20]
-    assert eng.tree.device_tokens == 30 + 10  # b's one output token has no KV to keep
+    assert eng.cache.tree.device_tokens == 30 + 10  # b's one output token has no KV to keep
 
 
 def test_outputs_are_not_cached_by_default():
     eng = make_engine("lru", device=1000)
     eng.submit(request("a", ["p1", "p2"], output=11))
     run(eng)
-    assert eng.tree.device_tokens == 20
+    assert eng.cache.tree.device_tokens == 20
 
 
 def test_an_active_workflows_output_outranks_an_ended_one_under_lae():
@@ -38,7 +38,7 @@ def test_an_active_workflows_output_outranks_an_ended_one_under_lae():
     eng.end_workflow("wb")  # the newer one ends: LRU alone would evict a's older cache first
     eng.submit(request("c", ["c1", "c2"], output=1))  # needs 20 + 1 of the 60 - 40 free: one leaf goes
     run(eng)
-    out_nodes = {n.keys[0].split(":")[1] for n in eng.tree.nodes() if n.keys and str(n.keys[0]).startswith("\x00out")}
+    out_nodes = {n.keys[0].split(":")[1] for n in eng.cache.tree.nodes() if n.keys and str(n.keys[0]).startswith("\x00out")}
     assert out_nodes == {"a"}
 
 
@@ -48,9 +48,9 @@ def test_with_pages_the_prompt_tail_and_output_fill_whole_pages_together():
     eng = make_engine("lru", device=1000, cache_outputs=True, page_size=8)
     eng.submit(request("a", ["p1", "p2"], output=11))
     run(eng)
-    assert eng.tree.device_tokens == 24
+    assert eng.cache.tree.device_tokens == 24
     # page 4: 5 prompt pages, no tail; output[:-1] = 10 tokens -> 2 whole pages (8)
     eng = make_engine("lru", device=1000, cache_outputs=True, page_size=4)
     eng.submit(request("a", ["p1", "p2"], output=11))
     run(eng)
-    assert eng.tree.device_tokens == 28
+    assert eng.cache.tree.device_tokens == 28

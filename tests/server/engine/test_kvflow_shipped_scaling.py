@@ -115,13 +115,13 @@ def _run(policy: str, ops: list[tuple], host: int, cache_outputs: bool) -> list:
         elif op[0] == "end":
             eng.end_workflow(op[1])
         else:
-            eng.evict_device(op[1])
-        tree = sorted((tuple(n.keys), n.tier, n.lock) for n in eng.tree.nodes())
+            eng.cache.evict_device(op[1])
+        tree = sorted((tuple(n.keys), n.tier, n.lock) for n in eng.cache.tree.nodes())
         s = eng.stats
         log.append((tree, s.evictions, s.evicted_tokens, s.dropped_tokens, s.prefetched_tokens, eng.clock))
     while eng.busy:
         eng.step()
-    log.append(sorted((tuple(n.keys), n.tier) for n in eng.tree.nodes()))
+    log.append(sorted((tuple(n.keys), n.tier) for n in eng.cache.tree.nodes()))
     return log
 
 

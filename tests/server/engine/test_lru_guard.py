@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pbkv_contract.trace import read_trace
+from pbkv_server.engine.acquire import AcquireRequest
 from pbkv_server.engine.cache import PrefixCache
 from pbkv_server.engine.guard import LRUGuard, ShadowLRU
 from pbkv_server.engine.policies import register_policy, unregister_policy
@@ -26,7 +27,7 @@ class _KeepX(HierarchicalPolicy):
     sglang_name = None
 
     def priority(self, node) -> tuple:
-        if self.fallback:
+        if self.order_guard.fallback:
             return super().priority(node)
         return (1, 1.0 if "x" in node.keys else 0.0, node.last_access)
 
@@ -45,7 +46,7 @@ def keep_x_cache():
 
 
 def _serve(cache: PrefixCache, key: str, t: int) -> int:
-    got = cache.acquire([key], [1], [0, 1], 0, float(t), None, None, True, t)
+    got = cache.acquire(AcquireRequest([key], [1], [0, 1], 0, float(t), index=t))
     cache.release(got.end, 0)
     return got.device_hit
 

@@ -31,9 +31,9 @@ def _warm_on_host(policy: str):
             eng.submit(request(f"{wf}-{agent}", labels, hints=Hints(wf, agent, step[wf], "app")))
             step[wf] += 1
             run(eng)
-    eng.evict_device(10**6)
+    eng.cache.evict_device(10**6)
     # 3 x 20 system + 6 x 10 workflow tokens; a policy that holds nodes (ttl-pin, continuum) keeps some
-    assert eng.tree.device_tokens + eng.tree.host_tokens == 120 and eng.tree.host_tokens >= 60
+    assert eng.cache.tree.device_tokens + eng.cache.tree.host_tokens == 120 and eng.cache.tree.host_tokens >= 60
     return eng
 
 
@@ -63,7 +63,7 @@ def test_prefetch_never_moves_a_pinned_host_node(policy):
     assert (free.stats.prefetched_tokens > 0) == policy_info(policy).prefetches
 
     eng = _warm_on_host(policy)
-    pinned = [n for n in eng.tree.nodes() if n.tier == HOST]
+    pinned = [n for n in eng.cache.tree.nodes() if n.tier == HOST]
     for node in pinned:
         eng.cache.lock(node)
     _decode(eng)
@@ -71,7 +71,7 @@ def test_prefetch_never_moves_a_pinned_host_node(policy):
     assert all(n.attached and n.tier == HOST for n in pinned)
     for node in pinned:
         eng.cache.unlock(node)
-    assert all(n.lock == 0 for n in eng.tree.nodes())
+    assert all(n.lock == 0 for n in eng.cache.tree.nodes())
 
 
 def test_shipped_kvflow_ends_its_round_at_a_pinned_node_like_at_any_failed_load():
@@ -79,7 +79,7 @@ def test_shipped_kvflow_ends_its_round_at_a_pinned_node_like_at_any_failed_load(
     of tester's prompt: coder's prompts come back (system + both workflow blocks), then tester's
     load is refused and the round ends there (the fork's ``to_break``), so planner stays too."""
     eng = _warm_on_host("kvflow-shipped")
-    top = next(n for n in eng.tree.nodes() if n.keys[0] == chain(["tester-sys1"])[0])
+    top = next(n for n in eng.cache.tree.nodes() if n.keys[0] == chain(["tester-sys1"])[0])
     eng.cache.lock(top)
     _decode(eng)
     coder = {k for wf in ("w1", "w2") for k in chain(["coder-sys1", "coder-sys2", f"{wf}-coder"])}

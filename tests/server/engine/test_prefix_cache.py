@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 
-from pbkv_server.engine import EngineConfig, EngineStats, PrefixCache, ScoreBoard
+from pbkv_server.engine import AcquireRequest, EngineConfig, EngineStats, PrefixCache, ScoreBoard
 from pbkv_server.engine.prefetch import run_round
 from pbkv_server.engine.radix import DEVICE, HOST
 
@@ -24,7 +24,7 @@ def acquire(cache: PrefixCache, labels, tokens: int = 10, reserve: int = 1, now:
     keys = chain(labels)
     toks = [tokens] * len(keys)
     cum = [0, *itertools.accumulate(toks)]
-    return cache.acquire(keys, toks, cum, reserve, now, None, None, True, index)
+    return cache.acquire(AcquireRequest(keys, toks, cum, reserve, now, index=index))
 
 
 def test_acquire_locks_the_prefix_and_release_frees_it():

@@ -56,7 +56,7 @@ class CheckedEngine(Engine):
         self.in_prefetch = False
         self.evicted_active = 0
         self.evictions_checked = 0
-        inner = self.policy.prefetch
+        inner = self.cache.policy.prefetch
 
         def prefetch(seconds):
             self.in_prefetch = True
@@ -65,7 +65,7 @@ class CheckedEngine(Engine):
             finally:
                 self.in_prefetch = False
 
-        self.policy.prefetch = prefetch
+        self.cache.policy.prefetch = prefetch
         evict = self.cache._evict
 
         def checked_evict(node):
@@ -78,21 +78,21 @@ class CheckedEngine(Engine):
         self.evictions_checked += 1
         assert node.lock == 0, "a locked node was evicted"
         assert node.tier == DEVICE and node.n_dev_children == 0
-        retired = self.policy.is_retired(node)
+        retired = self.cache.policy.is_retired(node)
         if not retired:
             self.evicted_active += 1
-            if self.policy.name in ("lae", "he", "pbkv"):
-                waiting = [n for n in self.tree.nodes() if n.tier == DEVICE and n.lock == 0
-                           and n.n_dev_children == 0 and self.policy.is_retired(n)]
+            if self.cache.policy.name in ("lae", "he", "pbkv"):
+                waiting = [n for n in self.cache.tree.nodes() if n.tier == DEVICE and n.lock == 0
+                           and n.n_dev_children == 0 and self.cache.policy.is_retired(n)]
                 assert not waiting, "an active node was evicted while a retired evictable node existed"
-            if self.in_prefetch and self.policy.name in ("pbkv", "kvflow") and not self.cache.condemned(node):
+            if self.in_prefetch and self.cache.policy.name in ("pbkv", "kvflow") and not self.cache.condemned(node):
                 raise AssertionError("conservative prefetch evicted an active node eviction had not chosen")
 
 
 def check_scores(eng: Engine, last_step: dict[str, int]) -> None:
     """Every node's incrementally kept Score(c) and one-step value equal PBKV Eq. 2 recomputed
     from scratch over the active workflows' latest predictions (policies that use predictions)."""
-    if not eng.policy.uses_predictions:
+    if not eng.cache.policy.uses_predictions:
         return
     eng.workflows.flush()  # batched predictions since the last step apply now (as at the next step)
     from pbkv_contract.prediction import PredictionQuery
@@ -101,20 +101,20 @@ def check_scores(eng: Engine, last_step: dict[str, int]) -> None:
     for wf, step in last_step.items():
         if eng.workflow(wf) is not None:
             preds[wf] = HashPredictor().predict([PredictionQuery("app", wf, step, (), "x")])[0]
-    for n in eng.tree.nodes():
+    for n in eng.cache.tree.nodes():
         assert n.sc.score == pytest.approx(lookahead_score(n.sc.access, preds, eng.config.gamma), abs=1e-9)
         assert n.sc.value == pytest.approx(one_step_value(n.sc.access, preds), abs=1e-9)
 
 
 def check_invariants(eng: Engine) -> None:
     """Token accounting, capacities, prefix closure, child counts and lock counts."""
-    nodes = list(eng.tree.nodes())
+    nodes = list(eng.cache.tree.nodes())
     dev = sum(n.tokens for n in nodes if n.tier == DEVICE)
     host = sum(n.tokens for n in nodes if n.tier == HOST)
-    assert (eng.tree.device_tokens, eng.tree.host_tokens, eng.tree.n_nodes) == (dev, host, len(nodes))
+    assert (eng.cache.tree.device_tokens, eng.cache.tree.host_tokens, eng.cache.tree.n_nodes) == (dev, host, len(nodes))
     assert all(n.tokens == sum(n.toks) and len(n.keys) == len(n.toks) >= 1 for n in nodes)
-    assert eng.stats.device_used_tokens == dev + eng.cache.reserved_tokens <= eng.device_capacity
-    assert host <= eng.host_capacity
+    assert eng.stats.device_used_tokens == dev + eng.cache.reserved_tokens <= eng.cache.device_capacity
+    assert host <= eng.cache.host_capacity
     expected_locks = {}
     for r in eng._running.values():
         node = r.end
@@ -128,7 +128,7 @@ def check_invariants(eng: Engine) -> None:
         assert n.n_dev_children == sum(c.tier == DEVICE for c in n.children.values())
         assert n.lock == expected_locks.get(n.id, 0)
     assert eng.cache.locked_device_tokens == sum(n.tokens for n in nodes if n.tier == DEVICE and n.lock)
-    assert eng.tree.root.n_dev_children == sum(c.tier == DEVICE for c in eng.tree.root.children.values())
+    assert eng.cache.tree.root.n_dev_children == sum(c.tier == DEVICE for c in eng.cache.tree.root.children.values())
 
 
 submit = st.tuples(st.just("submit"), st.integers(0, 3), st.sampled_from(AGENTS), st.integers(0, 4),
@@ -177,7 +177,7 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
             req = EngineRequest(rid, chain(labels), toks, out, hints, session_id=f"wf{wf}" if wf < 3 else None,
                                 priority=5 * (n % 3), cache_ttl_s=300.0 if out % 2 else None, last_step=suffix == 4,
                                 speculative_next=(chain(nxt), [block_tokens(x) for x in nxt]))
-            if sum(toks) + out > eng.device_capacity:
+            if sum(toks) + out > eng.cache.device_capacity:
                 with pytest.raises(ValueError, match="tokens of KV cache"):
                     eng.submit(req)
                 continue
@@ -209,8 +209,8 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
         eng.end_workflow(f"wf{wf}")
     check_invariants(eng)
     # with no workflow left, every node that a multi-step workflow touched is retired
-    assert all(eng.policy.is_retired(n) == n.sc.multi_step for n in eng.tree.nodes())
-    assert all(n.lock == 0 for n in eng.tree.nodes())
+    assert all(eng.cache.policy.is_retired(n) == n.sc.multi_step for n in eng.cache.tree.nodes())
+    assert all(n.lock == 0 for n in eng.cache.tree.nodes())
 
 
 @pytest.mark.parametrize("context", [False, True], ids=["per-sequence", "per-context-token"])

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pbkv_contract.hints import END_AGENT, Hints
-from pbkv_server.engine import Engine, EngineConfig, EngineRequest, EngineStats, PrefixCache, ScoreBoard
+from pbkv_server.engine import AcquireRequest, Engine, EngineConfig, EngineRequest, EngineStats, PrefixCache, ScoreBoard
 from pbkv_server.engine.pages import to_units
 from pbkv_server.engine.radix import DEVICE, HOST
 from pbkv_server.engine.workflows import WorkflowTable
@@ -39,7 +39,8 @@ def acquire_tokens(cache: PrefixCache, tokens: list[int], now: float = 0.0, page
     """Acquire a token-id prompt (one block per token), in pages of ``page_size`` if given."""
     units = to_units(tokens, [1] * len(tokens), page_size)
     cum = [0, *itertools.accumulate(units.toks)]
-    return cache.acquire(units.keys, units.toks, cum, units.tail, now, workflow, agent, True, 0, uncached=units.tail)
+    return cache.acquire(AcquireRequest(units.keys, units.toks, cum, units.tail, now, workflow, agent,
+                                        uncached=units.tail))
 
 
 def check_accounting(cache: PrefixCache) -> None:
@@ -164,7 +165,7 @@ def test_case2_block_granularity_never_builds_zero_token_nodes():
     eng.submit(EngineRequest("r", [f"h{i}" for i in range(8)], [0, 1, 0, 0, 1, 0, 0, 1], 1))
     while eng.busy:
         eng.step()
-    assert [n.toks for n in eng.tree.nodes()] == [[1, 1, 1]] and eng.stats.prompt_tokens == 3
+    assert [n.toks for n in eng.cache.tree.nodes()] == [[1, 1, 1]] and eng.stats.prompt_tokens == 3
 
 
 # --------------------------------------------------------------------------- case 4
@@ -190,7 +191,7 @@ def test_case4_every_victim_is_the_lowest_priority_leaf_of_a_full_scan(policy):
         wf_id = workflows[i % len(workflows)]
         wf = table.workflows.get(wf_id) or table.invocation(Hints(wf_id, "a", 0, "app"), (), 0.0).workflow
         keys = [f"seq{i}-{j}" for j in range(64)]
-        got = cache.acquire(keys, [1] * 64, list(range(65)), 0, float(next(clock)), wf, "a", True, i)
+        got = cache.acquire(AcquireRequest(keys, [1] * 64, list(range(65)), 0, float(next(clock)), wf, "a", index=i))
         cache.release(got.end, 0)
 
     for i in range(2000):
@@ -244,14 +245,14 @@ def test_case5b_a_prefetch_keeps_its_source_pinned_while_room_is_made():
     eng.submit(EngineRequest("x", [f"x{i}" for i in range(64)], [1] * 64, 1, Hints("wx", "x", 0, "app")))
     while eng.busy:
         eng.step()
-    eng.evict_device(64)  # X to the host, which is now full
+    eng.cache.evict_device(64)  # X to the host, which is now full
     eng.submit(EngineRequest("y", [f"y{i}" for i in range(64)], [1] * 64, 1))  # Y: anonymous, score 0
     eng.submit(EngineRequest("z", ["z"], [1], 20))  # a long decode: prefetch rounds run
     while eng.busy:
         eng.step()
-    nodes = {(n.keys[0], n.keys[-1]): n.tier for n in eng.tree.nodes()}
+    nodes = {(n.keys[0], n.keys[-1]): n.tier for n in eng.cache.tree.nodes()}
     assert nodes == {("x0", "x63"): DEVICE, ("y0", "y52"): DEVICE, ("z", "z"): DEVICE}
-    assert eng.stats.prefetched_tokens == 64 and eng.stats.dropped_tokens == 11 and eng.tree.host_tokens == 0
+    assert eng.stats.prefetched_tokens == 64 and eng.stats.dropped_tokens == 11 and eng.cache.tree.host_tokens == 0
     check_accounting(eng.cache)
 
 
@@ -290,7 +291,8 @@ def test_case5_interleaved_lock_unlock_prefetch_demote_evict_keep_every_count_ex
                 inv = table.invocation(Hints(f"w{wf_i}", "a", n, "app"), (), float(n))
                 cache.rescore(inv.changed)
                 wf = inv.workflow
-            got = cache.acquire(keys, toks, list(itertools.accumulate([0] + toks)), 2, float(n), wf, "a", True, n)
+            cum = list(itertools.accumulate([0] + toks))
+            got = cache.acquire(AcquireRequest(keys, toks, cum, 2, float(n), wf, "a", index=n))
             if got is not None:
                 held.append(got)
                 for i, (node, tier) in enumerate(pins):

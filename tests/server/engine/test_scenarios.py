@@ -104,7 +104,7 @@ def test_he_keeps_high_score_node_and_scores_match_eq2_by_hand():
         eng.submit(request("y", ["Y1", "Y2"], hints=Hints("w2", "y", 0, "app")))
         run(eng)
         if policy == "he":
-            scores = {n.keys[0]: n.sc.score for n in eng.tree.nodes()}
+            scores = {n.keys[0]: n.sc.score for n in eng.cache.tree.nodes()}
             assert scores[chain(["X1"])[0]] == pytest.approx(1.82421)
             assert scores[chain(["Y1"])[0]] == 0.0
         eng.submit(request("r", ["R1", "R2"]))
@@ -227,12 +227,12 @@ def test_kvflow_eviction_order_follows_steps_to_execution():
     dynamic suffix nodes first (LRU), then planner's system prompt (2 steps away), then tester's
     (1), then coder's (0)."""
     eng = _kvflow_warm()
-    pol = eng.policy
+    pol = eng.cache.policy
     assert (pol.steps("app", "coder"), pol.steps("app", "tester"), pol.steps("app", "planner")) == (0, 1, 2)
     order = []
-    while (victim := eng.peek_victim()) is not None:
+    while (victim := eng.cache.peek_victim()) is not None:
         order.append(victim.keys[0])
-        eng.evict_device(victim.tokens)
+        eng.cache.evict_device(victim.tokens)
     suffixes = [chain([f"{a}-sys1", f"{a}-sys2", f"{wf}-{a}"])[2]
                 for a in ("planner", "tester", "coder") for wf in ("w2", "w1")]
     assert order[:6] == suffixes
@@ -244,7 +244,7 @@ def test_kvflow_prefetches_next_step_agent_fixed_prompt():
     The decode-only steps load tester's fixed prompt (next step of w1, 20 tokens) back, and
     nothing of planner (2 steps away)."""
     eng = _kvflow_warm(host=1000)
-    eng.evict_device(10**6)
+    eng.cache.evict_device(10**6)
     assert device_keys(eng) == set()
     eng.submit(request("long", ["z"], output=20))
     run(eng)
@@ -294,7 +294,7 @@ def _prefetch_setup(policy, device, output, rho=0.1, other=0):
     eng = make_engine(policy, device=device, host=200, predictor=TablePredictor(table), rho=rho)
     eng.submit(request("a", ["A1", "A2"], hints=Hints("w1", "a", 0, "app")))
     run(eng)
-    eng.evict_device(20)
+    eng.cache.evict_device(20)
     assert set(chain(["A1", "A2"])) <= host_keys(eng) and not device_keys(eng)
     if other:
         eng.submit(request("b", [f"B{i}" for i in range(other // 10)]))
@@ -340,7 +340,7 @@ def test_prefetch_loads_no_more_than_pcie_moves_during_the_decode_stretch(policy
     for wf, agent, labels in (("w1", "a", ["A1", "A2"]), ("w2", "b", ["B1", "B2"])):
         eng.submit(request(wf, labels, hints=Hints(wf, agent, 0, "app")))
         run(eng)
-    eng.evict_device(40)
+    eng.cache.evict_device(40)
     assert host_keys(eng) == set(chain(["A1", "A2"])) | set(chain(["B1", "B2"]))
     eng.submit(request("c", ["C1"], output=3))
     run(eng)

@@ -84,18 +84,18 @@ def test_lru_ignores_sessions():
 def _held_engine(**kw):
     engine = make_engine("lae", device=100, **kw)
     _turn(engine, "A", "A-t0", [["a0", "a1"], ["a0", "a1", "a2"]])
-    nodes = [n for n in engine.tree.nodes() if n.parent is not None]
+    nodes = [n for n in engine.cache.tree.nodes() if n.parent is not None]
     assert len(nodes) == 2
     return engine, nodes
 
 
 def test_close_session_retires_the_history_and_it_is_finished_private():
     engine, nodes = _held_engine()
-    assert not any(engine.policy.is_retired(n) for n in nodes)
+    assert not any(engine.cache.policy.is_retired(n) for n in nodes)
     assert engine.board.held_sessions() == 1
     engine.close_session("A")
     # every workflow that touched them was the closed session's: private, leave first
-    assert all(engine.policy.is_retired(n) and n.sc.finished_private for n in nodes)
+    assert all(engine.cache.policy.is_retired(n) and n.sc.finished_private for n in nodes)
     assert engine.board.held_sessions() == 0
     assert engine.workflows.sessions_closed == 1
     engine.close_session("A")  # idempotent
@@ -108,9 +108,9 @@ def test_a_session_idle_for_the_idle_timeout_releases_its_history():
     engine, nodes = _held_engine(idle_retire_s=100.0)
     last = engine.clock
     engine.advance_to(last + 99.0)
-    assert not any(engine.policy.is_retired(n) for n in nodes)
+    assert not any(engine.cache.policy.is_retired(n) for n in nodes)
     engine.advance_to(last + 100.0)
-    assert all(engine.policy.is_retired(n) for n in nodes)
+    assert all(engine.cache.policy.is_retired(n) for n in nodes)
     assert engine.workflows.sessions_idle == 1 and not engine.workflows.sessions
 
 
@@ -120,12 +120,12 @@ def test_a_shared_prefix_is_not_private_after_one_session_closes():
     engine = make_engine("lae", device=200)
     _turn(engine, "A", "A-t0", [["s0", "s1"], ["s0", "s1", "a2"]])
     _turn(engine, "B", "B-t0", [["s0", "s1"], ["s0", "s1", "b2"]])
-    shared = next(n for n in engine.tree.nodes() if n.parent is engine.tree.root)
+    shared = next(n for n in engine.cache.tree.nodes() if n.parent is engine.cache.tree.root)
     assert shared.tokens == 20
     engine.close_session("A")
-    assert not engine.policy.is_retired(shared)
+    assert not engine.cache.policy.is_retired(shared)
     engine.close_session("B")
-    assert engine.policy.is_retired(shared) and not shared.sc.finished_private
+    assert engine.cache.policy.is_retired(shared) and not shared.sc.finished_private
 
 
 def test_a_workflow_named_after_its_session_ends_as_before():
@@ -133,8 +133,8 @@ def test_a_workflow_named_after_its_session_ends_as_before():
     end, as without sessions."""
     engine = make_engine("lae", device=100)
     _turn(engine, "W", "W", [["w0"], ["w0", "w1"]])
-    nodes = [n for n in engine.tree.nodes() if n.parent is not None]
-    assert nodes and all(engine.policy.is_retired(n) and n.sc.finished_private for n in nodes)
+    nodes = [n for n in engine.cache.tree.nodes() if n.parent is not None]
+    assert nodes and all(engine.cache.policy.is_retired(n) and n.sc.finished_private for n in nodes)
     assert not engine.workflows.sessions
 
 

@@ -111,7 +111,7 @@ def test_wrong_hint_token_is_401_on_hint_endpoints_only(start_server):
         assert client.post(end, json={"status": "completed"}, headers={"Authorization": "Bearer s3cret"}).status_code == 204
         assert _is_openai_error(client.put(graph, json={"edges": {"a": "b"}}, headers={"X-PBKV-Hint-Token": "s3cret"}),
                                 400)["code"] == "invalid_graph"
-    assert server.service.driver.engine.app_graphs["demo"] == {"planner": ("coder",), "coder": ("tester",),
+    assert server.service.driver.engine.cache.app_graphs["demo"] == {"planner": ("coder",), "coder": ("tester",),
                                                                "tester": ("coder",)}
 
 
@@ -198,7 +198,7 @@ def test_graph_without_edges_or_with_a_bad_app_name_is_400(start_server):
             assert err["code"] == "invalid_app" and err["param"] == "app" and why in err["message"], raw
         # A non-ASCII name, percent-encoded as UTF-8, is a valid app.
         assert client.put("/pbkv/v1/apps/caf%C3%A9/graph", json=edges).status_code == 204
-    assert set(server.service.driver.engine.app_graphs) == {"café"}
+    assert set(server.service.driver.engine.cache.app_graphs) == {"café"}
 
 
 def test_client_disconnect_mid_body_is_logged_at_debug_not_as_unhandled(start_server, caplog):

@@ -59,9 +59,9 @@ def test_pbkv_hints_win_over_a_session_and_the_session_tags_the_cache(start_serv
         assert r.headers["X-PBKV-Hints"] == "ok"
         engine = server.service.driver.engine
         assert "wf-a" in server.service.workflows.workflows and "s-9" not in server.service.workflows.workflows
-        assert any(engine.policy.referenced(n) for n in engine.tree.nodes())
+        assert any(engine.cache.policy.referenced(n) for n in engine.cache.tree.nodes())
         client.post("/close_session", json={"session_id": "s-9"})
-        assert not any(engine.policy.referenced(n) for n in engine.tree.nodes())
+        assert not any(engine.cache.policy.referenced(n) for n in engine.cache.tree.nodes())
 
 
 def test_priority_ttl_speculative_prefill_and_last_step_reach_the_engine(start_server, monkeypatch):
@@ -131,7 +131,7 @@ def test_ttl_pin_server_pins_a_prefix_asked_with_cache_control(start_server):
     """With a host tier, ``ttl-pin`` pins the prompt of a request that sent ``cache_control`` (after
     it finishes) and nothing for a request without it."""
     server = start_server(policy="ttl-pin", device_tokens=20_000, host_tokens=40_000)
-    policy = server.service.driver.engine.policy
+    policy = server.service.driver.engine.cache.policy
     with httpx.Client(base_url=server.url) as client:
         chat(client, [{"role": "user", "content": text_of_tokens(60, "plain")}])
         assert policy.pinned_tokens == 0
@@ -148,9 +148,9 @@ def test_the_pbkv_end_signal_also_closes_the_session_of_the_same_id(start_server
     with httpx.Client(base_url=server.url) as client:
         chat(client, [{"role": "user", "content": text_of_tokens(60, "both")}], Hints("w-5", "coder", 0, "app"),
              session_id="w-5")
-        assert any(engine.policy.referenced(n) for n in engine.tree.nodes())
+        assert any(engine.cache.policy.referenced(n) for n in engine.cache.tree.nodes())
         assert client.post("/pbkv/v1/workflows/w-5/end").status_code == 204
-        assert not any(engine.policy.referenced(n) for n in engine.tree.nodes())
+        assert not any(engine.cache.policy.referenced(n) for n in engine.cache.tree.nodes())
         assert "w-5" not in server.service.workflows.workflows
 
 

@@ -55,7 +55,7 @@ def test_sessions_close_with_their_unit_and_only_a_speculative_policy_prefills(u
     above), other policies never do."""
     workload = load_workload(_records())
     session = simulate(workload, ReplayConfig("sglang-session", unit_profile), ReplayOptions(concurrency=2))
-    assert not any(session.engine.policy.referenced(n) for n in session.engine.tree.nodes())
+    assert not any(session.engine.cache.policy.referenced(n) for n in session.engine.cache.tree.nodes())
     spec = simulate(workload, ReplayConfig("spec-prefill", unit_profile), ReplayOptions(concurrency=2))
     assert spec.summary["speculative_prefill_tokens"] == 14 + 22 + 20 + 31
     assert simulate(workload, ReplayConfig("lru", unit_profile),

@@ -1,0 +1,96 @@
+"""What :meth:`PrefixCache.acquire <pbkv_server.engine.cache.PrefixCache.acquire>` takes and gives,
+and what observes it.
+
+:class:`AcquireRequest` is a prompt as the cache admits it (units, reservation, who asked);
+:class:`Acquired` the locked prefix it returns. An :class:`AcquireObserver` sees every admission
+and every cached output after the cache counted it (the LRU guard's ghost is fed this way,
+:mod:`~pbkv_server.engine.guard_feed`), so the cache itself knows nothing of what watches it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, Protocol, Sequence
+
+from .radix import Node
+
+if TYPE_CHECKING:
+    from .types import EngineRequest
+    from .workflows import Workflow
+
+__all__ = ["AcquireRequest", "Acquired", "AcquireObserver"]
+
+
+@dataclass(slots=True)
+class AcquireRequest:
+    """A request's prompt as the cache admits it.
+
+    Attributes:
+        blocks: the prompt's unit keys (a ``list``, see :mod:`~pbkv_server.engine.pages`).
+        toks: tokens per unit.
+        cum: prefix sums of ``toks`` (``cum[0] = 0``, ``len(toks) + 1`` entries).
+        reserve: device tokens to reserve while the request runs (output, uncached tail).
+        now: engine time, seconds (the nodes' last access).
+        workflow, agent: who made the request (``None`` for an anonymous request).
+        active: the workflow is still active (``False``: it ended while the request waited, so
+            the use counts as an ended workflow's).
+        index: the request's submission index (for policies that read the future).
+        uncached: prompt tokens after the last whole page, never cached: prefilled, counted in
+            the prompt, and held in ``reserve``.
+        request: the request, handed to the policy in its :class:`~pbkv_server.engine.Admission`.
+        count: count the prompt in the hit-rate figures; ``False`` for a speculative prefill
+            (counted in ``speculative_prefill_tokens`` only).
+    """
+
+    blocks: list
+    toks: list
+    cum: list
+    reserve: int
+    now: float
+    workflow: "Workflow | None" = None
+    agent: str | None = None
+    active: bool = True
+    index: int = 0
+    uncached: int = 0
+    request: "EngineRequest | None" = None
+    count: bool = True
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Tokens of the whole prompt, the uncached tail included."""
+        return self.cum[-1] + self.uncached
+
+
+class Acquired(NamedTuple):
+    """A request's prefix, locked on the device (result of :meth:`PrefixCache.acquire`).
+
+    Attributes:
+        path: nodes from the root down covering the whole prompt (root excluded).
+        device_hit: prompt tokens found on the device tier.
+        host_hit: prompt tokens found on the host tier (loaded over PCIe at admission).
+        load: tokens copied host -> device (the nodes' sizes, which a replayed trace may count
+            differently from the request's own per-block tokens).
+        new_tokens: prompt tokens to prefill.
+    """
+
+    path: list[Node]
+    device_hit: int
+    host_hit: int
+    load: int
+    new_tokens: int
+
+    @property
+    def end(self) -> Node | None:
+        """Deepest node of the prompt (``None`` for an empty prompt)."""
+        return self.path[-1] if self.path else None
+
+
+class AcquireObserver(Protocol):
+    """Sees what the cache admits, after the cache counted it and before the policy's
+    ``on_admit`` (observers run in the order they were added)."""
+
+    def admitted(self, req: AcquireRequest, got: Acquired) -> None:
+        """``req`` was admitted as ``got`` (its reservation already held)."""
+
+    def output_cached(self, keys: Sequence, toks: Sequence[int]) -> None:
+        """A finished request's output was kept as a new device leaf of ``keys``/``toks``."""

@@ -1,0 +1,202 @@
+"""The prefix cache's three lazy heaps: device victims, host victims, prefetch candidates.
+
+Each heap holds entries ``(key, seq, ver, node)`` (the fields of :class:`HeapEntry`) ordered by
+``(key, seq)``: ``key`` is the policy's
+priority tuple (victims: smallest leaves first) or the negated prefetch value (candidates: largest
+value first), and ``seq`` is a global insertion counter that breaks ties in insertion order (so two
+nodes of equal priority leave oldest entry first, and the node itself is never compared). Deletion
+is lazy: re-filing a node bumps its version (``Node.ver`` for the victim heaps, ``Node.pver`` for
+the prefetch heap) and pushes a fresh entry; an entry whose version, tier, lock or children no
+longer match is dropped when it reaches the top (:meth:`EvictionHeaps.peek_device` and siblings),
+and a heap that grows past a few entries per node is rebuilt from its valid entries.
+
+An entry is a plain tuple with the fields of :class:`HeapEntry`, read by the named indices
+:data:`KEY`, :data:`SEQ`, :data:`VER`, :data:`NODE`: CPython builds and indexes an exact tuple
+several times faster than a ``NamedTuple`` subclass, and every re-filing builds one, so the
+``NamedTuple`` is the entry's documented layout rather than its runtime type. Entries never leave
+this module: callers get nodes (:meth:`EvictionHeaps.peek_device`, :meth:`EvictionHeaps.take_prefetch`).
+
+The heaps know the policy only through the three orders they file by (``priority``,
+``host_priority``, ``prefetch_value``); what leaves, and when, is the cache's
+(:class:`~pbkv_server.engine.cache.PrefixCache`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
+
+from .radix import DEVICE, HOST, Node, RadixTree
+
+if TYPE_CHECKING:
+    from .policies.base import Policy
+
+__all__ = ["HeapEntry", "EvictionHeaps", "device_valid", "host_valid", "prefetch_valid", "KEY", "SEQ", "VER", "NODE"]
+
+#: Indices of an entry's fields (the order of :class:`HeapEntry`).
+KEY, SEQ, VER, NODE = 0, 1, 2, 3
+
+_push = heapq.heappush
+
+
+class HeapEntry(NamedTuple):
+    """Layout of one lazy-heap entry (held as a plain tuple of these fields, module docstring);
+    compared as a tuple, ``key`` then ``seq``, never the node.
+
+    Attributes:
+        key: victim heaps: the policy's priority tuple (smallest leaves first); prefetch heap:
+            ``-prefetch_value`` (largest value first).
+        seq: global insertion counter, the tie-breaker (earlier entry first).
+        ver: the node's ``ver`` (victim heaps) or ``pver`` (prefetch heap) when filed; the entry
+            is stale once the node's counter moved on.
+        node: the node filed.
+    """
+
+    key: tuple | float
+    seq: int
+    ver: int
+    node: Node
+
+
+def device_valid(entry: tuple) -> bool:
+    """The entry is current and its node may leave the device now (unlocked, no device child)."""
+    node = entry[NODE]
+    return (entry[VER] == node.ver and node.attached and node.tier == DEVICE and node.lock == 0
+            and node.n_dev_children == 0)
+
+
+def host_valid(entry: tuple) -> bool:
+    """The entry is current and its node may be dropped from the host now (unlocked leaf)."""
+    node = entry[NODE]
+    return entry[VER] == node.ver and node.attached and node.tier == HOST and node.lock == 0 and not node.children
+
+
+def prefetch_valid(entry: tuple) -> bool:
+    """The entry is current and its node may be loaded now (unlocked host node, parent on device)."""
+    node = entry[NODE]
+    return (entry[VER] == node.pver and node.attached and node.tier == HOST and node.lock == 0
+            and node.parent.tier == DEVICE)
+
+
+class EvictionHeaps:
+    """Device-victim, host-victim and prefetch-candidate heaps of one cache, filed by one policy.
+
+    Args:
+        tree: the cache's radix tree (its node count bounds the heaps' stale entries).
+        policy: the policy whose orders the heaps keep.
+        prefetches: keep the prefetch heap (the policy prefetches); otherwise it stays empty.
+
+    Attributes:
+        device, host, prefetch: the heaps (lists of entry tuples, heap-ordered; read with
+            :data:`KEY`...:data:`NODE`); the cache pops from them directly where it walks victims
+            in order.
+    """
+
+    __slots__ = ("device", "host", "prefetch", "_seq", "_tree", "_policy", "_prefetches", "_taken")
+
+    def __init__(self, tree: RadixTree, policy: "Policy", prefetches: bool) -> None:
+        self.device: list[tuple] = []
+        self.host: list[tuple] = []
+        self.prefetch: list[tuple] = []
+        self._seq = itertools.count()
+        self._tree = tree
+        self._policy = policy
+        self._prefetches = prefetches
+        self._taken: list[tuple] = []  # entries of the candidates a prefetch round holds, in order
+
+    def refile(self, node: Node) -> None:
+        """File ``node`` again under its current priority (and prefetch value), invalidating its
+        older entries; a node that cannot leave its tier now gets no victim entry. O(log n)."""
+        if not node.attached or node.parent is None:
+            return
+        if node.tier == DEVICE:
+            if node.lock == 0 and node.n_dev_children == 0:
+                node.ver += 1
+                heap = self.device
+                _push(heap, (self._policy.priority(node), next(self._seq), node.ver, node))
+                if len(heap) > self._limit():
+                    self.device = _compact(heap, device_valid)
+        else:
+            if node.lock == 0 and not node.children:
+                node.ver += 1
+                heap = self.host
+                _push(heap, (self._policy.host_priority(node), next(self._seq), node.ver, node))
+                if len(heap) > self._limit():
+                    self.host = _compact(heap, host_valid)
+            if self._prefetches and node.parent.tier == DEVICE:
+                value = self._policy.prefetch_value(node)
+                node.pver += 1  # invalidates an entry holding an outdated (maybe now zero) value
+                if value > 0:
+                    heap = self.prefetch
+                    _push(heap, (-value, next(self._seq), node.pver, node))
+                    if len(heap) > self._limit():
+                        self.prefetch = _compact(heap, prefetch_valid)
+
+    def clear_victims(self) -> None:
+        """Forget every victim entry (the policy's order changed: the caller re-files every node)."""
+        self.device, self.host = [], []
+
+    # The peeks repeat the lazy-deletion loop inline rather than share a helper: they run once per
+    # victim taken, and a shared helper would add a call to every eviction.
+    def peek_device(self) -> Node | None:
+        """The node of the best valid device-victim entry (stale entries above it are dropped)."""
+        heap = self.device
+        while heap:
+            if device_valid(heap[0]):
+                return heap[0][NODE]
+            heapq.heappop(heap)
+        return None
+
+    def peek_host_key(self) -> tuple | None:
+        """The priority of the best valid host victim, not removed (stale entries above it are
+        dropped), or ``None`` when the host has no victim."""
+        heap = self.host
+        while heap:
+            if host_valid(heap[0]):
+                return heap[0][KEY]
+            heapq.heappop(heap)
+        return None
+
+    def peek_prefetch(self) -> Node | None:
+        """The node of the best valid prefetch entry (stale entries above it are dropped)."""
+        heap = self.prefetch
+        while heap:
+            if prefetch_valid(heap[0]):
+                return heap[0][NODE]
+            heapq.heappop(heap)
+        return None
+
+    def take_prefetch(self) -> Node | None:
+        """Remove the best valid prefetch candidate and return its node, or ``None``. Its entry is
+        kept aside until :meth:`return_prefetch` (a prefetch round takes candidates one by one,
+        then hands back the ones it did not load, which keep their place in the order)."""
+        heap = self.prefetch
+        while heap:
+            if prefetch_valid(heap[0]):
+                entry = heapq.heappop(heap)
+                self._taken.append(entry)
+                return entry[NODE]
+            heapq.heappop(heap)
+        return None
+
+    def return_prefetch(self, unused: Sequence[Node]) -> None:
+        """End a round of :meth:`take_prefetch`: put back the entries of the ``unused`` nodes (a
+        subsequence of the nodes taken, in the order taken) and forget the others' (loaded)."""
+        taken = iter(self._taken)
+        for node in unused:
+            for entry in taken:
+                if entry[NODE] is node:
+                    _push(self.prefetch, entry)  # still valid if its node is unchanged
+                    break
+        self._taken.clear()
+
+    def _limit(self) -> int:
+        # stale entries may pile up to a few per node before a rebuild: amortised O(1) per push
+        return 4 * self._tree.n_nodes + 4096
+
+
+def _compact(heap: list, valid: Callable[[tuple], bool]) -> list:
+    kept = [e for e in heap if valid(e)]
+    heapq.heapify(kept)
+    return kept
