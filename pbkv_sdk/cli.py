@@ -304,6 +304,9 @@ def _run_app(command: List[str], env: dict) -> int | None:
             return 128 - status if status < 0 else status
         except KeyboardInterrupt:
             interrupts += 1
+            if interrupts == 1:  # say why nothing happens yet, and how to stop waiting
+                err_console.print("interrupted: waiting for the app to finish writing its trace "
+                                  "(Ctrl-C again to stop waiting)", highlight=False, soft_wrap=True)
         except subprocess.TimeoutExpired:
             return None
 

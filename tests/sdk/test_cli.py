@@ -257,15 +257,20 @@ def test_record_keeps_the_trace_of_an_app_that_fails_after_its_llm_calls_and_pas
 
 def _record_and_interrupt_twice(tmp_path, app_code: str) -> tuple[subprocess.CompletedProcess, Path, Path]:
     """Run ``pbkv-sdk record`` in its own process group; once the app is up, press Ctrl-C twice
-    (SIGINT to the group). The second comes once the app has written the file named by ``ACK``
-    (an app whose handler does so), else 0.3 s later, after at least 0.3 s either way: on a loaded
-    machine two signals close together reach a process as one. Returns (result, trace, app pid file)."""
+    (SIGINT to the group). The second comes once ``record`` said it is waiting for the app and the
+    app has written the file named by ``ACK`` (an app whose handler does so), after at least 0.3 s:
+    two signals that reach a process before it handled the first count as one.
+    Returns (result, trace, app pid file)."""
     out, ready, ack = tmp_path / "rec.jsonl", tmp_path / "ready", tmp_path / "ack"
     code = (f"import os, signal, time\nACK = {str(ack)!r}\n{app_code}\n"
             f"open({str(ready)!r}, 'w').write(str(os.getpid()))\ntime.sleep(20)\n")
     # Output goes to a file, not a pipe: the app inherits it, and reading a pipe to its end would
     # wait for an app that outlives `record` (the test that kills it afterwards would find it gone).
     log = (tmp_path / "record.log").open("w+")
+
+    def log_text() -> str:
+        return (tmp_path / "record.log").read_text()
+
     proc = subprocess.Popen([sys.executable, "-m", "pbkv_sdk.cli", "record", "--out", str(out), "--", sys.executable, "-c", code],
                             start_new_session=True, stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
@@ -275,7 +280,8 @@ def _record_and_interrupt_twice(tmp_path, app_code: str) -> tuple[subprocess.Com
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.3)
         deadline = time.monotonic() + 10
-        while "ACK" in app_code and not ack.exists() and time.monotonic() < deadline:
+        while (("ACK" in app_code and not ack.exists()) or "interrupted: waiting" not in log_text()) \
+                and time.monotonic() < deadline:
             time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.3)
@@ -305,6 +311,7 @@ def test_record_interrupted_twice_keeps_the_trace_of_an_app_that_still_runs_and_
     os.kill(int(ready.read_text()), signal.SIGKILL)  # the app ignored both
     assert result.returncode == 130, result.stdout
     assert out.exists() and "the app is still running" in _one_line(result.stdout)
+    assert "waiting for the app to finish writing its trace (Ctrl-C again to stop waiting)" in _one_line(result.stdout)
 
 
 def test_record_into_an_unwritable_place_fails_before_running_the_app(tmp_path):
