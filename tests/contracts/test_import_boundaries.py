@@ -86,3 +86,17 @@ def test_the_server_cli_loads_no_sim_http_stack_before_it_serves():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_engine_dataclasses_load_no_policy_and_no_cache():
+    # A backend or tool that needs EngineConfig or EngineRequest must not pay for every policy
+    # module (and their registration) on import; the package names load on first use.
+    code = (
+        "import sys\n"
+        "import pbkv_server.engine.types\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('pbkv_server.engine.policies', 'pbkv_server.engine.cache'))))\n"
+        "from pbkv_server.engine import PrefixCache, make_policy\n"
+        "print(type(make_policy('lru', None)).__name__, PrefixCache.__module__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.split("\n")[:2] == ["[]", "LRUPolicy pbkv_server.engine.cache"], out.stdout + out.stderr
