@@ -240,6 +240,8 @@ class PrefixCache:
     def release(self, end: Node | None, reserve: int) -> None:
         """A request finished: unlock its path from ``end`` up and free its output reservation."""
         self._reserved -= reserve
+        if self.guard is not None and end is not None:
+            self.guard.release(end.keys[-1])
         node = end
         while node is not None and node.parent is not None:
             parent = node.parent

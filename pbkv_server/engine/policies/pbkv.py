@@ -13,7 +13,8 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    youngest workflow's cache leaves first, so the oldest workflows keep theirs and finish (the
    MRU-over-workflows order that is optimal for a cyclic pattern larger than the cache). Cache the
    predictor does not expect to be used within the horizon (score below :data:`LOW_SCORE`) leaves
-   before it, by score then LRU, as in ``pbkv-paper``.
+   before it, by score then LRU, as in ``pbkv-paper``. The turns of a session (each its own
+   workflow) take the age of the session's first turn.
 2. **Cache of a waiting request is needed now.** A request that was submitted and is not yet
    admitted will use its agent's cache at admission with certainty, but the score, predicted at
    that invocation, counts only the *next* agents. Cache of a (workflow, agent) with a request
@@ -26,6 +27,10 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    full host only if it ranks above the host's own next victim in that order (retired cache, or
    cache whose next use is estimated farther than every host leaf's, is then dropped instead of
    displacing host cache used sooner).
+
+Under the guard's fallback both tiers rank as in ``lae`` (retired first, then LRU), every device
+victim is written to the host (no selective host) and nothing is prefetched, so the fallback is
+``lru`` except for retired cache.
 
 Admission stays FIFO: admitting the oldest workflow's request first gained more on agent-only
 traces but made mixed chat + agent traffic slower than LRU (``docs/design/memory-short-policy.md``).
@@ -65,7 +70,18 @@ class PBKVPolicy(PBKVPaperPolicy):
     summary = ("pbkv-paper + stable resident set (youngest workflow first), waiting requests' cache kept, "
                "host drops the farthest estimated next use, selective host")
     sglang_name = "pbkv"
-    selective_host = True
+
+    @property
+    def selective_host(self) -> bool:
+        """Selective host writes (rule 4) while the predicted order runs; in the guard's fallback
+        every victim is written back, as ``lru`` writes it."""
+        return not self.fallback
+
+    def prefetch(self, seconds: float) -> None:
+        """``pbkv-paper``'s conservative prefetch, except in the guard's fallback (``lru`` does not
+        prefetch)."""
+        if not self.fallback:
+            super().prefetch(seconds)
 
     def __init__(self, cache) -> None:
         super().__init__(cache)
@@ -73,6 +89,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._age: dict = {}  # active workflow id -> sequence number of its first invocation
         self._wait: dict = {}  # workflow id -> {agent: requests submitted and not yet admitted}
         self._next = NextUse()  # next-use estimates of active workflows (host order)
+        self._session_age: dict = {}  # session id -> sequence number of its first turn
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
@@ -117,10 +134,19 @@ class PBKVPolicy(PBKVPaperPolicy):
 
     # ----------------------------------------------------------------- hooks
     def on_invocation(self, wf, previous_agent) -> None:
-        """A request of ``wf`` was submitted: give a new workflow its age, mark its agent waiting."""
+        """A request of ``wf`` was submitted: give a new workflow its age (a turn of a session gets
+        its session's: the session is the unit whose history is reused, so its turns must not rank
+        as the youngest workflows), mark its agent waiting."""
         wid = wf.workflow_id
         if wid not in self._age:
-            self._age[wid] = next(self._seq)
+            session = wf.session
+            if session is None:
+                self._age[wid] = next(self._seq)
+            else:  # a turn of a session is as old as its session
+                age = self._session_age.get(session)
+                if age is None:
+                    age = self._session_age[session] = next(self._seq)
+                self._age[wid] = age
         agent = wf.agent
         ws = self._wait.setdefault(wid, {})
         ws[agent] = ws.get(agent, 0) + 1
@@ -155,6 +181,10 @@ class PBKVPolicy(PBKVPaperPolicy):
         wid = wf.workflow_id
         self._next.finished(wid, wf.app, request.request_id, self._now())
         self._refile_host(wid)
+
+    def on_session_close(self, session_id: str) -> None:
+        """Forget a closed session's age (its later turns, if any, start a new one)."""
+        self._session_age.pop(session_id, None)
 
     def on_workflow_end(self, wf) -> None:
         """Forget the workflow (its nodes are re-filed by the engine: their access changed)."""
