@@ -59,6 +59,9 @@ from .pbkv_paper import PBKVPaperPolicy
 #: Lookahead score below which active cache counts as not expected within the horizon (expected
 #: discounted uses, PBKV Eq. 2: a 5% chance of one use); such cache leaves before the resident set.
 LOW_SCORE = 0.05
+#: Session ages kept before stale ones are swept (see :meth:`PBKVPolicy._turn_age`): the sweep
+#: runs only when the dict exceeds this and twice the sessions the engine keeps.
+SESSION_SWEEP_MIN = 64
 
 
 @register_policy("pbkv")
@@ -89,7 +92,9 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._age: dict = {}  # active workflow id -> sequence number of its first invocation
         self._wait: dict = {}  # workflow id -> {agent: requests submitted and not yet admitted}
         self._next = NextUse()  # next-use estimates of active workflows (host order)
-        self._session_age: dict = {}  # session id -> sequence number of its first turn
+        self._session_age: dict = {}  # session id -> sequence number of its first turn (see _turn_age)
+        self._turn_session: dict = {}  # active turn's workflow id -> its session id
+        self._session_live: dict = {}  # session id -> its active turns
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
@@ -140,13 +145,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         wid = wf.workflow_id
         if wid not in self._age:
             session = wf.session
-            if session is None:
-                self._age[wid] = next(self._seq)
-            else:  # a turn of a session is as old as its session
-                age = self._session_age.get(session)
-                if age is None:
-                    age = self._session_age[session] = next(self._seq)
-                self._age[wid] = age
+            self._age[wid] = next(self._seq) if session is None else self._turn_age(wid, session)
         agent = wf.agent
         ws = self._wait.setdefault(wid, {})
         ws[agent] = ws.get(agent, 0) + 1
@@ -187,10 +186,50 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._session_age.pop(session_id, None)
 
     def on_workflow_end(self, wf) -> None:
-        """Forget the workflow (its nodes are re-filed by the engine: their access changed)."""
-        self._age.pop(wf.workflow_id, None)
-        self._wait.pop(wf.workflow_id, None)
-        self._next.ended(wf.workflow_id)
+        """Forget the workflow (its nodes are re-filed by the engine: their access changed), and
+        its session's age if the session has no active turn and holds no cached history."""
+        wid = wf.workflow_id
+        self._age.pop(wid, None)
+        self._wait.pop(wid, None)
+        self._next.ended(wid)
+        session = self._turn_session.pop(wid, None)
+        if session is not None:
+            live = self._session_live[session] - 1
+            if live:
+                self._session_live[session] = live
+            else:
+                del self._session_live[session]
+                if not self._session_kept(session):
+                    self._session_age.pop(session, None)
+
+    def _turn_age(self, wid, session) -> int:
+        """Age of a new turn ``wid`` of ``session``: the session's, while the session is kept
+        (:meth:`_session_kept`), else a new one. A session the engine released without telling
+        the policy (idleness, the workflow table's bound) holds nothing, so its stale entry is
+        never read; the entries are swept when they outnumber the kept sessions, which bounds
+        the dict by twice the sessions the engine keeps (decisions do not depend on the sweep)."""
+        ages = self._session_age
+        age = ages.get(session)
+        if age is None or not self._session_kept(session):
+            age = ages[session] = next(self._seq)
+        self._turn_session[wid] = session
+        live = self._session_live
+        live[session] = live.get(session, 0) + 1
+        if len(ages) > SESSION_SWEEP_MIN and len(ages) > 2 * (len(live) + self._held_sessions()):
+            self._session_age = {s: a for s, a in ages.items() if self._session_kept(s)}
+        return age
+
+    def _session_kept(self, session) -> bool:
+        """A session's age lasts while it has an active turn or the score board holds cached
+        history of its ended turns (the hold goes when the engine releases the session)."""
+        if session in self._session_live:
+            return True
+        cache = self.cache
+        return cache is not None and cache.board.holds(session)
+
+    def _held_sessions(self) -> int:
+        cache = self.cache
+        return cache.board.held_sessions() if cache is not None else 0
 
     def _now(self) -> float:
         cache = self.cache
