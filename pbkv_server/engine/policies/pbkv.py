@@ -5,7 +5,7 @@ expected discounted number of uses in the next K invocations. Where the reusable
 exceeds device + host, every active workflow's cache has a similar score, ties fall to LRU, and
 the cache thrashes: each workflow loses its history just before it comes back (LRU on a cyclic
 pattern). The offline reference `opt` instead keeps some workflows whole. This rule keeps the hierarchy
-(retired cache first, guard fallback to LRU) and changes three things
+(finished private cache first, guard fallback to LRU) and changes five things
 (``docs/design/memory-short-policy.md``):
 
 1. **Stable resident set.** Active cache that the predictor still expects to be used (score at
@@ -27,6 +27,12 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    full host only if it ranks above the host's own next victim in that order (retired cache, or
    cache whose next use is estimated farther than every host leaf's, is then dropped instead of
    displacing host cache used sooner).
+5. **Shared retired cache is the app's, not dead.** Retired cache that more than one workflow
+   used (not ``finished_private``: an app-wide prompt prefix, a document several tasks read)
+   is reused by workflows that have not reached it yet, and no score can say so: Eq. 2 counts
+   only workflows that touched the node. On the device it ranks with the oldest active
+   workflow's cache (score 0, then LRU) instead of first; finished private cache still leaves
+   first, and the host order keeps retired cache first.
 
 Under the guard's fallback both tiers rank as in ``lae`` (retired first, then LRU), every device
 victim is written to the host (no selective host) and nothing is prefetched, so the fallback is
@@ -48,6 +54,7 @@ the device order degrades to ``pbkv-paper``'s and the host order to score, then 
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 
@@ -66,8 +73,9 @@ SESSION_SWEEP_MIN = 64
 
 @register_policy("pbkv")
 class PBKVPolicy(PBKVPaperPolicy):
-    """Retired ``(0, ...)``, unlikely ``(1, -inf, score, t)``, resident set ``(1, -age, score, t)``,
-    waiting requests' cache ``(2, -age, score, t)``; host order: retired ``(0, ...)``, active
+    """Finished private ``(0, 0, ...)``, unlikely ``(1, -inf, score, t)``, resident set ``(1, -age,
+    score, t)``, shared retired ``(1, -oldest active age, 0, t)``, waiting requests' cache ``(2,
+    -age, score, t)`` (in fallback: retired ``(0, ...)``, then LRU); host order: retired ``(0, ...)``, active
     ``(1, -estimated next use, score, t)``."""
 
     summary = ("pbkv-paper + stable resident set (youngest workflow first), waiting requests' cache kept, "
@@ -92,16 +100,20 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._age: dict = {}  # active workflow id -> sequence number of its first invocation
         self._wait: dict = {}  # workflow id -> {agent: requests submitted and not yet admitted}
         self._next = NextUse()  # next-use estimates of active workflows (host order)
+        self._ages: list = []  # min-heap of (age, workflow id), ended workflows popped lazily
         self._session_age: dict = {}  # session id -> sequence number of its first turn (see _turn_age)
         self._turn_session: dict = {}  # active turn's workflow id -> its session id
         self._session_live: dict = {}  # session id -> its active turns
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
+        sc = node.sc
+        if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
+            # rule 5: shared retired cache ranks with the oldest active workflow's
+            return (1, -self._oldest_age(), 0.0, node.last_access)
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
-        sc = node.sc
         age = self._age
         keeper = min(age.get(w, math.inf) for w in sc.access)
         wait = self._wait
@@ -145,7 +157,8 @@ class PBKVPolicy(PBKVPaperPolicy):
         wid = wf.workflow_id
         if wid not in self._age:
             session = wf.session
-            self._age[wid] = next(self._seq) if session is None else self._turn_age(wid, session)
+            age = self._age[wid] = next(self._seq) if session is None else self._turn_age(wid, session)
+            heapq.heappush(self._ages, (age, wid))
         agent = wf.agent
         ws = self._wait.setdefault(wid, {})
         ws[agent] = ws.get(agent, 0) + 1
@@ -218,6 +231,17 @@ class PBKVPolicy(PBKVPaperPolicy):
         if len(ages) > SESSION_SWEEP_MIN and len(ages) > 2 * (len(live) + self._held_sessions()):
             self._session_age = {s: a for s, a in ages.items() if self._session_kept(s)}
         return age
+
+    def _oldest_age(self) -> float:
+        """Age of the oldest active workflow (``inf`` if none); entries of ended workflows are
+        popped lazily, so the cost is amortised O(log n) per workflow."""
+        ages, heap = self._age, self._ages
+        while heap:
+            age, wid = heap[0]
+            if ages.get(wid) == age:
+                return age
+            heapq.heappop(heap)
+        return math.inf
 
     def _session_kept(self, session) -> bool:
         """A session's age lasts while it has an active turn or the score board holds cached
