@@ -94,3 +94,6 @@ class AcquireObserver(Protocol):
 
     def output_cached(self, keys: Sequence, toks: Sequence[int]) -> None:
         """A finished request's output was kept as a new device leaf of ``keys``/``toks``."""
+
+    def released(self, end: Node) -> None:
+        """A finished request unlocked its path, from ``end`` (its last node) up."""

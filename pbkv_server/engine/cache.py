@@ -186,7 +186,7 @@ class PrefixCache:
         self.policy.order_guard = guard if guard is not None else UNGUARDED
 
     def add_observer(self, observer: AcquireObserver) -> None:
-        """Tell ``observer`` of every admission and cached output from now on (after the ones
+        """Tell ``observer`` of every admission, cached output and release from now on (after the ones
         added before it)."""
         self._observers.append(observer)
 
@@ -216,6 +216,9 @@ class PrefixCache:
     def release(self, end: Node | None, reserve: int) -> None:
         """A request finished: unlock its path from ``end`` up and free its output reservation."""
         self._reserved -= reserve
+        if end is not None:
+            for observer in self._observers:
+                observer.released(end)
         node = end
         while node is not None and node.parent is not None:
             parent = node.parent
@@ -518,7 +521,9 @@ class PrefixCache:
         parent = node.parent
         if self.host_capacity >= node.tokens:
             short = node.tokens - (self.host_capacity - self.tree.host_tokens)
-            if short > 0 and (not self._selective_host or self._worth_host(node)):
+            # selective host only while the predicted order runs: in the guard's fallback the
+            # policy follows LRU, which writes every victim to the host
+            if short > 0 and (not self._selective_host or self.policy.order_guard.fallback or self._worth_host(node)):
                 self._evict_host(short)
             if self.host_capacity - self.tree.host_tokens >= node.tokens:
                 self._count_eviction(node)

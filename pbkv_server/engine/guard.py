@@ -15,7 +15,13 @@ Modelling choices (each a module constant, see ``docs/architecture.md``, "Robust
 - The ghost (:class:`ShadowLRU`) replays every admitted prompt with LRU eviction at the real
   device capacity minus the tokens reserved for running outputs, keyed by the real cache's unit
   keys, and with the real host tier's capacity behind it: what LRU evicts from the device moves to
-  the ghost host (LRU there too), as SGLang HiCache writes evicted KV back; no timing, no pins.
+  the ghost host (LRU there too), as SGLang HiCache writes evicted KV back; no timing. Like the
+  real cache, it never evicts a unit of a running request's prompt (pinned from
+  :meth:`LRUGuard.observe` to :meth:`LRUGuard.release`), and the host units an admission loads
+  back keep their host room until that admission's evictions are done (the real cache evicts
+  before it loads). Without these two the ghost finds more hits than ``lru`` itself where running
+  prompts fill much of the device, and holds a policy that is ahead of ``lru`` in fallback
+  (``docs/design/memory-short-policy.md``, "The guard's ghost").
   Unit keys are chained (a key names its whole prefix, :mod:`pbkv_contract.blocks`,
   :mod:`~pbkv_server.engine.pages`), so flat ordered dicts are a prefix cache: a prompt hits its
   longest run of keys present on either tier.
@@ -101,7 +107,7 @@ class ShadowLRU:
     """
 
     __slots__ = ("capacity", "host_capacity", "used", "host_used", "hit_tokens", "host_hit_tokens", "_units",
-                 "_host")
+                 "_host", "_pins", "_parked")
 
     def __init__(self, capacity: int, host_capacity: int = 0) -> None:
         self.capacity = capacity
@@ -110,9 +116,34 @@ class ShadowLRU:
         self.hit_tokens = self.host_hit_tokens = 0
         self._units: OrderedDict[Hashable, int] = OrderedDict()
         self._host: OrderedDict[Hashable, int] = OrderedDict()
+        self._pins: dict[Hashable, int] = {}  # unit key -> running requests whose prompt holds it
+        self._parked: dict[Hashable, int] = {}  # pinned units eviction passed over: device units still
 
     def __len__(self) -> int:
-        return len(self._units)
+        return len(self._units) + len(self._parked)
+
+    def pin(self, keys: Sequence[Hashable]) -> None:
+        """A request whose prompt is ``keys`` runs: its units stay on the device until :meth:`unpin`
+        (the real cache locks a running request's path, so LRU evicts the next unlocked unit)."""
+        pins = self._pins
+        for key in keys:
+            pins[key] = pins.get(key, 0) + 1
+
+    def unpin(self, keys: Sequence[Hashable]) -> None:
+        """The request of :meth:`pin` finished. A unit eviction passed over while it was pinned
+        becomes the least recent device unit again (it was the least recent when passed over, and
+        its last use is still that request's admission), deepest unit first."""
+        pins, parked, units = self._pins, self._parked, self._units
+        for key in keys:
+            c = pins.get(key, 0) - 1
+            if c > 0:
+                pins[key] = c
+                continue
+            pins.pop(key, None)
+            tok = parked.pop(key, None)
+            if tok is not None:
+                units[key] = tok
+                units.move_to_end(key, last=False)
 
     def admit(self, keys: Sequence[Hashable], toks: Sequence[int], room: int, count: bool = True) -> int:
         """:meth:`admit_tiers`, device hit only (outputs, and callers without a host tier)."""
@@ -139,18 +170,23 @@ class ShadowLRU:
         their prefixes, the order in which a radix tree evicts leaves. The prompt's own units are
         never evicted.
         """
-        units, host = self._units, self._host
+        units, host, parked = self._units, self._host, self._parked
+        if parked:  # a parked unit used again is an ordinary device unit (made recent below)
+            for key in keys:
+                tok = parked.pop(key, None)
+                if tok is not None:
+                    units[key] = tok
         # a linear scan, not a bisection: keys that are not chained (tests, foreign traces) may be
         # present after a missing one
         n = sum(1 for _ in takewhile(units.__contains__, keys))
         hit = sum(toks[:n])
-        host_hit = 0
+        host_hit = loading = 0
         if host and n < len(keys):  # the prefix continues on the host tier: load it back
             m = n + sum(1 for _ in takewhile(lambda k: k in host or k in units, keys[n:]))
             for key in keys[n:m]:
                 tok = host.pop(key, None)
                 if tok is not None:  # loaded back: a device unit again
-                    self.host_used -= tok
+                    loading += tok  # it holds its host room until the evictions below are done
                     host_hit += tok
                     units[key] = tok
                     self.used += tok
@@ -167,14 +203,19 @@ class ShadowLRU:
                 self.used = sum(units.values())
         deque(map(units.move_to_end, reversed(keys[:n])), maxlen=0)  # the loop runs in C
         keep = len(keys)
+        pins = self._pins
         while self.used > room and len(units) > keep:
             key, tok = units.popitem(last=False)
+            if key in pins:  # a running request's unit: locked in the real cache, passed over
+                parked[key] = tok
+                continue
             self.used -= tok
-            if tok <= self.host_capacity:  # write back to the host tier, its LRU units make room
+            if tok <= self.host_capacity - loading:  # write back to the host tier, its LRU units make room
                 host[key] = tok
                 self.host_used += tok
                 while self.host_used > self.host_capacity:
                     self.host_used -= host.popitem(last=False)[1]
+        self.host_used -= loading
         if count:
             self.hit_tokens += hit
             self.host_hit_tokens += host_hit
@@ -227,6 +268,7 @@ class LRUGuard:
         self._seen = 0  # counted prompt tokens since the last switch
         self._hold_until = 0
         self._probing = False  # the predicted phase began at the end of a hold
+        self._running: dict[Hashable, list] = {}  # last key of a running prompt -> [its keys, requests]
 
     def observe(self, cls: object, keys: Sequence[Hashable], toks: Sequence[int], room: int, prompt: int,
                 device_hit: int, count: bool = True, host_hit: int = 0) -> bool:
@@ -244,6 +286,13 @@ class LRUGuard:
             host_hit: prompt tokens the real cache loaded back from the host tier.
         """
         ghost_dev, ghost_host = self.ghost.admit_tiers(keys, toks, room, count)
+        if keys:  # the request runs: its units are locked until release()
+            self.ghost.pin(keys)
+            run = self._running.get(keys[-1])
+            if run is None:
+                self._running[keys[-1]] = [keys, 1]
+            else:
+                run[1] += 1
         if not count or prompt <= 0:
             return False
         v = self.host_value
@@ -284,6 +333,17 @@ class LRUGuard:
             self._switch(True)
             return True
         return False
+
+    def release(self, last_key: Hashable) -> None:
+        """A request admitted through :meth:`observe` finished; ``last_key`` is its prompt's last
+        unit key (chained keys: it names the whole prompt). Its units are no longer locked."""
+        run = self._running.get(last_key)
+        if run is None:
+            return
+        self.ghost.unpin(run[0])
+        run[1] -= 1
+        if run[1] == 0:
+            del self._running[last_key]
 
     def behind(self) -> bool:
         """True if the policy trails the ghost now and has no surplus left: for some class holding

@@ -57,3 +57,8 @@ class GuardFeed:
         """The output takes room in LRU's cache too (never a hit)."""
         cache = self._cache
         self.guard.ghost.admit(keys, toks, cache.device_capacity - cache.reserved_tokens, count=False)
+
+    def released(self, end) -> None:
+        """The ghost unpins the request's prompt too (it pinned it in :meth:`admitted`, as the
+        real cache locks a running request's path)."""
+        self.guard.release(end.keys[-1])

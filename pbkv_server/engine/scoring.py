@@ -281,6 +281,11 @@ class ScoreBoard:
         """Number of sessions holding at least one cached node."""
         return len(self._held)
 
+    def holds(self, session: Hashable) -> bool:
+        """True if open session ``session`` holds at least one cached node (the history its ended
+        turns left; False once it is released, or when none of that history is cached)."""
+        return session in self._held
+
     def copy(self, src: NodeScore, owner: Any) -> NodeScore:
         """A new record for ``owner`` with ``src``'s state (a radix node split in two)."""
         rec = NodeScore(owner)

@@ -293,7 +293,9 @@ class Policy(abc.ABC):
             ``order_guard.fallback`` is True.
         selective_host: a device victim is written to a full host tier only if it ranks above the
             host's next victim in :meth:`host_priority` (otherwise it is dropped, and the host
-            keeps what it holds); ``False``: every victim the host can make room for is written.
+            keeps what it holds), while ``order_guard.fallback`` is False (in the fallback every
+            victim is written, as LRU writes it); ``False``: every victim the host can make room
+            for is written.
 
     Attributes:
         order_guard: the :class:`OrderGuard` the policy consults (:data:`UNGUARDED` until a cache

@@ -5,7 +5,7 @@ expected discounted number of uses in the next K invocations. Where the reusable
 exceeds device + host, every active workflow's cache has a similar score, ties fall to LRU, and
 the cache thrashes: each workflow loses its history just before it comes back (LRU on a cyclic
 pattern). The offline reference `opt` instead keeps some workflows whole. This rule keeps the hierarchy
-(retired cache first, guard fallback to LRU) and changes three things
+(finished private cache first, guard fallback to LRU) and changes five things
 (``docs/design/memory-short-policy.md``):
 
 1. **Stable resident set.** Active cache that the predictor still expects to be used (score at
@@ -13,7 +13,8 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    youngest workflow's cache leaves first, so the oldest workflows keep theirs and finish (the
    MRU-over-workflows order that is optimal for a cyclic pattern larger than the cache). Cache the
    predictor does not expect to be used within the horizon (score below :data:`LOW_SCORE`) leaves
-   before it, by score then LRU, as in ``pbkv-paper``.
+   before it, by score then LRU, as in ``pbkv-paper``. The turns of a session (each its own
+   workflow) take the age of the session's first turn.
 2. **Cache of a waiting request is needed now.** A request that was submitted and is not yet
    admitted will use its agent's cache at admission with certainty, but the score, predicted at
    that invocation, counts only the *next* agents. Cache of a (workflow, agent) with a request
@@ -26,6 +27,16 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    full host only if it ranks above the host's own next victim in that order (retired cache, or
    cache whose next use is estimated farther than every host leaf's, is then dropped instead of
    displacing host cache used sooner).
+5. **Shared retired cache is the app's, not dead.** Retired cache that more than one workflow
+   used (not ``finished_private``: an app-wide prompt prefix, a document several tasks read)
+   is reused by workflows that have not reached it yet, and no score can say so: Eq. 2 counts
+   only workflows that touched the node. On the device it ranks with the oldest active
+   workflow's cache (score 0, then LRU) instead of first; finished private cache still leaves
+   first, and the host order keeps retired cache first.
+
+Under the guard's fallback both tiers rank as in ``lae`` (retired first, then LRU), every device
+victim is written to the host (no selective host) and nothing is prefetched, so the fallback is
+``lru`` except for retired cache.
 
 Admission stays FIFO: admitting the oldest workflow's request first gained more on agent-only
 traces but made mixed chat + agent traffic slower than LRU (``docs/design/memory-short-policy.md``).
@@ -43,6 +54,7 @@ the device order degrades to ``pbkv-paper``'s and the host order to score, then 
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 
@@ -54,18 +66,31 @@ from .pbkv_paper import PBKVPaperPolicy
 #: Lookahead score below which active cache counts as not expected within the horizon (expected
 #: discounted uses, PBKV Eq. 2: a 5% chance of one use); such cache leaves before the resident set.
 LOW_SCORE = 0.05
+#: Session ages kept before stale ones are swept (see :meth:`PBKVPolicy._turn_age`): the sweep
+#: runs only when the dict exceeds this and twice the sessions the engine keeps.
+SESSION_SWEEP_MIN = 64
 
 
 @register_policy("pbkv")
 class PBKVPolicy(PBKVPaperPolicy):
-    """Retired ``(0, ...)``, unlikely ``(1, -inf, score, t)``, resident set ``(1, -age, score, t)``,
-    waiting requests' cache ``(2, -age, score, t)``; host order: retired ``(0, ...)``, active
+    """Finished private ``(0, 0, ...)``, unlikely ``(1, -inf, score, t)``, resident set ``(1, -age,
+    score, t)``, shared retired ``(1, -oldest active age, 0, t)``, waiting requests' cache ``(2,
+    -age, score, t)`` (in fallback: retired ``(0, ...)``, then LRU); host order: retired ``(0, ...)``, active
     ``(1, -estimated next use, score, t)``."""
 
     summary = ("pbkv-paper + stable resident set (youngest workflow first), waiting requests' cache kept, "
                "host drops the farthest estimated next use, selective host")
     sglang_name = "pbkv"
+
+    # rule 4; the cache applies it only while the predicted order runs (in the guard's fallback
+    # every victim is written to the host, as ``lru`` writes it)
     selective_host = True
+
+    def prefetch(self, seconds: float) -> None:
+        """``pbkv-paper``'s conservative prefetch, except in the guard's fallback (``lru`` does not
+        prefetch)."""
+        if not self.fallback:
+            super().prefetch(seconds)
 
     def __init__(self, cache) -> None:
         super().__init__(cache)
@@ -73,13 +98,20 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._age: dict = {}  # active workflow id -> sequence number of its first invocation
         self._wait: dict = {}  # workflow id -> {agent: requests submitted and not yet admitted}
         self._next = NextUse()  # next-use estimates of active workflows (host order)
+        self._ages: list = []  # min-heap of (age, workflow id), ended workflows popped lazily
+        self._session_age: dict = {}  # session id -> sequence number of its first turn (see _turn_age)
+        self._turn_session: dict = {}  # active turn's workflow id -> its session id
+        self._session_live: dict = {}  # session id -> its active turns
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
+        sc = node.sc
+        if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
+            # rule 5: shared retired cache ranks with the oldest active workflow's
+            return (1, -self._oldest_age(), 0.0, node.last_access)
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
-        sc = node.sc
         age = self._age
         keeper = min(age.get(w, math.inf) for w in sc.access)
         wait = self._wait
@@ -117,10 +149,14 @@ class PBKVPolicy(PBKVPaperPolicy):
 
     # ----------------------------------------------------------------- hooks
     def on_invocation(self, wf, previous_agent) -> None:
-        """A request of ``wf`` was submitted: give a new workflow its age, mark its agent waiting."""
+        """A request of ``wf`` was submitted: give a new workflow its age (a turn of a session gets
+        its session's: the session is the unit whose history is reused, so its turns must not rank
+        as the youngest workflows), mark its agent waiting."""
         wid = wf.workflow_id
         if wid not in self._age:
-            self._age[wid] = next(self._seq)
+            session = wf.session
+            age = self._age[wid] = next(self._seq) if session is None else self._turn_age(wid, session)
+            heapq.heappush(self._ages, (age, wid))
         agent = wf.agent
         ws = self._wait.setdefault(wid, {})
         ws[agent] = ws.get(agent, 0) + 1
@@ -156,11 +192,66 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._next.finished(wid, wf.app, request.request_id, self._now())
         self._refile_host(wid)
 
+    def on_session_close(self, session_id: str) -> None:
+        """Forget a closed session's age (its later turns, if any, start a new one)."""
+        self._session_age.pop(session_id, None)
+
     def on_workflow_end(self, wf) -> None:
-        """Forget the workflow (its nodes are re-filed by the engine: their access changed)."""
-        self._age.pop(wf.workflow_id, None)
-        self._wait.pop(wf.workflow_id, None)
-        self._next.ended(wf.workflow_id)
+        """Forget the workflow (its nodes are re-filed by the engine: their access changed), and
+        its session's age if the session has no active turn and holds no cached history."""
+        wid = wf.workflow_id
+        self._age.pop(wid, None)
+        self._wait.pop(wid, None)
+        self._next.ended(wid)
+        session = self._turn_session.pop(wid, None)
+        if session is not None:
+            live = self._session_live[session] - 1
+            if live:
+                self._session_live[session] = live
+            else:
+                del self._session_live[session]
+                if not self._session_kept(session):
+                    self._session_age.pop(session, None)
+
+    def _turn_age(self, wid, session) -> int:
+        """Age of a new turn ``wid`` of ``session``: the session's, while the session is kept
+        (:meth:`_session_kept`), else a new one. A session the engine released without telling
+        the policy (idleness, the workflow table's bound) holds nothing, so its stale entry is
+        never read; the entries are swept when they outnumber the kept sessions, which bounds
+        the dict by twice the sessions the engine keeps (decisions do not depend on the sweep)."""
+        ages = self._session_age
+        age = ages.get(session)
+        if age is None or not self._session_kept(session):
+            age = ages[session] = next(self._seq)
+        self._turn_session[wid] = session
+        live = self._session_live
+        live[session] = live.get(session, 0) + 1
+        if len(ages) > SESSION_SWEEP_MIN and len(ages) > 2 * (len(live) + self._held_sessions()):
+            self._session_age = {s: a for s, a in ages.items() if self._session_kept(s)}
+        return age
+
+    def _oldest_age(self) -> float:
+        """Age of the oldest active workflow (``inf`` if none); entries of ended workflows are
+        popped lazily, so the cost is amortised O(log n) per workflow."""
+        ages, heap = self._age, self._ages
+        while heap:
+            age, wid = heap[0]
+            if ages.get(wid) == age:
+                return age
+            heapq.heappop(heap)
+        return math.inf
+
+    def _session_kept(self, session) -> bool:
+        """A session's age lasts while it has an active turn or the score board holds cached
+        history of its ended turns (the hold goes when the engine releases the session)."""
+        if session in self._session_live:
+            return True
+        cache = self.cache
+        return cache is not None and cache.board.holds(session)
+
+    def _held_sessions(self) -> int:
+        cache = self.cache
+        return cache.board.held_sessions() if cache is not None else 0
 
     def _now(self) -> float:
         cache = self.cache

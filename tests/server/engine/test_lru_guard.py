@@ -104,6 +104,35 @@ def test_shadow_lru_evicts_tails_before_their_prefixes():
     assert ghost.hit_tokens == 2 and ghost.used <= 4
 
 
+def test_shadow_lru_passes_over_a_running_requests_units():
+    """The real cache locks a running request's path, so LRU evicts the next unlocked unit."""
+    ghost = ShadowLRU(3)
+    ghost.admit(["a"], [1], room=3)
+    ghost.pin(["a"])  # a's request runs
+    ghost.admit(["b"], [1], room=3)
+    ghost.admit(["c"], [1], room=3)
+    ghost.admit(["d"], [1], room=3)  # a is oldest but pinned: b leaves
+    assert ghost.admit(["a"], [1], room=3) == 1 and ghost.admit(["b"], [1], room=3) == 0
+    ghost.unpin(["a"])  # a was used again above, so it is recent: c (oldest) leaves next
+    assert ghost.admit(["e"], [1], room=3) == 0
+    assert ghost.admit(["c"], [1], room=3) == 0 and len(ghost) == 3
+
+
+def test_shadow_lru_units_loaded_from_the_host_hold_their_room_during_eviction():
+    """The real cache evicts for a prompt before it loads the prompt's host part, so the host is
+    full meanwhile: the device victim displaces host units even though the load frees room."""
+    ghost = ShadowLRU(2, host_capacity=2)
+    ghost.admit(["p"], [1], room=2)
+    ghost.admit(["q"], [1], room=2)
+    ghost.admit(["r"], [1], room=2)  # p -> host
+    ghost.admit(["s"], [1], room=2)  # q -> host: host p, q (full)
+    # p is loaded back (host hit); r (device LRU) must go to the full host: q, its LRU unit,
+    # is dropped, although p's load would have left room for r
+    assert ghost.admit_tiers(["p"], [1], room=2) == (0, 1)
+    assert ghost.host_used == 1
+    assert ghost.admit_tiers(["q"], [1], room=2) == (0, 0)
+
+
 def _trace(tmp_path, graph: str, workflows: int):
     path = tmp_path / f"{graph}.jsonl"
     write_trace(str(path), graph=graph, workflows=workflows, seed=1)

@@ -127,3 +127,35 @@ def test_host_keeps_the_leaf_whose_next_use_is_estimated_sooner():
     eng.submit(request("w2.1", ["B1", "B2"], hints=Hints("w2", "a", 1, "app")))
     run(eng)
     assert eng.stats.host_hit_tokens - before == 20
+
+
+def test_shared_retired_cache_ranks_with_the_oldest_workflows():
+    """Device 60. Active w0 (oldest) caches [O1] (10); two-step w1 and w2 both use [S1 S2] (20)
+    and end: S is retired but shared (two workflows used it), not finished private. Active w3
+    (youngest) caches [Y1 Y2] (20). An anonymous [N1 N2] needs 21 with 10 free, so one 20-token
+    leaf goes. pbkv-paper evicts the retired S; pbkv ranks S with the oldest active workflow's
+    cache (score 0, below w0's own) and evicts w3's [Y1 Y2], the youngest. A new workflow w4
+    whose prompt starts with [S1 S2] then hits 20 under pbkv, 0 under pbkv-paper."""
+    table = {w: [{"a": 1.0}] * 3 for w in ("w0", "w3")}
+    hits = {}
+    for policy in ("pbkv-paper", "pbkv"):
+        eng = make_engine(policy, device=60, predictor=TablePredictor(table))
+        eng.submit(request("w0.0", ["O1"], hints=Hints("w0", "a", 0, "app")))
+        run(eng)
+        for w in ("w1", "w2"):
+            for step in (0, 1):
+                eng.submit(request(f"{w}.{step}", ["S1", "S2"], hints=Hints(w, "a", step, "app")))
+                run(eng)
+            eng.end_workflow(w)
+        shared = next(n for n in eng.tree.nodes() if n.keys and n.keys[-1] == chain(["S1", "S2"])[-1])
+        assert shared.sc.retired and not shared.sc.finished_private
+        eng.submit(request("w3.0", ["Y1", "Y2"], hints=Hints("w3", "a", 0, "app")))
+        run(eng)
+        eng.submit(request("n", ["N1", "N2"]))
+        run(eng)
+        assert set(chain(["O1"])) <= device_keys(eng)  # the oldest workflow's cache stays under both
+        before = eng.stats.device_hit_tokens
+        eng.submit(request("w4.0", ["S1", "S2", "X1"], hints=Hints("w4", "a", 0, "app")))
+        run(eng)
+        hits[policy] = eng.stats.device_hit_tokens - before
+    assert hits == {"pbkv-paper": 0, "pbkv": 20}

@@ -82,8 +82,13 @@ class CheckedEngine(Engine):
         if not retired:
             self.evicted_active += 1
             if self.cache.policy.name in ("lae", "he", "pbkv"):
+                # pbkv ranks shared retired cache (not finished private) with the oldest active
+                # workflow's (its rule 5): outside the fallback only finished private cache must go first
+                policy = self.cache.policy
+                first = ((lambda n: n.sc.finished_private) if policy.name == "pbkv" and not policy.fallback
+                         else (lambda n: True))
                 waiting = [n for n in self.cache.tree.nodes() if n.tier == DEVICE and n.lock == 0
-                           and n.n_dev_children == 0 and self.cache.policy.is_retired(n)]
+                           and n.n_dev_children == 0 and policy.is_retired(n) and first(n)]
                 assert not waiting, "an active node was evicted while a retired evictable node existed"
             if self.in_prefetch and self.cache.policy.name in ("pbkv", "kvflow") and not self.cache.condemned(node):
                 raise AssertionError("conservative prefetch evicted an active node eviction had not chosen")

@@ -156,3 +156,35 @@ def test_the_table_bound_releases_the_least_recently_active_idle_session():
     table.invocation(Hints("B-t0", "user", 0), (), 5.0, session="B")
     assert released == [rec] and rec.retired and rec.finished_private
     assert list(table.sessions) == ["B"] and table.sessions_full == 1
+
+
+def test_pbkv_session_ages_are_bounded_when_sessions_idle_out():
+    """Sessions released by idleness never reach the policy (only a close does): ``pbkv``'s
+    session ages must still not grow by one per session. 200 one-turn sessions, each idled out
+    (10 s timeout) before the next starts: the ages kept stay within the sweep's floor, not 200."""
+    from pbkv_server.engine.policies.pbkv import SESSION_SWEEP_MIN
+
+    engine = make_engine("pbkv", device=100, idle_retire_s=10.0)
+    for i in range(200):
+        _turn(engine, f"S{i}", f"S{i}-t0", [[f"s{i}a"], [f"s{i}a", f"s{i}b"]])
+        engine.advance_to(engine.clock + 20.0)  # the session idles out, unseen by the policy
+    assert engine.workflows.sessions_idle == 200 and not engine.workflows.sessions
+    assert len(engine.policy._session_age) <= SESSION_SWEEP_MIN + 1
+
+
+def test_pbkv_a_sessions_next_turn_keeps_its_age_while_its_history_is_held():
+    """A held session's next turn is as old as its first (the stable resident set is a set of
+    sessions); once the session idled out, a turn under the same id starts a new age."""
+    engine = make_engine("pbkv", device=100, idle_retire_s=10.0)
+    policy = engine.policy
+    _turn(engine, "A", "A-t0", [["a0"], ["a0", "a1"]])
+    _turn(engine, "B", "B-t0", [["b0"], ["b0", "b1"]])
+    engine.submit(replace(request("A-t1#0", ["a0", "a1", "a2"], hints=Hints("A-t1", "user", 0, app="app")),
+                          session_id="A"))
+    assert policy._age["A-t1"] < policy._session_age["B"]  # A's age (first), not the youngest
+    a_age = policy._age["A-t1"]
+    run(engine)
+    engine.end_workflow("A-t1")
+    engine.advance_to(engine.clock + 20.0)  # A and B idle out
+    engine.submit(replace(request("A-t2#0", ["a0"], hints=Hints("A-t2", "user", 0, app="app")), session_id="A"))
+    assert policy._age["A-t2"] > a_age and policy._age["A-t2"] > policy._session_age.get("B", -1)
