@@ -147,7 +147,7 @@ def test_shared_retired_cache_ranks_with_the_oldest_workflows():
                 eng.submit(request(f"{w}.{step}", ["S1", "S2"], hints=Hints(w, "a", step, "app")))
                 run(eng)
             eng.end_workflow(w)
-        shared = next(n for n in eng.tree.nodes() if n.keys and n.keys[-1] == chain(["S1", "S2"])[-1])
+        shared = next(n for n in eng.cache.tree.nodes() if n.keys and n.keys[-1] == chain(["S1", "S2"])[-1])
         assert shared.sc.retired and not shared.sc.finished_private
         eng.submit(request("w3.0", ["Y1", "Y2"], hints=Hints("w3", "a", 0, "app")))
         run(eng)

@@ -169,14 +169,14 @@ def test_pbkv_session_ages_are_bounded_when_sessions_idle_out():
         _turn(engine, f"S{i}", f"S{i}-t0", [[f"s{i}a"], [f"s{i}a", f"s{i}b"]])
         engine.advance_to(engine.clock + 20.0)  # the session idles out, unseen by the policy
     assert engine.workflows.sessions_idle == 200 and not engine.workflows.sessions
-    assert len(engine.policy._session_age) <= SESSION_SWEEP_MIN + 1
+    assert len(engine.cache.policy._session_age) <= SESSION_SWEEP_MIN + 1
 
 
 def test_pbkv_a_sessions_next_turn_keeps_its_age_while_its_history_is_held():
     """A held session's next turn is as old as its first (the stable resident set is a set of
     sessions); once the session idled out, a turn under the same id starts a new age."""
     engine = make_engine("pbkv", device=100, idle_retire_s=10.0)
-    policy = engine.policy
+    policy = engine.cache.policy
     _turn(engine, "A", "A-t0", [["a0"], ["a0", "a1"]])
     _turn(engine, "B", "B-t0", [["b0"], ["b0", "b1"]])
     engine.submit(replace(request("A-t1#0", ["a0", "a1", "a2"], hints=Hints("A-t1", "user", 0, app="app")),
