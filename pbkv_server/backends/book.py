@@ -10,10 +10,13 @@ nodes. What it needs besides the policy order is the same for every backend and 
   :class:`~pbkv_server.engine.scoring.ScoreBoard` (A_w(c), Score(c), one-step value);
 - node records: a backend node gets an ``sc`` attribute (a
   :class:`~pbkv_server.engine.scoring.NodeScore`) that the engine-core policies read; the book
-  touches, copies (split) and forgets them.
+  touches, copies (split) and forgets them;
+- the policy's lifecycle hooks (:mod:`~pbkv_server.backends.lifecycle`): a policy with the
+  ``Lifecycle`` capability hears of each request's arrival, admission and finish, of workflow
+  ends, session closes, splits and drops, as in the embedded engine.
 
 A backend adds only how hints reach it (for SGLang: ``custom_params`` of a ``Req``), when it sees
-a request, and its tree's hooks. See ``docs/architecture.md``, "Adding an engine backend".
+a request arrive, be admitted and finish, and its tree's hooks. See ``docs/architecture.md``, "Adding an engine backend".
 """
 
 from __future__ import annotations
@@ -21,12 +24,16 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from pbkv_contract.hints import END_STATUSES, Hints, KvHintEnvelope, parse_kv_hints
 from pbkv_contract.prediction import Predictor
+from pbkv_server.engine.policies.base import Lifecycle, Policy
 from pbkv_server.engine.scoring import NodeScore, ScoreBoard
+from pbkv_server.engine.types import EngineRequest
 from pbkv_server.engine.workflows import Workflow, WorkflowTable
+
+from .lifecycle import BackendCache, LifecycleFeed
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +53,28 @@ class WorkflowBook:
         clock: time source, seconds (``time.monotonic`` by default; tests pass a fake one).
         predict: ask the predictor for predictions at each invocation; ``False`` (policies that
             read no score) lets it observe only.
+        policy: the engine-core policy the backend orders by; if it has the ``Lifecycle``
+            capability its hooks are fed from this book (:attr:`feed`) and, unless it has one, its
+            ``cache`` becomes a :class:`~pbkv_server.backends.lifecycle.BackendCache` of this
+            book. ``None``: no hooks.
 
     Attributes:
         board: the score board; table: the workflow table (``follow_app``: the latest app named
             by a request wins, as a backend sees one request at a time).
+        feed: the policy's :class:`~pbkv_server.backends.lifecycle.LifecycleFeed`, or ``None``
+            (the policy has no hooks).
     """
 
     def __init__(self, gamma: float, horizon: int, predictor: Predictor | None,
                  idle_retire_s: float | None = 600.0, clock: Callable[[], float] = time.monotonic,
-                 predict: bool = True) -> None:
+                 predict: bool = True, policy: Policy | None = None) -> None:
         self.board = ScoreBoard(gamma, horizon)
-        self.table = WorkflowTable(self.board, predictor, predict=predict, follow_app=True)
+        hooks = policy.capability(Lifecycle) if policy is not None else None
+        self.feed = LifecycleFeed(hooks) if hooks is not None else None
+        if hooks is not None and policy.cache is None:
+            policy.cache = BackendCache(self.board, clock)  # type: ignore[assignment]
+        self.table = WorkflowTable(self.board, predictor, predict=predict, follow_app=True,
+                                   on_end=self._on_end if self.feed is not None else None)
         self.idle_retire_s = idle_retire_s
         self.clock = clock
         self._anonymous = 0
@@ -90,13 +108,18 @@ class WorkflowBook:
                 "predictor_errors": t.predictor_errors}
 
     # ------------------------------------------------------------------ requests
-    def request(self, hints: Hints | None, reason: str | None, features: tuple[float, ...] = ()) -> Hints | None:
+    def request(self, hints: Hints | None, reason: str | None, features: tuple[float, ...] = (),
+                request: EngineRequest | None = None) -> Hints | None:
         """A request was seen for the first time, with ``parse_hints``'s result ``(hints, reason)``.
 
         Anonymous (no hints) and malformed (``reason`` set; logged once) requests are counted and
         return ``None``; a hinted request becomes an invocation and returns its hints.
+        ``request`` names it for the policy's hooks (its admission and finish are reported by id:
+        :meth:`admitted`, :meth:`finished`); an anonymous one without it is not followed.
         """
         if hints is None:
+            if self.feed is not None and request is not None:
+                self.feed.arrived(request, None)
             if reason is None:
                 self._anonymous += 1
             else:
@@ -106,17 +129,43 @@ class WorkflowBook:
                                 reason)
                     self._malformed_logged = True
             return None
-        self.invocation(hints, features)
+        self.invocation(hints, features, request)
         return hints
 
-    def invocation(self, hints: Hints, features: tuple[float, ...] = ()) -> Workflow:
-        """One invocation of ``hints.workflow_id``: observe, predict, rescore (engine-core order).
+    def invocation(self, hints: Hints, features: tuple[float, ...] = (),
+                   request: EngineRequest | None = None) -> Workflow:
+        """One invocation of ``hints.workflow_id``: observe, predict, rescore (engine-core order),
+        then the policy's ``on_invocation``. ``request``: the request that made it, whose
+        admission and finish the backend reports by id; ``None`` counts it as admitted at once.
 
         Returns:
             The workflow's state after the invocation.
         """
         self.retire_idle()
-        return self.table.invocation(hints, features, self.clock()).workflow
+        wf = self.table.invocation(hints, features, self.clock()).workflow
+        if self.feed is not None:
+            self.feed.arrived(request, wf, hints.agent)
+        return wf
+
+    def admitted(self, request_id: str, path: Sequence[Any] = ()) -> None:
+        """The backend scheduled request ``request_id`` (first report only); ``path``: its cached
+        nodes, root first. Unknown ids (never seen, or anonymous without hooks) are ignored."""
+        if self.feed is not None:
+            self.feed.admitted(request_id, path)
+
+    def finished(self, request_id: str, end: Any = None) -> None:
+        """Request ``request_id`` finished (an unreported admission is implied); ``end``: the
+        deepest node of its prompt, or ``None``. Idempotent."""
+        if self.feed is not None:
+            self.feed.finished(request_id, end)
+
+    def close_session(self, session_id: str) -> int:
+        """The client closed session ``session_id``: the policy hears of it, then the session's
+        hold on its ended turns' history goes (:meth:`WorkflowTable.close_session`). Returns the
+        node records released."""
+        if self.feed is not None:
+            self.feed.session_closed(session_id)
+        return self.table.close_session(session_id)
 
     def touch(self, nodes: Iterable[Any], hints: Hints) -> int:
         """Record that ``hints.agent`` of ``hints.workflow_id`` used each of ``nodes``.
@@ -219,7 +268,10 @@ class WorkflowBook:
         return len(self.table.retire_idle(self.clock(), self.idle_retire_s))
 
     def forget(self, node: Any) -> None:
-        """A node left the tree: drop its score record."""
+        """A node leaves the tree: the policy's ``on_drop`` (while it is still linked), then its
+        score record is dropped."""
+        if self.feed is not None:
+            self.feed.dropped(node)
         rec = getattr(node, "sc", None)
         if rec is not None:
             self.board.forget(rec)
@@ -230,6 +282,13 @@ class WorkflowBook:
         rec = getattr(bottom, "sc", None)
         if rec is not None:
             top.sc = self.board.copy(rec, top)
+        if self.feed is not None:
+            self.feed.split(top, bottom)
+
+    def _on_end(self, wf: Workflow, changed: list[NodeScore], status: str, reason: str) -> None:
+        # the table's end callback (client, KV hint, idleness, bound): a backend re-files nothing
+        # (it asks priorities at each eviction), the policy forgets the workflow
+        self.feed.workflow_ended(wf)
 
 
 def predictor_or_none(spec: str, horizon: int) -> Predictor | None:

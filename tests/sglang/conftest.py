@@ -62,18 +62,33 @@ class CacheHarness:
         return Req(f"r{self._rid}", "", array("q", tokens), SamplingParams(max_new_tokens=1, custom_params=custom))
 
     def serve(self, tokens, hints: dict | None):
-        """What the scheduler does with one request: match the prompt (SGLang's ``match_prefix``
-        with the request: invocation + matched path), insert it after prefill, then record the
-        inserted path as ``checkpoint_into_tree`` does (``observe_request`` on the new last node)."""
+        """What the scheduler does with one request that finishes after its prefill: match the
+        prompt (SGLang's ``match_prefix`` with the request: invocation + matched path), admit it
+        (the prefill-batch hook, :mod:`~pbkv_server.backends.sglang.admission`), insert it, then
+        record the inserted path and the finish as ``checkpoint_into_tree`` does for a finished
+        request (``observe_request`` on the new last node, ``request_finished``)."""
         from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
         req = self.request(tokens, hints)
-        self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens)), req=req))
+        match = self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens)), req=req))
+        pbkv = hasattr(self.cache, "observe_request")  # SGLang's plain cache (lru baseline) has none
+        if pbkv:
+            req.last_node = match.last_device_node
+            self.cache.request_admitted(req)
         result = self.insert(tokens)
-        if hasattr(self.cache, "observe_request"):  # SGLang's plain cache (lru baseline) has none
+        if pbkv:
             self.cache.observe_request(req, result.last_device_node)
+            req.last_node = result.last_device_node
+            self.cache.request_finished(req)
         return result
+
+    def arrive(self, tokens, hints: dict | None):
+        """A request the scheduler queued and has not admitted yet (the queue hook,
+        :func:`~pbkv_server.backends.sglang.admission.request_queued`). Returns it."""
+        req = self.request(tokens, hints)
+        self.cache.request_arrived(req)
+        return req
 
     def run_request(self, prompt, output, hints: dict | None):
         """A request through the scheduler's cache calls: ``match_prefix`` at admission, a

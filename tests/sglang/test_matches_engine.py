@@ -3,6 +3,9 @@
 The same requests (same token sharing, hints, predictor) and the same workflow end go to the
 engine core (:class:`pbkv_server.engine.Engine`, one token per block) and to a real
 ``PBKVRadixCache``; then both evict everything one node at a time. The victim sequences must match.
+A second trace (:data:`AGES`) is one on which ``pbkv``'s own rules (workflow ages, a waiting
+request's cache) order differently from ``pbkv-paper``'s, so the plugin can match the engine core
+there only if it feeds ``pbkv``'s lifecycle hooks.
 """
 
 import pytest
@@ -24,8 +27,22 @@ OPS = [
 ]
 ENDED = ["wfB"]
 
+# Two workflows of different ages, both active, with the same agents (so equal scores): ``pbkv``
+# evicts the younger one's cache first (wfB: 8, then 4 once its child is gone), ``pbkv-paper``
+# by score then LRU (wfA's older leaf 7 first). Anonymous 9 (score 0) goes first under both.
+AGES = [
+    ([1, 2, 3], ("wfA", "plan", 0)),
+    ([4, 5, 6], ("wfB", "plan", 0)),
+    ([1, 2, 3, 7], ("wfA", "code", 1)),
+    ([4, 5, 6, 8], ("wfB", "code", 1)),
+    ([9, 10], None),
+]
+# A request of wfB's agent ``plan`` submitted and not admitted: the cache plan touched ([4,5,6])
+# ranks above every other active cache under ``pbkv`` (it is evicted last).
+WAITING = [([4, 5, 6, 13], ("wfB", "plan", 2))]
 
-def _engine_order(policy):
+
+def _engine_order(policy, ops=OPS, ended=ENDED, waiting=()):
     from pbkv_contract.hints import Hints
     from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, HardwareProfile
 
@@ -33,14 +50,16 @@ def _engine_order(policy):
                               decode_base_s=0.01, decode_per_seq_s=0.001, pcie_bytes_per_s=1e9,
                               kv_bytes_per_token=1000, device_kv_tokens=1000, host_kv_tokens=0)
     engine = Engine(EngineConfig(profile=profile, policy=policy, predictor=TablePredictor(), gamma=0.7, horizon=3))
-    for i, (tokens, hint) in enumerate(OPS):
+    for i, (tokens, hint) in enumerate(ops):
         hints = Hints(hint[0], hint[1], hint[2], "t") if hint else None
         engine.submit(EngineRequest(f"r{i}", tokens, [1] * len(tokens), 1, hints))
         while not any(isinstance(e, Finished) for e in engine.step()):
             pass
         engine.advance_to(engine.clock + 1.0)
-    for wf in ENDED:
+    for wf in ended:
         engine.end_workflow(wf)
+    for i, (tokens, hint) in enumerate(waiting):  # submitted, never stepped: they wait
+        engine.submit(EngineRequest(f"w{i}", tokens, [1] * len(tokens), 1, Hints(hint[0], hint[1], hint[2], "t")))
     order = []
     while (node := engine.cache.peek_victim()) is not None:
         order.append(node.keys[0])
@@ -48,13 +67,19 @@ def _engine_order(policy):
     return order
 
 
-def _sglang_order(harness, policy):
+def _hint(hint):
+    return {"workflow_id": hint[0], "agent": hint[1], "step": hint[2], "app": "t"} if hint else None
+
+
+def _sglang_order(harness, policy, ops=OPS, ended=ENDED, waiting=()):
     h = harness(policy, kv_tokens=256)
     h.cache.book.predictor = TablePredictor()
-    for tokens, hint in OPS:
-        h.serve(tokens, {"workflow_id": hint[0], "agent": hint[1], "step": hint[2], "app": "t"} if hint else None)
-    for wf in ENDED:
+    for tokens, hint in ops:
+        h.serve(tokens, _hint(hint))
+    for wf in ended:
         h.cache.end_workflow(wf)
+    for tokens, hint in waiting:  # queued by the scheduler, not admitted
+        h.arrive(tokens, _hint(hint))
     return h.eviction_order()
 
 
@@ -74,3 +99,14 @@ def test_orders_differ_from_plain_lru(harness):
     for tokens, _ in OPS:
         h.serve(tokens, None)
     assert h.eviction_order() != _sglang_order(harness, "pbkv-he")
+
+
+@pytest.mark.parametrize("waiting, expected", [((), [9, 8, 4, 7, 1]), (WAITING, [9, 8, 7, 1, 4])])
+def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, waiting, expected):
+    """``pbkv``'s lifecycle state (ages from invocations, waiting requests from arrival and
+    admission) is fed inside SGLang: the plugin evicts in the engine core's ``pbkv`` order, on a
+    trace where that order is not ``pbkv-paper``'s."""
+    engine = _engine_order("pbkv", AGES, [], waiting)
+    assert engine == expected  # by hand: module comments of AGES and WAITING
+    assert _engine_order("pbkv-paper", AGES, [], waiting) == [9, 7, 8, 1, 4]
+    assert _sglang_order(harness, "pbkv", AGES, [], waiting) == engine

@@ -138,6 +138,13 @@ class ManagerHarness:
         self.manager.free(req)
         return req, hit_tokens
 
+    def arrive(self, tokens, hints: dict | None = None, **kw):
+        """A request vLLM's scheduler added to its waiting queue and has not scheduled
+        (``add_request`` calls the connector's ``on_new_request``). Returns it."""
+        req = self.request(tokens, hints, **kw)
+        self.connector.on_new_request(req)
+        return req
+
     def cached(self):
         """First tokens of the cached blocks."""
         return {self.label[b.block_id] for b in self.pool.blocks if b.block_hash is not None and not b.is_null}

@@ -5,6 +5,9 @@ engine core (:class:`pbkv_server.engine.Engine` with 16-token pages, so a prompt
 page is not cached, as in vLLM) and to a real vLLM ``KVCacheManager`` with the PBKV block pool
 (block size 16); then both evict everything. The engine evicts whole nodes (runs of pages), vLLM
 one block at a time: the engine's victims, each node's blocks leaf first, must equal vLLM's.
+A second trace (:data:`AGES`) is one on which ``pbkv``'s own rules (workflow ages, a waiting
+request's cache) order differently from ``pbkv-paper``'s, so the plugin can match the engine core
+there only if it feeds ``pbkv``'s lifecycle hooks.
 """
 
 import pytest
@@ -27,8 +30,22 @@ OPS = [
 ENDED = ["wfB"]
 TAIL = 3  # tokens after the last whole block of every prompt: never cached by either
 
+# Two workflows of different ages, both active, with the same agents (so equal scores): ``pbkv``
+# evicts the younger one's cache first (wfB: 8, then 6, 5, 4), ``pbkv-paper`` by score then LRU
+# (wfA's older leaf 7 first). Anonymous 10, 9 (score 0) go first under both.
+AGES = [
+    ([1, 2, 3], ("wfA", "plan", 0)),
+    ([4, 5, 6], ("wfB", "plan", 0)),
+    ([1, 2, 3, 7], ("wfA", "code", 1)),
+    ([4, 5, 6, 8], ("wfB", "code", 1)),
+    ([9, 10], None),
+]
+# A request of wfB's agent ``plan`` submitted and not admitted: the blocks plan touched
+# ([4,5,6]) rank above every other active cache under ``pbkv`` (they are evicted last).
+WAITING = [([4, 5, 6, 13], ("wfB", "plan", 2))]
 
-def _engine_order(policy):
+
+def _engine_order(policy, ops=OPS, ended=ENDED, waiting=()):
     from pbkv_contract.hints import Hints
     from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, HardwareProfile
 
@@ -37,15 +54,18 @@ def _engine_order(policy):
                               kv_bytes_per_token=1000, device_kv_tokens=10_000, host_kv_tokens=0)
     engine = Engine(EngineConfig(profile=profile, policy=policy, predictor=TablePredictor(), gamma=0.7, horizon=3,
                                  page_size=BLOCK))
-    for i, (labels, hint) in enumerate(OPS):
+    for i, (labels, hint) in enumerate(ops):
         hints = Hints(hint[0], hint[1], hint[2], "t") if hint else None
         blocks = [*labels, ("tail", i)]
         engine.submit(EngineRequest(f"r{i}", blocks, [BLOCK] * len(labels) + [TAIL], 1, hints))
         while not any(isinstance(e, Finished) for e in engine.step()):
             pass
         engine.advance_to(engine.clock + 1.0)
-    for wf in ENDED:
+    for wf in ended:
         engine.end_workflow(wf)
+    for i, (labels, hint) in enumerate(waiting):  # submitted, never stepped: they wait
+        engine.submit(EngineRequest(f"w{i}", [*labels, ("wtail", i)], [BLOCK] * len(labels) + [TAIL], 1,
+                                    Hints(hint[0], hint[1], hint[2], "t")))
     order = []
     while (node := engine.cache.peek_victim()) is not None:
         order += [key[0] for key in reversed(node.keys)]  # page key: (block label, offset)
@@ -53,13 +73,18 @@ def _engine_order(policy):
     return order
 
 
-def _vllm_order(harness, policy):
+def _hint(hint):
+    return {"workflow_id": hint[0], "agent": hint[1], "step": hint[2], "app": "t"} if hint else None
+
+
+def _vllm_order(harness, policy, ops=OPS, ended=ENDED, waiting=()):
     h = harness(policy, num_blocks=64, predictor=TablePredictor())
-    for labels, hint in OPS:
-        h.serve(block_tokens(labels, tail=TAIL),
-                {"workflow_id": hint[0], "agent": hint[1], "step": hint[2], "app": "t"} if hint else None)
-    for wf in ENDED:
+    for labels, hint in ops:
+        h.serve(block_tokens(labels, tail=TAIL), _hint(hint))
+    for wf in ended:
         h.runtime.end_workflow(wf)
+    for labels, hint in waiting:  # added to vLLM's waiting queue, not scheduled
+        h.arrive(block_tokens(labels, tail=TAIL), _hint(hint))
     return h.eviction_order()
 
 
@@ -79,3 +104,15 @@ def test_orders_differ_from_vllm_lru(harness):
     for labels, _ in OPS:
         h.serve(block_tokens(labels, tail=TAIL), None)
     assert h.eviction_order() != _vllm_order(harness, "pbkv-he")
+
+
+@pytest.mark.parametrize("waiting, expected", [((), [10, 9, 8, 6, 5, 4, 7, 3, 2, 1]),
+                                               (WAITING, [10, 9, 8, 7, 3, 2, 1, 6, 5, 4])])
+def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, waiting, expected):
+    """``pbkv``'s lifecycle state (ages from invocations, waiting requests from arrival and
+    admission) is fed inside vLLM: the block pool evicts in the engine core's ``pbkv`` order, on a
+    trace where that order is not ``pbkv-paper``'s."""
+    engine = _engine_order("pbkv", AGES, [], waiting)
+    assert engine == expected  # by hand: module comments of AGES and WAITING
+    assert _engine_order("pbkv-paper", AGES, [], waiting) == [10, 9, 7, 8, 3, 2, 1, 6, 5, 4]
+    assert _vllm_order(harness, "pbkv", AGES, [], waiting) == engine

@@ -4,9 +4,16 @@
 Python tree core plus PBKV node records; the Rust core accepts only built-in policies). Hints are
 read from ``req.sampling_params.custom_params["pbkv"]``:
 
-- on ``match_prefix`` with a request (the scheduler matching a waiting request), the first sight
-  of the request is its invocation (predict, rescore) and the matched path records the agent;
+- a request's first sight is its invocation (predict, rescore): when the scheduler queues it
+  (:func:`~pbkv_server.backends.sglang.admission.request_queued`), or else at ``match_prefix``
+  with the request (the scheduler matching a waiting request), whose matched path records the
+  agent;
 - on ``checkpoint_into_tree`` (prompt and output inserted), the whole inserted path records it.
+
+A policy with lifecycle hooks (``pbkv``) also hears of each request's admission (the scheduler's
+new prefill batch, :mod:`.admission`; a request whose KV is inserted counts as admitted) and
+finish (``checkpoint_into_tree`` of a finished request), through the book
+(:mod:`pbkv_server.backends.lifecycle`).
 
 Eviction itself is SGLang's, ordered by the configured strategy (:mod:`.strategy`).
 """
@@ -76,12 +83,44 @@ class PBKVRadixCache(UnifiedRadixCache):
         return result
 
     def checkpoint_into_tree(self, req: Any, *, up_to: int, **kwargs) -> None:
-        """SGLang's insert of the request's KV; the inserted path then records the agent."""
+        """SGLang's insert of the request's KV; the inserted path then records the agent (a
+        request whose KV is written runs: its admission is implied if not reported)."""
         super().checkpoint_into_tree(req, up_to=up_to, **kwargs)
         self.observe_request(req, getattr(req, "last_node", None))
+        self.request_admitted(req)
         finished = getattr(req, "finished", None)
         if callable(finished) and finished():  # its KV is in the tree: a final turn's end may retire it
-            self.book.finish_request(req)
+            self.request_finished(req)
+
+    def request_arrived(self, req: Any) -> None:
+        """The scheduler queued ``req``: its invocation (first sight only). Never raises."""
+        self.observe_request(req, None)
+
+    def request_admitted(self, req: Any) -> None:
+        """The scheduler admitted ``req`` into a prefill batch: the policy's ``on_admit`` with its
+        matched path (root first; first report only). Never raises."""
+        try:
+            self.book.begin_request(req)
+            rid = getattr(req, "rid", None)
+            if rid is not None:
+                node_id = getattr(req, "last_node", None)
+                path = self.tree_core.path_to_root(node_id) if node_id is not None else []
+                self.book.admitted(str(rid), path[::-1])
+        except Exception:
+            log.exception("PBKV: admission bookkeeping failed for request %s", getattr(req, "rid", "?"))
+
+    def request_finished(self, req: Any) -> None:
+        """``req`` finished with its KV in the tree: the policy's ``on_finish`` (its deepest node),
+        then the end of its own workflow its KV hints asked for. Never raises."""
+        try:
+            rid = getattr(req, "rid", None)
+            if rid is not None:
+                node_id = getattr(req, "last_node", None)
+                end = self.tree_core._node_arena.get(node_id) if node_id is not None else None
+                self.book.finished(str(rid), end)
+        except Exception:
+            log.exception("PBKV: finish bookkeeping failed for request %s", getattr(req, "rid", "?"))
+        self.book.finish_request(req)
 
     def observe_request(self, req: Any, node_id: Any) -> None:
         """Register ``req``'s invocation (first call only) and record its agent on the path from

@@ -136,7 +136,9 @@ def handle_end_workflow(scheduler: Any, message: PBKVEndWorkflowReq) -> None:
 
 def end_session_workflow(result: Any, scheduler: Any, recv_req: Any = None, *args: Any, **kwargs: Any) -> None:
     """AFTER hook of ``Scheduler.close_session``: SGLang's ``/close_session`` also ends the PBKV
-    workflow of the same id (a request that named only a session belongs to it). Never raises."""
+    workflow of the same id (a request that named only a session belongs to it), then closes the
+    session in the book (the policy's ``on_session_close``, and the session's hold on its ended
+    turns goes), as the embedded engine's ``close_session``. Never raises."""
     from .cache import PBKVRadixCache
 
     try:
@@ -145,6 +147,7 @@ def end_session_workflow(result: Any, scheduler: Any, recv_req: Any = None, *arg
         cache = getattr(scheduler, "tree_cache", None)
         if isinstance(sid, str) and isinstance(cache, PBKVRadixCache):
             cache.end_workflow(sid, "completed")
+            cache.book.close_session(sid)
     except Exception:
         log.debug("PBKV: session close not applied to the workflow book", exc_info=True)
     return None

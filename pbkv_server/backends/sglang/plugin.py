@@ -8,8 +8,9 @@ again in every scheduler process. It is idempotent and adds:
   ``_EVICTION_POLICY_FACTORIES``);
 - tree-core backend ``pbkv`` and radix-cache backend ``pbkv`` (``--radix-cache-backend pbkv``);
 - the IPC message for workflow end, a scheduler dispatcher hook for it, the decode-batch
-  prefetch hook, and a hook making SGLang's ``/close_session`` a workflow end (HookRegistry
-  AFTER hooks on ``Scheduler``);
+  prefetch hook, a hook making SGLang's ``/close_session`` a workflow end and a session close,
+  and the hooks reporting each request's arrival and admission to the cache (:mod:`.admission`)
+  (HookRegistry AFTER hooks on ``Scheduler``);
 - in the launcher process only: the end route on SGLang's HTTP app and the hook copying
   ``X-PBKV-*`` headers of OpenAI requests into ``custom_params``.
 """
@@ -22,11 +23,14 @@ import multiprocessing
 log = logging.getLogger(__name__)
 
 __all__ = ["register", "register_policies", "SCHEDULER_DISPATCH_TARGET", "SCHEDULER_BATCH_TARGET",
-           "SCHEDULER_CLOSE_SESSION_TARGET", "OPENAI_CONVERT_TARGETS"]
+           "SCHEDULER_CLOSE_SESSION_TARGET", "SCHEDULER_QUEUE_TARGET", "SCHEDULER_PREFILL_TARGET",
+           "OPENAI_CONVERT_TARGETS"]
 
 SCHEDULER_DISPATCH_TARGET = "sglang.srt.managers.scheduler.Scheduler.init_request_dispatcher"
 SCHEDULER_BATCH_TARGET = "sglang.srt.managers.scheduler.Scheduler.get_next_batch_to_run"
 SCHEDULER_CLOSE_SESSION_TARGET = "sglang.srt.managers.scheduler.Scheduler.close_session"
+SCHEDULER_QUEUE_TARGET = "sglang.srt.managers.scheduler.Scheduler._add_request_to_queue"
+SCHEDULER_PREFILL_TARGET = "sglang.srt.managers.scheduler.Scheduler.get_new_batch_prefill"
 OPENAI_CONVERT_TARGETS = (
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._convert_to_internal_request",
     "sglang.srt.entrypoints.openai.serving_completions.OpenAIServingCompletion._convert_to_internal_request",
@@ -54,6 +58,7 @@ def register() -> None:
     )
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from .admission import request_queued, requests_admitted
     from .cache import BACKEND_NAME, make_pbkv_cache
     from .ipc import PBKVEndWorkflowReq, end_session_workflow, extend_scheduler_dispatcher, headers_to_custom_params
     from .prefetch import after_next_batch
@@ -68,6 +73,8 @@ def register() -> None:
     HookRegistry.register(SCHEDULER_DISPATCH_TARGET, extend_scheduler_dispatcher, HookType.AFTER)
     HookRegistry.register(SCHEDULER_BATCH_TARGET, after_next_batch, HookType.AFTER)
     HookRegistry.register(SCHEDULER_CLOSE_SESSION_TARGET, end_session_workflow, HookType.AFTER)
+    HookRegistry.register(SCHEDULER_QUEUE_TARGET, request_queued, HookType.AFTER)
+    HookRegistry.register(SCHEDULER_PREFILL_TARGET, requests_admitted, HookType.AFTER)
     if multiprocessing.parent_process() is None:  # the launcher: HTTP app and OpenAI conversion live here
         from sglang.srt.entrypoints import http_server
 

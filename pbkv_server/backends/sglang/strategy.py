@@ -3,8 +3,9 @@
 SGLang's tree core builds one strategy per scheduler process from ``--radix-eviction-policy`` and
 ``--radix-eviction-policy-config`` and orders evictable leaves by ``get_priority(node)`` (lowest
 first, from a heap). There is one strategy per registered policy that declares an ``sglang_name``
-(:mod:`pbkv_server.engine.policies`); each delegates to that engine-core policy's ``priority``, so
-SGLang and the simulator rank nodes by one implementation. The node's ``sc`` record and ``last_access`` come
+(:mod:`pbkv_server.engine.policies`); each delegates to that engine-core policy's ``priority`` (a
+host leaf, evicted from the device, to its ``host_priority``: SGLang's host-tier eviction asks the
+same ``get_priority``), so SGLang and the simulator rank nodes by one implementation. The node's ``sc`` record and ``last_access`` come
 from :class:`~pbkv_server.backends.sglang.tree_core.PBKVTreeNode`.
 """
 
@@ -51,7 +52,8 @@ class _EnginePolicyStrategy(EvictionStrategy):
 
     def __init__(self, **config: Any) -> None:
         self.settings = PluginSettings.from_kwargs(self.sglang_name, config)
-        # the narrow core only: priority() needs no engine
+        # the narrow core needs no engine; a policy with lifecycle hooks gets its cache view from
+        # the tree core's book (backends/lifecycle.py)
         self.engine_policy: EvictionOrder = make_policy(sglang_policy_names()[self.sglang_name], None)
         self.prefetch = self.settings.prefetch_enabled(self.sglang_name)
         self._warned = False
@@ -63,7 +65,9 @@ class _EnginePolicyStrategy(EvictionStrategy):
                 log.warning("PBKV policy %r without --radix-cache-backend pbkv: no hints reach the tree, "
                             "so the order is LRU", self.sglang_name)
                 self._warned = True
-            node = _NodeView(node)
+            return self.engine_policy.priority(_NodeView(node))
+        if node.evicted:  # a host leaf (SGLang's host eviction): the policy's host drop order
+            return self.engine_policy.host_priority(node)
         return self.engine_policy.priority(node)
 
 

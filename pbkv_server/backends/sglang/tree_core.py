@@ -14,6 +14,8 @@ from typing import Any
 
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore, UnifiedTreeNode
 
+from pbkv_server.engine.radix import DEVICE, HOST
+
 from .settings import BACKEND_NAME
 from .settings import PluginSettings
 from .workflows import SGLangWorkflowBook
@@ -45,6 +47,12 @@ class PBKVTreeNode(UnifiedTreeNode):
         """SGLang's last-access counter (monotone; larger = more recent), the LRU tie-break."""
         return self.last_access_time
 
+    @property
+    def tier(self) -> int:
+        """``HOST`` once evicted from the device (its KV only on the host tier), else ``DEVICE``
+        (the engine core's tiers, :mod:`pbkv_server.engine.radix`)."""
+        return HOST if self.evicted else DEVICE
+
 
 class PBKVTreeCore(UnifiedTreeCore):
     """``UnifiedTreeCore`` whose nodes are :class:`PBKVTreeNode` and whose records follow the tree.
@@ -58,8 +66,10 @@ class PBKVTreeCore(UnifiedTreeCore):
         super().__init__(params, components)
         settings = getattr(self.eviction_strategy, "settings", None) or PluginSettings()
         policy = getattr(self.eviction_strategy, "engine_policy", None)
-        # a policy that reads no scores (pbkv-lae) lets the predictor observe but never predict
-        self.book = SGLangWorkflowBook(settings, predict=bool(getattr(policy, "uses_predictions", True)))
+        # a policy that reads no scores (pbkv-lae) lets the predictor observe but never predict;
+        # a policy with lifecycle hooks (pbkv) hears of requests and workflows through the book
+        self.book = SGLangWorkflowBook(settings, predict=bool(getattr(policy, "uses_predictions", True)),
+                                       policy=policy)
 
     def reset(self) -> None:
         """Rebuild the tree (flush); every node record is dropped first."""

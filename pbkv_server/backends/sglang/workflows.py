@@ -22,6 +22,11 @@ reads, when the request set none. A retain or fetch of another active workflow r
 clock (:meth:`~pbkv_server.backends.book.WorkflowBook.keep`); a fetch loads nothing itself: SGLang
 loads a request's host-tier hits back at admission, and the plugin's prefetch rounds run by value. A malformed envelope is
 counted as a malformed hint; unknown actions as ignored.
+
+For a policy with lifecycle hooks (``pbkv``: :mod:`pbkv_server.backends.lifecycle`) the request
+is named by its ``rid`` as an :class:`~pbkv_server.engine.types.EngineRequest` (its prompt keys
+stay SGLang's: ``blocks`` is empty); the cache reports its admission and finish
+(:mod:`.cache`, :mod:`.admission`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import logging
 from pbkv_contract.hints import BODY_KEY, KV_HINTS_KEY, HintError, Hints, parse_hints, validate_workflow_id
 from pbkv_contract.prediction import Predictor
 from pbkv_server.backends.book import WorkflowBook, predictor_or_none
+from pbkv_server.engine.policies.base import Policy
+from pbkv_server.engine.types import EngineRequest
 
 from .settings import PluginSettings
 
@@ -83,13 +90,14 @@ class SGLangWorkflowBook(WorkflowBook):
             ``pbkv-he`` degrades to the ``pbkv-lae`` order).
         clock: time source in seconds (tests pass a fake one).
         predict: ask the predictor for predictions (``False`` for policies that read no score).
+        policy: the eviction strategy's engine-core policy, whose lifecycle hooks this book feeds.
     """
 
     def __init__(self, settings: PluginSettings, predictor: Predictor | None = None, clock=time.monotonic,
-                 predict: bool = True):
+                 predict: bool = True, policy: Policy | None = None):
         if predictor is None:
             predictor = predictor_or_none(settings.predictor, settings.horizon)
-        super().__init__(settings.gamma, settings.horizon, predictor, settings.idle_retire_s, clock, predict)
+        super().__init__(settings.gamma, settings.horizon, predictor, settings.idle_retire_s, clock, predict, policy)
         self.settings = settings
 
     def begin_request(self, req: Any) -> Hints | None:
@@ -108,12 +116,25 @@ class SGLangWorkflowBook(WorkflowBook):
         if hints is None and reason is None:
             session = self._session_hints(req)
             if session is not None:
-                self.invocation(session)
+                self.invocation(session, request=self._engine_request(req, session))
                 self._kv_hints(req, session)
                 return session
-        hints = self.request(hints, reason)
+        hints = self.request(hints, reason, request=self._engine_request(req, hints))
         self._kv_hints(req, hints)
         return hints
+
+    def _engine_request(self, req: Any, hints: Hints | None) -> EngineRequest | None:
+        """``req`` as the policy's hooks see it (``None`` without hooks or without an ``rid``):
+        its id, hints, output budget, session and priority."""
+        rid = getattr(req, "rid", None)
+        if self.feed is None or rid is None:
+            return None
+        sid = getattr(req, "session_id", None)
+        priority = getattr(req, "priority", None)
+        max_new = getattr(getattr(req, "sampling_params", None), "max_new_tokens", None)
+        return EngineRequest(str(rid), (), (), max_new if isinstance(max_new, int) else 1, hints,
+                             session_id=sid if isinstance(sid, str) else None,
+                             priority=priority if isinstance(priority, int) else None)
 
     def _kv_hints(self, req: Any, hints: Hints | None) -> None:
         """Apply ``req``'s KV-hint envelope (module docstring); never raises."""

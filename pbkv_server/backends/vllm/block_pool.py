@@ -19,7 +19,8 @@ When the queue's front already holds enough blocks of kind 1 (the common case), 
 reordered and no policy is consulted. Block records (parent link, access tick, score record) are
 kept by :class:`~pbkv_server.backends.vllm.tree.BlockTree`: ``cache_full_blocks`` (which gets the
 request and all its blocks) records the request's chain and its agent; eviction, hash moves and a
-prefix-cache reset keep the records in step. Scores come from the engine core
+prefix-cache reset keep the records in step; a request whose blocks are recorded counts as
+admitted for the policy's lifecycle hooks (:meth:`~.workflows.VLLMRuntime.admitted`). Scores come from the engine core
 (:mod:`pbkv_server.engine.scoring`, :mod:`pbkv_server.engine.policies`): no eviction rule is
 written here.
 """
@@ -74,6 +75,7 @@ class PBKVBlockPool(BlockPool):
                 path.append(self.tree.add(blk.block_id, parent, block_size))
                 parent = blk.block_id
             self.tree.use(path, hints, tick)
+            self.pbkv.admitted(request, path)  # its blocks are allocated: vLLM scheduled it
         except Exception:  # bookkeeping must never fail a request
             log.exception("PBKV: block bookkeeping failed for request %s", getattr(request, "request_id", "?"))
 

@@ -10,7 +10,7 @@ The policy keeps one :class:`~pbkv_server.backends.vllm.tree.BlockTree` node per
 (key: vLLM's ``OffloadKey``), linked to the chunk before it in the request that stored or read it
 (``ReqContext`` offload-key positions give the prefix order), and evicts with
 :meth:`BlockTree.order <pbkv_server.backends.vllm.tree.BlockTree.order>`: the engine-core
-policy's order, leaves first. Hints and ticks of a request come from the process's
+policy's host drop order (``host_priority``), leaves first. Hints and ticks of a request come from the process's
 :class:`~pbkv_server.backends.vllm.workflows.VLLMRuntime` (the GPU pool and the PBKV connector saw
 the request first; the offload manager runs in the same scheduler process).
 
@@ -31,6 +31,8 @@ from typing import Any
 
 from vllm.v1.kv_offload.base import OffloadKey, ReqContext, get_offload_group_idx
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy, ChunkStatus
+
+from pbkv_server.engine.radix import HOST
 
 from .tree import BlockTree
 from .workflows import VLLMRuntime, runtime
@@ -62,7 +64,7 @@ class PBKVCachePolicy(CachePolicy):
     def __init__(self, cache_capacity: int, pbkv: VLLMRuntime | None = None) -> None:
         super().__init__(cache_capacity)
         self.pbkv = pbkv if pbkv is not None else runtime()
-        self.tree = BlockTree(self.pbkv.book, self.pbkv.policy)
+        self.tree = BlockTree(self.pbkv.book, self.pbkv.policy, HOST)
         self.chunks: dict[OffloadKey, ChunkStatus] = {}
         self._evictable: dict[OffloadKey, None] = {}  # insertion-ordered set: oldest first
 

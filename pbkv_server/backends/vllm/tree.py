@@ -10,7 +10,8 @@ the engine core with one unit per block.
 
 :meth:`BlockTree.order` is the victim order both PBKV tiers use: leaves first (a block that still
 has a cached child is not a candidate, so a parent never leaves before its children and every
-cached chain stays a prefix), lowest engine-core ``priority`` first. Scores come from the
+cached chain stays a prefix), lowest engine-core ``priority`` first on the GPU, lowest
+``host_priority`` first on the CPU tier (the engine core's host drop order). Scores come from the
 :class:`~pbkv_server.backends.book.WorkflowBook` (the engine core's score board); nothing here
 is an eviction rule of its own. Imports no vLLM.
 """
@@ -23,6 +24,7 @@ from typing import Any, Hashable, Iterable, Sequence
 from pbkv_contract.hints import Hints
 from pbkv_server.backends.book import WorkflowBook
 from pbkv_server.engine.policies.base import EvictionOrder
+from pbkv_server.engine.radix import DEVICE, HOST
 
 __all__ = ["BlockNode", "BlockTree"]
 
@@ -37,12 +39,14 @@ class BlockNode:
         sc: the engine-core score record (:class:`~pbkv_server.engine.scoring.NodeScore`) or None.
         parent: key of the parent block, or None (first block of a prompt, or parent gone).
         children: keys of the cached blocks whose parent this is.
+        tier: the engine core's tier of its pool (``DEVICE``: GPU blocks, ``HOST``: CPU chunks).
     """
 
-    __slots__ = ("key", "tokens", "last_access", "sc", "parent", "children")
+    __slots__ = ("key", "tokens", "last_access", "sc", "parent", "children", "tier")
 
-    def __init__(self, key: Hashable, tokens: int, parent: Hashable | None) -> None:
+    def __init__(self, key: Hashable, tokens: int, parent: Hashable | None, tier: int = DEVICE) -> None:
         self.key = key
+        self.tier = tier
         self.tokens = tokens
         self.last_access = 0.0
         self.sc = None
@@ -56,11 +60,14 @@ class BlockTree:
     Args:
         book: the process's workflow book (scores, workflows).
         policy: the engine-core policy whose ``priority`` orders victims.
+        tier: ``DEVICE`` (GPU pool: ``priority``) or ``HOST`` (CPU tier: ``host_priority``).
     """
 
-    def __init__(self, book: WorkflowBook, policy: EvictionOrder) -> None:
+    def __init__(self, book: WorkflowBook, policy: EvictionOrder, tier: int = DEVICE) -> None:
         self.book = book
         self.policy = policy
+        self.tier = tier
+        self._rank = policy.host_priority if tier == HOST else policy.priority
         self.nodes: dict[Hashable, BlockNode] = {}
 
     def __len__(self) -> int:
@@ -77,7 +84,7 @@ class BlockTree:
             return node
         if parent is not None and parent not in self.nodes:
             parent = None
-        node = self.nodes[key] = BlockNode(key, tokens, parent)
+        node = self.nodes[key] = BlockNode(key, tokens, parent, self.tier)
         if parent is not None:
             self.nodes[parent].children.add(key)
         return node
@@ -94,9 +101,11 @@ class BlockTree:
     def drop(self, key: Hashable) -> None:
         """``key`` left the cache: unlink it and forget its score record (children, if any, lose
         their parent link; they stay evictable)."""
-        node = self.nodes.pop(key, None)
+        node = self.nodes.get(key)
         if node is None:
             return
+        self.book.forget(node)  # the policy's on_drop sees it still linked, as in the engine core
+        del self.nodes[key]
         if node.parent is not None:
             parent = self.nodes.get(node.parent)
             if parent is not None:
@@ -105,7 +114,6 @@ class BlockTree:
             c = self.nodes.get(child)
             if c is not None:
                 c.parent = None
-        self.book.forget(node)
 
     def rekey(self, old: Hashable, new: Hashable) -> None:
         """The cache entry of ``old`` now lives in ``new`` (vLLM ``move_block_hashes``)."""
@@ -129,8 +137,8 @@ class BlockTree:
         self.nodes.clear()
 
     def priority(self, node: BlockNode) -> tuple:
-        """The engine-core policy's sort key of ``node`` (lowest leaves first)."""
-        return self.policy.priority(node)
+        """The engine-core policy's sort key of ``node`` on this tree's tier (lowest leaves first)."""
+        return self._rank(node)
 
     def order(self, candidates: Iterable[Hashable], n: int) -> list[Hashable]:
         """The first ``n`` victims among ``candidates`` (evictable keys, oldest first).
@@ -157,7 +165,7 @@ class BlockTree:
         for key in cands:
             node = nodes.get(key)
             if node is None:
-                node = BlockNode(key, 0, None)
+                node = BlockNode(key, 0, None, self.tier)
             left = len(node.children)
             if left:
                 pending[key] = left

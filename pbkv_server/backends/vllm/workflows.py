@@ -33,6 +33,13 @@ A request without PBKV hints that carries vLLM's own ``session_id`` (``Request.s
 field or ``X-Session-ID`` header) belongs to the workflow of that id
 (:meth:`~pbkv_server.engine.workflows.WorkflowTable.session_hints`). A malformed hint is counted,
 logged once, and the request is served anonymously.
+
+A policy with lifecycle hooks (``pbkv``: :mod:`pbkv_server.backends.lifecycle`) hears of each
+request's arrival (:meth:`VLLMRuntime.begin_request`, the connector's ``on_new_request``), its
+admission (:meth:`VLLMRuntime.admitted`: the connector's ``update_state_after_alloc``, or the
+block pool caching its blocks) and its finish (:meth:`VLLMRuntime.request_done`), named by its
+``request_id`` as an :class:`~pbkv_server.engine.types.EngineRequest` whose ``blocks`` are
+vLLM's block hashes.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from pbkv_contract.hints import (
 from pbkv_contract.prediction import Predictor
 from pbkv_server.backends.book import WorkflowBook, predictor_or_none
 from pbkv_server.engine.policies import make_policy
+from pbkv_server.engine.types import EngineRequest
 
 from .settings import PluginSettings, engine_policy_name
 
@@ -119,12 +127,14 @@ class VLLMRuntime:
             predictor = predictor_or_none(self.settings.predictor, self.settings.horizon)
         self.book = WorkflowBook(self.settings.gamma, self.settings.horizon, predictor,
                                  self.settings.idle_retire_s, clock,
-                                 predict=bool(self.policy.uses_predictions))
+                                 predict=bool(self.policy.uses_predictions), policy=self.policy)
         self.inbox = inbox
         self._ticks = itertools.count(1)
         #: Request id -> its own workflow, retired when the request finished (its final turn).
         self._end_after: dict[str, str] = {}
         self._requests: "OrderedDict[str, tuple[Hints | None, int]]" = OrderedDict()
+        #: Request id -> deepest block node it was seen to use (the ``end`` of its ``on_finish``).
+        self._ends: "OrderedDict[str, Any]" = OrderedDict()
 
     # ------------------------------------------------------------------ requests
     def begin_request(self, request: Any) -> tuple[Hints | None, int]:
@@ -139,10 +149,10 @@ class VLLMRuntime:
             hints, reason = hints_of_request(request)
             session = self._session_hints(request) if hints is None and reason is None else None
             if session is not None:
-                self.book.invocation(session)
+                self.book.invocation(session, request=self._engine_request(request, session))
                 hints = session
-            else:
-                hints = self.book.request(hints, reason)  # counts anonymous and malformed ones
+            else:  # counts anonymous and malformed ones
+                hints = self.book.request(hints, reason, request=self._engine_request(request, hints))
         except Exception:  # bookkeeping must never fail a request
             log.exception("PBKV: hint bookkeeping failed for request %s", rid)
             hints = None
@@ -153,6 +163,35 @@ class VLLMRuntime:
             if len(self._requests) > MAX_REMEMBERED_REQUESTS:
                 self._requests.popitem(last=False)
         return state
+
+    def _engine_request(self, request: Any, hints: Hints | None) -> EngineRequest | None:
+        """``request`` as the policy's hooks see it (``None`` without hooks or without an id)."""
+        rid = getattr(request, "request_id", None)
+        if self.book.feed is None or rid is None:
+            return None
+        blocks = tuple(getattr(request, "block_hashes", None) or ())
+        max_tokens = getattr(getattr(request, "sampling_params", None), "max_tokens", None)
+        sid = getattr(request, "session_id", None)
+        priority = getattr(request, "priority", None)
+        return EngineRequest(str(rid), blocks, (), max_tokens if isinstance(max_tokens, int) else 1, hints,
+                             session_id=sid if isinstance(sid, str) else None,
+                             priority=priority if isinstance(priority, int) else None)
+
+    def admitted(self, request: Any, path: Any = ()) -> None:
+        """vLLM scheduled ``request`` (its blocks are allocated; ``path``: its block nodes, root
+        first): the policy's ``on_admit``, first report only. Never raises."""
+        try:
+            rid = getattr(request, "request_id", None)
+            if rid is None:
+                return
+            if path:
+                self._ends[rid] = path[-1]
+                self._ends.move_to_end(rid)
+                if len(self._ends) > MAX_REMEMBERED_REQUESTS:
+                    self._ends.popitem(last=False)
+            self.book.admitted(str(rid), path)
+        except Exception:
+            log.exception("PBKV: admission bookkeeping failed for request %s", getattr(request, "request_id", "?"))
 
     def _kv_hints(self, request: Any, hints: Hints | None) -> None:
         """Apply the request's KV-hint envelope, if any (module docstring), through the backends'
@@ -197,8 +236,10 @@ class VLLMRuntime:
         self._requests.pop(request_id, None)
 
     def request_done(self, request_id: str) -> bool:
-        """The request finished (the connector's ``request_finished``): retire its workflow if its
-        envelope asked so (a demote/evict of its own trajectory). Returns whether one was retired."""
+        """The request finished (the connector's ``request_finished``): the policy's ``on_finish``,
+        then retire its workflow if its envelope asked so (a demote/evict of its own trajectory).
+        Returns whether one was retired."""
+        self.book.finished(str(request_id), self._ends.pop(request_id, None))
         workflow_id = self._end_after.pop(request_id, None)
         return workflow_id is not None and self.end_workflow(workflow_id, "completed")
 

@@ -171,11 +171,16 @@ class EvictionOrder(Protocol):
     """The narrow core every engine consumes: the order of evictable nodes and what they are worth.
 
     SGLang's eviction strategy is one ``get_priority`` (``backends/sglang/strategy.py`` forwards it
-    to :meth:`priority`); the SGLang prefetch scan and the vLLM block pool read these three only.
+    to :meth:`priority`, and for host leaves to :meth:`host_priority`); the SGLang prefetch scan
+    and the vLLM block pool and offload tier read these only. A policy's lifecycle hooks, where it
+    has them, are fed by the backends' book (``backends/lifecycle.py``).
     """
 
     def priority(self, node: NodeView) -> tuple:
         """Sort key of an evictable node; the smallest leaves first."""
+
+    def host_priority(self, node: NodeView) -> tuple:
+        """Sort key of a host-tier leaf; the smallest is dropped first."""
 
     def is_retired(self, node: NodeView) -> bool:
         """True if every workflow that touched the node has ended (its cache is free to take)."""
