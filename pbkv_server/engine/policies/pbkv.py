@@ -47,9 +47,11 @@ and their ages follow submission order.
 
 State kept per active workflow: its age (a sequence number from its first invocation), its
 waiting requests per agent and its next-use estimate, fed by :meth:`on_invocation`,
-:meth:`on_admit`, :meth:`on_finish` and :meth:`on_workflow_end`. A backend without those hooks
-(the SGLang plugin today) sees every workflow as equally old, nothing waiting and no estimate:
-the device order degrades to ``pbkv-paper``'s and the host order to score, then LRU.
+:meth:`on_admit`, :meth:`on_finish` and :meth:`on_workflow_end`. The SGLang plugin and the vLLM
+backend feed them from their schedulers (:mod:`pbkv_server.backends.lifecycle`; what they cannot
+feed: docs/sglang-plugin.md and docs/vllm-backend.md). A caller that fed none of them would see
+every workflow as equally old, nothing waiting and no estimate: the device order would degrade to
+``pbkv-paper``'s and the host order to score, then LRU.
 """
 
 from __future__ import annotations
