@@ -255,6 +255,14 @@ def test_record_keeps_the_trace_of_an_app_that_fails_after_its_llm_calls_and_pas
     assert "removed" not in _one_line(result.output)
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the child before exec: SIGINT delivered and at its default, as in a shell's foreground
+    job. A test process may hand its children SIGINT ignored or blocked (both survive exec; a
+    pytest-xdist worker after some libraries ran), and then no Ctrl-C would reach `record`."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _record_and_interrupt_twice(tmp_path, app_code: str) -> tuple[subprocess.CompletedProcess, Path, Path]:
     """Run ``pbkv-sdk record`` in its own process group; once the app is up, press Ctrl-C twice
     (SIGINT to the group). The second comes once ``record`` said it is waiting for the app and the
@@ -272,7 +280,8 @@ def _record_and_interrupt_twice(tmp_path, app_code: str) -> tuple[subprocess.Com
         return (tmp_path / "record.log").read_text()
 
     proc = subprocess.Popen([sys.executable, "-m", "pbkv_sdk.cli", "record", "--out", str(out), "--", sys.executable, "-c", code],
-                            start_new_session=True, stdout=log, stderr=subprocess.STDOUT, text=True)
+                            start_new_session=True, stdout=log, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         deadline = time.monotonic() + 20
         while not (ready.exists() and ready.read_text()) and time.monotonic() < deadline:
@@ -308,7 +317,10 @@ def test_record_interrupted_by_ctrl_c_twice_removes_its_empty_trace_once_the_app
 @pytest.mark.slow
 def test_record_interrupted_twice_keeps_the_trace_of_an_app_that_still_runs_and_says_so(tmp_path):
     result, out, ready = _record_and_interrupt_twice(tmp_path, "signal.signal(signal.SIGINT, signal.SIG_IGN)")
-    os.kill(int(ready.read_text()), signal.SIGKILL)  # the app ignored both
+    try:
+        os.kill(int(ready.read_text()), signal.SIGKILL)  # the app ignored both
+    except ProcessLookupError:
+        pytest.fail(f"the app ended before the test killed it: record waited for it ({result.returncode}): {result.stdout}")
     assert result.returncode == 130, result.stdout
     assert out.exists() and "the app is still running" in _one_line(result.stdout)
     assert "waiting for the app to finish writing its trace (Ctrl-C again to stop waiting)" in _one_line(result.stdout)
