@@ -559,14 +559,17 @@ class PrefixCache:
     def _evict_host(self, tokens: int) -> int:
         self.policy.settle()
         freed = 0
-        heap = self.heaps.host
+        heaps = self.heaps
         pins = self._pins
-        while freed < tokens and heap:
-            entry = heapq.heappop(heap)
+        # heaps.host is read afresh each pass: the re-filing below may rebuild it (EvictionHeaps
+        # compacts a heap into a new list), and a list held from before would miss the parents
+        # filed since and lose a held entry pushed back into it
+        while freed < tokens and heaps.host:
+            entry = heapq.heappop(heaps.host)
             if not host_valid(entry):
                 continue
             if pins is not None and pins.holds(entry[NODE]):
-                heapq.heappush(heap, entry)  # held nodes rank last: everything left is held
+                heapq.heappush(heaps.host, entry)  # held nodes rank last: everything left is held
                 break
             if pins is not None and not host_valid(entry):
                 continue  # an expired hold was cleared and the node re-filed: take it in order
