@@ -134,7 +134,7 @@ class PrefixCache:
         self._prefetches = policy.capability(Prefetching) is not None
         self._per_unit = bool(policy.unit_priority)
         self._selective_host = bool(policy.selective_host)
-        self.heaps = EvictionHeaps(self.tree, policy, self._prefetches)
+        self.heaps = EvictionHeaps(policy, self._prefetches)
         # bound once, shadowing the refresh() method: re-filing is on every policy's hot path
         self.refresh = self._refile = self.heaps.refile
         # robustness guard (guard.py): a ghost LRU at the same capacity, fed every admission; while
