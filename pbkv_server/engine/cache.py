@@ -598,8 +598,13 @@ class PrefixCache:
     @staticmethod
     def _tail_units(node: Node, need: int) -> int:
         toks = node.toks
+        n = len(toks)
+        # the usual case, a victim needed whole: the units after the first hold less than need
+        # (a unit holds >= 0 tokens), so the walk below would end at n; skip its O(units) loop
+        if need > node.tokens - toks[0]:
+            return n
         acc, m = 0, 0
-        while acc < need and m < len(toks):
+        while acc < need and m < n:
             m += 1
             acc += toks[-m]
         return m
