@@ -47,6 +47,7 @@ __all__ = ["HeapEntry", "EvictionHeaps", "device_valid", "host_valid", "prefetch
 KEY, SEQ, VER, NODE = 0, 1, 2, 3
 
 _push = heapq.heappush
+_pop = heapq.heappop
 
 #: A heap is rebuilt once it may hold more stale entries than this fraction of the valid entries
 #: it held at its last rebuild, plus :data:`STALE_SLACK` (module docstring: why it is small).
@@ -123,7 +124,14 @@ class EvictionHeaps:
 
     def refile(self, node: Node) -> None:
         """File ``node`` again under its current priority (and prefetch value), invalidating its
-        older entries; a node that cannot leave its tier now gets no victim entry. O(log n)."""
+        older entries; a node that cannot leave its tier now gets no victim entry. O(log n)
+        amortised.
+
+        Outdated entries on top of the heap pushed to (re-filed since, or out of the tree: they
+        can never be valid again) are popped here, by the re-filing that outdated them, rather
+        than all at once by the next eviction: a new prediction re-files the nodes that ranked
+        first, and their old entries sit on top. (The check on top is inline, not a helper: this
+        runs at every re-filing.)"""
         if not node.attached or node.parent is None:
             return
         if node.tier == DEVICE:
@@ -131,6 +139,10 @@ class EvictionHeaps:
                 node.ver += 1
                 heap = self.device
                 _push(heap, (self._policy.priority(node), next(self._seq), node.ver, node))
+                top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                while top[VER] != top[NODE].ver or not top[NODE].attached:
+                    _pop(heap)
+                    top = heap[0]
                 if len(heap) > self._dev_limit:
                     self.device = heap = _compact(heap, device_valid)
                     self._dev_limit = _rebuild_at(len(heap))
@@ -139,6 +151,10 @@ class EvictionHeaps:
                 node.ver += 1
                 heap = self.host
                 _push(heap, (self._policy.host_priority(node), next(self._seq), node.ver, node))
+                top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                while top[VER] != top[NODE].ver or not top[NODE].attached:
+                    _pop(heap)
+                    top = heap[0]
                 if len(heap) > self._host_limit:
                     self.host = heap = _compact(heap, host_valid)
                     self._host_limit = _rebuild_at(len(heap))
@@ -148,6 +164,10 @@ class EvictionHeaps:
                 if value > 0:
                     heap = self.prefetch
                     _push(heap, (-value, next(self._seq), node.pver, node))
+                    top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                    while top[VER] != top[NODE].pver or not top[NODE].attached:
+                        _pop(heap)
+                        top = heap[0]
                     if len(heap) > self._pf_limit:
                         self.prefetch = heap = _compact(heap, prefetch_valid)
                         self._pf_limit = _rebuild_at(len(heap))
