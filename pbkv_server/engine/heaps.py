@@ -8,16 +8,20 @@ nodes of equal priority leave oldest entry first, and the node itself is never c
 is lazy: re-filing a node bumps its version (``Node.ver`` for the victim heaps, ``Node.pver`` for
 the prefetch heap) and pushes a fresh entry; an entry whose version, tier, lock or children no
 longer match is dropped when it reaches the top (:meth:`EvictionHeaps.peek_device` and siblings),
-and a heap is rebuilt from its valid entries once its stale entries may outnumber a fraction
-(:data:`STALE_RATIO`) of the valid ones it held at its last rebuild (amortised O(1) per push).
+outdated entries on top of a heap are also popped by the re-filing that pushes to it
+(:meth:`EvictionHeaps.refile`), and a heap is rebuilt from its valid entries once its stale
+entries may outnumber (:data:`STALE_RATIO`) the valid ones it held at its last rebuild (amortised
+O(1) per push).
 
-Why a small fraction: stale entries that rank between two successive victims are all popped by
-the eviction call that takes the second, so the stale entries a heap may hold bound the work of
-one eviction call (``benchmarks/eviction_scaling.py --host`` shows the outlier a looser bound
-gave). Why the rebuild never changes a decision: an entry that is invalid now stays invalid
-(every change that would make its node a candidate again, an unlock, a tier move, the last
-device child or host child leaving, a split, re-files the node and so moves its version on), so
-dropping it early or late pops the valid entries in the same ``(key, seq)`` order.
+Why both: stale entries that rank between two successive victims are all popped by the eviction
+call that takes the second, so the stale entries a heap may hold bound the work of one eviction
+call (``benchmarks/eviction_scaling.py --host`` shows the outlier a looser bound gave), and the
+old entries of the nodes a new prediction moves off the top would otherwise all wait there for
+the next eviction. Why neither, nor when a rebuild runs, changes a decision: an entry that is
+invalid now stays invalid (every change that would make its node a candidate again, an unlock, a
+tier move, the last device child or host child leaving, a split, re-files the node and so moves
+its version on), so dropping it early or late pops the valid entries in the same ``(key, seq)``
+order.
 
 An entry is a plain tuple with the fields of :class:`HeapEntry`, read by the named indices
 :data:`KEY`, :data:`SEQ`, :data:`VER`, :data:`NODE`: CPython builds and indexes an exact tuple
@@ -50,8 +54,9 @@ _push = heapq.heappush
 _pop = heapq.heappop
 
 #: A heap is rebuilt once it may hold more stale entries than this fraction of the valid entries
-#: it held at its last rebuild, plus :data:`STALE_SLACK` (module docstring: why it is small).
-STALE_RATIO = 0.25
+#: it held at its last rebuild, plus :data:`STALE_SLACK` (module docstring: why it is bounded).
+#: A smaller fraction rebuilds more often for little gain once refile pops outdated tops.
+STALE_RATIO = 1.0
 #: Stale entries always allowed (a small heap is not rebuilt at every push).
 STALE_SLACK = 1024
 
