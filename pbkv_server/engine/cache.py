@@ -134,7 +134,7 @@ class PrefixCache:
         self._prefetches = policy.capability(Prefetching) is not None
         self._per_unit = bool(policy.unit_priority)
         self._selective_host = bool(policy.selective_host)
-        self.heaps = EvictionHeaps(self.tree, policy, self._prefetches)
+        self.heaps = EvictionHeaps(policy, self._prefetches)
         # bound once, shadowing the refresh() method: re-filing is on every policy's hot path
         self.refresh = self._refile = self.heaps.refile
         # robustness guard (guard.py): a ghost LRU at the same capacity, fed every admission; while
@@ -559,14 +559,17 @@ class PrefixCache:
     def _evict_host(self, tokens: int) -> int:
         self.policy.settle()
         freed = 0
-        heap = self.heaps.host
+        heaps = self.heaps
         pins = self._pins
-        while freed < tokens and heap:
-            entry = heapq.heappop(heap)
+        # heaps.host is read afresh each pass: the re-filing below may rebuild it (EvictionHeaps
+        # compacts a heap into a new list), and a list held from before would miss the parents
+        # filed since and lose a held entry pushed back into it
+        while freed < tokens and heaps.host:
+            entry = heapq.heappop(heaps.host)
             if not host_valid(entry):
                 continue
             if pins is not None and pins.holds(entry[NODE]):
-                heapq.heappush(heap, entry)  # held nodes rank last: everything left is held
+                heapq.heappush(heaps.host, entry)  # held nodes rank last: everything left is held
                 break
             if pins is not None and not host_valid(entry):
                 continue  # an expired hold was cleared and the node re-filed: take it in order
@@ -595,8 +598,13 @@ class PrefixCache:
     @staticmethod
     def _tail_units(node: Node, need: int) -> int:
         toks = node.toks
+        n = len(toks)
+        # the usual case, a victim needed whole: the units after the first hold less than need
+        # (a unit holds >= 0 tokens), so the walk below would end at n; skip its O(units) loop
+        if need > node.tokens - toks[0]:
+            return n
         acc, m = 0, 0
-        while acc < need and m < len(toks):
+        while acc < need and m < n:
             m += 1
             acc += toks[-m]
         return m

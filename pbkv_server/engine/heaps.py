@@ -8,7 +8,20 @@ nodes of equal priority leave oldest entry first, and the node itself is never c
 is lazy: re-filing a node bumps its version (``Node.ver`` for the victim heaps, ``Node.pver`` for
 the prefetch heap) and pushes a fresh entry; an entry whose version, tier, lock or children no
 longer match is dropped when it reaches the top (:meth:`EvictionHeaps.peek_device` and siblings),
-and a heap that grows past a few entries per node is rebuilt from its valid entries.
+outdated entries on top of a heap are also popped by the re-filing that pushes to it
+(:meth:`EvictionHeaps.refile`), and a heap is rebuilt from its valid entries once its stale
+entries may outnumber (:data:`STALE_RATIO`) the valid ones it held at its last rebuild (amortised
+O(1) per push).
+
+Why both: stale entries that rank between two successive victims are all popped by the eviction
+call that takes the second, so the stale entries a heap may hold bound the work of one eviction
+call (``benchmarks/eviction_scaling.py --host`` shows the outlier a looser bound gave), and the
+old entries of the nodes a new prediction moves off the top would otherwise all wait there for
+the next eviction. Why neither, nor when a rebuild runs, changes a decision: an entry that is
+invalid now stays invalid (every change that would make its node a candidate again, an unlock, a
+tier move, the last device child or host child leaving, a split, re-files the node and so moves
+its version on), so dropping it early or late pops the valid entries in the same ``(key, seq)``
+order.
 
 An entry is a plain tuple with the fields of :class:`HeapEntry`, read by the named indices
 :data:`KEY`, :data:`SEQ`, :data:`VER`, :data:`NODE`: CPython builds and indexes an exact tuple
@@ -27,7 +40,7 @@ import heapq
 import itertools
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
-from .radix import DEVICE, HOST, Node, RadixTree
+from .radix import DEVICE, HOST, Node
 
 if TYPE_CHECKING:
     from .policies.base import Policy
@@ -38,6 +51,14 @@ __all__ = ["HeapEntry", "EvictionHeaps", "device_valid", "host_valid", "prefetch
 KEY, SEQ, VER, NODE = 0, 1, 2, 3
 
 _push = heapq.heappush
+_pop = heapq.heappop
+
+#: A heap is rebuilt once it may hold more stale entries than this fraction of the valid entries
+#: it held at its last rebuild, plus :data:`STALE_SLACK` (module docstring: why it is bounded).
+#: A smaller fraction rebuilds more often for little gain once refile pops outdated tops.
+STALE_RATIO = 1.0
+#: Stale entries always allowed (a small heap is not rebuilt at every push).
+STALE_SLACK = 1024
 
 
 class HeapEntry(NamedTuple):
@@ -83,7 +104,6 @@ class EvictionHeaps:
     """Device-victim, host-victim and prefetch-candidate heaps of one cache, filed by one policy.
 
     Args:
-        tree: the cache's radix tree (its node count bounds the heaps' stale entries).
         policy: the policy whose orders the heaps keep.
         prefetches: keep the prefetch heap (the policy prefetches); otherwise it stays empty.
 
@@ -93,21 +113,30 @@ class EvictionHeaps:
             in order.
     """
 
-    __slots__ = ("device", "host", "prefetch", "_seq", "_tree", "_policy", "_prefetches", "_taken")
+    __slots__ = ("device", "host", "prefetch", "_seq", "_policy", "_prefetches", "_taken",
+                 "_dev_limit", "_host_limit", "_pf_limit")
 
-    def __init__(self, tree: RadixTree, policy: "Policy", prefetches: bool) -> None:
+    def __init__(self, policy: "Policy", prefetches: bool) -> None:
         self.device: list[tuple] = []
         self.host: list[tuple] = []
         self.prefetch: list[tuple] = []
         self._seq = itertools.count()
-        self._tree = tree
         self._policy = policy
         self._prefetches = prefetches
         self._taken: list[tuple] = []  # entries of the candidates a prefetch round holds, in order
+        # each heap's length that triggers its next rebuild (_rebuild_at of its last valid count)
+        self._dev_limit = self._host_limit = self._pf_limit = _rebuild_at(0)
 
     def refile(self, node: Node) -> None:
         """File ``node`` again under its current priority (and prefetch value), invalidating its
-        older entries; a node that cannot leave its tier now gets no victim entry. O(log n)."""
+        older entries; a node that cannot leave its tier now gets no victim entry. O(log n)
+        amortised.
+
+        Outdated entries on top of the heap pushed to (re-filed since, or out of the tree: they
+        can never be valid again) are popped here, by the re-filing that outdated them, rather
+        than all at once by the next eviction: a new prediction re-files the nodes that ranked
+        first, and their old entries sit on top. (The check on top is inline, not a helper: this
+        runs at every re-filing.)"""
         if not node.attached or node.parent is None:
             return
         if node.tier == DEVICE:
@@ -115,27 +144,43 @@ class EvictionHeaps:
                 node.ver += 1
                 heap = self.device
                 _push(heap, (self._policy.priority(node), next(self._seq), node.ver, node))
-                if len(heap) > self._limit():
-                    self.device = _compact(heap, device_valid)
+                top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                while top[VER] != top[NODE].ver or not top[NODE].attached:
+                    _pop(heap)
+                    top = heap[0]
+                if len(heap) > self._dev_limit:
+                    self.device = heap = _compact(heap, device_valid)
+                    self._dev_limit = _rebuild_at(len(heap))
         else:
             if node.lock == 0 and not node.children:
                 node.ver += 1
                 heap = self.host
                 _push(heap, (self._policy.host_priority(node), next(self._seq), node.ver, node))
-                if len(heap) > self._limit():
-                    self.host = _compact(heap, host_valid)
+                top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                while top[VER] != top[NODE].ver or not top[NODE].attached:
+                    _pop(heap)
+                    top = heap[0]
+                if len(heap) > self._host_limit:
+                    self.host = heap = _compact(heap, host_valid)
+                    self._host_limit = _rebuild_at(len(heap))
             if self._prefetches and node.parent.tier == DEVICE:
                 value = self._policy.prefetch_value(node)
                 node.pver += 1  # invalidates an entry holding an outdated (maybe now zero) value
                 if value > 0:
                     heap = self.prefetch
                     _push(heap, (-value, next(self._seq), node.pver, node))
-                    if len(heap) > self._limit():
-                        self.prefetch = _compact(heap, prefetch_valid)
+                    top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                    while top[VER] != top[NODE].pver or not top[NODE].attached:
+                        _pop(heap)
+                        top = heap[0]
+                    if len(heap) > self._pf_limit:
+                        self.prefetch = heap = _compact(heap, prefetch_valid)
+                        self._pf_limit = _rebuild_at(len(heap))
 
     def clear_victims(self) -> None:
         """Forget every victim entry (the policy's order changed: the caller re-files every node)."""
         self.device, self.host = [], []
+        self._dev_limit = self._host_limit = _rebuild_at(0)
 
     # The peeks repeat the lazy-deletion loop inline rather than share a helper: they run once per
     # victim taken, and a shared helper would add a call to every eviction.
@@ -191,9 +236,12 @@ class EvictionHeaps:
                     break
         self._taken.clear()
 
-    def _limit(self) -> int:
-        # stale entries may pile up to a few per node before a rebuild: amortised O(1) per push
-        return 4 * self._tree.n_nodes + 4096
+
+def _rebuild_at(valid: int) -> int:
+    """Heap length at which a heap rebuilt with ``valid`` entries is rebuilt again: after at least
+    ``STALE_RATIO * valid + STALE_SLACK`` more pushes, so a rebuild (O(length)) costs O(1 /
+    STALE_RATIO) per push, and the heap holds at most that many entries beyond ``valid``."""
+    return valid + int(STALE_RATIO * valid) + STALE_SLACK
 
 
 def _compact(heap: list, valid: Callable[[tuple], bool]) -> list:

@@ -126,3 +126,15 @@ def test_run_round_stops_at_its_limits():
     assert _run(sizes, 1000, _Room(1000), max_loads=16)[1].loads == 16
     assert _run(sizes, 1000, _Room(1000), max_examined=10)[1].examined == 10
     assert _run(sizes, 3, _Room(1000))[1].loads == 3  # bandwidth used up
+
+
+def test_tail_units_take_the_fewest_last_units_that_hold_the_need():
+    from types import SimpleNamespace
+
+    def units(toks, need):
+        return PrefixCache._tail_units(SimpleNamespace(toks=toks, tokens=sum(toks)), need)
+
+    # toks 4, 3, 2 from the top: the tail 2 holds 2, 3+2 holds 5, all three hold 9
+    assert [units([4, 3, 2], need) for need in (1, 2, 3, 5, 6, 9, 100)] == [1, 1, 2, 2, 3, 3, 3]
+    # zero-token units at the top: the 5-token tail alone holds 5; 6 needs (and gets) the whole node
+    assert units([0, 0, 5], 5) == 1 and units([0, 0, 5], 6) == 3
