@@ -44,6 +44,9 @@ CELLS = {
     "swe-24k-h1": ("runs/swe_autogen/test.jsonl", "a6000-qwen3-14b", 32, 24_000, 1.0),
     "swe-12k-h1": ("runs/swe_autogen/test.jsonl", "a6000-qwen3-14b", 32, 12_000, 1.0),
     "finance-8k-h1": ("runs/finance_crewai/test.jsonl", "a6000-qwen3-14b", 32, 8_000, 1.0),
+    # the regime study's synthetic cells (C=16, f=0.25, no host tier: device = A + 0.25 W)
+    "codegen40-199k-h0": ("synth:codegen:40:1", "h100-qwen2.5-32b", 16, 198_536, 0.0),
+    "research60-99k-h0": ("synth:research:60:1", "h100-qwen2.5-32b", 16, 99_074, 0.0),
 }
 LRU, PBKV, OPT = BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY
 DEVICE, HOST, ORDER = ISOLATES["device order"], ISOLATES["host order"], ISOLATES["own order"]

@@ -51,13 +51,19 @@ class BackendCache:
     Args:
         board: the backend book's score board (``board.records(workflow)`` -> node records).
         clock: the book's clock, seconds.
+
+    Attributes:
+        host_capacity: the backend's host-tier capacity in its own unit (0: none, until the backend
+            reports its tier: SGLang's HiCache, vLLM's CPU offload tier); ``pbkv``'s device order
+            depends on whether there is one (its rule 6).
     """
 
-    __slots__ = ("board", "_clock")
+    __slots__ = ("board", "_clock", "host_capacity")
 
     def __init__(self, board: ScoreBoard, clock: Callable[[], float]) -> None:
         self.board = board
         self._clock = clock
+        self.host_capacity = 0
 
     @property
     def now(self) -> float:

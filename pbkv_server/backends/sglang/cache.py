@@ -52,8 +52,19 @@ class PBKVRadixCache(UnifiedRadixCache):
             raise TypeError(
                 f"PBKVRadixCache needs tree core backend {TREE_CORE_NAME!r}, got {type(self.tree_core).__name__} "
                 "(set params.tree_core_backend, or use --radix-cache-backend pbkv)")
+        policy_cache = getattr(getattr(self.tree_core.eviction_strategy, "engine_policy", None), "cache", None)
+        if policy_cache is not None and hasattr(policy_cache, "host_capacity"):
+            policy_cache.host_capacity = self._host_tokens()
         log.info("PBKV radix cache ready: policy strategy %s, prefetch %s",
                  type(self.tree_core.eviction_strategy).__name__, self.prefetch_enabled)
+
+    def _host_tokens(self) -> int:
+        """HiCache's host-tier size in tokens, 1 if HiCache is on but reports no size, 0 if it is
+        off (no ``cache_controller``); the policy's device order depends on it (``pbkv``'s rule 6)."""
+        if getattr(self, "cache_controller", None) is None:
+            return 0
+        size = getattr(getattr(self, "token_to_kv_pool_host", None), "size", None)
+        return size if isinstance(size, int) and size > 0 else 1
 
     # ------------------------------------------------------------------ public API
     @property

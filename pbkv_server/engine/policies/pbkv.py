@@ -5,7 +5,7 @@ expected discounted number of uses in the next K invocations. Where the reusable
 exceeds device + host, every active workflow's cache has a similar score, ties fall to LRU, and
 the cache thrashes: each workflow loses its history just before it comes back (LRU on a cyclic
 pattern). The offline reference `opt` instead keeps some workflows whole. This rule keeps the hierarchy
-(finished private cache first, guard fallback to LRU) and changes five things
+(finished private cache first, guard fallback to LRU) and changes six things
 (``docs/design/memory-short-policy.md``):
 
 1. **Stable resident set.** Active cache that the predictor still expects to be used (score at
@@ -33,6 +33,13 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    only workflows that touched the node. On the device it ranks with the oldest active
    workflow's cache (score 0, then LRU) instead of first; finished private cache still leaves
    first, and the host order keeps retired cache first.
+6. **Without a host tier, the device ranks by score.** Rule 1 pays where a host tier catches the
+   device's victims and ranks them by next use (rule 3); with no host tier every device victim
+   is lost, and ordering by workflow age then discards cache whose score says it is used sooner
+   (synth-research host 0: 1.17x LRU with rule 1, 1.24x by score). Active cache then ranks by
+   score, then LRU (``he``'s order), a waiting request's cache above it (rule 2), shared retired
+   cache as :data:`SHARED_RETIRED_USES` expected uses (rule 5). The cache's ``host_capacity``
+   decides (0: no tier); a policy with no cache keeps rules 1-5.
 
 Under the guard's fallback both tiers rank as in ``lae`` (retired first, then LRU), every device
 victim is written to the host (no selective host) and nothing is prefetched, so the fallback is
@@ -68,6 +75,10 @@ from .pbkv_paper import PBKVPaperPolicy
 #: Lookahead score below which active cache counts as not expected within the horizon (expected
 #: discounted uses, PBKV Eq. 2: a 5% chance of one use); such cache leaves before the resident set.
 LOW_SCORE = 0.05
+#: Expected uses (PBKV Eq. 2 units) that rank shared retired cache on a device without a host tier
+#: (rule 6): the next workflow that reaches the prefix uses it once; Eq. 2 cannot count that
+#: workflow, which has not touched the node yet.
+SHARED_RETIRED_USES = 1.0
 #: Session ages kept before stale ones are swept (see :meth:`PBKVPolicy._turn_age`): the sweep
 #: runs only when the dict exceeds this and twice the sessions the engine keeps.
 SESSION_SWEEP_MIN = 64
@@ -78,7 +89,8 @@ class PBKVPolicy(PBKVPaperPolicy):
     """Finished private ``(0, 0, ...)``, unlikely ``(1, -inf, score, t)``, resident set ``(1, -age,
     score, t)``, shared retired ``(1, -oldest active age, 0, t)``, waiting requests' cache ``(2,
     -age, score, t)`` (in fallback: retired ``(0, ...)``, then LRU); host order: retired ``(0, ...)``, active
-    ``(1, -estimated next use, score, t)``."""
+    ``(1, -estimated next use, score, t)``. Without a host tier (rule 6) the device's active cache
+    is ``(1, 0, score, t)``, waiting ``(2, 0, score, t)``, shared retired ``(1, 0, 1.0, t)``."""
 
     summary = ("pbkv-paper + stable resident set (youngest workflow first), waiting requests' cache kept, "
                "host drops the farthest estimated next use, selective host")
@@ -107,6 +119,9 @@ class PBKVPolicy(PBKVPaperPolicy):
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
+        cache = self.cache
+        if cache is not None and not cache.host_capacity:
+            return self._priority_no_host(node)
         sc = node.sc
         if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
             # rule 5: shared retired cache ranks with the oldest active workflow's
@@ -114,17 +129,37 @@ class PBKVPolicy(PBKVPaperPolicy):
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
-        age = self._age
-        keeper = min(age.get(w, math.inf) for w in sc.access)
-        wait = self._wait
-        if wait:
-            for w, agents in sc.access.items():
-                ws = wait.get(w)
-                if ws is not None and any(a in agents for a in ws):
-                    return (2, -keeper, sc.score, node.last_access)
+        keeper = min(self._age.get(w, math.inf) for w in sc.access)
+        if self._wait and self._waiting(sc):
+            return (2, -keeper, sc.score, node.last_access)
         if sc.score < LOW_SCORE:
             return (1, -math.inf, sc.score, node.last_access)
         return (1, -keeper, sc.score, node.last_access)
+
+    def _priority_no_host(self, node) -> tuple:
+        """Device order without a host tier (rule 6): every device victim is lost, so active cache
+        ranks by its lookahead score (``he``'s order) instead of by workflow age; a waiting
+        request's cache still ranks above it (rule 2), and shared retired cache counts as one
+        expected use (rule 5 in score units: the next workflow that reaches the prefix uses it)."""
+        sc = node.sc
+        if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
+            return (1, 0.0, SHARED_RETIRED_USES, node.last_access)
+        shared = self._shared_rank(node)
+        if shared is not None:
+            return shared
+        if self._wait and self._waiting(sc):
+            return (2, 0.0, sc.score, node.last_access)
+        return (1, 0.0, sc.score, node.last_access)
+
+    def _waiting(self, sc) -> bool:
+        """True if a request of a (workflow, agent) that touched the node is submitted and not yet
+        admitted (rule 2)."""
+        wait = self._wait
+        for w, agents in sc.access.items():
+            ws = wait.get(w)
+            if ws is not None and any(a in agents for a in ws):
+                return True
+        return False
 
     def host_priority(self, node) -> tuple:
         """Host drop order: retired first, then active cache whose estimated next use

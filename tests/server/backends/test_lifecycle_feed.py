@@ -129,10 +129,13 @@ def test_splits_and_drops_reach_the_policy_while_the_node_keeps_its_record():
 
 def test_pbkv_sees_workflow_ages_and_waiting_requests_through_the_book():
     """Both nodes score alike and the younger workflow's is the more recent: LRU (and
-    ``pbkv-paper``) would evict the older one first, ``pbkv`` evicts the younger workflow's cache
-    first, and ranks a waiting request's cache above both, as in the engine core."""
+    ``pbkv-paper``) would evict the older one first, ``pbkv`` with a host tier evicts the younger
+    workflow's cache first, and ranks a waiting request's cache above both, as in the engine core.
+    Until the backend reports a host tier the book's cache has none, and ``pbkv`` ranks by score,
+    then LRU (its rule 6)."""
     policy = make_policy("pbkv", None)
     book = WorkflowBook(0.7, 3, _PlanNext(), policy=policy)
+    assert policy.cache.host_capacity == 0
     old, young = _Node(1.0), _Node(2.0)
     a, b = Hints("wfA", "plan", 0), Hints("wfB", "plan", 0)
     book.request(a, None, request=_req("ra", a))
@@ -142,6 +145,9 @@ def test_pbkv_sees_workflow_ages_and_waiting_requests_through_the_book():
     book.admitted("rb")
     book.touch([young], b)
     assert old.sc.score == young.sc.score == 1.0 + 0.7 + 0.49
+    assert policy.priority(young) == (1, 0.0, young.sc.score, 2.0)  # no host tier: score, then LRU
+    assert policy.priority(old) == (1, 0.0, old.sc.score, 1.0)
+    policy.cache.host_capacity = 1000  # as the SGLang and vLLM backends set it when a host tier exists
     assert policy.priority(young) == (1, -1, young.sc.score, 2.0)  # wfB's age: 1
     assert policy.priority(old) == (1, 0, old.sc.score, 1.0)  # wfA's age: 0
     a1 = Hints("wfA", "plan", 1)

@@ -15,18 +15,21 @@ from .engine_helpers import TablePredictor, chain, device_keys, host_keys, make_
 TABLE = {w: [{"a": 1.0}] * 3 for w in ("w1", "w2", "w3")}
 
 
-def _cycle(policy: str):
-    """Device 50. Three workflows of one agent, each with a 20-token history [Wi.1 Wi.2], take
-    turns twice: w1 w2 w3 w1 w2 w3, one request at a time.
+def _cycle(policy: str, host: int):
+    """Device 50, host ``host``. Three workflows of one agent, each with a 20-token history
+    [Wi.1 Wi.2], take turns twice: w1 w2 w3 w1 w2 w3, one request at a time.
 
     Round 1 fills 40 tokens; w3 needs 21 with 10 free, so one 20-token history must go. All three
-    score alike, so pbkv-paper breaks the tie by LRU like lru and evicts w1; pbkv keeps its stable
-    set (the oldest workflows) and evicts the youngest cached workflow, w2.
-    Round 2, lru/pbkv-paper: every turn misses (the cyclic pattern: each workflow's history left
-    just before its turn). pbkv: w1 hits 20 (cached, 10 free cover its reservation); w2 misses
-    and evicts w3 (younger than w1); w3 misses and evicts w2. Device hits: 0 vs 20 of 120 tokens.
+    score alike, so pbkv-paper breaks the tie by LRU like lru and evicts w1; pbkv with a host tier
+    keeps its stable set (the oldest workflows) and evicts the youngest cached workflow, w2.
+    Round 2, lru/pbkv-paper: every turn misses the device (the cyclic pattern: each workflow's
+    history left just before its turn). pbkv: w1 hits 20 (cached, 10 free cover its reservation);
+    w2 misses and evicts w3 (younger than w1); w3 misses and evicts w2. Device hits: 0 vs 20 of 120
+    tokens. With host 1000 every victim is written to the host and each device miss of round 2 is
+    a host hit (lru 60, pbkv 40). With no host tier pbkv ranks by score, then LRU (rule 6), so on
+    these equal scores it evicts as lru does.
     """
-    eng = make_engine(policy, device=50, predictor=TablePredictor(TABLE))
+    eng = make_engine(policy, device=50, host=host, predictor=TablePredictor(TABLE))
     for step in (0, 1):
         for w in ("w1", "w2", "w3"):
             eng.submit(request(f"{w}.{step}", [f"{w}.1", f"{w}.2"], hints=Hints(w, "a", step, "app")))
@@ -34,13 +37,41 @@ def _cycle(policy: str):
     return eng
 
 
-@pytest.mark.parametrize("policy,hits,kept", [("lru", 0, ("w2", "w3")), ("pbkv-paper", 0, ("w2", "w3")),
-                                              ("pbkv", 20, ("w1", "w3"))])
-def test_stable_set_beats_lru_ties_when_histories_do_not_fit(policy, hits, kept):
-    eng = _cycle(policy)
-    assert eng.stats.device_hit_tokens == hits
+@pytest.mark.parametrize("policy,host,hits,host_hits,kept", [
+    ("lru", 1000, 0, 60, ("w2", "w3")), ("pbkv-paper", 1000, 0, 60, ("w2", "w3")),
+    ("pbkv", 1000, 20, 40, ("w1", "w3")),
+    ("lru", 0, 0, 0, ("w2", "w3")), ("pbkv", 0, 0, 0, ("w2", "w3"))])
+def test_stable_set_beats_lru_ties_when_histories_do_not_fit(policy, host, hits, host_hits, kept):
+    eng = _cycle(policy, host)
+    assert (eng.stats.device_hit_tokens, eng.stats.host_hit_tokens) == (hits, host_hits)
     assert eng.stats.prompt_tokens == 120
     assert device_keys(eng) == {k for w in kept for k in chain([f"{w}.1", f"{w}.2"])}
+
+
+def test_without_a_host_tier_the_higher_score_stays_on_the_device():
+    """Rule 6. Device 60. w1 (older) caches [A1 A2]; its next agent is "a" with probability 0.3,
+    so that cache scores 0.3 x (1 + 0.7 + 0.49) = 0.657 (above LOW_SCORE). Younger w2 caches
+    [B1 B2] with "a" certain (score 2.19). An anonymous [R1 R2 R3] then needs 31 tokens with 20
+    free: one 20-token history must go. With no host tier pbkv evicts the lower score, w1's
+    [A1 A2], and w2's next request hits its 20 tokens on the device. With a host tier (1000)
+    rule 1 evicts the younger workflow's [B1 B2] to the host instead: w2's request hits them
+    there (host hit 20, device hit 0) and [A1 A2] stays on the device."""
+    table = {"w1": [{"a": 0.3, "b": 0.7}] * 3, "w2": [{"a": 1.0}] * 3}
+    got = {}
+    for host in (0, 1000):
+        eng = make_engine("pbkv", device=60, host=host, predictor=TablePredictor(table))
+        eng.submit(request("w1.0", ["A1", "A2"], hints=Hints("w1", "a", 0, "app")))
+        run(eng)
+        eng.submit(request("w2.0", ["B1", "B2"], hints=Hints("w2", "a", 0, "app")))
+        run(eng)
+        eng.submit(request("r", ["R1", "R2", "R3"]))
+        run(eng)
+        a_kept = set(chain(["A1", "A2"])) <= device_keys(eng)
+        before = (eng.stats.device_hit_tokens, eng.stats.host_hit_tokens)
+        eng.submit(request("w2.1", ["B1", "B2"], hints=Hints("w2", "a", 1, "app")))
+        run(eng)
+        got[host] = (eng.stats.device_hit_tokens - before[0], eng.stats.host_hit_tokens - before[1], a_kept)
+    assert got == {0: (20, 0, False), 1000: (0, 20, True)}
 
 
 def test_waiting_requests_cache_outranks_a_higher_score():
@@ -129,33 +160,48 @@ def test_host_keeps_the_leaf_whose_next_use_is_estimated_sooner():
     assert eng.stats.host_hit_tokens - before == 20
 
 
+def _shared_retired(policy: str, host: int, w3_next: dict) -> tuple[int, int]:
+    """Device 60, host ``host``. Active w0 (oldest) caches [O1] (10); two-step w1 and w2 both use
+    [S1 S2] (20) and end: S is retired but shared (two workflows used it), not finished private.
+    Active w3 (youngest, next agents ``w3_next``) caches [Y1 Y2] (20). An anonymous [N1 N2] needs
+    21 with 10 free, so one 20-token leaf goes. A new workflow w4 whose prompt starts with
+    [S1 S2] then runs; returns its (device, host) hit tokens."""
+    table = {"w0": [{"a": 1.0}] * 3, "w3": [w3_next] * 3}
+    eng = make_engine(policy, device=60, host=host, predictor=TablePredictor(table))
+    eng.submit(request("w0.0", ["O1"], hints=Hints("w0", "a", 0, "app")))
+    run(eng)
+    for w in ("w1", "w2"):
+        for step in (0, 1):
+            eng.submit(request(f"{w}.{step}", ["S1", "S2"], hints=Hints(w, "a", step, "app")))
+            run(eng)
+        eng.end_workflow(w)
+    shared = next(n for n in eng.cache.tree.nodes() if n.keys and n.keys[-1] == chain(["S1", "S2"])[-1])
+    assert shared.sc.retired and not shared.sc.finished_private
+    eng.submit(request("w3.0", ["Y1", "Y2"], hints=Hints("w3", "a", 0, "app")))
+    run(eng)
+    eng.submit(request("n", ["N1", "N2"]))
+    run(eng)
+    assert set(chain(["O1"])) <= device_keys(eng)  # the oldest workflow's cache stays in every case
+    before = (eng.stats.device_hit_tokens, eng.stats.host_hit_tokens)
+    eng.submit(request("w4.0", ["S1", "S2", "X1"], hints=Hints("w4", "a", 0, "app")))
+    run(eng)
+    return eng.stats.device_hit_tokens - before[0], eng.stats.host_hit_tokens - before[1]
+
+
 def test_shared_retired_cache_ranks_with_the_oldest_workflows():
-    """Device 60. Active w0 (oldest) caches [O1] (10); two-step w1 and w2 both use [S1 S2] (20)
-    and end: S is retired but shared (two workflows used it), not finished private. Active w3
-    (youngest) caches [Y1 Y2] (20). An anonymous [N1 N2] needs 21 with 10 free, so one 20-token
-    leaf goes. pbkv-paper evicts the retired S; pbkv ranks S with the oldest active workflow's
-    cache (score 0, below w0's own) and evicts w3's [Y1 Y2], the youngest. A new workflow w4
-    whose prompt starts with [S1 S2] then hits 20 under pbkv, 0 under pbkv-paper."""
-    table = {w: [{"a": 1.0}] * 3 for w in ("w0", "w3")}
-    hits = {}
-    for policy in ("pbkv-paper", "pbkv"):
-        eng = make_engine(policy, device=60, predictor=TablePredictor(table))
-        eng.submit(request("w0.0", ["O1"], hints=Hints("w0", "a", 0, "app")))
-        run(eng)
-        for w in ("w1", "w2"):
-            for step in (0, 1):
-                eng.submit(request(f"{w}.{step}", ["S1", "S2"], hints=Hints(w, "a", step, "app")))
-                run(eng)
-            eng.end_workflow(w)
-        shared = next(n for n in eng.cache.tree.nodes() if n.keys and n.keys[-1] == chain(["S1", "S2"])[-1])
-        assert shared.sc.retired and not shared.sc.finished_private
-        eng.submit(request("w3.0", ["Y1", "Y2"], hints=Hints("w3", "a", 0, "app")))
-        run(eng)
-        eng.submit(request("n", ["N1", "N2"]))
-        run(eng)
-        assert set(chain(["O1"])) <= device_keys(eng)  # the oldest workflow's cache stays under both
-        before = eng.stats.device_hit_tokens
-        eng.submit(request("w4.0", ["S1", "S2", "X1"], hints=Hints("w4", "a", 0, "app")))
-        run(eng)
-        hits[policy] = eng.stats.device_hit_tokens - before
-    assert hits == {"pbkv-paper": 0, "pbkv": 20}
+    """Rule 5, with a host tier (1000). pbkv-paper evicts the retired S to the host; pbkv ranks S
+    with the oldest active workflow's cache (score 0, below w0's own) and evicts w3's [Y1 Y2],
+    the youngest. w4 then hits S on the host under pbkv-paper, on the device under pbkv."""
+    certain = {"a": 1.0}
+    assert _shared_retired("pbkv-paper", 1000, certain) == (0, 20)
+    assert _shared_retired("pbkv", 1000, certain) == (20, 0)
+
+
+def test_without_a_host_tier_shared_retired_cache_counts_as_one_use():
+    """Rules 5 and 6, no host tier. S ranks as one expected use against w3's score: w3's [Y1 Y2]
+    with "a" certain scores 1 + 0.7 + 0.49 = 2.19 > 1, so S goes and w4 misses; with "a" at 0.3
+    it scores 0.657 < 1, so Y goes and w4 hits S. ``he`` evicts retired S first either way."""
+    certain, unlikely = {"a": 1.0}, {"a": 0.3, "b": 0.7}
+    assert _shared_retired("pbkv", 0, certain) == (0, 0)
+    assert _shared_retired("pbkv", 0, unlikely) == (20, 0)
+    assert _shared_retired("he", 0, unlikely) == (0, 0)
