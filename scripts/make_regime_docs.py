@@ -177,7 +177,7 @@ def _cells(rows: list[dict]) -> str:
     if not rows:
         return "none"
     return "; ".join(f"C={r['concurrency']} f={r['device_fraction']:g} host {r['host_ratio']:g}x "
-                     f"({_f(r['speedup'])}, {_f(r['capture'], 2, '')}, opt {_f(r['opt_speedup'])})" for r in rows)
+                     f"({_f(r['speedup'])}, {_f(r['capture'], 3, '')}, opt {_f(r['opt_speedup'])})" for r in rows)
 
 
 def _slug(label: str) -> str:

@@ -260,5 +260,5 @@ def _cell_list(rows) -> str:
     if not rows:
         return "none"
     return "; ".join(f"C={r['concurrency']} f={r['device_fraction']:g} host {r['host_ratio']:g}x "
-                     f"({_num(r['speedup'], 3)}x, capture {_num(r['capture'], 2)}, opt {_num(r['opt_speedup'], 3)}x)"
+                     f"({_num(r['speedup'], 3)}x, capture {_num(r['capture'], 3)}, opt {_num(r['opt_speedup'], 3)}x)"
                      for r in rows)
