@@ -97,10 +97,11 @@ def test_end_route_retires_the_workflow(pbkv_server):
     # LRU: the 8 most recent prompts.
     ("lru", list(range(16, 24))),
     # pbkv: every arrival past 8 evicts the oldest ended workflow while one is held; from the 16th
-    # on none is, and the youngest running workflow's cache goes (its stable resident set: 15, then
-    # 16 once ended, 17, ...), so the 7 oldest running workflows and the last one stay, as in the
-    # engine core's pbkv on the same requests.
-    ("pbkv", [*range(1, 14, 2), 23]),
+    # on none is. The server has no HiCache, so the running workflows' cache leaves by score, then
+    # LRU (pbkv's rule 6; their scores are equal): the 8 most recent running workflows stay, as in
+    # the engine core's pbkv on the same requests with no host tier. (With a host tier the engine
+    # keeps its stable resident set instead: 1, 3, ..., 13 and the last, 23.)
+    ("pbkv", list(range(9, 24, 2))),
 ])
 def test_ended_workflows_go_first_under_pressure_while_lru_keeps_the_most_recent(live_servers, policy, kept):
     server = live_servers(policy)

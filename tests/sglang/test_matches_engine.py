@@ -42,14 +42,15 @@ AGES = [
 WAITING = [([4, 5, 6, 13], ("wfB", "plan", 2))]
 
 
-def _engine_order(policy, ops=OPS, ended=ENDED, waiting=()):
+def _engine_order(policy, ops=OPS, ended=ENDED, waiting=(), host=0):
     from pbkv_contract.hints import Hints
     from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, HardwareProfile
 
     profile = HardwareProfile(name="test", description="unit test", source="made up", prefill_tokens_per_s=1e3,
                               decode_base_s=0.01, decode_per_seq_s=0.001, pcie_bytes_per_s=1e9,
                               kv_bytes_per_token=1000, device_kv_tokens=1000, host_kv_tokens=0)
-    engine = Engine(EngineConfig(profile=profile, policy=policy, predictor=TablePredictor(), gamma=0.7, horizon=3))
+    engine = Engine(EngineConfig(profile=profile, policy=policy, predictor=TablePredictor(), gamma=0.7, horizon=3,
+                                 host_tokens=host))
     for i, (tokens, hint) in enumerate(ops):
         hints = Hints(hint[0], hint[1], hint[2], "t") if hint else None
         engine.submit(EngineRequest(f"r{i}", tokens, [1] * len(tokens), 1, hints))
@@ -60,6 +61,9 @@ def _engine_order(policy, ops=OPS, ended=ENDED, waiting=()):
         engine.end_workflow(wf)
     for i, (tokens, hint) in enumerate(waiting):  # submitted, never stepped: they wait
         engine.submit(EngineRequest(f"w{i}", tokens, [1] * len(tokens), 1, Hints(hint[0], hint[1], hint[2], "t")))
+    # their predictions, as the next step applies them before admitting anything (the plugin
+    # predicts at arrival)
+    engine.workflows.flush()
     order = []
     while (node := engine.cache.peek_victim()) is not None:
         order.append(node.keys[0])
@@ -71,8 +75,13 @@ def _hint(hint):
     return {"workflow_id": hint[0], "agent": hint[1], "step": hint[2], "app": "t"} if hint else None
 
 
-def _sglang_order(harness, policy, ops=OPS, ended=ENDED, waiting=()):
+def _sglang_order(harness, policy, ops=OPS, ended=ENDED, waiting=(), host=False):
     h = harness(policy, kv_tokens=256)
+    policy_cache = getattr(h.cache.tree_core.eviction_strategy.engine_policy, "cache", None)
+    if policy_cache is not None:
+        assert policy_cache.host_capacity == 0  # the harness has no HiCache, and the cache reported none
+        if host:
+            policy_cache.host_capacity = 1  # what PBKVRadixCache reports when HiCache is on
     h.cache.book.predictor = TablePredictor()
     for tokens, hint in ops:
         h.serve(tokens, _hint(hint))
@@ -101,12 +110,34 @@ def test_orders_differ_from_plain_lru(harness):
     assert h.eviction_order() != _sglang_order(harness, "pbkv-he")
 
 
-@pytest.mark.parametrize("waiting, expected", [((), [9, 8, 4, 7, 1]), (WAITING, [9, 8, 7, 1, 4])])
-def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, waiting, expected):
+# pbkv-paper's order (score, then LRU): with the waiting request wfB is predicted from ``plan``,
+# so its [8] (0.789) outranks wfA's [1] (0.710), and its [4,5,6] (1.230) goes last.
+PAPER = {False: [9, 7, 8, 1, 4], True: [9, 7, 1, 8, 4]}  # key: a request waits
+
+
+@pytest.mark.parametrize("host, waiting, expected", [
+    (True, (), [9, 8, 4, 7, 1]), (True, WAITING, [9, 8, 7, 1, 4]),
+    (False, (), PAPER[False]), (False, WAITING, PAPER[True])])
+def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, host, waiting, expected):
     """``pbkv``'s lifecycle state (ages from invocations, waiting requests from arrival and
     admission) is fed inside SGLang: the plugin evicts in the engine core's ``pbkv`` order, on a
-    trace where that order is not ``pbkv-paper``'s."""
-    engine = _engine_order("pbkv", AGES, [], waiting)
+    trace where that order is not ``pbkv-paper``'s. That needs a host tier (HiCache); without one
+    ``pbkv`` ranks by score, then LRU (its rule 6), which is ``pbkv-paper``'s order on this trace,
+    the waiting request's cache [4,5,6] last."""
+    engine = _engine_order("pbkv", AGES, [], waiting, host=1000 if host else 0)
     assert engine == expected  # by hand: module comments of AGES and WAITING
-    assert _engine_order("pbkv-paper", AGES, [], waiting) == [9, 7, 8, 1, 4]
-    assert _sglang_order(harness, "pbkv", AGES, [], waiting) == engine
+    assert _engine_order("pbkv-paper", AGES, [], waiting) == PAPER[bool(waiting)]
+    assert _sglang_order(harness, "pbkv", AGES, [], waiting, host=host) == engine
+
+
+def test_the_radix_cache_reports_hicaches_host_pool():
+    """What ``PBKVRadixCache`` tells ``pbkv`` of the host tier (its rule 6 reads only whether there
+    is one): HiCache's host pool size, 1 if HiCache is on without a size, 0 without HiCache."""
+    from types import SimpleNamespace
+
+    from pbkv_server.backends.sglang.cache import PBKVRadixCache
+
+    tokens = PBKVRadixCache._host_tokens
+    assert tokens(SimpleNamespace(cache_controller=object(), token_to_kv_pool_host=SimpleNamespace(size=4096))) == 4096
+    assert tokens(SimpleNamespace(cache_controller=object())) == 1
+    assert tokens(SimpleNamespace(cache_controller=None, token_to_kv_pool_host=SimpleNamespace(size=4096))) == 0

@@ -45,7 +45,7 @@ AGES = [
 WAITING = [([4, 5, 6, 13], ("wfB", "plan", 2))]
 
 
-def _engine_order(policy, ops=OPS, ended=ENDED, waiting=()):
+def _engine_order(policy, ops=OPS, ended=ENDED, waiting=(), host=0):
     from pbkv_contract.hints import Hints
     from pbkv_server.engine import Engine, EngineConfig, EngineRequest, Finished, HardwareProfile
 
@@ -53,7 +53,7 @@ def _engine_order(policy, ops=OPS, ended=ENDED, waiting=()):
                               decode_base_s=0.01, decode_per_seq_s=0.001, pcie_bytes_per_s=1e9,
                               kv_bytes_per_token=1000, device_kv_tokens=10_000, host_kv_tokens=0)
     engine = Engine(EngineConfig(profile=profile, policy=policy, predictor=TablePredictor(), gamma=0.7, horizon=3,
-                                 page_size=BLOCK))
+                                 page_size=BLOCK, host_tokens=host))
     for i, (labels, hint) in enumerate(ops):
         hints = Hints(hint[0], hint[1], hint[2], "t") if hint else None
         blocks = [*labels, ("tail", i)]
@@ -66,6 +66,9 @@ def _engine_order(policy, ops=OPS, ended=ENDED, waiting=()):
     for i, (labels, hint) in enumerate(waiting):  # submitted, never stepped: they wait
         engine.submit(EngineRequest(f"w{i}", [*labels, ("wtail", i)], [BLOCK] * len(labels) + [TAIL], 1,
                                     Hints(hint[0], hint[1], hint[2], "t")))
+    # their predictions, as the next step applies them before admitting anything (the plugin
+    # predicts at arrival)
+    engine.workflows.flush()
     order = []
     while (node := engine.cache.peek_victim()) is not None:
         order += [key[0] for key in reversed(node.keys)]  # page key: (block label, offset)
@@ -77,8 +80,13 @@ def _hint(hint):
     return {"workflow_id": hint[0], "agent": hint[1], "step": hint[2], "app": "t"} if hint else None
 
 
-def _vllm_order(harness, policy, ops=OPS, ended=ENDED, waiting=()):
+def _vllm_order(harness, policy, ops=OPS, ended=ENDED, waiting=(), host=False):
     h = harness(policy, num_blocks=64, predictor=TablePredictor())
+    policy_cache = getattr(h.runtime.policy, "cache", None)
+    if policy_cache is not None:
+        assert policy_cache.host_capacity == 0  # no CPU offload tier was built
+        if host:
+            policy_cache.host_capacity = 1  # what PBKVCachePolicy reports when vLLM builds the tier
     for labels, hint in ops:
         h.serve(block_tokens(labels, tail=TAIL), _hint(hint))
     for wf in ended:
@@ -106,13 +114,20 @@ def test_orders_differ_from_vllm_lru(harness):
     assert h.eviction_order() != _vllm_order(harness, "pbkv-he")
 
 
-@pytest.mark.parametrize("waiting, expected", [((), [10, 9, 8, 6, 5, 4, 7, 3, 2, 1]),
-                                               (WAITING, [10, 9, 8, 7, 3, 2, 1, 6, 5, 4])])
-def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, waiting, expected):
+# pbkv-paper's order (score, then LRU): with the waiting request wfB is predicted from ``plan``,
+# so its [8] (0.789) outranks wfA's [1,2,3] (0.710), and its [4,5,6] (1.230) goes last.
+PAPER = {False: [10, 9, 7, 8, 3, 2, 1, 6, 5, 4], True: [10, 9, 7, 3, 2, 1, 8, 6, 5, 4]}  # key: a request waits
+
+
+@pytest.mark.parametrize("host, waiting, expected", [
+    (True, (), [10, 9, 8, 6, 5, 4, 7, 3, 2, 1]), (True, WAITING, [10, 9, 8, 7, 3, 2, 1, 6, 5, 4]),
+    (False, (), PAPER[False]), (False, WAITING, PAPER[True])])
+def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, host, waiting, expected):
     """``pbkv``'s lifecycle state (ages from invocations, waiting requests from arrival and
     admission) is fed inside vLLM: the block pool evicts in the engine core's ``pbkv`` order, on a
-    trace where that order is not ``pbkv-paper``'s."""
-    engine = _engine_order("pbkv", AGES, [], waiting)
+    trace where that order is not ``pbkv-paper``'s. That needs a host tier (the CPU offload tier);
+    without one ``pbkv`` ranks by score, then LRU (its rule 6), ``pbkv-paper``'s order here."""
+    engine = _engine_order("pbkv", AGES, [], waiting, host=1000 if host else 0)
     assert engine == expected  # by hand: module comments of AGES and WAITING
-    assert _engine_order("pbkv-paper", AGES, [], waiting) == [10, 9, 7, 8, 3, 2, 1, 6, 5, 4]
-    assert _vllm_order(harness, "pbkv", AGES, [], waiting) == engine
+    assert _engine_order("pbkv-paper", AGES, [], waiting) == PAPER[bool(waiting)]
+    assert _vllm_order(harness, "pbkv", AGES, [], waiting, host=host) == engine

@@ -129,3 +129,15 @@ def test_an_impossible_eviction_changes_nothing():
     assert policy.evict(2, set()) is None and policy.evict(1, {_key("k")}) is None
     assert policy.get(_key("k")) is chunk
     assert policy.evict(1, set()) == [(_key("k"), chunk)] and policy.get(_key("k")) is None
+
+
+def test_the_cpu_tier_tells_pbkv_it_exists():
+    """``pbkv`` orders the GPU by workflow age only with a host tier (its rule 6): the runtime's
+    policy sees none until vLLM builds the CPU offload tier, whose policy then reports its size."""
+    from pbkv_server.backends.vllm.offload_policy import PBKVCachePolicy
+    from pbkv_server.backends.vllm.workflows import VLLMRuntime
+
+    runtime = VLLMRuntime("pbkv", predictor=TablePredictor())
+    assert runtime.policy.cache.host_capacity == 0
+    PBKVCachePolicy(16, pbkv=runtime)
+    assert runtime.policy.cache.host_capacity == 16
