@@ -92,8 +92,9 @@ class PBKVPolicy(PBKVPaperPolicy):
     ``(1, -estimated next use, score, t)``. Without a host tier (rule 6) the device's active cache
     is ``(1, 0, score, t)``, waiting ``(2, 0, score, t)``, shared retired ``(1, 0, 1.0, t)``."""
 
-    summary = ("pbkv-paper + stable resident set (youngest workflow first), waiting requests' cache kept, "
-               "host drops the farthest estimated next use, selective host")
+    summary = ("pbkv-paper + stable resident set with a host tier (youngest workflow first; score order "
+               "without one), waiting requests' cache kept, host drops the farthest estimated next use, "
+               "selective host")
     sglang_name = "pbkv"
 
     # rule 4; the cache applies it only while the predicted order runs (in the guard's fallback
