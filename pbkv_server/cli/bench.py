@@ -19,10 +19,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
-import math
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -31,9 +31,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pbkv_contract.extras import missing_module_line
 from pbkv_contract.files import output_problem, shared_output
+from pbkv_server.cli.bench_settings import AdviseSettings, ReplaySettings
+from pbkv_server.cli.settings import command
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE
 from pbkv_server.sim.study.cli import study_app
-from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
+from pbkv_server.predictors.torch_threads import limit_torch_threads
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
 console = Console()
@@ -101,44 +103,8 @@ def synth(
     console.print(f"wrote {n_wf} workflows, {n_inv} invocations to {out}")
 
 
-@app.command()
-def replay(
-    ctx: typer.Context,
-    trace: Path = typer.Argument(..., help="trace file (JSONL, v1)"),
-    policy: Optional[str] = typer.Option(
-        None, help="policy name or comma-separated list (default: every policy replay can run; "
-                   "see pbkv-bench policies)"),
-    predictor: str = typer.Option(
-        "markov", help="oracle | uniform | markov | noise:LAMBDA | PATH (a trained model; it must be for the "
-                       "trace's app when the trace holds one app)"),
-    concurrency: int = typer.Option(32, help="most workflows in flight (closed loop)"),
-    profile: str = typer.Option(DEFAULT_PROFILE, help="hardware profile (pbkv-bench profiles)"),
-    device_tokens: Optional[int] = typer.Option(None, help="device KV capacity in tokens (default: the profile's)"),
-    host_ratio: Optional[float] = typer.Option(
-        None, help="host KV tier = RATIO x device capacity, 0 = no host tier (default: 1, the PBKV paper's setup, "
-                   "SGLang HiCache with HICACHE_RATIO=1, as pbkv-bench study)"),
-    host_tokens: Optional[int] = typer.Option(None, help="host KV capacity in tokens (wins over --host-ratio)"),
-    horizon: int = typer.Option(3, help="prediction horizon K"),
-    gamma: float = typer.Option(0.7, help="score decay gamma"),
-    rho: float = typer.Option(0.1, help="pbkv-aggressive displacement share of device capacity"),
-    page_size: Optional[int] = typer.Option(
-        None, help="KV page size in tokens (SGLang --page-size; the live server uses 1); default: the "
-                   "trace's blocks are the cache units"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="write {policy: metrics} here"),
-    plot: Optional[Path] = typer.Option(None, help="write the hit-rate-over-time chart here (PNG)"),
-    timeline_bins: int = typer.Option(40, help="bins of the hit-rate timeline"),
-    gap: bool = typer.Option(
-        True, help="also replay the baseline and the offline reference when not listed, for 'gap closed' "
-                   "only (not added to the table or JSON); --no-gap: gap closed is '-' unless both are listed"),
-    threads: int = typer.Option(DEFAULT_TORCH_THREADS, help="torch CPU threads for a trained model"),
-    replicas: int = typer.Option(1, help="replicas behind a router, each its own engine and device "
-                                         "(--concurrency is the whole cluster's; online policies only)"),
-    router: str = typer.Option("affinity", help="with --replicas: affinity (consistent hashing of the workflow id), "
-                                                "round-robin (per request) or cache-aware (SMG's)"),
-    lru_guard: bool = typer.Option(
-        True, help="robustness guard of he/pbkv/pbkv-aggressive: LRU order while a ghost LRU would hit more "
-                   "(--no-lru-guard: always the predicted order)"),
-) -> None:
+@command(app, ReplaySettings)
+def replay(ctx: typer.Context, s: ReplaySettings) -> None:
     """Replay a trace under each policy; print tables, optionally write JSON and a plot.
 
     Per policy (:mod:`pbkv_server.sim.measures`): device hit rate, "device-hit gap closed" =
@@ -148,42 +114,65 @@ def replay(
     is replayed too (unless ``--no-gap``), for the scales only. A replay that cannot show a
     difference between policies says so in one line.
     """
-    from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace
+    from pbkv_server.sim.report import plot_timelines, write_json
+
+    plan = _replay_plan(s)  # every check before the first replay: one line and exit 2 each
+    saved_threads = limit_torch_threads(s.threads, [s.predictor])  # before a trained model loads
+    if saved_threads is not None:  # in-process callers (tests, notebooks) get their setting back
+        ctx.call_on_close(lambda: limit_torch_threads(saved_threads))
+    _load_replay_inputs(s, plan)
+    results, replayed = _replay_policies(s, plan)
+    _print_replay(s, plan, results, replayed)
+    _write_outputs(s.json_out, s.plot, lambda path: write_json(path, results),
+                   lambda path: plot_timelines(path, results, plan.title))
+
+
+@dataclass
+class _ReplayPlan:
+    """What :func:`replay` checked and derived before the first replay, and what it read."""
+
+    policies: list[str]
+    scale_only: list[str]
+    hw: Any
+    host: int
+    gap: bool
+    records: list = field(default_factory=list)
+    workload: Any = None
+    trace_app: str | None = None
+    title: str = ""
+
+
+def _replay_plan(s: ReplaySettings) -> _ReplayPlan:
+    """The checks of ``replay``'s options, in order; each failure is one line and exit 2."""
     from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
-    from pbkv_server.predictors import make_predictor
-    from pbkv_server.sim.measures import (CAPTURE_NOTE, add_measures, host_value, no_difference_verdict,
-                                          trace_block_tokens)
     from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile, host_tokens_for
-    from pbkv_server.sim.report import (add_gap_closed, breakdown_table, latency_table, plot_timelines, results_table,
-                                        write_json)
-    from pbkv_server.sim.cluster import ROUTERS, cluster_line
-    from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, SimulationError, load_workload, simulate
+    from pbkv_server.sim.cluster import ROUTERS
 
     known = available_policies(REPLAY)
-    policies = known if policy is None else [p.strip() for p in policy.split(",") if p.strip()]
+    policies = known if s.policy is None else [p.strip() for p in s.policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in known]
     if not policies or unknown:
         raise _fail(f"unknown policy {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
-    if concurrency < 1:
+    if s.concurrency < 1:
         raise _fail("--concurrency must be >= 1")
     try:
-        hw = get_profile(profile)
+        hw = get_profile(s.profile)
     except KeyError as exc:
         raise _fail(exc.args[0]) from None
     # The engine checks its settings when its config is made (EngineConfig): make one now, so a bad
     # value fails before the first policy runs, in the option's name.
     try:
-        ReplayConfig(policies[0], hw, device_tokens=device_tokens, host_tokens=host_tokens, horizon=horizon,
-                     gamma=gamma, rho=rho, page_size=page_size, lru_guard=lru_guard).engine_config()
+        _replay_config(s, policies[0], hw, s.host_tokens).engine_config()
     except ValueError as exc:
         raise _fail(_as_option(str(exc))) from None
-    if timeline_bins < 1:
+    if s.timeline_bins < 1:
         raise _fail("--timeline-bins must be >= 1")
-    if threads < 1:
+    if s.threads < 1:
         raise _fail("--threads must be >= 1")
-    if replicas < 1 or router not in ROUTERS:
+    if s.replicas < 1 or s.router not in ROUTERS:
         raise _fail(f"--replicas must be >= 1 and --router one of {', '.join(ROUTERS)}")
-    if replicas > 1:  # offline references need one engine's future: no gap closed on a cluster
+    gap = s.gap
+    if s.replicas > 1:  # offline references need one engine's future: no gap closed on a cluster
         offline = [p for p in policies if policy_info(p).offline]
         if offline:
             raise _fail(f"{', '.join(offline)}: offline references cannot run with --replicas")
@@ -191,61 +180,97 @@ def replay(
     # gap closed needs both ends of the scale: replay the missing ones too, after the listed ones
     scale_only = [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if gap and p not in policies and p in known]
     # Check outputs before the runs: a bad path must not cost a whole study.
-    _check_outputs(trace, json_out, plot)
+    _check_outputs(s.trace, s.json_out, s.plot)
     try:
         # one default host tier for replay and study (PAPER_HOST_RATIO), with or without --device-tokens
-        host = host_tokens_for(hw, device_tokens, host_tokens,
-                               PAPER_HOST_RATIO if host_ratio is None and host_tokens is None else host_ratio)
+        ratio = PAPER_HOST_RATIO if s.host_ratio is None and s.host_tokens is None else s.host_ratio
+        host = host_tokens_for(hw, s.device_tokens, s.host_tokens, ratio)
     except ValueError as exc:
         raise _fail(f"--host-ratio: {exc}") from None
-    saved_threads = limit_torch_threads(threads, [predictor])  # before a trained model loads
-    if saved_threads is not None:  # in-process callers (tests, notebooks) get their setting back
-        ctx.call_on_close(lambda: limit_torch_threads(saved_threads))
+    return _ReplayPlan(policies, scale_only, hw, host, gap)
+
+
+def _replay_config(s: ReplaySettings, policy: str, hw: Any, host_tokens: int | None) -> Any:
+    from pbkv_server.sim.simulator import ReplayConfig
+
+    return ReplayConfig(policy, hw, device_tokens=s.device_tokens, host_tokens=host_tokens, horizon=s.horizon,
+                        gamma=s.gamma, rho=s.rho, page_size=s.page_size, lru_guard=s.lru_guard)
+
+
+def _load_replay_inputs(s: ReplaySettings, plan: _ReplayPlan) -> None:
+    """Read the trace into ``plan`` and check the predictor spec and the plot's extra, before any run."""
+    from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace
+    from pbkv_server.predictors import make_predictor
+    from pbkv_server.sim.simulator import load_workload
+
     try:
-        if plot is not None:  # before the runs: a missing plotting extra fails at once, not after them
+        if s.plot is not None:  # before the runs: a missing plotting extra fails at once, not after them
             importlib.import_module("matplotlib")
-        records = read_trace(trace)
-        workload = load_workload(records)
+        plan.records = read_trace(s.trace)
+        plan.workload = load_workload(plan.records)
         # A trained model must belong to the trace's app (when it holds one): a model for another
         # app would silently predict uniform distributions for every query.
-        apps = {rec.app for rec in records if isinstance(rec, InvocationRecord)}
-        trace_app = next(iter(apps)) if len(apps) == 1 else None
-        make_predictor(predictor, horizon, records, app=trace_app)  # validate the spec before the first run
+        apps = {rec.app for rec in plan.records if isinstance(rec, InvocationRecord)}
+        plan.trace_app = next(iter(apps)) if len(apps) == 1 else None
+        make_predictor(s.predictor, s.horizon, plan.records, app=plan.trace_app)  # the spec, before the first run
     except (TraceFormatError, OSError, ValueError, ImportError) as exc:
         raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None
+
+
+def _replay_policies(s: ReplaySettings, plan: _ReplayPlan) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Replay every listed policy, then the scale-only ones; ``(listed results, all replayed)``,
+    each ``{policy: summary}`` with the gap-closed and latency measures added to the listed ones."""
+    from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY
+    from pbkv_server.predictors import make_predictor
+    from pbkv_server.sim.measures import add_measures, host_value
+    from pbkv_server.sim.report import add_gap_closed
+    from pbkv_server.sim.simulator import ReplayOptions, SimulationError, simulate
 
     results, scale = {}, {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as progress:
-        for name in policies + scale_only:
-            label = f"{name} (gap)" if name in scale_only else name
-            task = progress.add_task(f"{label:16s}", total=len(workload.units))
-            config = ReplayConfig(name, hw, device_tokens=device_tokens, host_tokens=host, horizon=horizon, gamma=gamma,
-                                  rho=rho, page_size=page_size, lru_guard=lru_guard)
+        for name in plan.policies + plan.scale_only:
+            label = f"{name} (gap)" if name in plan.scale_only else name
+            task = progress.add_task(f"{label:16s}", total=len(plan.workload.units))
             options = ReplayOptions(
-                concurrency=concurrency, timeline_bins=timeline_bins,
-                predictor_factory=lambda: make_predictor(predictor, horizon, records, app=trace_app),
+                concurrency=s.concurrency, timeline_bins=s.timeline_bins,
+                predictor_factory=lambda: make_predictor(s.predictor, s.horizon, plan.records, app=plan.trace_app),
                 on_workflow_end=lambda done, task=task: progress.update(task, completed=done))
             try:
                 # one replica replays on one engine (no router), as a single server
-                result = simulate(workload, config, options, replicas=replicas, router=router if replicas > 1 else None)
+                result = simulate(plan.workload, _replay_config(s, name, plan.hw, plan.host), options,
+                                  replicas=s.replicas, router=s.router if s.replicas > 1 else None)
             except (SimulationError, ValueError) as exc:
                 raise _fail(f"{name}: {exc}") from None
             device, host_size = result.engine.cache.device_capacity, result.engine.cache.host_capacity
-            result.summary.update(predictor=predictor, profile=hw.name, concurrency=concurrency,
-                                  device_tokens=device, host_tokens=host_size, host_ratio=host_size / device, page_size=page_size)
-            (scale if name in scale_only else results)[name] = result.summary
+            result.summary.update(predictor=s.predictor, profile=plan.hw.name, concurrency=s.concurrency,
+                                  device_tokens=device, host_tokens=host_size, host_ratio=host_size / device,
+                                  page_size=s.page_size)
+            (scale if name in plan.scale_only else results)[name] = result.summary
     replayed = {**results, **scale}
     ends = {p: (replayed.get(p) or {}).get("hit_rate") for p in (BASELINE_POLICY, REFERENCE_POLICY)}
     add_gap_closed(results, BASELINE_POLICY, ends[BASELINE_POLICY], REFERENCE_POLICY, ends[REFERENCE_POLICY])
-    add_measures(results, replayed.get(BASELINE_POLICY), replayed.get(REFERENCE_POLICY), host_value(hw))
-    first = results[policies[0]]
+    add_measures(results, replayed.get(BASELINE_POLICY), replayed.get(REFERENCE_POLICY), host_value(plan.hw))
+    return results, replayed
+
+
+def _print_replay(s: ReplaySettings, plan: _ReplayPlan, results: dict[str, dict], replayed: dict[str, dict]) -> None:
+    """The three tables, the no-difference line and the cluster lines; sets ``plan.title`` (the plot's)."""
+    from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY
+    from pbkv_server.sim.cluster import cluster_line
+    from pbkv_server.sim.measures import CAPTURE_NOTE, no_difference_verdict, trace_block_tokens
+    from pbkv_server.sim.report import breakdown_table, latency_table, results_table
+
+    hw, workload = plan.hw, plan.workload
+    ends = {p: (replayed.get(p) or {}).get("hit_rate") for p in (BASELINE_POLICY, REFERENCE_POLICY)}
+    first = results[plan.policies[0]]
     tier = (f"device {first['device_tokens']} tok, host {first['host_tokens']} tok ({first['host_ratio']:.3g}x)")
-    title = (f"{trace.name}: {workload.workflow_count} workflows, {workload.invocations} invocations, "
-             f"predictor {predictor}, C={concurrency}, {hw.name}, {tier}; device-hit gap closed: 0 = {BASELINE_POLICY} "
-             f"{_rate(ends[BASELINE_POLICY])}, 1 = {REFERENCE_POLICY} {_rate(ends[REFERENCE_POLICY])}")
-    if replicas > 1:
-        title += f"; {replicas} replicas ({first['device_tokens']} device tok each), router {router}"
+    title = (f"{s.trace.name}: {workload.workflow_count} workflows, {workload.invocations} invocations, "
+             f"predictor {s.predictor}, C={s.concurrency}, {hw.name}, {tier}; device-hit gap closed: 0 = "
+             f"{BASELINE_POLICY} {_rate(ends[BASELINE_POLICY])}, 1 = {REFERENCE_POLICY} {_rate(ends[REFERENCE_POLICY])}")
+    if s.replicas > 1:
+        title += f"; {s.replicas} replicas ({first['device_tokens']} device tok each), router {s.router}"
+    plan.title = title
     saved_note = (f"prefill saved = device hits + {first['host_value']:.3f} x host hits, share of prompt tokens "
                   f"(a host hit saves 1 - load/prefill time of a token under {hw.name})")
     console.print(results_table(results, title, caption=saved_note))
@@ -253,76 +278,61 @@ def replay(
     console.print(latency_table(results, f"latency (simulated seconds), {tier}; {speedup}", caption=CAPTURE_NOTE))
     console.print(breakdown_table(results, f"where the mean workflow latency goes (simulated seconds), {tier}; "
                                            f"{speedup}"))
-    verdict = no_difference_verdict(replayed, BASELINE_POLICY, trace_block_tokens(records),
+    verdict = no_difference_verdict(replayed, BASELINE_POLICY, trace_block_tokens(plan.records),
                                     first["device_tokens"], first["host_tokens"])
     if verdict is not None:
         console.print(f"[bold]{escape(verdict)}[/]", highlight=False, soft_wrap=True)
-    for name in results if replicas > 1 else ():
+    for name in results if s.replicas > 1 else ():
         console.print(cluster_line(name, results[name]), highlight=False)
+
+
+def _write_outputs(json_out: Path | None, plot: Path | None, write_json_to: Callable[[Path], None],
+                   plot_to: Callable[[Path], None]) -> None:
+    """Write the ``--json`` and ``--plot`` files that were asked for, saying so; an OS error is one line."""
     try:
         if json_out is not None:
-            write_json(json_out, results)
+            write_json_to(json_out)
             console.print(f"wrote {json_out}")
         if plot is not None:
-            plot_timelines(plot, results, title)
+            plot_to(plot)
             console.print(f"wrote {plot}")
     except OSError as exc:
         raise _fail(f"cannot write the results: {exc}") from None
 
 
-@app.command()
-def advise(
-    trace: Path = typer.Argument(..., help="a recorded trace (JSONL, v1)"),
-    profile: Optional[str] = typer.Option(None, help=f"hardware profile (pbkv-bench profiles; default {DEFAULT_PROFILE} "
-                                                     "unless --gpu-memory is given)"),
-    gpu_memory: Optional[float] = typer.Option(None, "--gpu-memory", help="memory of each GPU in GiB (H100 80GB: "
-                                                                          "79.6); with --model, instead of --profile"),
-    model: Optional[str] = typer.Option(None, help="with --gpu-memory: qwen3-14b, qwen3-32b or qwen2.5-32b"),
-    tp: int = typer.Option(1, help="with --gpu-memory: GPUs serving the model (tensor parallel)"),
-    gpu: str = typer.Option("h100", help="with --gpu-memory: whose speeds (h100 or a6000)"),
-    concurrency: int = typer.Option(32, help="workflows (sessions) in flight"),
-    host_ratio: float = typer.Option(1.0, help="host KV tier = RATIO x device (default 1: the PBKV paper's setup)"),
-    predictor: str = typer.Option("markov", help="predictor of he/pbkv (as for replay)"),
-    plot: Optional[Path] = typer.Option(None, help="write the figure here (PNG)"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="write the figures here"),
-) -> None:
+@command(app, AdviseSettings)
+def advise(ctx: typer.Context, s: AdviseSettings) -> None:
     """Say whether PBKV pays on this trace and hardware: working set, capacity, regime, every
     policy's speedup over LRU (L_lru / L_policy) and the offline reference's, and one verdict line."""
     import json as _json
 
     from pbkv_contract.trace import TraceFormatError, read_trace
-    from pbkv_server.sim.advise import advice_lines, advise as run_advise, custom_profile, plot_advice
     from pbkv_server.hardware.profiles import get_profile
+    from pbkv_server.sim.advise import advice_lines, advise as run_advise, custom_profile, plot_advice
     from pbkv_server.sim.simulator import SimulationError
 
-    if (gpu_memory is None) != (model is None):
+    if (s.gpu_memory is None) != (s.model is None):
         raise _fail("--gpu-memory and --model go together")
-    if gpu_memory is not None and profile is not None:
+    if s.gpu_memory is not None and s.profile is not None:
         raise _fail("give --profile or --gpu-memory/--model, not both")
-    if concurrency < 1 or tp < 1:
+    if s.concurrency < 1 or s.tp < 1:
         raise _fail("--concurrency and --tp must be >= 1")
-    _check_outputs(trace, json_out, plot)
+    _check_outputs(s.trace, s.json_out, s.plot)
     try:
-        hw = custom_profile(gpu_memory, model, tp, gpu) if gpu_memory is not None else get_profile(profile or DEFAULT_PROFILE)
+        hw = (custom_profile(s.gpu_memory, s.model, s.tp, s.gpu) if s.gpu_memory is not None
+              else get_profile(s.profile or DEFAULT_PROFILE))
     except (KeyError, ValueError) as exc:
         raise _fail(exc.args[0]) from None
     try:
-        records = read_trace(trace)
-        advice = run_advise(records, hw, concurrency=concurrency, host_ratio=host_ratio, predictor=predictor,
+        records = read_trace(s.trace)
+        advice = run_advise(records, hw, concurrency=s.concurrency, host_ratio=s.host_ratio, predictor=s.predictor,
                             progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))
     except (TraceFormatError, OSError, ValueError, ImportError, SimulationError) as exc:
         raise _fail(str(exc)) from None
     for line in advice_lines(advice):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    try:
-        if json_out is not None:
-            json_out.write_text(_json.dumps(advice.to_json(), indent=2) + "\n")
-            console.print(f"wrote {json_out}")
-        if plot is not None:
-            plot_advice(str(plot), advice)
-            console.print(f"wrote {plot}")
-    except OSError as exc:
-        raise _fail(f"cannot write the results: {exc}") from None
+    _write_outputs(s.json_out, s.plot, lambda path: path.write_text(_json.dumps(advice.to_json(), indent=2) + "\n"),
+                   lambda path: plot_advice(str(path), advice))
 
 
 def _rate(value: float | None) -> str:

@@ -1,9 +1,15 @@
-"""Settings of one pbkv-server instance (the CLI flags, also usable from Python)."""
+"""Settings of one pbkv-server instance: the CLI's options, also usable from Python.
+
+Each field that is a ``pbkv-server`` option says so with :func:`pbkv_contract.settings.option`
+(its help line and bounds); ``pbkv_server.cli.server`` generates the command line from these
+fields, so a server setting is written here once.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pbkv_contract.settings import option
 from pbkv_server.engine.policies import DEFAULT_POLICY, policy_info
 
 __all__ = ["ServerConfig", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_HEADER_BYTES", "DEFAULT_MAX_HEADERS",
@@ -27,7 +33,7 @@ DEFAULT_MAX_JSON_DEPTH = 64
 
 @dataclass
 class ServerConfig:
-    """Everything a server needs; every field has the CLI's default.
+    """Everything a server needs; the fields made with ``option`` are ``pbkv-server``'s options.
 
     Attributes:
         engine: ``"sim"`` (embedded engine core + cost model) or ``"sglang"`` (CLI only).
@@ -36,6 +42,8 @@ class ServerConfig:
         predictors: app name -> predictor spec (``markov``, ``uniform``, or a model PATH); the key
             ``"*"`` applies to every app without its own entry. Left empty, a predictive policy
             (``policy_info(policy).predictive``) gets ``{"*": "markov"}`` (online, cold start).
+            A list is read as the command line's ``--predictor`` values (``APP=SPEC`` or ``SPEC``,
+            :func:`pbkv_server.predictors.per_app.parse_predictor_flags`).
         scenario: ``module:ClassName`` of the scenario used for apps without a registered one.
         host: bind address (loopback by default: the server has no authentication on LLM routes).
         port: TCP port; 0 picks a free one (see ``ServerHandle.url``).
@@ -51,7 +59,7 @@ class ServerConfig:
         host_ratio: host KV tier / device capacity (0 = no host tier); ``None`` = 2 (SGLang
             HiCache's default) when ``device_tokens`` is set, else the profile's host size.
         idle_retire_s: wall seconds without a request after which a workflow is retired;
-            ``None`` = never.
+            ``None`` (or 0, the command line's spelling) = never.
         horizon: K, predicted steps per workflow. gamma: score decay. rho: pbkv-aggressive share.
         max_batch: engine's continuous-batching limit (requests running at once).
         max_body_bytes: larger request bodies are answered 413 (checked on ``Content-Length``
@@ -74,38 +82,54 @@ class ServerConfig:
             ``pbkv-server --no-lru-guard`` turns it off).
     """
 
-    engine: str = "sim"
-    policy: str = DEFAULT_POLICY
-    profile: str | None = None
-    predictors: dict[str, str] = field(default_factory=dict)
-    scenario: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
-    pace: float = 0.0
-    trace_out: str | None = None
-    hint_token: str | None = None
-    device_tokens: int | None = None
-    host_tokens: int | None = None
-    host_ratio: float | None = None
-    idle_retire_s: float | None = 600.0
+    engine: str = option("sim", "sim (embedded engine core, CPU) | sglang (SGLang + PBKV plugin) | vllm (vLLM + PBKV "
+                                "plugin).")
+    policy: str = option(DEFAULT_POLICY, "Cache policy (list them with: pbkv-bench policies).")
+    profile: str | None = option(None, "Hardware profile (pbkv_server.hardware.profiles); default: its DEFAULT_PROFILE.")
+    predictors: dict[str, str] = option(
+        default_factory=list, flag="--predictor", cli_type=list[str],
+        help="APP=SPEC or SPEC (all other apps); SPEC = markov | uniform | PATH (trained model). Repeatable.")
+    scenario: str | None = option(None, "module:ClassName answering apps without a registered scenario.")
+    host: str = option("127.0.0.1", "Bind address (loopback by default).")
+    port: int = option(8000, "TCP port (0 = any free port).")
+    pace: float = option(0.0, "0 = as fast as possible; p = sleep p x simulated time.", min=0.0)
+    trace_out: str | None = option(None, "Write a server-side v1 trace (JSONL, with block_tokens).")
+    hint_token: str | None = option(None, "Shared secret for the hint endpoints.", envvar="PBKV_HINT_TOKEN")
+    device_tokens: int | None = option(None, "Device KV capacity in tokens (overrides the profile).", min=1)
+    host_tokens: int | None = option(None, "Host KV capacity in tokens (overrides the profile and --host-ratio).",
+                                     min=0)
+    host_ratio: float | None = option(
+        None, "Host KV tier = RATIO x device capacity, 0 = none (default: 2, SGLang HiCache's, with --device-tokens; "
+              "else the profile's host size).", min=0.0)
+    idle_retire_s: float | None = option(600.0, "Retire workflows idle this many wall seconds (0 = never).")
+    page_size: int = option(1, "KV page size in tokens (SGLang --page-size): whole pages are cached and evicted.",
+                            min=1)
+    seed: int = option(0, "Seed of the scenario's replies.")
     horizon: int = 3
     gamma: float = 0.7
     rho: float = 0.1
     max_batch: int = 256
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
-    max_headers: int = DEFAULT_MAX_HEADERS
+    max_body_bytes: int = option(DEFAULT_MAX_BODY_BYTES, "Larger request bodies get 413.", min=1)
+    max_header_bytes: int = option(DEFAULT_MAX_HEADER_BYTES, "Larger request heads get 431 (414 for the request "
+                                                             "line).", min=1024)
+    max_headers: int = option(DEFAULT_MAX_HEADERS, "Requests with more header fields get 431.", min=1)
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
-    max_prompt_tokens: int | None = None
+    max_prompt_tokens: int | None = option(
+        None, "Tokenization budget per request (default: the device KV capacity); longer prompts get 400.", min=1)
     max_active_workflows: int = 100_000
     max_ended_ids: int = 100_000
     block_chars: int = 64
-    page_size: int = 1
-    seed: int = 0
     model_name: str = "pbkv-sim"
-    lru_guard: bool = True
+    lru_guard: bool = option(True, "Robustness guard of he/pbkv/pbkv-aggressive: LRU order while a ghost LRU would "
+                                   "hit more (--no-lru-guard: always the predicted order).")
 
     def __post_init__(self) -> None:
+        if not isinstance(self.predictors, dict):  # the command line's APP=SPEC / SPEC values
+            from pbkv_server.predictors.per_app import parse_predictor_flags
+
+            self.predictors = parse_predictor_flags(list(self.predictors))
+        if self.idle_retire_s == 0:
+            self.idle_retire_s = None  # the command line's "0 = never"
         if not self.predictors and _predictive(self.policy):
             self.predictors = {"*": "markov"}
         if not 0 <= self.port <= 65535:
@@ -115,7 +139,7 @@ class ServerConfig:
         if self.pace < 0:
             raise ValueError("pace must be >= 0")
         if self.idle_retire_s is not None and self.idle_retire_s <= 0:
-            raise ValueError("idle_retire_s must be > 0 (or None to disable)")
+            raise ValueError("idle_retire_s must be > 0 (or 0 or None to disable)")
         for name in ("max_body_bytes", "max_active_workflows", "max_ended_ids", "block_chars", "max_batch",
                      "page_size", "max_headers", "max_json_depth"):
             if getattr(self, name) < 1:

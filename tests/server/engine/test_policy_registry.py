@@ -106,20 +106,20 @@ def test_toy_policy_runs_in_pbkv_bench(toy, tmp_path, monkeypatch):
 
 
 def test_toy_policy_is_a_server_policy(toy):
-    from pbkv_server.cli.server import build_config
+    from pbkv_server.cli.server import ServeSettings
     from pbkv_server.http.service import engine_config_from
 
-    config = build_config(policy="toy", predictor=[], idle_retire_s=0)
+    config = ServeSettings(policy="toy", predictors=[], idle_retire_s=0)
     assert engine_config_from(config).policy == "toy"
     assert config.predictors == {}  # not predictive: no predictor is built for it
 
 
 def test_offline_policy_is_refused_by_the_server():
-    from pbkv_server.cli.server import build_config
+    from pbkv_server.cli.server import ServeSettings
     from pbkv_server.http.service import engine_config_from
 
     with pytest.raises(ValueError, match="'belady'.*simulator only"):
-        engine_config_from(build_config(policy="belady", predictor=[], idle_retire_s=0))
+        engine_config_from(ServeSettings(policy="belady", predictors=[], idle_retire_s=0))
 
 
 def test_toy_policy_reaches_the_sglang_launcher_and_the_examples(toy):

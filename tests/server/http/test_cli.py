@@ -13,26 +13,27 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from pbkv_server.cli.server import app, build_config
+from pbkv_server.cli.server import ServeSettings, app
+from pbkv_server.http.config import ServerConfig
 
 
 def test_flags_build_the_server_config():
-    cfg = build_config(policy="pbkv", predictor=["hover=/models/hover.pt", "markov"], idle_retire_s=0,
+    cfg = ServeSettings(policy="pbkv", predictors=["hover=/models/hover.pt", "markov"], idle_retire_s=0,
                        host="127.0.0.1", port=0, pace=0.5, device_tokens=4096)
     assert cfg.predictors == {"hover": "/models/hover.pt", "*": "markov"}
     assert cfg.idle_retire_s is None and cfg.pace == 0.5 and cfg.device_tokens == 4096
     # A predictive policy without --predictor learns online (markov); lru needs none.
-    assert build_config(policy="he", predictor=[], idle_retire_s=60).predictors == {"*": "markov"}
-    assert build_config(policy="lru", predictor=[], idle_retire_s=60).predictors == {}
+    assert ServeSettings(policy="he", predictors=[], idle_retire_s=60).predictors == {"*": "markov"}
+    assert ServeSettings(policy="lru", predictors=[], idle_retire_s=60).predictors == {}
     with pytest.raises(ValueError):
-        build_config(policy="lru", predictor=["a=markov", "a=uniform"], idle_retire_s=1)
+        ServeSettings(policy="lru", predictors=["a=markov", "a=uniform"], idle_retire_s=1)
 
 
 def test_no_lru_guard_reaches_the_engine_config():
     from pbkv_server.http.service import engine_config_from
 
-    assert engine_config_from(build_config(policy="pbkv", predictor=[], idle_retire_s=60)).lru_guard
-    off = build_config(policy="pbkv", predictor=[], idle_retire_s=60, lru_guard=False)
+    assert engine_config_from(ServeSettings(policy="pbkv", predictors=[], idle_retire_s=60)).lru_guard
+    off = ServeSettings(policy="pbkv", predictors=[], idle_retire_s=60, lru_guard=False)
     assert not engine_config_from(off).lru_guard
 
 
@@ -170,7 +171,7 @@ def test_unknown_log_level_is_one_line():
 def test_negative_idle_retire_is_rejected():
     assert "--idle-retire-s must be a finite number >= 0" in _startup_error(["--idle-retire-s", "-5", "--port", "0"])
     with pytest.raises(ValueError, match="idle_retire_s must be > 0"):
-        build_config(policy="lru", predictor=[], idle_retire_s=-5)
+        ServerConfig(policy="lru", predictors=[], idle_retire_s=-5)
 
 
 @pytest.mark.parametrize("token", ["", "  "])
@@ -179,7 +180,7 @@ def test_empty_hint_token_is_rejected_not_silently_disabled(token, monkeypatch):
     monkeypatch.setenv("PBKV_HINT_TOKEN", token)
     assert "is empty" in _startup_error(["--port", "0"])
     with pytest.raises(ValueError, match="hint_token must not be empty"):
-        build_config(policy="lru", predictor=[], idle_retire_s=1, hint_token=token)
+        ServerConfig(policy="lru", predictors=[], idle_retire_s=1, hint_token=token)
 
 
 def test_sglang_engine_without_sglang_env_says_to_run_setup_script(monkeypatch, tmp_path):
@@ -215,13 +216,13 @@ def test_host_ratio_that_overflows_the_host_size_is_a_clear_error():
 
 
 def test_limit_flags_reach_the_server_config():
-    cfg = build_config(policy="lru", predictor=[], idle_retire_s=1, max_body_bytes=1000, max_header_bytes=2048,
+    cfg = ServeSettings(policy="lru", predictors=[], idle_retire_s=1, max_body_bytes=1000, max_header_bytes=2048,
                        max_headers=10, max_prompt_tokens=300)
     assert (cfg.max_body_bytes, cfg.max_header_bytes, cfg.max_headers, cfg.max_prompt_tokens) == (1000, 2048, 10, 300)
-    default = build_config(policy="lru", predictor=[], idle_retire_s=1)
+    default = ServeSettings(policy="lru", predictors=[], idle_retire_s=1)
     assert (default.max_header_bytes, default.max_headers, default.max_prompt_tokens) == (16 * 1024, 100, None)
     with pytest.raises(ValueError, match="max_header_bytes must be >= 1024"):
-        build_config(policy="lru", predictor=[], idle_retire_s=1, max_header_bytes=100)
+        ServeSettings(policy="lru", predictors=[], idle_retire_s=1, max_header_bytes=100)
 
 
 def test_limit_flags_below_their_minimum_exit_2():

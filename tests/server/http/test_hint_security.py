@@ -52,7 +52,7 @@ def test_non_loopback_bind_without_token_warns(host, token, warned):
 
 
 def test_default_bind_address_is_loopback():
-    from pbkv_server.cli.server import build_config
+    from pbkv_server.cli.server import ServeSettings
 
     assert ServerConfig().host == "127.0.0.1"
-    assert build_config(policy="lru", predictor=[], idle_retire_s=1).host == "127.0.0.1"
+    assert ServeSettings(policy="lru", predictors=[], idle_retire_s=1).host == "127.0.0.1"

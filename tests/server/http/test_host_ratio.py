@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import pbkv_server.http.runner as runner_mod
-from pbkv_server.cli.server import app, build_config
+from pbkv_server.cli.server import ServeSettings, app
 from pbkv_server.http.config import ServerConfig
 from pbkv_server.http.service import engine_config_from
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile
@@ -20,7 +20,7 @@ def test_host_tokens_follow_device_tokens_and_ratio():
     assert ServerConfig(device_tokens=4096, host_ratio=1, host_tokens=10).host_tokens == 10
     assert ServerConfig(host_ratio=1).host_tokens == get_profile(DEFAULT_PROFILE).device_kv_tokens
     assert ServerConfig().host_tokens is None  # the profile's own sizes
-    config = build_config(policy="lru", predictor=[], idle_retire_s=60, device_tokens=5000, host_ratio=1.5)
+    config = ServeSettings(policy="lru", predictors=[], idle_retire_s=60, device_tokens=5000, host_ratio=1.5)
     assert engine_config_from(config).host_tokens == 7500
     with pytest.raises(ValueError, match="host ratio"):
         ServerConfig(device_tokens=4096, host_ratio=float("inf"))

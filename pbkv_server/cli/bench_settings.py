@@ -1,0 +1,89 @@
+"""Settings of ``pbkv-bench replay`` and ``pbkv-bench advise``: one dataclass per command.
+
+Each field is an option of its command (:mod:`pbkv_contract.settings`; the command line is
+generated from the field by :mod:`pbkv_server.cli.settings`); a setting both commands take is
+made by one function here, so its flag, default and help are written once. Adding an option is
+adding a field (and reading it in the command).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from pbkv_contract.settings import argument, option
+from pbkv_server.hardware.profiles import DEFAULT_PROFILE
+from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS
+
+__all__ = ["ReplaySettings", "AdviseSettings"]
+
+def _trace() -> Any:
+    return argument("trace file (JSONL, v1)")
+
+
+def _predictor() -> Any:
+    return option("markov", "oracle | uniform | markov | noise:LAMBDA | PATH (a trained model; it must be for the "
+                            "trace's app when the trace holds one app)")
+
+
+def _concurrency() -> Any:
+    return option(32, "most workflows (sessions) in flight (closed loop)")
+
+
+def _json_out(what: str) -> Any:
+    return option(None, f"write {what} here (JSON)", flag="--json")
+
+
+@dataclass
+class ReplaySettings:
+    """``pbkv-bench replay``: replay a trace under each policy (help lines are the flags' docs)."""
+
+    trace: Path = _trace()
+    policy: Optional[str] = option(None, "policy name or comma-separated list (default: every policy replay can "
+                                         "run; see pbkv-bench policies)")
+    predictor: str = _predictor()
+    concurrency: int = _concurrency()
+    profile: str = option(DEFAULT_PROFILE, "hardware profile (pbkv-bench profiles)")
+    device_tokens: Optional[int] = option(None, "device KV capacity in tokens (default: the profile's)")
+    host_ratio: Optional[float] = option(
+        None, "host KV tier = RATIO x device capacity, 0 = no host tier (default: 1, the PBKV paper's setup, SGLang "
+              "HiCache with HICACHE_RATIO=1, as pbkv-bench study)")
+    host_tokens: Optional[int] = option(None, "host KV capacity in tokens (wins over --host-ratio)")
+    horizon: int = option(3, "prediction horizon K")
+    gamma: float = option(0.7, "score decay gamma")
+    rho: float = option(0.1, "pbkv-aggressive displacement share of device capacity")
+    page_size: Optional[int] = option(None, "KV page size in tokens (SGLang --page-size; the live server uses 1); "
+                                            "default: the trace's blocks are the cache units")
+    json_out: Optional[Path] = _json_out("{policy: metrics}")
+    plot: Optional[Path] = option(None, "write the hit-rate-over-time chart here (PNG)")
+    timeline_bins: int = option(40, "bins of the hit-rate timeline")
+    gap: bool = option(True, "also replay the baseline and the offline reference when not listed, for 'gap closed' "
+                             "only (not added to the table or JSON); --no-gap: gap closed is '-' unless both are "
+                             "listed")
+    threads: int = option(DEFAULT_TORCH_THREADS, "torch CPU threads for a trained model")
+    replicas: int = option(1, "replicas behind a router, each its own engine and device "
+                              "(--concurrency is the whole cluster's; online policies only)")
+    router: str = option("affinity", "with --replicas: affinity (consistent hashing of the workflow id), round-robin "
+                                     "(per request) or cache-aware (SMG's)")
+    lru_guard: bool = option(True, "robustness guard of he/pbkv/pbkv-aggressive: LRU order while a ghost LRU would "
+                                   "hit more (--no-lru-guard: always the predicted order)")
+
+
+@dataclass
+class AdviseSettings:
+    """``pbkv-bench advise``: should this workload run with PBKV on this hardware?"""
+
+    trace: Path = _trace()
+    profile: Optional[str] = option(None, f"hardware profile (pbkv-bench profiles; default {DEFAULT_PROFILE} "
+                                          "unless --gpu-memory is given)")
+    gpu_memory: Optional[float] = option(None, "memory of each GPU in GiB (H100 80GB: 79.6); with --model, "
+                                               "instead of --profile")
+    model: Optional[str] = option(None, "with --gpu-memory: qwen3-14b, qwen3-32b or qwen2.5-32b")
+    tp: int = option(1, "with --gpu-memory: GPUs serving the model (tensor parallel)")
+    gpu: str = option("h100", "with --gpu-memory: whose speeds (h100 or a6000)")
+    concurrency: int = _concurrency()
+    host_ratio: float = option(1.0, "host KV tier = RATIO x device (default 1: the PBKV paper's setup)")
+    predictor: str = _predictor()
+    plot: Optional[Path] = option(None, "write the figure here (PNG)")
+    json_out: Optional[Path] = _json_out("the figures")
