@@ -38,7 +38,7 @@ from agents.tracing.traces import NoOpTrace
 from pbkv_sdk.context import Workflow
 from pbkv_sdk.integrations.openai_agents_untraced import shadow_key
 from pbkv_sdk.once import WarnOnce
-from pbkv_sdk.spantree import SpanIntegration
+from pbkv_sdk.integrations.spantree import SpanIntegration
 
 __all__ = ["PBKVTracingProcessor", "UNSEEN_RUN_WARNING"]
 
@@ -48,7 +48,7 @@ _MODEL_CALL_SPANS = (GenerationSpanData, ResponseSpanData)
 class PBKVTracingProcessor(SpanIntegration, TracingProcessor):
     """Agents SDK tracing processor: traces become workflows, agent spans name the model calls.
 
-    Arguments as :class:`pbkv_sdk.spantree.SpanIntegration` (the fields of
+    Arguments as :class:`pbkv_sdk.integrations.spantree.SpanIntegration` (the fields of
     :class:`~pbkv_sdk.integrations.base.Options`).
 
     Attributes:

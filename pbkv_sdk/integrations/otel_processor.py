@@ -32,7 +32,7 @@ from opentelemetry.trace import StatusCode
 
 from pbkv_sdk.context import Workflow
 from pbkv_sdk.integrations.base import CANCELLED_NAMES
-from pbkv_sdk.spantree import SpanIntegration
+from pbkv_sdk.integrations.spantree import SpanIntegration
 
 __all__ = ["PBKVSpanProcessor"]
 
@@ -48,7 +48,7 @@ _LLM_OPERATIONS = ("chat", "text_completion", "generate_content")
 class PBKVSpanProcessor(SpanIntegration, SpanProcessor):
     """Span processor that turns agent spans into PBKV workflows and names the LLM calls inside.
 
-    Arguments as :class:`pbkv_sdk.spantree.SpanIntegration` (the fields of
+    Arguments as :class:`pbkv_sdk.integrations.spantree.SpanIntegration` (the fields of
     :class:`~pbkv_sdk.integrations.base.Options`).
     """
 
