@@ -66,7 +66,10 @@ def imported_modules(source: str, module: str, is_package: bool, known: set[str]
     """``(line, module)`` for every import in ``source``, relative ones resolved against ``module``.
 
     ``from a.b import c`` yields ``a.b`` and, when ``a.b.c`` is a module in ``known``, ``a.b.c``
-    too (``from pbkv_server import cli`` imports the command-line package).
+    too (``from pbkv_server import cli`` imports the command-line package). A module of ours named
+    by a string handed to a call counts as imported: ``importlib.import_module("a.b")``, an
+    entry-point-like ``run("a.b:app")`` (issue 32: the console-script launcher once named the CLIs
+    that way, unseen by this rule).
     """
     package = module.split(".") if is_package else module.split(".")[:-1]
     found = []
@@ -82,6 +85,12 @@ def imported_modules(source: str, module: str, is_package: bool, known: set[str]
             found.append((node.lineno, target))
             found += [(node.lineno, f"{target}.{alias.name}") for alias in node.names
                       if f"{target}.{alias.name}" in known]
+        elif isinstance(node, ast.Call):
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    named = arg.value.partition(":")[0]
+                    if "." in named and named.split(".")[0] in PACKAGES and named in known:  # not a bare word
+                        found.append((node.lineno, named))
     return found
 
 
@@ -146,6 +155,10 @@ def test_the_known_upward_imports_still_exist():
     ("pbkv_server.http.probe", "from ..sim import simulator\n", ["pbkv_server.sim", "pbkv_server.sim.simulator"]),
     # the serving side never loads the SDK, though the SDK's layer is lower
     ("pbkv_server.http.probe", "import pbkv_sdk\n", ["pbkv_sdk"]),
+    # a module named by a string handed to a call (a launcher, importlib), as the console scripts once were
+    ("pbkv_contract.probe", "run('pbkv-server', 'pbkv_server.cli.server:app', 'server')\n", ["pbkv_server.cli.server"]),
+    ("pbkv_server.engine.probe", "import importlib\nimportlib.import_module('pbkv_server.sim.simulator')\n",
+     ["pbkv_server.sim.simulator"]),
     # allowed: downward, inside one's own group, third-party
     ("pbkv_server.http.probe", "from pbkv_server.hardware.profiles import get_profile\nfrom . import config\n"
                                "import numpy\n", []),
