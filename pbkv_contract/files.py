@@ -8,17 +8,20 @@ with a summary or a model file.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Iterable, Optional
 
-__all__ = ["output_problem", "shared_output"]
+__all__ = ["output_problem", "folder_problem", "shared_output"]
 
 
 def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.PathLike[str] | str] = ()) -> str | None:
     """Why ``path`` cannot be written as an output file, or ``None`` when it looks writable.
 
     Missing parent folders are fine (writers create them) as long as the nearest existing
-    ancestor is a writable folder.
+    ancestor is a folder where a file can be created: probed by creating and removing a temporary
+    file there, since ``os.access`` says yes to root in places nothing can be created (``/proc``,
+    a read-only mount).
 
     Args:
         path: the output file (``None``: no output, no problem).
@@ -37,15 +40,33 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
             return f"is the input file {source}; writing it would destroy it"
     if out.is_dir():
         return "is a directory"
-    ancestor = out.absolute().parent
+    if out.exists():
+        return None if os.access(out, os.W_OK) else "is not writable"
+    return _creatable(out.absolute().parent)
+
+
+def folder_problem(folder: os.PathLike[str] | str) -> str | None:
+    """Why ``folder`` cannot hold output files (it is not a folder, or nothing can be created in
+    it or in its nearest existing ancestor), or ``None``."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        return "exists and is not a folder"
+    return _creatable(folder.absolute())
+
+
+def _creatable(folder: Path) -> str | None:
+    """Why no file can be created in ``folder`` (made if missing), probed in its nearest existing ancestor."""
+    ancestor = folder
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         return f"{ancestor} is not a directory"
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        return f"{ancestor} is not writable"
-    if out.exists() and not os.access(out, os.W_OK):
-        return "is not writable"
+    try:
+        fd, probe = tempfile.mkstemp(dir=ancestor, prefix=".pbkv-probe-")
+    except OSError as exc:
+        return f"cannot be created: {ancestor} is not writable ({exc.strerror or exc})"
+    os.close(fd)
+    os.unlink(probe)
     return None
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence
@@ -124,23 +123,13 @@ def _parse_sizes(sizes: str) -> list[int]:
 
 
 def _check_writable(path: Path, flag: str, inputs: Sequence[Path] = ()) -> None:
-    """Exit 2 now, before any training, if ``path`` cannot be written later or is one of ``inputs``.
-
-    Besides :func:`pbkv_contract.files.output_problem`, a file must be creatable in the nearest
-    existing ancestor directory (probed with a temporary file, which also catches read-only file
-    systems and root-owned places where ``os.access`` says yes). Nothing is left behind.
-    """
+    """Exit 2 now, before any training, if ``path`` cannot be written later or is one of ``inputs``
+    (:func:`pbkv_contract.files.output_problem`: the nearest existing folder is probed with a
+    temporary file, which catches read-only file systems and places where ``os.access`` says yes
+    to root; nothing is left behind)."""
     problem = output_problem(path, inputs)
     if problem is not None:
         _fail(f"{flag} {path} {problem}")
-    ancestor = path.absolute().parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    try:
-        with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".pbkv-probe-"):
-            pass
-    except OSError as exc:
-        _fail(f"{flag} {path} cannot be created: {ancestor} is not writable ({exc.strerror or exc})")
 
 
 def _load(traces: list[Path], app_name: Optional[str], min_workflows: int = 1):

@@ -68,3 +68,14 @@ def test_predictor_train_refuses_an_out_equal_to_a_trace(tmp_path):
     assert result.exit_code == 2, result.output
     assert "is the input file" in result.output
     assert trace.read_bytes() == before
+
+
+def test_output_problem_probes_the_folder_rather_than_trusting_os_access(tmp_path, monkeypatch):
+    # issue 35: for root, os.access says /proc is writable, so "advise --plot /proc/x.png" replayed
+    # every policy before failing; a file is now created and removed in the nearest existing folder.
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: True)  # what root is told anywhere
+    assert "/proc is not writable" in output_problem("/proc/pbkv-probe-test/x.png")
+    assert output_problem(tmp_path / "new" / "dir" / "a.json") is None  # missing folders are made by the writers
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".pbkv-probe")]  # the probe is gone
+    (tmp_path / "file.txt").write_text("x")
+    assert "is not a directory" in output_problem(tmp_path / "file.txt" / "a.json")

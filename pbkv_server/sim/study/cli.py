@@ -27,6 +27,7 @@ import math
 import typer
 import typer.core
 
+from pbkv_contract.files import folder_problem
 from pbkv_server.engine.policies import DEFAULT_POLICY, REFERENCE_POLICY
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, PAPER_HOST_RATIO
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
@@ -81,7 +82,7 @@ def study(
         raise fail(exc.args[0] if exc.args else str(exc)) from None
     if threads < 1:
         raise fail("--threads must be >= 1")
-    problem = _folder_problem(out_dir)
+    problem = folder_problem(out_dir)
     if problem:
         raise fail(f"--out-dir {out_dir}: {problem}")
     saved = limit_torch_threads(threads, [str(m) for _, _, m, _ in inputs])  # before a model loads
@@ -193,20 +194,6 @@ def _setting(result) -> str:
             f"host {s.host_ratio:g}x, base C={s.concurrency}, seeds {t['seeds']}")
 
 
-def _folder_problem(folder: Path) -> str | None:
-    """Why ``folder`` cannot hold the outputs (``None``: it can)."""
-    if folder.exists() and not folder.is_dir():
-        return "exists and is not a folder"
-    probe = folder
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{probe} is not a folder"
-    import os
-
-    return None if os.access(probe, os.W_OK | os.X_OK) else f"{probe} is not writable"
-
-
 def _finite(value):
     """``value`` with NaN/inf replaced by None (strict JSON)."""
     from pbkv_server.sim.report import jsonable
@@ -277,7 +264,7 @@ def regime(
         get_profile(profile)
     except (ValueError, KeyError) as exc:
         raise fail(exc.args[0] if exc.args else str(exc)) from None
-    problem = _folder_problem(out_dir)
+    problem = folder_problem(out_dir)
     if problem:
         raise fail(f"--out-dir {out_dir}: {problem}")
     t0 = time.perf_counter()
