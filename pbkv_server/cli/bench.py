@@ -31,7 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pbkv_contract.extras import missing_module_line
 from pbkv_contract.files import output_problem, shared_output
-from pbkv_server.cli.bench_settings import AdviseSettings, ReplaySettings
+from pbkv_server.cli.bench_settings import MAX_HORIZON, MAX_REPLICAS, AdviseSettings, ReplaySettings
 from pbkv_server.cli.settings import command
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE
 from pbkv_server.sim.study.cli import study_app
@@ -159,6 +159,9 @@ def _replay_plan(s: ReplaySettings) -> _ReplayPlan:
         hw = get_profile(s.profile)
     except KeyError as exc:
         raise _fail(exc.args[0]) from None
+    if s.horizon > MAX_HORIZON:
+        raise _fail(f"--horizon must be in 1..{MAX_HORIZON} (a score weighs step k by gamma^k: nothing beyond "
+                    f"{MAX_HORIZON} steps), got {s.horizon}")
     # The engine checks its settings when its config is made (EngineConfig): make one now, so a bad
     # value fails before the first policy runs, in the option's name.
     try:
@@ -169,8 +172,9 @@ def _replay_plan(s: ReplaySettings) -> _ReplayPlan:
         raise _fail("--timeline-bins must be >= 1")
     if s.threads < 1:
         raise _fail("--threads must be >= 1")
-    if s.replicas < 1 or s.router not in ROUTERS:
-        raise _fail(f"--replicas must be >= 1 and --router one of {', '.join(ROUTERS)}")
+    if not 1 <= s.replicas <= MAX_REPLICAS or s.router not in ROUTERS:
+        raise _fail(f"--replicas must be in 1..{MAX_REPLICAS} (each is a whole engine) and --router one of "
+                    f"{', '.join(ROUTERS)}")
     gap = s.gap
     if s.replicas > 1:  # offline references need one engine's future: no gap closed on a cluster
         offline = [p for p in policies if policy_info(p).offline]
@@ -307,9 +311,26 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
     import json as _json
 
     from pbkv_contract.trace import TraceFormatError, read_trace
-    from pbkv_server.hardware.profiles import get_profile
-    from pbkv_server.sim.advise import advice_lines, advise as run_advise, custom_profile, plot_advice
+    from pbkv_server.sim.advise import advice_lines, advise as run_advise, plot_advice
     from pbkv_server.sim.simulator import SimulationError
+
+    hw = _advise_hardware(s)  # every check before the first replay: one line and exit 2 each
+    try:
+        records = read_trace(s.trace)
+        advice = run_advise(records, hw, concurrency=s.concurrency, host_ratio=s.host_ratio, predictor=s.predictor,
+                            progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))
+    except (TraceFormatError, OSError, ValueError, ImportError, SimulationError) as exc:
+        raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None
+    for line in advice_lines(advice):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    _write_outputs(s.json_out, s.plot, lambda path: _write_text(path, _json.dumps(advice.to_json(), indent=2) + "\n"),
+                   lambda path: plot_advice(str(path), advice))
+
+
+def _advise_hardware(s: AdviseSettings) -> Any:
+    """The checks of ``advise``'s options, in order (one line and exit 2 each); the hardware profile."""
+    from pbkv_server.hardware.profiles import get_profile, host_tokens_for
+    from pbkv_server.sim.advise import MAX_TP, custom_profile
 
     if (s.gpu_memory is None) != (s.model is None):
         raise _fail("--gpu-memory and --model go together")
@@ -317,6 +338,8 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
         raise _fail("give --profile or --gpu-memory/--model, not both")
     if s.concurrency < 1 or s.tp < 1:
         raise _fail("--concurrency and --tp must be >= 1")
+    if s.tp > MAX_TP:
+        raise _fail(f"--tp must be at most {MAX_TP} GPUs (GB200 NVL72, the largest NVLink domain), got {s.tp}")
     _check_outputs(s.trace, s.json_out, s.plot)
     try:
         hw = (custom_profile(s.gpu_memory, s.model, s.tp, s.gpu) if s.gpu_memory is not None
@@ -324,15 +347,20 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
     except (KeyError, ValueError) as exc:
         raise _fail(exc.args[0]) from None
     try:
-        records = read_trace(s.trace)
-        advice = run_advise(records, hw, concurrency=s.concurrency, host_ratio=s.host_ratio, predictor=s.predictor,
-                            progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))
-    except (TraceFormatError, OSError, ValueError, ImportError, SimulationError) as exc:
-        raise _fail(str(exc)) from None
-    for line in advice_lines(advice):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
-    _write_outputs(s.json_out, s.plot, lambda path: path.write_text(_json.dumps(advice.to_json(), indent=2) + "\n"),
-                   lambda path: plot_advice(str(path), advice))
+        host_tokens_for(hw, None, None, s.host_ratio)
+    except ValueError as exc:
+        raise _fail(f"--host-ratio: {exc}") from None
+    if s.plot is not None:  # before the runs: a missing plotting extra fails at once, not after them
+        try:
+            importlib.import_module("matplotlib")
+        except ImportError as exc:
+            raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None
+    return hw
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)  # --json a/b/c.json: its folders are made, as --plot's
+    path.write_text(text)
 
 
 def _rate(value: float | None) -> str:

@@ -15,8 +15,19 @@ from typing import Any, Optional
 from pbkv_contract.settings import argument, option
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS
+from pbkv_server.sim.advise import MAX_GPU_MEMORY_GIB, MAX_TP
 
-__all__ = ["ReplaySettings", "AdviseSettings"]
+__all__ = ["ReplaySettings", "AdviseSettings", "MAX_HORIZON", "MAX_REPLICAS"]
+
+#: Largest prediction horizon K. A score weighs step k by gamma^k: at the default gamma 0.7 step 64
+#: weighs 1e-10 of step 1, so steps beyond it change no order, while the predictors' work grows
+#: with K (``--horizon 1000000000`` ran for minutes without a line).
+MAX_HORIZON = 64
+#: Most replicas behind one router. Each is a whole engine with its own device pool, so time and
+#: memory grow with the count (``--replicas 1000000`` ran for minutes before the first line);
+#: 1,024 replicas of a small trace replay in about 5 s here, and are far more than one router
+#: balances in the deployments we model (SMG's examples run a handful).
+MAX_REPLICAS = 1024
 
 def _trace() -> Any:
     return argument("trace file (JSONL, v1)")
@@ -50,7 +61,7 @@ class ReplaySettings:
         None, "host KV tier = RATIO x device capacity, 0 = no host tier (default: 1, the PBKV paper's setup, SGLang "
               "HiCache with HICACHE_RATIO=1, as pbkv-bench study)")
     host_tokens: Optional[int] = option(None, "host KV capacity in tokens (wins over --host-ratio)")
-    horizon: int = option(3, "prediction horizon K")
+    horizon: int = option(3, f"prediction horizon K (1..{MAX_HORIZON})")
     gamma: float = option(0.7, "score decay gamma")
     rho: float = option(0.1, "pbkv-aggressive displacement share of device capacity")
     page_size: Optional[int] = option(None, "KV page size in tokens (SGLang --page-size; the live server uses 1); "
@@ -62,7 +73,7 @@ class ReplaySettings:
                              "only (not added to the table or JSON); --no-gap: gap closed is '-' unless both are "
                              "listed")
     threads: int = option(DEFAULT_TORCH_THREADS, "torch CPU threads for a trained model")
-    replicas: int = option(1, "replicas behind a router, each its own engine and device "
+    replicas: int = option(1, f"replicas behind a router (1..{MAX_REPLICAS}), each its own engine and device "
                               "(--concurrency is the whole cluster's; online policies only)")
     router: str = option("affinity", "with --replicas: affinity (consistent hashing of the workflow id), round-robin "
                                      "(per request) or cache-aware (SMG's)")
@@ -77,10 +88,10 @@ class AdviseSettings:
     trace: Path = _trace()
     profile: Optional[str] = option(None, f"hardware profile (pbkv-bench profiles; default {DEFAULT_PROFILE} "
                                           "unless --gpu-memory is given)")
-    gpu_memory: Optional[float] = option(None, "memory of each GPU in GiB (H100 80GB: 79.6); with --model, "
-                                               "instead of --profile")
+    gpu_memory: Optional[float] = option(None, f"memory of each GPU in GiB, at most {MAX_GPU_MEMORY_GIB:g} (H100 "
+                                               "80GB: 79.6); with --model, instead of --profile")
     model: Optional[str] = option(None, "with --gpu-memory: qwen3-14b, qwen3-32b or qwen2.5-32b")
-    tp: int = option(1, "with --gpu-memory: GPUs serving the model (tensor parallel)")
+    tp: int = option(1, f"with --gpu-memory: GPUs serving the model (tensor parallel, 1..{MAX_TP})")
     gpu: str = option("h100", "with --gpu-memory: whose speeds (h100 or a6000)")
     concurrency: int = _concurrency()
     host_ratio: float = option(1.0, "host KV tier = RATIO x device (default 1: the PBKV paper's setup)")

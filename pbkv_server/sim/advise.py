@@ -21,6 +21,7 @@ From a recorded trace and a hardware setup:
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -29,10 +30,10 @@ from pbkv_server.engine import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REFERENCE_POLICY
 from pbkv_server.sim.capacity import WorkingSet, working_set
 from pbkv_server.hardware.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3_32B, RTX_A6000, GpuSpec, ModelSpec, \
-    derive_profile
+    derive_profile, host_tokens_for
 
-__all__ = ["POLICIES", "MIN_SPEEDUP", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "Advice", "custom_profile", "advise",
-           "advice_lines", "plot_advice", "regime_of", "verdict_of"]
+__all__ = ["POLICIES", "MIN_SPEEDUP", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "MAX_GPU_MEMORY_GIB", "MAX_TP", "Advice",
+           "custom_profile", "advise", "advice_lines", "plot_advice", "regime_of", "verdict_of"]
 
 #: Policies advise replays, in report order; the offline reference (REFERENCE_POLICY) gives the scale.
 POLICIES = HEADLINE_POLICIES
@@ -48,6 +49,11 @@ for _m, _short in ((QWEN3_14B, "qwen3-14b"), (QWEN3_32B, "qwen3-32b"), (QWEN25_3
 #: GPUs whose speeds (FLOPS, HBM and PCIe bandwidth) a ``--gpu-memory`` setup runs at.
 GPUS: dict[str, GpuSpec] = {"h100": H100_SXM, "a6000": RTX_A6000}
 MIB = 2**20
+#: Largest ``--gpu-memory`` per GPU, GiB: 4x the largest GPU memory sold today (288 GB HBM3e on
+#: B300 and MI355X), room for the next generations; beyond it a value (1e30) is a typo, not hardware.
+MAX_GPU_MEMORY_GIB = 1024.0
+#: Most GPUs serving one model (``--tp``): the largest NVLink domain sold today (GB200 NVL72) has 72.
+MAX_TP = 72
 
 
 def custom_profile(gpu_memory_gib: float, model: str, tp: int = 1, gpu: str = "h100") -> HardwareProfile:
@@ -55,15 +61,19 @@ def custom_profile(gpu_memory_gib: float, model: str, tp: int = 1, gpu: str = "h
     :mod:`pbkv_server.hardware.profiles` (speeds of the ``gpu`` datasheet).
 
     Raises:
-        ValueError: unknown model or GPU, memory <= 0, or the weights do not fit.
+        ValueError: unknown model or GPU, memory not in (0, :data:`MAX_GPU_MEMORY_GIB`], ``tp`` not
+            in 1..:data:`MAX_TP`, or the weights do not fit.
     """
     spec = MODELS.get(model.lower())
     if spec is None:
         raise ValueError(f"unknown model {model!r}; known: {', '.join(sorted(k for k in MODELS if '/' not in k))}")
     if gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
-    if not (math.isfinite(gpu_memory_gib) and gpu_memory_gib > 0):
-        raise ValueError(f"GPU memory must be a positive number of GiB, got {gpu_memory_gib}")
+    if not (math.isfinite(gpu_memory_gib) and 0 < gpu_memory_gib <= MAX_GPU_MEMORY_GIB):
+        raise ValueError(f"GPU memory must be a positive number of GiB up to {MAX_GPU_MEMORY_GIB:g} (the largest "
+                         f"GPU today has 288 GB), got {gpu_memory_gib:g}")
+    if not 1 <= tp <= MAX_TP:
+        raise ValueError(f"tp must be in 1..{MAX_TP} GPUs (GB200 NVL72, the largest NVLink domain), got {tp}")
     base = GPUS[gpu]
     card = GpuSpec(f"{base.name} with {gpu_memory_gib:g} GiB", gpu_memory_gib * 1024 * MIB, base.bf16_flops,
                    base.hbm_bytes_per_s, base.pcie_bytes_per_s)
@@ -123,18 +133,21 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     """Demand, capacity, regime, every policy's speedup over LRU and the verdict for ``records``.
 
     Raises:
-        ValueError: no invocation, ``concurrency`` < 1, a negative ``host_ratio``, or a bad predictor spec.
+        ValueError: no invocation, ``concurrency`` < 1, a host ratio outside 0..``MAX_HOST_RATIO``
+            (:func:`pbkv_server.hardware.profiles.host_tokens_for`), or a bad predictor spec
+            (checked before the first replay).
     """
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    if not (math.isfinite(host_ratio) and host_ratio >= 0):
-        raise ValueError(f"host ratio must be >= 0, got {host_ratio}")
-    ws = working_set(records, by_session=True)  # the replay admits sessions as units
     device = profile.device_kv_tokens
-    host = round(host_ratio * device)
+    host = host_tokens_for(profile, None, None, host_ratio)  # one rule with replay: 0..MAX_HOST_RATIO
+    apps = {r.app for r in records if isinstance(r, InvocationRecord)}
+    app = next(iter(apps)) if len(apps) == 1 else None
+    make_predictor(predictor, horizon, records, app=app)  # a bad spec fails now, not after the first replays
+    ws = working_set(records, by_session=True)  # the replay admits sessions as units
     live, flight = ws.live_tokens(concurrency), ws.in_flight_tokens(concurrency)
     advice = Advice(profile.name, concurrency, ws, live, flight, device, host,
                     regime_of(live + flight, ws.max_prompt_tokens, device, host))
@@ -143,8 +156,6 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
                           f"pool ({device:,} tokens); no cache policy can serve it: add GPU memory (more GPUs, "
                           f"tensor parallelism) first")
         return advice
-    apps = {r.app for r in records if isinstance(r, InvocationRecord)}
-    app = next(iter(apps)) if len(apps) == 1 else None
     workload = load_workload(records)
     for name in policies:
         if progress is not None:
@@ -212,6 +223,7 @@ def plot_advice(path: str, a: Advice) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     left.bar(["demand"], [a.in_flight_tokens], label="in flight A", color="#8888cc")
     left.bar(["demand"], [a.live_tokens], bottom=[a.in_flight_tokens], label="reusable W", color="#4444aa")

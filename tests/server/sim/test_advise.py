@@ -70,3 +70,38 @@ def test_cli_rejects_half_a_custom_setup(tmp_path):
     assert result.exit_code == 2 and "go together" in result.output
     result = runner.invoke(app, ["advise", str(trace), "--gpu-memory", "80", "--model", "llama"])
     assert result.exit_code == 2 and "unknown model" in result.output and "Traceback" not in result.output
+
+
+def _one_error_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "replaying" not in result.output, result.output  # before any replay
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--host-ratio", "1e308"], "--host-ratio: host ratio must be a number from 0 (no host tier) to 1000"),
+    (["--host-ratio", "nan"], "--host-ratio: host ratio must be a number"),
+    (["--gpu-memory", "1e30", "--model", "qwen3-14b"], "GPU memory must be a positive number of GiB up to 1024"),
+    (["--gpu-memory", "80", "--model", "qwen3-14b", "--tp", "100"], "--tp must be at most 72"),
+    (["--predictor", "bogus"], "unknown predictor 'bogus'"),
+    (["--plot", "/proc/pbkv-test/x.png"], "--plot /proc/pbkv-test/x.png: cannot be created: /proc is not writable"),
+])
+def test_bad_inputs_are_one_line_before_any_replay(tmp_path, args, message):
+    # issue 35: an OverflowError traceback, 1e30 GiB accepted, and errors only after every replay ran
+    trace = _trace(tmp_path, "chat", 2, 0)
+    line = _one_error_line(runner.invoke(app, ["advise", str(trace), *args]))
+    assert message in line, line
+
+
+def test_a_json_path_in_folders_to_be_made_is_written(tmp_path):
+    trace = _trace(tmp_path, "chat", 4, 0)
+    out = tmp_path / "new" / "dir" / "a.json"  # "--json /nonexistent/dir/a.json" failed after the replays
+    result = runner.invoke(app, ["advise", str(trace), "--concurrency", "2", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["concurrency"] == 2
+    file = tmp_path / "file.txt"
+    file.write_text("x")
+    assert "is not a directory" in _one_error_line(runner.invoke(app, ["advise", str(trace), "--json",
+                                                                       str(file / "a.json")]))

@@ -307,3 +307,14 @@ def test_replay_reports_the_lru_guard_and_no_lru_guard_turns_it_off(trace, tmp_p
     assert 0.0 <= guard["fallback_eviction_share"] <= 1.0 and 0.0 < guard["ghost_hit_rate"] <= 1.0
     assert "guard" not in off["pbkv"] and "guard" not in on["lru"]  # lru is not guarded
     assert on["lru"]["hit_rate"] == off["lru"]["hit_rate"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--horizon", "1000000000"], "--horizon must be in 1..64"),
+    (["--replicas", "1000000"], "--replicas must be in 1..1024"),
+    (["--plot", "/proc/pbkv-test/x.png"], "--plot /proc/pbkv-test/x.png: cannot be created: /proc is not writable"),
+])
+def test_inputs_that_hung_or_failed_late_are_one_line_at_once(trace, args, message):
+    # issue 35: --horizon 1e9 and --replicas 1e6 printed nothing for minutes
+    text = _bad(["replay", str(trace), "--policy", "lru", *args])
+    assert message in text and "━" not in text, text  # no progress bar: nothing was replayed
