@@ -96,13 +96,25 @@ def load_scenario(spec: str) -> Scenario:
     """Import ``module:ClassName`` and instantiate it.
 
     Raises:
-        ValueError: ``spec`` is not of the form ``module:Name`` or does not name a Scenario class.
-        ImportError: the module cannot be imported.
+        ValueError: ``spec`` is not of the form ``module:Name`` or does not name a Scenario class,
+            or a module is missing while the user's module is imported (the user's module or one
+            it imports: the user's environment, not an extra of ours; the message names both).
+        ImportError: the module cannot be imported for another reason.
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"scenario must be 'module:ClassName', got {spec!r}")
-    obj = getattr(importlib.import_module(module_name), attr, None)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Not a missing extra of pbkv (the CLI would blame the "server" extra for it): say whose it is.
+        missing = exc.name or str(exc)
+        if missing == module_name or module_name.startswith(missing + "."):
+            raise ValueError(f"scenario {spec!r}: no module named {missing!r} (a scenario module must be "
+                             f"importable: on PYTHONPATH or installed)") from None
+        raise ValueError(f"scenario {spec!r}: module {module_name!r} imports {missing!r}, which is not "
+                         f"installed") from None
+    obj = getattr(module, attr, None)
     if not isinstance(obj, type) or not issubclass(obj, Scenario):
         raise ValueError(f"{spec!r} is not a Scenario subclass")
     return obj()

@@ -230,3 +230,14 @@ def test_limit_flags_below_their_minimum_exit_2():
                  ["--max-body-bytes", "0"]):
         result = CliRunner().invoke(app, [*args, "--port", "0"])
         assert result.exit_code == 2, (args, result.output)
+
+
+def test_a_missing_scenario_module_is_the_users_not_an_extra(tmp_path, monkeypatch):
+    # issue 35: "--scenario nomod:X" said: pbkv-server needs the "server" extra
+    line = _startup_error(["--scenario", "nomod_of_the_user:X", "--port", "0"])
+    assert "no module named 'nomod_of_the_user'" in line and "extra" not in line, line
+    (tmp_path / "user_scenario.py").write_text("import module_the_user_forgot\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    line = _startup_error(["--scenario", "user_scenario:X", "--port", "0"])
+    assert "'user_scenario' imports 'module_the_user_forgot', which is not installed" in line, line
+    assert "extra" not in line
