@@ -26,6 +26,7 @@ from typing import Iterator
 
 from pbkv_contract.hints import END_STATUSES, HintError, validate_workflow_id
 from pbkv_contract.trace import WorkflowEndRecord
+from pbkv_sdk.env import DEFAULT_END_TIMEOUT_S, end_timeout, env_flag
 from pbkv_sdk.kv_hints import ENV_KV_HINTS, queue_end
 from pbkv_sdk.routing import routing_header
 from pbkv_sdk.once import WarnOnce
@@ -38,9 +39,6 @@ ENV_TRACE_PATH = "PBKV_TRACE_PATH"
 ENV_APP = "PBKV_APP"
 ENV_BODY_HINTS = "PBKV_BODY_HINTS"
 ENV_END_TIMEOUT = "PBKV_END_TIMEOUT_S"
-
-#: Default time budget of one end signal, seconds.
-DEFAULT_END_TIMEOUT_S = 0.5
 
 #: Said once per process when a workflow's LLM calls left without hints (see ``expect_llm_call``).
 UNSTAMPED_WARNING = (
@@ -92,8 +90,8 @@ class Workflow:
         kv_hints: bool | None = None,
     ):
         self.app = app
-        self.body_hints = os.environ.get(ENV_BODY_HINTS) == "1" if body_hints is None else body_hints
-        self.kv_hints = os.environ.get(ENV_KV_HINTS) == "1" if kv_hints is None else kv_hints
+        self.body_hints = env_flag(ENV_BODY_HINTS) if body_hints is None else body_hints
+        self.kv_hints = env_flag(ENV_KV_HINTS) if kv_hints is None else kv_hints
         #: The next stamped request is the workflow's last (:meth:`mark_final`); once it carried
         #: its end as ``kv.evict``, ``final_sent``.
         self.final_next = False
@@ -101,7 +99,7 @@ class Workflow:
         self.workflow_id = validate_workflow_id(workflow_id) if workflow_id is not None else uuid.uuid4().hex
         self.server_url = server_url or os.environ.get(ENV_SERVER_URL) or None
         self.trace_path = os.fspath(trace_path) if trace_path is not None else None
-        self.end_timeout_s = end_timeout_s if end_timeout_s is not None else _env_end_timeout()
+        self.end_timeout_s = end_timeout(end_timeout_s, ENV_END_TIMEOUT)  # a bad value: one warning, 0.5 s
         self.t_start = time.time()
         #: Origin (``scheme://host:port``) of the first stamped request; fallback end-signal target.
         self.llm_origin: str | None = None
@@ -307,23 +305,6 @@ def agent(name: str) -> Iterator[None]:
         _agent_var.reset(token)
 
 
-def _env_end_timeout() -> float:
-    """``$PBKV_END_TIMEOUT_S`` in seconds; a value that is not a positive number warns once and gives the default."""
-    raw = os.environ.get(ENV_END_TIMEOUT)
-    if raw is None:
-        return DEFAULT_END_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if value > 0 and value != float("inf"):
-        return value
-    _BAD_TIMEOUTS_WARNED(raw, "PBKV: %s=%r is not a positive number of seconds; using %s", ENV_END_TIMEOUT, raw,
-                         DEFAULT_END_TIMEOUT_S)
-    return DEFAULT_END_TIMEOUT_S
-
-
-_BAD_TIMEOUTS_WARNED = WarnOnce(log)
 _UNSTAMPED_WARNED = WarnOnce(log)
 
 

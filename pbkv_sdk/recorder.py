@@ -22,6 +22,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from pbkv_sdk.env import env_flag
 from pbkv_sdk.queues import wait_done
 from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter
 from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, canonical_prompt, prefix_hashes
@@ -89,7 +90,7 @@ class TraceRecorder:
     def __init__(self, path: str | os.PathLike[str], *, block_chars: int = DEFAULT_BLOCK_CHARS, store_text: bool | None = None):
         self.path = os.fspath(path)
         self.block_chars = block_chars
-        self.store_text = os.environ.get(ENV_TRACE_TEXT) == "1" if store_text is None else store_text
+        self.store_text = env_flag(ENV_TRACE_TEXT) if store_text is None else store_text
         self._writer = TraceWriter(self.path)
         self._queue: queue.Queue[CallCapture | TraceRecord | None] = queue.Queue()
         self._closed = False

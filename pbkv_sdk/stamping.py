@@ -34,7 +34,6 @@ import contextvars
 import functools
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterator
@@ -42,6 +41,7 @@ from typing import Any, AsyncIterator, Iterator
 import httpx
 
 from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, current_agent, current_internal, current_workflow
+from pbkv_sdk.env import env_flag
 from pbkv_contract.hints import BODY_KEY, MAX_FIELD_CHARS, Hints, fit_name, name_problem
 from pbkv_sdk.recorder import FIRST_TOKEN_RE, CallCapture, TraceRecorder
 from pbkv_sdk.routing import note_hint_verdict, note_response
@@ -432,7 +432,7 @@ class _AsyncRecordingStream(httpx.AsyncByteStream):
 
 
 def _body_hints_default(value: bool | None) -> bool:
-    return os.environ.get(ENV_BODY_HINTS) == "1" if value is None else value
+    return env_flag(ENV_BODY_HINTS) if value is None else value
 
 
 #: One warning per kind of trouble; names made up per request are capped (beyond, debug level).

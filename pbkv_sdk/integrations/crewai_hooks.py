@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
 import threading
 from typing import Any
 
@@ -38,6 +37,7 @@ from crewai.hooks.llm_hooks import register_before_llm_call_hook, unregister_bef
 from crewai.llms.hooks.base import BaseInterceptor
 
 from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, set_agent, set_workflow
+from pbkv_sdk.env import env_flag
 from pbkv_sdk.integrations.base import Instrumentor, Options
 from pbkv_sdk.stamping import PendingCall, observe_response, prepare_request
 
@@ -58,7 +58,7 @@ class PBKVInterceptor(BaseInterceptor[httpx.Request, httpx.Response]):
     """
 
     def __init__(self, body_hints: bool | None = None):
-        self.body_hints = os.environ.get(ENV_BODY_HINTS) == "1" if body_hints is None else body_hints
+        self.body_hints = env_flag(ENV_BODY_HINTS) if body_hints is None else body_hints
 
     def on_outbound(self, message: httpx.Request) -> httpx.Request:
         """Stamp an outgoing request (never raises: on trouble it goes out unstamped)."""

@@ -27,13 +27,14 @@ def _fresh_sdk_state(monkeypatch) -> Iterator[None]:
     """Each test starts with no PBKV environment and with its own 'warn once' memory."""
     import sys
 
-    from pbkv_sdk import autopatch, context, ending, routing, stamping
+    from pbkv_sdk import autopatch, context, ending, env, routing, stamping
 
     for name in ("PBKV_SERVER_URL", "PBKV_TRACE_PATH", "PBKV_APP", "PBKV_BODY_HINTS", "PBKV_END_TIMEOUT_S",
-                 "PBKV_ROUTING_HEADER", "PBKV_REPLICAS"):
+                 "PBKV_ROUTING_HEADER", "PBKV_REPLICAS", "PBKV_KV_HINTS", "PBKV_TRACE_TEXT"):
         monkeypatch.delenv(name, raising=False)
     routing.configure(routing_header=None, replicas=None)
     routing._WARNED.clear()
+    env._WARNED.clear()
     stamping._WARNED.clear()
     stamping._sendable.cache_clear()  # it warns on a name's first use
     context._UNSTAMPED_WARNED.clear()

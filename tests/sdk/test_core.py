@@ -227,13 +227,39 @@ def test_a_burst_of_ends_to_a_hanging_server_is_sent_in_parallel_and_exit_waits_
     assert time.perf_counter() - t1 < 1.5
 
 
-@pytest.mark.parametrize("raw, expected", [("1.5", 1.5), ("abc", 0.5), ("-1", 0.5), ("0", 0.5), ("inf", 0.5)])
+@pytest.mark.parametrize("raw, expected", [("1.5", 1.5), ("abc", 0.5), ("-1", 0.5), ("0", 0.5), ("inf", 0.5),
+                                          ("1e308", 0.5), ("61", 0.5), ("60", 60.0)])
 def test_end_timeout_comes_from_the_environment_and_a_bad_value_falls_back_to_the_default(monkeypatch, caplog, raw, expected):
-    from pbkv_sdk import context
-
-    context._BAD_TIMEOUTS_WARNED.clear()
     monkeypatch.setenv("PBKV_END_TIMEOUT_S", raw)
     with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
         timeouts = [pbkv_sdk.Workflow("demo").end_timeout_s for _ in range(2)]
     assert timeouts == [expected, expected]
-    assert len(caplog.records) == (0 if raw == "1.5" else 1)
+    assert len(caplog.records) == (0 if raw in ("1.5", "60") else 1)
+
+
+def test_a_huge_end_timeout_still_delivers_the_end_signal(fake_llm: FakeOpenAI, monkeypatch, caplog):
+    # issue 35: PBKV_END_TIMEOUT_S=1e308 overflowed the socket timeout ("timestamp out of range") and
+    # every end signal was dropped after one warning; now it is one warning and the default budget.
+    monkeypatch.setenv("PBKV_END_TIMEOUT_S", "1e308")
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        pbkv_sdk.Workflow("demo", "wf-huge-env", server_url=fake_llm.url).end()
+        pbkv_sdk.Workflow("demo", "wf-huge-arg", server_url=fake_llm.url, end_timeout_s=1e308).end()
+        assert ending.flush(5.0)
+    assert sorted(w for w, _, _ in fake_llm.ends) == ["wf-huge-arg", "wf-huge-env"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("PBKV_END_TIMEOUT_S='1e308'" in line and "(0, 60]" in line for line in lines), lines
+    assert any("end_timeout_s=1e+308" in line for line in lines), lines
+    assert not any("out of range" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("name, attribute", [("PBKV_KV_HINTS", "kv_hints"), ("PBKV_BODY_HINTS", "body_hints")])
+@pytest.mark.parametrize("raw, on, warned", [("1", True, False), ("0", False, False), ("", False, False),
+                                            ("maybe", False, True), ("2", False, True), ("true", False, True)])
+def test_a_switch_variable_with_another_value_warns_once_and_stays_off(monkeypatch, caplog, name, attribute, raw, on,
+                                                                        warned):
+    monkeypatch.setenv(name, raw)
+    with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
+        values = [getattr(pbkv_sdk.Workflow("demo"), attribute) for _ in range(3)]
+    assert values == [on] * 3
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ([f"PBKV: {name}={raw!r} is not 1 (on) or 0 (off); using 0 (off)"] if warned else [])
