@@ -68,6 +68,9 @@ class PolicyInfo:
             simulator replays until that order is stable).
         speculative_prefill: clients prefill each request's next-turn prefix after it finishes
             (Dynamo ``speculative_prefill``); the simulator and the server attach that prefix.
+        shipped_by: inference engines that ship this rule to their users today (``"sglang"``,
+            ``"vllm"``, ``"dynamo"``); ``pbkv-bench advise`` compares PBKV with the best of them.
+        shipped_as: what those engines call it ("session cache"); empty: the registry name.
     """
 
     name: str
@@ -80,6 +83,8 @@ class PolicyInfo:
     uses_app_graph: bool
     iterates_order: bool
     speculative_prefill: bool = False
+    shipped_by: frozenset[str] = frozenset()
+    shipped_as: str = ""
 
 
 def register_policy(name: str) -> Callable[[type], type]:
@@ -292,6 +297,8 @@ class Policy(abc.ABC):
         reorders_queue: has the :class:`QueueOrder` capability (the engine asks
             :meth:`pick_waiting`; otherwise the queue is FIFO).
         speculative_prefill: see :class:`PolicyInfo`.
+        shipped_by, shipped_as: see :class:`PolicyInfo`; declared on the class itself (a subclass
+            does not inherit them: a variant of a shipped rule is not what the engine ships).
         guardable: the cache runs the robustness guard (:mod:`~pbkv_server.engine.guard`) for
             this policy when ``EngineConfig.lru_guard`` is on and attaches it as
             :attr:`order_guard`; the policy ranks in LRU order (retired-first allowed) while
@@ -320,6 +327,8 @@ class Policy(abc.ABC):
     holds_nodes = False
     reorders_queue = False
     speculative_prefill = False
+    shipped_by: frozenset[str] = frozenset()
+    shipped_as = ""
     guardable = False
     selective_host = False
 
@@ -444,7 +453,8 @@ def _info(cls: type[Policy]) -> PolicyInfo:
     summary = cls.summary or (cls.__doc__ or "").strip().split("\n")[0]
     return PolicyInfo(cls.name, summary, bool(cls.uses_predictions), bool(cls.prefetches), bool(cls.offline),
                       backends, cls.sglang_name, bool(cls.uses_app_graph), bool(cls.iterates_order),
-                      bool(cls.speculative_prefill))
+                      bool(cls.speculative_prefill), frozenset(vars(cls).get("shipped_by", ())),
+                      vars(cls).get("shipped_as", ""))
 
 
 def _load_entry_points() -> None:

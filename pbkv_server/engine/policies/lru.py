@@ -10,6 +10,7 @@ class LRUPolicy(Policy):
     """Evict the leaf with the oldest ``last_access``; ties leave in the order they became leaves."""
 
     summary = "least recently used first (SGLang's default)"
+    shipped_by, shipped_as = frozenset({"sglang", "vllm", "dynamo"}), "LRU"  # vLLM frees its blocks LRU too
 
     def priority(self, node) -> tuple:
         """``(last_access,)``."""

@@ -32,6 +32,7 @@ class SGLangPriorityPolicy(Policy):
     """
 
     summary = "SGLang priority eviction: lowest request priority first (max over users), LRU among equals"
+    shipped_by, shipped_as = frozenset({"sglang", "dynamo"}), "priority eviction"  # Dynamo forwards agent_hints.priority
 
     def __init__(self, cache) -> None:
         super().__init__(cache)

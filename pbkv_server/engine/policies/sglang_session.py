@@ -47,6 +47,7 @@ class SGLangSessionPolicy(Policy):
     """
 
     summary = "SGLang session radix cache: nodes of open sessions after all others, LRU within each"
+    shipped_by, shipped_as = frozenset({"sglang"}), "session cache"
 
     def __init__(self, cache) -> None:
         super().__init__(cache)

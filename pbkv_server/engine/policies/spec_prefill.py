@@ -35,4 +35,5 @@ class SpeculativePrefillPolicy(LRUPolicy):
     """LRU order; each finished turn's conversation + reply is prefilled for the next turn."""
 
     summary = "Dynamo speculative prefill: LRU, and a 1-token prefill of each finished turn + reply"
+    shipped_by, shipped_as = frozenset({"dynamo"}), "speculative prefill"
     speculative_prefill = True

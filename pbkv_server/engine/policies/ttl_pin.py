@@ -53,6 +53,7 @@ class TTLPinPolicy(Policy):
     """
 
     summary = "TTL pins (SGLang #18941, Dynamo cache_control): pinned prefixes never leave host memory until expiry"
+    shipped_by, shipped_as = frozenset({"dynamo"}), "TTL prefix pins"  # SGLang reverted #18941
     holds_nodes = True
 
     def __init__(self, cache) -> None:
