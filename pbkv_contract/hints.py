@@ -64,6 +64,9 @@ HEADER_CACHED_TOKENS = "X-PBKV-Cached-Tokens"
 HEADER_HOST_CACHED_TOKENS = "X-PBKV-Host-Cached-Tokens"
 HEADER_TTFT = "X-PBKV-TTFT-S"
 HEADER_HINTS = "X-PBKV-Hints"
+#: Answer header naming the engine that answered: ``sim`` from pbkv-server's simulator (a scenario
+#: wrote the reply); recorders copy it into the trace's ``served_by``.
+HEADER_ENGINE = "X-PBKV-Engine"
 
 #: Key under ``custom_params`` in an OpenAI-style JSON body.
 BODY_KEY = "pbkv"

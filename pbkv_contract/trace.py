@@ -36,6 +36,11 @@ A trace is a JSONL file with one object per line; every line carries ``"v": 1`` 
   ``cache_ttl_s``      the cache TTL the client asked for     ``None``
                        (Dynamo ``nvext.cache_control``),
                        seconds (>= 0)
+  ``served_by``        the engine that answered, when it      ``None`` (not said: a real server,
+                       said so: ``"sim"`` = pbkv-server's     as far as the writer knows)
+                       simulator, whose replies (and so
+                       ``completion_tokens``) a scenario
+                       made up (non-empty str)
   ===================  =====================================  ====================================
 
 ``workflow_end``: the end of a workflow. Required ``app``, ``workflow_id``, ``t`` (number, Unix
@@ -82,9 +87,11 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TRACE_VERSION", "TraceFormatError", "InvocationRecord", "WorkflowEndRecord", "TraceRecord",
            "TraceFileReport", "parse_line", "parse_record", "iter_trace", "read_trace", "group_workflows",
-           "TraceWriter", "looks_like_trace"]
+           "TraceWriter", "looks_like_trace", "SERVED_BY_SIM"]
 
 TRACE_VERSION = 1
+#: ``served_by`` of a call pbkv-server's simulator answered (its header ``X-PBKV-Engine: sim``).
+SERVED_BY_SIM = "sim"
 
 #: Bytes that were not UTF-8, as ``errors="surrogateescape"`` decodes them.
 _ESCAPED_BYTES = re.compile("[\udc80-\udcff]")
@@ -130,6 +137,8 @@ class InvocationRecord:
             ``nvext.agent_hints.priority``), when known.
         cache_ttl_s: the cache TTL the client asked for (Dynamo ``nvext.cache_control``),
             seconds, when known.
+        served_by: the engine that answered, when it said so (:data:`SERVED_BY_SIM`: pbkv-server's
+            simulator, whose reply lengths are made up); ``None`` in traces written before the field.
     """
 
     app: str
@@ -151,6 +160,7 @@ class InvocationRecord:
     internal: bool | None = None
     priority: int | None = None
     cache_ttl_s: float | None = None
+    served_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of this record (``type`` and ``v`` included; unknown optional fields left out)."""
@@ -169,7 +179,7 @@ class InvocationRecord:
 
 #: Optional invocation fields whose unknown value is ``None`` (left out when writing).
 _NULLABLE = ("ttft_s", "cached_tokens", "block_chars", "text", "block_tokens", "session_id", "internal", "priority",
-             "cache_ttl_s")
+             "cache_ttl_s", "served_by")
 
 
 @dataclass(slots=True)
@@ -397,6 +407,7 @@ _INVOCATION: dict[str, tuple[bool, Callable[[Any], Any]]] = {
     "block_chars": (False, partial(_integer, minimum=1)), "features": (False, _features), "text": (False, _string),
     "block_tokens": (False, _counts), "session_id": (False, _name), "internal": (False, _flag),
     "priority": (False, partial(_integer, minimum=-(2**63))), "cache_ttl_s": (False, partial(_number, minimum=0.0)),
+    "served_by": (False, _name),
 }
 _WORKFLOW_END: dict[str, tuple[bool, Callable[[Any], Any]]] = {
     "app": (True, _string), "workflow_id": (True, _string), "t": (True, _number), "status": (False, _string),

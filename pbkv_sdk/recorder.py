@@ -27,7 +27,7 @@ from pbkv_sdk.queues import wait_done
 from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter
 from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, canonical_prompt, prefix_hashes
 from pbkv_contract.features import request_features
-from pbkv_contract.hints import HEADER_CACHED_TOKENS, HEADER_PROMPT_TOKENS
+from pbkv_contract.hints import HEADER_CACHED_TOKENS, HEADER_ENGINE, HEADER_PROMPT_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,15 @@ class TraceRecorder:
             features=request_features(prompt),
             text=text if self.store_text else None,
             internal=True if call.internal else None,
+            served_by=_served_by(call.response_headers or {}),
         )
+
+
+def _served_by(headers: Any) -> str | None:
+    """The engine the answer says it came from (``X-PBKV-Engine``; ``sim``: pbkv-server's
+    simulator, whose reply lengths are made up); ``None`` when not said, or not a plain name."""
+    value = headers.get(HEADER_ENGINE.lower())
+    return value if isinstance(value, str) and value.strip() == value and 0 < len(value) <= 32 else None
 
 
 def server_token_counts(headers: Any) -> tuple[int | None, int | None]:

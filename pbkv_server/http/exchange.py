@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from pbkv_contract.hints import (  # the answer headers are the contract's, re-exported here
-    HEADER_CACHED_TOKENS, HEADER_HINTS, HEADER_HOST_CACHED_TOKENS, HEADER_PROMPT_TOKENS, HEADER_TTFT, HintError, Hints,
-    WORKFLOW_ID_RULE, validate_workflow_id,
+    HEADER_CACHED_TOKENS, HEADER_ENGINE, HEADER_HINTS, HEADER_HOST_CACHED_TOKENS, HEADER_PROMPT_TOKENS, HEADER_TTFT,
+    HintError, Hints, WORKFLOW_ID_RULE, validate_workflow_id,
 )
+from pbkv_contract.trace import SERVED_BY_SIM
 from pbkv_server.engine import EngineRequest
 
 __all__ = ["Prepared", "Completion", "RequestExtras", "figure_headers", "request_messages", "request_max_tokens",
            "request_extras", "cache_control_ttl", "HEADER_PROMPT_TOKENS", "HEADER_CACHED_TOKENS",
-           "HEADER_HOST_CACHED_TOKENS", "HEADER_TTFT", "HEADER_HINTS"]
+           "HEADER_HOST_CACHED_TOKENS", "HEADER_TTFT", "HEADER_HINTS", "HEADER_ENGINE"]
 
 #: Dynamo's ``cache_control`` TTL range and the TTL of a string it does not recognise, seconds.
 TTL_MIN_S, TTL_MAX_S, TTL_DEFAULT_S = 300.0, 3600.0, 300.0
@@ -189,13 +190,15 @@ class Completion:
 def figure_headers(prompt_tokens: int, device_cached: int, host_cached: int, ttft_s: float,
                    hint_status: str) -> dict[str, str]:
     """Response headers of one request: prompt tokens, cached tokens (device + host), host part,
-    simulated TTFT in engine seconds, and how its hints were treated (ok | anonymous | ignored)."""
+    simulated TTFT in engine seconds, how its hints were treated (ok | anonymous | ignored), and
+    that the simulator answered (a recorder marks its trace ``served_by: sim``)."""
     return {
         HEADER_PROMPT_TOKENS: str(int(prompt_tokens)),
         HEADER_CACHED_TOKENS: str(int(device_cached) + int(host_cached)),
         HEADER_HOST_CACHED_TOKENS: str(int(host_cached)),
         HEADER_TTFT: f"{ttft_s:.6f}",
         HEADER_HINTS: hint_status,
+        HEADER_ENGINE: SERVED_BY_SIM,
     }
 
 

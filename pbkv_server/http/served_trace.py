@@ -16,7 +16,8 @@ import logging
 import os
 import time
 
-from pbkv_contract.trace import TRACE_VERSION, InvocationRecord, TraceWriter, WorkflowEndRecord, looks_like_trace
+from pbkv_contract.trace import SERVED_BY_SIM, TRACE_VERSION, InvocationRecord, TraceWriter, WorkflowEndRecord, \
+    looks_like_trace
 from pbkv_server.http.driver import Submission
 from pbkv_server.http.exchange import Completion, Prepared
 
@@ -82,6 +83,7 @@ class ServedTrace:
                 cache_ttl_s=req.cache_ttl_s,
                 # the client's flag for a framework-internal call (speaker selection), as in its trace
                 internal=True if hints.internal else None,
+                served_by=SERVED_BY_SIM,  # a scenario wrote the replies: their lengths are made up
             )
         )
 

@@ -159,3 +159,29 @@ def test_selector_call_gets_one_listed_name_even_when_the_app_scenario_ignores_s
         plain = chat(client, [{"role": "user", "content": "hi"}], Hints("wf-sel", "coder", 10, "prose-app-for-selector-test"))
     assert plain.json()["choices"][0]["message"]["content"].startswith("tester next")
 
+
+
+def test_answers_and_traces_say_the_simulator_wrote_the_reply(start_server, tmp_path):
+    # issue 35: advise must know a trace was recorded against the simulator (made-up reply lengths).
+    # The server says so on every answer (X-PBKV-Engine: sim), its own trace marks served_by, and
+    # the SDK's recorder copies the header into the app-side trace.
+    import pbkv_sdk
+    from pbkv_sdk.recorder import flush_all
+
+    served = tmp_path / "served.jsonl"
+    server = start_server(trace_out=str(served))
+    with httpx.Client(base_url=server.url) as client:
+        resp = chat(client, [{"role": "user", "content": "hi"}], Hints("wf-sim", "writer", 0, "demo"))
+        stream = client.post("/v1/chat/completions", json={"model": "t", "stream": True,
+                                                            "messages": [{"role": "user", "content": "x"}]})
+    assert resp.headers["X-PBKV-Engine"] == "sim" and stream.headers["X-PBKV-Engine"] == "sim"
+    app_side = tmp_path / "app.jsonl"
+    with pbkv_sdk.http_client() as client, pbkv_sdk.workflow(app="demo", workflow_id="wf-app", server_url=server.url,
+                                                             trace_path=app_side):
+        with pbkv_sdk.agent("writer"):
+            client.post(f"{server.url}/v1/chat/completions", json={"model": "t", "messages": [
+                {"role": "user", "content": "hello"}]})
+    assert flush_all(10.0)
+    for path in (served, app_side):
+        calls = [r for r in read_trace(path) if isinstance(r, InvocationRecord)]
+        assert calls and {r.served_by for r in calls} == {"sim"}, path
