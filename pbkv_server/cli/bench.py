@@ -318,6 +318,7 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
     try:
         records = read_trace(s.trace)
         advice = run_advise(records, hw, concurrency=s.concurrency, host_ratio=s.host_ratio, predictor=s.predictor,
+                            engine=s.engine, trace=s.trace.name,
                             progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))
     except (TraceFormatError, OSError, ValueError, ImportError, SimulationError) as exc:
         raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None
@@ -331,7 +332,10 @@ def _advise_hardware(s: AdviseSettings) -> Any:
     """The checks of ``advise``'s options, in order (one line and exit 2 each); the hardware profile."""
     from pbkv_server.hardware.profiles import get_profile, host_tokens_for
     from pbkv_server.sim.advise import MAX_TP, custom_profile
+    from pbkv_server.sim.shipped import ENGINES
 
+    if s.engine not in ENGINES:
+        raise _fail(f"unknown --engine {s.engine!r}; known: {', '.join(ENGINES)}")
     if (s.gpu_memory is None) != (s.model is None):
         raise _fail("--gpu-memory and --model go together")
     if s.gpu_memory is not None and s.profile is not None:

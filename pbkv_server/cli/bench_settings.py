@@ -16,6 +16,7 @@ from pbkv_contract.settings import argument, option
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS
 from pbkv_server.sim.advise import MAX_GPU_MEMORY_GIB, MAX_TP
+from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES
 
 __all__ = ["ReplaySettings", "AdviseSettings", "MAX_HORIZON", "MAX_REPLICAS"]
 
@@ -96,5 +97,7 @@ class AdviseSettings:
     concurrency: int = _concurrency()
     host_ratio: float = option(1.0, "host KV tier = RATIO x device (default 1: the PBKV paper's setup)")
     predictor: str = _predictor()
+    engine: str = option(DEFAULT_ENGINE, f"the inference engine you serve with ({' | '.join(ENGINES)}): the verdict "
+                                          "compares PBKV with the best policy it ships")
     plot: Optional[Path] = option(None, "write the figure here (PNG)")
     json_out: Optional[Path] = _json_out("the figures")

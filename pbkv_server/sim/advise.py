@@ -10,32 +10,40 @@ From a recorded trace and a hardware setup:
 3. regime: ``fits in device`` (``A + W`` <= device: nothing reusable is ever evicted, so no eviction
    policy can gain), ``fits with host`` (``A + W`` <= device + host), ``short`` (more than both), or
    ``request too large`` (the largest prompt exceeds the device: no policy can serve it);
-4. replay under each policy (:data:`POLICIES`) and the offline reference ``opt``; a policy's speedup
-   is ``L_lru / L_policy`` (mean workflow latency; above 1 is faster), ``opt``'s is the reference's
-   (MIN on both tiers: it bounds device hits without prefetch, not latency;
+4. replay under each policy (:data:`POLICIES`, plus what the user's engine ships:
+   :func:`pbkv_server.sim.shipped.shipped_policies`) and the offline reference ``opt``; a policy's
+   speedup is ``L_lru / L_policy`` (mean workflow latency; above 1 is faster), ``opt``'s is the
+   reference's (MIN on both tiers: it bounds device hits without prefetch, not latency;
    ``docs/design/offline-reference.md``);
-5. verdict: deploy PBKV when its speedup reaches :data:`MIN_SPEEDUP`, else say why not (no gap to
-   close, or PBKV does not close it).
+5. verdict (:func:`verdict_of`): PBKV against LRU and against the best alternative the user's
+   engine ships (SGLang's session cache, ...). Deploy PBKV when it is :data:`MIN_SPEEDUP` faster
+   than LRU and faster than that alternative by more than the no-difference rule
+   (:data:`pbkv_server.sim.measures.MIN_DIFFERENCE`); a gap under that rule "ties": no reason to
+   switch. A trace recorded against pbkv-server's simulator (its ``served_by``) is named as such:
+   its reply lengths are made up.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from pbkv_contract.trace import InvocationRecord, TraceRecord
+from pbkv_contract.trace import SERVED_BY_SIM, InvocationRecord, TraceRecord
 from pbkv_server.engine import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REFERENCE_POLICY
 from pbkv_server.sim.capacity import WorkingSet, working_set
+from pbkv_server.sim.measures import MIN_DIFFERENCE
+from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES, alternative_label, best_shipped, shipped_policies
 from pbkv_server.hardware.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3_32B, RTX_A6000, GpuSpec, ModelSpec, \
     derive_profile, host_tokens_for
 
 __all__ = ["POLICIES", "MIN_SPEEDUP", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "MAX_GPU_MEMORY_GIB", "MAX_TP", "Advice",
-           "custom_profile", "advise", "advice_lines", "plot_advice", "regime_of", "verdict_of"]
+           "custom_profile", "advise", "advice_lines", "plot_advice", "regime_of", "verdict_of", "trace_origin",
+           "advised_policies"]
 
-#: Policies advise replays, in report order; the offline reference (REFERENCE_POLICY) gives the scale.
+#: Policies advise replays whatever the engine, in report order; the offline reference
+#: (REFERENCE_POLICY) gives the scale. :func:`advised_policies` adds what the user's engine ships.
 POLICIES = HEADLINE_POLICIES
 #: Speedup over LRU below which a policy is "no gain": 3 % of mean latency is within what a
 #: change of concurrency or arrival order moves (a replay is one sample of the workload's order).
@@ -96,6 +104,12 @@ class Advice:
         latency_s: mean workflow latency per replayed policy (empty when nothing could replay).
         speedup: ``L_lru / L_policy`` per policy.
         verdict: the one-line recommendation.
+        engine: the user's inference engine (:data:`pbkv_server.sim.shipped.ENGINES`).
+        alternative: the fastest policy that engine ships (the baseline when none beats LRU).
+        trace_origin: ``"simulator"`` when every request was answered by pbkv-server's simulator
+            (trace field ``served_by``), ``"partly simulator"`` when some were, ``None`` when the
+            trace does not say (a real server, or a trace written before the field).
+        trace: the trace's name (for the figure), predictor: the predictor spec of he/pbkv.
     """
 
     profile: str
@@ -110,6 +124,11 @@ class Advice:
     hit_rate: dict[str, float] = field(default_factory=dict)
     speedup: dict[str, float] = field(default_factory=dict)
     verdict: str = ""
+    engine: str = DEFAULT_ENGINE
+    alternative: str = BASELINE_POLICY
+    trace_origin: str | None = None
+    trace: str = ""
+    predictor: str = "markov"
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -127,21 +146,48 @@ def regime_of(demand: float, largest: int, device: int, host: int) -> str:
     return "short"
 
 
+def advised_policies(engine: str = DEFAULT_ENGINE) -> list[str]:
+    """What advise replays for a user of ``engine``: :data:`POLICIES`, with the policies ``engine``
+    ships inserted before the offline reference (registry order)."""
+    online = [p for p in POLICIES if p != REFERENCE_POLICY]
+    extra = [p for p in shipped_policies(engine) if p not in online]
+    return online + extra + ([REFERENCE_POLICY] if REFERENCE_POLICY in POLICIES else [])
+
+
+def trace_origin(records: Sequence[TraceRecord]) -> str | None:
+    """``"simulator"`` when every invocation says pbkv-server's simulator answered it
+    (``served_by``), ``"partly simulator"`` when some do, else ``None`` (unknown)."""
+    calls = [r for r in records if isinstance(r, InvocationRecord)]
+    simulated = sum(r.served_by == SERVED_BY_SIM for r in calls)
+    if not simulated:
+        return None
+    return "simulator" if simulated == len(calls) else "partly simulator"
+
+
 def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurrency: int = 32,
-           host_ratio: float = DEFAULT_HOST_RATIO, policies: Sequence[str] = POLICIES, predictor: str = "markov",
-           horizon: int = 3, progress: Callable[[str], None] | None = None) -> Advice:
+           host_ratio: float = DEFAULT_HOST_RATIO, policies: Sequence[str] | None = None, predictor: str = "markov",
+           horizon: int = 3, progress: Callable[[str], None] | None = None, engine: str = DEFAULT_ENGINE,
+           trace: str = "") -> Advice:
     """Demand, capacity, regime, every policy's speedup over LRU and the verdict for ``records``.
 
+    Args:
+        policies: what to replay (default :func:`advised_policies` of ``engine``).
+        engine: the user's inference engine (:data:`pbkv_server.sim.shipped.ENGINES`): the
+            verdict compares PBKV with the best policy it ships.
+        trace: the trace's name, for the figure.
+
     Raises:
-        ValueError: no invocation, ``concurrency`` < 1, a host ratio outside 0..``MAX_HOST_RATIO``
-            (:func:`pbkv_server.hardware.profiles.host_tokens_for`), or a bad predictor spec
-            (checked before the first replay).
+        ValueError: no invocation, ``concurrency`` < 1, an unknown engine, a host ratio outside
+            0..``MAX_HOST_RATIO`` (:func:`pbkv_server.hardware.profiles.host_tokens_for`), or a bad
+            predictor spec (all checked before the first replay).
     """
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
     device = profile.device_kv_tokens
     host = host_tokens_for(profile, None, None, host_ratio)  # one rule with replay: 0..MAX_HOST_RATIO
     apps = {r.app for r in records if isinstance(r, InvocationRecord)}
@@ -150,14 +196,15 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     ws = working_set(records, by_session=True)  # the replay admits sessions as units
     live, flight = ws.live_tokens(concurrency), ws.in_flight_tokens(concurrency)
     advice = Advice(profile.name, concurrency, ws, live, flight, device, host,
-                    regime_of(live + flight, ws.max_prompt_tokens, device, host))
+                    regime_of(live + flight, ws.max_prompt_tokens, device, host), engine=engine,
+                    trace_origin=trace_origin(records), trace=trace, predictor=predictor)
     if advice.regime == "request too large":
         advice.verdict = (f"no: the largest request ({ws.max_prompt_tokens:,} tokens) does not fit in the device KV "
                           f"pool ({device:,} tokens); no cache policy can serve it: add GPU memory (more GPUs, "
                           f"tensor parallelism) first")
         return advice
     workload = load_workload(records)
-    for name in policies:
+    for name in advised_policies(engine) if policies is None else policies:
         if progress is not None:
             progress(name)
         config = ReplayConfig(name, profile, device_tokens=device, host_tokens=host, horizon=horizon)
@@ -169,28 +216,61 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     base = advice.latency_s.get(BASELINE_POLICY)
     if base:
         advice.speedup = {p: base / lat if lat > 0 else math.nan for p, lat in advice.latency_s.items()}
+    advice.alternative = best_shipped(advice.speedup, engine)
     advice.verdict = verdict_of(advice)
     return advice
 
 
 def verdict_of(a: Advice) -> str:
-    """The one-line recommendation for what ``a`` replayed (needs ``a.speedup`` of lru and pbkv)."""
+    """The one-line recommendation for what ``a`` replayed (needs ``a.speedup`` of lru and pbkv).
+
+    In order: no gap to close (even the offline reference is under :data:`MIN_SPEEDUP` x LRU):
+    keep LRU; PBKV at least :data:`MIN_SPEEDUP` x LRU: deploy it, unless the best alternative
+    the engine ships (``a.alternative``) is as fast (within :data:`MIN_DIFFERENCE`: "ties ...: no
+    reason to switch") or faster ("keep ..."); else PBKV gains nothing here, and the line names
+    what does.
+    """
     s = a.speedup
     bound, pbkv = s.get(REFERENCE_POLICY), s.get(DEFAULT_POLICY)
     if pbkv is None or BASELINE_POLICY not in s:
         return f"undecided: replay {BASELINE_POLICY} and {DEFAULT_POLICY} to decide"
-    best = max((p for p in s if p not in (REFERENCE_POLICY, BASELINE_POLICY)), key=lambda p: s[p],
-               default=DEFAULT_POLICY)
+    ref = "-" if bound is None else f"{bound:.2f}"
     if bound is not None and bound < MIN_SPEEDUP:
         why = ("the reusable working set fits in the device, so LRU never evicts anything reused"
                if a.regime == "fits in device" else "LRU already gets what the offline reference gets")
         return f"no gain: deploy plain LRU; even the offline reference is only {bound:.2f}x LRU ({why})"
+    alt = a.alternative if a.alternative in s else BASELINE_POLICY
+    label, alt_speedup = alternative_label(alt, a.engine), s[alt]
+    engine = ENGINES.get(a.engine, a.engine)
     if pbkv >= MIN_SPEEDUP:
-        extra = f", {best} {s[best]:.2f}x" if best != DEFAULT_POLICY else ""
-        return (f"deploy PBKV: {pbkv:.2f}x faster than LRU (regime {a.regime}; offline reference "
-                f"{'-' if bound is None else f'{bound:.2f}'}x{extra})")
-    return (f"no gain from PBKV: {pbkv:.2f}x LRU although the offline reference is "
-            f"{'-' if bound is None else f'{bound:.2f}'}x; best online policy {best} {s[best]:.2f}x")
+        if alt == BASELINE_POLICY:
+            return (f"deploy PBKV: {pbkv:.2f}x faster than LRU, the best of what {engine} ships here (regime "
+                    f"{a.regime}; offline reference {ref}x)")
+        over_alt = pbkv / alt_speedup  # L_alt / L_pbkv
+        if abs(over_alt - 1) < MIN_DIFFERENCE:
+            return (f"ties {label}: no reason to switch (both {pbkv:.2f}x faster than LRU; they differ by "
+                    f"{100 * abs(over_alt - 1):.2f}%, under the {100 * MIN_DIFFERENCE:g}% no-difference rule); "
+                    f"switch on {label} if you have not")
+        if over_alt < 1:
+            return (f"keep {label}: {alt_speedup:.2f}x faster than LRU, PBKV {pbkv:.2f}x ({1 / over_alt:.2f}x "
+                    f"slower than it)")
+        return (f"deploy PBKV: {pbkv:.2f}x faster than LRU and {over_alt:.2f}x faster than {label} (regime "
+                f"{a.regime}; offline reference {ref}x)")
+    if alt != BASELINE_POLICY and alt_speedup >= MIN_SPEEDUP:
+        return f"no gain from PBKV: {pbkv:.2f}x LRU; keep {label} ({alt_speedup:.2f}x faster than LRU)"
+    online = [p for p in s if p not in (REFERENCE_POLICY, BASELINE_POLICY)]
+    best = max(online, key=lambda p: s[p], default=DEFAULT_POLICY)
+    return (f"no gain from PBKV: {pbkv:.2f}x LRU although the offline reference is {ref}x; best online "
+            f"policy {best} {s[best]:.2f}x")
+
+
+#: What :func:`advice_lines` says about a trace recorded against the simulator.
+ORIGIN_NOTE = {
+    "simulator": "trace: recorded against pbkv-server's simulator, whose reply lengths a scenario made up; record "
+                 "your app against your real server (SGLang, vLLM or your API) before deciding",
+    "partly simulator": "trace: partly recorded against pbkv-server's simulator (made-up reply lengths in those "
+                        "requests); record your app against your real server before deciding",
+}
 
 
 def advice_lines(a: Advice) -> list[str]:
@@ -205,6 +285,8 @@ def advice_lines(a: Advice) -> list[str]:
         f"({a.host_tokens / a.device_tokens:.3g}x device)",
         f"regime: {a.regime}",
     ]
+    if a.trace_origin in ORIGIN_NOTE:
+        out.append(ORIGIN_NOTE[a.trace_origin])
     if a.latency_s:
         out.append("policy            mean lat s   dev+host hit   speedup vs lru")
         for p, lat in a.latency_s.items():
@@ -212,36 +294,12 @@ def advice_lines(a: Advice) -> list[str]:
         if REFERENCE_POLICY in a.speedup:
             out.append(f"offline reference (MIN on both tiers, not a latency bound): "
                        f"{a.speedup[REFERENCE_POLICY]:.2f}x LRU")
-    out.append(f"verdict: {a.verdict}")
+    out.append(f"verdict{f' ({a.trace_origin} trace)' if a.trace_origin else ''}: {a.verdict}")
     return out
 
 
 def plot_advice(path: str, a: Advice) -> None:
-    """Two panels: demand (A, W) against capacity (device, device + host); speedup per policy."""
-    import matplotlib
+    """The advice figure (:func:`pbkv_server.sim.advise_plot.plot_advice`)."""
+    from pbkv_server.sim.advise_plot import plot_advice as plot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.bar(["demand"], [a.in_flight_tokens], label="in flight A", color="#8888cc")
-    left.bar(["demand"], [a.live_tokens], bottom=[a.in_flight_tokens], label="reusable W", color="#4444aa")
-    left.bar(["capacity"], [a.device_tokens], label="device", color="#cc8844")
-    left.bar(["capacity"], [a.host_tokens], bottom=[a.device_tokens], label="host", color="#eebb88")
-    left.set_ylabel("KV tokens")
-    left.set_title(f"{a.profile}: {a.regime}")
-    left.legend(fontsize=8)
-    if a.speedup:
-        names = list(a.speedup)
-        right.bar(names, [a.speedup[n] for n in names], color=["#999999" if n in (BASELINE_POLICY, REFERENCE_POLICY) else "#4477aa"
-                                                                for n in names])
-        right.axhline(1.0, color="black", linewidth=0.8)
-        right.set_ylabel("speedup vs LRU (L_lru / L_policy)")
-        right.tick_params(axis="x", rotation=30)
-    else:
-        right.text(0.5, 0.5, "not replayed", ha="center", va="center")
-    right.set_title(a.verdict[:60] + ("..." if len(a.verdict) > 60 else ""), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot(path, a)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from pbkv_contract.trace import read_trace
 from pbkv_server.cli.bench import app
-from pbkv_server.sim.advise import advise, custom_profile
+from pbkv_server.sim.advise import advise, advised_policies, custom_profile
 from pbkv_server.hardware.profiles import PROFILES, get_profile
 from pbkv_server.sim.synth.agents import write_trace
 
@@ -32,7 +32,9 @@ def test_chat_trace_says_no_gain(tmp_path):
     verdict = [line for line in result.output.splitlines() if line.startswith("verdict:")]
     assert len(verdict) == 1 and "no gain" in verdict[0], result.output
     data = json.loads(out.read_text())
-    assert set(data["speedup"]) == {"lru", "lae", "he", "pbkv", "sglang-session", "opt"}
+    # the headline policies and what SGLang (the default --engine) ships
+    assert list(data["speedup"]) == advised_policies("sglang")
+    assert {"lru", "lae", "he", "pbkv", "sglang-session", "sglang-priority", "opt"} <= set(data["speedup"])
     # speedup is L_lru / L_policy, from the replayed latencies
     for p, s in data["speedup"].items():
         assert s == pytest.approx(data["latency_s"]["lru"] / data["latency_s"][p])
