@@ -92,9 +92,11 @@ def add_measures(results: Mapping[str, dict[str, Any]], baseline: Mapping[str, A
 
 
 def trace_block_tokens(records: Iterable[Any]) -> int:
-    """``W``: tokens of the distinct prompt blocks of a trace's invocations (each block counted
-    once, as the cache holds it once): what a device must hold so that nothing is ever evicted
-    (outputs aside)."""
+    """``F``, the trace's footprint: tokens of the distinct prompt blocks of its invocations (each
+    block counted once, as the cache holds it once): what a device must hold so that nothing is
+    ever evicted (outputs aside). Not the reusable working set ``W`` of
+    :mod:`pbkv_server.sim.capacity` (the blocks live workflows reuse at a concurrency), which
+    ``advise`` and the examples print."""
     seen: dict[str, int] = {}
     for rec in records:
         hashes = getattr(rec, "prefix_hashes", None)
@@ -113,7 +115,7 @@ def no_difference_verdict(summaries: Mapping[str, Mapping[str, Any]], baseline: 
         summaries: every replayed policy's summary (the listed ones and those replayed for the
             scale), each with ``hit_rate``, ``mean_latency_s`` and ``evictions``.
         baseline: the baseline policy's name (its summary must be in ``summaries`` for a verdict).
-        working_set_tokens: ``W`` of :func:`trace_block_tokens`.
+        working_set_tokens: ``F`` of :func:`trace_block_tokens` (the trace's distinct prompt blocks).
         device_tokens, host_tokens: the capacities replayed.
 
     Rules, in order: the baseline evicted nothing from the device (the trace fits in device
@@ -126,7 +128,7 @@ def no_difference_verdict(summaries: Mapping[str, Mapping[str, Any]], baseline: 
         return None
     w, half = working_set_tokens, max(1, working_set_tokens // 2)
     if base.get("evictions") == 0:
-        return (f"the trace fits in device memory (W = {w} tok of distinct prompt blocks, device {device_tokens} tok; "
+        return (f"the trace fits in device memory (distinct prompt blocks F = {w} tok, device {device_tokens} tok; "
                 f"{baseline} evicted nothing): no policy can differ; try --device-tokens {half}")
     others = [s for name, s in summaries.items() if name != baseline]
     if not others:
@@ -139,8 +141,8 @@ def no_difference_verdict(summaries: Mapping[str, Mapping[str, Any]], baseline: 
     same = (f"no replayed policy differs from {baseline} by {100 * MIN_DIFFERENCE:g}% or more in device hit rate "
             "or mean latency")
     if host_tokens > 0 and w <= device_tokens + host_tokens:
-        # a device size whose device + host (same ratio) holds half of W
+        # a device size whose device + host (same ratio) holds half of F
         smaller = max(1, round(w / (2 * (1 + host_tokens / device_tokens))))
-        return (f"the trace fits in device + host memory (W = {w} tok <= device {device_tokens} + host {host_tokens} "
-                f"tok): {same}; try --host-ratio 0 or --device-tokens {smaller}")
-    return f"{same} on this setup (W = {w} tok, device {device_tokens} tok, host {host_tokens} tok)"
+        return (f"the trace fits in device + host memory (distinct prompt blocks F = {w} tok <= device {device_tokens} "
+                f"+ host {host_tokens} tok): {same}; try --host-ratio 0 or --device-tokens {smaller}")
+    return f"{same} on this setup (distinct prompt blocks F = {w} tok, device {device_tokens} tok, host {host_tokens} tok)"

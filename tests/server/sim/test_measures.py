@@ -64,13 +64,14 @@ def test_capture_is_undefined_unless_the_reference_is_half_a_percent_faster():
 def test_verdict_says_why_no_policy_can_differ_and_nothing_when_one_does():
     base = {"hit_rate": 0.40, "mean_latency_s": 100.0, "evictions": 0}
     fits = no_difference_verdict({"lru": base, "pbkv": dict(base)}, "lru", 5000, 30_000, 30_000)
-    assert fits == ("the trace fits in device memory (W = 5000 tok of distinct prompt blocks, device 30000 tok; "
+    assert fits == ("the trace fits in device memory (distinct prompt blocks F = 5000 tok, device 30000 tok; "
                     "lru evicted nothing): no policy can differ; try --device-tokens 2500")
     evicting = dict(base, evictions=10)
     same = {"lru": evicting, "pbkv": dict(evicting, hit_rate=0.404, mean_latency_s=100.4)}  # 0.4 pt, 0.4%
     line = no_difference_verdict(same, "lru", 50_000, 30_000, 30_000)
-    # device + host = 60000 >= W: a device of 50000 / (2 x 2) = 12500 with the same ratio holds W/2
-    assert line == ("the trace fits in device + host memory (W = 50000 tok <= device 30000 + host 30000 tok): "
+    # device + host = 60000 >= F: a device of 50000 / (2 x 2) = 12500 with the same ratio holds F/2
+    assert line == ("the trace fits in device + host memory (distinct prompt blocks F = 50000 tok <= device 30000 + "
+                    "host 30000 tok): "
                     "no replayed policy differs from lru by 0.5% or more in device hit rate or mean latency; "
                     "try --host-ratio 0 or --device-tokens 12500")
     assert no_difference_verdict(same, "lru", 90_000, 30_000, 30_000).startswith("no replayed policy differs")
@@ -129,5 +130,5 @@ def test_replay_of_a_trace_that_fits_in_device_memory_says_so_in_one_line(trace,
     w = sum(blocks.values())
     data, output = _replay(trace, tmp_path, "--policy", "lru,pbkv", "--device-tokens", "5000000", "--no-gap")
     assert data["lru"]["evictions"] == 0
-    assert (f"the trace fits in device memory (W = {w} tok of distinct prompt blocks, device 5000000 tok; lru "
+    assert (f"the trace fits in device memory (distinct prompt blocks F = {w} tok, device 5000000 tok; lru "
             f"evicted nothing): no policy can differ; try --device-tokens {w // 2}") in output
