@@ -154,13 +154,17 @@ def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pbkv_server.sim.policy_style import policy_style
+    from pbkv_server.sim.policy_style import FAINT, emphasis, policy_style
 
     fig, (ax, lat_ax) = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [2.3, 1]})
-    # Seven policies, some nearly equal (kvflow and lru on dynamic workloads): besides colour,
-    # vary line style and marker so overlapping curves stay tell-apart in print and greyscale.
+    # Some policies are nearly equal (kvflow and lru on dynamic workloads): besides colour, vary
+    # line style and marker so overlapping curves stay tell-apart in print and greyscale. Beyond a
+    # few policies only the baseline, PBKV, the reference and the best shipped alternative are
+    # drawn so; the others are thin grey lines behind them (one legend entry).
     styles = ("-", "--", "-.", ":")
     markers = ("o", "s", "^", "D", "v", "P", "X")
+    bold = emphasis({name: s.get("mean_latency_s") for name, s in results.items()})
+    faint = 0
     for i, (name, s) in enumerate(results.items()):
         timeline = s.get("timeline") or []
         if not timeline:
@@ -168,8 +172,14 @@ def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[s
         t0 = timeline[0]["t_start"]
         xs = [(b["t_start"] + b["t_end"]) / 2 - t0 for b in timeline]
         ys = [b["hit_rate"] if b["hit_rate"] is not None else math.nan for b in timeline]
+        if name not in bold:
+            faint += 1
+            ax.plot(xs, ys, color=FAINT, linewidth=0.9, zorder=1,
+                    label=f"{sum(n not in bold for n in results)} other policies" if faint == 1 else None)
+            continue
         ax.plot(xs, ys, linestyle=styles[i % len(styles)], marker=markers[i % len(markers)], markersize=3.5,
-                linewidth=1.4, alpha=0.9, label=f"{name} ({s['hit_rate']:.2f})", color=policy_style(name).colour)
+                linewidth=1.4, alpha=0.9, label=f"{name} ({s['hit_rate']:.2f})", color=policy_style(name).colour,
+                zorder=2)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("device hit rate (token level)")
     ax.set_ylim(0, 1)

@@ -9,7 +9,7 @@ import pytest
 from examples.common.report import bars_figure, hit_rate_figure
 from examples.common.results import PolicyResult
 from pbkv_server.engine.policies import available_policies, policy_info
-from pbkv_server.sim.policy_style import policy_style
+from pbkv_server.sim.policy_style import FAINT, emphasis, policy_style
 
 POLICIES = list(available_policies())
 #: The examples' title: a setting line longer than the figure is wide.
@@ -37,8 +37,10 @@ def test_every_registered_policy_has_its_own_colour_in_every_chart():
     # the two pairs the old charts drew alike
     assert styles["lru"].colour != styles["spec-prefill"].colour and styles["he"].colour != styles["opt"].colour
     fig = hit_rate_figure(_results(), TITLE)
-    drawn = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
-    assert drawn == {p: s.colour for p, s in styles.items()}
+    lines = fig.axes[0].get_lines()
+    assert len(lines) == len(POLICIES)
+    bold = {line.get_label().split(":")[0].split(",")[0]: line.get_color() for line in lines if line.get_color() != FAINT}
+    assert bold == {p: styles[p].colour for p in ("lru", "pbkv", "opt")}  # the others: thin grey (next test)
     bars = bars_figure(_results(), TITLE)
     device = bars.axes[1].patches
     assert [p.get_facecolor() for p in device] == [pytest.approx(_rgba(styles[n].colour)) for n in POLICIES]
@@ -75,3 +77,29 @@ def _rgba(colour: str) -> tuple[float, ...]:
     from matplotlib.colors import to_rgba
 
     return to_rgba(colour)
+
+
+def test_the_hit_rate_chart_draws_four_policies_bold_and_the_rest_as_one_grey_entry():
+    # issue 35: 13 policies were one bundle of lines. Bold: LRU, PBKV, the offline reference and the
+    # best alternative SGLang ships (here sglang-session, made the fastest one SGLang ships).
+    results = _results()
+    for r in results:
+        if r.policy == "sglang-session":
+            r.mean_latency_s = 100.0
+    assert emphasis({r.policy: r.mean_latency_s for r in results}) == {
+        "lru": "baseline", "pbkv": "PBKV", "sglang-session": "best SGLang ships", "opt": "offline reference"}
+    fig = hit_rate_figure(results, TITLE)
+    lines = fig.axes[0].get_lines()
+    faint = [line for line in lines if line.get_color() == FAINT]
+    assert len(faint) == len(POLICIES) - 4
+    assert max(line.get_linewidth() for line in faint) < min(line.get_linewidth() for line in lines
+                                                             if line.get_color() != FAINT)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend[:4] == ["lru, baseline: 30.5%", f"pbkv: {100 * results[POLICIES.index('pbkv')].hit_rate:.1f}%",
+                          f"sglang-session, best SGLang ships: "
+                          f"{100 * results[POLICIES.index('sglang-session')].hit_rate:.1f}%",
+                          f"opt, offline reference: {100 * results[POLICIES.index('opt')].hit_rate:.1f}%"]
+    assert legend[4].startswith(f"{len(POLICIES) - 4} other policies:") and len(legend) == 5
+    # five policies or fewer: every one bold, in its own colour
+    few = [r for r in results if r.policy in ("lru", "lae", "he", "pbkv")]
+    assert not [line for line in hit_rate_figure(few, TITLE).axes[0].get_lines() if line.get_color() == FAINT]
