@@ -25,6 +25,7 @@ from rich.console import Console
 
 from examples.common.results import PolicyResult
 from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter, read_trace
+from pbkv_server.engine.policies import BASELINE_POLICY
 
 __all__ = ["EMBEDDED_END_TIMEOUT_S", "embedded_server", "train_predictor", "replay", "read_records",
            "canonicalise_trace", "retime_trace", "summary_to_result"]
@@ -50,8 +51,10 @@ def embedded_server(app: str, *, seed: int = 0, profile: str | None = None) -> I
     from pbkv_server.http.config import ServerConfig
     from pbkv_server.http.runner import run_in_thread
 
-    # Workflows end by the SDK's signal; no idle retirement during long app runs.
-    config = ServerConfig(host="127.0.0.1", port=0, seed=seed, profile=profile, idle_retire_s=None)
+    # Workflows end by the SDK's signal; no idle retirement during long app runs. The app runs
+    # against LRU, as against an unmodified server: the figures come from replaying its trace.
+    config = ServerConfig(host="127.0.0.1", port=0, seed=seed, profile=profile, idle_retire_s=None,
+                          policy=BASELINE_POLICY)
     with run_in_thread(config) as handle:
         yield handle.url
 

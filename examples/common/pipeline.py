@@ -35,16 +35,17 @@ from examples.common import capacity as cap
 from examples.common import integration as integ
 from examples.common.data import DataError, describe_tasks
 from examples.common.report import plot_bars, plot_hit_rate_over_time, print_results
-from examples.common.results import compare, to_json
+from examples.common.results import PolicyResult, compare, to_json
 from pbkv_contract.files import shared_output
 from pbkv_server.engine.policies import (
     BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info,
 )
 from pbkv_server.sim.measures import host_value
+from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES, alternative_label, best_shipped
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile
 
 __all__ = ["ExampleSpec", "RunOptions", "run_example", "check_outputs", "OutputPathError", "seeded_split",
-           "RESULT_FILES", "replay_policies", "run_name", "TIMINGS"]
+           "RESULT_FILES", "replay_policies", "run_name", "summary_line", "TIMINGS"]
 
 #: Trace timings a run can replay: ``nominal`` (seeded model, :mod:`pbkv_server.sim.nominal`; the
 #: same seed gives the same traces and figures on any machine) or ``recorded`` (the app run's wall clock).
@@ -313,6 +314,7 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
     plots = {"hit_rate_over_time": str(out / "hit_rate_over_time.png"), "bars": str(out / "bars.png")}
     timings["total_s"] = time.perf_counter() - t0
     console.print(f"plots: {plots['hit_rate_over_time']}, {plots['bars']}; total {timings['total_s']:.0f} s")
+    console.print(summary_line(results, opts.profile, concurrency), highlight=False, soft_wrap=True)
     return {
         "example": spec.name, "app": spec.app, "quick": opts.quick, "profile": opts.profile,
         "replay_concurrency": concurrency, "app_concurrency": opts.app_concurrency, "seed": opts.seed,
@@ -324,6 +326,26 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
         "traces": {k: str(out / v.name) for k, v in traces.items()},
         "model": str(out / model_path.name), **to_json(results, comparisons),
     }
+
+
+def summary_line(results: Sequence[PolicyResult], profile: str, concurrency: int) -> str:
+    """The run's last line: what the app ran against, where the figures come from, and PBKV's
+    speedup over LRU and over the best alternative SGLang ships (by mean latency; issue 35: the
+    main job printed 14 policies and no conclusion)."""
+    latency = {r.policy: r.mean_latency_s for r in results}
+    head = (f"summary: the app ran against pbkv-server's simulator serving {BASELINE_POLICY.upper()} (a scenario wrote "
+            f"the replies); the figures replay its recorded test trace in simulated time on profile {profile} at "
+            f"concurrency {concurrency}")
+    base, ours = latency.get(BASELINE_POLICY), latency.get(DEFAULT_POLICY)
+    if not base or not ours:
+        return head
+    speedup = {p: base / lat for p, lat in latency.items() if lat > 0}
+    alternative = best_shipped(speedup, DEFAULT_ENGINE)
+    line = f"{head}: {DEFAULT_POLICY} {base / ours:.2f}x faster than LRU"
+    if alternative == BASELINE_POLICY:
+        return f"{line}, which is the best that {ENGINES[DEFAULT_ENGINE]} ships here"
+    return (f"{line} and {latency[alternative] / ours:.2f}x faster than {alternative_label(alternative, DEFAULT_ENGINE)} "
+            f"({alternative}, the best alternative {ENGINES[DEFAULT_ENGINE]} ships)")
 
 
 def run_name(spec: ExampleSpec, opts: RunOptions) -> str:
