@@ -26,7 +26,7 @@ from typing import Iterator
 
 from pbkv_contract.hints import END_STATUSES, HintError, validate_workflow_id
 from pbkv_contract.trace import WorkflowEndRecord
-from pbkv_sdk.env import DEFAULT_END_TIMEOUT_S, end_timeout, env_flag
+from pbkv_sdk.env import end_timeout, env_flag
 from pbkv_sdk.kv_hints import ENV_KV_HINTS, queue_end
 from pbkv_sdk.routing import routing_header
 from pbkv_sdk.once import WarnOnce

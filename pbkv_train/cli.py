@@ -9,7 +9,6 @@ Commands:
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import List, NoReturn, Optional, Sequence

@@ -6,7 +6,10 @@
         [--replicas N --router affinity|round-robin|cache-aware] --json OUT.json [--plot OUT.png]
     pbkv-bench profiles
     pbkv-bench advise FILE.jsonl [--profile NAME | --gpu-memory GIB --model M [--tp N] [--gpu h100|a6000]] \
-        [--concurrency C] [--host-ratio R] [--plot OUT.png] [--json OUT.json]
+        [--concurrency C] [--host-ratio R] [--engine sglang|vllm|dynamo] [--plot OUT.png] [--json OUT.json]
+
+The options of replay and advise are the fields of ``ReplaySettings`` / ``AdviseSettings``
+(:mod:`pbkv_server.cli.bench_settings`); each command checks them in order, before any replay.
 
 Bad input never ends in a traceback: lines the trace reader cannot use are skipped, with one
 warning per file that counts them and names the first (``pbkv_contract.trace``); an unknown trace

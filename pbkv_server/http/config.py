@@ -7,7 +7,7 @@ fields, so a server setting is written here once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pbkv_contract.settings import option
 from pbkv_server.engine.policies import DEFAULT_POLICY, policy_info
