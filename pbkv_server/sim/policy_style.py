@@ -23,7 +23,7 @@ from typing import Mapping
 __all__ = ["PALETTE", "PolicyStyle", "policy_style", "emphasis", "FAINT", "MAX_ALL_BOLD"]
 
 #: Colour of the policies a chart does not emphasise (drawn thin, behind the others).
-FAINT = "#b8b8b8"
+FAINT = "#d0d0d0"
 #: Up to this many policies, a chart draws every one bold: they can still be told apart.
 MAX_ALL_BOLD = 5
 
