@@ -148,7 +148,7 @@ def replay(
     is replayed too (unless ``--no-gap``), for the scales only. A replay that cannot show a
     difference between policies says so in one line.
     """
-    from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace
+    from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace, trace_meta
     from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.measures import (CAPTURE_NOTE, add_measures, host_value, no_difference_verdict,
@@ -213,6 +213,9 @@ def replay(
         make_predictor(predictor, horizon, records, app=trace_app)  # validate the spec before the first run
     except (TraceFormatError, OSError, ValueError, ImportError) as exc:
         raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None
+    meta = trace_meta(trace)
+    if meta is not None and meta.note:
+        console.print(f"trace written by {escape(meta.writer)}: {escape(meta.note)}", highlight=False, soft_wrap=True)
 
     results, scale = {}, {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -290,7 +293,7 @@ def advise(
     policy's speedup over LRU (L_lru / L_policy) and the offline reference's, and one verdict line."""
     import json as _json
 
-    from pbkv_contract.trace import TraceFormatError, read_trace
+    from pbkv_contract.trace import TraceFormatError, read_trace, trace_meta
     from pbkv_server.sim.advise import advice_lines, advise as run_advise, custom_profile, plot_advice
     from pbkv_server.hardware.profiles import get_profile
     from pbkv_server.sim.simulator import SimulationError
@@ -308,6 +311,9 @@ def advise(
         raise _fail(exc.args[0]) from None
     try:
         records = read_trace(trace)
+        meta = trace_meta(trace)
+        if meta is not None and meta.note:
+            console.print(f"trace written by {meta.writer}: {meta.note}", highlight=False, markup=False, soft_wrap=True)
         advice = run_advise(records, hw, concurrency=concurrency, host_ratio=host_ratio, predictor=predictor,
                             progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))
     except (TraceFormatError, OSError, ValueError, ImportError, SimulationError) as exc:
