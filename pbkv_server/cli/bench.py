@@ -150,6 +150,7 @@ def replay(
     """
     from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace, trace_meta
     from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
+    from pbkv_server.sim.capacity import largest_request
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.measures import (CAPTURE_NOTE, add_measures, host_value, no_difference_verdict,
                                           trace_block_tokens)
@@ -213,6 +214,13 @@ def replay(
         make_predictor(predictor, horizon, records, app=trace_app)  # validate the spec before the first run
     except (TraceFormatError, OSError, ValueError, ImportError) as exc:
         raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None
+    # A request larger than the device cannot be served under any policy: say so before the runs.
+    largest, need = largest_request(records)
+    device = device_tokens if device_tokens is not None else hw.device_kv_tokens
+    if need > device:
+        raise _fail(f"request too large: {largest} needs {need:,} tokens of KV cache (prompt + output), the device "
+                    f"holds {device:,}; no cache policy can serve it (give --device-tokens >= {need} or a larger "
+                    f"profile)")
     meta = trace_meta(trace)
     if meta is not None and meta.note:
         console.print(f"trace written by {escape(meta.writer)}: {escape(meta.note)}", highlight=False, soft_wrap=True)

@@ -133,3 +133,32 @@ def test_the_issue_case_a_prefix_loaded_from_the_host_tier_counts_its_cached_siz
     assert (r3.prompt_tokens, r3.device_cached_tokens, r3.host_cached_tokens) == (19, 0, 0)
     assert eng.stats.device_used_tokens <= 20
 
+
+def test_replay_and_advise_name_a_request_larger_than_the_device_in_one_line_before_replaying(tmp_path):
+    """What no policy can serve (after the fix above, only a request whose prompt + output exceeds
+    the device) is said in one line before any replay: w#1 needs 19 + 5 = 24 tokens, the device
+    holds 20 (its prompt alone would fit)."""
+    from typer.testing import CliRunner
+
+    from pbkv_contract.trace import TraceWriter
+    from pbkv_server.cli.bench import app as bench_app
+    from pbkv_server.sim.advise import advise
+
+    a, b = _keys(["A", "B"])
+    records = [InvocationRecord("app", "w", 0, "x", 0.0, 1.0, 10, 1, [a], block_tokens=[10]),
+               InvocationRecord("app", "w", 1, "x", 2.0, 3.0, 19, 5, [a, b], block_tokens=[10, 9]),
+               WorkflowEndRecord("app", "w", 4.0)]
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path) as writer:
+        for rec in records:
+            writer.write(rec)
+    result = CliRunner().invoke(bench_app, ["replay", str(path), "--policy", "lru", "--no-gap",
+                                            "--device-tokens", "20", "--host-ratio", "0"])
+    assert result.exit_code == 2
+    assert ("request too large: w#1 needs 24 tokens of KV cache (prompt + output), the device holds 20"
+            in " ".join(result.output.split()))
+    assert "latency" not in result.output  # nothing replayed
+    import dataclasses
+    advice = advise(records, dataclasses.replace(PROFILE, device_kv_tokens=20), policies=("lru",))
+    assert advice.regime == "request too large" and not advice.latency_s
+    assert "w#1: 24 tokens of prompt + output" in advice.verdict
