@@ -160,7 +160,8 @@ class ImportOptions:
             raise ValueError(f"the context limit must be >= 1 token, got {self.context_limit}")
         if self.max_conversations is not None and self.max_conversations < 1:
             raise ValueError("max_conversations must be >= 1")
-        workflow_id_from(self.app, empty="app")
+        if not self.app:
+            raise ValueError("the app name must not be empty")
 
     def note(self) -> str:
         """The options in one line (printed by the import and by every replay of the trace)."""

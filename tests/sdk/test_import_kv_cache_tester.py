@@ -229,6 +229,8 @@ def test_nothing_usable_writes_nothing_and_exits_1(tmp_path):
     assert out.read_text() == "keep\n" and not (tmp_path / "o.jsonl.partial").exists()
     result = runner.invoke(app, ["import", "kv-cache-tester", str(src), "--out", str(out), "--workflow", "day"])
     assert result.exit_code == 2 and "workflow must be one of conversation, turn" in result.output
+    result = runner.invoke(app, ["import", "kv-cache-tester", str(src), "--out", str(out), "--app", ""])
+    assert result.exit_code == 2 and "the app name must not be empty" in result.output
 
 
 def test_the_trace_validates_and_replays_block_by_block_with_its_options_printed(tmp_path):
