@@ -46,6 +46,14 @@ A trace is a JSONL file with one object per line; every line carries ``"v": 1`` 
 ``workflow_end``: the end of a workflow. Required ``app``, ``workflow_id``, ``t`` (number, Unix
 seconds); optional ``status`` (str; absent or ``null``: ``"completed"``, the v1 default).
 
+``meta``: how the trace was made, written once, as the first line, by a writer that converts
+other data (``pbkv-sdk import``). Required ``writer`` (str: the command that wrote it); optional
+``source`` (str: what it read), ``options`` (object: the options that shaped the trace, name ->
+JSON value) and ``note`` (str: those options in one line, for a replay to print). It is not a
+record of the workload: :func:`iter_trace` and :func:`read_trace` do not return it (their
+consumers only ever see invocations and workflow ends); :func:`trace_meta` reads it. A reader
+written before this type existed skips the line as one of an unknown type, and reads the rest.
+
 Reading is graded by what a consumer (replay, predictor training, ``pbkv-sdk validate``; all of
 them parse lines with :func:`parse_line`) can still use:
 
@@ -85,8 +93,8 @@ from .features import FEATURE_DIM
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TRACE_VERSION", "TraceFormatError", "InvocationRecord", "WorkflowEndRecord", "TraceRecord",
-           "TraceFileReport", "parse_line", "parse_record", "iter_trace", "read_trace", "group_workflows",
+__all__ = ["TRACE_VERSION", "TraceFormatError", "InvocationRecord", "WorkflowEndRecord", "TraceRecord", "TraceMeta",
+           "TraceFileReport", "parse_line", "parse_record", "iter_trace", "read_trace", "trace_meta", "group_workflows",
            "TraceWriter", "looks_like_trace", "SERVED_BY_SIM"]
 
 TRACE_VERSION = 1
@@ -207,6 +215,30 @@ class WorkflowEndRecord:
 TraceRecord = InvocationRecord | WorkflowEndRecord
 
 
+@dataclass(slots=True)
+class TraceMeta:
+    """How a trace was made (trace type ``meta``; first line of a converted trace).
+
+    Not a workload record: :func:`iter_trace` and :func:`read_trace` leave it out, :func:`trace_meta`
+    returns it.
+
+    Attributes:
+        writer: the command or tool that wrote the trace (``"pbkv-sdk import kv-cache-tester"``).
+        source: what it read (a file name); ``""`` if not said.
+        options: the options that shaped the trace (name -> JSON value).
+        note: the options in one line, as a replay prints them; ``""`` if not said.
+    """
+
+    writer: str
+    source: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of this record."""
+        return {"type": "meta", "v": TRACE_VERSION, **asdict(self)}
+
+
 # --------------------------------------------------------------------------- reading
 
 
@@ -221,6 +253,8 @@ class TraceFileReport:
         skipped: ``(line number, reason)`` of every line that could not be used (1-based numbers).
         fields: per field name, ``[lines, first line number, reason]`` of optional fields read as
             unknown because they were invalid, and of unknown fields (ignored).
+        meta: the file's first ``meta`` line (how the trace was made), or ``None``; not counted
+            in ``records``.
     """
 
     path: str
@@ -228,6 +262,7 @@ class TraceFileReport:
     records: int = 0
     skipped: list[tuple[int, str]] = field(default_factory=list)
     fields: dict[str, list[Any]] = field(default_factory=dict)
+    meta: TraceMeta | None = None
 
     def warnings(self) -> list[str]:
         """At most two one-line summaries: skipped lines, then fields read as unknown, mended or ignored."""
@@ -253,7 +288,7 @@ class TraceFileReport:
                 entry[0] += 1
 
 
-def parse_line(line: str, notes: list[tuple[str, str]] | None = None) -> TraceRecord:
+def parse_line(line: str, notes: list[tuple[str, str]] | None = None) -> TraceRecord | TraceMeta:
     """Build a record from one line of a trace file: the parse every trace consumer uses.
 
     Args:
@@ -273,7 +308,7 @@ def parse_line(line: str, notes: list[tuple[str, str]] | None = None) -> TraceRe
     return parse_record(data, notes)
 
 
-def parse_record(data: Any, notes: list[tuple[str, str]] | None = None) -> TraceRecord:
+def parse_record(data: Any, notes: list[tuple[str, str]] | None = None) -> TraceRecord | TraceMeta:
     """Build a record from one decoded JSON line (the field rules are in the module docstring).
 
     Raises:
@@ -293,6 +328,8 @@ def parse_record(data: Any, notes: list[tuple[str, str]] | None = None) -> Trace
         spec, make = _INVOCATION, InvocationRecord
     elif kind == "workflow_end":
         spec, make = _WORKFLOW_END, WorkflowEndRecord
+    elif kind == "meta":
+        spec, make = _META, TraceMeta
     else:
         raise ValueError(f"unknown record type {kind!r}")
     values: dict[str, Any] = {}
@@ -384,6 +421,12 @@ def _hashes(value: Any) -> list[str]:
     return value
 
 
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError("must be a JSON object")
+    return value
+
+
 def _counts(value: Any) -> list[int]:
     if not isinstance(value, list):
         raise ValueError("must be a list of integers >= 0")
@@ -412,6 +455,9 @@ _INVOCATION: dict[str, tuple[bool, Callable[[Any], Any]]] = {
 _WORKFLOW_END: dict[str, tuple[bool, Callable[[Any], Any]]] = {
     "app": (True, _string), "workflow_id": (True, _string), "t": (True, _number), "status": (False, _string),
 }
+_META: dict[str, tuple[bool, Callable[[Any], Any]]] = {
+    "writer": (True, _name), "source": (False, _string), "options": (False, _object), "note": (False, _string),
+}
 
 
 def iter_trace(
@@ -421,7 +467,8 @@ def iter_trace(
 
     Lines are parsed with :func:`parse_line`. Unusable lines are skipped and invalid optional
     fields read as unknown; when the file is done, its problems are logged as at most two
-    warnings with counts (:meth:`TraceFileReport.warnings`). Blank lines are ignored.
+    warnings with counts (:meth:`TraceFileReport.warnings`). Blank lines are ignored, and ``meta``
+    lines are not records of the workload: the first goes to ``report.meta``.
 
     Args:
         path: the file.
@@ -464,6 +511,10 @@ def iter_trace(
                     raise ValueError(f"{path}:{lineno}: field {name}: {reason}")
                 report._note(lineno, notes)
                 notes.clear()
+            if isinstance(record, TraceMeta):  # how the trace was made, not part of the workload
+                if report.meta is None:
+                    report.meta = record
+                continue
             report.records += 1
             yield record
     for message in report.warnings():
@@ -494,6 +545,24 @@ def read_trace(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]])
             why = f" ({total} unusable line{'s' if total != 1 else ''} skipped; first: {skipped[0].path}:{lineno}: {reason})"
         raise TraceFormatError(f"trace holds no invocation records{why}")
     return records
+
+
+def trace_meta(path: str | os.PathLike[str]) -> TraceMeta | None:
+    """The ``meta`` record of a trace (how it was made), or ``None`` when its first non-blank line
+    is not a valid one; only that line is read.
+
+    Raises:
+        OSError: the file cannot be opened.
+    """
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    record = parse_line(line)
+                except ValueError:  # TraceFormatError too: another version's meta is not ours to read
+                    return None
+                return record if isinstance(record, TraceMeta) else None
+    return None
 
 
 def group_workflows(records: Iterable[TraceRecord]) -> dict[str, list[InvocationRecord]]:

@@ -7,6 +7,7 @@ Commands::
     pbkv-sdk validate run.jsonl          # exit status 1 if any line is invalid
     pbkv-sdk import chatdev logs.tar.gz --out chatdev.jsonl
     pbkv-sdk import ghcp downloaded_data/ --out ghcp.jsonl
+    pbkv-sdk import kv-cache-tester traces.tar.gz --out claude-code.jsonl
 """
 
 from __future__ import annotations
@@ -284,6 +285,102 @@ def import_ghcp_cmd(
         f"{summary.trace_cached_share:.3f}" + (f"; {summary.no_segments} call(s) without message_metadata"
                                                if summary.no_segments else ""),
         highlight=False, soft_wrap=True)
+
+
+@import_app.command("kv-cache-tester")
+def import_kv_cache_tester_cmd(
+    src: Optional[Path] = typer.Argument(None, help="traces: a .tar.gz of trace_*.json, a directory or one file "
+                                                    "(default: $PBKV_DATA_DIR/claude-code/traces.tar.gz)"),
+    out: Path = typer.Option(..., "--out", "-o", help="Trace file to write."),
+    workflow: str = typer.Option("conversation", "--workflow",
+                                 help="one workflow per conversation, or per human turn (turn; session = conversation)"),
+    max_gap: Optional[float] = typer.Option(None, "--max-gap", help="cap idle gaps at this many seconds "
+                                                                    "(default: as recorded)"),
+    context_limit: Optional[int] = typer.Option(None, "--context-limit", min=1,
+                                                help="most prompt tokens a call may have (default: no limit)"),
+    over_limit: str = typer.Option("drop", "--over-limit", help="calls above --context-limit: drop, or truncate "
+                                                                "(keep the first context-limit tokens)"),
+    shared_prefix: str = typer.Option("none", "--shared-prefix",
+                                      help="share the tool (tools) or tool and system (tools+system) prefix between "
+                                           "conversations of one client configuration; default none"),
+    app_name: str = typer.Option("claude-code", "--app", help="app name of the trace"),
+    max_conversations: Optional[int] = typer.Option(None, "--max-conversations", min=1,
+                                                    help="import at most this many conversations (source order)"),
+) -> None:
+    """Import kv-cache-tester block-hash traces (Claude Code conversations with subagents) as a trace.
+
+    Each call becomes an invocation with one hash per 64-token block (block_tokens), subagents
+    agents of their conversation. Prints what was imported and skipped (per reason), the shape
+    and the options; the options are also the trace's first (meta) line. Exits 2 when the input
+    cannot be read, an option is bad or OUT cannot be written, and 1 when no conversation was
+    usable (nothing is written then).
+    """
+    from pbkv_sdk.importers.blockhash import ImportOptions
+    from pbkv_sdk.importers.kv_cache_tester import import_kv_cache_tester
+
+    if src is None:
+        data_dir = os.environ.get("PBKV_DATA_DIR")
+        if not data_dir:
+            err_console.print("[red]give the traces (SRC) or set PBKV_DATA_DIR to the folder that holds "
+                              "claude-code/traces.tar.gz[/red]", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
+        src = Path(data_dir) / "claude-code" / "traces.tar.gz"
+        if not src.exists():
+            err_console.print(f"[red]PBKV_DATA_DIR={escape(data_dir)} does not hold claude-code/traces.tar.gz; "
+                              f"give SRC[/red]", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
+    elif not src.exists():
+        err_console.print(f"[red]{escape(str(src))}: no such file or directory[/red]", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    problem = output_problem(out, [src])
+    if problem is not None:
+        err_console.print(f"[red]cannot import: --out {escape(str(out))} {escape(problem)}[/red]", highlight=False,
+                          soft_wrap=True)
+        raise typer.Exit(2)
+    options = ImportOptions(app=app_name, workflow=workflow, max_gap_s=max_gap, context_limit=context_limit,
+                            over_limit=over_limit, shared_prefix=shared_prefix, max_conversations=max_conversations)
+    try:
+        summary = import_kv_cache_tester(src, out, options)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        err_console.print(f"[red]cannot import: {escape(where + (exc.strerror or str(exc)))}[/red]", highlight=False,
+                          soft_wrap=True)
+        raise typer.Exit(2)
+    except ValueError as exc:
+        err_console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    for name, reason in summary.bad_files:
+        err_console.print(f"bad file {escape(name)}: {escape(reason)}", highlight=False, soft_wrap=True)
+    if summary.conversations == 0:
+        err_console.print(f"[red]{escape(str(src))}: {summary.files} file(s), no conversation imported; nothing written "
+                          f"to {escape(str(out))}[/red]", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    for line in block_import_lines(summary, options, out):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def block_import_lines(summary, options, out: Path) -> List[str]:
+    """What a block-hash import prints: files, calls (imported, skipped per reason), shape, options."""
+    skipped = sum(summary.skipped.values())
+    lines = [
+        f"{summary.files} file(s), {len(summary.bad_files)} bad: {summary.conversations} conversations "
+        f"({summary.subagents} subagents), {summary.workflows} workflows -> {out}"
+        + (f"; {summary.empty} conversation(s) with no call left" if summary.empty else ""),
+        f"calls: {summary.calls_seen:,} seen = {summary.calls:,} imported"
+        + (f" ({summary.truncated:,} truncated to the context limit)" if summary.truncated else "")
+        + f" + {skipped:,} skipped",
+    ]
+    lines += [f"  skipped {n:,}: {reason}" for reason, n in summary.skipped.most_common()]
+    agents = ", ".join(f"{a} {n:,}" for a, n in summary.agents.most_common())
+    lines.append(f"shape: {summary.calls:,} calls ({agents}), mean prompt {summary.mean_prompt_tokens:,.0f} tokens "
+                 f"(largest {summary.max_prompt_tokens:,}), mean output "
+                 f"{summary.completion_tokens / max(1, summary.calls):,.0f}, {summary.blocks:,} block hashes "
+                 f"({summary.blocks / max(1, summary.calls):,.0f} per call)")
+    gaps = (f"; {summary.gaps_capped:,} gaps capped ({summary.gap_s_removed / 3600:,.1f} h taken out)"
+            if options.max_gap_s is not None else "")
+    shared = f"; {summary.shared_blocks:,} blocks keyed by client configuration" if options.shared_prefix != "none" else ""
+    lines.append(f"options: {options.note()}{gaps}{shared}")
+    return lines
 
 
 def _run_app(command: List[str], env: dict) -> int | None:

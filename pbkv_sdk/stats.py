@@ -10,6 +10,7 @@ from typing import Iterable
 from pbkv_contract.hints import END_AGENT
 from pbkv_contract.trace import (
     TraceFormatError,
+    TraceMeta,
     TraceRecord,
     WorkflowEndRecord,
     group_workflows,
@@ -112,11 +113,13 @@ def summarize(records: Iterable[TraceRecord]) -> TraceSummary:
 
 @dataclass
 class ValidationReport:
-    """Result of :func:`validate_file`: valid line count and ``(line number, reason)`` of bad ones."""
+    """Result of :func:`validate_file`: valid line count and ``(line number, reason)`` of bad ones;
+    ``records`` the workload's records, ``meta`` the first ``meta`` line (a valid line, not a record)."""
 
     valid: int = 0
     invalid: list[tuple[int, str]] = field(default_factory=list)
     records: list[TraceRecord] = field(default_factory=list)
+    meta: TraceMeta | None = None
 
     @property
     def ok(self) -> bool:
@@ -145,5 +148,8 @@ def validate_file(path: str | os.PathLike[str]) -> ValidationReport:
                 report.invalid.append((lineno, str(exc)))
                 continue
             report.valid += 1
+            if isinstance(record, TraceMeta):  # how the trace was made: valid, not a workload record
+                report.meta = report.meta or record
+                continue
             report.records.append(record)
     return report

@@ -206,8 +206,9 @@ def _replay_config(s: ReplaySettings, policy: str, hw: Any, host_tokens: int | N
 
 def _load_replay_inputs(s: ReplaySettings, plan: _ReplayPlan) -> None:
     """Read the trace into ``plan`` and check the predictor spec and the plot's extra, before any run."""
-    from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace
+    from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace, trace_meta
     from pbkv_server.predictors import make_predictor
+    from pbkv_server.sim.capacity import largest_request
     from pbkv_server.sim.simulator import load_workload
 
     try:
@@ -222,6 +223,16 @@ def _load_replay_inputs(s: ReplaySettings, plan: _ReplayPlan) -> None:
         make_predictor(s.predictor, s.horizon, plan.records, app=plan.trace_app)  # the spec, before the first run
     except (TraceFormatError, OSError, ValueError, ImportError) as exc:
         raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None
+    # A request larger than the device cannot be served under any policy: say so before the runs.
+    largest, need = largest_request(plan.records)
+    device = s.device_tokens if s.device_tokens is not None else plan.hw.device_kv_tokens
+    if need > device:
+        raise _fail(f"request too large: {largest} needs {need:,} tokens of KV cache (prompt + output), the device "
+                    f"holds {device:,}; no cache policy can serve it (give --device-tokens >= {need} or a larger "
+                    f"profile)")
+    meta = trace_meta(s.trace)
+    if meta is not None and meta.note:
+        console.print(f"trace written by {escape(meta.writer)}: {escape(meta.note)}", highlight=False, soft_wrap=True)
 
 
 def _replay_policies(s: ReplaySettings, plan: _ReplayPlan) -> tuple[dict[str, dict], dict[str, dict]]:
@@ -313,13 +324,16 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
     policy's speedup over LRU (L_lru / L_policy) and the offline reference's, and one verdict line."""
     import json as _json
 
-    from pbkv_contract.trace import TraceFormatError, read_trace
+    from pbkv_contract.trace import TraceFormatError, read_trace, trace_meta
     from pbkv_server.sim.advise import advice_lines, advise as run_advise, plot_advice
     from pbkv_server.sim.simulator import SimulationError
 
     hw = _advise_hardware(s)  # every check before the first replay: one line and exit 2 each
     try:
         records = read_trace(s.trace)
+        meta = trace_meta(s.trace)
+        if meta is not None and meta.note:
+            console.print(f"trace written by {meta.writer}: {meta.note}", highlight=False, markup=False, soft_wrap=True)
         advice = run_advise(records, hw, concurrency=s.concurrency, host_ratio=s.host_ratio, predictor=s.predictor,
                             engine=s.engine, trace=s.trace.name,
                             progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))

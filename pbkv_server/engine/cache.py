@@ -213,6 +213,45 @@ class PrefixCache:
         self.hooks.on_admit(Admission(req.index, req.blocks, req.workflow, req.agent, req.request), path)
         return got
 
+    def fit_idle(self, req: AcquireRequest) -> bool:
+        """Let an idle device admit ``req`` when only its cached prefix's size keeps it out.
+
+        Space for a matched prefix is the cached nodes' tokens, hits are the request's own
+        per-unit tokens (:meth:`_match`), and the two may differ: a replayed trace without
+        ``block_tokens`` spreads each prompt's tokens evenly over its hashes, so a block shared by
+        two prompts can hold 10 tokens as the first one cached it and count 9 in the second. A
+        request whose own KV fits the device (``Engine.submit`` checks it) can then need more
+        than the whole device with its prefix as cached, and would wait forever.
+
+        Call it when nothing runs and ``req`` was refused. If its prefix as cached (device hits,
+        host loads) plus the rest of its prompt and its reservation exceeds the device, the
+        prefix is dropped from its first node that holds more tokens than the request counts for
+        the same units, with the subtree below (the request re-inserts those units with its own
+        counts, as a miss). The nodes above are no larger than the request counts them, so the
+        request then fits an empty device.
+
+        Returns:
+            True if nodes were dropped (admit again); False if the cached sizes were not what
+            kept it out, or the node is pinned.
+        """
+        m = self._match(req)
+        cum = req.cum
+        need = m.load + cum[-1] - m.device_hit - m.host_hit + req.reserve
+        if self._reserved + self._locked_dev + m.newly_locked + need <= self.device_capacity:
+            return False
+        i = 0
+        for node in m.path:
+            j = i + len(node.keys)
+            if node.tokens > cum[j] - cum[i]:
+                if node.lock or self._pinned_below(node) or (self._pins is not None and self._pins.keeps(node)):
+                    return False
+                parent = node.parent
+                self._drop_subtree(node)
+                self._refile(parent)
+                return True
+            i = j
+        return False
+
     def release(self, end: Node | None, reserve: int) -> None:
         """A request finished: unlock its path from ``end`` up and free its output reservation."""
         self._reserved -= reserve

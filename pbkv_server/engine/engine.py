@@ -241,6 +241,8 @@ class Engine:
             if not self._admit(self._waiting[i]):
                 if not self._running and not admitted and pins is not None and pins.relieve():
                     continue  # the policy's pins blocked an idle engine: it gave one up, retry
+                if not self._running and not admitted and self.cache.fit_idle(self._acquire_request(self._waiting[i])):
+                    continue  # its prefix was cached larger than it counts it: dropped, retry
                 break
             admitted.append(self._waiting[i])
             del self._waiting[i]
@@ -290,7 +292,8 @@ class Engine:
             self._stats.decode_s += clock - self.clock
             self.clock = clock
             self._iters += k
-        elif self._waiting:  # cannot happen: submit() rejects requests larger than the device
+        elif self._waiting:  # cannot happen: submit() rejects requests larger than the device, and
+            # an idle device drops a prefix cached larger than the request counts it (fit_idle)
             raise RuntimeError("engine stalled: a waiting request does not fit an idle device")
         else:
             return events
@@ -373,11 +376,14 @@ class Engine:
         for listener in self._end_listeners:
             listener(wf, status, reason)
 
-    def _admit(self, r: _Request) -> bool:
+    def _acquire_request(self, r: _Request) -> AcquireRequest:
         wf = r.wf
         active = wf is None or self._active.get(wf.workflow_id) is wf
-        got = self.cache.acquire(AcquireRequest(r.blocks, r.toks, r.cum, r.reserve, self.clock, wf, r.agent, active,
-                                                r.index, r.tail, r.req, not r.internal))
+        return AcquireRequest(r.blocks, r.toks, r.cum, r.reserve, self.clock, wf, r.agent, active, r.index, r.tail,
+                              r.req, not r.internal)
+
+    def _admit(self, r: _Request) -> bool:
+        got = self.cache.acquire(self._acquire_request(r))
         if got is None:
             return False
         r.end = got.end

@@ -9,7 +9,8 @@ From a recorded trace and a hardware setup:
    (default 1, the PBKV paper's HiCache baseline);
 3. regime: ``fits in device`` (``A + W`` <= device: nothing reusable is ever evicted, so no eviction
    policy can gain), ``fits with host`` (``A + W`` <= device + host), ``short`` (more than both), or
-   ``request too large`` (the largest prompt exceeds the device: no policy can serve it);
+   ``request too large`` (the largest request, prompt + output, exceeds the device: no policy can
+   serve it);
 4. replay under each policy (:data:`POLICIES`, plus what the user's engine ships:
    :func:`pbkv_server.sim.shipped.shipped_policies`) and the offline reference ``opt``; a policy's
    speedup is ``L_lru / L_policy`` (mean workflow latency; above 1 is faster), ``opt``'s is the
@@ -32,7 +33,7 @@ from typing import Any, Callable, Sequence
 from pbkv_contract.trace import SERVED_BY_SIM, InvocationRecord, TraceRecord
 from pbkv_server.engine import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REFERENCE_POLICY
-from pbkv_server.sim.capacity import WorkingSet, working_set
+from pbkv_server.sim.capacity import WorkingSet, largest_request, working_set
 from pbkv_server.sim.measures import MIN_DIFFERENCE
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES, alternative_label, best_shipped, shipped_policies
 from pbkv_server.hardware.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3_32B, RTX_A6000, GpuSpec, ModelSpec, \
@@ -195,13 +196,15 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     make_predictor(predictor, horizon, records, app=app)  # a bad spec fails now, not after the first replays
     ws = working_set(records, by_session=True)  # the replay admits sessions as units
     live, flight = ws.live_tokens(concurrency), ws.in_flight_tokens(concurrency)
+    # prompt + output: what the engine must hold for a request (a prompt alone may fit and its reply not)
+    largest, need = largest_request(records)
     advice = Advice(profile.name, concurrency, ws, live, flight, device, host,
-                    regime_of(live + flight, ws.max_prompt_tokens, device, host), engine=engine,
+                    regime_of(live + flight, need, device, host), engine=engine,
                     trace_origin=trace_origin(records), trace=trace, predictor=predictor)
     if advice.regime == "request too large":
-        advice.verdict = (f"no: the largest request ({ws.max_prompt_tokens:,} tokens) does not fit in the device KV "
-                          f"pool ({device:,} tokens); no cache policy can serve it: add GPU memory (more GPUs, "
-                          f"tensor parallelism) first")
+        advice.verdict = (f"no: the largest request ({largest}: {need:,} tokens of prompt + output) does not fit in "
+                          f"the device KV pool ({device:,} tokens); no cache policy can serve it: add GPU memory "
+                          f"(more GPUs, tensor parallelism) first")
         return advice
     workload = load_workload(records)
     for name in advised_policies(engine) if policies is None else policies:

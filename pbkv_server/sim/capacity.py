@@ -22,7 +22,7 @@ from typing import Sequence
 
 from pbkv_contract.trace import InvocationRecord, TraceRecord
 
-__all__ = ["WorkingSet", "working_set", "device_capacity", "DEFAULT_PRESSURE", "MIN_REQUESTS"]
+__all__ = ["WorkingSet", "working_set", "device_capacity", "largest_request", "DEFAULT_PRESSURE", "MIN_REQUESTS"]
 
 #: Share of the live working set W the trace rule's device keeps (the regime where eviction matters).
 DEFAULT_PRESSURE = 0.5
@@ -98,6 +98,25 @@ def working_set(records: Sequence[TraceRecord], by_session: bool = False) -> Wor
     unshared = sum(n for rec in invocations for key, n in zip(rec.prefix_hashes, rec.tokens_per_block())
                    if len(users[key]) == 1)
     return WorkingSet(len(workflows), shared, private / len(workflows), single, max_prompt, total, n_requests, unshared)
+
+
+def largest_request(records: Sequence[TraceRecord]) -> tuple[str, int]:
+    """The request that needs the most KV cache, as the replay names it (``workflow#step``), and
+    its need in tokens: prompt + output (at least 1 output token, as replay counts it). A device
+    smaller than that cannot serve the trace under any policy (``Engine.submit`` refuses it).
+
+    Raises:
+        ValueError: the records hold no invocation.
+    """
+    best: tuple[str, int] | None = None
+    for rec in records:
+        if isinstance(rec, InvocationRecord):
+            need = rec.prompt_tokens + max(1, rec.completion_tokens)
+            if best is None or need > best[1]:
+                best = (f"{rec.workflow_id}#{rec.step}", need)
+    if best is None:
+        raise ValueError("the trace holds no invocation records")
+    return best
 
 
 def device_capacity(ws: WorkingSet, concurrency: int, pressure: float = DEFAULT_PRESSURE,

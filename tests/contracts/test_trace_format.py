@@ -194,3 +194,32 @@ def test_appending_after_a_cut_off_last_line_starts_a_new_line(tmp_path):
     with TraceWriter(path) as writer:  # a file that ends with a line break gets no blank line
         writer.write(_inv(wf="w3"))
     assert path.read_text().endswith("\n" + json.dumps(_inv(wf="w3").to_json(), separators=(",", ":")) + "\n")
+
+
+def test_a_meta_line_says_how_the_trace_was_made_and_is_not_a_workload_record(tmp_path, caplog):
+    """The first line of a converted trace: read by trace_meta, valid for validate, never handed to a
+    trace's consumers (they see invocations and workflow ends only), and no warning."""
+    from pbkv_contract.trace import TraceFileReport, TraceMeta, trace_meta
+    from pbkv_sdk.stats import validate_file
+
+    path = tmp_path / "t.jsonl"
+    meta = TraceMeta("pbkv-sdk import x", "src.tar.gz", {"max_gap_s": 60.0}, "gaps capped at 60 s")
+    with TraceWriter(path) as writer:
+        writer.write(meta)
+        writer.write(InvocationRecord("app", "w", 0, "a", 0.0, 1.0, 5, 1, ["h"]))
+        writer.write(WorkflowEndRecord("app", "w", 2.0))
+    assert json.loads(path.read_text().splitlines()[0]) == {"type": "meta", "v": 1, "writer": "pbkv-sdk import x",
+                                                           "source": "src.tar.gz", "options": {"max_gap_s": 60.0},
+                                                           "note": "gaps capped at 60 s"}
+    assert trace_meta(path) == meta
+    with caplog.at_level(logging.WARNING):
+        report = TraceFileReport(str(path))
+        records = list(iter_trace(path, report=report))
+    assert [type(r).__name__ for r in records] == ["InvocationRecord", "WorkflowEndRecord"]
+    assert (report.lines, report.records, report.skipped, report.meta) == (3, 2, [], meta) and not caplog.records
+    assert len(read_trace(path)) == 2
+    checked = validate_file(path)
+    assert (checked.valid, checked.invalid, len(checked.records), checked.meta) == (3, [], 2, meta)
+    # a trace without one, or whose meta line is broken, has none (the broken line is skipped as usual)
+    path.write_text('{"type": "meta", "v": 1, "options": {}}\n' + path.read_text().split("\n", 1)[1])
+    assert trace_meta(path) is None and len(read_trace(path)) == 2
