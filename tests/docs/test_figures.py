@@ -1,0 +1,199 @@
+"""Measured figures in the docs come from generated blocks, never typed prose (issue 32).
+
+A *figure* is a number in prose that reads like a measurement: one with a decimal point
+(``1.47``), a thousands separator (``1,209``), a percent sign (``73.5%``), an ``x`` or ``×`` speedup
+(``1.05x``), a time unit (``66 s``, ``25 ms``, ``4 min``, ``2 minutes``) or points (``5.8 points``,
+``-0.3 pt``). Bare integers (``C = 72``, ``300 test claims``, block size 64) are settings, not
+figures. Not prose, so never scanned: fenced code blocks, inline code spans (commands, option
+values), link targets and bare URLs, HTML comments, and whatever lies between a generator's
+``<!-- name:begin -->`` and ``<!-- name:end -->`` markers (``scripts/make_results.py``,
+``scripts/make_regime_docs.py``, ``scripts/make_example_sizes.py``) or in a page a generator writes
+whole (:data:`GENERATED_PAGES`).
+
+What may stay in prose is a *constant*, listed with its reason: a version number after the
+product it versions (:data:`VERSIONED`), and per page the settings, defaults, published figures
+with their citation and rules of the house (:data:`CONSTANTS`). Anything else is a measured
+figure typed by hand: move it into a generated block, link to the generated page, or delete it.
+
+:data:`STILL_TYPED` is the debt left when this rule came in: pages whose measured tables and
+prose have no generator yet, each with the number of figures it still types. The test fails when
+a page types more, and when it types fewer (lower the number, so the debt only shrinks).
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Pages a generator writes whole (glob -> generator). Their figures come from runs.
+GENERATED_PAGES: dict[str, str] = {
+    "docs/results.md": "scripts/make_results.py",
+    "docs/study/*/report.md": "pbkv-bench study (pbkv_server/sim/study/report.py)",
+}
+
+#: A version after the name of what it versions ("torch 2.13.0", "vLLM 0.33.0", "arXiv 2605.06472").
+VERSIONED = re.compile(r"\b(?:torch|vLLM|SGLang|SDK|Python|CPython|Apache-|arXiv|version|v)\s?\d+(?:\.\d+)+\b")
+
+#: page -> {figure as the scan reads it: why it is a constant, not a measurement}.
+CONSTANTS: dict[str, dict[str, str]] = {
+    "README.md": {},
+    "docs/getting-started.md": {
+        "0.1 s": "the examples' nominal timing rule (examples/common/nominal.py)",
+        "4,000": "the examples' nominal timing rule: prefill tokens per second",
+        "25 ms": "the examples' nominal timing rule: per output token",
+        "0.05": "the nominal tool-gap range, lower end", "0.3 s": "the nominal tool-gap range, upper end",
+        "0.5": "a setting's default (--pressure; the nominal search-tool gap, lower end)",
+        "3 s": "the nominal search-tool gap, upper end",
+        "1x": "the paper setup's host tier: 1x device",
+    },
+    "docs/contributing.md": {
+        "0.5 s": "the SDK's end budget per phase, default ($PBKV_END_TIMEOUT_S)",
+        "1,000": "a test's input size (random traces)", "10,000": "a test's input size (cache operations)",
+        "5 s": "the house rule: a test over 5 s is marked slow",
+        "3 minutes": "the fast lane's target on the 2-core machine (issue 32)",
+    },
+    "docs/integrations.md": {"0.5 s": "$PBKV_END_TIMEOUT_S default", "60 s": "$PBKV_END_TIMEOUT_S upper bound"},
+    "docs/vllm-backend.md": {"0.7": "PBKV_VLLM_CONFIG default gamma"},
+    "docs/importing-real-traces.md": {
+        "1,563": "arithmetic: 100k tokens / 64-token blocks", "0.5": "--warm-prefix-pct default"},
+    "docs/design/metrics.md": {"200,000": "deque length (LATENCY_METRICS)", "10,000": "window length, samples"},
+    "docs/design/protocol.md": {"0.0": "the field's value when unknown"},
+    "docs/when-pbkv-helps.md": {
+        "0.25": "the study's grid of f", "0.5": "the study's grid of f", "0.75": "the study's grid of f",
+        "1.5": "the study's grid of f", "1x": "the study's host ratios (the paper's HiCache setup)",
+        "2x": "the study's host ratios and concurrency multiplier (SGLang's default host ratio)",
+        "5%": "the study's star rule: opt >= 1.05x LRU", "3%": "advise.MIN_SPEEDUP",
+    },
+}
+
+#: page -> figures it still types with no generator (issue 32's debt; only ever lowered).
+STILL_TYPED: dict[str, int] = {
+    "docs/benchmarks.md": 66,
+    "docs/coding-agent-workload.md": 67,
+    "docs/compared-policies.md": 861,
+    "docs/design/cost-model.md": 45,
+    "docs/design/engine.md": 83,
+    "docs/design/memory-short-policy.md": 695,
+    "docs/design/offline-reference.md": 445,
+    "docs/predictor.md": 68,
+    "docs/results-analysis.md": 645,
+    "docs/routers.md": 205,
+    "docs/server.md": 46,
+    "docs/sglang-plugin.md": 91,
+    "docs/simulator-and-studies.md": 136,
+}
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_BEGIN = re.compile(r"<!--\s*([\w.:-]+):begin\s*-->")
+_END = re.compile(r"<!--\s*([\w.:-]+):end\s*-->")
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+_COMMENT = re.compile(r"<!--.*?-->")
+_LINK_TARGET = re.compile(r"\]\([^)]*\)")
+_URL = re.compile(r"https?://\S+")
+_NUMBER = r"(?<![\w.,])[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+_UNIT = r"%|×|x\b|ms\b|µs\b|us\b|s\b|min\b|minutes?\b|seconds?\b|hours?\b|h\b|pt\b|points?\b"
+_FIGURE = re.compile(rf"{_NUMBER}(?:\s?(?:{_UNIT}))?")
+
+
+def figures_of_line(line: str) -> list[str]:
+    """The figures of one prose line, as written (``"1.47x"``, ``"66 s"``, ``"1,209"``)."""
+    line = _COMMENT.sub(" ", _CODE_SPAN.sub(" ", line))
+    line = _URL.sub(" ", _LINK_TARGET.sub("]", line))
+    line = VERSIONED.sub(" ", line)
+    out = []
+    for m in _FIGURE.finditer(line):
+        text = m.group(0)
+        number = re.match(_NUMBER, text).group(0)
+        if "." in number or "," in number or text != number:
+            out.append(text)
+    return out
+
+
+def figures(text: str) -> list[tuple[int, str]]:
+    """``(line number, figure)`` of a Markdown text, outside code and generated blocks."""
+    found, fence, block = [], None, None
+    for no, line in enumerate(text.splitlines(), 1):
+        m = _FENCE.match(line)
+        if m:
+            fence = m.group(1) if fence is None else (None if m.group(1) == fence else fence)
+            continue
+        if fence is not None:
+            continue
+        if block is not None:
+            end = _END.search(line)
+            if end and end.group(1) == block:
+                block = None
+            continue
+        begin = _BEGIN.search(line)
+        if begin:
+            block = begin.group(1)
+            continue
+        found += [(no, f) for f in figures_of_line(line)]
+    return found
+
+
+def pages(root: Path = ROOT) -> list[str]:
+    """README.md and docs/**/*.md, relative to ``root``, less the generated pages."""
+    generated = {p for pattern in GENERATED_PAGES for p in root.glob(pattern)}
+    return [str(p.relative_to(root)) for p in [root / "README.md", *sorted(root.glob("docs/**/*.md"))]
+            if p.is_file() and p not in generated]
+
+
+def typed(page: str, root: Path = ROOT) -> list[tuple[int, str]]:
+    """The measured figures ``page`` types: its figures less its listed constants."""
+    allowed = CONSTANTS.get(page, {})
+    return [(no, f) for no, f in figures((root / page).read_text(encoding="utf-8")) if f not in allowed]
+
+
+@pytest.mark.parametrize("page", pages())
+def test_no_page_types_a_measured_figure(page):
+    found = typed(page)
+    debt = STILL_TYPED.get(page, 0)
+    where = "\n".join(f"{page}:{no}: {f}" for no, f in found)
+    assert len(found) <= debt, (
+        f"{page} types {len(found)} measured figures outside generated blocks (allowed {debt}): put them in a "
+        f"generated block, link to the generated page, or list a constant in CONSTANTS with its reason:\n{where}")
+    assert len(found) == debt, f"{page} types {len(found)} figures now: lower STILL_TYPED[{page!r}] to {len(found)}"
+
+
+def test_the_lists_name_pages_that_exist_and_constants_that_occur():
+    for page, allowed in CONSTANTS.items():
+        assert (ROOT / page).is_file(), page
+        present = Counter(f for _, f in figures((ROOT / page).read_text(encoding="utf-8")))
+        gone = [f for f in allowed if f not in present]
+        assert not gone, f"{page}: CONSTANTS lists {gone}, which the page no longer has; remove them"
+    assert all((ROOT / page).is_file() for page in STILL_TYPED)
+    assert all(list(ROOT.glob(pattern)) for pattern in GENERATED_PAGES)
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("the main job took 66 s after setup", ["66 s"]),
+    ("PBKV gains most (1.47x in latency), 73.5% device hits, 1,209 tests in 2 min 29 s",
+     ["1.47x", "73.5%", "1,209", "2 min", "29 s"]),
+    ("a gap of -0.3 pt and 5.8 points; 1.5-4 minutes", ["-0.3 pt", "5.8 points", "1.5", "4 minutes"]),
+    # settings and commands are not figures: integers, code spans, link targets, versions, comments
+    ("C = 72, 300 test claims, block size 64, issue 32", []),
+    ("run `pytest -n 3 --durations=40` or `--host-ratio 1.5`", []),
+    ("see [the run](runs/v1.2/report.md) and https://arxiv.org/abs/2605.06472", []),
+    ("torch 2.13.0 and vLLM 0.33.0, Python 3.11 <!-- 1.5x -->", []),
+])
+def test_what_counts_as_a_figure(line, expected):
+    assert figures_of_line(line) == expected
+
+
+def test_code_and_generated_blocks_are_not_prose():
+    text = ("typed 1.05x\n```bash\nrun --ratio 2.5\n```\n<!-- results:begin -->\n| a | 73.5% |\n"
+            "<!-- results:end -->\nafter 12.5 s\n")
+    assert figures(text) == [(1, "1.05x"), (8, "12.5 s")]
+
+
+def test_a_typed_figure_fails_the_page(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("The job takes 66 s.\n")
+    (tmp_path / "docs" / "results.md").write_text("| 1.47x |\n")  # generated whole: not scanned
+    assert pages(tmp_path) == ["README.md"]
+    assert typed("README.md", tmp_path) == [(1, "66 s")]
