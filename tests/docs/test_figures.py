@@ -197,3 +197,13 @@ def test_a_typed_figure_fails_the_page(tmp_path):
     (tmp_path / "docs" / "results.md").write_text("| 1.47x |\n")  # generated whole: not scanned
     assert pages(tmp_path) == ["README.md"]
     assert typed("README.md", tmp_path) == [(1, "66 s")]
+
+
+def test_policy_docstrings_point_to_the_docs_instead_of_quoting_speedups():
+    # A speedup in a docstring goes stale as silently as one in prose (pbkv.py once quoted
+    # synth-research's); the policies say where the figure is generated instead.
+    speedup = re.compile(r"\d\.\d+\s?(?:x\b|×|%)")
+    found = [f"{path.relative_to(ROOT)}:{no}: {line.strip()}"
+             for path in sorted((ROOT / "pbkv_server/engine/policies").rglob("*.py"))
+             for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if speedup.search(line)]
+    assert not found, "\n".join(found)

@@ -36,8 +36,9 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
 6. **Without a host tier, the device ranks by score.** Rule 1 pays where a host tier catches the
    device's victims and ranks them by next use (rule 3); with no host tier every device victim
    is lost, and ordering by workflow age then discards cache whose score says it is used sooner
-   (synth-research host 0: 1.17x LRU with rule 1, 1.24x by score). Active cache then ranks by
-   score, then LRU (``he``'s order), a waiting request's cache above it (rule 2), shared retired
+   (synth-research at host 0 gains more by score than with rule 1: "Synth-research at host 0"
+   in ``docs/design/memory-short-policy.md``). Active cache then ranks by score, then LRU
+   (``he``'s order), a waiting request's cache above it (rule 2), shared retired
    cache as :data:`SHARED_RETIRED_USES` expected uses (rule 5). The cache's ``host_capacity``
    decides (0: no tier); a policy with no cache keeps rules 1-5.
 
