@@ -67,9 +67,11 @@ def imported_modules(source: str, module: str, is_package: bool, known: set[str]
 
     ``from a.b import c`` yields ``a.b`` and, when ``a.b.c`` is a module in ``known``, ``a.b.c``
     too (``from pbkv_server import cli`` imports the command-line package). A module of ours named
-    by a string handed to a call counts as imported: ``importlib.import_module("a.b")``, an
-    entry-point-like ``run("a.b:app")`` (issue 32: the console-script launcher once named the CLIs
-    that way, unseen by this rule).
+    by a whole string counts as imported, wherever the string stands: handed to a call
+    (``importlib.import_module("a.b")``, an entry-point-like ``run("a.b:app")``) or kept in a table
+    that something else imports from later (``{"pbkv-server": "a.b:app"}``). Issue 32: the
+    console-script launcher ``pbkv_contract/extras.py`` once named the CLIs in both ways, unseen by
+    this rule. A bare package name (``"pbkv_server"``) is a word, not a module reference.
     """
     package = module.split(".") if is_package else module.split(".")[:-1]
     found = []
@@ -85,12 +87,10 @@ def imported_modules(source: str, module: str, is_package: bool, known: set[str]
             found.append((node.lineno, target))
             found += [(node.lineno, f"{target}.{alias.name}") for alias in node.names
                       if f"{target}.{alias.name}" in known]
-        elif isinstance(node, ast.Call):
-            for arg in [*node.args, *(k.value for k in node.keywords)]:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    named = arg.value.partition(":")[0]
-                    if "." in named and named.split(".")[0] in PACKAGES and named in known:  # not a bare word
-                        found.append((node.lineno, named))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            named = node.value.partition(":")[0]
+            if "." in named and named.split(".")[0] in PACKAGES and named in known:  # not a bare word
+                found.append((node.lineno, named))
     return found
 
 
@@ -159,6 +159,10 @@ def test_the_known_upward_imports_still_exist():
     ("pbkv_contract.probe", "run('pbkv-server', 'pbkv_server.cli.server:app', 'server')\n", ["pbkv_server.cli.server"]),
     ("pbkv_server.engine.probe", "import importlib\nimportlib.import_module('pbkv_server.sim.simulator')\n",
      ["pbkv_server.sim.simulator"]),
+    # ... or kept in a table that a launcher reads later (the old extras.py's form)
+    ("pbkv_contract.probe", "CLIS = {'pbkv-bench': ('pbkv_server.cli.bench:app', 'server')}\n",
+     ["pbkv_server.cli.bench"]),
+    ("pbkv_contract.probe", "def cli():\n    return 'pbkv_train.cli'\n", ["pbkv_train.cli"]),
     # allowed: downward, inside one's own group, third-party
     ("pbkv_server.http.probe", "from pbkv_server.hardware.profiles import get_profile\nfrom . import config\n"
                                "import numpy\n", []),
@@ -168,3 +172,18 @@ def test_the_rule_catches_an_upward_import(module, source, expected):
     probe = {module: Path(module.replace(".", "/") + ".py")}
     found = [target for _, target, _ in violations(probe, {module: source}, set(all_modules()) | set(probe))]
     assert found == expected
+
+
+def test_the_old_console_script_launcher_fails_the_rule():
+    # pbkv_contract/extras.py before issue 32's fix: its table and its calls named the CLIs by
+    # string. The rule must see both forms; today's extras.py (imports in the launchers next to
+    # the CLIs) names no module of ours.
+    old = ("CLIS = {'pbkv-server': 'pbkv_server.cli.server:app'}\n"
+           "def pbkv_bench():\n    return run('pbkv-bench', 'pbkv_server.cli.bench:app', 'server')\n")
+    probe = {"pbkv_contract.extras": Path("pbkv_contract/extras.py")}
+    found = [target for _, target, _ in violations(probe, {"pbkv_contract.extras": old}, set(all_modules()))]
+    assert found == ["pbkv_server.cli.server", "pbkv_server.cli.bench"]
+    now = (ROOT / "pbkv_contract" / "extras.py").read_text(encoding="utf-8")
+    ours = [m for _, m in imported_modules(now, "pbkv_contract.extras", False, set(all_modules()))
+            if m.split(".")[0] in PACKAGES]
+    assert ours == []
