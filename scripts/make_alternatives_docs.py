@@ -14,8 +14,10 @@ Usage::
     .venv/bin/python scripts/make_alternatives_docs.py                 # runs/alternatives/*.json -> page
     .venv/bin/python scripts/make_alternatives_docs.py --check         # exit 1 if a block is stale
 
-The example workloads need the examples' recorded traces (``runs/<example>/test.jsonl``: run the
-four example commands of docs/results-analysis.md first); the synthetic ones need nothing.
+The example workloads need the examples' recorded traces (``runs/<example>/test.jsonl``, HoVer's
+shared-prefix default in ``runs/hover_langchain``, its per-agent prompts in
+``runs/hover_langchain-per-agent``): run ``python -m examples.<name>`` first (HoVer twice, the second
+time with ``--messages per-agent``); the synthetic ones need nothing.
 Bad input (a JSON that is not one table of alternatives_table.py, a page without a block) is one
 ``make_alternatives_docs: ...`` line and exit status 2; nothing is written then.
 """
@@ -39,9 +41,9 @@ RUNS = ROOT / "runs" / "alternatives"
 _PAPER = "--device 96092 --host 96092 --profile a6000-qwen3-14b"
 #: Block name -> the arguments of ``benchmarks/alternatives_table.py`` (``--json`` added).
 WORKLOADS: dict[str, str] = {
-    "hover-shared-c72": f"--trace runs/hover_langchain-shared/test.jsonl --concurrency 72 {_PAPER}",
-    "hover-shared-c128": f"--trace runs/hover_langchain-shared/test.jsonl --concurrency 128 {_PAPER}",
-    "hover-per-agent": f"--trace runs/hover_langchain/test.jsonl --concurrency 72 {_PAPER}",
+    "hover-shared-c72": f"--trace runs/hover_langchain/test.jsonl --concurrency 72 {_PAPER}",
+    "hover-shared-c128": f"--trace runs/hover_langchain/test.jsonl --concurrency 128 {_PAPER}",
+    "hover-per-agent": f"--trace runs/hover_langchain-per-agent/test.jsonl --concurrency 72 {_PAPER}",
     "swe": f"--trace runs/swe_autogen/test.jsonl --concurrency 24 {_PAPER}",
     "finance": f"--trace runs/finance_crewai/test.jsonl --concurrency 48 {_PAPER}",
     "codegen": "--graph codegen --workflows 400 --seed 1 --concurrency 16 --device 250000 --host 500000 "
