@@ -36,8 +36,9 @@ GENERATED_PAGES: dict[str, str] = {
 }
 
 #: A version after the name of what it versions ("torch 2.13.0", "vLLM 0.33.0", "arXiv 2605.06472"),
-#: and a section of a cited paper ("Section 4.1", "§3.2").
-VERSIONED = re.compile(r"(?:\b(?:torch|vLLM|SGLang|SDK|Python|CPython|Apache-|arXiv|version|v|Section)\s?|§\s?)"
+#: and a section of a cited paper or standard ("Section 4.1", "§3.2", "RFC 9110, 5.5"), HTTP/1.1.
+VERSIONED = re.compile(r"(?:\b(?:torch|vLLM|SGLang|SDK|Python|CPython|Apache-|arXiv|version|v|Section|HTTP/|RFC \d+,)"
+                       r"\s?|§\s?)"
                        r"\d+(?:\.\d+)+\b")
 
 #: page -> {figure as the scan reads it: why it is a constant, not a measurement}.
@@ -58,6 +59,12 @@ CONSTANTS: dict[str, dict[str, str]] = {
         "0.9": "derive_profile: TP efficiency", "0.8": "derive_profile: HBM bandwidth efficiency",
         "0.78": "derive_profile: PCIe efficiency", "12.34 ms": "PBKV paper Table 4's decode step",
         "15%": "calibration's reporting threshold (pbkv_server/sim/calibration.py)",
+    },
+    "docs/server.md": {
+        "1x": "the paper setup's host tier", "3600 s": "ttl-pin's TTL clamp", "300 s": "ttl-pin's TTL clamp, lower end",
+        "0.8": "ToolSettings.call_probability default", "0.2": "ToolSettings.after_result_probability default",
+        "0.1": "the hint protocol's version", "10%": "server_soak.py's abandoned share",
+        "60 s": "server_soak.py's idle retirement", "600 s": "ServerConfig's idle retirement default",
     },
     "docs/simulator-and-studies.md": {
         "0.7": "the score's default decay gamma", "1%": "the robustness guard's threshold",
@@ -102,11 +109,9 @@ STILL_TYPED: dict[str, int] = {
     "docs/design/engine.md": 82,
     "docs/design/memory-short-policy.md": 695,
     "docs/design/offline-reference.md": 444,
-    "docs/predictor.md": 67,
     "docs/results-analysis.md": 644,
     "docs/routers.md": 205,
-    "docs/server.md": 46,
-    "docs/sglang-plugin.md": 91,
+    "docs/sglang-plugin.md": 89,
 }
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -116,6 +121,8 @@ _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 _COMMENT = re.compile(r"<!--.*?-->")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)")
 _URL = re.compile(r"https?://\S+")
+#: Two dots or more: an address or a version ("127.0.0.1", "3.11.7"), not a figure.
+_DOTTED = re.compile(r"(?<![\w.])\d+(?:\.\d+){2,}(?!\.?\w)")
 _NUMBER = r"(?<![\w.,])[-+−]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
 #: A speedup's x is written on the number ("1.05x"); "2 × layers" is a formula, not a figure.
 _ATTACHED = r"%|×|x\b"
@@ -127,7 +134,7 @@ def figures_of_line(line: str) -> list[str]:
     """The figures of one prose line, as written (``"1.47x"``, ``"66 s"``, ``"1,209"``)."""
     line = _COMMENT.sub(" ", _CODE_SPAN.sub(" ", line))
     line = _URL.sub(" ", _LINK_TARGET.sub("]", line))
-    line = VERSIONED.sub(" ", line)
+    line = _DOTTED.sub(" ", VERSIONED.sub(" ", line))
     out = []
     for m in _FIGURE.finditer(line):
         text = m.group(0)
@@ -203,7 +210,7 @@ def test_the_lists_name_pages_that_exist_and_constants_that_occur():
     # settings and commands are not figures: integers, code spans, link targets, versions, comments
     ("C = 72, 300 test claims, block size 64, issue 32, 2 × layers", []),
     ("run `pytest -n 3 --durations=40` or `--host-ratio 1.5`", []),
-    ("see [the run](runs/v1.2/report.md) and https://arxiv.org/abs/2605.06472", []),
+    ("see [the run](runs/v1.2/report.md) and https://arxiv.org/abs/2605.06472 on 127.0.0.1", []),
     ("torch 2.13.0 and vLLM 0.33.0, Python 3.11 <!-- 1.5x -->, KVFlow Section 4.1", []),
 ])
 def test_what_counts_as_a_figure(line, expected):
