@@ -73,6 +73,18 @@ CONSTANTS: dict[str, dict[str, str]] = {
         "2x": "SGLang HiCache's default host ratio", "10,000": "the driver's step limit without progress",
         "300 s": "the replay's cache TTL (Dynamo's \"5m\")",
     },
+    "docs/design/engine.md": {
+        "10%": "the guard's class-share threshold (guard.py)", "1%": "the guard's trailing threshold (guard.py)",
+        "2x": "a benchmark setting: host tier 2x device", "0.05": "a tried CREDIT_SHARE / the plugin's round interval",
+        "0.5": "CREDIT_SHARE (guard.py) / the worked example's probabilities",
+        "1.0": "WINDOW_CAPACITIES and a tried CREDIT_SHARE (guard.py)", "0.7": "default decay gamma",
+        "0.1": "defaults: rho, dropout", "1x": "a benchmark setting: host tier 1x device",
+        "100,000": "defaults: max_ended, max_active_workflows", "0.6": "the worked example's probabilities",
+        "0.4": "the worked example's probabilities", "0.81": "the worked example's arithmetic",
+        "0.21": "the worked example's arithmetic", "1.02": "the worked example's arithmetic",
+        "1 s": "the step window before a gap is seen", "0.05 s": "the plugin's prefetch round interval",
+        "0.8": "the step-time moving average's weight", "0.2": "the step-time moving average's weight",
+    },
     "docs/getting-started.md": {
         "0.1 s": "the examples' nominal timing rule (examples/common/nominal.py)",
         "4,000": "the examples' nominal timing rule: prefill tokens per second",
@@ -106,7 +118,6 @@ CONSTANTS: dict[str, dict[str, str]] = {
 STILL_TYPED: dict[str, int] = {
     "docs/coding-agent-workload.md": 67,
     "docs/compared-policies.md": 449,
-    "docs/design/engine.md": 82,
     "docs/design/memory-short-policy.md": 695,
     "docs/design/offline-reference.md": 444,
     "docs/results-analysis.md": 644,
