@@ -83,3 +83,19 @@ def test_marginals_of_a_hand_built_trace():
     assert m["turns_per_session"] == pytest.approx(3 / 2)
     assert m["tool_batches_per_turn"] == pytest.approx(1 / 3)
     assert m["tool_batch_s_mean"] == pytest.approx(2.0)
+
+
+def test_the_docs_table_is_this_trace(coding_trace):
+    # docs/coding-agent-workload.md's generated block (scripts/make_coding_agent_docs.py) is
+    # rendered from this very trace: a changed generator must be followed by the script (issue 32).
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    spec = importlib.util.spec_from_file_location("make_coding_agent_docs", root / "scripts" / "make_coding_agent_docs.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert (script.WORKFLOWS, script.SEED) == (300, 0)  # the fixture's trace
+    page = script.PAGE.read_text(encoding="utf-8")
+    assert script.render(page, script.block(trace_marginals(coding_trace))) == page, \
+        "docs/coding-agent-workload.md is stale: run scripts/make_coding_agent_docs.py"
