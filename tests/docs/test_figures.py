@@ -37,7 +37,7 @@ GENERATED_PAGES: dict[str, str] = {
 
 #: A version after the name of what it versions ("torch 2.13.0", "vLLM 0.33.0", "arXiv 2605.06472"),
 #: and a section of a cited paper or standard ("Section 4.1", "§3.2", "RFC 9110, 5.5"), HTTP/1.1.
-VERSIONED = re.compile(r"(?:\b(?:torch|vLLM|SGLang|SDK|Python|CPython|Apache-|arXiv|version|v|Section|HTTP/|RFC \d+,)"
+VERSIONED = re.compile(r"(?:\b(?:torch|vLLM|SGLang|SMG|SDK|Python|CPython|Apache-|arXiv|version|v|Section|HTTP/|RFC \d+,)"
                        r"\s?|§\s?)"
                        r"\d+(?:\.\d+)+\b")
 
@@ -69,6 +69,11 @@ CONSTANTS: dict[str, dict[str, str]] = {
         "0.9": "derive_profile: TP efficiency", "0.8": "derive_profile: HBM bandwidth efficiency",
         "0.78": "derive_profile: PCIe efficiency", "12.34 ms": "PBKV paper Table 4's decode step",
         "15%": "calibration's reporting threshold (pbkv_server/sim/calibration.py)",
+    },
+    "docs/routers.md": {
+        "30 s": "SMG's worker check interval default", "10 s": "REPLICA_COOLDOWN_S (pbkv_sdk/routing.py)",
+        "2x": "the setting: host tier 2x device", "30%": "SMG's cache_threshold", "0.3": "SMG's cache_threshold",
+        "1.5": "SMG's spill gate factor",
     },
     "docs/sglang-plugin.md": {"8,192": "the tiny test model's vocabulary (config)",
                                "4,096": "SGLang's --chunked-prefill-size default"},
@@ -132,7 +137,6 @@ STILL_TYPED: dict[str, int] = {
     "docs/design/memory-short-policy.md": 695,
     "docs/design/offline-reference.md": 444,
     "docs/results-analysis.md": 644,
-    "docs/routers.md": 205,
 }
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
