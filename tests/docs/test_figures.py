@@ -112,6 +112,13 @@ CONSTANTS: dict[str, dict[str, str]] = {
         "1 s": "the step window before a gap is seen", "0.05 s": "the plugin's prefetch round interval",
         "0.8": "the step-time moving average's weight", "0.2": "the step-time moving average's weight",
     },
+    "docs/design/memory-short-policy.md": {
+        "0.05": "LOW_SCORE (pbkv.py)", "1x": "a cell's setting: host tier 1x device",
+        "2x": "a cell's setting: host tier 2x device", "0.7": "issue 24's capture target",
+        "1%": "the guard's margin", "0.25": "a regime cell's f", "0.5": "a regime cell's f",
+        "0.1 ms": "the eviction mean target", "1 ms": "the eviction p99 target",
+        "5%": "the regime study's star rule (opt >= 1.05x LRU)", "0.75": "the cells' selection threshold",
+    },
     "docs/getting-started.md": {
         "0.1 s": "the examples' nominal timing rule (examples/common/nominal.py)",
         "4,000": "the examples' nominal timing rule: prefill tokens per second",
@@ -144,7 +151,6 @@ CONSTANTS: dict[str, dict[str, str]] = {
 #: page -> figures it still types with no generator (issue 32's debt; only ever lowered).
 STILL_TYPED: dict[str, int] = {
     "docs/compared-policies.md": 449,
-    "docs/design/memory-short-policy.md": 695,
     "docs/design/offline-reference.md": 444,
 }
 
