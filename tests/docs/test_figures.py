@@ -37,8 +37,8 @@ GENERATED_PAGES: dict[str, str] = {
 
 #: A version after the name of what it versions ("torch 2.13.0", "vLLM 0.33.0", "arXiv 2605.06472"),
 #: and a section of a cited paper or standard ("Section 4.1", "§3.2", "RFC 9110, 5.5"), HTTP/1.1.
-VERSIONED = re.compile(r"(?:\b(?:torch|vLLM|SGLang|SMG|SDK|Python|CPython|Apache-|arXiv|version|v|Section|HTTP/|RFC \d+,)"
-                       r"\s?|§\s?)"
+VERSIONED = re.compile(r"(?:\b(?:torch|vLLM|SGLang|SMG|SDK|Python|CPython|Apache-|arXiv|version|v|Section"
+                       r"|HTTP/|RFC \d+,)\s?|§\s?)"
                        r"\d+(?:\.\d+)+\b")
 
 #: page -> {figure as the scan reads it: why it is a constant, not a measurement}.

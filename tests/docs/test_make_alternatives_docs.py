@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("make_alternatives_docs", ROOT / "scripts" / "make_alternatives_docs.py")
+    path = ROOT / "scripts" / "make_alternatives_docs.py"
+    spec = importlib.util.spec_from_file_location("make_alternatives_docs", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
