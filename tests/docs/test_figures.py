@@ -197,12 +197,13 @@ def figures(text: str) -> list[tuple[int, str]]:
             continue
         if fence is not None:
             continue
+        markers = _CODE_SPAN.sub(" ", line)  # a marker quoted in a code span opens no block
         if block is not None:
-            end = _END.search(line)
+            end = _END.search(markers)
             if end and end.group(1) == block:
                 block = None
             continue
-        begin = _BEGIN.search(line)
+        begin = _BEGIN.search(markers)
         if begin:
             block = begin.group(1)
             continue
@@ -264,6 +265,9 @@ def test_code_and_generated_blocks_are_not_prose():
     text = ("typed 1.05x\n```bash\nrun --ratio 2.5\n```\n<!-- results:begin -->\n| a | 73.5% |\n"
             "<!-- results:end -->\nafter 12.5 s\n")
     assert figures(text) == [(1, "1.05x"), (8, "12.5 s")]
+    # a marker quoted in prose (a code span) is not a block: what follows is still scanned
+    quoted = "blocks between `<!-- results:begin -->` and `<!-- results:end -->`\nit took 66 s\n"
+    assert figures(quoted) == [(2, "66 s")]
 
 
 def test_a_typed_figure_fails_the_page(tmp_path):
