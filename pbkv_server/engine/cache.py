@@ -15,7 +15,7 @@ ever sits below an evicted one. It moves the freed part to the host tier when th
 room (by dropping host leaves in policy order, again only what is needed), and otherwise drops it
 with its host subtree. Nodes on the path of a running request, and nodes pinned with
 :meth:`PrefixCache.lock`, never move: a node is kept on the device rather than dropped while a
-pinned host node hangs below it. A policy that pins nodes itself (``holds_nodes``: TTL pins,
+pinned host node hangs below it. A policy that pins nodes itself (the ``Pins`` capability: TTL pins,
 Continuum's tool-call pins) is asked :meth:`~pbkv_server.engine.policies.Policy.holds` about each
 victim (a held node stays on its tier) and
 :meth:`~pbkv_server.engine.policies.Policy.keeps` before a drop (a kept node stays in the cache).
@@ -33,7 +33,7 @@ from .guard import LRUGuard, host_value
 from .guard_feed import GuardFeed
 from .heaps import NODE, EvictionHeaps, host_valid
 from .policies import make_policy
-from .policies.base import UNGUARDED, Lifecycle, Pins, Prefetching
+from .policies.base import NO_HOOKS, UNGUARDED, Lifecycle, Pins, Prefetching
 from .radix import DEVICE, HOST, Node, RadixTree
 from .scoring import NodeScore, ScoreBoard
 from .types import Admission, EngineConfig, EngineStats
@@ -59,24 +59,6 @@ class _Match(NamedTuple):
     host_hit: int
     load: int
     newly_locked: int
-
-
-class _NoHooks:
-    """The :class:`~pbkv_server.engine.policies.base.Lifecycle` of a policy that overrides no hook."""
-
-    __slots__ = ()
-
-    def on_admit(self, admission, path) -> None: ...
-    def on_invocation(self, wf, previous_agent) -> None: ...
-    def on_workflow_end(self, wf) -> None: ...
-    def on_finish(self, request, wf, end) -> None: ...
-    def on_session_close(self, session_id) -> None: ...
-    def on_split(self, top, bottom) -> None: ...
-    def on_drop(self, node) -> None: ...
-    def on_graph(self, app) -> None: ...
-
-
-_NO_HOOKS = _NoHooks()
 
 
 class PrefixCache:
@@ -130,7 +112,7 @@ class PrefixCache:
         self.policy = policy = make_policy(config.policy, self)
         # the policy's capabilities, resolved once (policies/base.py): the hot paths test these
         self._pins: Pins | None = policy.capability(Pins)
-        self.hooks: Lifecycle = policy.capability(Lifecycle) or _NO_HOOKS
+        self.hooks: Lifecycle = policy.capability(Lifecycle) or NO_HOOKS
         self._prefetches = policy.capability(Prefetching) is not None
         self._per_unit = bool(policy.unit_priority)
         self._selective_host = bool(policy.selective_host)

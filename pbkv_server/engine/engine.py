@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Sequence
 from .acquire import AcquireRequest
 from .cache import PrefixCache
 from .pages import to_units
-from .policies.base import Pins, Prefetching, QueueOrder
+from .policies.base import NO_HOOKS, Lifecycle, Pins, Prefetching, QueueOrder
 from .radix import Node
 from .scoring import NodeScore, ScoreBoard
 from .types import EngineConfig, EngineRequest, EngineStats, Finished, FirstToken
@@ -99,7 +99,7 @@ class Engine:
         self.cache = PrefixCache(config, self.board, self._stats, self.latency_clock)
         policy = self.cache.policy
         # the policy's opt-in parts, resolved once (policies/base.py, "capabilities")
-        self._hooks = self.cache.hooks
+        self._hooks: Lifecycle = policy.capability(Lifecycle) or NO_HOOKS
         self._queue: QueueOrder | None = policy.capability(QueueOrder)
         self._pins: Pins | None = policy.capability(Pins)
         self._prefetcher: Prefetching | None = policy.capability(Prefetching)

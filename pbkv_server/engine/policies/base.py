@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Policy", "PolicyInfo", "NodeView", "EvictionOrder", "OrderGuard", "UNGUARDED", "Pins", "QueueOrder",
-    "Prefetching", "Lifecycle", "register_policy", "unregister_policy", "available_policies", "policy_info",
+    "Prefetching", "Lifecycle", "NO_HOOKS", "CAPABILITIES", "capability_methods", "has_capability",
+    "register_policy", "unregister_policy", "available_policies", "policy_info",
     "make_policy", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
     "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES", "ENTRY_POINT_GROUP",
 ]
@@ -215,13 +216,15 @@ UNGUARDED: OrderGuard = _Unguarded()
 
 
 # ----------------------------------------------------------------------------- capabilities
-# Opt-in parts of a policy beyond the core. The cache and the engine ask once, at construction,
-# ``policy.capability(Kind)`` and keep the answer (the policy, or None), so their hot paths test
-# a local reference rather than the policy's declaration flags.
+# Opt-in parts of a policy beyond the core. A policy has a capability when it overrides one of
+# the capability's methods (nothing else declares it: no flag to forget). The cache and the engine
+# ask once, at construction, ``policy.capability(Kind)`` and keep the answer (the policy, or
+# None), so their hot paths test a local reference. Each capability's method names are written
+# once, in its class below; :func:`capability_methods` reads them from there.
 
 
 class Pins(Protocol):
-    """The policy pins nodes (TTL pins, Continuum's tool-call pins): declared by ``holds_nodes``."""
+    """The policy pins nodes (TTL pins, Continuum's tool-call pins): it overrides one of these."""
 
     def holds(self, node: NodeView) -> bool:
         """True if ``node`` must stay on the tier it is on now (see :meth:`Policy.holds`)."""
@@ -234,38 +237,81 @@ class Pins(Protocol):
 
 
 class QueueOrder(Protocol):
-    """The policy picks which waiting request is admitted next: declared by ``reorders_queue``."""
+    """The policy picks which waiting request is admitted next: it overrides :meth:`pick_waiting`."""
 
     def pick_waiting(self, waiting: Sequence["EngineRequest"]) -> int:
         """Index in ``waiting`` (oldest first) of the request to admit next."""
 
 
 class Prefetching(Protocol):
-    """The policy loads host cache on decode-only steps: declared by ``prefetches``."""
+    """The policy loads host cache on decode-only steps: it overrides :meth:`prefetch`."""
 
     def prefetch(self, seconds: float) -> None:
         """Prefetch during a decode-only stretch of ``seconds`` engine time."""
 
 
-class Lifecycle(Protocol):
-    """The policy follows requests, workflows and the tree (any ``on_*`` hook overridden)."""
+class Lifecycle:
+    """The policy follows requests, workflows and the tree: it overrides one of these hooks.
 
-    def on_admit(self, admission: "Admission", path: Sequence[NodeView]) -> None: ...
-    def on_invocation(self, wf: "Workflow", previous_agent: str | None) -> None: ...
-    def on_workflow_end(self, wf: "Workflow") -> None: ...
-    def on_finish(self, request: "EngineRequest", wf: "Workflow | None", end: NodeView | None) -> None: ...
-    def on_session_close(self, session_id: str) -> None: ...
-    def on_split(self, top: NodeView, bottom: NodeView) -> None: ...
-    def on_drop(self, node: NodeView) -> None: ...
-    def on_graph(self, app: str) -> None: ...
+    The hooks are written here once: :class:`Policy` inherits them (each does nothing), and an
+    instance of this class is the no-op hooks object of a policy that overrides none.
+    """
+
+    __slots__ = ()
+
+    def on_admit(self, admission: "Admission", path: Sequence[NodeView]) -> None:
+        """A request was admitted; ``path`` are its nodes from the root down (root excluded)."""
+
+    def on_invocation(self, wf: "Workflow", previous_agent: str | None) -> None:
+        """Workflow ``wf`` made a new invocation (``wf.agent`` is its agent now)."""
+
+    def on_workflow_end(self, wf: "Workflow") -> None:
+        """Workflow ``wf`` ended: by its end signal, idleness or the workflow table's bound."""
+
+    def on_finish(self, request: "EngineRequest", wf: "Workflow | None", end: NodeView | None) -> None:
+        """``request`` (of workflow ``wf``, or anonymous) produced its last token; ``end`` is the
+        deepest node of its prompt (its path is still locked when this is called)."""
+
+    def on_session_close(self, session_id: str) -> None:
+        """The client closed session ``session_id`` (SGLang ``/close_session``)."""
+
+    def on_split(self, top: NodeView, bottom: NodeView) -> None:
+        """``bottom`` was cut; ``top`` is its new upper part (see :meth:`RadixTree.split`)."""
+
+    def on_drop(self, node: NodeView) -> None:
+        """``node`` is about to leave the cache for good (still attached when called)."""
+
+    def on_graph(self, app: str) -> None:
+        """The static agent graph of ``app`` was set or replaced."""
 
 
-_HOOKS = ("on_admit", "on_invocation", "on_workflow_end", "on_finish", "on_session_close", "on_split", "on_drop",
-          "on_graph")
+#: The hooks object of a policy that overrides no hook (every call does nothing).
+NO_HOOKS = Lifecycle()
+
+#: The capabilities :meth:`Policy.capability` answers for.
+CAPABILITIES: tuple[type, ...] = (Pins, QueueOrder, Prefetching, Lifecycle)
+
+
+def capability_methods(kind: type) -> tuple[str, ...]:
+    """The method names of capability ``kind``, read from its class (written there once).
+
+    Raises:
+        ValueError: ``kind`` is not one of :data:`CAPABILITIES`.
+    """
+    if kind not in CAPABILITIES:
+        raise ValueError(f"unknown policy capability {kind!r}")
+    return tuple(name for name, value in vars(kind).items() if callable(value) and not name.startswith("_"))
+
+
+def has_capability(cls: type, kind: type) -> bool:
+    """True if policy class ``cls`` overrides one of capability ``kind``'s methods."""
+    return any(getattr(cls, name) is not getattr(Policy, name) for name in capability_methods(kind))
+
+
 C = TypeVar("C")
 
 
-class Policy(abc.ABC):
+class Policy(Lifecycle, abc.ABC):
     """Eviction (and optionally prefetch) rule. Lower :meth:`priority` = evicted first.
 
     The core every engine consumes is :class:`EvictionOrder` (:meth:`priority`,
@@ -282,8 +328,6 @@ class Policy(abc.ABC):
         name: registry name (set by :func:`register_policy`).
         summary: one line for help texts.
         uses_predictions: the engine calls the predictor and maintains scores only if True.
-        prefetches: has the :class:`Prefetching` capability (the engine calls :meth:`prefetch` on
-            decode-only steps).
         offline: needs ``EngineConfig.future`` (the trace's future); replay only.
         backends: backends besides the SGLang plugin; offline policies run in replay only.
         sglang_name: the plugin's ``--radix-eviction-policy`` value, or ``None`` (not in SGLang).
@@ -292,10 +336,6 @@ class Policy(abc.ABC):
         unit_priority: the priority is that of the node's last unit and differs between the units
             of one node, so eviction takes one unit at a time (``opt``); otherwise all units of a
             node rank alike and eviction takes the whole tail it needs at once.
-        holds_nodes: has the :class:`Pins` capability (:meth:`holds`, :meth:`keeps`,
-            :meth:`relieve`); the cache asks it only then.
-        reorders_queue: has the :class:`QueueOrder` capability (the engine asks
-            :meth:`pick_waiting`; otherwise the queue is FIFO).
         speculative_prefill: see :class:`PolicyInfo`.
         shipped_by, shipped_as: see :class:`PolicyInfo`; declared on the class itself (a subclass
             does not inherit them: a variant of a shipped rule is not what the engine ships).
@@ -317,15 +357,12 @@ class Policy(abc.ABC):
     name = "base"
     summary = ""
     uses_predictions = False
-    prefetches = False
     offline = False
     backends: frozenset[str] = frozenset({REPLAY, SERVER})
     sglang_name: str | None = None
     uses_app_graph = False
     iterates_order = False
     unit_priority = False
-    holds_nodes = False
-    reorders_queue = False
     speculative_prefill = False
     shipped_by: frozenset[str] = frozenset()
     shipped_as = ""
@@ -344,21 +381,13 @@ class Policy(abc.ABC):
 
     def capability(self, kind: type[C]) -> C | None:
         """This policy as capability ``kind`` (:class:`Pins`, :class:`QueueOrder`,
-        :class:`Prefetching`, :class:`Lifecycle`) if it has it, else ``None``. The declaration
-        flags decide (``holds_nodes``, ``reorders_queue``, ``prefetches``; :class:`Lifecycle`: a
-        hook overridden), so the answer is fixed per class: callers ask once and keep it."""
-        if kind is Pins:
-            has = self.holds_nodes
-        elif kind is QueueOrder:
-            has = self.reorders_queue
-        elif kind is Prefetching:
-            has = self.prefetches
-        elif kind is Lifecycle:
-            cls = type(self)
-            has = any(getattr(cls, hook) is not getattr(Policy, hook) for hook in _HOOKS)
-        else:
-            raise ValueError(f"unknown policy capability {kind!r}")
-        return self if has else None  # type: ignore[return-value]
+        :class:`Prefetching`, :class:`Lifecycle`) if its class overrides one of that capability's
+        methods, else ``None``. The answer is fixed per class: callers ask once and keep it.
+
+        Raises:
+            ValueError: ``kind`` is not a capability.
+        """
+        return self if has_capability(type(self), kind) else None  # type: ignore[return-value]
 
     @abc.abstractmethod
     def priority(self, node: NodeView) -> tuple:
@@ -386,7 +415,7 @@ class Policy(abc.ABC):
     def prefetch(self, seconds: float) -> None:
         """Prefetch during a decode-only stretch of ``seconds`` engine time (PCIe is otherwise idle)."""
 
-    # ----------------------------------------------------------------- Pins (``holds_nodes``)
+    # ----------------------------------------------------------------- Pins
     def holds(self, node: NodeView) -> bool:
         """True if ``node`` must stay on the tier it is on now (a device victim is not evicted, a
         host victim is not dropped). A policy that holds nodes ranks every held node after every
@@ -400,39 +429,13 @@ class Policy(abc.ABC):
         return False
 
     def pick_waiting(self, waiting: Sequence["EngineRequest"]) -> int:
-        """Index in ``waiting`` (oldest first) of the request to admit next (``reorders_queue``)."""
+        """Index in ``waiting`` (oldest first) of the request to admit next (:class:`QueueOrder`)."""
         return 0
 
     def relieve(self) -> bool:
         """Give up one hold because the queue head cannot be admitted and nothing runs (a deadlock
         guard); True if a hold was released."""
         return False
-
-    # ----------------------------------------------------------------- hooks
-    def on_admit(self, admission: "Admission", path: Sequence[NodeView]) -> None:
-        """A request was admitted; ``path`` are its nodes from the root down (root excluded)."""
-
-    def on_invocation(self, wf: "Workflow", previous_agent: str | None) -> None:
-        """Workflow ``wf`` made a new invocation (``wf.agent`` is its agent now)."""
-
-    def on_workflow_end(self, wf: "Workflow") -> None:
-        """Workflow ``wf`` ended: by its end signal, idleness or the workflow table's bound."""
-
-    def on_finish(self, request: "EngineRequest", wf: "Workflow | None", end: NodeView | None) -> None:
-        """``request`` (of workflow ``wf``, or anonymous) produced its last token; ``end`` is the
-        deepest node of its prompt (its path is still locked when this is called)."""
-
-    def on_session_close(self, session_id: str) -> None:
-        """The client closed session ``session_id`` (SGLang ``/close_session``)."""
-
-    def on_split(self, top: NodeView, bottom: NodeView) -> None:
-        """``bottom`` was cut; ``top`` is its new upper part (see :meth:`RadixTree.split`)."""
-
-    def on_drop(self, node: NodeView) -> None:
-        """``node`` is about to leave the cache for good (still attached when called)."""
-
-    def on_graph(self, app: str) -> None:
-        """The static agent graph of ``app`` was set or replaced."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -451,7 +454,7 @@ def _info(cls: type[Policy]) -> PolicyInfo:
     if cls.sglang_name is not None and not cls.offline:
         backends |= {SGLANG}
     summary = cls.summary or (cls.__doc__ or "").strip().split("\n")[0]
-    return PolicyInfo(cls.name, summary, bool(cls.uses_predictions), bool(cls.prefetches), bool(cls.offline),
+    return PolicyInfo(cls.name, summary, bool(cls.uses_predictions), has_capability(cls, Prefetching), bool(cls.offline),
                       backends, cls.sglang_name, bool(cls.uses_app_graph), bool(cls.iterates_order),
                       bool(cls.speculative_prefill), frozenset(vars(cls).get("shipped_by", ())),
                       vars(cls).get("shipped_as", ""))

@@ -49,8 +49,6 @@ class ContinuumPolicy(Policy):
     """
 
     summary = "Continuum: pin a job's KV across its tool call (2 s if the tool's learned mean is <= 2 s)"
-    holds_nodes = True
-    reorders_queue = True
 
     def __init__(self, cache) -> None:
         super().__init__(cache)

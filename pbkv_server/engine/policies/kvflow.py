@@ -41,7 +41,6 @@ class KVFlowPolicy(Policy):
     whose fixed prompt contains the node (no entry or an empty set = dynamic suffix)."""
 
     summary = "KVFlow: steps-to-execution from the static agent graph, next-step prefetch"
-    prefetches = True
     uses_app_graph = True
 
     def __init__(self, cache) -> None:

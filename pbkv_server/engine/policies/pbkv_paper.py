@@ -17,7 +17,6 @@ class PBKVPaperPolicy(HierarchicalPolicy):
     retired device space without touching active cache."""
 
     summary = "he eviction + conservative prefetch into idle device space"
-    prefetches = True
     sglang_name = "pbkv-paper"
 
     def prefetch_value(self, node) -> float:

@@ -54,7 +54,6 @@ class TTLPinPolicy(Policy):
 
     summary = "TTL pins (SGLang #18941, Dynamo cache_control): pinned prefixes never leave host memory until expiry"
     shipped_by, shipped_as = frozenset({"dynamo"}), "TTL prefix pins"  # SGLang reverted #18941
-    holds_nodes = True
 
     def __init__(self, cache) -> None:
         super().__init__(cache)
