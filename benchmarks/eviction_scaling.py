@@ -57,13 +57,13 @@ def run(policy: str, leaves: int, rounds: int, seed: int, host: bool = False) ->
     config = EngineConfig(profile=get_profile("h100-qwen2.5-32b"), policy=policy,
                           device_tokens=leaves * 64 + 64, host_tokens=leaves * 64 if host else 0)
     cache = PrefixCache(config, ScoreBoard(config.gamma, config.horizon), EngineStats(), time.thread_time)
-    table = WorkflowTable(cache.board, predictor, predict=cache.policy.uses_predictions)
+    table = WorkflowTable(cache.board, predictor, predict=cache.policy.uses_predictions, on_changed=cache.rescore)
     workflows = [f"w{i}" for i in range(40)]
     clock = itertools.count()
 
     def insert(i: int) -> None:
         wf_id = workflows[i % len(workflows)]
-        wf = table.workflows.get(wf_id) or table.invocation(Hints(wf_id, "a", 0, "app"), (), 0.0).workflow
+        wf = table.workflows.get(wf_id) or table.invocation(Hints(wf_id, "a", 0, "app"), (), 0.0)
         keys = [f"s{i}-{j}" for j in range(64)]
         got = cache.acquire(AcquireRequest(keys, [1] * 64, list(range(65)), 0, float(next(clock)), wf, "a", index=i))
         cache.release(got.end, 0)
@@ -76,7 +76,7 @@ def run(policy: str, leaves: int, rounds: int, seed: int, host: bool = False) ->
         if cache.policy.uses_predictions:
             for wf_id in rng.sample(workflows, max(1, len(workflows) // 100)):
                 predictor.table[wf_id] = rng.random()
-                cache.rescore(table.invocation(Hints(wf_id, "a", r + 1, "app"), (), 0.0).changed)
+                table.invocation(Hints(wf_id, "a", r + 1, "app"), (), 0.0)
         t0 = time.thread_time()
         cache.evict_device(64)
         times.append(time.thread_time() - t0)

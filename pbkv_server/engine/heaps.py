@@ -109,8 +109,9 @@ class EvictionHeaps:
 
     Attributes:
         device, host, prefetch: the heaps (lists of entry tuples, heap-ordered; read with
-            :data:`KEY`...:data:`NODE`); the cache pops from them directly where it walks victims
-            in order.
+            :data:`KEY`...:data:`NODE`), read only in this module: the cache asks for nodes
+            (:meth:`peek_device`, :meth:`peek_host`...) and leaves a taken victim's entry to go
+            stale (its tier moves, it is dropped, or :meth:`withdraw`).
     """
 
     __slots__ = ("device", "host", "prefetch", "_seq", "_policy", "_prefetches", "_taken",
@@ -192,6 +193,28 @@ class EvictionHeaps:
                 return heap[0][NODE]
             heapq.heappop(heap)
         return None
+
+    def peek_host(self) -> Node | None:
+        """The node of the best valid host-victim entry, not removed (stale entries above it are
+        dropped), or ``None`` when the host has no victim."""
+        heap = self.host
+        while heap:
+            if host_valid(heap[0]):
+                return heap[0][NODE]
+            heapq.heappop(heap)
+        return None
+
+    @staticmethod
+    def filing(node: Node) -> int:
+        """The version of ``node``'s current victim entry: it changes whenever the node is re-filed
+        (a caller that let a policy act compares it to learn whether the node moved)."""
+        return node.ver
+
+    @staticmethod
+    def withdraw(node: Node) -> None:
+        """Make ``node``'s victim entries stale: it is not a victim until re-filed (a victim the
+        cache could not evict now)."""
+        node.ver += 1
 
     def peek_host_key(self) -> tuple | None:
         """The priority of the best valid host victim, not removed (stale entries above it are

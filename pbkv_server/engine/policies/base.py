@@ -4,8 +4,13 @@ A policy orders evictable nodes: :meth:`Policy.priority` returns a tuple, and th
 lowest tuple leaves first. The cache (:class:`~pbkv_server.engine.cache.PrefixCache`) keeps one
 lazy heap per tier keyed by these tuples and asks for a node's priority again whenever something
 it depends on changes (access, score, retirement), so a priority must depend only on the node's
-state and on state the policy reports through ``cache.refresh(node)``. Hooks default to doing
+state and on state the policy reports through ``context.reorder(node)``. Hooks default to doing
 nothing.
+
+A policy sees the engine it serves through one read-only :class:`PolicyContext` (clock, score
+board, capacities, app graphs, the offline future, and ``reorder``), handed to its constructor by
+every engine: the embedded engine's cache (:class:`~pbkv_server.engine.context.EngineContext`),
+the SGLang plugin and the vLLM backend (``backends/lifecycle.py``). It never sees the cache.
 
 Each policy class also declares what it needs and does (:class:`PolicyInfo`): whether it uses
 predictions, whether it prefetches, whether it needs the trace's future (offline, replay only),
@@ -23,20 +28,20 @@ import abc
 import importlib.metadata
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..policy_names import (  # re-exported: the names' home is policy_names.py (no policy import)
     BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REFERENCE_POLICY, REPLAY, SERVER, SGLANG,
 )
 
 if TYPE_CHECKING:
-    from ..cache import PrefixCache
-    from ..scoring import NodeScore
-    from ..types import Admission, EngineRequest
+    from ..scoring import NodeScore, ScoreBoard
+    from ..types import Admission, EngineRequest, FutureOracle
     from ..workflows import Workflow
+    from .plan import PrefetchPlan
 
 __all__ = [
-    "Policy", "PolicyInfo", "NodeView", "EvictionOrder", "OrderGuard", "UNGUARDED", "Pins", "QueueOrder",
+    "Policy", "PolicyInfo", "PolicyContext", "NodeView", "EvictionOrder", "OrderGuard", "UNGUARDED", "Pins", "QueueOrder",
     "Prefetching", "Lifecycle", "NO_HOOKS", "CAPABILITIES", "capability_methods", "has_capability",
     "register_policy", "unregister_policy", "available_policies", "policy_info",
     "make_policy", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
@@ -146,16 +151,14 @@ def resolve_policy_name(name: str) -> str:
     return sglang_policy_names().get(name, name)
 
 
-def make_policy(name: str, cache: "PrefixCache | None") -> "Policy":
-    """Instantiate policy ``name`` for ``cache``.
-
-    ``cache`` may be ``None`` when only :meth:`Policy.priority` is needed (the SGLang plugin
-    orders its own tree nodes with it); offline policies and the prefetching/graph hooks need one.
+def make_policy(name: str, context: "PolicyContext") -> "Policy":
+    """Instantiate policy ``name`` for the engine that ``context`` describes.
 
     Raises:
-        ValueError: unknown name (the message lists the known ones).
+        ValueError: unknown name (the message lists the known ones), or a policy that needs what
+            the context lacks (an offline policy without ``context.future``).
     """
-    return _class(name)(cache)
+    return _class(name)(context)
 
 
 class NodeView(Protocol):
@@ -171,6 +174,61 @@ class NodeView(Protocol):
     tokens: int
     last_access: float
     sc: "NodeScore | None"
+
+
+@runtime_checkable
+class PolicyContext(Protocol):
+    """Everything a policy may read of the engine it orders, and the one thing it may tell it.
+
+    Every engine hands one to each policy it builds (no engine passes ``None``): the embedded
+    engine (:class:`~pbkv_server.engine.context.EngineContext`), the SGLang plugin and the vLLM
+    backend (:class:`~pbkv_server.backends.lifecycle.BackendContext`). A backend keeps no heap
+    and asks :meth:`Policy.priority` anew at every eviction, so there ``reorder`` has nothing to do.
+
+    Attributes:
+        now: the engine's time now, seconds (replay: engine time of the current step).
+        board: the :class:`~pbkv_server.engine.scoring.ScoreBoard` (A_w(c), scores, retirement);
+            read it, never write it.
+        device_capacity, host_capacity: KV capacities in the engine's unit (tokens; a backend
+            reports 0 until it knows, and ``host_capacity`` 0 means no host tier).
+        app_graphs: app -> static agent graph (agent -> possible next agents).
+        future: the trace's future (offline policies, replay only), or ``None``.
+        horizon: K, future steps in the lookahead score.
+        rho: share of the device aggressive prefetch may displace per step window.
+    """
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def board(self) -> "ScoreBoard": ...
+
+    @property
+    def device_capacity(self) -> int: ...
+
+    @property
+    def host_capacity(self) -> int: ...
+
+    @property
+    def app_graphs(self) -> Mapping[str, Mapping[str, tuple[str, ...]]]: ...
+
+    @property
+    def future(self) -> "FutureOracle | None": ...
+
+    @property
+    def horizon(self) -> int: ...
+
+    @property
+    def rho(self) -> float: ...
+
+    def reorder(self, node: "NodeView") -> None:
+        """My order for ``node`` changed (something its priority or prefetch value reads): file it
+        again. O(log n) in the embedded engine."""
+
+    def split(self, node: "NodeView", blocks: int) -> "NodeView":
+        """Cut ``node`` after its first ``blocks`` units and return the upper part, where a prefix
+        the policy tracks ends inside it (``kvflow``'s fixed prompt); an engine that cannot cut
+        its nodes returns ``node`` whole."""
 
 
 class EvictionOrder(Protocol):
@@ -235,6 +293,9 @@ class Pins(Protocol):
     def relieve(self) -> bool:
         """Give up one hold to unblock an idle engine; True if one was released."""
 
+    def expire(self) -> bool:
+        """Clear the holds whose time is over (see :meth:`Policy.expire`); True if any was."""
+
 
 class QueueOrder(Protocol):
     """The policy picks which waiting request is admitted next: it overrides :meth:`pick_waiting`."""
@@ -244,10 +305,10 @@ class QueueOrder(Protocol):
 
 
 class Prefetching(Protocol):
-    """The policy loads host cache on decode-only steps: it overrides :meth:`prefetch`."""
+    """The policy plans loads of host cache on decode-only steps: it overrides :meth:`prefetch_plan`."""
 
-    def prefetch(self, seconds: float) -> None:
-        """Prefetch during a decode-only stretch of ``seconds`` engine time."""
+    def prefetch_plan(self, seconds: float) -> "PrefetchPlan | None":
+        """What to load during a decode-only stretch of ``seconds`` (see :mod:`.plan`)."""
 
 
 class Lifecycle:
@@ -319,10 +380,10 @@ class Policy(Lifecycle, abc.ABC):
     lifecycle hooks are capabilities (:class:`Pins`, :class:`QueueOrder`, :class:`Prefetching`,
     :class:`Lifecycle`) that the cache and the engine resolve once with :meth:`capability`.
 
-    A policy sees the cache through :class:`~pbkv_server.engine.cache.PrefixCache`'s primitives
-    (``refresh``, ``split``, ``evict_device``, ``load``, ``lock``...) and nodes through
-    :class:`NodeView` (plus ``keys``, ``parent`` and ``tier`` of engine nodes in the hooks); state a
-    policy keeps per node lives in the policy, keyed by node, and is dropped in :meth:`on_drop`.
+    A policy sees the engine through its :class:`PolicyContext` (:attr:`context`) and nodes
+    through :class:`NodeView` (plus ``keys``, ``parent`` and ``tier`` of engine nodes in the
+    hooks); state a policy keeps per node lives in the policy, keyed by node, and is dropped in
+    :meth:`on_drop`. It ranks and values nodes and plans prefetch; the engine moves them.
 
     Class attributes (the policy's declaration, see :class:`PolicyInfo`):
         name: registry name (set by :func:`register_policy`).
@@ -349,7 +410,11 @@ class Policy(Lifecycle, abc.ABC):
             victim is written, as LRU writes it); ``False``: every victim the host can make room
             for is written.
 
+    Args:
+        context: the engine's :class:`PolicyContext`.
+
     Attributes:
+        context: as above.
         order_guard: the :class:`OrderGuard` the policy consults (:data:`UNGUARDED` until a cache
             attaches its guard).
     """
@@ -369,8 +434,8 @@ class Policy(Lifecycle, abc.ABC):
     guardable = False
     selective_host = False
 
-    def __init__(self, cache: "PrefixCache | None") -> None:
-        self.cache = cache
+    def __init__(self, context: PolicyContext) -> None:
+        self.context = context
         self.order_guard: OrderGuard = UNGUARDED
 
     @property
@@ -412,20 +477,29 @@ class Policy(Lifecycle, abc.ABC):
         """Value of loading host node ``node`` to the device; <= 0 means never prefetch it."""
         return 0.0
 
-    def prefetch(self, seconds: float) -> None:
-        """Prefetch during a decode-only stretch of ``seconds`` engine time (PCIe is otherwise idle)."""
+    def prefetch_plan(self, seconds: float) -> "PrefetchPlan | None":
+        """What to load during a decode-only stretch of ``seconds`` engine time (PCIe is otherwise
+        idle): a :class:`~.plan.HeapPlan` or :class:`~.plan.ChainPlan` the engine runs, or ``None``."""
+        return None
 
     # ----------------------------------------------------------------- Pins
     def holds(self, node: NodeView) -> bool:
         """True if ``node`` must stay on the tier it is on now (a device victim is not evicted, a
         host victim is not dropped). A policy that holds nodes ranks every held node after every
-        unheld one on that tier, so the cache stops at the first held victim; it may clear an
-        expired hold here (re-filing the node) and answer False."""
+        unheld one on that tier, so the cache stops at the first held victim. A pure question:
+        holds whose time is over are cleared by :meth:`expire`, which the cache calls first."""
         return False
 
     def keeps(self, node: NodeView) -> bool:
         """True if ``node`` must not leave the cache: a device victim that the host tier cannot
-        take stays on the device instead of being dropped (as when a held node hangs below)."""
+        take stays on the device instead of being dropped (as when a held node hangs below). A
+        pure question, as :meth:`holds`."""
+        return False
+
+    def expire(self) -> bool:
+        """Clear the holds whose time is over by the context's clock, re-filing their nodes;
+        True if any was cleared (the eviction order may then be new). The cache calls it right
+        before it asks :meth:`holds` or :meth:`keeps`."""
         return False
 
     def pick_waiting(self, waiting: Sequence["EngineRequest"]) -> int:

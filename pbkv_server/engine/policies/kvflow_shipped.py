@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import itertools
 
-from ..radix import HOST
 from .base import register_policy
 from .kvflow import INF_STEPS, KVFlowPolicy
+from .plan import ChainPlan
 
 #: ``--evict-pri-level`` (the fork's ``hold_step``), default 4.
 HOLD_STEP = 4
@@ -59,8 +59,8 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
 
     summary = "KVFlow as shipped (PanZaifeng/KVFlow): last-node agent tags, hold passes, 2-step prefetch"
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
+    def __init__(self, context) -> None:
+        super().__init__(context)
         self._tags: dict = {}  # node -> set of (app, agent)
         self._tagged: dict = {}  # (app, agent) -> {node: None} (insertion-ordered)
         self._born: dict = {}  # node -> creation order
@@ -104,7 +104,7 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
             return
         key = (wf.app, admission.agent)
         self._tag(last, key)
-        self.cache.refresh(last)
+        self.context.reorder(last)
         front = self._frontier.setdefault(key, {})
         node = last.parent
         while node is not None and node.parent is not None:
@@ -147,7 +147,7 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
         breaks the tie), so those few are still re-filed at once.
         """
         self._pending[key] = None
-        refresh = self.cache.refresh
+        refresh = self.context.reorder
         for node in self._zero:
             if key in self._tags[node]:
                 refresh(node)
@@ -157,7 +157,7 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
         if not self._pending:
             return
         pending, self._pending = self._pending, {}
-        refresh = self.cache.refresh
+        refresh = self.context.reorder
         for key in pending:
             for node in self._tagged.get(key, ()):
                 refresh(node)
@@ -179,35 +179,17 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
                 front.pop(node, None)
 
     # ----------------------------------------------------------------- prefetch
-    def prefetch(self, seconds: float) -> None:
+    def prefetch_plan(self, seconds: float) -> ChainPlan:
         """``DispatchLoadTasks``: agents planned at steps 0..2, in step order, load the host part of
-        their frontier paths whole, evicting farther cache; stop at the first that cannot load."""
-        cache = self.cache
-        budget = cache.load_tokens(seconds)
-        if budget <= 0:
-            return
+        their frontier paths whole, evicting only cache farther from execution than the agent;
+        the round stops at the first load that does not fit."""
+        return ChainPlan(self._load_targets(), evicts=True)
+
+    def _load_targets(self):
         planned = sorted((s, i, key) for i, (key, s) in enumerate(self._steps.items()) if s <= LOAD_AHEAD_STEP)
         for step, _, key in planned:
-            for last in list(self._frontier.get(key, ())):
-                chain = []
-                node = last
-                while node is not None and node.parent is not None and node.tier == HOST:
-                    chain.append(node)
-                    node = node.parent
-                for node in reversed(chain):
-                    if not node.attached:
-                        break  # dropped from a full host tier while room was made for its parent
-                    if node.tokens > budget:
-                        return  # the stretch's PCIe time is spent
-                    if not self._room(node, step) or not cache.load(node):
-                        return  # the fork's ``to_break``: the round ends at the first failed load
-                    budget -= node.tokens
+            def farther(victim, tokens, step=step) -> bool:
+                return self.hold_priority(victim) > step
 
-    def _room(self, node, step: int) -> bool:
-        """Free device room for host node ``node``, evicting only cache farther than ``step``."""
-        cache = self.cache
-        short = node.tokens - cache.device_free()
-        if short <= 0:
-            return True
-        cache.evict_for(node, short, lambda victim, tokens: self.hold_priority(victim) > step)
-        return cache.device_free() >= node.tokens
+            for last in list(self._frontier.get(key, ())):
+                yield last, farther

@@ -37,6 +37,10 @@ def holds_a():
     unregister_policy("test-holds-a")
 
 
+def _context():
+    return _cache("lru").context
+
+
 def _cache(policy: str) -> PrefixCache:
     config = EngineConfig(profile=get_profile("h100-qwen2.5-32b"), policy=policy, device_tokens=64, host_tokens=0)
     return PrefixCache(config, ScoreBoard(config.gamma, config.horizon), EngineStats(), time.perf_counter)
@@ -58,7 +62,7 @@ def test_a_policy_that_overrides_holds_is_asked_without_a_flag(holds_a):
 
 
 def test_lru_has_no_capability():
-    policy = LRUPolicy(None)
+    policy = LRUPolicy(_context())
     assert all(policy.capability(kind) is None for kind in CAPABILITIES)
 
 
@@ -68,18 +72,18 @@ def test_every_capability_is_derived_from_overrides():
             return 0
 
     class Prefetch(LRUPolicy):
-        def prefetch(self, seconds: float) -> None:
-            pass
+        def prefetch_plan(self, seconds: float):
+            return None
 
     class Hook(LRUPolicy):
         def on_graph(self, app: str) -> None:
             pass
 
-    assert Queue(None).capability(QueueOrder) is not None and Queue(None).capability(Prefetching) is None
-    assert Prefetch(None).capability(Prefetching) is not None and Prefetch(None).capability(Lifecycle) is None
-    assert Hook(None).capability(Lifecycle) is not None and Hook(None).capability(Pins) is None
+    assert Queue(_context()).capability(QueueOrder) is not None and Queue(_context()).capability(Prefetching) is None
+    assert Prefetch(_context()).capability(Prefetching) is not None and Prefetch(_context()).capability(Lifecycle) is None
+    assert Hook(_context()).capability(Lifecycle) is not None and Hook(_context()).capability(Pins) is None
     with pytest.raises(ValueError, match="unknown policy capability"):
-        LRUPolicy(None).capability(int)
+        LRUPolicy(_context()).capability(int)
 
 
 def test_the_hook_names_are_written_once():
@@ -89,4 +93,4 @@ def test_the_hook_names_are_written_once():
     # the policy inherits them from Lifecycle rather than writing them again
     assert all(getattr(Policy, name) is getattr(Lifecycle, name) for name in hooks)
     assert all(name in dir(NO_HOOKS) for name in hooks)
-    assert capability_methods(Pins) == ("holds", "keeps", "relieve")
+    assert capability_methods(Pins) == ("holds", "keeps", "relieve", "expire")
