@@ -100,6 +100,9 @@ class BackendContext:
         """Nothing to re-file: the backend asks ``priority`` anew for every candidate at each
         eviction, so a changed priority is read at the next one."""
 
+    def regroup(self, group: Any) -> None:
+        """Nothing to re-file (as :meth:`reorder`)."""
+
     def split(self, node: Any, blocks: int) -> Any:
         """A backend's tree is the engine's own: the policy cannot cut it, and gets ``node`` whole."""
         return node

@@ -35,7 +35,7 @@ from .guard import LRUGuard, host_value
 from .guard_feed import GuardFeed
 from .heaps import EvictionHeaps
 from .policies import make_policy
-from .policies.base import NO_HOOKS, UNGUARDED, Lifecycle, Pins, Prefetching
+from .policies.base import NO_HOOKS, UNGUARDED, Lifecycle, Pins, Policy, Prefetching
 from .prefetch import run_plan
 from .radix import DEVICE, HOST, Node, RadixTree
 from .scoring import NodeScore, ScoreBoard
@@ -122,9 +122,10 @@ class PrefixCache:
         self._prefetches = self._prefetcher is not None
         self._per_unit = bool(policy.unit_priority)
         self._selective_host = bool(policy.selective_host)
-        self.heaps = EvictionHeaps(policy, self._prefetches)
+        self.heaps = EvictionHeaps(policy, self._prefetches, type(policy).group is not Policy.group)
         # bound once, shadowing the refresh() method: re-filing is on every policy's hot path
         self.refresh = self._refile = context.reorder = self.heaps.refile
+        context.regroup = self.heaps.regroup
         # robustness guard (guard.py): a ghost LRU at the same capacity, fed every admission; while
         # the policy is behind it, the policy ranks in LRU order and the heaps are re-filed
         if config.lru_guard and policy.guardable:

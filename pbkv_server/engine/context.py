@@ -8,7 +8,7 @@ path pays no extra call). The policy never holds the cache itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Hashable, Mapping
 
 if TYPE_CHECKING:
     from .radix import Node
@@ -35,12 +35,13 @@ class EngineContext:
 
     Attributes:
         now: engine time of the current scheduling step, seconds (the cache keeps it current).
-        reorder: ``reorder(node)``; the cache binds it to its heaps' ``refile`` once they exist.
+        reorder, regroup: ``reorder(node)``, ``regroup(group)``; the cache binds them to its
+            heaps' ``refile`` and ``regroup`` once they exist.
         (the rest as the arguments)
     """
 
     __slots__ = ("now", "board", "device_capacity", "host_capacity", "app_graphs", "future", "horizon", "rho",
-                 "reorder", "split")
+                 "reorder", "regroup", "split")
 
     def __init__(self, board: "ScoreBoard", device_capacity: int, host_capacity: int,
                  app_graphs: Mapping[str, Mapping[str, tuple[str, ...]]], future: "FutureOracle | None",
@@ -54,4 +55,5 @@ class EngineContext:
         self.horizon = horizon
         self.rho = rho
         self.reorder: Callable[["Node"], None] = _not_bound
+        self.regroup: Callable[[Hashable], None] = _not_bound
         self.split = split

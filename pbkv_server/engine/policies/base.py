@@ -28,7 +28,7 @@ import abc
 import importlib.metadata
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..policy_names import (  # re-exported: the names' home is policy_names.py (no policy import)
     BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REFERENCE_POLICY, REPLAY, SERVER, SGLANG,
@@ -195,6 +195,9 @@ class PolicyContext(Protocol):
         future: the trace's future (offline policies, replay only), or ``None``.
         horizon: K, future steps in the lookahead score.
         rho: share of the device aggressive prefetch may displace per step window.
+
+    ``reorder`` and ``regroup`` are the two ways to say "my order changed": for one node, or for
+    every node of a group at once (:meth:`Policy.group`).
     """
 
     @property
@@ -224,6 +227,10 @@ class PolicyContext(Protocol):
     def reorder(self, node: "NodeView") -> None:
         """My order for ``node`` changed (something its priority or prefetch value reads): file it
         again. O(log n) in the embedded engine."""
+
+    def regroup(self, group: Hashable) -> None:
+        """My rank for ``group`` changed (:meth:`Policy.group_rank`): file the group again, not
+        each of its nodes. O(log n) in the embedded engine."""
 
     def split(self, node: "NodeView", blocks: int) -> "NodeView":
         """Cut ``node`` after its first ``blocks`` units and return the upper part, where a prefix
@@ -461,6 +468,25 @@ class Policy(Lifecycle, abc.ABC):
     def host_priority(self, node: NodeView) -> tuple:
         """Order in which the host tier drops its leaves (smallest first); defaults to :meth:`priority`."""
         return self.priority(node)
+
+    def group(self, node: NodeView) -> Hashable | None:
+        """The group whose rank leads ``node``'s priority, or ``None`` (ranked alone, the default).
+
+        A policy whose priority is a rank that many nodes share followed by each node's own key
+        overrides this, :meth:`group_rank` and :meth:`node_key`, such that ``priority(node) ==
+        group_rank(group(node)) + node_key(node)`` (and ``host_priority`` is ``priority``). When a
+        group's rank changes it calls ``context.regroup(group)`` instead of re-filing every node
+        of the group (``engine/heaps.py``, "Groups"); a node whose group changes is re-filed with
+        ``context.reorder``."""
+        return None
+
+    def group_rank(self, group: Hashable) -> tuple:
+        """The rank of ``group`` now (the leading part of its nodes' priorities)."""
+        return ()
+
+    def node_key(self, node: NodeView) -> tuple:
+        """``node``'s own key within its group (the trailing part of its priority)."""
+        return ()
 
     def is_retired(self, node: NodeView) -> bool:
         """True if all workflows that touched the node have ended and one was multi-step
