@@ -122,9 +122,10 @@ class PrefixCache:
         self._prefetches = self._prefetcher is not None
         self._per_unit = bool(policy.unit_priority)
         self._selective_host = bool(policy.selective_host)
-        self.heaps = EvictionHeaps(policy, self._prefetches, type(policy).group is not Policy.group)
+        grouped = type(policy).group is not Policy.group  # the policy groups its victims (heaps.py)
+        self.heaps = heaps = EvictionHeaps(policy, self._prefetches, grouped)
         # bound once, shadowing the refresh() method: re-filing is on every policy's hot path
-        self.refresh = self._refile = context.reorder = self.heaps.refile
+        self.refresh = self._refile = context.reorder = heaps.refile_grouped if grouped else heaps.refile
         context.regroup = self.heaps.regroup
         # robustness guard (guard.py): a ghost LRU at the same capacity, fed every admission; while
         # the policy is behind it, the policy ranks in LRU order and the heaps are re-filed

@@ -194,11 +194,6 @@ class EvictionHeaps:
         if node.tier == DEVICE:
             if node.lock == 0 and node.n_dev_children == 0:
                 node.ver += 1
-                if self._grouped:
-                    group = self._policy.group(node)
-                    if group is not None:
-                        self._file_in_group(node, group, True)
-                        return
                 heap = self.device
                 _push(heap, (self._policy.priority(node), next(self._seq), node.ver, node))
                 top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
@@ -206,12 +201,59 @@ class EvictionHeaps:
                     _pop(heap)
                     top = heap[0]
                 if len(heap) > self._dev_limit:
-                    self.device = heap = _compact(heap, _top_device_valid if self._grouped else device_valid)
+                    self.device = heap = _compact(heap, device_valid)
                     self._dev_limit = _rebuild_at(len(heap))
         else:
             if node.lock == 0 and not node.children:
                 node.ver += 1
-                group = self._policy.group(node) if self._grouped else None
+                heap = self.host
+                _push(heap, (self._policy.host_priority(node), next(self._seq), node.ver, node))
+                top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                while top[VER] != top[NODE].ver or not top[NODE].attached:
+                    _pop(heap)
+                    top = heap[0]
+                if len(heap) > self._host_limit:
+                    self.host = heap = _compact(heap, host_valid)
+                    self._host_limit = _rebuild_at(len(heap))
+            if self._prefetches and node.parent.tier == DEVICE:
+                value = self._policy.prefetch_value(node)
+                node.pver += 1  # invalidates an entry holding an outdated (maybe now zero) value
+                if value > 0:
+                    heap = self.prefetch
+                    _push(heap, (-value, next(self._seq), node.pver, node))
+                    top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                    while top[VER] != top[NODE].pver or not top[NODE].attached:
+                        _pop(heap)
+                        top = heap[0]
+                    if len(heap) > self._pf_limit:
+                        self.prefetch = heap = _compact(heap, prefetch_valid)
+                        self._pf_limit = _rebuild_at(len(heap))
+
+    def refile_grouped(self, node: Node) -> None:
+        """:meth:`refile` for a policy that groups its victims (module docstring, "Groups"; the
+        cache binds one or the other, so the plain one pays nothing for groups)."""
+        if not node.attached or node.parent is None:
+            return
+        if node.tier == DEVICE:
+            if node.lock == 0 and node.n_dev_children == 0:
+                node.ver += 1
+                group = self._policy.group(node)
+                if group is not None:
+                    self._file_in_group(node, group, True)
+                    return
+                heap = self.device
+                _push(heap, (self._policy.priority(node), next(self._seq), node.ver, node))
+                top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                while top[VER] != top[NODE].ver or not top[NODE].attached:
+                    _pop(heap)
+                    top = heap[0]
+                if len(heap) > self._dev_limit:
+                    self.device = heap = _compact(heap, _top_device_valid)
+                    self._dev_limit = _rebuild_at(len(heap))
+        else:
+            if node.lock == 0 and not node.children:
+                node.ver += 1
+                group = self._policy.group(node)
                 if group is not None:
                     self._file_in_group(node, group, False)
                 else:
@@ -222,7 +264,7 @@ class EvictionHeaps:
                         _pop(heap)
                         top = heap[0]
                     if len(heap) > self._host_limit:
-                        self.host = heap = _compact(heap, _top_host_valid if self._grouped else host_valid)
+                        self.host = heap = _compact(heap, _top_host_valid)
                         self._host_limit = _rebuild_at(len(heap))
             if self._prefetches and node.parent.tier == DEVICE:
                 value = self._policy.prefetch_value(node)
