@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import typing
 from pathlib import Path
 
 import pytest
@@ -86,5 +85,4 @@ def test_the_protocol_check_catches_a_context_that_lacks_a_member():
 
         def reorder(self, node) -> None: ...
 
-    assert not isinstance(Partial(), PolicyContext)
-    assert typing.get_type_hints  # the protocol is runtime-checkable (isinstance did not raise)
+    assert not isinstance(Partial(), PolicyContext)  # runtime-checkable: a missing member is seen
