@@ -12,6 +12,14 @@ leaves, roughly flat from 5k to 50k.
 
     python benchmarks/eviction_scaling.py [--leaves 5000,20000,40000,50000] [--policy lru,he,pbkv]
 
+``--plan``: the app has a static graph of five agents in a cycle (A -> B -> C -> D -> E -> A),
+leaf i is a request of agent i mod 5, and before each round one workflow moves to its next
+agent, so every agent's steps-to-execution change between two evictions (``kvflow``,
+``kvflow-shipped``: issue 35 item 8, ``kvflow-shipped`` re-filed every node of a changed agent
+inside the next eviction).
+
+    python benchmarks/eviction_scaling.py --plan --leaves 40000 --policy kvflow-shipped
+
 ``--fill`` times filling the tree instead: N prompts of 64 tokens (one shared block per agent,
 63 own) of one workflow walking the pipeline A -> B -> C -> A, so that every invocation changes
 the steps-to-execution of the agents (``kvflow``, ``kvflow-shipped``); no eviction. Prints the
@@ -50,33 +58,51 @@ class _Table(Predictor):
                 for q in queries]
 
 
-def run(policy: str, leaves: int, rounds: int, seed: int, host: bool = False) -> list[float]:
-    """Eviction call times (seconds) of ``rounds`` rounds at ``leaves`` leaves (per tier with ``host``)."""
+PLAN_AGENTS = "ABCDE"
+
+
+def run(policy: str, leaves: int, rounds: int, seed: int, host: bool = False, plan: bool = False) -> list[float]:
+    """Eviction call times (seconds) of ``rounds`` rounds at ``leaves`` leaves (per tier with
+    ``host``; ``plan``: agents on a static graph whose steps change every round)."""
     rng = random.Random(seed)
     predictor = _Table()
     config = EngineConfig(profile=get_profile("h100-qwen2.5-32b"), policy=policy,
                           device_tokens=leaves * 64 + 64, host_tokens=leaves * 64 if host else 0)
     cache = PrefixCache(config, ScoreBoard(config.gamma, config.horizon), EngineStats(), time.thread_time)
-    table = WorkflowTable(cache.board, predictor, predict=cache.policy.uses_predictions)
+    table = WorkflowTable(cache.board, predictor, predict=cache.policy.uses_predictions, on_changed=cache.rescore)
     workflows = [f"w{i}" for i in range(40)]
     clock = itertools.count()
+    walker = None
+    if plan:
+        cache.set_app_graph("app", {a: [b] for a, b in zip(PLAN_AGENTS, PLAN_AGENTS[1:] + PLAN_AGENTS[0])})
+        walker = table.invocation(Hints("walker", PLAN_AGENTS[0], 0, "app"), (), 0.0)
+        cache.hooks.on_invocation(walker, None)
 
     def insert(i: int) -> None:
         wf_id = workflows[i % len(workflows)]
-        wf = table.workflows.get(wf_id) or table.invocation(Hints(wf_id, "a", 0, "app"), (), 0.0).workflow
+        wf = table.workflows.get(wf_id) or table.invocation(Hints(wf_id, "a", 0, "app"), (), 0.0)
+        agent = PLAN_AGENTS[i % len(PLAN_AGENTS)] if plan else "a"
         keys = [f"s{i}-{j}" for j in range(64)]
-        got = cache.acquire(AcquireRequest(keys, [1] * 64, list(range(65)), 0, float(next(clock)), wf, "a", index=i))
+        got = cache.acquire(AcquireRequest(keys, [1] * 64, list(range(65)), 0, float(next(clock)), wf, agent, index=i))
         cache.release(got.end, 0)
+
+    def walk(r: int) -> None:
+        """The walker workflow moves to its next agent: every agent's steps change."""
+        previous = walker.agent
+        table.invocation(Hints("walker", PLAN_AGENTS[(r + 1) % len(PLAN_AGENTS)], r + 1, "app"), (), 0.0)
+        cache.hooks.on_invocation(walker, previous)
 
     filled = 2 * leaves if host else leaves
     for i in range(filled):
         insert(i)
     times = []
     for r in range(rounds):
+        if plan:
+            walk(r)
         if cache.policy.uses_predictions:
             for wf_id in rng.sample(workflows, max(1, len(workflows) // 100)):
                 predictor.table[wf_id] = rng.random()
-                cache.rescore(table.invocation(Hints(wf_id, "a", r + 1, "app"), (), 0.0).changed)
+                table.invocation(Hints(wf_id, "a", r + 1, "app"), (), 0.0)
         t0 = time.thread_time()
         cache.evict_device(64)
         times.append(time.thread_time() - t0)
@@ -109,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=4)
     p.add_argument("--fill", action="store_true", help="time filling the tree (see the module docstring)")
     p.add_argument("--host", action="store_true", help="a full host tier as large as the device")
+    p.add_argument("--plan", action="store_true", help="agents on a static graph, steps changing every round")
     args = p.parse_args(argv)
     if args.fill:
         print(f"{'policy':15} {'leaves':>7} {'fill s':>8} {'us/leaf':>8}")
@@ -120,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'policy':10} {'leaves':>7} {'mean ms':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for policy in args.policy.split(","):
         for n in (int(x) for x in args.leaves.split(",")):
-            t = sorted(run(policy, n, args.rounds, args.seed, args.host))
+            t = sorted(run(policy, n, args.rounds, args.seed, args.host, args.plan))
             p99 = t[min(len(t) - 1, int(0.99 * len(t)))]
             print(f"{policy:10} {n:7d} {1e3 * statistics.fmean(t):8.3f} {1e3 * statistics.median(t):8.3f} "
                   f"{1e3 * p99:8.3f} {1e3 * t[-1]:8.3f}", flush=True)

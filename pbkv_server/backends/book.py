@@ -33,7 +33,7 @@ from pbkv_server.engine.scoring import NodeScore, ScoreBoard
 from pbkv_server.engine.types import EngineRequest
 from pbkv_server.engine.workflows import Workflow, WorkflowTable
 
-from .lifecycle import BackendCache, LifecycleFeed
+from .lifecycle import BackendContext, LifecycleFeed
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,10 @@ class WorkflowBook:
         clock: time source, seconds (``time.monotonic`` by default; tests pass a fake one).
         predict: ask the predictor for predictions at each invocation; ``False`` (policies that
             read no score) lets it observe only.
-        policy: the engine-core policy the backend orders by; if it has the ``Lifecycle``
-            capability its hooks are fed from this book (:attr:`feed`) and, unless it has one, its
-            ``cache`` becomes a :class:`~pbkv_server.backends.lifecycle.BackendCache` of this
-            book. ``None``: no hooks.
+        policy: the engine-core policy the backend orders by; its
+            :class:`~pbkv_server.backends.lifecycle.BackendContext` is attached to this book's
+            board and clock, and if it has the ``Lifecycle`` capability its hooks are fed from
+            this book (:attr:`feed`). ``None``: no hooks.
 
     Attributes:
         board: the score board; table: the workflow table (``follow_app``: the latest app named
@@ -71,8 +71,8 @@ class WorkflowBook:
         self.board = ScoreBoard(gamma, horizon)
         hooks = policy.capability(Lifecycle) if policy is not None else None
         self.feed = LifecycleFeed(hooks) if hooks is not None else None
-        if hooks is not None and policy.cache is None:
-            policy.cache = BackendCache(self.board, clock)  # type: ignore[assignment]
+        if policy is not None and isinstance(policy.context, BackendContext):
+            policy.context.attach(self.board, clock)
         self.table = WorkflowTable(self.board, predictor, predict=predict, follow_app=True,
                                    on_end=self._on_end if self.feed is not None else None)
         self.idle_retire_s = idle_retire_s
@@ -142,7 +142,7 @@ class WorkflowBook:
             The workflow's state after the invocation.
         """
         self.retire_idle()
-        wf = self.table.invocation(hints, features, self.clock()).workflow
+        wf = self.table.invocation(hints, features, self.clock())
         if self.feed is not None:
             self.feed.arrived(request, wf, hints.agent)
         return wf

@@ -19,60 +19,93 @@ sees the same events through its own hooks and hands them to its
 - a session close: ``on_session_close``; tree splits and node drops: ``on_split`` / ``on_drop``.
 
 A backend keeps no heap of priorities (SGLang and vLLM ask ``priority`` for every candidate at
-each eviction), so the policy's ``cache`` is a :class:`BackendCache`: the clock, the book's
-score board and a ``refresh`` with nothing to re-file. A hook that fails (a policy reading more
-of the cache than a backend has) is logged once; serving never stops for it.
+each eviction), so the policy's :class:`~pbkv_server.engine.policies.base.PolicyContext` is a
+:class:`BackendContext`: the clock, the book's score board, the capacities the backend reports,
+and a ``reorder`` with nothing to re-file. It implements the whole protocol (a test checks it
+against the protocol's members), so a policy reads the same context in every engine. A hook that
+fails all the same is logged once; serving never stops for it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Mapping, Sequence
 
 from pbkv_server.engine.policies.base import Lifecycle
 from pbkv_server.engine.scoring import ScoreBoard
+from pbkv_server.engine.types import EngineConfig
 from pbkv_server.engine.types import Admission, EngineRequest
 from pbkv_server.engine.workflows import Workflow
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BackendCache", "LifecycleFeed", "MAX_LIVE_REQUESTS"]
+__all__ = ["BackendContext", "LifecycleFeed", "MAX_LIVE_REQUESTS"]
+
+#: The engine's default rho (``EngineConfig.rho``), the backends' (they run no aggressive prefetch).
+_DEFAULT_RHO: float = next(f.default for f in fields(EngineConfig) if f.name == "rho")
 
 #: Requests followed between arrival and finish (an aborted request never finishes; the oldest
 #: are forgotten beyond this bound).
 MAX_LIVE_REQUESTS = 65536
 
 
-class BackendCache:
-    """What a policy's hooks read of its cache inside a backend that owns the tree.
+class BackendContext:
+    """The :class:`~pbkv_server.engine.policies.base.PolicyContext` of a policy inside a backend
+    that owns the tree (SGLang's radix cache, vLLM's block pool and offload tier).
+
+    Built with the policy (the backend's strategy or runtime), then attached to the backend's
+    :class:`~pbkv_server.backends.book.WorkflowBook`, whose board and clock it reads from then on.
 
     Args:
-        board: the backend book's score board (``board.records(workflow)`` -> node records).
-        clock: the book's clock, seconds.
+        board: the score board until a book attaches its own.
+        clock: the clock until a book attaches its own, seconds.
+        horizon: K of the backend's settings.
 
     Attributes:
-        host_capacity: the backend's host-tier capacity in its own unit (0: none, until the backend
-            reports its tier: SGLang's HiCache, vLLM's CPU offload tier); ``pbkv``'s device order
-            depends on whether there is one (its rule 6).
+        board: the book's score board (``board.records(workflow)`` -> node records).
+        device_capacity, host_capacity: the backend's tier sizes in its own unit (0 until the
+            backend reports them; ``host_capacity`` 0 = no host tier: SGLang's HiCache, vLLM's CPU
+            offload tier set it when they exist, and ``pbkv``'s device order depends on it, its
+            rule 6).
+        app_graphs: static agent graphs (the backends receive none: empty).
+        future: ``None`` (offline policies run in replay only).
+        horizon: K. rho: the engine default (aggressive prefetch does not run in a backend).
     """
 
-    __slots__ = ("board", "_clock", "host_capacity")
+    __slots__ = ("board", "_clock", "device_capacity", "host_capacity", "app_graphs", "future", "horizon", "rho")
 
-    def __init__(self, board: ScoreBoard, clock: Callable[[], float]) -> None:
+    def __init__(self, board: ScoreBoard, clock: Callable[[], float], horizon: int) -> None:
         self.board = board
         self._clock = clock
+        self.device_capacity = 0
         self.host_capacity = 0
+        self.app_graphs: Mapping[str, Mapping[str, tuple[str, ...]]] = {}
+        self.future = None
+        self.horizon = horizon
+        self.rho = _DEFAULT_RHO
+
+    def attach(self, board: ScoreBoard, clock: Callable[[], float]) -> None:
+        """Read ``board`` and ``clock`` from now on (the backend's book)."""
+        self.board = board
+        self._clock = clock
 
     @property
     def now(self) -> float:
-        """The backend's time now, seconds (the engine's ``cache.now``)."""
+        """The backend's time now, seconds."""
         return self._clock()
 
-    def refresh(self, node: Any) -> None:
+    def reorder(self, node: Any) -> None:
         """Nothing to re-file: the backend asks ``priority`` anew for every candidate at each
         eviction, so a changed priority is read at the next one."""
+
+    def regroup(self, group: Any) -> None:
+        """Nothing to re-file (as :meth:`reorder`)."""
+
+    def split(self, node: Any, blocks: int) -> Any:
+        """A backend's tree is the engine's own: the policy cannot cut it, and gets ``node`` whole."""
+        return node
 
 
 @dataclass(slots=True)

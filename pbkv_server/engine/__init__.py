@@ -20,7 +20,7 @@ _EXPORTS = {
     "Policy": "policies", "available_policies": "policies", "make_policy": "policies", "register_policy": "policies",
     "NodeScore": "scoring", "ScoreBoard": "scoring", "lookahead_score": "scoring", "one_step_value": "scoring",
     "workflow_weights": "scoring",
-    "Invocation": "workflows", "WorkflowTable": "workflows",
+    "WorkflowTable": "workflows",
 }
 
 if TYPE_CHECKING:  # what type checkers and editors see
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # what type checkers and editors see
     from .policies import Policy, available_policies, make_policy, register_policy
     from .scoring import NodeScore, ScoreBoard, lookahead_score, one_step_value, workflow_weights
     from .types import Admission, EngineConfig, EngineRequest, EngineStats, Finished, FirstToken, FutureOracle
-    from .workflows import Invocation, WorkflowTable
+    from .workflows import WorkflowTable
 
 
 def __getattr__(name: str) -> Any:
@@ -51,6 +51,6 @@ __all__ = [
     "Engine", "EngineConfig", "EngineRequest", "HardwareProfile", "FirstToken", "Finished",
     "EngineStats", "FutureOracle", "Workflow", "Policy", "available_policies", "make_policy",
     "register_policy", "NodeScore", "ScoreBoard", "lookahead_score", "one_step_value",
-    "workflow_weights", "WorkflowTable", "Invocation", "PrefixCache", "Acquired", "AcquireRequest", "Admission",
+    "workflow_weights", "WorkflowTable", "PrefixCache", "Acquired", "AcquireRequest", "Admission",
     "EndListener",
 ]

@@ -15,25 +15,28 @@ ever sits below an evicted one. It moves the freed part to the host tier when th
 room (by dropping host leaves in policy order, again only what is needed), and otherwise drops it
 with its host subtree. Nodes on the path of a running request, and nodes pinned with
 :meth:`PrefixCache.lock`, never move: a node is kept on the device rather than dropped while a
-pinned host node hangs below it. A policy that pins nodes itself (``holds_nodes``: TTL pins,
+pinned host node hangs below it. A policy that pins nodes itself (the ``Pins`` capability: TTL pins,
 Continuum's tool-call pins) is asked :meth:`~pbkv_server.engine.policies.Policy.holds` about each
 victim (a held node stays on its tier) and
-:meth:`~pbkv_server.engine.policies.Policy.keeps` before a drop (a kept node stays in the cache).
+:meth:`~pbkv_server.engine.policies.Policy.keeps` before a drop (a kept node stays in the cache);
+both are pure questions, and the cache calls :meth:`~pbkv_server.engine.policies.Policy.expire`
+just before them so that holds whose time is over are cleared (and their nodes re-filed) first.
 """
 
 from __future__ import annotations
 
-import heapq
 import time
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 from .acquire import Acquired, AcquireObserver, AcquireRequest
+from .context import EngineContext
 from .cost import HardwareProfile
 from .guard import LRUGuard, host_value
 from .guard_feed import GuardFeed
-from .heaps import NODE, EvictionHeaps, host_valid
+from .heaps import EvictionHeaps
 from .policies import make_policy
-from .policies.base import UNGUARDED, Lifecycle, Pins, Prefetching
+from .policies.base import NO_HOOKS, UNGUARDED, Lifecycle, Pins, Policy, Prefetching
+from .prefetch import run_plan
 from .radix import DEVICE, HOST, Node, RadixTree
 from .scoring import NodeScore, ScoreBoard
 from .types import Admission, EngineConfig, EngineStats
@@ -59,24 +62,6 @@ class _Match(NamedTuple):
     host_hit: int
     load: int
     newly_locked: int
-
-
-class _NoHooks:
-    """The :class:`~pbkv_server.engine.policies.base.Lifecycle` of a policy that overrides no hook."""
-
-    __slots__ = ()
-
-    def on_admit(self, admission, path) -> None: ...
-    def on_invocation(self, wf, previous_agent) -> None: ...
-    def on_workflow_end(self, wf) -> None: ...
-    def on_finish(self, request, wf, end) -> None: ...
-    def on_session_close(self, session_id) -> None: ...
-    def on_split(self, top, bottom) -> None: ...
-    def on_drop(self, node) -> None: ...
-    def on_graph(self, app) -> None: ...
-
-
-_NO_HOOKS = _NoHooks()
 
 
 class PrefixCache:
@@ -126,23 +111,38 @@ class PrefixCache:
         self._condemned: dict[Node, None] = {}
         self._observers: list[AcquireObserver] = []
         self._guard_feed: GuardFeed | None = None
-        self.now = 0.0
-        self.policy = policy = make_policy(config.policy, self)
+        # what the policy may read of this cache, and its one way to say an order changed
+        self.context = context = EngineContext(board, self.device_capacity, self.host_capacity, self.app_graphs,
+                                               config.future, config.horizon, config.rho, self.tree.split)
+        self.policy = policy = make_policy(config.policy, context)
         # the policy's capabilities, resolved once (policies/base.py): the hot paths test these
         self._pins: Pins | None = policy.capability(Pins)
-        self.hooks: Lifecycle = policy.capability(Lifecycle) or _NO_HOOKS
-        self._prefetches = policy.capability(Prefetching) is not None
+        self.hooks: Lifecycle = policy.capability(Lifecycle) or NO_HOOKS
+        self._prefetcher: Prefetching | None = policy.capability(Prefetching)
+        self._prefetches = self._prefetcher is not None
         self._per_unit = bool(policy.unit_priority)
         self._selective_host = bool(policy.selective_host)
-        self.heaps = EvictionHeaps(policy, self._prefetches)
+        grouped = type(policy).group is not Policy.group  # the policy groups its victims (heaps.py)
+        self.heaps = heaps = EvictionHeaps(policy, self._prefetches, grouped)
         # bound once, shadowing the refresh() method: re-filing is on every policy's hot path
-        self.refresh = self._refile = self.heaps.refile
+        self.refresh = self._refile = context.reorder = heaps.refile_grouped if grouped else heaps.refile
+        context.regroup = self.heaps.regroup
         # robustness guard (guard.py): a ghost LRU at the same capacity, fed every admission; while
         # the policy is behind it, the policy ranks in LRU order and the heaps are re-filed
         if config.lru_guard and policy.guardable:
             self.guard = LRUGuard(self.device_capacity, self.host_capacity, host_value(self.profile))
 
     # ================================================================ accounting
+    @property
+    def now(self) -> float:
+        """Engine time of the current scheduling step, seconds (kept by the scheduler; the
+        policy reads it as ``context.now``)."""
+        return self.context.now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self.context.now = value
+
     @property
     def reserved_tokens(self) -> int:
         """Device tokens reserved for the outputs of running requests."""
@@ -243,7 +243,7 @@ class PrefixCache:
         for node in m.path:
             j = i + len(node.keys)
             if node.tokens > cum[j] - cum[i]:
-                if node.lock or self._pinned_below(node) or (self._pins is not None and self._pins.keeps(node)):
+                if node.lock or self._pinned_below(node) or self._kept(node):
                     return False
                 parent = node.parent
                 self._drop_subtree(node)
@@ -436,24 +436,34 @@ class PrefixCache:
         while freed < tokens:
             node = self.peek_victim()
             if pins is not None and node is not None:
+                expired = pins.expire()
                 if pins.holds(node):
                     break  # held nodes rank last: everything left is held
-                if self.peek_victim() is not node:
-                    continue  # the policy cleared expired holds and re-filed nodes: new order
+                if expired:
+                    continue  # holds ended and their nodes were re-filed: the order may be new
             need = min(tokens - freed, node.toks[-1]) if per_unit and node is not None else tokens - freed
             if node is None or (limit is not None and not limit(node, self._tail_tokens(node, need))):
                 break
-            heapq.heappop(self.heaps.device)
+            # the victim's entry goes stale below (tier move, drop, or withdraw): no pop needed
             node = self._split_tail(node, need)
             if self._evict(node):
                 freed += node.tokens
             else:  # a pinned host node hangs below and the host tier is full: it stays for now
-                node.ver += 1  # out of the heap until re-filed below
+                self.heaps.withdraw(node)  # out of the heap until re-filed below
                 blocked.append(node)
         for node in blocked:
             self._refile(node)
         self.stats.eviction_decision_s.append(self.latency_clock() - t0)
         return freed
+
+    def prefetch(self, seconds: float) -> None:
+        """Run the policy's prefetch plan for a decode-only stretch of ``seconds`` (nothing if the
+        policy does not prefetch or plans nothing; :func:`~pbkv_server.engine.prefetch.run_plan`)."""
+        if self._prefetcher is None:
+            return
+        plan = self._prefetcher.prefetch_plan(seconds)
+        if plan is not None:
+            run_plan(self, seconds, plan)
 
     def peek_prefetch(self) -> Node | None:
         """The host node with the highest prefetch value whose parent is on the device, or None."""
@@ -571,7 +581,7 @@ class PrefixCache:
                 self._refile(node)
                 self._refile(parent)
                 return True
-        if self._pinned_below(node) or (self._pins is not None and self._pins.keeps(node)):
+        if self._pinned_below(node) or self._kept(node):
             return False
         self._count_eviction(node)
         self._drop_subtree(node)
@@ -600,19 +610,18 @@ class PrefixCache:
         freed = 0
         heaps = self.heaps
         pins = self._pins
-        # heaps.host is read afresh each pass: the re-filing below may rebuild it (EvictionHeaps
-        # compacts a heap into a new list), and a list held from before would miss the parents
-        # filed since and lose a held entry pushed back into it
-        while freed < tokens and heaps.host:
-            entry = heapq.heappop(heaps.host)
-            if not host_valid(entry):
-                continue
-            if pins is not None and pins.holds(entry[NODE]):
-                heapq.heappush(heaps.host, entry)  # held nodes rank last: everything left is held
+        while freed < tokens:
+            node = heaps.peek_host()
+            if node is None:
                 break
-            if pins is not None and not host_valid(entry):
-                continue  # an expired hold was cleared and the node re-filed: take it in order
-            node = self._split_tail(entry[NODE], tokens - freed)
+            if pins is not None:
+                filed = heaps.filing(node)
+                pins.expire()
+                if pins.holds(node):
+                    break  # held nodes rank last: everything left is held
+                if heaps.filing(node) != filed:
+                    continue  # its hold ended and it was re-filed: take it in its new place
+            node = self._split_tail(node, tokens - freed)
             parent = node.parent
             freed += node.tokens
             self._drop(node)
@@ -650,14 +659,22 @@ class PrefixCache:
 
     def _pinned_below(self, node: Node) -> bool:
         """A node below ``node`` is locked, or kept by the policy (then ``node`` cannot be dropped)."""
-        keeps = self._pins.keeps if self._pins is not None else None
+        kept = self._kept if self._pins is not None else None
         stack = list(node.children.values())
         while stack:
             n = stack.pop()
-            if n.lock or (keeps is not None and keeps(n)):
+            if n.lock or (kept is not None and kept(n)):
                 return True
             stack.extend(n.children.values())
         return False
+
+    def _kept(self, node: Node) -> bool:
+        """The policy keeps ``node`` in the cache (``Pins.keeps``), its expired holds cleared first."""
+        pins = self._pins
+        if pins is None:
+            return False
+        pins.expire()
+        return pins.keeps(node)
 
     def _drop_subtree(self, node: Node) -> None:
         stack, order = [node], []

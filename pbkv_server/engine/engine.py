@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Sequence
 from .acquire import AcquireRequest
 from .cache import PrefixCache
 from .pages import to_units
-from .policies.base import Pins, Prefetching, QueueOrder
+from .policies.base import NO_HOOKS, Lifecycle, Pins, Prefetching, QueueOrder
 from .radix import Node
 from .scoring import NodeScore, ScoreBoard
 from .types import EngineConfig, EngineRequest, EngineStats, Finished, FirstToken
@@ -99,7 +99,7 @@ class Engine:
         self.cache = PrefixCache(config, self.board, self._stats, self.latency_clock)
         policy = self.cache.policy
         # the policy's opt-in parts, resolved once (policies/base.py, "capabilities")
-        self._hooks = self.cache.hooks
+        self._hooks: Lifecycle = policy.capability(Lifecycle) or NO_HOOKS
         self._queue: QueueOrder | None = policy.capability(QueueOrder)
         self._pins: Pins | None = policy.capability(Pins)
         self._prefetcher: Prefetching | None = policy.capability(Prefetching)
@@ -282,7 +282,7 @@ class Engine:
             stretch = profile.decode_steps_time(n, self._context, k)
             if self._prefetcher is not None:
                 t0 = self.latency_clock()
-                self._prefetcher.prefetch(stretch)
+                self.cache.prefetch(stretch)
                 self._stats.prefetch_decision_s.append(self.latency_clock() - t0)
             self._context += n * k
             clock = self.clock + stretch
@@ -354,10 +354,9 @@ class Engine:
         return self.clock if self._lifecycle_clock is None else self._lifecycle_clock()
 
     def _invocation(self, hints, features: tuple[float, ...], session: str | None) -> tuple[Workflow, str]:
-        wf, changed, _retired = self.workflows.invocation(hints, features, self._lifecycle_now(), session)
+        # the table re-files what a prediction changed through on_changed (_rescore)
+        wf = self.workflows.invocation(hints, features, self._lifecycle_now(), session)
         wf.inflight += 1
-        if changed:  # an online predictor answered at once: re-file the nodes it changed
-            self._rescore(changed)
         history = wf.history
         self._hooks.on_invocation(wf, history[-2] if len(history) > 1 else None)
         return wf, hints.agent

@@ -11,15 +11,28 @@ old one. The guard's decision is the guard's; this module only carries data to i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 from .acquire import Acquired, AcquireRequest
 from .guard import LRUGuard
-
-if TYPE_CHECKING:
-    from .cache import PrefixCache
+from .types import EngineStats
 
 __all__ = ["GuardFeed"]
+
+
+class GuardedCache(Protocol):
+    """What the feed reads of the cache it observes (the prefix cache provides it; declared here
+    so that this module needs no import of the cache, which imports it)."""
+
+    stats: EngineStats
+    device_capacity: int
+
+    @property
+    def reserved_tokens(self) -> int: ...
+
+    def latency_clock(self) -> float: ...
+
+    def reorder(self) -> None: ...
 
 
 class GuardFeed:
@@ -32,7 +45,7 @@ class GuardFeed:
 
     __slots__ = ("guard", "_cache")
 
-    def __init__(self, guard: LRUGuard, cache: "PrefixCache") -> None:
+    def __init__(self, guard: LRUGuard, cache: GuardedCache) -> None:
         self.guard = guard
         self._cache = cache
 

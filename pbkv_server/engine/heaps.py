@@ -32,6 +32,15 @@ this module: callers get nodes (:meth:`EvictionHeaps.peek_device`, :meth:`Evicti
 The heaps know the policy only through the three orders they file by (``priority``,
 ``host_priority``, ``prefetch_value``); what leaves, and when, is the cache's
 (:class:`~pbkv_server.engine.cache.PrefixCache`).
+
+**Groups.** A policy whose priority is a rank shared by many nodes followed by each node's own
+key (``kvflow-shipped``: the eviction pass of the node's agents, then its creation order) may
+name the node's group (``Policy.group``). Its victims are then filed in the group's own heap by
+their own key, and the tier's heap holds one entry per group, keyed ``rank + best own key`` with
+the best entry's ``seq``. A rank change re-files the group's one entry (:meth:`EvictionHeaps.regroup`),
+not its nodes: O(log n) where re-filing every node of the group was O(group). Pops are those of
+one heap of all nodes: a group's entry is a lower bound of its best valid node (entries only go
+stale), and is brought up to date when it reaches the top.
 """
 
 from __future__ import annotations
@@ -100,23 +109,63 @@ def prefetch_valid(entry: tuple) -> bool:
             and node.parent.tier == DEVICE)
 
 
+class _Group:
+    """One group's victims on one tier (module docstring, "Groups").
+
+    Attributes:
+        rank: the group's rank (``Policy.group_rank``), leading its nodes' priorities.
+        heap: entries ``(own key, seq, ver, node)`` of its nodes.
+        best: ``(own key, seq)`` of the entry the tier heap's current entry was made from, or
+            ``None`` (no entry: the group had no valid node when last looked at).
+        ver: version of the group's current entry in the tier heap (older ones are stale).
+        limit: length of ``heap`` that triggers its rebuild.
+    """
+
+    __slots__ = ("rank", "heap", "best", "ver", "limit")
+    attached = True  # read like a node's by the tier heap's inline check of outdated tops
+
+    def __init__(self, rank: tuple) -> None:
+        self.rank = rank
+        self.heap: list[tuple] = []
+        self.best: tuple | None = None
+        self.ver = 0
+        self.limit = _rebuild_at(0)
+
+
+def _top_valid(valid: Callable[[tuple], bool]) -> Callable[[tuple], bool]:
+    """Validity of a tier-heap entry that may be a group's (current while its version is)."""
+
+    def check(entry: tuple) -> bool:
+        item = entry[NODE]
+        return entry[VER] == item.ver if item.__class__ is _Group else valid(entry)
+
+    return check
+
+
+_top_device_valid = _top_valid(device_valid)
+_top_host_valid = _top_valid(host_valid)
+
+
 class EvictionHeaps:
     """Device-victim, host-victim and prefetch-candidate heaps of one cache, filed by one policy.
 
     Args:
         policy: the policy whose orders the heaps keep.
         prefetches: keep the prefetch heap (the policy prefetches); otherwise it stays empty.
+        grouped: the policy groups its victims (it overrides ``Policy.group``; module
+            docstring, "Groups"); its ``host_priority`` is its ``priority``.
 
     Attributes:
         device, host, prefetch: the heaps (lists of entry tuples, heap-ordered; read with
-            :data:`KEY`...:data:`NODE`); the cache pops from them directly where it walks victims
-            in order.
+            :data:`KEY`...:data:`NODE`), read only in this module: the cache asks for nodes
+            (:meth:`peek_device`, :meth:`peek_host`...) and leaves a taken victim's entry to go
+            stale (its tier moves, it is dropped, or :meth:`withdraw`).
     """
 
     __slots__ = ("device", "host", "prefetch", "_seq", "_policy", "_prefetches", "_taken",
-                 "_dev_limit", "_host_limit", "_pf_limit")
+                 "_dev_limit", "_host_limit", "_pf_limit", "_grouped", "_dev_groups", "_host_groups")
 
-    def __init__(self, policy: "Policy", prefetches: bool) -> None:
+    def __init__(self, policy: "Policy", prefetches: bool, grouped: bool = False) -> None:
         self.device: list[tuple] = []
         self.host: list[tuple] = []
         self.prefetch: list[tuple] = []
@@ -126,6 +175,9 @@ class EvictionHeaps:
         self._taken: list[tuple] = []  # entries of the candidates a prefetch round holds, in order
         # each heap's length that triggers its next rebuild (_rebuild_at of its last valid count)
         self._dev_limit = self._host_limit = self._pf_limit = _rebuild_at(0)
+        self._grouped = grouped
+        self._dev_groups: dict = {}  # group -> _Group of its device victims
+        self._host_groups: dict = {}  # group -> _Group of its host victims
 
     def refile(self, node: Node) -> None:
         """File ``node`` again under its current priority (and prefetch value), invalidating its
@@ -177,15 +229,152 @@ class EvictionHeaps:
                         self.prefetch = heap = _compact(heap, prefetch_valid)
                         self._pf_limit = _rebuild_at(len(heap))
 
+    def refile_grouped(self, node: Node) -> None:
+        """:meth:`refile` for a policy that groups its victims (module docstring, "Groups"; the
+        cache binds one or the other, so the plain one pays nothing for groups)."""
+        if not node.attached or node.parent is None:
+            return
+        if node.tier == DEVICE:
+            if node.lock == 0 and node.n_dev_children == 0:
+                node.ver += 1
+                group = self._policy.group(node)
+                if group is not None:
+                    self._file_in_group(node, group, True)
+                    return
+                heap = self.device
+                _push(heap, (self._policy.priority(node), next(self._seq), node.ver, node))
+                top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                while top[VER] != top[NODE].ver or not top[NODE].attached:
+                    _pop(heap)
+                    top = heap[0]
+                if len(heap) > self._dev_limit:
+                    self.device = heap = _compact(heap, _top_device_valid)
+                    self._dev_limit = _rebuild_at(len(heap))
+        else:
+            if node.lock == 0 and not node.children:
+                node.ver += 1
+                group = self._policy.group(node)
+                if group is not None:
+                    self._file_in_group(node, group, False)
+                else:
+                    heap = self.host
+                    _push(heap, (self._policy.host_priority(node), next(self._seq), node.ver, node))
+                    top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                    while top[VER] != top[NODE].ver or not top[NODE].attached:
+                        _pop(heap)
+                        top = heap[0]
+                    if len(heap) > self._host_limit:
+                        self.host = heap = _compact(heap, _top_host_valid)
+                        self._host_limit = _rebuild_at(len(heap))
+            if self._prefetches and node.parent.tier == DEVICE:
+                value = self._policy.prefetch_value(node)
+                node.pver += 1  # invalidates an entry holding an outdated (maybe now zero) value
+                if value > 0:
+                    heap = self.prefetch
+                    _push(heap, (-value, next(self._seq), node.pver, node))
+                    top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                    while top[VER] != top[NODE].pver or not top[NODE].attached:
+                        _pop(heap)
+                        top = heap[0]
+                    if len(heap) > self._pf_limit:
+                        self.prefetch = heap = _compact(heap, prefetch_valid)
+                        self._pf_limit = _rebuild_at(len(heap))
+
     def clear_victims(self) -> None:
         """Forget every victim entry (the policy's order changed: the caller re-files every node)."""
         self.device, self.host = [], []
         self._dev_limit = self._host_limit = _rebuild_at(0)
+        self._dev_groups.clear()
+        self._host_groups.clear()
+
+    def regroup(self, group) -> None:
+        """The rank of ``group`` changed (``Policy.group_rank``): file its one entry per tier again
+        under the new rank. O(log n), whatever the group's size."""
+        for groups, device in ((self._dev_groups, True), (self._host_groups, False)):
+            g = groups.get(group)
+            if g is not None:
+                g.rank = self._policy.group_rank(group)
+                if g.best is not None:
+                    g.ver += 1
+                    self._push_group(g, device)
+
+    # ---------------------------------------------------------------- groups (module docstring)
+    def _file_in_group(self, node: Node, group, device: bool) -> None:
+        """File ``node`` (its version already moved on) in ``group``'s heap on its tier, and give
+        the group a new tier entry if the node is now its best."""
+        groups = self._dev_groups if device else self._host_groups
+        g = groups.get(group)
+        if g is None:
+            g = groups[group] = _Group(self._policy.group_rank(group))
+        own = self._policy.node_key(node)
+        seq = next(self._seq)
+        heap = g.heap
+        _push(heap, (own, seq, node.ver, node))
+        if len(heap) > g.limit:
+            g.heap = heap = _compact(heap, device_valid if device else host_valid)
+            g.limit = _rebuild_at(len(heap))
+        best = g.best
+        if best is None or (own, seq) < best:
+            g.best = (own, seq)
+            g.ver += 1
+            self._push_group(g, device)
+
+    def _push_group(self, g: _Group, device: bool) -> None:
+        """Push ``g``'s current entry (``rank + best own key``, the best's seq) to its tier heap."""
+        heap = self.device if device else self.host
+        own, seq = g.best
+        _push(heap, (g.rank + own, seq, g.ver, g))
+        top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+        while top[VER] != top[NODE].ver or not top[NODE].attached:
+            _pop(heap)
+            top = heap[0]
+        if device and len(heap) > self._dev_limit:
+            self.device = heap = _compact(heap, _top_device_valid)
+            self._dev_limit = _rebuild_at(len(heap))
+        elif not device and len(heap) > self._host_limit:
+            self.host = heap = _compact(heap, _top_host_valid)
+            self._host_limit = _rebuild_at(len(heap))
+
+    def _peek_grouped(self, device: bool) -> tuple | None:
+        """``(key, node)`` of the best valid victim of a tier whose heap holds group entries."""
+        valid = device_valid if device else host_valid
+        while True:
+            heap = self.device if device else self.host  # read afresh: a push below may rebuild it
+            if not heap:
+                return None
+            entry = heap[0]
+            item = entry[NODE]
+            if item.__class__ is not _Group:
+                if valid(entry):
+                    return entry[KEY], item
+                _pop(heap)
+                continue
+            if entry[VER] != item.ver:
+                _pop(heap)
+                continue
+            sub = item.heap
+            while sub and not valid(sub[0]):
+                _pop(sub)
+            _pop(heap)  # the group's entry is re-made below unless it is current
+            if not sub:
+                item.best = None
+                item.ver += 1
+                continue
+            top = sub[0]
+            if (top[KEY], top[SEQ]) == item.best:
+                _push(heap, entry)  # current: put it back (it is the smallest, so back on top)
+                return entry[KEY], top[NODE]
+            item.best = (top[KEY], top[SEQ])
+            item.ver += 1
+            self._push_group(item, device)
 
     # The peeks repeat the lazy-deletion loop inline rather than share a helper: they run once per
     # victim taken, and a shared helper would add a call to every eviction.
     def peek_device(self) -> Node | None:
         """The node of the best valid device-victim entry (stale entries above it are dropped)."""
+        if self._grouped:
+            found = self._peek_grouped(True)
+            return found[1] if found is not None else None
         heap = self.device
         while heap:
             if device_valid(heap[0]):
@@ -193,9 +382,37 @@ class EvictionHeaps:
             heapq.heappop(heap)
         return None
 
+    def peek_host(self) -> Node | None:
+        """The node of the best valid host-victim entry, not removed (stale entries above it are
+        dropped), or ``None`` when the host has no victim."""
+        if self._grouped:
+            found = self._peek_grouped(False)
+            return found[1] if found is not None else None
+        heap = self.host
+        while heap:
+            if host_valid(heap[0]):
+                return heap[0][NODE]
+            heapq.heappop(heap)
+        return None
+
+    @staticmethod
+    def filing(node: Node) -> int:
+        """The version of ``node``'s current victim entry: it changes whenever the node is re-filed
+        (a caller that let a policy act compares it to learn whether the node moved)."""
+        return node.ver
+
+    @staticmethod
+    def withdraw(node: Node) -> None:
+        """Make ``node``'s victim entries stale: it is not a victim until re-filed (a victim the
+        cache could not evict now)."""
+        node.ver += 1
+
     def peek_host_key(self) -> tuple | None:
         """The priority of the best valid host victim, not removed (stale entries above it are
         dropped), or ``None`` when the host has no victim."""
+        if self._grouped:
+            found = self._peek_grouped(False)
+            return found[0] if found is not None else None
         heap = self.host
         while heap:
             if host_valid(heap[0]):

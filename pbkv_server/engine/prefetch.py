@@ -18,24 +18,55 @@ S = min(S_a, S_bw):
 prefetch heap with a room that evicts (:func:`conservative_prefetch`, :func:`aggressive_prefetch`),
 and an engine backend drives it over the candidates it scanned with a room it counted (the SGLang
 plugin's ``load_back`` rounds). See ``docs/architecture.md``, "Prefetch".
+
+A policy never runs a round: it hands the cache a plan (:mod:`.policies.plan`), and
+:func:`run_plan` carries it out, here, where the cache is driven: a :class:`~.policies.plan.HeapPlan`
+(the greedy rule above) or a :class:`~.policies.plan.ChainPlan` (KVFlow's loads of whole paths).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Generic, Iterator, NamedTuple, Protocol, TypeVar
+from typing import Callable, Generic, Iterator, NamedTuple, Protocol, Sequence, TypeVar
 
-if TYPE_CHECKING:
-    from .cache import PrefixCache
-    from .radix import Node
+from .policies.base import EvictionOrder
+from .policies.plan import ChainPlan, HeapPlan, PrefetchPlan, VictimLimit
+from .radix import HOST, Node
 
-__all__ = ["run_round", "RoundResult", "PrefetchRoom", "PrefetchOutcome", "conservative_prefetch",
+__all__ = ["run_plan", "run_round", "RoundResult", "PrefetchRoom", "PrefetchOutcome", "conservative_prefetch",
            "aggressive_prefetch", "MAX_CANDIDATES"]
 
 #: Most candidates examined per engine round (bounds the decision time; skipped ones stay queued).
 MAX_CANDIDATES = 64
 
 C = TypeVar("C")
+
+
+class PrefetchCandidates(Protocol):
+    """The prefetch heap of the cache (:class:`~pbkv_server.engine.heaps.EvictionHeaps`)."""
+
+    def take_prefetch(self) -> Node | None: ...
+
+    def return_prefetch(self, unused: Sequence[Node]) -> None: ...
+
+
+class LoadingCache(Protocol):
+    """What a prefetch round drives: the prefix cache's loading and eviction primitives (the
+    :class:`~pbkv_server.engine.cache.PrefixCache` provides them; declared here so that this
+    module needs no import of the cache, which imports it)."""
+
+    policy: EvictionOrder
+    heaps: PrefetchCandidates
+
+    def device_free(self) -> int: ...
+
+    def load_tokens(self, seconds: float) -> int: ...
+
+    def load(self, node: Node) -> bool: ...
+
+    def evict_for(self, node: Node, tokens: int, limit: VictimLimit | None = None) -> int: ...
+
+    def condemned(self, node: Node) -> bool: ...
 
 
 class PrefetchRoom(Protocol[C]):
@@ -116,7 +147,7 @@ class PrefetchOutcome(NamedTuple):
     displaced: int
 
 
-def conservative_prefetch(cache: "PrefixCache", seconds: float) -> int:
+def conservative_prefetch(cache: LoadingCache, seconds: float) -> int:
     """Prefetch for a decode-only stretch of ``seconds``; never evicts active cache.
 
     Returns:
@@ -125,9 +156,9 @@ def conservative_prefetch(cache: "PrefixCache", seconds: float) -> int:
     return _engine_round(cache, cache.load_tokens(seconds), _EvictingRoom(cache, 0)).loaded
 
 
-def aggressive_prefetch(cache: "PrefixCache", seconds: float, displace_tokens: int,
-                        protected: Callable[["Node"], bool] = lambda node: False,
-                        on_load: Callable[["Node"], None] | None = None) -> PrefetchOutcome:
+def aggressive_prefetch(cache: LoadingCache, seconds: float, displace_tokens: int,
+                        protected: Callable[[Node], bool] = lambda node: False,
+                        on_load: Callable[[Node], None] | None = None) -> PrefetchOutcome:
     """Like :func:`conservative_prefetch`, but may also displace lower-score active cache.
 
     Args:
@@ -141,7 +172,70 @@ def aggressive_prefetch(cache: "PrefixCache", seconds: float, displace_tokens: i
                          on_load)
 
 
+def run_plan(cache: LoadingCache, seconds: float, plan: PrefetchPlan) -> None:
+    """Carry out a policy's prefetch plan for a decode-only stretch of ``seconds`` on ``cache``."""
+    if isinstance(plan, HeapPlan):
+        outcome = aggressive_prefetch(cache, seconds, plan.displace_tokens, plan.protected, plan.on_load)
+        if plan.on_done is not None:
+            plan.on_done(outcome.displaced)
+    elif plan.evicts:
+        _evicting_chains(cache, cache.load_tokens(seconds), plan)
+    else:
+        _free_chains(cache, cache.load_tokens(seconds), plan)
+
+
 # --------------------------------------------------------------------------- engine glue
+
+
+def _host_path(target: "Node | None") -> list:
+    """The host-tier nodes on the path from ``target`` up to its first device ancestor, root side first."""
+    chain = []
+    node = target
+    while node is not None and node.parent is not None and node.tier == HOST:
+        chain.append(node)
+        node = node.parent
+    chain.reverse()
+    return chain
+
+
+def _free_chains(cache: LoadingCache, bandwidth: int, plan: ChainPlan) -> None:
+    """A :class:`ChainPlan` into free room only: a load that does not fit ends its target's path."""
+    budget = min(bandwidth, cache.device_free())
+    for target, _ in plan.targets:
+        if budget <= 0:
+            continue
+        for node in _host_path(target):
+            if node.tokens > budget or not cache.load(node):  # no budget, or pinned
+                break
+            budget -= node.tokens
+
+
+def _evicting_chains(cache: LoadingCache, budget: int, plan: ChainPlan) -> None:
+    """A :class:`ChainPlan` that may evict what each target's limit allows; the round ends at the
+    first load that does not fit (the fork's ``to_break``)."""
+    if budget <= 0:
+        return
+    for target, limit in plan.targets:
+        for node in _host_path(target):
+            if not node.attached:
+                break  # dropped from a full host tier while room was made for its parent
+            if node.tokens > budget:
+                return  # the stretch's PCIe time is spent
+            if not _room_for(cache, node, limit) or not cache.load(node):
+                return
+            budget -= node.tokens
+
+
+def _room_for(cache: LoadingCache, node: Node, limit: VictimLimit | None) -> bool:
+    """Free device room for host node ``node``, evicting only victims ``limit`` allows."""
+    short = node.tokens - cache.device_free()
+    if short <= 0:
+        return True
+    if limit is None:
+        return False
+    cache.evict_for(node, short, limit)
+    return cache.device_free() >= node.tokens
+
 
 
 def _make_room(room: PrefetchRoom, n: int, cand) -> int:
@@ -152,8 +246,8 @@ def _make_room(room: PrefetchRoom, n: int, cand) -> int:
 class _EvictingRoom:
     """The engine cache's room: free device tokens, plus victims the round's rule allows."""
 
-    def __init__(self, cache: "PrefixCache", displace_tokens: int,
-                 protected: Callable[["Node"], bool] = lambda node: False) -> None:
+    def __init__(self, cache: LoadingCache, displace_tokens: int,
+                 protected: Callable[[Node], bool] = lambda node: False) -> None:
         self.cache = cache
         self.displace_tokens = displace_tokens
         self.protected = protected
@@ -162,12 +256,12 @@ class _EvictingRoom:
     def free(self) -> int:
         return self.cache.device_free()
 
-    def make_room(self, short: int, node: "Node") -> None:
+    def make_room(self, short: int, node: Node) -> None:
         cache = self.cache
         score = node.sc.score if node.sc is not None else 0.0
         policy = cache.policy
 
-        def may_evict(victim: "Node", tokens: int) -> bool:
+        def may_evict(victim: Node, tokens: int) -> bool:
             if policy.is_retired(victim) or cache.condemned(victim):
                 return True
             victim_score = victim.sc.score if victim.sc is not None else 0.0
@@ -180,13 +274,13 @@ class _EvictingRoom:
         cache.evict_for(node, short, may_evict)
 
 
-def _engine_round(cache: "PrefixCache", budget: int, room: _EvictingRoom,
-                  on_load: Callable[["Node"], None] | None = None) -> PrefetchOutcome:
+def _engine_round(cache: LoadingCache, budget: int, room: _EvictingRoom,
+                  on_load: Callable[[Node], None] | None = None) -> PrefetchOutcome:
     """One round over the cache's prefetch heap; skipped candidates go back to the heap."""
     if budget <= 0:
         return PrefetchOutcome(0, 0)
 
-    def load(node: "Node") -> bool:
+    def load(node: Node) -> bool:
         if not cache.load(node):  # pinned: refused by the cache, stays queued
             return False
         if on_load is not None:
@@ -199,5 +293,5 @@ def _engine_round(cache: "PrefixCache", budget: int, room: _EvictingRoom,
     return PrefetchOutcome(result.loaded_tokens, room.displaced)
 
 
-def _tokens(node: "Node") -> int:
+def _tokens(node: Node) -> int:
     return node.tokens

@@ -34,7 +34,7 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from pbkv_contract.hints import Hints
 from pbkv_contract.prediction import PredictionQuery, Predictor
@@ -43,7 +43,7 @@ from .scoring import NodeScore, ScoreBoard
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Workflow", "WorkflowTable", "Invocation", "END_CLIENT", "END_IDLE", "END_TABLE_FULL",
+__all__ = ["Workflow", "WorkflowTable", "END_CLIENT", "END_IDLE", "END_TABLE_FULL",
            "RETIRED_STATUS", "SESSION_AGENT", "Session"]
 
 #: Why a workflow ended: the client's end signal, idleness, or the table bound.
@@ -105,21 +105,6 @@ class Session:
     last_activity: float = 0.0
 
 
-class Invocation(NamedTuple):
-    """Result of :meth:`WorkflowTable.invocation`.
-
-    Attributes:
-        workflow: the workflow after the invocation (its agent appended to the history).
-        changed: board records whose score or value the new prediction changed (the owner
-            re-files them); empty when nothing was predicted or the predictor failed.
-        retired: workflows the table bound retired to make room (already ended).
-    """
-
-    workflow: Workflow
-    changed: list[NodeScore]
-    retired: list[Workflow]
-
-
 class WorkflowTable:
     """Active workflows (least recently active first), their predictions and their retirement.
 
@@ -135,8 +120,9 @@ class WorkflowTable:
             ``score_update_total_s`` and ``score_update_nodes`` (an ``EngineStats``) that receives
             prediction latencies; ``None`` records none.
         latency_clock: clock of those samples, seconds.
-        on_end: ``on_end(workflow, changed_records, status, reason)`` called when a workflow ends,
-            after the board dropped it and before the predictor hears of it.
+        on_end: ``on_end(workflow, changed_records, status, reason)`` called when a workflow ends
+            (by its end signal, idleness, or the table bound making room for a new one), after
+            the board dropped it and before the predictor hears of it.
         max_active: most active workflows (``None`` = unbounded); beyond it the least recently
             active workflow without a request in flight is retired (reason ``table_full``).
         max_ended: most ended ids remembered (idempotent ends, reuse detection).
@@ -145,7 +131,8 @@ class WorkflowTable:
             (``Predictor.learns_online``); the results are applied in invocation order, so they
             are the same as asking at each invocation.
         on_changed: ``on_changed(records)``, called with the records whose score or value a
-            batched prediction changed (the owner re-files them).
+            prediction changed (at the invocation, or at :meth:`flush` when batched; the owner
+            re-files them).
         on_release: ``on_release(records)``, called with the records a session's hold left
             (closed, idle or over the bound; the owner re-files them: they may be retired now).
 
@@ -233,8 +220,12 @@ class WorkflowTable:
         return len(self._ended)
 
     def invocation(self, hints: Hints, features: tuple[float, ...], now: float,
-                   session: str | None = None) -> Invocation:
+                   session: str | None = None) -> Workflow:
         """One invocation of ``hints.workflow_id`` at time ``now`` (seconds): observe, predict, rescore.
+
+        The table reports what changed one way, through its callbacks: workflows the table bound
+        retires to make room go to ``on_end``, records a prediction changed to ``on_changed``
+        (after the workflow's history took the new agent).
 
         A request for an id that already ended starts a new incarnation of it (its own history
         and cache lifecycle); it is counted in :attr:`reused_ids` and logged once.
@@ -250,13 +241,12 @@ class WorkflowTable:
         workflows = self.workflows
         workflow_id = hints.workflow_id
         wf = workflows.get(workflow_id)
-        retired: list[Workflow] = []
         if wf is None:
             wf = workflows[workflow_id] = Workflow(workflow_id, hints.app, incarnation=self._next_incarnation(workflow_id))
             if session is not None and session != workflow_id:
                 self._join_session(wf, session, now)
             if self.max_active is not None and len(workflows) > self.max_active:
-                retired = self._retire_over_bound(wf)
+                self._retire_over_bound(wf)
         else:
             workflows.move_to_end(workflow_id)
             if self.follow_app and hints.app is not None:
@@ -279,7 +269,9 @@ class WorkflowTable:
                 self._predictor_failed()
         wf.history.append(hints.agent)
         wf.last_step = hints.step
-        return Invocation(wf, changed, retired)
+        if changed and self.on_changed is not None:
+            self.on_changed(changed)
+        return wf
 
     def end(self, workflow_id: str, status: str = "completed", reason: str = END_CLIENT) -> Workflow | None:
         """The workflow ended (idempotent; an unknown id is fine): the board drops it, ``on_end``
@@ -454,7 +446,7 @@ class WorkflowTable:
             self._reuse_logged = True
         return entry[1] + 1
 
-    def _retire_over_bound(self, newest: Workflow) -> list[Workflow]:
+    def _retire_over_bound(self, newest: Workflow) -> None:
         # least recently active first, never the newcomer or one with a request in flight
         victims = []
         excess = len(self.workflows) - self.max_active
@@ -467,7 +459,6 @@ class WorkflowTable:
         for wf in victims:
             self.end(wf.workflow_id, RETIRED_STATUS, END_TABLE_FULL)
         self.retired_full += len(victims)
-        return victims
 
     def _remember(self, workflow_id: str, status: str, incarnation: int) -> None:
         ended = self._ended

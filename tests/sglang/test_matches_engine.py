@@ -77,11 +77,10 @@ def _hint(hint):
 
 def _sglang_order(harness, policy, ops=OPS, ended=ENDED, waiting=(), host=False):
     h = harness(policy, kv_tokens=256)
-    policy_cache = getattr(h.cache.tree_core.eviction_strategy.engine_policy, "cache", None)
-    if policy_cache is not None:
-        assert policy_cache.host_capacity == 0  # the harness has no HiCache, and the cache reported none
-        if host:
-            policy_cache.host_capacity = 1  # what PBKVRadixCache reports when HiCache is on
+    context = h.cache.tree_core.eviction_strategy.engine_policy.context
+    assert context.host_capacity == 0  # the harness has no HiCache, and the cache reported none
+    if host:
+        context.host_capacity = 1  # what PBKVRadixCache reports when HiCache is on
     h.cache.book.predictor = TablePredictor()
     for tokens, hint in ops:
         h.serve(tokens, _hint(hint))

@@ -82,11 +82,10 @@ def _hint(hint):
 
 def _vllm_order(harness, policy, ops=OPS, ended=ENDED, waiting=(), host=False):
     h = harness(policy, num_blocks=64, predictor=TablePredictor())
-    policy_cache = getattr(h.runtime.policy, "cache", None)
-    if policy_cache is not None:
-        assert policy_cache.host_capacity == 0  # no CPU offload tier was built
-        if host:
-            policy_cache.host_capacity = 1  # what PBKVCachePolicy reports when vLLM builds the tier
+    context = h.runtime.policy.context
+    assert context.host_capacity == 0  # no CPU offload tier was built
+    if host:
+        context.host_capacity = 1  # what PBKVCachePolicy reports when vLLM builds the tier
     for labels, hint in ops:
         h.serve(block_tokens(labels, tail=TAIL), _hint(hint))
     for wf in ended:

@@ -138,6 +138,6 @@ def test_the_cpu_tier_tells_pbkv_it_exists():
     from pbkv_server.backends.vllm.workflows import VLLMRuntime
 
     runtime = VLLMRuntime("pbkv", predictor=TablePredictor())
-    assert runtime.policy.cache.host_capacity == 0
+    assert runtime.policy.context.host_capacity == 0
     PBKVCachePolicy(16, pbkv=runtime)
-    assert runtime.policy.cache.host_capacity == 16
+    assert runtime.policy.context.host_capacity == 16

@@ -26,6 +26,8 @@ from typing import Any
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams, MatchResult
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+from pbkv_server.backends.lifecycle import BackendContext
+
 from .settings import BACKEND_NAME
 from .tree_core import TREE_CORE_NAME, PBKVTreeCore
 from .workflows import SGLangWorkflowBook
@@ -52,9 +54,9 @@ class PBKVRadixCache(UnifiedRadixCache):
             raise TypeError(
                 f"PBKVRadixCache needs tree core backend {TREE_CORE_NAME!r}, got {type(self.tree_core).__name__} "
                 "(set params.tree_core_backend, or use --radix-cache-backend pbkv)")
-        policy_cache = getattr(getattr(self.tree_core.eviction_strategy, "engine_policy", None), "cache", None)
-        if policy_cache is not None and hasattr(policy_cache, "host_capacity"):
-            policy_cache.host_capacity = self._host_tokens()
+        context = getattr(self.tree_core.eviction_strategy, "context", None)
+        if isinstance(context, BackendContext):  # a PBKV strategy (not SGLang's own)
+            context.host_capacity = self._host_tokens()
         log.info("PBKV radix cache ready: policy strategy %s, prefetch %s",
                  type(self.tree_core.eviction_strategy).__name__, self.prefetch_enabled)
 

@@ -12,12 +12,15 @@ from :class:`~pbkv_server.backends.sglang.tree_core.PBKVTreeNode`.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from sglang.srt.mem_cache.evict_policy import EvictionStrategy
 
+from pbkv_server.backends.lifecycle import BackendContext
 from pbkv_server.engine.policies import make_policy, policy_info, sglang_policy_names
 from pbkv_server.engine.policies.base import EvictionOrder
+from pbkv_server.engine.scoring import ScoreBoard
 
 from .settings import PluginSettings
 
@@ -52,9 +55,10 @@ class _EnginePolicyStrategy(EvictionStrategy):
 
     def __init__(self, **config: Any) -> None:
         self.settings = PluginSettings.from_kwargs(self.sglang_name, config)
-        # the narrow core needs no engine; a policy with lifecycle hooks gets its cache view from
-        # the tree core's book (backends/lifecycle.py)
-        self.engine_policy: EvictionOrder = make_policy(sglang_policy_names()[self.sglang_name], None)
+        # the policy's context reads the tree core's book once the book attaches it (backends/lifecycle.py)
+        self.context = BackendContext(ScoreBoard(self.settings.gamma, self.settings.horizon), time.monotonic,
+                                      self.settings.horizon)
+        self.engine_policy: EvictionOrder = make_policy(sglang_policy_names()[self.sglang_name], self.context)
         self.prefetch = self.settings.prefetch_enabled(self.sglang_name)
         self._warned = False
 

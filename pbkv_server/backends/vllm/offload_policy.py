@@ -65,11 +65,9 @@ class PBKVCachePolicy(CachePolicy):
         super().__init__(cache_capacity)
         self.pbkv = pbkv if pbkv is not None else runtime()
         self.tree = BlockTree(self.pbkv.book, self.pbkv.policy, HOST)
-        policy_cache = getattr(self.pbkv.policy, "cache", None)
-        if policy_cache is not None and hasattr(policy_cache, "host_capacity"):
-            # a CPU tier exists: the policy's device order is its with-host one (pbkv's rule 6);
-            # chunks, not tokens (the rule reads only whether there is a tier)
-            policy_cache.host_capacity = max(1, int(cache_capacity))
+        # a CPU tier exists: the policy's device order is its with-host one (pbkv's rule 6);
+        # chunks, not tokens (the rule reads only whether there is a tier)
+        self.pbkv.context.host_capacity = max(1, int(cache_capacity))
         self.chunks: dict[OffloadKey, ChunkStatus] = {}
         self._evictable: dict[OffloadKey, None] = {}  # insertion-ordered set: oldest first
 

@@ -55,7 +55,9 @@ from pbkv_contract.hints import (
 )
 from pbkv_contract.prediction import Predictor
 from pbkv_server.backends.book import WorkflowBook, predictor_or_none
+from pbkv_server.backends.lifecycle import BackendContext
 from pbkv_server.engine.policies import make_policy
+from pbkv_server.engine.scoring import ScoreBoard
 from pbkv_server.engine.types import EngineRequest
 
 from .settings import PluginSettings, engine_policy_name
@@ -122,7 +124,10 @@ class VLLMRuntime:
                  clock: Callable[[], float] = time.monotonic, inbox: Any = None) -> None:
         self.settings = settings or PluginSettings()
         self.policy_name = policy
-        self.policy = make_policy(engine_policy_name(policy), None)  # priority() needs no engine
+        # the policy's context reads the book once the book attaches it (backends/lifecycle.py)
+        self.context = BackendContext(ScoreBoard(self.settings.gamma, self.settings.horizon), clock,
+                                      self.settings.horizon)
+        self.policy = make_policy(engine_policy_name(policy), self.context)
         if predictor is None and self.policy.uses_predictions:
             predictor = predictor_or_none(self.settings.predictor, self.settings.horizon)
         self.book = WorkflowBook(self.settings.gamma, self.settings.horizon, predictor,

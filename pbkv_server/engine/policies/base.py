@@ -4,8 +4,13 @@ A policy orders evictable nodes: :meth:`Policy.priority` returns a tuple, and th
 lowest tuple leaves first. The cache (:class:`~pbkv_server.engine.cache.PrefixCache`) keeps one
 lazy heap per tier keyed by these tuples and asks for a node's priority again whenever something
 it depends on changes (access, score, retirement), so a priority must depend only on the node's
-state and on state the policy reports through ``cache.refresh(node)``. Hooks default to doing
+state and on state the policy reports through ``context.reorder(node)``. Hooks default to doing
 nothing.
+
+A policy sees the engine it serves through one read-only :class:`PolicyContext` (clock, score
+board, capacities, app graphs, the offline future, and ``reorder``), handed to its constructor by
+every engine: the embedded engine's cache (:class:`~pbkv_server.engine.context.EngineContext`),
+the SGLang plugin and the vLLM backend (``backends/lifecycle.py``). It never sees the cache.
 
 Each policy class also declares what it needs and does (:class:`PolicyInfo`): whether it uses
 predictions, whether it prefetches, whether it needs the trace's future (offline, replay only),
@@ -23,21 +28,22 @@ import abc
 import importlib.metadata
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..policy_names import (  # re-exported: the names' home is policy_names.py (no policy import)
     BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REFERENCE_POLICY, REPLAY, SERVER, SGLANG,
 )
 
 if TYPE_CHECKING:
-    from ..cache import PrefixCache
-    from ..scoring import NodeScore
-    from ..types import Admission, EngineRequest
+    from ..scoring import NodeScore, ScoreBoard
+    from ..types import Admission, EngineRequest, FutureOracle
     from ..workflows import Workflow
+    from .plan import PrefetchPlan
 
 __all__ = [
-    "Policy", "PolicyInfo", "NodeView", "EvictionOrder", "OrderGuard", "UNGUARDED", "Pins", "QueueOrder",
-    "Prefetching", "Lifecycle", "register_policy", "unregister_policy", "available_policies", "policy_info",
+    "Policy", "PolicyInfo", "PolicyContext", "NodeView", "EvictionOrder", "OrderGuard", "UNGUARDED", "Pins", "QueueOrder",
+    "Prefetching", "Lifecycle", "NO_HOOKS", "CAPABILITIES", "capability_methods", "has_capability",
+    "register_policy", "unregister_policy", "available_policies", "policy_info",
     "make_policy", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
     "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES", "ENTRY_POINT_GROUP",
 ]
@@ -145,16 +151,14 @@ def resolve_policy_name(name: str) -> str:
     return sglang_policy_names().get(name, name)
 
 
-def make_policy(name: str, cache: "PrefixCache | None") -> "Policy":
-    """Instantiate policy ``name`` for ``cache``.
-
-    ``cache`` may be ``None`` when only :meth:`Policy.priority` is needed (the SGLang plugin
-    orders its own tree nodes with it); offline policies and the prefetching/graph hooks need one.
+def make_policy(name: str, context: "PolicyContext") -> "Policy":
+    """Instantiate policy ``name`` for the engine that ``context`` describes.
 
     Raises:
-        ValueError: unknown name (the message lists the known ones).
+        ValueError: unknown name (the message lists the known ones), or a policy that needs what
+            the context lacks (an offline policy without ``context.future``).
     """
-    return _class(name)(cache)
+    return _class(name)(context)
 
 
 class NodeView(Protocol):
@@ -170,6 +174,68 @@ class NodeView(Protocol):
     tokens: int
     last_access: float
     sc: "NodeScore | None"
+
+
+@runtime_checkable
+class PolicyContext(Protocol):
+    """Everything a policy may read of the engine it orders, and the one thing it may tell it.
+
+    Every engine hands one to each policy it builds (no engine passes ``None``): the embedded
+    engine (:class:`~pbkv_server.engine.context.EngineContext`), the SGLang plugin and the vLLM
+    backend (:class:`~pbkv_server.backends.lifecycle.BackendContext`). A backend keeps no heap
+    and asks :meth:`Policy.priority` anew at every eviction, so there ``reorder`` has nothing to do.
+
+    Attributes:
+        now: the engine's time now, seconds (replay: engine time of the current step).
+        board: the :class:`~pbkv_server.engine.scoring.ScoreBoard` (A_w(c), scores, retirement);
+            read it, never write it.
+        device_capacity, host_capacity: KV capacities in the engine's unit (tokens; a backend
+            reports 0 until it knows, and ``host_capacity`` 0 means no host tier).
+        app_graphs: app -> static agent graph (agent -> possible next agents).
+        future: the trace's future (offline policies, replay only), or ``None``.
+        horizon: K, future steps in the lookahead score.
+        rho: share of the device aggressive prefetch may displace per step window.
+
+    ``reorder`` and ``regroup`` are the two ways to say "my order changed": for one node, or for
+    every node of a group at once (:meth:`Policy.group`).
+    """
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def board(self) -> "ScoreBoard": ...
+
+    @property
+    def device_capacity(self) -> int: ...
+
+    @property
+    def host_capacity(self) -> int: ...
+
+    @property
+    def app_graphs(self) -> Mapping[str, Mapping[str, tuple[str, ...]]]: ...
+
+    @property
+    def future(self) -> "FutureOracle | None": ...
+
+    @property
+    def horizon(self) -> int: ...
+
+    @property
+    def rho(self) -> float: ...
+
+    def reorder(self, node: "NodeView") -> None:
+        """My order for ``node`` changed (something its priority or prefetch value reads): file it
+        again. O(log n) in the embedded engine."""
+
+    def regroup(self, group: Hashable) -> None:
+        """My rank for ``group`` changed (:meth:`Policy.group_rank`): file the group again, not
+        each of its nodes. O(log n) in the embedded engine."""
+
+    def split(self, node: "NodeView", blocks: int) -> "NodeView":
+        """Cut ``node`` after its first ``blocks`` units and return the upper part, where a prefix
+        the policy tracks ends inside it (``kvflow``'s fixed prompt); an engine that cannot cut
+        its nodes returns ``node`` whole."""
 
 
 class EvictionOrder(Protocol):
@@ -215,13 +281,15 @@ UNGUARDED: OrderGuard = _Unguarded()
 
 
 # ----------------------------------------------------------------------------- capabilities
-# Opt-in parts of a policy beyond the core. The cache and the engine ask once, at construction,
-# ``policy.capability(Kind)`` and keep the answer (the policy, or None), so their hot paths test
-# a local reference rather than the policy's declaration flags.
+# Opt-in parts of a policy beyond the core. A policy has a capability when it overrides one of
+# the capability's methods (nothing else declares it: no flag to forget). The cache and the engine
+# ask once, at construction, ``policy.capability(Kind)`` and keep the answer (the policy, or
+# None), so their hot paths test a local reference. Each capability's method names are written
+# once, in its class below; :func:`capability_methods` reads them from there.
 
 
 class Pins(Protocol):
-    """The policy pins nodes (TTL pins, Continuum's tool-call pins): declared by ``holds_nodes``."""
+    """The policy pins nodes (TTL pins, Continuum's tool-call pins): it overrides one of these."""
 
     def holds(self, node: NodeView) -> bool:
         """True if ``node`` must stay on the tier it is on now (see :meth:`Policy.holds`)."""
@@ -232,183 +300,33 @@ class Pins(Protocol):
     def relieve(self) -> bool:
         """Give up one hold to unblock an idle engine; True if one was released."""
 
+    def expire(self) -> bool:
+        """Clear the holds whose time is over (see :meth:`Policy.expire`); True if any was."""
+
 
 class QueueOrder(Protocol):
-    """The policy picks which waiting request is admitted next: declared by ``reorders_queue``."""
+    """The policy picks which waiting request is admitted next: it overrides :meth:`pick_waiting`."""
 
     def pick_waiting(self, waiting: Sequence["EngineRequest"]) -> int:
         """Index in ``waiting`` (oldest first) of the request to admit next."""
 
 
 class Prefetching(Protocol):
-    """The policy loads host cache on decode-only steps: declared by ``prefetches``."""
+    """The policy plans loads of host cache on decode-only steps: it overrides :meth:`prefetch_plan`."""
 
-    def prefetch(self, seconds: float) -> None:
-        """Prefetch during a decode-only stretch of ``seconds`` engine time."""
-
-
-class Lifecycle(Protocol):
-    """The policy follows requests, workflows and the tree (any ``on_*`` hook overridden)."""
-
-    def on_admit(self, admission: "Admission", path: Sequence[NodeView]) -> None: ...
-    def on_invocation(self, wf: "Workflow", previous_agent: str | None) -> None: ...
-    def on_workflow_end(self, wf: "Workflow") -> None: ...
-    def on_finish(self, request: "EngineRequest", wf: "Workflow | None", end: NodeView | None) -> None: ...
-    def on_session_close(self, session_id: str) -> None: ...
-    def on_split(self, top: NodeView, bottom: NodeView) -> None: ...
-    def on_drop(self, node: NodeView) -> None: ...
-    def on_graph(self, app: str) -> None: ...
+    def prefetch_plan(self, seconds: float) -> "PrefetchPlan | None":
+        """What to load during a decode-only stretch of ``seconds`` (see :mod:`.plan`)."""
 
 
-_HOOKS = ("on_admit", "on_invocation", "on_workflow_end", "on_finish", "on_session_close", "on_split", "on_drop",
-          "on_graph")
-C = TypeVar("C")
+class Lifecycle:
+    """The policy follows requests, workflows and the tree: it overrides one of these hooks.
 
-
-class Policy(abc.ABC):
-    """Eviction (and optionally prefetch) rule. Lower :meth:`priority` = evicted first.
-
-    The core every engine consumes is :class:`EvictionOrder` (:meth:`priority`,
-    :meth:`is_retired`, :meth:`prefetch_value`). Pins, queue order, prefetch planning and the
-    lifecycle hooks are capabilities (:class:`Pins`, :class:`QueueOrder`, :class:`Prefetching`,
-    :class:`Lifecycle`) that the cache and the engine resolve once with :meth:`capability`.
-
-    A policy sees the cache through :class:`~pbkv_server.engine.cache.PrefixCache`'s primitives
-    (``refresh``, ``split``, ``evict_device``, ``load``, ``lock``...) and nodes through
-    :class:`NodeView` (plus ``keys``, ``parent`` and ``tier`` of engine nodes in the hooks); state a
-    policy keeps per node lives in the policy, keyed by node, and is dropped in :meth:`on_drop`.
-
-    Class attributes (the policy's declaration, see :class:`PolicyInfo`):
-        name: registry name (set by :func:`register_policy`).
-        summary: one line for help texts.
-        uses_predictions: the engine calls the predictor and maintains scores only if True.
-        prefetches: has the :class:`Prefetching` capability (the engine calls :meth:`prefetch` on
-            decode-only steps).
-        offline: needs ``EngineConfig.future`` (the trace's future); replay only.
-        backends: backends besides the SGLang plugin; offline policies run in replay only.
-        sglang_name: the plugin's ``--radix-eviction-policy`` value, or ``None`` (not in SGLang).
-        uses_app_graph: reads static agent graphs (:meth:`Engine.set_app_graph`).
-        iterates_order: see :class:`PolicyInfo`.
-        unit_priority: the priority is that of the node's last unit and differs between the units
-            of one node, so eviction takes one unit at a time (``opt``); otherwise all units of a
-            node rank alike and eviction takes the whole tail it needs at once.
-        holds_nodes: has the :class:`Pins` capability (:meth:`holds`, :meth:`keeps`,
-            :meth:`relieve`); the cache asks it only then.
-        reorders_queue: has the :class:`QueueOrder` capability (the engine asks
-            :meth:`pick_waiting`; otherwise the queue is FIFO).
-        speculative_prefill: see :class:`PolicyInfo`.
-        shipped_by, shipped_as: see :class:`PolicyInfo`; declared on the class itself (a subclass
-            does not inherit them: a variant of a shipped rule is not what the engine ships).
-        guardable: the cache runs the robustness guard (:mod:`~pbkv_server.engine.guard`) for
-            this policy when ``EngineConfig.lru_guard`` is on and attaches it as
-            :attr:`order_guard`; the policy ranks in LRU order (retired-first allowed) while
-            ``order_guard.fallback`` is True.
-        selective_host: a device victim is written to a full host tier only if it ranks above the
-            host's next victim in :meth:`host_priority` (otherwise it is dropped, and the host
-            keeps what it holds), while ``order_guard.fallback`` is False (in the fallback every
-            victim is written, as LRU writes it); ``False``: every victim the host can make room
-            for is written.
-
-    Attributes:
-        order_guard: the :class:`OrderGuard` the policy consults (:data:`UNGUARDED` until a cache
-            attaches its guard).
+    The hooks are written here once: :class:`Policy` inherits them (each does nothing), and an
+    instance of this class is the no-op hooks object of a policy that overrides none.
     """
 
-    name = "base"
-    summary = ""
-    uses_predictions = False
-    prefetches = False
-    offline = False
-    backends: frozenset[str] = frozenset({REPLAY, SERVER})
-    sglang_name: str | None = None
-    uses_app_graph = False
-    iterates_order = False
-    unit_priority = False
-    holds_nodes = False
-    reorders_queue = False
-    speculative_prefill = False
-    shipped_by: frozenset[str] = frozenset()
-    shipped_as = ""
-    guardable = False
-    selective_host = False
+    __slots__ = ()
 
-    def __init__(self, cache: "PrefixCache | None") -> None:
-        self.cache = cache
-        self.order_guard: OrderGuard = UNGUARDED
-
-    @property
-    def fallback(self) -> bool:
-        """True while the order guard holds the policy in LRU order (read-only: the guard's state;
-        priorities on the hot path read ``self.order_guard.fallback``, one attribute cheaper)."""
-        return self.order_guard.fallback
-
-    def capability(self, kind: type[C]) -> C | None:
-        """This policy as capability ``kind`` (:class:`Pins`, :class:`QueueOrder`,
-        :class:`Prefetching`, :class:`Lifecycle`) if it has it, else ``None``. The declaration
-        flags decide (``holds_nodes``, ``reorders_queue``, ``prefetches``; :class:`Lifecycle`: a
-        hook overridden), so the answer is fixed per class: callers ask once and keep it."""
-        if kind is Pins:
-            has = self.holds_nodes
-        elif kind is QueueOrder:
-            has = self.reorders_queue
-        elif kind is Prefetching:
-            has = self.prefetches
-        elif kind is Lifecycle:
-            cls = type(self)
-            has = any(getattr(cls, hook) is not getattr(Policy, hook) for hook in _HOOKS)
-        else:
-            raise ValueError(f"unknown policy capability {kind!r}")
-        return self if has else None  # type: ignore[return-value]
-
-    @abc.abstractmethod
-    def priority(self, node: NodeView) -> tuple:
-        """Sort key of an evictable node; the smallest leaves first (device and host tiers)."""
-
-    def host_priority(self, node: NodeView) -> tuple:
-        """Order in which the host tier drops its leaves (smallest first); defaults to :meth:`priority`."""
-        return self.priority(node)
-
-    def is_retired(self, node: NodeView) -> bool:
-        """True if all workflows that touched the node have ended and one was multi-step
-        (:attr:`NodeScore.retired`; anonymous and single-request-only nodes: False)."""
-        sc = node.sc
-        return sc is not None and sc.retired
-
-    def settle(self) -> None:
-        """Re-file nodes whose priority changed since the last call (a policy that defers refreshes
-        so that a change touching many nodes costs once per eviction, not once per change). The
-        cache calls it before it reads its heaps; the default has nothing pending."""
-
-    def prefetch_value(self, node: NodeView) -> float:
-        """Value of loading host node ``node`` to the device; <= 0 means never prefetch it."""
-        return 0.0
-
-    def prefetch(self, seconds: float) -> None:
-        """Prefetch during a decode-only stretch of ``seconds`` engine time (PCIe is otherwise idle)."""
-
-    # ----------------------------------------------------------------- Pins (``holds_nodes``)
-    def holds(self, node: NodeView) -> bool:
-        """True if ``node`` must stay on the tier it is on now (a device victim is not evicted, a
-        host victim is not dropped). A policy that holds nodes ranks every held node after every
-        unheld one on that tier, so the cache stops at the first held victim; it may clear an
-        expired hold here (re-filing the node) and answer False."""
-        return False
-
-    def keeps(self, node: NodeView) -> bool:
-        """True if ``node`` must not leave the cache: a device victim that the host tier cannot
-        take stays on the device instead of being dropped (as when a held node hangs below)."""
-        return False
-
-    def pick_waiting(self, waiting: Sequence["EngineRequest"]) -> int:
-        """Index in ``waiting`` (oldest first) of the request to admit next (``reorders_queue``)."""
-        return 0
-
-    def relieve(self) -> bool:
-        """Give up one hold because the queue head cannot be admitted and nothing runs (a deadlock
-        guard); True if a hold was released."""
-        return False
-
-    # ----------------------------------------------------------------- hooks
     def on_admit(self, admission: "Admission", path: Sequence[NodeView]) -> None:
         """A request was admitted; ``path`` are its nodes from the root down (root excluded)."""
 
@@ -435,6 +353,191 @@ class Policy(abc.ABC):
         """The static agent graph of ``app`` was set or replaced."""
 
 
+#: The hooks object of a policy that overrides no hook (every call does nothing).
+NO_HOOKS = Lifecycle()
+
+#: The capabilities :meth:`Policy.capability` answers for.
+CAPABILITIES: tuple[type, ...] = (Pins, QueueOrder, Prefetching, Lifecycle)
+
+
+def capability_methods(kind: type) -> tuple[str, ...]:
+    """The method names of capability ``kind``, read from its class (written there once).
+
+    Raises:
+        ValueError: ``kind`` is not one of :data:`CAPABILITIES`.
+    """
+    if kind not in CAPABILITIES:
+        raise ValueError(f"unknown policy capability {kind!r}")
+    return tuple(name for name, value in vars(kind).items() if callable(value) and not name.startswith("_"))
+
+
+def has_capability(cls: type, kind: type) -> bool:
+    """True if policy class ``cls`` overrides one of capability ``kind``'s methods."""
+    return any(getattr(cls, name) is not getattr(Policy, name) for name in capability_methods(kind))
+
+
+C = TypeVar("C")
+
+
+class Policy(Lifecycle, abc.ABC):
+    """Eviction (and optionally prefetch) rule. Lower :meth:`priority` = evicted first.
+
+    The core every engine consumes is :class:`EvictionOrder` (:meth:`priority`,
+    :meth:`is_retired`, :meth:`prefetch_value`). Pins, queue order, prefetch planning and the
+    lifecycle hooks are capabilities (:class:`Pins`, :class:`QueueOrder`, :class:`Prefetching`,
+    :class:`Lifecycle`) that the cache and the engine resolve once with :meth:`capability`.
+
+    A policy sees the engine through its :class:`PolicyContext` (:attr:`context`) and nodes
+    through :class:`NodeView` (plus ``keys``, ``parent`` and ``tier`` of engine nodes in the
+    hooks); state a policy keeps per node lives in the policy, keyed by node, and is dropped in
+    :meth:`on_drop`. It ranks and values nodes and plans prefetch; the engine moves them.
+
+    Class attributes (the policy's declaration, see :class:`PolicyInfo`):
+        name: registry name (set by :func:`register_policy`).
+        summary: one line for help texts.
+        uses_predictions: the engine calls the predictor and maintains scores only if True.
+        offline: needs ``EngineConfig.future`` (the trace's future); replay only.
+        backends: backends besides the SGLang plugin; offline policies run in replay only.
+        sglang_name: the plugin's ``--radix-eviction-policy`` value, or ``None`` (not in SGLang).
+        uses_app_graph: reads static agent graphs (:meth:`Engine.set_app_graph`).
+        iterates_order: see :class:`PolicyInfo`.
+        unit_priority: the priority is that of the node's last unit and differs between the units
+            of one node, so eviction takes one unit at a time (``opt``); otherwise all units of a
+            node rank alike and eviction takes the whole tail it needs at once.
+        speculative_prefill: see :class:`PolicyInfo`.
+        shipped_by, shipped_as: see :class:`PolicyInfo`; declared on the class itself (a subclass
+            does not inherit them: a variant of a shipped rule is not what the engine ships).
+        guardable: the cache runs the robustness guard (:mod:`~pbkv_server.engine.guard`) for
+            this policy when ``EngineConfig.lru_guard`` is on and attaches it as
+            :attr:`order_guard`; the policy ranks in LRU order (retired-first allowed) while
+            ``order_guard.fallback`` is True.
+        selective_host: a device victim is written to a full host tier only if it ranks above the
+            host's next victim in :meth:`host_priority` (otherwise it is dropped, and the host
+            keeps what it holds), while ``order_guard.fallback`` is False (in the fallback every
+            victim is written, as LRU writes it); ``False``: every victim the host can make room
+            for is written.
+
+    Args:
+        context: the engine's :class:`PolicyContext`.
+
+    Attributes:
+        context: as above.
+        order_guard: the :class:`OrderGuard` the policy consults (:data:`UNGUARDED` until a cache
+            attaches its guard).
+    """
+
+    name = "base"
+    summary = ""
+    uses_predictions = False
+    offline = False
+    backends: frozenset[str] = frozenset({REPLAY, SERVER})
+    sglang_name: str | None = None
+    uses_app_graph = False
+    iterates_order = False
+    unit_priority = False
+    speculative_prefill = False
+    shipped_by: frozenset[str] = frozenset()
+    shipped_as = ""
+    guardable = False
+    selective_host = False
+
+    def __init__(self, context: PolicyContext) -> None:
+        self.context = context
+        self.order_guard: OrderGuard = UNGUARDED
+
+    @property
+    def fallback(self) -> bool:
+        """True while the order guard holds the policy in LRU order (read-only: the guard's state;
+        priorities on the hot path read ``self.order_guard.fallback``, one attribute cheaper)."""
+        return self.order_guard.fallback
+
+    def capability(self, kind: type[C]) -> C | None:
+        """This policy as capability ``kind`` (:class:`Pins`, :class:`QueueOrder`,
+        :class:`Prefetching`, :class:`Lifecycle`) if its class overrides one of that capability's
+        methods, else ``None``. The answer is fixed per class: callers ask once and keep it.
+
+        Raises:
+            ValueError: ``kind`` is not a capability.
+        """
+        return self if has_capability(type(self), kind) else None  # type: ignore[return-value]
+
+    @abc.abstractmethod
+    def priority(self, node: NodeView) -> tuple:
+        """Sort key of an evictable node; the smallest leaves first (device and host tiers)."""
+
+    def host_priority(self, node: NodeView) -> tuple:
+        """Order in which the host tier drops its leaves (smallest first); defaults to :meth:`priority`."""
+        return self.priority(node)
+
+    def group(self, node: NodeView) -> Hashable | None:
+        """The group whose rank leads ``node``'s priority, or ``None`` (ranked alone, the default).
+
+        A policy whose priority is a rank that many nodes share followed by each node's own key
+        overrides this, :meth:`group_rank` and :meth:`node_key`, such that ``priority(node) ==
+        group_rank(group(node)) + node_key(node)`` (and ``host_priority`` is ``priority``). When a
+        group's rank changes it calls ``context.regroup(group)`` instead of re-filing every node
+        of the group (``engine/heaps.py``, "Groups"); a node whose group changes is re-filed with
+        ``context.reorder``."""
+        return None
+
+    def group_rank(self, group: Hashable) -> tuple:
+        """The rank of ``group`` now (the leading part of its nodes' priorities)."""
+        return ()
+
+    def node_key(self, node: NodeView) -> tuple:
+        """``node``'s own key within its group (the trailing part of its priority)."""
+        return ()
+
+    def is_retired(self, node: NodeView) -> bool:
+        """True if all workflows that touched the node have ended and one was multi-step
+        (:attr:`NodeScore.retired`; anonymous and single-request-only nodes: False)."""
+        sc = node.sc
+        return sc is not None and sc.retired
+
+    def settle(self) -> None:
+        """Re-file nodes whose priority changed since the last call (a policy that defers refreshes
+        so that a change touching many nodes costs once per eviction, not once per change). The
+        cache calls it before it reads its heaps; the default has nothing pending."""
+
+    def prefetch_value(self, node: NodeView) -> float:
+        """Value of loading host node ``node`` to the device; <= 0 means never prefetch it."""
+        return 0.0
+
+    def prefetch_plan(self, seconds: float) -> "PrefetchPlan | None":
+        """What to load during a decode-only stretch of ``seconds`` engine time (PCIe is otherwise
+        idle): a :class:`~.plan.HeapPlan` or :class:`~.plan.ChainPlan` the engine runs, or ``None``."""
+        return None
+
+    # ----------------------------------------------------------------- Pins
+    def holds(self, node: NodeView) -> bool:
+        """True if ``node`` must stay on the tier it is on now (a device victim is not evicted, a
+        host victim is not dropped). A policy that holds nodes ranks every held node after every
+        unheld one on that tier, so the cache stops at the first held victim. A pure question:
+        holds whose time is over are cleared by :meth:`expire`, which the cache calls first."""
+        return False
+
+    def keeps(self, node: NodeView) -> bool:
+        """True if ``node`` must not leave the cache: a device victim that the host tier cannot
+        take stays on the device instead of being dropped (as when a held node hangs below). A
+        pure question, as :meth:`holds`."""
+        return False
+
+    def expire(self) -> bool:
+        """Clear the holds whose time is over by the context's clock, re-filing their nodes;
+        True if any was cleared (the eviction order may then be new). The cache calls it right
+        before it asks :meth:`holds` or :meth:`keeps`."""
+        return False
+
+    def pick_waiting(self, waiting: Sequence["EngineRequest"]) -> int:
+        """Index in ``waiting`` (oldest first) of the request to admit next (:class:`QueueOrder`)."""
+        return 0
+
+    def relieve(self) -> bool:
+        """Give up one hold because the queue head cannot be admitted and nothing runs (a deadlock
+        guard); True if a hold was released."""
+        return False
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -451,7 +554,7 @@ def _info(cls: type[Policy]) -> PolicyInfo:
     if cls.sglang_name is not None and not cls.offline:
         backends |= {SGLANG}
     summary = cls.summary or (cls.__doc__ or "").strip().split("\n")[0]
-    return PolicyInfo(cls.name, summary, bool(cls.uses_predictions), bool(cls.prefetches), bool(cls.offline),
+    return PolicyInfo(cls.name, summary, bool(cls.uses_predictions), has_capability(cls, Prefetching), bool(cls.offline),
                       backends, cls.sglang_name, bool(cls.uses_app_graph), bool(cls.iterates_order),
                       bool(cls.speculative_prefill), frozenset(vars(cls).get("shipped_by", ())),
                       vars(cls).get("shipped_as", ""))

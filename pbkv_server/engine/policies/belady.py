@@ -25,11 +25,11 @@ class BeladyPolicy(Policy):
     summary = "offline reference: farthest next use first (needs the trace's future)"
     offline = True
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
-        if cache is None or cache.config.future is None:
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        if context.future is None:
             raise ValueError("policy 'belady' needs EngineConfig.future (a FutureOracle; simulator only)")
-        self.future = cache.config.future
+        self.future = context.future
         self._now = -1
         # node -> reference position of its next use (absent: not computed yet = never)
         self._next_use: dict = {}

@@ -49,11 +49,9 @@ class ContinuumPolicy(Policy):
     """
 
     summary = "Continuum: pin a job's KV across its tool call (2 s if the tool's learned mean is <= 2 s)"
-    holds_nodes = True
-    reorders_queue = True
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
+    def __init__(self, context) -> None:
+        super().__init__(context)
         self._count: dict = {}  # node -> number of job pins covering it
         self._pins: dict[str, tuple] = {}  # workflow id -> (deadline, path nodes)
         self._deadlines: list = []  # (deadline, seq, workflow id), stale entries skipped
@@ -77,8 +75,12 @@ class ContinuumPolicy(Policy):
         return bool(self._count.get(node))
 
     def holds(self, node) -> bool:
-        """A pinned node stays on the device."""
-        return self.pinned(node)
+        """A pinned node stays on the device (expired pins are cleared by :meth:`expire`)."""
+        return bool(self._count.get(node))
+
+    def expire(self) -> bool:
+        """Release the pins whose deadline passed (see :meth:`_sweep`); True if one was."""
+        return self._sweep()
 
     def pick_waiting(self, waiting) -> int:
         """The oldest waiting request of a job whose KV is pinned, else the queue head."""
@@ -103,7 +105,7 @@ class ContinuumPolicy(Policy):
         if left is not None:
             finished_at, tool = left
             s = self._samples.setdefault(tool, [0.0, 0])
-            s[0] += max(0.0, self.cache.now - finished_at)
+            s[0] += max(0.0, self.context.now - finished_at)
             s[1] += 1
 
     def on_admit(self, admission, path) -> None:
@@ -122,7 +124,7 @@ class ContinuumPolicy(Policy):
         wid = wf.workflow_id
         if wid in self._pins:
             self._unpin(wid)
-        now = self.cache.now
+        now = self.context.now
         tool = (wf.app, request.hints.agent if request.hints is not None else None)
         self._departed[wid] = (now, tool)
         if request.last_step or end is None:
@@ -141,7 +143,7 @@ class ContinuumPolicy(Policy):
         for node in path:
             self._count[node] = self._count.get(node, 0) + 1
             if self._count[node] == 1:
-                self.cache.refresh(node)
+                self.context.reorder(node)
 
     def on_workflow_end(self, wf) -> None:
         """An ended job sends no further request: forget its departure."""
@@ -161,10 +163,12 @@ class ContinuumPolicy(Policy):
         self._count.pop(node, None)
 
     # ----------------------------------------------------------------- internals
-    def _sweep(self) -> None:
-        """Release pins whose deadline passed while no request of the job waits for admission."""
-        heap, now = self._deadlines, self.cache.now
+    def _sweep(self) -> bool:
+        """Release pins whose deadline passed while no request of the job waits for admission;
+        True if one was released."""
+        heap, now = self._deadlines, self.context.now
         waiting = []
+        released = False
         while heap and heap[0][0] <= now:
             entry = heapq.heappop(heap)
             pin = self._pins.get(entry[2])
@@ -174,8 +178,10 @@ class ContinuumPolicy(Policy):
                 waiting.append(entry)  # the job's next request waits for admission: the pin waits too
             else:
                 self._unpin(entry[2])
+                released = True
         for entry in waiting:
             heapq.heappush(heap, entry)
+        return released
 
     def _unpin(self, wid: str) -> None:
         _, path = self._pins.pop(wid)
@@ -185,4 +191,4 @@ class ContinuumPolicy(Policy):
                 self._count[node] = n
             else:
                 self._count.pop(node, None)
-                self.cache.refresh(node)
+                self.context.reorder(node)

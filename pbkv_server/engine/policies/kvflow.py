@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
-from ..radix import HOST
 from .base import Policy, register_policy
+from .plan import ChainPlan
 
 INF_STEPS = 1 << 30
 
@@ -41,11 +41,10 @@ class KVFlowPolicy(Policy):
     whose fixed prompt contains the node (no entry or an empty set = dynamic suffix)."""
 
     summary = "KVFlow: steps-to-execution from the static agent graph, next-step prefetch"
-    prefetches = True
     uses_app_graph = True
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
+    def __init__(self, context) -> None:
+        super().__init__(context)
         self._marks: dict = {}  # node -> set of (app, agent) whose fixed prompt contains it
         self._dist: dict[str, dict[str, dict[str, int]]] = {}
         self._at: dict[str, Counter] = {}
@@ -78,7 +77,7 @@ class KVFlowPolicy(Policy):
     # ----------------------------------------------------------------- graph and workflow state
     def on_graph(self, app: str) -> None:
         """Precompute graph distances of ``app`` (BFS from every agent) and refresh steps."""
-        graph = self.cache.app_graphs[app]
+        graph = self.context.app_graphs[app]
         nodes = dict.fromkeys([*graph, *(b for nexts in graph.values() for b in nexts)])
         dist: dict[str, dict[str, int]] = {}
         for src in nodes:  # BFS from every agent; graphs have tens of agents
@@ -132,7 +131,7 @@ class KVFlowPolicy(Policy):
 
     def _refresh_path(self, node) -> None:
         while node is not None and node.parent is not None:
-            self.cache.refresh(node)
+            self.context.reorder(node)
             node = node.parent
 
     # ----------------------------------------------------------------- fixed prompts
@@ -165,7 +164,7 @@ class KVFlowPolicy(Policy):
             width = len(node.keys)
             if depth + width >= lcp:
                 if lcp > depth:
-                    fixed = node if depth + width == lcp else self.cache.split(node, lcp - depth)
+                    fixed = node if depth + width == lcp else self.context.split(node, lcp - depth)
                 break
             depth += width
         old = self._fixed.get(key)
@@ -176,7 +175,7 @@ class KVFlowPolicy(Policy):
         while node is not None and node.parent is not None:
             if marks.get(node):
                 marks[node].discard(key)
-            self.cache.refresh(node)
+            self.context.reorder(node)
             node = node.parent
         if fixed is None:
             self._fixed.pop(key, None)
@@ -185,7 +184,7 @@ class KVFlowPolicy(Policy):
         node = fixed
         while node.parent is not None:
             marks.setdefault(node, set()).add(key)
-            self.cache.refresh(node)
+            self.context.reorder(node)
             node = node.parent
 
     def on_split(self, top, bottom) -> None:
@@ -204,19 +203,6 @@ class KVFlowPolicy(Policy):
                     self._fixed[key] = parent
 
     # ----------------------------------------------------------------- prefetch
-    def prefetch(self, seconds: float) -> None:
-        """Load host-tier fixed-prompt nodes of next-step agents into free device space."""
-        cache = self.cache
-        budget = min(cache.load_tokens(seconds), cache.device_free())
-        for key, steps in self._steps.items():
-            if steps != 1 or budget <= 0:
-                continue
-            node = self._fixed.get(key)
-            chain = []
-            while node is not None and node.parent is not None and node.tier == HOST:
-                chain.append(node)
-                node = node.parent
-            for node in reversed(chain):
-                if node.tokens > budget or not cache.load(node):  # no budget, or pinned
-                    break
-                budget -= node.tokens
+    def prefetch_plan(self, seconds: float) -> ChainPlan:
+        """Load the host-tier parts of next-step agents' fixed prompts into free device space."""
+        return ChainPlan(((self._fixed.get(key), None) for key, steps in self._steps.items() if steps == 1))

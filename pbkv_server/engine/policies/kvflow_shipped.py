@@ -39,14 +39,16 @@ from __future__ import annotations
 
 import itertools
 
-from ..radix import HOST
 from .base import register_policy
 from .kvflow import INF_STEPS, KVFlowPolicy
+from .plan import ChainPlan
 
 #: ``--evict-pri-level`` (the fork's ``hold_step``), default 4.
 HOLD_STEP = 4
 #: ``--load-ahead-step``, default 2: agents planned within this many steps are prefetched.
 LOAD_AHEAD_STEP = 2
+#: The group of a node no agent tagged.
+_UNTAGGED: frozenset = frozenset()
 
 
 @register_policy("kvflow-shipped")
@@ -59,22 +61,27 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
 
     summary = "KVFlow as shipped (PanZaifeng/KVFlow): last-node agent tags, hold passes, 2-step prefetch"
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
+    def __init__(self, context) -> None:
+        super().__init__(context)
         self._tags: dict = {}  # node -> set of (app, agent)
-        self._tagged: dict = {}  # (app, agent) -> {node: None} (insertion-ordered)
+        self._group: dict = {}  # node -> frozenset of its tags (its group, see group())
+        self._groups: dict = {}  # (app, agent) -> {group containing it: None}
         self._born: dict = {}  # node -> creation order
         self._frontier: dict = {}  # (app, agent) -> {node: None}
         self._order = itertools.count()
         # agents whose steps changed since the cache last read its heaps (insertion-ordered)
         self._pending: dict = {}
         # tagged nodes of creation order 0 (the first node, upper parts cut off it), which tie
-        # with untagged nodes (order 0 by default): re-filed at once, see _steps_changed
+        # with untagged nodes (order 0 by default): ranked alone and re-filed at once, see
+        # _steps_changed; (app, agent) -> {such node: None} in tagging order
         self._zero: dict = {}
+        self._zero_tagged: dict = {}
 
     def hold_priority(self, node) -> int:
         """The fork's ``get_node_hold_priority``: min over the node's agents of min(5, steps)."""
-        tags = self._tags.get(node)
+        return self._hold(self._tags.get(node))
+
+    def _hold(self, tags) -> int:
         if not tags:
             return HOLD_STEP + 2
         steps = self._steps
@@ -83,6 +90,25 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
     def priority(self, node) -> tuple:
         """``(3 - min(hold priority, 3), creation order)``: the eviction passes, then depth-first order."""
         return (HOLD_STEP - 1 - min(self.hold_priority(node), HOLD_STEP - 1), self._born.get(node, 0))
+
+    # The pass is the same for every node with the same agents: the node's group is its set of
+    # agents, so a plan change re-ranks the few groups that hold the agent (context.regroup), not
+    # its nodes (issue 35 item 8: re-filing every node of an agent cost O(n) in one eviction).
+    # Nodes of creation order 0 tie with untagged ones and are ranked alone (see _steps_changed).
+    def group(self, node):
+        """The node's set of agents (a frozenset; untagged: the empty one), or ``None`` for a node
+        of creation order 0 (ranked alone)."""
+        if not self._born.get(node, 0):
+            return None
+        return self._group.get(node, _UNTAGGED)
+
+    def group_rank(self, group) -> tuple:
+        """``(pass,)``: ``3 - min(hold priority of the agents, 3)``."""
+        return (HOLD_STEP - 1 - min(self._hold(group), HOLD_STEP - 1),)
+
+    def node_key(self, node) -> tuple:
+        """``(creation order,)``."""
+        return (self._born.get(node, 0),)
 
     def frontier(self, app: str, agent: str) -> list:
         """The agent's frontier nodes (last nodes of its requests), oldest first."""
@@ -104,7 +130,7 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
             return
         key = (wf.app, admission.agent)
         self._tag(last, key)
-        self.cache.refresh(last)
+        self.context.reorder(last)
         front = self._frontier.setdefault(key, {})
         node = last.parent
         while node is not None and node.parent is not None:
@@ -120,9 +146,12 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
         tags = self._tags.setdefault(node, set())
         if key not in tags:
             tags.add(key)
-            self._tagged.setdefault(key, {})[node] = None
+            group = self._group[node] = frozenset(tags)
+            for k in group:
+                self._groups.setdefault(k, {})[group] = None
             if self._born.get(node, 0) == 0:
                 self._zero[node] = None
+                self._zero_tagged.setdefault(key, {})[node] = None
 
     @staticmethod
     def _below(node, ancestor) -> bool:
@@ -147,20 +176,23 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
         breaks the tie), so those few are still re-filed at once.
         """
         self._pending[key] = None
-        refresh = self.cache.refresh
+        refresh = self.context.reorder
         for node in self._zero:
             if key in self._tags[node]:
                 refresh(node)
 
     def settle(self) -> None:
-        """Re-file the nodes of every agent whose steps changed, in the order the changes came."""
+        """Re-rank the groups of every agent whose steps changed, and re-file its nodes of creation
+        order 0, in the order the changes came: O(groups + those nodes), not O(its nodes)."""
         if not self._pending:
             return
         pending, self._pending = self._pending, {}
-        refresh = self.cache.refresh
+        reorder, regroup = self.context.reorder, self.context.regroup
         for key in pending:
-            for node in self._tagged.get(key, ()):
-                refresh(node)
+            for group in self._groups.get(key, ()):
+                regroup(group)
+            for node in self._zero_tagged.get(key, ()):
+                reorder(node)
 
     def on_split(self, top, bottom) -> None:
         """The upper part keeps the agents and the place of the node it was cut from."""
@@ -171,43 +203,27 @@ class ShippedKVFlowPolicy(KVFlowPolicy):
     def on_drop(self, node) -> None:
         """Forget the node, and take it out of the frontiers."""
         self._born.pop(node, None)
-        self._zero.pop(node, None)
+        self._group.pop(node, None)
+        if self._zero.pop(node, 0) is None:
+            for key in self._tags.get(node, ()):
+                self._zero_tagged[key].pop(node, None)
         for key in self._tags.pop(node, ()):
-            self._tagged[key].pop(node, None)
             front = self._frontier.get(key)
             if front is not None:
                 front.pop(node, None)
 
     # ----------------------------------------------------------------- prefetch
-    def prefetch(self, seconds: float) -> None:
+    def prefetch_plan(self, seconds: float) -> ChainPlan:
         """``DispatchLoadTasks``: agents planned at steps 0..2, in step order, load the host part of
-        their frontier paths whole, evicting farther cache; stop at the first that cannot load."""
-        cache = self.cache
-        budget = cache.load_tokens(seconds)
-        if budget <= 0:
-            return
+        their frontier paths whole, evicting only cache farther from execution than the agent;
+        the round stops at the first load that does not fit."""
+        return ChainPlan(self._load_targets(), evicts=True)
+
+    def _load_targets(self):
         planned = sorted((s, i, key) for i, (key, s) in enumerate(self._steps.items()) if s <= LOAD_AHEAD_STEP)
         for step, _, key in planned:
-            for last in list(self._frontier.get(key, ())):
-                chain = []
-                node = last
-                while node is not None and node.parent is not None and node.tier == HOST:
-                    chain.append(node)
-                    node = node.parent
-                for node in reversed(chain):
-                    if not node.attached:
-                        break  # dropped from a full host tier while room was made for its parent
-                    if node.tokens > budget:
-                        return  # the stretch's PCIe time is spent
-                    if not self._room(node, step) or not cache.load(node):
-                        return  # the fork's ``to_break``: the round ends at the first failed load
-                    budget -= node.tokens
+            def farther(victim, tokens, step=step) -> bool:
+                return self.hold_priority(victim) > step
 
-    def _room(self, node, step: int) -> bool:
-        """Free device room for host node ``node``, evicting only cache farther than ``step``."""
-        cache = self.cache
-        short = node.tokens - cache.device_free()
-        if short <= 0:
-            return True
-        cache.evict_for(node, short, lambda victim, tokens: self.hold_priority(victim) > step)
-        return cache.device_free() >= node.tokens
+            for last in list(self._frontier.get(key, ())):
+                yield last, farther

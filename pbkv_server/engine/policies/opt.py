@@ -47,11 +47,11 @@ class OptimalPolicy(Policy):
     iterates_order = True
     unit_priority = True
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
-        if cache is None or cache.config.future is None:
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        if context.future is None:
             raise ValueError("policy 'opt' needs EngineConfig.future (a FutureOracle; simulator only)")
-        self.future = cache.config.future
+        self.future = context.future
         self._now = -1
         self._next_use: dict = {}  # node -> next use of its last unit
 

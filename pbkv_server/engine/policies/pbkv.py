@@ -39,8 +39,8 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    (synth-research at host 0 gains more by score than with rule 1: "Synth-research at host 0"
    in ``docs/design/memory-short-policy.md``). Active cache then ranks by score, then LRU
    (``he``'s order), a waiting request's cache above it (rule 2), shared retired
-   cache as :data:`SHARED_RETIRED_USES` expected uses (rule 5). The cache's ``host_capacity``
-   decides (0: no tier); a policy with no cache keeps rules 1-5.
+   cache as :data:`SHARED_RETIRED_USES` expected uses (rule 5). The context's ``host_capacity``
+   decides (0: no tier).
 
 Under the guard's fallback both tiers rank as in ``lae`` (retired first, then LRU), every device
 victim is written to the host (no selective host) and nothing is prefetched, so the fallback is
@@ -72,6 +72,7 @@ from ..radix import HOST
 from .base import register_policy
 from .host_order import NextUse
 from .pbkv_paper import PBKVPaperPolicy
+from .plan import HeapPlan
 
 #: Lookahead score below which active cache counts as not expected within the horizon (expected
 #: discounted uses, PBKV Eq. 2: a 5% chance of one use); such cache leaves before the resident set.
@@ -102,14 +103,13 @@ class PBKVPolicy(PBKVPaperPolicy):
     # every victim is written to the host, as ``lru`` writes it)
     selective_host = True
 
-    def prefetch(self, seconds: float) -> None:
+    def prefetch_plan(self, seconds: float) -> HeapPlan | None:
         """``pbkv-paper``'s conservative prefetch, except in the guard's fallback (``lru`` does not
         prefetch)."""
-        if not self.fallback:
-            super().prefetch(seconds)
+        return None if self.fallback else super().prefetch_plan(seconds)
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
+    def __init__(self, context) -> None:
+        super().__init__(context)
         self._seq = itertools.count()
         self._age: dict = {}  # active workflow id -> sequence number of its first invocation
         self._wait: dict = {}  # workflow id -> {agent: requests submitted and not yet admitted}
@@ -121,8 +121,7 @@ class PBKVPolicy(PBKVPaperPolicy):
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
-        cache = self.cache
-        if cache is not None and not cache.host_capacity:
+        if not self.context.host_capacity:
             return self._priority_no_host(node)
         sc = node.sc
         if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
@@ -285,34 +284,27 @@ class PBKVPolicy(PBKVPaperPolicy):
         history of its ended turns (the hold goes when the engine releases the session)."""
         if session in self._session_live:
             return True
-        cache = self.cache
-        return cache is not None and cache.board.holds(session)
+        return self.context.board.holds(session)
 
     def _held_sessions(self) -> int:
-        cache = self.cache
-        return cache.board.held_sessions() if cache is not None else 0
+        return self.context.board.held_sessions()
 
     def _now(self) -> float:
-        cache = self.cache
-        return cache.now if cache is not None else 0.0
+        return self.context.now
 
     def _refile_host(self, wid) -> None:
         """Re-file workflow ``wid``'s host nodes (their next-use estimate changed); device nodes
         keep their entries (the device order does not read the estimate)."""
-        cache = self.cache
-        if cache is None:
-            return
-        for rec in cache.board.records(wid):
+        reorder = self.context.reorder
+        for rec in self.context.board.records(wid):
             node = rec.owner
             if node.tier == HOST:
-                cache.refresh(node)
+                reorder(node)
 
     def _refile(self, wid, agent) -> None:
         """Re-file the nodes ``agent`` of workflow ``wid`` touched (their waiting rank changed)."""
-        cache = self.cache
-        if cache is None:
-            return
-        for rec in cache.board.records(wid):
+        reorder = self.context.reorder
+        for rec in self.context.board.records(wid):
             agents = rec.access.get(wid)
             if agents is not None and agent in agents:
-                cache.refresh(rec.owner)
+                reorder(rec.owner)

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 
-from ..prefetch import aggressive_prefetch
 from .base import register_policy
 from .pbkv_paper import PBKVPaperPolicy
+from .plan import HeapPlan
 
 #: Window (seconds) before any workflow's second invocation was seen.
 DEFAULT_WINDOW_S = 1.0
@@ -46,16 +46,13 @@ class AggressivePBKVPolicy(PBKVPaperPolicy):
     summary = "pbkv whose prefetch may displace lower-score cache, up to rho of the device per workflow step"
     sglang_name = None  # the plugin implements the conservative planner only
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
-        if cache is not None:
-            rho = cache.config.rho
-            if not 0.0 <= rho <= 1.0:
-                raise ValueError(f"rho must be in [0, 1], got {rho}")
-            self._cap = rho * cache.device_capacity
-            self._horizon = cache.config.horizon
-        else:
-            self._cap, self._horizon = 0.0, 1
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        rho = context.rho
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"rho must be in [0, 1], got {rho}")
+        self._cap = rho * context.device_capacity
+        self._horizon = context.horizon
         self._budget = self._cap
         self._refilled_at = 0.0
         self._gap: float | None = None
@@ -74,7 +71,7 @@ class AggressivePBKVPolicy(PBKVPaperPolicy):
 
     def on_invocation(self, wf, previous_agent) -> None:
         """Measure the gap since the workflow's previous invocation (engine time)."""
-        now = self.cache.now
+        now = self.context.now
         last = self._last_seen.get(wf.workflow_id)
         if last is not None and now > last:
             gap = now - last
@@ -85,13 +82,12 @@ class AggressivePBKVPolicy(PBKVPaperPolicy):
         """Forget the workflow's last invocation time."""
         self._last_seen.pop(wf.workflow_id, None)
 
-    def prefetch(self, seconds: float) -> None:
+    def prefetch_plan(self, seconds: float) -> HeapPlan:
         """One bounded aggressive round (see :func:`~pbkv_server.engine.prefetch.aggressive_prefetch`);
         a conservative one while the guard holds the policy in LRU order."""
         if self.order_guard.fallback:
-            super().prefetch(seconds)
-            return
-        now, window, horizon = self.cache.now, self.window_s, self.horizon_s
+            return super().prefetch_plan(seconds)
+        now, window, horizon = self.context.now, self.window_s, self.horizon_s
         self._budget = min(self._cap, self._budget + self._cap * max(0.0, now - self._refilled_at) / window)
         self._refilled_at = now
         loaded_at = self._loaded_at
@@ -102,8 +98,11 @@ class AggressivePBKVPolicy(PBKVPaperPolicy):
         def on_load(node) -> None:
             loaded_at[node] = now
 
-        outcome = aggressive_prefetch(self.cache, seconds, int(self._budget), protected, on_load)
-        self._budget -= outcome.displaced
+        return HeapPlan(int(self._budget), protected, on_load, self._displaced)
+
+    def _displaced(self, tokens: int) -> None:
+        """The round displaced ``tokens`` of active cache: they leave the budget."""
+        self._budget -= tokens
 
     def on_split(self, top, bottom) -> None:
         """Both halves of a prefetched node count as prefetched then."""

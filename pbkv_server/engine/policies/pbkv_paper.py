@@ -6,9 +6,9 @@ refines it where memory is short (``docs/design/memory-short-policy.md``)."""
 
 from __future__ import annotations
 
-from ..prefetch import conservative_prefetch
 from .base import register_policy
 from .he import HierarchicalPolicy
+from .plan import HeapPlan
 
 
 @register_policy("pbkv-paper")
@@ -17,13 +17,17 @@ class PBKVPaperPolicy(HierarchicalPolicy):
     retired device space without touching active cache."""
 
     summary = "he eviction + conservative prefetch into idle device space"
-    prefetches = True
     sglang_name = "pbkv-paper"
 
     def prefetch_value(self, node) -> float:
         """One-step value ``sum_w A_w(c) . P_w^(1)``."""
         return node.sc.value if node.sc is not None else 0.0
 
-    def prefetch(self, seconds: float) -> None:
-        """See :func:`~pbkv_server.engine.prefetch.conservative_prefetch`."""
-        conservative_prefetch(self.cache, seconds)
+    def prefetch_plan(self, seconds: float) -> HeapPlan:
+        """The conservative round: best prefetch value first, into free or retired device space
+        (:func:`~pbkv_server.engine.prefetch.conservative_prefetch`)."""
+        return CONSERVATIVE
+
+
+#: The conservative plan (the same every stretch).
+CONSERVATIVE = HeapPlan()

@@ -34,8 +34,8 @@ class SGLangPriorityPolicy(Policy):
     summary = "SGLang priority eviction: lowest request priority first (max over users), LRU among equals"
     shipped_by, shipped_as = frozenset({"sglang", "dynamo"}), "priority eviction"  # Dynamo forwards agent_hints.priority
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
+    def __init__(self, context) -> None:
+        super().__init__(context)
         self._priority: dict = {}  # node -> max priority of the requests that used it (absent: 0)
 
     def priority(self, node) -> tuple:
@@ -55,7 +55,7 @@ class SGLangPriorityPolicy(Policy):
         for node in path:
             if p > table.get(node, 0):
                 table[node] = p
-                self.cache.refresh(node)
+                self.context.reorder(node)
 
     def on_split(self, top, bottom) -> None:
         """The upper part keeps the priority of the node it was cut from."""

@@ -49,8 +49,8 @@ class SGLangSessionPolicy(Policy):
     summary = "SGLang session radix cache: nodes of open sessions after all others, LRU within each"
     shipped_by, shipped_as = frozenset({"sglang"}), "session cache"
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
+    def __init__(self, context) -> None:
+        super().__init__(context)
         self._refs: dict = {}  # node -> set of open session ids referencing it
         self._nodes: dict[str, set] = {}  # session id -> nodes it references
         self._closed: OrderedDict[str, None] = OrderedDict()
@@ -77,7 +77,7 @@ class SGLangSessionPolicy(Policy):
             refs = self._refs.setdefault(node, set())
             refs.add(sid)
             if len(refs) == 1:
-                self.cache.refresh(node)
+                self.context.reorder(node)
 
     def on_session_close(self, session_id: str) -> None:
         """Drop the session's references; remember the id as closed."""
@@ -92,7 +92,7 @@ class SGLangSessionPolicy(Policy):
             refs.discard(session_id)
             if not refs:
                 del self._refs[node]
-                self.cache.refresh(node)
+                self.context.reorder(node)
 
     def on_split(self, top, bottom) -> None:
         """The upper part is referenced by the sessions of the lower part."""

@@ -54,11 +54,10 @@ class TTLPinPolicy(Policy):
 
     summary = "TTL pins (SGLang #18941, Dynamo cache_control): pinned prefixes never leave host memory until expiry"
     shipped_by, shipped_as = frozenset({"dynamo"}), "TTL prefix pins"  # SGLang reverted #18941
-    holds_nodes = True
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
-        self.budget = int(PIN_RATIO * cache.host_capacity) if cache is not None else 0
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self.budget = int(PIN_RATIO * context.host_capacity)
         self.pinned_tokens = 0
         self._pin: dict = {}  # node -> [expiry s, ttl s]
         self._expiries: list = []  # (expiry, seq, node), stale entries skipped
@@ -74,12 +73,16 @@ class TTLPinPolicy(Policy):
         return node in self._pin
 
     def holds(self, node) -> bool:
-        """A pinned host node is not dropped."""
-        return node.tier == HOST and self.pinned(node)
+        """A pinned host node is not dropped (expired pins are cleared by :meth:`expire`)."""
+        return node.tier == HOST and node in self._pin
 
     def keeps(self, node) -> bool:
         """A pinned node is never dropped (demoting it to the host is fine)."""
-        return self.pinned(node)
+        return node in self._pin
+
+    def expire(self) -> bool:
+        """Clear the pins that expired by now; True if one was."""
+        return self._sweep()
 
     def relieve(self) -> bool:
         """Give up the pin that expires last (only when an idle engine cannot admit its queue head)."""
@@ -102,7 +105,7 @@ class TTLPinPolicy(Policy):
         while node is not None and node.parent is not None:
             path.append(node)
             node = node.parent
-        expiry = self.cache.now + ttl
+        expiry = self.context.now + ttl
         for node in reversed(path):
             pin = self._pin.get(node)
             if pin is not None:
@@ -115,14 +118,14 @@ class TTLPinPolicy(Policy):
             self._pin[node] = [expiry, ttl]
             self.pinned_tokens += node.tokens
             heapq.heappush(self._expiries, (expiry, next(self._seq), node))
-            self.cache.refresh(node)
+            self.context.reorder(node)
 
     def on_admit(self, admission, path) -> None:
         """Refresh on hit: a pinned node used again lives another TTL from now."""
         if not self._pin:
             return
         self._sweep()
-        now = self.cache.now
+        now = self.context.now
         for node in path:
             pin = self._pin.get(node)
             if pin is not None and now + pin[1] > pin[0]:
@@ -142,16 +145,20 @@ class TTLPinPolicy(Policy):
             self.pinned_tokens -= node.tokens
 
     # ----------------------------------------------------------------- internals
-    def _sweep(self) -> None:
-        """Clear the pins that expired by now (lazy expiry, as SGLang's eviction paths do)."""
-        heap, now = self._expiries, self.cache.now
+    def _sweep(self) -> bool:
+        """Clear the pins that expired by now (lazy expiry, as SGLang's eviction paths do); True
+        if one was."""
+        heap, now = self._expiries, self.context.now
+        released = False
         while heap and heap[0][0] <= now:
             expiry, _, node = heapq.heappop(heap)
             pin = self._pin.get(node)
             if pin is not None and pin[0] == expiry:
                 self._unpin(node)
+                released = True
+        return released
 
     def _unpin(self, node) -> None:
         del self._pin[node]
         self.pinned_tokens -= node.tokens
-        self.cache.refresh(node)
+        self.context.reorder(node)

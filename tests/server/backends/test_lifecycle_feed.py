@@ -8,11 +8,17 @@ import logging
 from pbkv_contract.hints import Hints
 from pbkv_contract.prediction import Prediction, Predictor
 from pbkv_server.backends.book import WorkflowBook
-from pbkv_server.backends.lifecycle import BackendCache
+from pbkv_server.backends.lifecycle import BackendContext
 from pbkv_server.engine.policies import make_policy
 from pbkv_server.engine.policies.base import Policy
 from pbkv_server.engine.radix import DEVICE
+from pbkv_server.engine.scoring import ScoreBoard
 from pbkv_server.engine.types import EngineRequest
+
+
+def _context() -> BackendContext:
+    """A backend context as a strategy or runtime builds one, before a book attaches it."""
+    return BackendContext(ScoreBoard(0.7, 3), lambda: 0.0, 3)
 
 
 class _Clock:
@@ -82,9 +88,9 @@ def _req(rid: str, hints: Hints | None) -> EngineRequest:
 
 def test_hooks_come_in_the_engines_order_with_the_engine_cores_types():
     clock = _Clock()
-    policy = _Recorder(None)
+    policy = _Recorder(_context())
     book = WorkflowBook(0.7, 3, None, idle_retire_s=10.0, clock=clock, policy=policy)
-    assert isinstance(policy.cache, BackendCache) and policy.cache.board is book.board
+    assert isinstance(policy.context, BackendContext) and policy.context.board is book.board
     a0, a1 = Hints("wfA", "plan", 0), Hints("wfA", "code", 1)
     book.request(a0, None, request=_req("r0", a0))
     book.request(None, None, request=_req("r1", None))  # anonymous: admitted and finished, no invocation
@@ -112,11 +118,11 @@ def test_hooks_come_in_the_engines_order_with_the_engine_cores_types():
         ("end", "wfB"),
         ("close", "s1"),
     ]
-    assert policy.cache.now == 11.0
+    assert policy.context.now == 11.0
 
 
 def test_splits_and_drops_reach_the_policy_while_the_node_keeps_its_record():
-    policy = _Recorder(None)
+    policy = _Recorder(_context())
     book = WorkflowBook(0.7, 3, None, policy=policy)
     hints = Hints("wfA", "plan", 0)
     book.invocation(hints)
@@ -133,9 +139,9 @@ def test_pbkv_sees_workflow_ages_and_waiting_requests_through_the_book():
     workflow's cache first, and ranks a waiting request's cache above both, as in the engine core.
     Until the backend reports a host tier the book's cache has none, and ``pbkv`` ranks by score,
     then LRU (its rule 6)."""
-    policy = make_policy("pbkv", None)
+    policy = make_policy("pbkv", _context())
     book = WorkflowBook(0.7, 3, _PlanNext(), policy=policy)
-    assert policy.cache.host_capacity == 0
+    assert policy.context.host_capacity == 0
     old, young = _Node(1.0), _Node(2.0)
     a, b = Hints("wfA", "plan", 0), Hints("wfB", "plan", 0)
     book.request(a, None, request=_req("ra", a))
@@ -147,7 +153,7 @@ def test_pbkv_sees_workflow_ages_and_waiting_requests_through_the_book():
     assert old.sc.score == young.sc.score == 1.0 + 0.7 + 0.49
     assert policy.priority(young) == (1, 0.0, young.sc.score, 2.0)  # no host tier: score, then LRU
     assert policy.priority(old) == (1, 0.0, old.sc.score, 1.0)
-    policy.cache.host_capacity = 1000  # as the SGLang and vLLM backends set it when a host tier exists
+    policy.context.host_capacity = 1000  # as the SGLang and vLLM backends set it when a host tier exists
     assert policy.priority(young) == (1, -1, young.sc.score, 2.0)  # wfB's age: 1
     assert policy.priority(old) == (1, 0, old.sc.score, 1.0)  # wfA's age: 0
     a1 = Hints("wfA", "plan", 1)
@@ -164,7 +170,7 @@ def test_a_failing_hook_is_logged_once_and_never_raises(caplog):
         def on_invocation(self, wf, previous_agent) -> None:
             raise KeyError("needs the engine's cache")
 
-    book = WorkflowBook(0.7, 3, None, policy=Broken(None))
+    book = WorkflowBook(0.7, 3, None, policy=Broken(_context()))
     with caplog.at_level(logging.ERROR):
         for step in range(3):
             book.invocation(Hints("wfA", "plan", step))
@@ -172,7 +178,7 @@ def test_a_failing_hook_is_logged_once_and_never_raises(caplog):
     assert len(book.workflows["wfA"].history) == 3
 
 
-def test_a_policy_without_hooks_gets_no_feed_and_keeps_no_cache():
-    policy = make_policy("he", None)
+def test_a_policy_without_hooks_gets_no_feed_but_reads_the_books_board():
+    policy = make_policy("he", _context())
     book = WorkflowBook(0.7, 3, None, policy=policy)
-    assert book.feed is None and policy.cache is None
+    assert book.feed is None and policy.context.board is book.board

@@ -22,13 +22,31 @@ GRAPH = {"A": ["B"], "B": ["C", "D"], "C": ["A"], "D": []}
 
 class _Reference(ShippedKVFlowPolicy):
     """The old implementation: every change of an agent's steps re-files all nodes tagged with it
-    at once, and nothing is pending when the cache reads its heaps."""
+    at once (in the order they were tagged), each node ranked alone (no groups: issue 35 item 8),
+    and nothing is pending when the cache reads its heaps."""
 
     summary = "kvflow-shipped before issue 27 (test reference)"
 
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        self._tagged: dict = {}  # (app, agent) -> {node: None}, in tagging order
+
+    def group(self, node):
+        return None
+
+    def _tag(self, node, key) -> None:
+        if key not in self._tags.get(node, ()):
+            self._tagged.setdefault(key, {})[node] = None
+        super()._tag(node, key)
+
+    def on_drop(self, node) -> None:
+        for key in self._tags.get(node, ()):
+            self._tagged[key].pop(node, None)
+        super().on_drop(node)
+
     def _steps_changed(self, key) -> None:
         for node in self._tagged.get(key, ()):
-            self.cache.refresh(node)
+            self.context.reorder(node)
 
     def settle(self) -> None:
         pass
@@ -136,21 +154,21 @@ def test_deferred_refiling_takes_the_same_victims_as_refiling_at_once(seed, host
 
 
 def _fill_refreshes(policy: str, leaves: int) -> int:
-    """Re-filings (``PrefixCache.refresh`` calls) while caching ``leaves`` 64-token prompts of one
+    """Re-filings the policy asks for (``context.reorder`` calls) while caching ``leaves`` 64-token prompts of one
     workflow walking A -> B -> C -> A: every invocation changes all three agents' steps, and
     nothing is evicted. (Counted rather than timed: deterministic on a shared machine;
     ``benchmarks/eviction_scaling.py --fill`` prints the times.)"""
     eng = Engine(EngineConfig(profile=PROFILE, policy=policy, device_tokens=64 * leaves + 64, host_tokens=0))
     eng.set_app_graph("app", {"A": ["B"], "B": ["C"], "C": ["A"]})
     calls = 0
-    refresh = eng.cache.refresh
+    reorder = eng.cache.context.reorder
 
     def counted(node):
         nonlocal calls
         calls += 1
-        refresh(node)
+        reorder(node)
 
-    eng.cache.refresh = counted
+    eng.cache.context.reorder = counted  # the policy's re-filing requests
     for i in range(leaves):
         agent = "ABC"[i % 3]
         eng.submit(EngineRequest(f"r{i}", [f"sys-{agent}"] + [f"p{i}-{j}" for j in range(63)], [1] * 64, 1,

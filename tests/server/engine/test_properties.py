@@ -56,7 +56,7 @@ class CheckedEngine(Engine):
         self.in_prefetch = False
         self.evicted_active = 0
         self.evictions_checked = 0
-        inner = self.cache.policy.prefetch
+        inner = self.cache.prefetch
 
         def prefetch(seconds):
             self.in_prefetch = True
@@ -65,7 +65,7 @@ class CheckedEngine(Engine):
             finally:
                 self.in_prefetch = False
 
-        self.cache.policy.prefetch = prefetch
+        self.cache.prefetch = prefetch
         evict = self.cache._evict
 
         def checked_evict(node):

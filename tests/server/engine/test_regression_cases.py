@@ -183,13 +183,13 @@ def test_case4_every_victim_is_the_lowest_priority_leaf_of_a_full_scan(policy):
     predictor = TablePredictor()
     cache = make_cache(policy, device=2000 * 64 + 64)
     table = WorkflowTable(cache.board, predictor, predict=cache.policy.uses_predictions,
-                          on_end=lambda wf, recs, status, reason: cache.rescore(recs))
+                          on_end=lambda wf, recs, status, reason: cache.rescore(recs), on_changed=cache.rescore)
     clock = itertools.count()
     workflows = [f"w{i}" for i in range(40)]
 
     def insert(i: int) -> None:
         wf_id = workflows[i % len(workflows)]
-        wf = table.workflows.get(wf_id) or table.invocation(Hints(wf_id, "a", 0, "app"), (), 0.0).workflow
+        wf = table.workflows.get(wf_id) or table.invocation(Hints(wf_id, "a", 0, "app"), (), 0.0)
         keys = [f"seq{i}-{j}" for j in range(64)]
         got = cache.acquire(AcquireRequest(keys, [1] * 64, list(range(65)), 0, float(next(clock)), wf, "a", index=i))
         cache.release(got.end, 0)
@@ -201,7 +201,7 @@ def test_case4_every_victim_is_the_lowest_priority_leaf_of_a_full_scan(policy):
             for wf_id in rng.sample(workflows, max(1, len(workflows) // 100)):
                 p = rng.random()
                 predictor.table[wf_id] = [{"a": p, END_AGENT: 1 - p}] * 3
-                cache.rescore(table.invocation(Hints(wf_id, "a", round_ + 1, "app"), (), 0.0).changed)
+                table.invocation(Hints(wf_id, "a", round_ + 1, "app"), (), 0.0)
         leaves = [n for n in cache.tree.nodes() if n.tier == DEVICE and n.lock == 0 and n.n_dev_children == 0]
         expected = min(leaves, key=cache.policy.priority)
         assert cache.peek_victim() is expected
@@ -279,7 +279,7 @@ def test_case5_interleaved_lock_unlock_prefetch_demote_evict_keep_every_count_ex
     predictor = TablePredictor({f"w{i}": [{"a": 0.6, "b": 0.3, END_AGENT: 0.1}] * 3 for i in range(3)})
     cache = make_cache(policy, device=100, host=host, rho=0.5)
     table = WorkflowTable(cache.board, predictor, predict=cache.policy.uses_predictions,
-                          on_end=lambda wf, recs, status, reason: cache.rescore(recs))
+                          on_end=lambda wf, recs, status, reason: cache.rescore(recs), on_changed=cache.rescore)
     held, pins = [], []
     for n, op in enumerate(ops):
         if op[0] == "acquire":
@@ -288,9 +288,7 @@ def test_case5_interleaved_lock_unlock_prefetch_demote_evict_keep_every_count_ex
             toks = [5] * len(keys)
             wf = None
             if wf_i < 3:
-                inv = table.invocation(Hints(f"w{wf_i}", "a", n, "app"), (), float(n))
-                cache.rescore(inv.changed)
-                wf = inv.workflow
+                wf = table.invocation(Hints(f"w{wf_i}", "a", n, "app"), (), float(n))
             cum = list(itertools.accumulate([0] + toks))
             got = cache.acquire(AcquireRequest(keys, toks, cum, 2, float(n), wf, "a", index=n))
             if got is not None:
@@ -314,7 +312,7 @@ def test_case5_interleaved_lock_unlock_prefetch_demote_evict_keep_every_count_ex
             cache.evict_device(op[1])
         elif op[0] == "prefetch":
             cache.now = float(n)
-            cache.policy.prefetch(op[1] / 1000)
+            cache.prefetch(op[1] / 1000)
         elif op[0] == "end":
             table.end(f"w{op[1]}")  # on_end re-files the workflow's nodes
         for node, tier in pins:

@@ -50,17 +50,18 @@ def test_invocation_predicts_rescores_touched_nodes_and_records_latencies_on_the
     pred = RecordingPredictor(Prediction([{"x": 0.25, "y": 0.25, END_AGENT: 0.5}, {"x": 1.0}]))
     stats = EngineStats()
     ticks = itertools.count()  # each clock read advances 1 s: t0 = 0, t1 = 1, t2 = 2
-    table = WorkflowTable(board, pred, stats=stats, latency_clock=lambda: float(next(ticks)))
+    reported: list = []  # what on_changed received, one list per call
+    table = WorkflowTable(board, pred, stats=stats, latency_clock=lambda: float(next(ticks)), on_changed=reported.append)
     rec = NodeScore("node-1")
     board.touch(rec, "A", "x")  # A_A(node) = {x}, no prediction yet: score 0
-    wf, changed, retired = table.invocation(hints("A", "x", 0), (), now=5.0)
-    assert changed == [rec] and rec.score == pytest.approx(0.5) and retired == []
+    wf = table.invocation(hints("A", "x", 0), (), now=5.0)
+    assert reported == [[rec]] and rec.score == pytest.approx(0.5)
     assert wf.history == ["x"] and wf.last_activity == 5.0 and wf.last_step == 0
     assert list(stats.predictor_call_s) == [1.0]  # t1 - t0
     assert list(stats.score_update_s) == [1.0]  # (t2 - t1) / 1 node
-    wf2, changed, _ = table.invocation(hints("A", "y", 1), (), now=7.0)
+    wf2 = table.invocation(hints("A", "y", 1), (), now=7.0)
     assert wf2 is wf and wf.history == ["x", "y"] and wf.agent == "y" and wf.last_activity == 7.0
-    assert changed == []  # same prediction: nothing to re-file
+    assert reported == [[rec]]  # same prediction: nothing to re-file, no call
     # the second query saw the history before its own agent
     assert ("observe", "A", "y", ("x",), "app") in pred.calls
     assert stats.score_update_nodes == 2 and table.invocations == 2
@@ -77,7 +78,7 @@ def test_predict_false_only_observes():
 def test_app_of_a_later_invocation_replaces_the_first_only_with_follow_app(follow_app, expected):
     table = WorkflowTable(ScoreBoard(0.7, 2), None, follow_app=follow_app)
     table.invocation(hints("A", "x", 0, app="first"), (), now=0.0)
-    wf = table.invocation(hints("A", "y", 1, app="second"), (), now=1.0).workflow
+    wf = table.invocation(hints("A", "y", 1, app="second"), (), now=1.0)
     assert wf.app == expected
 
 
@@ -104,7 +105,7 @@ def test_idle_retirement_goes_least_recently_active_first_and_spares_workflows_i
     pred = RecordingPredictor()
     table = WorkflowTable(ScoreBoard(0.7, 2), pred, predict=False)
     table.invocation(hints("A", "a", 0), (), now=0.0)
-    b = table.invocation(hints("B", "b", 0), (), now=1.0).workflow
+    b = table.invocation(hints("B", "b", 0), (), now=1.0)
     table.invocation(hints("C", "c", 0), (), now=2.0)
     table.invocation(hints("A", "a", 1), (), now=3.0)  # order by activity: B(1) C(2) A(3)
     b.inflight = 1
@@ -122,10 +123,11 @@ def test_idle_retirement_goes_least_recently_active_first_and_spares_workflows_i
 
 def test_predictor_failure_is_counted_and_logged_once_never_raised(caplog):
     pred = RecordingPredictor(fail=True)
-    table = WorkflowTable(ScoreBoard(0.7, 2), pred)
+    changed: list = []
+    table = WorkflowTable(ScoreBoard(0.7, 2), pred, on_changed=changed.append)
     with caplog.at_level(logging.ERROR, logger="pbkv_server.engine.workflows"):
-        wf, changed, _ = table.invocation(hints("A", "x", 0), (), now=0.0)
-        wf2 = table.invocation(hints("A", "y", 1), (), now=1.0).workflow
+        wf = table.invocation(hints("A", "x", 0), (), now=0.0)
+        wf2 = table.invocation(hints("A", "y", 1), (), now=1.0)
         ended = table.end("A")
     assert changed == [] and wf2 is wf and wf.history == ["x", "y"]  # the invocations still count
     assert ended is wf and table.predictor_errors == 3
@@ -142,13 +144,13 @@ def test_end_is_idempotent_and_remembers_the_status_of_ended_ids():
 
 def test_a_reused_id_starts_a_new_incarnation_counted_and_logged_once(caplog):
     table = WorkflowTable(ScoreBoard(0.7, 2))
-    first = table.invocation(hints("w1", "a", 0), (), now=0.0).workflow
+    first = table.invocation(hints("w1", "a", 0), (), now=0.0)
     table.invocation(hints("w1", "b", 1), (), now=1.0)
     table.end("w1", "completed")
     with caplog.at_level(logging.WARNING, logger="pbkv_server.engine.workflows"):
-        again = table.invocation(hints("w1", "a", 0), (), now=2.0).workflow
+        again = table.invocation(hints("w1", "a", 0), (), now=2.0)
         table.end("w1", "completed")
-        third = table.invocation(hints("w1", "a", 0), (), now=3.0).workflow
+        third = table.invocation(hints("w1", "a", 0), (), now=3.0)
     assert again is not first and again.history == ["a"] and again.incarnation == 2 and third.incarnation == 3
     assert table.ended_status("w1") is None and table.reused_ids == 2
     assert len([r for r in caplog.records if "used again" in r.message]) == 1
@@ -161,32 +163,37 @@ def test_idle_and_bound_retirements_end_with_status_cancelled_and_their_reason()
     table.invocation(hints("a", "x", 0), (), now=0.0)
     table.invocation(hints("b", "x", 0), (), now=1.0)
     table.invocation(hints("a", "x", 1), (), now=2.0)  # a is now the most recent
-    retired = table.invocation(hints("c", "x", 0), (), now=3.0).retired
-    assert [w.workflow_id for w in retired] == ["b"] and list(table.workflows) == ["a", "c"]
+    table.invocation(hints("c", "x", 0), (), now=3.0)
+    assert ends == [("b", "cancelled", END_TABLE_FULL)] and list(table.workflows) == ["a", "c"]
     assert table.retire_idle(now=20.0, idle_s=10.0) == ["a", "c"]
     assert ends == [("b", "cancelled", END_TABLE_FULL), ("a", "cancelled", END_IDLE), ("c", "cancelled", END_IDLE)]
     assert table.retired_full == 1 and table.retired_idle == 2
 
 
 def test_the_bound_never_retires_a_workflow_with_a_request_in_flight():
-    table = WorkflowTable(ScoreBoard(0.7, 2), max_active=2)
-    a = table.invocation(hints("a", "x", 0), (), now=0.0).workflow
+    ends: list = []
+    table = WorkflowTable(ScoreBoard(0.7, 2), max_active=2, on_end=lambda wf, recs, status, reason: ends.append(
+        wf.workflow_id))
+    a = table.invocation(hints("a", "x", 0), (), now=0.0)
     table.invocation(hints("b", "x", 0), (), now=1.0)
     a.inflight = 1  # the oldest is busy: the next oldest goes instead
-    assert [w.workflow_id for w in table.invocation(hints("c", "x", 0), (), now=2.0).retired] == ["b"]
+    table.invocation(hints("c", "x", 0), (), now=2.0)
+    assert ends == ["b"]
     table.workflows["c"].inflight = 1
     # every other workflow is busy: the table grows past its bound rather than retire live work
-    assert table.invocation(hints("d", "x", 0), (), now=3.0).retired == []
+    table.invocation(hints("d", "x", 0), (), now=3.0)
+    assert ends == ["b"]
     assert list(table.workflows) == ["a", "c", "d"]
 
 
 @pytest.mark.slow
 def test_table_stays_bounded_under_two_million_ids():
-    table = WorkflowTable(ScoreBoard(0.7, 2), max_active=1000, max_ended=5000)
-    retired = 0
+    full: list = []
+    table = WorkflowTable(ScoreBoard(0.7, 2), max_active=1000, max_ended=5000,
+                          on_end=lambda wf, recs, status, reason: full.append(1) if reason == END_TABLE_FULL else None)
     for i in range(1_000_000):
         wid = f"w{i}"
-        retired += len(table.invocation(hints(wid, "a", 0), (), float(i)).retired)
+        table.invocation(hints(wid, "a", 0), (), float(i))
         if i % 2:
             table.end(wid, "completed")
     for i in range(1_000_000, 2_000_000):
@@ -195,7 +202,7 @@ def test_table_stays_bounded_under_two_million_ids():
     # so the table ends at 999 active even ids; every other even id was pushed out.
     assert len(table) == 999
     assert table.ended_count == 5000
-    assert retired == 500_000 - 999
+    assert len(full) == 500_000 - 999
 
 
 def test_bad_bounds_are_rejected():
@@ -208,7 +215,7 @@ def test_bad_bounds_are_rejected():
 def test_an_end_signal_that_races_a_running_request_applies_when_it_finishes():
     ends = []
     table = WorkflowTable(ScoreBoard(0.7, 2), on_end=lambda wf, recs, status, reason: ends.append((wf.workflow_id, status)))
-    wf = table.invocation(hints("A", "x", 0), (), now=0.0).workflow
+    wf = table.invocation(hints("A", "x", 0), (), now=0.0)
     wf.inflight = 2  # two requests in flight (the owner counts them)
     assert table.end("A", "failed") is wf and table.end("A", "completed") is wf  # recorded once, first wins
     assert "A" in table.workflows and ends == [] and table.ended_status("A") is None
@@ -220,7 +227,7 @@ def test_an_end_signal_that_races_a_running_request_applies_when_it_finishes():
 
 def test_idleness_counts_from_the_end_of_the_last_request():
     table = WorkflowTable(ScoreBoard(0.7, 2))
-    wf = table.invocation(hints("A", "x", 0), (), now=0.0).workflow
+    wf = table.invocation(hints("A", "x", 0), (), now=0.0)
     wf.inflight = 1
     assert table.retire_idle(now=100.0, idle_s=10.0) == []  # decoding for 100 s: never idle
     table.finished(wf, now=100.0)
