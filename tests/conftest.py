@@ -15,6 +15,9 @@ import pytest
 
 from pbkv_server.testing.local_cluster import free_port as find_free_port
 
+# A failure is reported even when pytest cannot format it; a fast-lane test over 5 s CPU fails.
+pytest_plugins = ["tests.report_fallback", "tests.fast_lane"]
+
 for _name in ("CREWAI_DISABLE_TELEMETRY", "OTEL_SDK_DISABLED"):
     os.environ[_name] = "true"
 os.environ["CREWAI_TRACING_ENABLED"] = "false"

@@ -1,0 +1,74 @@
+"""Pytest plugin: a test that is not marked ``slow`` fails when it uses over 5 s of CPU (issue 32).
+
+The fast lane (``pytest -m "not slow"``) must stay fast, and the rule that a test over 5 s is marked
+slow is checked here rather than by hand. A test's cost is measured in CPU seconds, not wall time,
+so that a loaded machine does not trip it: the process's CPU time (every thread, so servers run in
+threads count) plus that of child processes waited for, over the test's setup, call and teardown
+(a module- or session-scoped fixture is charged to the test that first needs it, as in the
+durations report). The limit is ``PBKV_FAST_LANE_CPU_S`` seconds (default 5; 0 turns the check
+off). A test over it fails at teardown with one line that says what to do. See
+docs/contributing.md#the-fast-lane. Loaded by ``tests/conftest.py`` for every suite.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import Any
+
+import pytest
+
+#: CPU seconds a test outside the ``slow`` marker may use (house rule: a test over 5 s is slow).
+DEFAULT_LIMIT_S = 5.0
+ENV_LIMIT = "PBKV_FAST_LANE_CPU_S"
+
+_START = pytest.StashKey[float]()  # CPU seconds when the test's setup began
+_LIMIT = pytest.StashKey[float]()  # the session's limit, read once
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system, seconds) of this process and of its waited-for children."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def limit_s() -> float:
+    """The limit from ``PBKV_FAST_LANE_CPU_S``; a value that is not a number >= 0 is one clear error."""
+    raw = os.environ.get(ENV_LIMIT, "").strip()
+    if not raw:
+        return DEFAULT_LIMIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise pytest.UsageError(f"{ENV_LIMIT}={raw!r}: give CPU seconds >= 0 (0 turns the check off)")
+    return value
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_LIMIT] = limit_s()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_START] = cpu_seconds()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    limit = item.config.stash.get(_LIMIT, DEFAULT_LIMIT_S)
+    if call.when != "teardown" or not limit or item.get_closest_marker("slow") is not None or not report.passed:
+        return report
+    start = item.stash.get(_START, None)
+    if start is None:
+        return report
+    used = cpu_seconds() - start
+    if used > limit:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} used {used:.1f} s of CPU (setup, call and teardown), over the fast "
+                           f"lane's {limit:g} s: mark it @pytest.mark.slow or make it cheaper "
+                           f"(docs/contributing.md#the-fast-lane)")
+    return report
