@@ -48,8 +48,8 @@ def wire(fake: FakeOpenAI) -> dict[str, tuple[str, list[str]]]:
 
 
 def ends_after_flush(fake: FakeOpenAI, n: int) -> list[tuple[str, str]]:
-    """End signals once ``n`` arrived (or 5 s passed): the fallback listener runs on CrewAI's pool."""
-    deadline = time.monotonic() + 5.0
+    """End signals once ``n`` arrived (or 30 s passed): the fallback listener runs on CrewAI's pool."""
+    deadline = time.monotonic() + 30.0  # generous under load; a pass ends it early
     while len(fake.ends) < n and time.monotonic() < deadline:
         ending.flush(1.0)
         time.sleep(0.01)

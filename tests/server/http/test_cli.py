@@ -77,7 +77,7 @@ def test_console_script_serves_until_interrupted(free_port):
         assert health is not None, proc.stdout.read() if proc.poll() is not None else "no answer"
         assert health["policy"] == "lae" and health["device_tokens"] == 5000
         resp = httpx.post(f"http://127.0.0.1:{free_port}/v1/chat/completions",
-                          json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
+                          json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}, timeout=30)
         assert resp.status_code == 200
     finally:
         proc.send_signal(signal.SIGINT)

@@ -151,4 +151,4 @@ def test_control_character_in_body_hint_agent_is_malformed_not_a_valid_agent(sta
 def raw_metrics(server) -> str:
     import httpx
 
-    return httpx.get(server.url + "/metrics").text
+    return httpx.get(server.url + "/metrics", timeout=30).text
