@@ -24,6 +24,7 @@ DEFAULT_LIMIT_S = 5.0
 ENV_LIMIT = "PBKV_FAST_LANE_CPU_S"
 
 _START = pytest.StashKey[float]()  # CPU seconds when the test's setup began
+_CALL = pytest.StashKey[float]()  # CPU seconds when its call began
 _LIMIT = pytest.StashKey[float]()  # the session's limit, read once
 
 
@@ -56,6 +57,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     item.stash[_START] = cpu_seconds()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    item.stash[_CALL] = cpu_seconds()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
@@ -65,10 +71,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     start = item.stash.get(_START, None)
     if start is None:
         return report
-    used = cpu_seconds() - start
+    now = cpu_seconds()
+    used = now - start
     if used > limit:
+        setup = item.stash.get(_CALL, now) - start  # module-scoped fixtures run in the setup of their first test
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} used {used:.1f} s of CPU (setup, call and teardown), over the fast "
-                           f"lane's {limit:g} s: mark it @pytest.mark.slow or make it cheaper "
-                           f"(docs/contributing.md#the-fast-lane)")
+        report.longrepr = (f"{item.nodeid} used {used:.1f} s of CPU ({setup:.1f} s in setup, its fixtures'), over "
+                           f"the fast lane's {limit:g} s: mark it (or its module) @pytest.mark.slow or make it "
+                           f"cheaper (docs/contributing.md#the-fast-lane)")
     return report
