@@ -5,15 +5,19 @@ slow is checked here rather than by hand. A test's cost is measured in CPU secon
 so that a loaded machine does not trip it: the process's CPU time (every thread, so servers run in
 threads count) plus that of child processes waited for, over the test's setup, call and teardown
 (a module- or session-scoped fixture is charged to the test that first needs it, as in the
-durations report). The limit is ``PBKV_FAST_LANE_CPU_S`` seconds (default 5; 0 turns the check
+durations report). Imports are not charged: a framework's first import (CrewAI's takes about 7 CPU
+seconds) is a once-per-worker cost that lands on whichever test needs it first, so the CPU spent in
+outermost ``import`` statements while a test runs is subtracted. The limit is ``PBKV_FAST_LANE_CPU_S`` seconds (default 5; 0 turns the check
 off). A test over it fails at teardown with one line that says what to do. See
 docs/contributing.md#the-fast-lane. Loaded by ``tests/conftest.py`` for every suite.
 """
 
 from __future__ import annotations
 
+import builtins
 import os
 import resource
+import threading
 import time
 from typing import Any
 
@@ -25,6 +29,7 @@ ENV_LIMIT = "PBKV_FAST_LANE_CPU_S"
 
 _START = pytest.StashKey[float]()  # CPU seconds when the test's setup began
 _CALL = pytest.StashKey[float]()  # CPU seconds when its call began
+_IMPORTED = pytest.StashKey[float]()  # import CPU seconds when its setup began
 _LIMIT = pytest.StashKey[float]()  # the session's limit, read once
 
 
@@ -48,13 +53,45 @@ def limit_s() -> float:
     return value
 
 
+class _ImportClock:
+    """CPU seconds spent in outermost ``import`` statements (``builtins.__import__``), all threads."""
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+        self._depth = threading.local()
+        self._real = builtins.__import__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        depth = getattr(self._depth, "n", 0)
+        if depth:
+            return self._real(*args, **kwargs)
+        self._depth.n = 1
+        start = time.process_time()
+        try:
+            return self._real(*args, **kwargs)
+        finally:
+            self.spent += time.process_time() - start
+            self._depth.n = 0
+
+
+_IMPORTS = _ImportClock()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_LIMIT] = limit_s()
+    if config.stash[_LIMIT]:
+        builtins.__import__ = _IMPORTS
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if builtins.__import__ is _IMPORTS:
+        builtins.__import__ = _IMPORTS._real
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     item.stash[_START] = cpu_seconds()
+    item.stash[_IMPORTED] = _IMPORTS.spent
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -72,11 +109,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if start is None:
         return report
     now = cpu_seconds()
-    used = now - start
+    imports = _IMPORTS.spent - item.stash.get(_IMPORTED, _IMPORTS.spent)
+    used = now - start - imports
     if used > limit:
         setup = item.stash.get(_CALL, now) - start  # module-scoped fixtures run in the setup of their first test
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} used {used:.1f} s of CPU ({setup:.1f} s in setup, its fixtures'), over "
+        report.longrepr = (f"{item.nodeid} used {used:.1f} s of CPU besides {imports:.1f} s of imports ({setup:.1f} s "
+                           f"in setup, its fixtures'), over "
                            f"the fast lane's {limit:g} s: mark it (or its module) @pytest.mark.slow or make it "
                            f"cheaper (docs/contributing.md#the-fast-lane)")
     return report

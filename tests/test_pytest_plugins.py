@@ -49,12 +49,19 @@ def test_burns_cpu_but_is_slow():
 
 def test_sleeps():
     time.sleep(0.5)
+
+def test_imports_at_cost():
+    import importlib, sys
+    sys.modules.pop("costly_module", None)
+    import costly_module  # its import burns 0.3 s of CPU: not the test's
 '''
 
 
 def run_pytest(tmp_path: Path, source: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run a child pytest on ``source`` (as ``test_it.py`` in ``tmp_path``, its own rootdir)."""
     (tmp_path / "test_it.py").write_text(textwrap.dedent(source))
+    (tmp_path / "costly_module.py").write_text("import time\nstart = time.process_time()\n"
+                                               "while time.process_time() - start < 0.3:\n    pass\n")
     child_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     child_env.pop("PYTEST_XDIST_WORKER", None)
     child_env.pop("PYTEST_ADDOPTS", None)
@@ -89,13 +96,13 @@ def test_a_fast_lane_test_over_its_cpu_limit_fails_and_sleeping_is_free(tmp_path
     assert out.returncode == 1, out.stdout + out.stderr
     assert "ERROR test_it.py::test_burns_cpu - " in out.stdout
     assert "s in setup, its fixtures'), over the fast lane's 0.15 s: mark it (or its module) @pytest.mark.slow" in out.stdout
-    # the slow-marked burner and the sleeper (0.5 s of wall time, almost no CPU) pass
-    assert "3 passed" in out.stdout and "1 error" in out.stdout
+    # the slow-marked burner, the sleeper (0.5 s of wall time, almost no CPU) and the importer pass
+    assert "4 passed" in out.stdout and "1 error" in out.stdout
 
 
 def test_a_cpu_limit_of_zero_turns_the_check_off(tmp_path):
     off = run_pytest(tmp_path, CPU_BOUND, "-p", "tests.fast_lane", env={"PBKV_FAST_LANE_CPU_S": "0"})
-    assert off.returncode == 0 and "3 passed" in off.stdout
+    assert off.returncode == 0 and "4 passed" in off.stdout
 
 
 def test_a_bad_cpu_limit_is_one_clear_line(tmp_path):
