@@ -78,6 +78,7 @@ print(json.dumps({p: replay_stats(records, workload, p) for p in ("pbkv", "kvflo
 """
 
 
+@pytest.mark.slow
 def test_replays_under_different_string_hash_seeds_give_identical_stats():
     here = os.path.dirname(os.path.abspath(__file__))
     outs = []

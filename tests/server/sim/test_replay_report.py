@@ -89,6 +89,7 @@ def test_bad_host_ratio_is_a_clear_error(trace, ratio):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_gap_closed_is_computed_per_policy_on_the_baseline_to_reference_scale(trace, tmp_path):
     listed, output = _replay(trace, tmp_path, "--policy", "he", "--device-tokens", "30000")
     # the baseline and the reference ran for the scale only: the JSON and table list what was asked for

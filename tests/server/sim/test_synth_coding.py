@@ -34,6 +34,7 @@ def coding_trace(tmp_path_factory):
     return read_trace(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_coding_agent_marginals_within_ten_percent(coding_trace, name):
     measured = trace_marginals(coding_trace)[name]
