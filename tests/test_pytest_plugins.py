@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Formatting a failure raises as it did on CPython 3.11 under load (issue 35 item 1).
@@ -62,7 +64,9 @@ def run_pytest(tmp_path: Path, source: str, *args: str, env: dict[str, str] | No
     (tmp_path / "test_it.py").write_text(textwrap.dedent(source))
     (tmp_path / "costly_module.py").write_text("import time\nstart = time.process_time()\n"
                                                "while time.process_time() - start < 0.3:\n    pass\n")
-    child_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    child_env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child_env.pop("PBKV_FAST_LANE_CPU_S", None)  # the child's limit is the test's, not the caller's
+    child_env.update(env or {})
     child_env.pop("PYTEST_XDIST_WORKER", None)
     child_env.pop("PYTEST_ADDOPTS", None)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-p", "no:schemathesis",
@@ -103,6 +107,14 @@ def test_a_fast_lane_test_over_its_cpu_limit_fails_and_sleeping_is_free(tmp_path
 def test_a_cpu_limit_of_zero_turns_the_check_off(tmp_path):
     off = run_pytest(tmp_path, CPU_BOUND, "-p", "tests.fast_lane", env={"PBKV_FAST_LANE_CPU_S": "0"})
     assert off.returncode == 0 and "4 passed" in off.stdout
+
+
+@pytest.mark.slow  # its children burn 11 CPU seconds, which count as its own
+def test_the_check_is_on_in_the_fast_lane_and_off_in_a_full_run(tmp_path):
+    lane = run_pytest(tmp_path, CPU_BOUND.replace("burn(0.3)", "burn(5.5)", 1), "-p", "tests.fast_lane", "-m", "not slow")
+    assert lane.returncode == 1 and "over the fast lane's 5 s" in lane.stdout
+    full = run_pytest(tmp_path, CPU_BOUND.replace("burn(0.3)", "burn(5.5)", 1), "-p", "tests.fast_lane")
+    assert full.returncode == 0
 
 
 def test_a_bad_cpu_limit_is_one_clear_line(tmp_path):
