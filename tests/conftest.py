@@ -7,6 +7,7 @@ CrewAI telemetry and tracing are switched off for the whole session (no outbound
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -14,6 +15,15 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from pbkv_server.testing.local_cluster import free_port as find_free_port
+
+# Test modules and the packages they import keep their bytecode (pytest's rewritten asserts
+# included) in __pycache__ even where PYTHONDONTWRITEBYTECODE is set: without it every
+# pytest-xdist worker re-parses and rewrites every test module at each run, about half of the
+# collection's CPU time (docs/contributing.md#the-fast-lane). __pycache__ is git-ignored.
+sys.dont_write_bytecode = False
+
+# A failure is reported even when pytest cannot format it; a fast-lane test over 5 s CPU fails.
+pytest_plugins = ["tests.report_fallback", "tests.fast_lane"]
 
 for _name in ("CREWAI_DISABLE_TELEMETRY", "OTEL_SDK_DISABLED"):
     os.environ[_name] = "true"

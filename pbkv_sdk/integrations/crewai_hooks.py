@@ -16,6 +16,10 @@ Mapping and the CrewAI APIs used (crewai 1.x, checked against the installed sour
 * agent = the calling agent's ``role``, set by a ``before_llm_call`` hook in the thread or task
   that makes the call (the hook context carries the agent and its crew). The hook only reads
   and returns ``None``: PBKV registers no after-call hook and changes no message or response.
+  A task's ``pre_step`` hook also sets its agent's role for the whole task (reset by
+  ``post_step``): CrewAI's forced final answer after ``max_iter``
+  (``utilities/agent_utils.handle_max_iterations_exceeded``) calls ``llm.call`` without its
+  agent, so its ``before_llm_call`` context names none (issue 35 item 4).
 * transport: the process-wide stamping of :mod:`pbkv_sdk.autopatch` (the native OpenAI
   provider sends through httpx). :class:`PBKVInterceptor`, for ``LLM(interceptor=...)``, still
   works for apps that pass it (it stamps first; the transport then leaves the request alone).
@@ -36,7 +40,7 @@ from crewai.hooks.dispatch import InterceptionPoint, register, unregister
 from crewai.hooks.llm_hooks import register_before_llm_call_hook, unregister_before_llm_call_hook
 from crewai.llms.hooks.base import BaseInterceptor
 
-from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, set_agent, set_workflow
+from pbkv_sdk.context import ENV_BODY_HINTS, Workflow, reset_agent, set_agent, set_workflow
 from pbkv_sdk.env import env_flag
 from pbkv_sdk.integrations.base import Instrumentor, Options
 from pbkv_sdk.stamping import PendingCall, observe_response, prepare_request
@@ -102,6 +106,7 @@ class CrewAIInstrumentation:
         # id(crew) -> (workflow, token of the workflow variable set by execution_start)
         self._active: dict[int, tuple[Workflow, contextvars.Token | None]] = {}
         self._kickoff_of: dict[int, str | None] = {}  # workflow object id -> CrewAI kickoff event id
+        self._task_agent: dict[int, contextvars.Token] = {}  # id(task) -> token of its pre_step's set_agent
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -122,6 +127,8 @@ class CrewAIInstrumentation:
         """Remove the hooks and the event listener (idempotent)."""
         unregister(InterceptionPoint.EXECUTION_START, self._on_execution_start)
         unregister(InterceptionPoint.EXECUTION_END, self._on_execution_end)
+        unregister(InterceptionPoint.PRE_STEP, self._on_task_start)
+        unregister(InterceptionPoint.POST_STEP, self._on_task_end)
         unregister_before_llm_call_hook(self._before_llm_call)
         for event_type, handler in ((CrewKickoffCompletedEvent, self._on_kickoff_event), (CrewKickoffFailedEvent, self._on_kickoff_event)):
             try:
@@ -133,6 +140,8 @@ class CrewAIInstrumentation:
         """Register the hooks and the event listener."""
         register(InterceptionPoint.EXECUTION_START, self._on_execution_start)
         register(InterceptionPoint.EXECUTION_END, self._on_execution_end)
+        register(InterceptionPoint.PRE_STEP, self._on_task_start)
+        register(InterceptionPoint.POST_STEP, self._on_task_end)
         register_before_llm_call_hook(self._before_llm_call)
         crewai_event_bus.register_handler(CrewKickoffCompletedEvent, self._on_kickoff_event)
         crewai_event_bus.register_handler(CrewKickoffFailedEvent, self._on_kickoff_event)
@@ -163,6 +172,8 @@ class CrewAIInstrumentation:
             entry = self._active.pop(id(crew), None)
             if entry is not None:  # forget it: ids of ended workflows get reused by new objects
                 self._kickoff_of.pop(id(entry[0]), None)
+            for task in getattr(crew, "tasks", None) or ():  # a failed task never reached post_step
+                self._task_agent.pop(id(task), None)
         if entry is None:
             return None
         wf, token = entry
@@ -195,6 +206,32 @@ class CrewAIInstrumentation:
             wf.end("cancelled")
 
         task.add_done_callback(done)
+
+    def _on_task_start(self, ctx: Any) -> None:
+        """A crew task starts: its agent's role is the agent of every LLM call the task makes,
+        including the ones whose ``before_llm_call`` context names no agent (the forced final answer)."""
+        try:
+            role = getattr(ctx, "agent_role", None) or getattr(getattr(ctx, "agent", None), "role", None)
+            task = getattr(ctx, "task", None)
+            if getattr(ctx, "kind", None) != "task" or not role or task is None:
+                return None
+            token = set_agent(str(role).strip())
+            with self._lock:
+                self._task_agent[id(task)] = token
+        except Exception:
+            log.debug("PBKV: pre_step hook failed", exc_info=True)
+        return None
+
+    def _on_task_end(self, ctx: Any) -> None:
+        """A crew task ends: the agent goes back to what it was before the task."""
+        with self._lock:
+            token = self._task_agent.pop(id(getattr(ctx, "task", None)), None)
+        if token is not None:
+            try:
+                reset_agent(token)
+            except ValueError:  # ended in another context than it started in: leave it
+                pass
+        return None
 
     def _before_llm_call(self, ctx: Any) -> None:
         try:

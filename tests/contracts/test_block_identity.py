@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,6 +70,7 @@ _TEXT = st.text(alphabet=st.sampled_from(["a", "<", "|", ">", "\\", "e", "n", "d
 _MESSAGES = st.lists(st.fixed_dictionaries({"role": _TEXT, "content": _TEXT}), max_size=4)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_MESSAGES, _MESSAGES)
 def test_canonical_text_is_injective_on_message_lists(a, b):

@@ -45,7 +45,7 @@ def _run_script(tmp_path: Path, script: str, args: list[str], blocked: str) -> s
             f"sys.exit(getattr(importlib.import_module({module!r}), {attr!r})())")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "PBKV_TEST_BLOCK": blocked}
     return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=600)
 
 
 def test_the_blocker_blocks(tmp_path):

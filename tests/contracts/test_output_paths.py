@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 from pbkv_contract.files import output_problem, shared_output
 from pbkv_server.cli.bench import app as bench_app
 from pbkv_server.sim.synth.agents import write_trace
-from pbkv_train.cli import app as predictor_app
 
 runner = CliRunner()
 
@@ -64,6 +63,8 @@ def test_replay_refuses_one_path_for_json_and_plot_before_running(tmp_path):
 
 def test_predictor_train_refuses_an_out_equal_to_a_trace(tmp_path):
     trace, before = _trace(tmp_path)
+    from pbkv_train.cli import app as predictor_app  # torch: imported by the test that needs it
+
     result = runner.invoke(predictor_app, ["train", str(trace), "--out", str(trace), "--epochs", "1"])
     assert result.exit_code == 2, result.output
     assert "is the input file" in result.output

@@ -12,8 +12,6 @@ from pbkv_contract.trace import TraceFileReport, iter_trace
 from pbkv_sdk.cli import app as sdk_app
 from pbkv_server.cli.bench import app as bench_app
 from pbkv_server.sim.synth.agents import generate
-from pbkv_train.cli import app as predictor_app
-from pbkv_train.store import load_model
 
 runner = CliRunner()
 OPTIONAL = ("ttft_s", "cached_tokens", "block_chars", "features", "text", "block_tokens")
@@ -52,6 +50,9 @@ def test_a_trace_with_nulls_in_every_optional_field_replays(null_trace, tmp_path
 @pytest.mark.slow
 def test_a_trace_with_nulls_in_every_optional_field_trains(null_trace, tmp_path):
     model = tmp_path / "m.pt"
+    from pbkv_train.cli import app as predictor_app  # torch: imported by the test that needs it
+    from pbkv_train.store import load_model
+
     result = runner.invoke(predictor_app, ["train", str(null_trace), "--out", str(model), "--epochs", "1",
                                            "--threads", "1"])
     assert result.exit_code == 0, result.output

@@ -42,11 +42,11 @@ def test_hover_through_smg_keeps_each_workflow_on_one_replica_and_ends_it_there(
     assert ending.flush(10.0)
     assert len(outcomes) == CLAIMS and all(o["verdict"] for o in outcomes)
     # SMG does not route PBKV's endpoints: the reason for the replica list
-    assert httpx.post(cluster.router_url + "/pbkv/v1/workflows/x/end", json={}).status_code == 404
+    assert httpx.post(cluster.router_url + "/pbkv/v1/workflows/x/end", json={}, timeout=30).status_code == 404
     ends_received = [cluster.metric(i, "pbkv_requests_total", route="workflow_end", status="204")
                      for i in range(REPLICAS)]
     malformed = sum(cluster.metric(i, "pbkv_malformed_hints_total") for i in range(REPLICAS))
-    active = [httpx.get(u + "/health").json()["active_workflows"] for u in cluster.replica_urls]
+    active = [httpx.get(u + "/health", timeout=30).json()["active_workflows"] for u in cluster.replica_urls]
 
     app_steps = Counter((r.workflow_id, r.step) for r in read_trace(app_trace) if isinstance(r, InvocationRecord))
     served_by: dict[str, set[int]] = defaultdict(set)

@@ -37,7 +37,7 @@ def _serve(info: dict):
 
 
 async def _detect(url: str):
-    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         return await detect_vocab_size(client)
 
 

@@ -31,6 +31,7 @@ def test_markov3_on_a_fixed_pipeline_is_exact_and_served_as_distributions_over_a
     assert p.dists[1]["<END>"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["graphsage", "mlp", "transformer"])
 def test_every_network_backbone_trains_and_predicts_normalised_distributions(name):
     bb = train_backbone(name, _cycle_records(20), seed=1, epochs=3)

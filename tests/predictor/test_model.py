@@ -1,6 +1,7 @@
 """GraphSAGE model: layer formula, transition matrix, masked loss, and that training fits."""
 
 import numpy as np
+import pytest
 import torch
 from .predictor_fixtures import write_workflows
 
@@ -51,6 +52,7 @@ def test_default_size_is_about_350k_parameters():
     assert 300_000 <= count_parameters(net) <= 420_000
 
 
+@pytest.mark.slow
 def test_model_overfits_a_tiny_deterministic_trace_to_full_accuracy(tmp_path):
     wfs_spec = [(f"w{i}", ["plan", "search", "read", "search", "read", "answer"]) for i in range(4)]
     write_workflows(tmp_path / "t.jsonl", "app", wfs_spec)

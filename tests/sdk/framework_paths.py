@@ -583,7 +583,7 @@ def _run(server: Any, only: list[str] | None, rows: list, report: Callable[[tupl
 
 
 def _server_ends(server: Any) -> dict[str, int]:
-    text = httpx.get(server.url + "/metrics").text
+    text = httpx.get(server.url + "/metrics", timeout=30).text
     out: dict[str, int] = {}
     for match in re.finditer(r'pbkv_workflow_ends_total\{([^}]*)\} (\S+)', text):
         labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))

@@ -7,7 +7,6 @@ import logging
 import re
 
 import pytest
-from autogen_agentchat.base import TaskResult
 
 from pbkv_sdk import ending
 from pbkv_sdk.recorder import flush_all
@@ -63,6 +62,8 @@ def test_run_stream_yields_like_the_team_and_ends_with_the_task_result(fake_llm)
         return [item async for item in team.run_stream(task="fix bug 3")]
 
     items = asyncio.run(main())
+    from autogen_agentchat.base import TaskResult  # AutoGen: imported by the test that needs it
+
     assert isinstance(items[-1], TaskResult) and len(items[-1].messages) == 3
     assert ending.flush(5.0)
     assert [s for _, s, _ in fake_llm.ends] == ["completed"]

@@ -294,7 +294,7 @@ def _record_and_interrupt_twice(tmp_path, app_code: str) -> tuple[subprocess.Com
             time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGINT)
         time.sleep(0.3)
-        proc.wait(timeout=20)
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()

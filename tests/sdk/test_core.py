@@ -117,8 +117,10 @@ def test_end_signal_never_blocks_the_app_and_gives_up_after_its_timeout(fake_llm
         returned_after = time.perf_counter() - t0
         assert ending.flush(5.0)
         attempt_done_after = time.perf_counter() - t0
-    assert returned_after < 0.05
-    assert attempt_done_after < 0.3 + 0.7  # timeout plus scheduling slack, far below the 2 s delay
+    # Bounds are the injected 2 s hang, not a speed: end() returns without waiting for the answer,
+    # and the attempt gives up before it (a loaded machine delays both by far less; issue 35).
+    assert returned_after < fake_llm.end_delay_s / 2
+    assert attempt_done_after < fake_llm.end_delay_s
     assert len([r for r in caplog.records if "end signal" in r.getMessage()]) == 1
 
 
@@ -171,10 +173,11 @@ def test_a_retried_request_keeps_the_step_of_the_attempt_it_repeats(fake_llm: Fa
 
 def test_end_workflow_uses_the_server_url_from_the_environment(fake_llm: FakeOpenAI, monkeypatch):
     monkeypatch.setenv("PBKV_SERVER_URL", fake_llm.base_url)  # the /v1 suffix is dropped
+    fake_llm.end_delay_s = 2.0  # the answer comes late: the call must not wait for it
     _warm_sender()
     t0 = time.perf_counter()
     pbkv_sdk.end_workflow("wf-env", "cancelled")
-    assert time.perf_counter() - t0 < 0.05
+    assert time.perf_counter() - t0 < fake_llm.end_delay_s / 2
     assert ending.flush(5.0)
     assert [(w, s) for w, s, _ in fake_llm.ends] == [("wf-env", "cancelled")]
 
@@ -205,11 +208,12 @@ def test_a_burst_of_ends_to_a_hanging_server_is_sent_in_parallel_and_exit_waits_
     t0 = time.perf_counter()
     for i in range(n):
         pbkv_sdk.Workflow("demo", f"wf-hang-{i}", server_url=fake_llm.url, end_timeout_s=timeout_s).end()
-    assert time.perf_counter() - t0 < 0.1  # the app never waits
+    assert time.perf_counter() - t0 < fake_llm.end_delay_s / 2  # the app never waits for the hanging server
     assert ending.flush(5.0)
     drained = time.perf_counter() - t0
     # 8 ends on 4 threads = 2 rounds of one timeout each (0.6 s); one thread would need 8 x 0.3 = 2.4 s
-    assert drained < 1.8, drained
+    # (the bound, 7 timeouts, leaves a loaded machine 3.5 times the expected time and still fails one thread)
+    assert drained < 7 * timeout_s, drained
     assert sorted(w for w, _, _ in fake_llm.ends) == sorted(f"wf-hang-{i}" for i in range(n))
     # at interpreter exit the SDK waits at most the largest timeout of the ends still pending
     # (+0.1 s), not EXIT_FLUSH_S, and not the timeout of an end that was already delivered: one with

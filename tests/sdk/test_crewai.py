@@ -48,8 +48,8 @@ def wire(fake: FakeOpenAI) -> dict[str, tuple[str, list[str]]]:
 
 
 def ends_after_flush(fake: FakeOpenAI, n: int) -> list[tuple[str, str]]:
-    """End signals once ``n`` arrived (or 5 s passed): the fallback listener runs on CrewAI's pool."""
-    deadline = time.monotonic() + 5.0
+    """End signals once ``n`` arrived (or 30 s passed): the fallback listener runs on CrewAI's pool."""
+    deadline = time.monotonic() + 30.0  # generous under load; a pass ends it early
     while len(fake.ends) < n and time.monotonic() < deadline:
         ending.flush(1.0)
         time.sleep(0.01)
@@ -104,6 +104,9 @@ def test_a_failing_llm_ends_the_kickoff_failed_once(fake_llm, free_port):
     with pytest.raises(Exception):
         crew.kickoff(inputs={"question": "question-5"})
     assert [s for _, s in ends_after_flush(fake_llm, 1)] == ["failed"]
+    from pbkv_sdk.integrations.crewai import INSTRUMENTOR
+
+    assert INSTRUMENTOR.handle._task_agent == {}  # the failed task's agent is forgotten too
 
 
 def test_crew_completes_with_one_warning_when_pbkv_server_is_down(fake_llm, free_port, caplog):
@@ -167,4 +170,43 @@ def test_ended_kickoffs_leave_no_state_behind(fake_llm):
         crew.kickoff(inputs={"question": f"question-{i}"})
     ends_after_flush(fake_llm, 3)
     inst = INSTRUMENTOR.handle
-    assert inst._active == {} and inst._kickoff_of == {}  # a long-running app must not grow them
+    assert inst._active == {} and inst._kickoff_of == {} and inst._task_agent == {}  # a long-running app must not grow them
+
+
+def test_the_forced_final_answer_after_max_iter_carries_its_agent(fake_llm):
+    """An agent that never answers is asked once more after ``max_iter`` (CrewAI's forced final
+    answer, issue 35 item 4): that call is the agent's too, not ``unknown``."""
+    import json
+
+    from crewai import LLM, Agent, Crew, Process, Task
+    from crewai.tools import tool
+
+    from pbkv_sdk.integrations.crewai import instrument
+
+    @tool("lookup")
+    def lookup(query: str) -> str:
+        """Look a figure up."""
+        return f"no figure for {query}"
+
+    def never_final(body, n):
+        if not body.get("tools"):  # the forced call offers no tools: any text is the answer
+            return f"reply {n}: forced answer"
+        call = {"id": f"call-{n}", "type": "function", "function": {"name": "lookup", "arguments": json.dumps({"query": f"q{n}"})}}
+        return {"content": None, "tool_calls": [call]}
+
+    fake_llm.reply_fn = never_final
+    instrument(app="finance", server_url=fake_llm.url)
+    llm = LLM(model="openai/test-model", base_url=fake_llm.base_url, api_key="x", max_retries=0)
+    scout = Agent(role="Scout", goal="Find the figure", backstory="Looks things up.", llm=llm, tools=[lookup], max_iter=2)
+    writer = Agent(role=CREWAI_ROLES[1], goal="Write the answer up", backstory="Writes crisp notes.", llm=llm)
+    find = Task(description="Question: {question}. Find the figure.", expected_output="The figure.", agent=scout)
+    write = Task(description="Write the answer to: {question}.", expected_output="A short answer.", agent=writer)
+    crew = Crew(agents=[scout, writer], tasks=[find, write], process=Process.sequential, verbose=False)
+    crew.kickoff(inputs={"question": "question-9"})
+    [(wf, (question, roles))] = wire(fake_llm).items()
+    forced = [i for i, r in enumerate(fake_llm.requests) if not r.body.get("tools")]
+    assert forced, "the fake never saw the forced final answer call"
+    # max_iter=2: the tool-calling turns, then the forced call, all Scout's; then the writer
+    assert roles[0] == "Scout" and roles[-1] == CREWAI_ROLES[1] and roles.count(CREWAI_ROLES[1]) == 1
+    assert set(roles[:-1]) == {"Scout"}, roles
+    assert ends_after_flush(fake_llm, 1) == [(wf, "completed")]

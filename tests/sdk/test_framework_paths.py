@@ -31,6 +31,7 @@ def _run_paths(*only: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     return done, rows
 
 
+@pytest.mark.slow
 def test_the_opentelemetry_paths_alone_are_stamped_and_ended_as_documented():
     """The fast lane's share of the paths: the three OpenTelemetry ones (no agent framework loaded)."""
     done, rows = _run_paths("OpenTelemetry app")

@@ -242,7 +242,7 @@ def test_a_missing_framework_is_one_clear_line_and_the_app_runs(name):
         integration.uninstrument()
         print("ran")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout == "ran\n", done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1, lines  # once, however often it is called; no traceback
@@ -259,7 +259,7 @@ def test_the_framework_classes_without_their_framework_are_one_clear_import_erro
         except ImportError as exc:
             print(type(exc).__name__, exc)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stderr == ""
     assert done.stdout.startswith("MissingDependency PBKV: the crewai integration needs crewai>=0.100")
     assert done.stdout.count("\n") == 1

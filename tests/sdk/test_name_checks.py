@@ -108,7 +108,7 @@ def test_the_names_the_sdk_withholds_are_exactly_those_pbkv_server_ignores(pbkv_
             sdk_verdicts.append(raw.headers["x-pbkv-hints"])
             body = {"model": "m", "messages": [{"role": "user", "content": "x"}],
                     "custom_params": {"pbkv": Hints("wf-hand", name, 0, "demo").to_body()}}
-            by_hand.append(httpx.post(pbkv_server.url + "/v1/chat/completions", json=body).headers["x-pbkv-hints"])
+            by_hand.append(httpx.post(pbkv_server.url + "/v1/chat/completions", json=body, timeout=30).headers["x-pbkv-hints"])
     withheld = [v == "anonymous" for v in sdk_verdicts]
     assert set(sdk_verdicts) == {"ok", "anonymous"}  # never 'ignored'
     assert withheld == [False, False, True, True, True, True, True, False, False, False]

@@ -258,7 +258,7 @@ def test_case11_crewai_async_tasks_from_threads_and_kickoff_async_keep_their_wor
         with ThreadPoolExecutor(3) as pool:
             list(pool.map(lambda i: crew().kickoff(inputs={"question": f"question-{i}"}), range(3)))
         asyncio.run(crew().kickoff_async(inputs={"question": "question-3"}))
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # generous under load; a pass ends it early
         while len(fake_llm.ends) < 4 and time.monotonic() < deadline:  # the fallback listener is late
             ending.flush(1.0)
     finally:
@@ -381,7 +381,7 @@ def test_case16_a_silent_end_endpoint_costs_one_timeout_at_exit_and_one_warning(
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         done_line = proc.stdout.readline()
         t_done = time.time()
-        _, stderr = proc.communicate(timeout=60)
+        _, stderr = proc.communicate(timeout=300)
         t_exit = time.time()
     finally:
         hole.close()

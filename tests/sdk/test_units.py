@@ -8,6 +8,7 @@ import logging
 
 import httpx
 import openai
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ from pbkv_contract.trace import iter_trace
 from .fake_openai import FakeOpenAI
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.text(min_size=1, max_size=300))
 def test_any_agent_name_becomes_a_valid_header_that_decodes_to_a_prefix_of_it(name):

@@ -152,6 +152,7 @@ def test_ghost_hits_equal_the_lru_policy_replay_at_concurrency_1(tmp_path):
         assert he["guard"]["ghost_hit_rate"] == lru["hit_rate"]
 
 
+@pytest.mark.slow
 def test_guard_never_trips_when_the_oracle_policy_beats_lru(tmp_path):
     records, workload = _trace(tmp_path, "codegen", 80)
     run = dict(device_tokens=120000, host_tokens=240000)

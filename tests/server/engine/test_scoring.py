@@ -105,6 +105,7 @@ def _absorbed(pred: Prediction, k: int) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(data=st.data(), n_wf=st.integers(1, 6), gamma=st.floats(0.05, 0.99), horizon=st.integers(1, 3))
 def test_score_error_is_within_lemma_g2_bound(data, n_wf, gamma, horizon):

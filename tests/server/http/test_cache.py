@@ -32,7 +32,7 @@ def test_second_call_of_a_workflow_reuses_a_2000_token_prefix(start_server):
     system = {"role": "system", "content": text_of_tokens(2000, "instructions")}
     m1 = [system, {"role": "user", "content": "First question?"}]
     m2 = [system, {"role": "user", "content": "Second question?"}]
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         first = chat(client, m1, Hints("wf-1", "planner", 0, "demo"))
         second = chat(client, m2, Hints("wf-1", "coder", 1, "demo"))
     assert first.status_code == second.status_code == 200
@@ -58,7 +58,7 @@ def test_streamed_answer_reports_cached_tokens_in_final_usage_chunk(start_server
     server = start_server(policy="lru")
     system = {"role": "system", "content": text_of_tokens(2000, "shared")}
     warm, go = [system, {"role": "user", "content": "warm up"}], [system, {"role": "user", "content": "go"}]
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         chat(client, warm)
         resp = chat(client, go, stream=True, stream_options={"include_usage": True})
         # the scenario answers by the messages, so the same request unstreamed gets the same answer
@@ -89,7 +89,7 @@ def _pressure_run(server, again=("b", "a")) -> dict:
     b = [{"role": "system", "content": text_of_tokens(1000, "bravo")}]
     c = [{"role": "system", "content": text_of_tokens(1000, "charlie")}]
     out: dict = {}
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         rb = chat(client, b, Hints("wf-b", "worker", 0, "demo"), max_tokens=8)
         ra = chat(client, a, Hints("wf-a", "worker", 0, "demo"), max_tokens=8)
         # a second step: wf-a is a multi-step workflow, so its private history retires at its end

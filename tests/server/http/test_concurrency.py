@@ -52,7 +52,7 @@ def test_sixteen_concurrent_workflows_stream_and_json_never_mix(start_server, tm
             await asyncio.gather(*(client_run(c, client) for c in range(16)))
 
     asyncio.run(main())
-    text = httpx.get(server.url + "/metrics").text
+    text = httpx.get(server.url + "/metrics", timeout=30).text
     records = [r for r in read_trace(trace) if isinstance(r, InvocationRecord)]
     assert len(records) == 16 * len(AGENTS)
     for rec in records:

@@ -38,7 +38,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(start_server
 def test_openapi_document_describes_request_bodies_and_error_shapes(start_server):
     import httpx
 
-    doc = httpx.get(start_server().url + "/openapi.json").json()
+    doc = httpx.get(start_server().url + "/openapi.json", timeout=30).json()
     chat = doc["paths"]["/v1/chat/completions"]["post"]
     assert chat["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ChatCompletionRequest"}
     assert set(chat["responses"]) == {"200", "400", "413", "431", "500"}

@@ -52,7 +52,7 @@ def test_vllm_retain_pins_the_request_and_evict_retires_the_workflow_after_its_f
     server = start_server(policy="ttl-pin")
     seen = _engine_requests(server, monkeypatch)
     payload = {"execute_at": "request_completion", "include_current_request": True, "block_hashes": ["11"]}
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         r = chat(client, _user(60, "keep"), Hints("wf-v", "planner", 0, "app"), kv_hints=_envelope(
             _action("kv.retain", {**payload, "priority": 3, "ttl_seconds": 45.0}), protocol="1.0"))
         assert r.status_code == 200 and r.headers["X-PBKV-Hints"] == "ok"
@@ -75,7 +75,7 @@ def test_sglang_demote_of_another_session_deref_of_its_own_and_prefetch(start_se
     once served; ``kv.prefetch`` without a payload of a workflow with nothing on the host has no
     effect (counted so)."""
     server = start_server(policy="pbkv")
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         assert chat(client, _user(50, "other"), Hints("agent-42", "worker", 0, "app")).status_code == 200
         assert chat(client, _user(50, "mine"), Hints("wf-s", "lead", 0, "app")).status_code == 200
         assert client.get("/health").json()["active_workflows"] == 2
@@ -102,7 +102,7 @@ def test_dynamo_fetch_loads_the_workflows_host_cache_back(start_server, shape):
     device hits. Without the fetch (``None``) the same turn finds its prefix on the host."""
     server = start_server(policy="lru", device_tokens=600, host_tokens=2000, max_batch=1)
     prompt_a = _user(200, "alpha")
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         first = chat(client, prompt_a, Hints("wf-a", "lead", 0, "app"), max_tokens=2)
         prompt_tokens = int(first.headers["X-PBKV-Prompt-Tokens"])
         for i in range(2):  # wf-b fills the device: wf-a's prefix goes to the host tier
@@ -146,7 +146,7 @@ def test_a_retain_or_fetch_from_another_request_keeps_a_workflow_in_a_long_tool_
         engine_config_from(config), lifecycle_clock=lambda: now[0]))
     hint = _envelope(_action(action_type, {key: "wf-tool"}))
     try:
-        with httpx.Client(base_url=server.url) as client:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
             assert chat(client, _user(40, "tool"), Hints("wf-tool", "coder", 0, "app"), max_tokens=2).status_code == 200
             assert chat(client, _user(40, "lead"), Hints("wf-lead", "lead", 0, "app"), max_tokens=2).status_code == 200
             now[0] = 8.0
@@ -170,7 +170,7 @@ def test_a_retain_or_fetch_from_another_request_keeps_a_workflow_in_a_long_tool_
 
 def test_unknown_actions_are_counted_and_ignored_and_a_malformed_envelope_is_a_malformed_hint(start_server):
     server = start_server(policy="pbkv")
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         base = metric(client.get("/metrics").text, "pbkv_malformed_hints_total")
         # an unknown type and an unknown major version next to a valid hint: served, hints ok
         r = chat(client, _user(30, "u"), Hints("wf-u", "lead", 0, "app"), kv_hints=_envelope(
@@ -199,7 +199,7 @@ def test_unknown_actions_are_counted_and_ignored_and_a_malformed_envelope_is_a_m
 
 
 def test_the_openapi_document_states_the_envelope_fields(start_server):
-    doc = httpx.get(start_server().url + "/openapi.json").json()
+    doc = httpx.get(start_server().url + "/openapi.json", timeout=30).json()
     for schema in ("ChatCompletionRequest", "CompletionRequest"):
         props = doc["components"]["schemas"][schema]["properties"]
         assert "protocol_version" in props["kv_hints"]["description"] and "kv.fetch" in props["kv_hints"]["description"]
@@ -220,7 +220,7 @@ def test_the_sdk_sends_the_envelope_to_pbkv_server_only_when_opted_in(start_serv
     body = {"model": "m", "messages": _user(30, "sdk")}
     with pbkv_sdk.workflow(app="app", workflow_id="wf-plain", server_url=server.url, kv_hints=False):
         assert client.post(url, json=body).status_code == 200
-        text = httpx.get(server.url + "/metrics").text
+        text = httpx.get(server.url + "/metrics", timeout=30).text
         assert _count(text, "retain", "applied") == 0
     with pbkv_sdk.workflow(app="app", workflow_id="wf-sdk", server_url=server.url, kv_hints=True) as wf:
         assert client.post(url, json=body).headers["X-PBKV-Hints"] == "ok"  # no envelope yet: it teaches
@@ -230,7 +230,7 @@ def test_the_sdk_sends_the_envelope_to_pbkv_server_only_when_opted_in(start_serv
         wf.mark_final()
         assert client.post(url, json=body).status_code == 200
         assert server.service.workflows.get("wf-sdk") is None  # the envelope ended it, not the end route
-        text = httpx.get(server.url + "/metrics").text
+        text = httpx.get(server.url + "/metrics", timeout=30).text
     assert _count(text, "retain", "applied") == 1 and _count(text, "evict", "applied") == 1
     client.close()
     kvout.reset()
@@ -243,12 +243,12 @@ def test_the_server_advertises_the_actions_it_reads_on_every_answer_and_on_get(s
     from pbkv_sdk import kv_hints as kvout
 
     server = start_server()
-    answers = [httpx.post(server.url + "/v1/chat/completions", json={"model": "m", "messages": _user(5, "a")}),
-               httpx.post(server.url + "/v1/chat/completions", content=b"{"), httpx.get(server.url + "/health"),
-               httpx.get(server.url + "/no/such/route")]
+    answers = [httpx.post(server.url + "/v1/chat/completions", json={"model": "m", "messages": _user(5, "a")}, timeout=30),
+               httpx.post(server.url + "/v1/chat/completions", content=b"{", timeout=30),
+               httpx.get(server.url + "/health", timeout=30), httpx.get(server.url + "/no/such/route", timeout=30)]
     assert [r.status_code for r in answers] == [200, 400, 200, 404]
     assert all(r.headers["X-PBKV-KV-Hints"] == advertisement() for r in answers)
-    doc = httpx.get(server.url + "/pbkv/v1/kv_hints").json()
+    doc = httpx.get(server.url + "/pbkv/v1/kv_hints", timeout=30).json()
     assert doc["advertisement"] == advertisement() and len(doc["actions"]) == 7
     assert {a["kind"] for a in doc["actions"]} == {"retain", "demote", "evict", "fetch"}
     assert all(a["effect"] for a in doc["actions"])

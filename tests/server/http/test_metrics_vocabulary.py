@@ -27,7 +27,7 @@ def test_every_engine_metric_is_an_engine_stats_field():
 
 def test_server_exposes_every_engine_metric_with_its_definition(start_server):
     server = start_server(policy="pbkv")
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         assert chat(client, [{"role": "user", "content": "hello " * 50}], Hints("wf-m", "planner", 0, "demo")).status_code == 200
         text = client.get("/metrics").text
     for metric in ENGINE_METRICS:

@@ -25,7 +25,7 @@ def raw_post(server, headers: list[tuple[bytes, bytes]], body: bytes = BODY, pat
     host, port = server.url.removeprefix("http://").split(":")
     head = [b"POST " + path + b" HTTP/1.1", b"Host: x", b"Connection: close", b"Content-Type: application/json",
             b"Content-Length: %d" % len(body)] + [name + b": " + value for name, value in headers]
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(b"\r\n".join(head) + b"\r\n\r\n" + body)
         data = b""
         while chunk := sock.recv(65536):
@@ -119,7 +119,7 @@ def test_heads_over_the_limits_get_431_or_414_and_the_worker_survives(start_serv
 def test_a_header_still_streaming_past_the_limit_is_cut_off_without_buffering_it(start_server):
     server = start_server(policy="lru", max_header_bytes=4096)
     host, port = server.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Endless: ")
         answer = b""
         try:
@@ -151,4 +151,4 @@ def test_control_character_in_body_hint_agent_is_malformed_not_a_valid_agent(sta
 def raw_metrics(server) -> str:
     import httpx
 
-    return httpx.get(server.url + "/metrics").text
+    return httpx.get(server.url + "/metrics", timeout=30).text

@@ -15,7 +15,7 @@ USER = [{"role": "user", "content": "Plan the release, please."}]
 def test_a_reused_workflow_id_is_a_new_incarnation(start_server, tmp_path):
     trace = tmp_path / "served.jsonl"
     server = start_server(trace_out=str(trace))
-    with httpx.Client(base_url=server.url) as client:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         for run in range(2):  # the same id, run twice, each run ended
             for step in range(2):
                 assert chat(client, USER, Hints("wf-same", "planner", step, "demo")).status_code == 200

@@ -64,7 +64,7 @@ def test_simulator_replay_of_server_trace_gives_the_same_hit_rate(start_server, 
                           predictors={"*": "markov"})
     graphs = {"codegen": GRAPH} if policy == "kvflow" else {}
     for app, edges in graphs.items():  # kvflow's static graph reaches both through the same call
-        assert httpx.put(server.url + GRAPH_PATH.format(app=app), json={"edges": edges}).status_code == 204
+        assert httpx.put(server.url + GRAPH_PATH.format(app=app), json={"edges": edges}, timeout=30).status_code == 204
     sent, text = _run_workload(server, n_workflows=8, seed=3)
     server.stop()
     live_hit, live_host = metric(text, "pbkv_hit_rate"), metric(text, "pbkv_host_hit_rate")

@@ -33,7 +33,7 @@ def strict_sse(text: str) -> list[dict]:
 
 def _stream(server, **body) -> tuple[httpx.Response, list[dict]]:
     resp = httpx.post(server.base_url + "/chat/completions",
-                      json={"model": "m", "messages": MESSAGES, "max_tokens": 8, "stream": True, **body})
+                      json={"model": "m", "messages": MESSAGES, "max_tokens": 8, "stream": True, **body}, timeout=30)
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
     return resp, strict_sse(resp.text)
 
@@ -96,7 +96,7 @@ def test_n_above_one_is_a_400_saying_it_is_not_supported(start_server, route, bo
     server = start_server(policy="lru")
     extra = {"stream_options": {"include_usage": True}} if stream else {}
     resp = httpx.post(server.base_url + route, json={"model": "m", "n": 2, "stream": stream, "max_tokens": 8,
-                                                     **extra, **body})
+                                                     **extra, **body}, timeout=30)
     assert resp.status_code == 400
     err = resp.json()["error"]
     assert (err["param"], err["code"], err["type"]) == ("n", "unsupported_value", "invalid_request_error")
@@ -106,7 +106,7 @@ def test_n_above_one_is_a_400_saying_it_is_not_supported(start_server, route, bo
 @pytest.mark.parametrize("n", [0, 129, -1])
 def test_n_outside_openai_range_is_a_400_invalid_value(start_server, n):
     server = start_server(policy="lru")
-    resp = httpx.post(server.base_url + "/chat/completions", json={"model": "m", "messages": MESSAGES, "n": n})
+    resp = httpx.post(server.base_url + "/chat/completions", json={"model": "m", "messages": MESSAGES, "n": n}, timeout=30)
     assert resp.status_code == 400
     assert resp.json()["error"] == {"message": f"n must be an integer from 1 to 128, got {n}",
                                     "type": "invalid_request_error", "param": "n", "code": "invalid_value"}

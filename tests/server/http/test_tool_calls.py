@@ -35,7 +35,7 @@ MESSAGES = [{"role": "user", "content": "Which studio released the 1998 film dir
 
 def _post(server, hints=None, **body):
     body = {"model": "m", "messages": MESSAGES, **body}
-    return httpx.post(server.base_url + "/chat/completions", json=body, headers=hints.to_headers() if hints else {})
+    return httpx.post(server.base_url + "/chat/completions", json=body, headers=hints.to_headers() if hints else {}, timeout=30)
 
 
 def test_required_tool_choice_answers_with_a_schema_valid_call(start_server):

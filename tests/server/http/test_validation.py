@@ -14,8 +14,8 @@ USER = [{"role": "user", "content": "Hello there"}]
 
 def _post(server, body: dict | bytes, route: str = "/v1/chat/completions") -> httpx.Response:
     if isinstance(body, bytes):
-        return httpx.post(server.url + route, content=body, headers={"content-type": "application/json"})
-    return httpx.post(server.url + route, json=body)
+        return httpx.post(server.url + route, content=body, headers={"content-type": "application/json"}, timeout=30)
+    return httpx.post(server.url + route, json=body, timeout=30)
 
 
 @pytest.mark.parametrize("fields, param, code, words", [
@@ -142,7 +142,7 @@ def test_prompt_over_the_token_budget_is_refused_with_context_length_exceeded(st
         assert "over the limit of 100 tokens" in err["message"]
     prompt = _post(server, {"prompt": "word " * 150}, "/v1/completions").json()["error"]
     assert prompt["param"] == "prompt" and prompt["code"] == "context_length_exceeded"
-    text = httpx.get(server.url + "/metrics").text
+    text = httpx.get(server.url + "/metrics", timeout=30).text
     assert metric(text, "pbkv_prompt_tokens_total") == ok.json()["usage"]["prompt_tokens"]  # refused: never queued
 
 

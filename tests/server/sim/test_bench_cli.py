@@ -66,7 +66,7 @@ def test_truncated_line_is_skipped_with_a_warning_naming_the_line(trace, tmp_pat
     bad.write_text("\n".join(lines[:5] + ['{"type":"invocation","v":1,"app":"co'] + lines[5:]) + "\n")
     proc = subprocess.run([sys.executable, "-m", "pbkv_server.cli.bench", "replay", str(bad), "--policy", "lru",
                            "--device-tokens", "30000", "--json", str(tmp_path / "o.json")],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert f"{bad}:6: skipped 1 of " in proc.stderr and "not valid JSON" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -279,7 +279,7 @@ def test_truncated_last_line_is_skipped_and_the_rest_replayed(trace, tmp_path):
     cut.write_text(text + lines[1][: len(lines[1]) // 2])  # no newline: the writer died mid-line
     out = tmp_path / "o.json"
     proc = subprocess.run([sys.executable, "-m", "pbkv_server.cli.bench", "replay", str(cut), "--policy", "lru",
-                           "--device-tokens", "30000", "--json", str(out)], capture_output=True, text=True, timeout=120)
+                           "--device-tokens", "30000", "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert f"{cut}:{len(lines) + 1}" in proc.stderr and "Traceback" not in proc.stderr
     assert json.loads(out.read_text())["lru"]["requests"] == n_inv

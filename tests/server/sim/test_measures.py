@@ -98,6 +98,7 @@ def _replay(trace: Path, tmp_path: Path, *args: str) -> tuple[dict, str]:
     return json.loads(out.read_text()), " ".join(result.output.split())
 
 
+@pytest.mark.slow
 def test_replay_titles_name_the_host_tier_and_the_speedup_convention(trace, tmp_path):
     data, output = _replay(trace, tmp_path, "--policy", "pbkv", "--device-tokens", "20000")
     tier = "device 20000 tok, host 20000 tok (1x)"

@@ -176,6 +176,7 @@ def test_the_host_tier_drops_in_host_priority_order_not_device_order():
     assert result.summary["host_hit_rate"] == pytest.approx(1 / len(HOST_TRACE))
 
 
+@pytest.mark.slow
 def test_opt_ref_runs_once_on_the_timing_only_order_and_opt_iterates():
     records = list(generate("codegen", 40, seed=5))
     workload = load_workload(records)

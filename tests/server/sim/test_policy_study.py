@@ -38,6 +38,7 @@ def run(trace, policies, predictor):
     }
 
 
+@pytest.mark.slow
 def test_oracle_policy_order_and_pbkv_doubles_lru(trace):
     hit = run(trace, ["lru", "lae", "he", "pbkv", "belady"], "oracle")
     assert 0.20 <= hit["lru"] <= 0.35, hit  # the paper's pressure regime

@@ -100,6 +100,7 @@ def quick_runs(tmp_path_factory):
     return outs
 
 
+@pytest.mark.slow
 def test_quick_sweep_json_shape_and_determinism(quick_runs):
     a, b = quick_runs
     text = (a / "study.json").read_text()
@@ -127,6 +128,7 @@ def test_quick_sweep_json_shape_and_determinism(quick_runs):
     assert "Acceptance (pbkv)" in (a / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_quick_sweep_speedup_and_capture_from_the_same_json(quick_runs):
     data = json.loads((quick_runs[0] / "study.json").read_text())
     for c in data["workloads"][0]["cells"]:
@@ -149,6 +151,7 @@ def test_bad_workload_is_one_line(tmp_path):
     assert result.exit_code == 2 and "--host-ratios must be comma-separated numbers" in result.output
 
 
+@pytest.mark.slow
 def test_docs_script_tables_come_from_the_json(quick_runs, tmp_path):
     import importlib.util
     from pathlib import Path

@@ -175,6 +175,7 @@ def test_study_command_writes_a_report_json_and_one_figure_per_study(run_dir, tm
     assert {p["study"] for p in data["codegen_run"]["points"]} == {"concurrency", "gamma", "noise"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--concurrencies", "2,x"], "--concurrencies must be comma-separated whole numbers"),
     (["--studies", "concurrency,dance"], "unknown study 'dance'"),

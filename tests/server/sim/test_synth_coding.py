@@ -34,14 +34,24 @@ def coding_trace(tmp_path_factory):
     return read_trace(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_coding_agent_marginals_within_ten_percent(coding_trace, name):
     measured = trace_marginals(coding_trace)[name]
     assert measured == pytest.approx(TARGETS[name], rel=0.10), (name, measured, TARGETS[name])
 
 
-def test_coding_agent_calls_extend_the_previous_prompt(coding_trace):
+@pytest.fixture(scope="module")
+def small_coding_trace(tmp_path_factory):
+    """40 sessions (the marginals need 300, about 9 CPU seconds: too many for the fast lane)."""
+    path = tmp_path_factory.mktemp("ghcp-small") / "coding.jsonl"
+    write_trace(str(path), graph="coding-agent", workflows=40, seed=0)
+    return read_trace(path)
+
+
+def test_coding_agent_calls_extend_the_previous_prompt(small_coding_trace):
     """Within a turn, without compaction, a call's blocks start with every full block of the previous call."""
+    coding_trace = small_coding_trace
     by_turn: dict[str, list[InvocationRecord]] = {}
     for rec in coding_trace:
         if isinstance(rec, InvocationRecord):
