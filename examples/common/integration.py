@@ -26,6 +26,7 @@ from rich.console import Console
 from examples.common.results import PolicyResult
 from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter, read_trace
 from pbkv_server.engine.policies import BASELINE_POLICY
+from pbkv_server.sim.serving_metrics import SERVING_KEYS
 
 __all__ = ["EMBEDDED_END_TIMEOUT_S", "embedded_server", "train_predictor", "replay", "read_records",
            "canonicalise_trace", "retime_trace", "summary_to_result"]
@@ -185,8 +186,10 @@ def summary_to_result(policy: str, summary: Mapping[str, Any]) -> PolicyResult:
                 if not math.isnan(b["hit_rate"])]
     ends = [b["t_end"] for b in summary.get("timeline", [])]
     starts = [b["t_start"] for b in summary.get("timeline", [])]
+    # with the serving figures in bench_serving's names and the trace's hit-rate ceiling
+    # (pbkv_server.sim.serving_metrics): the examples' --json carries them per policy
     extra = {k: summary[k] for k in ("evictions", "evicted_tokens", "prefetched_tokens", "latency_ms", "workflows", "requests",
-                                     "latency_breakdown_s", "ttft_breakdown_s", "mean_decode_step_s")
+                                     "latency_breakdown_s", "ttft_breakdown_s", "mean_decode_step_s", *SERVING_KEYS)
              if k in summary}
     return PolicyResult(
         policy=policy,
