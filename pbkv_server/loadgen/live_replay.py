@@ -51,6 +51,7 @@ from pbkv_contract.trace import (
     read_trace,
 )
 from pbkv_server.sim.metrics import percentile
+from pbkv_server.sim.report import jsonable
 from pbkv_server.sim.serving_metrics import RequestTiming, Slo, serving_metrics
 
 __all__ = ["command", "replay", "check_arguments", "detect_vocab_size", "block_token_ids", "PromptBook", "RequestResult",
@@ -419,7 +420,8 @@ def _summarise(api: str, target: str, concurrency: int, n_wf: int, results: list
         workflow_latency_mean_s=statistics.fmean(wf_latencies) if wf_latencies else None,
         prompt_tokens=prompt, cached_tokens=cached, hit_rate=cached / prompt if prompt else 0.0,
         end_signals=ends, results=results,
-        serving=serving_metrics([r.timing() for r in ok if r.ttft_s is not None], slo, wf_latencies))
+        # NaN (no sample) as None: --json stays strict JSON
+        serving=jsonable(serving_metrics([r.timing() for r in ok if r.ttft_s is not None], slo, wf_latencies)))
 
 
 def _quantile(sorted_values: list[float], q: float) -> float | None:

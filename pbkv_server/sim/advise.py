@@ -191,6 +191,7 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     """
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+    from pbkv_server.sim.report import jsonable
 
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
@@ -224,7 +225,8 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
         advice.latency_s[name] = result.summary["mean_latency_s"]
         advice.hit_rate[name] = result.summary["hit_rate"] + result.summary["host_hit_rate"]
         advice.hit_rate_ceiling = result.summary["hit_rate_ceiling"]
-        advice.serving[name] = {k: result.summary[k] for k in SERVING_KEYS if k in result.summary}
+        # NaN (no sample, e.g. no TPOT when every reply is one token) as None: --json stays strict JSON
+        advice.serving[name] = jsonable({k: result.summary[k] for k in SERVING_KEYS if k in result.summary})
     base = advice.latency_s.get(BASELINE_POLICY)
     if base:
         advice.speedup = {p: base / lat if lat > 0 else math.nan for p, lat in advice.latency_s.items()}
