@@ -41,7 +41,8 @@ __all__ = ["Slo", "RequestTiming", "STATS", "LATENCY_METRICS", "serving_metrics"
 STATS: dict[str, float | None] = {"mean": None, "median": 50.0, "p90": 90.0, "p99": 99.0}
 #: The per-request latency distributions, in ``bench_serving``'s order.
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
-#: Every key :func:`serving_metrics` can write (the examples' JSON copies these from a summary).
+#: Every key :func:`serving_metrics` can write, and the trace's ``hit_rate_ceiling`` that
+#: :func:`~pbkv_server.sim.simulator.simulate` adds (advise and the examples' JSON copy these from a summary).
 SERVING_KEYS = (
     ("completed", "total_input", "total_output", "duration_s", "request_throughput", "input_throughput",
      "output_throughput", "total_throughput", "slo_ttft_ms", "slo_tpot_ms", "request_goodput", "slo_attainment",
