@@ -207,8 +207,8 @@ def _slo(ttft_ms: float | None, tpot_ms: float | None) -> Any:
 
     try:
         return Slo(ttft_ms, tpot_ms)
-    except ValueError as exc:
-        raise _fail(_as_option(str(exc))) from None
+    except ValueError as exc:  # its message names the flag
+        raise _fail(str(exc)) from None
 
 
 def _replay_config(s: ReplaySettings, policy: str, hw: Any, host_tokens: int | None) -> Any:

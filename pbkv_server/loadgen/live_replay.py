@@ -455,7 +455,7 @@ def command(
 ) -> None:
     """Replay a trace against a live server (SGLang or pbkv-server) and measure TTFT, latency, cached tokens."""
     try:
-        slo = _slo(slo_ttft, slo_tpot)
+        slo = Slo(slo_ttft, slo_tpot)  # a bad objective: a ValueError naming its flag
         check_arguments(target=target, concurrency=concurrency, api=api, gap_scale=gap_scale, timeout_s=timeout_s,
                         max_output_tokens=max_output_tokens, limit=limit, vocab_size=vocab_size)
         if (problem := output_problem(json_out, trace)) is not None:  # before a long replay, not after it
@@ -494,14 +494,6 @@ def command(
                           f"({alike} failed the same way; --json lists them all)", highlight=False, soft_wrap=True)
         if summary.errors == summary.requests:
             raise typer.Exit(code=1)
-
-
-def _slo(ttft_ms: float | None, tpot_ms: float | None) -> Slo:
-    """The objectives of ``--slo-ttft`` / ``--slo-tpot``; a bad one is a ``ValueError`` in the flag's name."""
-    try:
-        return Slo(ttft_ms, tpot_ms)
-    except ValueError as exc:
-        raise ValueError("--" + str(exc).replace("_", "-", 1)) from None
 
 
 def _print_summary(s: ReplaySummary) -> None:

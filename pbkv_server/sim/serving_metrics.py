@@ -67,7 +67,8 @@ class Slo:
     tpot_ms: float | None = None
 
     def __post_init__(self) -> None:
-        for name, value in (("slo_ttft", self.ttft_ms), ("slo_tpot", self.tpot_ms)):
+        # named as the command lines' flags, which are every user of this check
+        for name, value in (("--slo-ttft", self.ttft_ms), ("--slo-tpot", self.tpot_ms)):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number of milliseconds, got {value}")
 

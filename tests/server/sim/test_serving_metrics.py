@@ -70,7 +70,7 @@ def test_goodput_counts_the_requests_meeting_every_slo(slo, good):
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
 def test_an_slo_must_be_a_positive_number(bad):
-    with pytest.raises(ValueError, match="slo_ttft must be a positive"):
+    with pytest.raises(ValueError, match="--slo-ttft must be a positive"):
         Slo(ttft_ms=bad)
 
 
