@@ -123,6 +123,38 @@ def example_table(s: dict) -> list[str]:
     return rows
 
 
+def serving_table(s: dict) -> list[str]:
+    """Markdown rows of the serving figures in SGLang ``bench_serving``'s names (simulated ms), one
+    per policy, from each policy's ``extra`` (``pbkv_server.sim.serving_metrics``); empty for a
+    summary written before they existed."""
+    policies = {name: r.get("extra") or {} for name, r in s["policies"].items()}
+    if not any("p99_ttft_ms" in e for e in policies.values()):
+        return []
+    rows = ["Serving figures (names of SGLang `bench_serving`; simulated ms; ceiling = an infinite cache's hit rate "
+            "on the same trace):", "",
+            "| policy | median_ttft_ms | p90_ttft_ms | p99_ttft_ms | mean_tpot_ms | p99_tpot_ms | p99_itl_ms "
+            "| p99_e2e_latency_ms | request_throughput | dev+host hit / ceiling |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, e in policies.items():
+        r = s["policies"][name]
+        ceiling = e.get("hit_rate_ceiling")
+        hit = r["hit_rate"] + r["host_hit_rate"]
+        rows.append(f"| {name} | " + " | ".join(_ms(e.get(k)) for k in (
+            "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "p99_itl_ms",
+            "p99_e2e_latency_ms"))
+            + f" | {_num(e.get('request_throughput'), 3)} | {pct(hit)} / "
+              f"{'-' if ceiling is None else pct(ceiling)} |")
+    return rows + [""]
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _num(x, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
 def readme_rows(runs: list[tuple[Path, dict]]) -> list[str]:
     """README's short table: LRU against ``pbkv`` per run."""
     rows = [f"| run | LRU device hit | `pbkv` device hit | hit x LRU | {SPEEDUP_HEADER} |", "|---|---:|---:|---:|---:|"]
@@ -170,7 +202,7 @@ def render(runs: list[tuple[Path, dict]], reports: list[Path], root: Path, stamp
                   f"Setup: profile `{s.get('profile')}`, setup `{s.get('setup')}`, device {s.get('device_tokens'):,} tokens, "
                   f"host {s.get('host_tokens'):,} tokens, replay concurrency {s.get('replay_concurrency')}, "
                   f"{s.get('train_tasks')} training and {s.get('test_tasks')} test tasks.", ""]
-        lines += example_table(s) + [""]
+        lines += example_table(s) + [""] + serving_table(s)
     if reports:
         lines += ["## Sensitivity studies", "",
                   "Each table is the summary `pbkv-bench study` wrote into its report; the report links every figure.", ""]

@@ -15,6 +15,7 @@ from examples.common.data import DataError
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE
 from examples.common.capacity import DEFAULT_SETUP
 from examples.common.pipeline import ExampleSpec, RunOptions, run_example
+from pbkv_server.sim.serving_metrics import Slo
 
 __all__ = ["make_app"]
 
@@ -51,6 +52,10 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
         no_belady: bool = typer.Option(False, "--no-opt", "--no-belady",
                                        help="skip the offline reference opt, the reference every gap is measured "
                                             "against (--no-belady is its former name)"),
+        slo_ttft: Optional[float] = typer.Option(None, "--slo-ttft", min=0, help="goodput's TTFT objective, ms "
+                                                 "(request_goodput in the JSON; bench_serving --goodput ttft:MS)"),
+        slo_tpot: Optional[float] = typer.Option(None, "--slo-tpot", min=0, help="goodput's TPOT objective, ms "
+                                                 "(bench_serving --goodput tpot:MS)"),
     ) -> None:
         """Run the example end to end: app -> traces -> predictor -> replay under every policy -> table, plots."""
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -62,8 +67,9 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
                           replay_concurrency=concurrency, profile=profile, setup=setup, pressure=pressure,
                           host_ratio=host_ratio, messages=messages, seed=seed,
                           out_dir=out_dir, json_out=json_out, belady=not no_belady, epochs=epochs,
-                          timing=timing)
+                          timing=timing, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot)
         try:
+            Slo(slo_ttft, slo_tpot)  # a bad objective fails now, not after the app run
             run_example(spec_factory(), opts, console)
         except (DataError, ValueError, KeyError) as exc:
             # str(KeyError) wraps its message in quotes; args[0] is the message itself.

@@ -26,6 +26,7 @@ from rich.console import Console
 from examples.common.results import PolicyResult
 from pbkv_contract.trace import InvocationRecord, TraceRecord, TraceWriter, read_trace
 from pbkv_server.engine.policies import BASELINE_POLICY
+from pbkv_server.sim.serving_metrics import SERVING_KEYS, Slo
 
 __all__ = ["EMBEDDED_END_TIMEOUT_S", "embedded_server", "train_predictor", "replay", "read_records",
            "canonicalise_trace", "retime_trace", "summary_to_result"]
@@ -137,7 +138,7 @@ def _rewrite(path: Path, records: Sequence[TraceRecord]) -> None:
 
 def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrency: int, profile: str,
            device_tokens: int, host_tokens: int, static_graph: Mapping[str, Sequence[str]] | None, app: str,
-           console: Console | None = None) -> list[PolicyResult]:
+           console: Console | None = None, slo: Slo | None = None) -> list[PolicyResult]:
     """Replay ``trace`` once per policy and return the results in ``policies`` order.
 
     Args:
@@ -150,6 +151,7 @@ def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrenc
         static_graph: the app's declared agent graph for graph-reading policies such as kvflow
             (``None``: learned from the trace).
         app: the trace's app name.
+        slo: goodput's objectives (``request_goodput`` in each result's ``extra``).
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -173,7 +175,7 @@ def replay(trace: Path, policies: Sequence[str], *, model_path: Path, concurrenc
             bar = progress.add_task(f"replay {policy}", total=len(workload.units))
             predictor = load_predictor(model_path, app=app) if policy_info(policy).predictive else None
             sim = simulate(workload, ReplayConfig(policy, hw, device_tokens=device_tokens, host_tokens=host_tokens),
-                           ReplayOptions(concurrency=concurrency, predictor=predictor, app_graphs=graphs,
+                           ReplayOptions(concurrency=concurrency, predictor=predictor, app_graphs=graphs, slo=slo,
                                          on_workflow_end=lambda n, bar=bar: progress.update(bar, completed=n)))
             results.append(summary_to_result(policy, sim.summary))
     return results
@@ -185,8 +187,10 @@ def summary_to_result(policy: str, summary: Mapping[str, Any]) -> PolicyResult:
                 if not math.isnan(b["hit_rate"])]
     ends = [b["t_end"] for b in summary.get("timeline", [])]
     starts = [b["t_start"] for b in summary.get("timeline", [])]
+    # with the serving figures in bench_serving's names and the trace's hit-rate ceiling
+    # (pbkv_server.sim.serving_metrics): the examples' --json carries them per policy
     extra = {k: summary[k] for k in ("evictions", "evicted_tokens", "prefetched_tokens", "latency_ms", "workflows", "requests",
-                                     "latency_breakdown_s", "ttft_breakdown_s", "mean_decode_step_s")
+                                     "latency_breakdown_s", "ttft_breakdown_s", "mean_decode_step_s", *SERVING_KEYS)
              if k in summary}
     return PolicyResult(
         policy=policy,

@@ -41,6 +41,7 @@ from pbkv_server.engine.policies import (
     BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info,
 )
 from pbkv_server.sim.measures import host_value
+from pbkv_server.sim.serving_metrics import Slo
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES, alternative_label, best_shipped
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile
 
@@ -121,6 +122,8 @@ class RunOptions:
         timing: the traces' times (:data:`TIMINGS`): ``nominal`` (default; deterministic per
             seed) or ``recorded`` (the wall clock of the app run: tool and framework gaps as this
             machine ran them, so figures move with its load).
+        slo_ttft_ms / slo_tpot_ms: goodput's objectives, ms (``None``: not checked; with neither,
+            no goodput), :class:`pbkv_server.sim.serving_metrics.Slo`.
     """
 
     quick: bool = False
@@ -139,6 +142,8 @@ class RunOptions:
     belady: bool = True
     epochs: int | None = None
     timing: str = TIMINGS[0]
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
 
 
 class OutputPathError(ValueError):
@@ -294,6 +299,7 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
     results = integ.replay(
         traces["test"], policies, model_path=model_path, concurrency=concurrency, profile=opts.profile,
         device_tokens=device, host_tokens=host, static_graph=spec.static_graph, app=spec.app, console=console,
+        slo=Slo(opts.slo_ttft_ms, opts.slo_tpot_ms),
     )
     timings["replay_s"] = time.perf_counter() - t
     comparisons = compare(results, baseline=BASELINE_POLICY, reference=REFERENCE_POLICY if opts.belady else None,

@@ -115,7 +115,10 @@ def replay(ctx: typer.Context, s: ReplaySettings) -> None:
     the offline reference's (``REFERENCE_POLICY``) device hit rate, the device + host hit rate,
     prefill saved, speedup vs LRU and latency capture. A baseline or reference that is not listed
     is replayed too (unless ``--no-gap``), for the scales only. A replay that cannot show a
-    difference between policies says so in one line.
+    difference between policies says so in one line. Then the serving figures in SGLang
+    ``bench_serving``'s names (:mod:`pbkv_server.sim.serving_metrics`): TTFT, TPOT, ITL and
+    end-to-end latency at mean, median, p90 and p99, workflow (and session) latency, throughput,
+    goodput under ``--slo-ttft`` / ``--slo-tpot``, and the hit rate against the trace's ceiling.
     """
     from pbkv_server.sim.report import plot_timelines, write_json
 
@@ -139,6 +142,7 @@ class _ReplayPlan:
     hw: Any
     host: int
     gap: bool
+    slo: Any = None
     records: list = field(default_factory=list)
     workload: Any = None
     trace_app: str | None = None
@@ -194,7 +198,17 @@ def _replay_plan(s: ReplaySettings) -> _ReplayPlan:
         host = host_tokens_for(hw, s.device_tokens, s.host_tokens, ratio)
     except ValueError as exc:
         raise _fail(f"--host-ratio: {exc}") from None
-    return _ReplayPlan(policies, scale_only, hw, host, gap)
+    return _ReplayPlan(policies, scale_only, hw, host, gap, _slo(s.slo_ttft, s.slo_tpot))
+
+
+def _slo(ttft_ms: float | None, tpot_ms: float | None) -> Any:
+    """Goodput's objectives of ``--slo-ttft`` / ``--slo-tpot`` (one line and exit 2 for a bad one)."""
+    from pbkv_server.sim.serving_metrics import Slo
+
+    try:
+        return Slo(ttft_ms, tpot_ms)
+    except ValueError as exc:  # its message names the flag
+        raise _fail(str(exc)) from None
 
 
 def _replay_config(s: ReplaySettings, policy: str, hw: Any, host_tokens: int | None) -> Any:
@@ -251,7 +265,7 @@ def _replay_policies(s: ReplaySettings, plan: _ReplayPlan) -> tuple[dict[str, di
             label = f"{name} (gap)" if name in plan.scale_only else name
             task = progress.add_task(f"{label:16s}", total=len(plan.workload.units))
             options = ReplayOptions(
-                concurrency=s.concurrency, timeline_bins=s.timeline_bins,
+                concurrency=s.concurrency, timeline_bins=s.timeline_bins, slo=plan.slo,
                 predictor_factory=lambda: make_predictor(s.predictor, s.horizon, plan.records, app=plan.trace_app),
                 on_workflow_end=lambda done, task=task: progress.update(task, completed=done))
             try:
@@ -278,6 +292,7 @@ def _print_replay(s: ReplaySettings, plan: _ReplayPlan, results: dict[str, dict]
     from pbkv_server.sim.cluster import cluster_line
     from pbkv_server.sim.measures import CAPTURE_NOTE, no_difference_verdict, trace_block_tokens
     from pbkv_server.sim.report import breakdown_table, latency_table, results_table
+    from pbkv_server.sim.serving_report import serving_tables
 
     hw, workload = plan.hw, plan.workload
     ends = {p: (replayed.get(p) or {}).get("hit_rate") for p in (BASELINE_POLICY, REFERENCE_POLICY)}
@@ -296,6 +311,8 @@ def _print_replay(s: ReplaySettings, plan: _ReplayPlan, results: dict[str, dict]
     console.print(latency_table(results, f"latency (simulated seconds), {tier}; {speedup}", caption=CAPTURE_NOTE))
     console.print(breakdown_table(results, f"where the mean workflow latency goes (simulated seconds), {tier}; "
                                            f"{speedup}"))
+    for table in serving_tables(results, tier):
+        console.print(table)
     verdict = no_difference_verdict(replayed, BASELINE_POLICY, trace_block_tokens(plan.records),
                                     first["device_tokens"], first["host_tokens"])
     if verdict is not None:
@@ -329,13 +346,14 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
     from pbkv_server.sim.simulator import SimulationError
 
     hw = _advise_hardware(s)  # every check before the first replay: one line and exit 2 each
+    slo = _slo(s.slo_ttft, s.slo_tpot)
     try:
         records = read_trace(s.trace)
         meta = trace_meta(s.trace)
         if meta is not None and meta.note:
             console.print(f"trace written by {meta.writer}: {meta.note}", highlight=False, markup=False, soft_wrap=True)
         advice = run_advise(records, hw, concurrency=s.concurrency, host_ratio=s.host_ratio, predictor=s.predictor,
-                            engine=s.engine, trace=s.trace.name,
+                            engine=s.engine, trace=s.trace.name, slo=slo,
                             progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))
     except (TraceFormatError, OSError, ValueError, ImportError, SimulationError) as exc:
         raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None

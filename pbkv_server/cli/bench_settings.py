@@ -47,6 +47,16 @@ def _json_out(what: str) -> Any:
     return option(None, f"write {what} here (JSON)", flag="--json")
 
 
+def _slo_ttft() -> Any:
+    return option(None, "goodput's TTFT objective, ms: request_goodput counts requests whose first token came within "
+                        "it (bench_serving --goodput ttft:MS)", min=0)
+
+
+def _slo_tpot() -> Any:
+    return option(None, "goodput's TPOT objective, ms: mean time per output token after the first (bench_serving "
+                        "--goodput tpot:MS)", min=0)
+
+
 @dataclass
 class ReplaySettings:
     """``pbkv-bench replay``: replay a trace under each policy (help lines are the flags' docs)."""
@@ -80,6 +90,8 @@ class ReplaySettings:
                                      "(per request) or cache-aware (SMG's)")
     lru_guard: bool = option(True, "robustness guard of he/pbkv/pbkv-aggressive: LRU order while a ghost LRU would "
                                    "hit more (--no-lru-guard: always the predicted order)")
+    slo_ttft: Optional[float] = _slo_ttft()
+    slo_tpot: Optional[float] = _slo_tpot()
 
 
 @dataclass
@@ -101,3 +113,5 @@ class AdviseSettings:
                                           "compares PBKV with the best policy it ships")
     plot: Optional[Path] = option(None, "write the figure here (PNG)")
     json_out: Optional[Path] = _json_out("the figures")
+    slo_ttft: Optional[float] = _slo_ttft()
+    slo_tpot: Optional[float] = _slo_tpot()

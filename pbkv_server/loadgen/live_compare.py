@@ -271,3 +271,20 @@ def _print(trace: Path, s: ServerSettings, concurrency: int, live: ReplaySummary
     console.print(table)
     rel = (sim["hit_rate"] - live.hit_rate) / live.hit_rate if live.hit_rate else float("nan")
     console.print(f"simulator - live: {sim['hit_rate'] - live.hit_rate:+.3f} ({rel:+.1%} of live)")
+    # the serving figures side by side, in bench_serving's names (pbkv_server.sim.serving_metrics);
+    # the simulator's are in its profile's seconds, so they compare only under a measured or calibrated one
+    figures = Table(title=f"serving figures (bench_serving names), live vs simulated under {hw.name} timing")
+    for col in ("metric", "SGLang (live)", "simulator"):
+        figures.add_column(col, justify="left" if col == "metric" else "right")
+    for key in SERVING_ROWS:
+        figures.add_row(key, _fmt(live.serving.get(key)), _fmt(sim.get(key)))
+    console.print(figures)
+
+
+#: The figures live-compare prints on both sides.
+SERVING_ROWS = ("median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
+                "p99_itl_ms", "median_e2e_latency_ms", "p99_e2e_latency_ms", "request_throughput", "output_throughput")
+
+
+def _fmt(value: Any) -> str:
+    return "-" if not isinstance(value, (int, float)) or value != value else f"{value:.3f}" if value < 10 else f"{value:.1f}"

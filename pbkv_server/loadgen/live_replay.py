@@ -15,8 +15,11 @@ radix tree sees exactly the recorded prefix sharing:
 - ``--api auto`` picks ``generate`` when ``GET /get_model_info`` answers (SGLang), else ``chat``.
 
 Measured per request (streaming): TTFT (send -> first streamed token, seconds), latency (send ->
-end), prompt and cached tokens as the server reports them. Printed: a summary table; ``--json``
-writes the summary and every request.
+end), the gaps between streamed output chunks (ITL, as ``bench_serving`` measures it), prompt and
+cached tokens as the server reports them. Printed: a summary table with the serving figures in
+SGLang ``bench_serving``'s names (:mod:`pbkv_server.sim.serving_metrics`: TTFT, TPOT, ITL and
+end-to-end latency at mean, median, p90 and p99, throughput, goodput under ``--slo-ttft`` /
+``--slo-tpot``); ``--json`` writes the summary and every request.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from pbkv_contract.trace import (
     read_trace,
 )
 from pbkv_server.sim.metrics import percentile
+from pbkv_server.sim.report import jsonable
+from pbkv_server.sim.serving_metrics import RequestTiming, Slo, serving_metrics
 
 __all__ = ["command", "replay", "check_arguments", "detect_vocab_size", "block_token_ids", "PromptBook", "RequestResult",
            "ReplaySummary"]
@@ -133,6 +138,14 @@ class RequestResult:
     cached_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    sent_s: float = 0.0  # when it was sent, seconds after the replay started
+    itl_s: list[float] = field(default_factory=list)  # gaps between its streamed output chunks
+
+    def timing(self) -> RequestTiming:
+        """As a :class:`~pbkv_server.sim.serving_metrics.RequestTiming` (times from the replay's start)."""
+        first = self.sent_s + (self.ttft_s if self.ttft_s is not None else self.latency_s)
+        return RequestTiming(self.sent_s, first, self.sent_s + self.latency_s, self.prompt_tokens,
+                             self.completion_tokens, [(g, 1) for g in self.itl_s])
 
 
 @dataclass(slots=True)
@@ -155,6 +168,7 @@ class ReplaySummary:
     cached_tokens: int
     hit_rate: float
     end_signals: int = 0
+    serving: dict[str, float] = field(default_factory=dict)  # bench_serving names (serving_metrics)
     results: list[RequestResult] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -206,7 +220,8 @@ def check_arguments(*, target: str, concurrency: int = 1, api: str = "auto", gap
 async def replay(records: Sequence[Any], target: str, concurrency: int, api: str = "auto",
                  vocab_size: int | None = None,
                  gap_scale: float = 0.0, model: str = "default", timeout_s: float = 600.0,
-                 progress: Optional[Progress] = None, max_output_tokens: int | None = None) -> ReplaySummary:
+                 progress: Optional[Progress] = None, max_output_tokens: int | None = None,
+                 slo: Slo | None = None) -> ReplaySummary:
     """Replay ``records`` (trace records) against ``target``; see the module docstring.
 
     Args:
@@ -222,6 +237,7 @@ async def replay(records: Sequence[Any], target: str, concurrency: int, api: str
         timeout_s: per-request timeout, seconds.
         max_output_tokens: cap on each request's output length (``None`` = as recorded).
         progress: optional rich progress bar (one tick per request).
+        slo: goodput's objectives (``serving`` of the summary).
 
     Raises:
         ValueError: a bad argument (see :func:`check_arguments`) or a trace without invocations.
@@ -262,7 +278,7 @@ async def replay(records: Sequence[Any], target: str, concurrency: int, api: str
                     if gap_scale > 0 and prev_end is not None and rec.t_start > prev_end:
                         await asyncio.sleep(gap_scale * (rec.t_start - prev_end))
                     prompt = ids[id(rec)] if api == "generate" else texts[id(rec)]
-                    results.append(await _send(client, api, rec, prompt, model, max_output_tokens))
+                    results.append(await _send(client, api, rec, prompt, model, max_output_tokens, t0))
                     prev_end = rec.t_end
                     if progress is not None:
                         progress.advance(task_id)
@@ -277,7 +293,7 @@ async def replay(records: Sequence[Any], target: str, concurrency: int, api: str
         t0 = time.perf_counter()
         await asyncio.gather(*(run_workflow(wf, invs) for wf, invs in workflows.items()))
         wall = time.perf_counter() - t0
-    return _summarise(api, target, concurrency, len(workflows), results, wf_latencies, wall, ends)
+    return _summarise(api, target, concurrency, len(workflows), results, wf_latencies, wall, ends, slo)
 
 
 async def detect_vocab_size(client: httpx.AsyncClient) -> int | None:
@@ -310,7 +326,7 @@ async def _detect_api(client: httpx.AsyncClient) -> str:
 
 
 async def _send(client: httpx.AsyncClient, api: str, rec: InvocationRecord, prompt: Any,
-                model: str, max_output_tokens: int | None = None) -> RequestResult:
+                model: str, max_output_tokens: int | None = None, origin: float | None = None) -> RequestResult:
     hints = Hints(rec.workflow_id, rec.agent, rec.step, rec.app, bool(rec.internal))  # internal travels on
     out = RequestResult(rec.workflow_id, rec.step, rec.agent, ok=False)
     max_new = max(1, rec.completion_tokens)
@@ -330,6 +346,8 @@ async def _send(client: httpx.AsyncClient, api: str, rec: InvocationRecord, prom
                 "max_tokens": max_new, "stream": True, "stream_options": {"include_usage": True},
                 "custom_params": {BODY_KEY: hints.to_body()}}
     t0 = time.perf_counter()
+    out.sent_s = t0 - (t0 if origin is None else origin)
+    last = t0
     try:
         async with client.stream("POST", path, json=body, headers=headers) as resp:
             if resp.status_code != 200:
@@ -346,8 +364,13 @@ async def _send(client: httpx.AsyncClient, api: str, rec: InvocationRecord, prom
                     chunk = json.loads(data)
                 except json.JSONDecodeError:
                     continue
-                if out.ttft_s is None and _has_output(api, chunk):
-                    out.ttft_s = time.perf_counter() - t0
+                if _has_output(api, chunk):
+                    now = time.perf_counter()
+                    if out.ttft_s is None:
+                        out.ttft_s = now - t0
+                    else:  # bench_serving's ITL: the gap since the previous chunk with output
+                        out.itl_s.append(now - last)
+                    last = now
                 _read_usage(api, chunk, out)
         out.ok = True
     except httpx.HTTPError as exc:
@@ -383,7 +406,7 @@ def _read_usage(api: str, chunk: dict, out: RequestResult) -> None:
 
 
 def _summarise(api: str, target: str, concurrency: int, n_wf: int, results: list[RequestResult],
-               wf_latencies: list[float], wall: float, ends: int) -> ReplaySummary:
+               wf_latencies: list[float], wall: float, ends: int, slo: Slo | None = None) -> ReplaySummary:
     ok = [r for r in results if r.ok]
     ttfts = sorted(r.ttft_s for r in ok if r.ttft_s is not None)
     prompt = sum(r.prompt_tokens for r in ok)
@@ -396,7 +419,9 @@ def _summarise(api: str, target: str, concurrency: int, n_wf: int, results: list
         latency_mean_s=statistics.fmean(r.latency_s for r in ok) if ok else None,
         workflow_latency_mean_s=statistics.fmean(wf_latencies) if wf_latencies else None,
         prompt_tokens=prompt, cached_tokens=cached, hit_rate=cached / prompt if prompt else 0.0,
-        end_signals=ends, results=results)
+        end_signals=ends, results=results,
+        # NaN (no sample) as None: --json stays strict JSON
+        serving=jsonable(serving_metrics([r.timing() for r in ok if r.ttft_s is not None], slo, wf_latencies)))
 
 
 def _quantile(sorted_values: list[float], q: float) -> float | None:
@@ -423,9 +448,14 @@ def command(
                                                     help="cap each request's output length (default: as recorded)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write the summary and every request here"),
     timeout_s: float = typer.Option(600.0, "--timeout", help="per-request timeout, seconds"),
+    slo_ttft: Optional[float] = typer.Option(None, "--slo-ttft", min=0, help="goodput's TTFT objective, ms "
+                                                                            "(bench_serving --goodput ttft:MS)"),
+    slo_tpot: Optional[float] = typer.Option(None, "--slo-tpot", min=0, help="goodput's TPOT objective, ms "
+                                                                            "(bench_serving --goodput tpot:MS)"),
 ) -> None:
     """Replay a trace against a live server (SGLang or pbkv-server) and measure TTFT, latency, cached tokens."""
     try:
+        slo = Slo(slo_ttft, slo_tpot)  # a bad objective: a ValueError naming its flag
         check_arguments(target=target, concurrency=concurrency, api=api, gap_scale=gap_scale, timeout_s=timeout_s,
                         max_output_tokens=max_output_tokens, limit=limit, vocab_size=vocab_size)
         if (problem := output_problem(json_out, trace)) is not None:  # before a long replay, not after it
@@ -445,7 +475,7 @@ def command(
     try:
         with Progress(*columns, console=err_console, transient=True) as progress:
             summary = asyncio.run(replay(records, target, concurrency, api, vocab_size, gap_scale, model,
-                                         timeout_s, progress, max_output_tokens))
+                                         timeout_s, progress, max_output_tokens, slo))
     except ValueError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(code=2) from None
@@ -480,7 +510,24 @@ def _print_summary(s: ReplaySummary) -> None:
         ("workflow latency mean", fmt(s.workflow_latency_mean_s, 1.0, " s")),
         ("prompt tokens", str(s.prompt_tokens)), ("cached tokens", str(s.cached_tokens)),
         ("hit rate (cached/prompt)", f"{s.hit_rate:.3f}"), ("end signals accepted", str(s.end_signals)),
+        *_serving_rows(s.serving),
     ]
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
+
+
+def _serving_rows(m: dict[str, float]) -> list[tuple[str, str]]:
+    """Rows of the ``bench_serving`` figures (names as in ``--json``'s ``serving``)."""
+    def ms(key: str) -> str:
+        v = m.get(key)
+        return "-" if v is None or not math.isfinite(v) else f"{v:.1f} ms"
+
+    rows = [(key, ms(key)) for key in ("median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
+                                       "mean_itl_ms", "p99_itl_ms", "p99_e2e_latency_ms")]
+    for key, unit in (("request_throughput", "req/s"), ("output_throughput", "tok/s"), ("request_goodput", "req/s"),
+                      ("slo_attainment", "")):
+        v = m.get(key)
+        if v is not None:
+            rows.append((key, f"{v:.3f} {unit}".rstrip() if math.isfinite(v) else "-"))
+    return rows

@@ -35,6 +35,7 @@ from pbkv_server.engine import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REFERENCE_POLICY
 from pbkv_server.sim.capacity import WorkingSet, largest_request, working_set
 from pbkv_server.sim.measures import MIN_DIFFERENCE
+from pbkv_server.sim.serving_metrics import SERVING_KEYS, Slo
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES, alternative_label, best_shipped, shipped_policies
 from pbkv_server.hardware.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3_32B, RTX_A6000, GpuSpec, ModelSpec, \
     derive_profile, host_tokens_for
@@ -111,6 +112,9 @@ class Advice:
             (trace field ``served_by``), ``"partly simulator"`` when some were, ``None`` when the
             trace does not say (a real server, or a trace written before the field).
         trace: the trace's name (for the figure), predictor: the predictor spec of he/pbkv.
+        hit_rate_ceiling: the trace's infinite-cache hit rate (:mod:`pbkv_server.sim.ceiling`).
+        serving: per policy, its ``bench_serving`` figures (:mod:`pbkv_server.sim.serving_metrics`;
+            goodput when SLOs were given).
     """
 
     profile: str
@@ -130,6 +134,8 @@ class Advice:
     trace_origin: str | None = None
     trace: str = ""
     predictor: str = "markov"
+    hit_rate_ceiling: float | None = None
+    serving: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -168,7 +174,7 @@ def trace_origin(records: Sequence[TraceRecord]) -> str | None:
 def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurrency: int = 32,
            host_ratio: float = DEFAULT_HOST_RATIO, policies: Sequence[str] | None = None, predictor: str = "markov",
            horizon: int = 3, progress: Callable[[str], None] | None = None, engine: str = DEFAULT_ENGINE,
-           trace: str = "") -> Advice:
+           trace: str = "", slo: Slo | None = None) -> Advice:
     """Demand, capacity, regime, every policy's speedup over LRU and the verdict for ``records``.
 
     Args:
@@ -176,6 +182,7 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
         engine: the user's inference engine (:data:`pbkv_server.sim.shipped.ENGINES`): the
             verdict compares PBKV with the best policy it ships.
         trace: the trace's name, for the figure.
+        slo: goodput's service-level objectives (:class:`~pbkv_server.sim.serving_metrics.Slo`).
 
     Raises:
         ValueError: no invocation, ``concurrency`` < 1, an unknown engine, a host ratio outside
@@ -184,6 +191,7 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
     """
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+    from pbkv_server.sim.report import jsonable
 
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
@@ -212,10 +220,13 @@ def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurre
             progress(name)
         config = ReplayConfig(name, profile, device_tokens=device, host_tokens=host, horizon=horizon)
         result = simulate(workload, config,
-                          ReplayOptions(concurrency=concurrency,
+                          ReplayOptions(concurrency=concurrency, slo=slo,
                                         predictor=make_predictor(predictor, horizon, records, app=app)))
         advice.latency_s[name] = result.summary["mean_latency_s"]
         advice.hit_rate[name] = result.summary["hit_rate"] + result.summary["host_hit_rate"]
+        advice.hit_rate_ceiling = result.summary["hit_rate_ceiling"]
+        # NaN (no sample, e.g. no TPOT when every reply is one token) as None: --json stays strict JSON
+        advice.serving[name] = jsonable({k: result.summary[k] for k in SERVING_KEYS if k in result.summary})
     base = advice.latency_s.get(BASELINE_POLICY)
     if base:
         advice.speedup = {p: base / lat if lat > 0 else math.nan for p, lat in advice.latency_s.items()}
@@ -278,6 +289,8 @@ ORIGIN_NOTE = {
 
 def advice_lines(a: Advice) -> list[str]:
     """The report, one line each (the CLI prints them)."""
+    from pbkv_server.sim.serving_report import serving_line
+
     ws = a.ws
     out = [
         f"workload: {ws.workflows} replay units (sessions or workflows), {ws.requests} requests, largest prompt {ws.max_prompt_tokens:,} tok",
@@ -297,6 +310,9 @@ def advice_lines(a: Advice) -> list[str]:
         if REFERENCE_POLICY in a.speedup:
             out.append(f"offline reference (MIN on both tiers, not a latency bound): "
                        f"{a.speedup[REFERENCE_POLICY]:.2f}x LRU")
+        if a.hit_rate_ceiling is not None:
+            out.append(f"hit-rate ceiling (an infinite cache on this trace): {a.hit_rate_ceiling:.3f}")
+        out += [serving_line(p, a.serving[p]) for p in (BASELINE_POLICY, DEFAULT_POLICY) if p in a.serving]
     out.append(f"verdict{f' ({a.trace_origin} trace)' if a.trace_origin else ''}: {a.verdict}")
     return out
 

@@ -157,7 +157,8 @@ class ReplayDriver:
         unit = self.units[w]
         if kind == self._SUBMIT:
             req = unit.requests[j]
-            self.metrics.workflow_started(unit.workflow_ids[j], time)  # its first request counts
+            # its first request counts; the unit is its session (session latency)
+            self.metrics.workflow_started(unit.workflow_ids[j], time, unit.unit_id)
             self.metrics.request_arrived(req.request_id, time, unit.agents[j], unit.apps[j], unit.workflow_ids[j])
             if self.future is not None:
                 self.future.bind(self.engines[0].submitted, req.request_id)
@@ -210,7 +211,7 @@ class ReplayDriver:
             if self.future is not None:
                 self.future.consume(ev.request_id)
             return
-        self.metrics.finished(ev.request_id, ev.time)
+        self.metrics.finished(ev.request_id, ev.time, ev.output_tokens)
         w, j = self.where[ev.request_id]
         unit = self.units[w]
         end = unit.ends[j]

@@ -10,7 +10,10 @@
 * latency breakdown (:meth:`MetricsCollector.latency_breakdown`): a workflow's latency split
   into admission wait, host-to-device load, prefill, decode and tool gaps, which add up to it;
 * decision latencies: mean and p99 of the engine's eviction-decision, score-update,
-  prefetch-decision and predictor-call samples (wall-clock, milliseconds in the summary).
+  prefetch-decision and predictor-call samples (wall-clock, milliseconds in the summary);
+* serving metrics in ``bench_serving``'s names (:meth:`MetricsCollector.serving`,
+  :mod:`pbkv_server.sim.serving_metrics`): TTFT, TPOT, ITL, end-to-end, workflow and session
+  latency at mean, median, p90 and p99, throughput, and goodput under SLOs.
 
 Times are in the caller's clock (engine seconds in a replay).
 """
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from pbkv_server.engine.metric_names import LATENCY_METRICS
+from pbkv_server.sim.serving_metrics import RequestTiming, Slo, serving_metrics
 
 __all__ = ["MetricsCollector", "percentile", "latency_summary", "guard_summary", "BREAKDOWN_PARTS"]
 
@@ -55,7 +59,8 @@ def guard_summary(stats: Any) -> dict[str, Any]:
 
 
 def percentile(values: Iterable[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) by linear interpolation between closest ranks; NaN if empty."""
+    """The ``q``-th percentile (0-100) by linear interpolation between closest ranks (numpy's default
+    method, which ``bench_serving`` uses): rank ``(n - 1) q / 100`` of the n sorted values; NaN if empty."""
     data = sorted(values)
     if not data:
         return math.nan
@@ -84,6 +89,7 @@ class _Request:
     device_cached: int = 0
     host_cached: int = 0
     finish: float = math.nan
+    output_tokens: int = 0
     admitted: float = math.nan
     load_s: float = 0.0
     prefill_s: float = 0.0
@@ -115,6 +121,7 @@ class MetricsCollector:
         self._requests: dict[str, _Request] = {}
         self._wf_start: dict[str, float] = {}
         self._wf_end: dict[str, float] = {}
+        self._wf_session: dict[str, str] = {}  # workflow -> its session, where the producer said
         # admission iterations per engine: source -> start -> (end, load seconds, prefill seconds)
         self._iterations: dict[Any, dict[float, tuple[float, float, float]]] = {}
 
@@ -147,15 +154,21 @@ class MetricsCollector:
             req.source = source
             self._iterations.setdefault(source, {})[admitted] = (event.time, req.load_s, req.prefill_s)
 
-    def finished(self, request_id: str, time: float) -> None:
-        """The request's last token was produced at ``time``."""
+    def finished(self, request_id: str, time: float, output_tokens: int | None = None) -> None:
+        """The request's last token (of ``output_tokens``; unknown: TPOT and ITL leave it out) was
+        produced at ``time``."""
         req = self._requests.get(request_id)
         if req is not None:
             req.finish = time
+            if output_tokens is not None:
+                req.output_tokens = output_tokens
 
-    def workflow_started(self, workflow_id: str, time: float) -> None:
-        """The workflow's first request was sent at ``time`` (later calls for the same id are ignored)."""
+    def workflow_started(self, workflow_id: str, time: float, session_id: str | None = None) -> None:
+        """The workflow's first request was sent at ``time`` (later calls for the same id are
+        ignored); ``session_id``: the session it belongs to (session latency)."""
         self._wf_start.setdefault(workflow_id, time)
+        if session_id is not None:
+            self._wf_session.setdefault(workflow_id, session_id)
 
     def workflow_ended(self, workflow_id: str, time: float) -> None:
         """The workflow ended at ``time``; its latency is recorded once (unknown ids are ignored)."""
@@ -247,15 +260,7 @@ class MetricsCollector:
         its latency and their means to the mean latency. A producer without admission times
         counts each TTFT as admission wait. All parts are NaN when no workflow ended.
         """
-        per_source = {}  # engine -> (starts, ends, cumulative load, cumulative prefill) of its iterations
-        for source, iterations in self._iterations.items():
-            starts = sorted(iterations)
-            cum_load, cum_prefill = [0.0], [0.0]
-            for t in starts:
-                _, load, prefill = iterations[t]
-                cum_load.append(cum_load[-1] + load)
-                cum_prefill.append(cum_prefill[-1] + prefill)
-            per_source[source] = (starts, [iterations[t][0] for t in starts], cum_load, cum_prefill)
+        per_source = self._per_source()
         empty = ([], [], [0.0], [0.0])
         sums = {w: [0.0] * 5 for w in self._wf_end}
         for r in self._requests.values():
@@ -280,6 +285,70 @@ class MetricsCollector:
         latency = sum(end - self._wf_start[w] for w, end in self._wf_end.items()) / n
         in_engine = sum(acc[4] for acc in sums.values()) / n
         return dict(zip(BREAKDOWN_PARTS, [*means, latency - in_engine]))
+
+    def _per_source(self) -> dict[Any, tuple[list[float], list[float], list[float], list[float]]]:
+        """Per engine, its admission iterations sorted by start: ``(starts, ends, cumulative load
+        seconds, cumulative prefill seconds)`` (the cumulative lists start with 0)."""
+        per_source = {}
+        for source, iterations in self._iterations.items():
+            starts = sorted(iterations)
+            cum_load, cum_prefill = [0.0], [0.0]
+            for t in starts:
+                _, load, prefill = iterations[t]
+                cum_load.append(cum_load[-1] + load)
+                cum_prefill.append(cum_prefill[-1] + prefill)
+            per_source[source] = (starts, [iterations[t][0] for t in starts], cum_load, cum_prefill)
+        return per_source
+
+    def request_timings(self) -> list[RequestTiming]:
+        """Every finished request as a :class:`~pbkv_server.sim.serving_metrics.RequestTiming`, with
+        its inter-token gaps rebuilt from the iterations of its engine.
+
+        The engine reports admission iterations one by one (each :class:`FirstToken`) but runs
+        decode-only stretches in one go, so a request's ``output_tokens - 1`` gaps are rebuilt:
+        each admission iteration of its engine that started at or after its first token and ended
+        by its last is one gap of that iteration's length (it decoded one token for the request
+        while it loaded and prefilled others: the long gaps of the tail), and the remaining gaps
+        share the rest of its decode time evenly (decode steps between two admissions differ only
+        by the growth of the batch's context). An iteration that admitted only the engine's own
+        internal requests (speculative prefill) reports nothing and falls among the even gaps.
+        A request whose output length is unknown gets no gaps.
+        """
+        per_source = self._per_source()
+        empty: tuple[list[float], list[float], list, list] = ([], [], [0.0], [0.0])
+        out = []
+        for r in self._requests.values():
+            if math.isnan(r.finish) or math.isnan(r.first_token):
+                continue
+            gaps: list[tuple[float, int]] = []
+            n_gaps = r.output_tokens - 1
+            if n_gaps > 0:
+                starts, ends, _, _ = per_source.get(r.source, empty)
+                lo, hi = bisect.bisect_left(starts, r.first_token), bisect.bisect_right(ends, r.finish)
+                interrupts = [ends[i] - starts[i] for i in range(lo, hi)][:n_gaps]
+                gaps = [(g, 1) for g in interrupts]
+                rest = n_gaps - len(interrupts)
+                if rest:
+                    gaps.append((max(0.0, r.finish - r.first_token - sum(interrupts)) / rest, rest))
+            out.append(RequestTiming(r.arrival, r.first_token, r.finish, r.prompt_tokens, r.output_tokens, gaps))
+        return out
+
+    def serving(self, slo: Slo | None = None) -> dict[str, float]:
+        """The ``bench_serving`` figures (:func:`pbkv_server.sim.serving_metrics.serving_metrics`):
+        request latencies from :meth:`request_timings`, workflow latencies of the ended workflows,
+        and session latencies (a session's first submission to its last workflow's end) when some
+        session holds two or more ended workflows; goodput with ``slo``."""
+        spans: dict[str, list[float]] = {}
+        for w, end in self._wf_end.items():
+            session = self._wf_session.get(w)
+            if session is not None:
+                span = spans.setdefault(session, [self._wf_start[w], end, 0])
+                span[0], span[1], span[2] = min(span[0], self._wf_start[w]), max(span[1], end), span[2] + 1
+        sessions = {s: end - start for s, (start, end, _) in spans.items()}
+        if not any(n >= 2 for _, _, n in spans.values()):
+            sessions = {}  # every session is one workflow: the workflow figures say it all
+        return serving_metrics(self.request_timings(), slo,
+                               [end - self._wf_start[w] for w, end in self._wf_end.items()], sessions)
 
     def ttft_breakdown(self) -> dict[str, float]:
         """Mean TTFT split into ``queue_s``, ``load_s``, ``prefill_s`` and ``decode_s`` (the
@@ -316,14 +385,15 @@ class MetricsCollector:
                 sums.setdefault(r.agent, []).append(r.first_token - r.arrival)
         return {a: sum(v) / len(v) for a, v in sorted(sums.items())}
 
-    def summary(self, engine_stats: Any = None) -> dict[str, Any]:
+    def summary(self, engine_stats: Any = None, slo: Slo | None = None) -> dict[str, Any]:
         """All metrics as a JSON-ready dict.
 
         Keys: ``hit_rate``, ``host_hit_rate``, ``mean_latency_s``, ``p50_latency_s``,
         ``p99_latency_s``, ``mean_ttft_s``, ``p99_ttft_s``, ``per_agent_ttft_s``, ``per_app``, ``workflows``,
         ``requests``, ``timeline``, ``latency_breakdown_s`` (:meth:`latency_breakdown`),
         ``ttft_breakdown_s`` (:meth:`ttft_breakdown`), ``mean_queue_length``
-        (:meth:`mean_queue_length`); with ``engine_stats`` (an ``EngineStats``)
+        (:meth:`mean_queue_length`), the ``bench_serving`` keys of :meth:`serving` (goodput with
+        ``slo``); with ``engine_stats`` (an ``EngineStats``)
         also ``evictions``, ``evicted_tokens``, ``prefetched_tokens``, ``speculative_prefill_tokens``,
         ``mean_decode_step_s`` (mean duration of the decode part of an iteration, NaN without any) and ``latency_ms``
         (per kind: n, mean_ms, p99_ms).
@@ -348,6 +418,7 @@ class MetricsCollector:
             "ttft_breakdown_s": self.ttft_breakdown(),
             "mean_queue_length": self.mean_queue_length(),
         }
+        out.update(self.serving(slo))
         if engine_stats is not None:
             n_decode = getattr(engine_stats, "decode_iterations", 0)
             out["mean_decode_step_s"] = engine_stats.decode_s / n_decode if n_decode else math.nan

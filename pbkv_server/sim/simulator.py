@@ -38,6 +38,8 @@ from pbkv_server.sim.cluster import Router, make_router
 from pbkv_server.sim.driver import ReplayDriver, SimulationError
 from pbkv_server.sim.future import TraceFuture, reference_order
 from pbkv_server.sim.metrics import MetricsCollector, guard_summary
+from pbkv_server.sim.ceiling import workload_ceiling
+from pbkv_server.sim.serving_metrics import Slo
 
 log = logging.getLogger(__name__)
 
@@ -376,6 +378,8 @@ class ReplayOptions:
         app_graphs: static agent graph per app for ``kvflow`` (default: learned from the workload,
             see :func:`static_graphs`).
         on_workflow_end: called with the number of finished replay units after each one (progress bars).
+        slo: goodput's service-level objectives (``request_goodput`` and ``slo_attainment`` in the
+            summary; :mod:`pbkv_server.sim.serving_metrics`); ``None``: no goodput.
         speculative_prefill: attach each request's next-turn prefix for a policy that declares
             ``speculative_prefill`` (Dynamo's speculative prefill). ``None`` (default): on for one
             engine, off behind a router (cluster replays were recorded without it; the prefix goes
@@ -389,6 +393,7 @@ class ReplayOptions:
     app_graphs: dict[str, dict[str, Sequence[str]]] | None = None
     on_workflow_end: Callable[[int], None] | None = None
     speculative_prefill: bool | None = None
+    slo: Slo | None = None
 
 
 def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = ReplayOptions(),
@@ -408,7 +413,8 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
             :class:`~pbkv_server.sim.cluster.Router`; ``None``: ``affinity`` when ``replicas`` > 1.
 
     Returns:
-        The :class:`SimResult`. Behind a router its summary also holds the routing figures
+        The :class:`SimResult`; its summary holds ``hit_rate_ceiling``, the trace's infinite-cache
+        hit rate (:mod:`pbkv_server.sim.ceiling`). Behind a router its summary also holds the routing figures
         (:meth:`~pbkv_server.sim.driver.ReplayDriver.cluster_summary`), ``router``, and the
         replicas' summed ``evictions``, ``evicted_tokens``, ``prefetched_tokens``,
         ``speculative_prefill_tokens`` (and ``guard`` over their summed counters).
@@ -442,6 +448,8 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
     speculative = info.speculative_prefill and (
         not clustered if options.speculative_prefill is None else options.speculative_prefill)
 
+    ceiling = workload_ceiling(workload)  # the trace's, whatever the policy (pbkv_server.sim.ceiling)
+
     def run(future: TraceFuture | None) -> tuple[SimResult, list[str]]:
         engines = []
         for predictor in predictors:
@@ -454,12 +462,13 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
                               on_unit_end=options.on_workflow_end, speculative=speculative)
         driver.run()
         if clustered:
-            summary = _cluster_summary(metrics, driver, engines, router, workload.hash_collisions)
+            summary = _cluster_summary(metrics, driver, engines, router, workload.hash_collisions, options.slo)
         else:
-            summary = metrics.summary(engines[0].stats)
+            summary = metrics.summary(engines[0].stats, options.slo)
             if engines[0].cache.guard is not None:
                 summary["guard"] = guard_summary(engines[0].stats)
             summary["hash_collisions"] = workload.hash_collisions
+        summary["hit_rate_ceiling"] = ceiling
         return SimResult(config.policy, summary, engines, metrics), driver.submitted_ids
 
     if not info.offline:
@@ -488,10 +497,11 @@ _GUARD_COUNTERS = ("evictions", "prompt_tokens", "guard_switches", "guard_fallba
 
 
 def _cluster_summary(metrics: MetricsCollector, driver: ReplayDriver, engines: list[Engine],
-                     router: str | Router, hash_collisions: int) -> dict[str, Any]:
-    """A cluster replay's summary: the metrics over all requests, the routing figures and the
-    replicas' summed counters (per-engine figures such as decode step times are left out)."""
-    summary = metrics.summary()
+                     router: str | Router, hash_collisions: int, slo: Slo | None = None) -> dict[str, Any]:
+    """A cluster replay's summary: the metrics over all requests (goodput with ``slo``), the
+    routing figures and the replicas' summed counters (per-engine figures such as decode step
+    times are left out)."""
+    summary = metrics.summary(slo=slo)
     summary.update(driver.cluster_summary())
     summary["router"] = router if isinstance(router, str) else type(router).__name__
     summary["hash_collisions"] = hash_collisions

@@ -64,7 +64,7 @@ def test_live_replay_against_pbkv_server_reports_cache_hits_and_ends_workflows(t
         from pbkv_server.cli.bench import app
 
         result = CliRunner().invoke(app, ["live-replay", str(trace), "--target", server.url, "--concurrency", "2",
-                                          "--json", str(out)])
+                                          "--json", str(out), "--slo-ttft", "600000"])
         assert result.exit_code == 0, result.output
         stats = server.service.driver.stats()
     summary = json.loads(out.read_text())
@@ -77,6 +77,13 @@ def test_live_replay_against_pbkv_server_reports_cache_hits_and_ends_workflows(t
         assert by_step[(w, 1)]["cached_tokens"] > 0 and by_step[(w, 2)]["cached_tokens"] > 0
     assert 0 < summary["hit_rate"] < 1
     assert stats.retired_workflows == 2  # both end signals reached the engine
+    # the bench_serving figures, from the requests' own times (mean of their TTFTs, in ms)
+    serving, results = summary["serving"], summary["results"]
+    assert serving["completed"] == 6 and serving["total_input"] == summary["prompt_tokens"]
+    assert serving["mean_ttft_ms"] == pytest.approx(1e3 * sum(r["ttft_s"] for r in results) / 6)
+    assert serving["p99_e2e_latency_ms"] <= 1e3 * max(r["latency_s"] for r in results) + 1e-6
+    assert serving["slo_attainment"] == 1.0  # every first token within ten minutes
+    assert "p99_ttft_ms" in result.output
 
 
 def test_generate_api_sends_input_ids_recorded_lengths_and_hints(serve_asgi):

@@ -129,6 +129,10 @@ def test_command_prints_live_and_simulated_hit_rates_side_by_side(tmp_path, serv
     assert data["sim"]["hit_rate"] == pytest.approx(440 / 720) == data["live"]["hit_rate"]
     assert data["sim"]["prompt_tokens"] == 720
     assert "SGLang (live)" in result.output and "simulator" in result.output and "+0.0%" in result.output
+    # the serving figures on both sides, in bench_serving's names: 6 one-token requests each
+    assert data["live"]["serving"]["completed"] == 6 == data["sim"]["completed"]
+    assert data["live"]["serving"]["total_input"] == 720 == data["sim"]["total_input"]
+    assert "p99_ttft_ms" in result.output and "request_throughput" in result.output
 
 
 def test_command_refuses_an_unwritable_json_path_before_replaying(tmp_path):

@@ -38,6 +38,12 @@ def test_chat_trace_says_no_gain(tmp_path):
     # speedup is L_lru / L_policy, from the replayed latencies
     for p, s in data["speedup"].items():
         assert s == pytest.approx(data["latency_s"]["lru"] / data["latency_s"][p])
+    # the bench_serving figures per policy and the trace's ceiling, in the JSON and two lines of text
+    assert data["hit_rate_ceiling"] >= max(data["hit_rate"].values()) - 1e-12
+    assert set(data["serving"]) == set(data["speedup"])
+    assert data["serving"]["pbkv"]["p99_ttft_ms"] >= data["serving"]["pbkv"]["median_ttft_ms"] > 0
+    assert "hit-rate ceiling (an infinite cache on this trace)" in result.output
+    assert [line for line in result.output.splitlines() if line.startswith("pbkv: TTFT mean/p50/p90/p99")]
     assert data["speedup"]["opt"] < 1.03 and plot.stat().st_size > 0
 
 

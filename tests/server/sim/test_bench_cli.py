@@ -318,3 +318,23 @@ def test_inputs_that_hung_or_failed_late_are_one_line_at_once(trace, args, messa
     # issue 35: --horizon 1e9 and --replicas 1e6 printed nothing for minutes
     text = _bad(["replay", str(trace), "--policy", "lru", *args])
     assert message in text and "━" not in text, text  # no progress bar: nothing was replayed
+
+
+def test_replay_prints_and_writes_the_bench_serving_figures(trace, tmp_path):
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["replay", str(trace), "--policy", "lru", "--no-gap", "--concurrency", "4",
+                                 "--slo-ttft", "1000", "--slo-tpot", "100", "--json", str(out)], terminal_width=80)
+    assert result.exit_code == 0, result.output
+    s = json.loads(out.read_text())["lru"]
+    for metric in ("ttft", "tpot", "itl", "e2e_latency", "workflow_latency"):
+        assert {f"{stat}_{metric}_ms" for stat in ("mean", "median", "p90", "p99")} <= set(s), metric
+    assert s["median_ttft_ms"] <= s["p90_ttft_ms"] <= s["p99_ttft_ms"]
+    assert s["completed"] == s["requests"] and (s["slo_ttft_ms"], s["slo_tpot_ms"]) == (1000, 100)
+    assert s["request_goodput"] == pytest.approx(s["slo_attainment"] * s["request_throughput"])
+    assert s["hit_rate"] + s["host_hit_rate"] <= s["hit_rate_ceiling"] + 1e-12
+    assert "TTFT" in result.output and "goodput" in result.output and "ceil-" in result.output
+
+
+@pytest.mark.parametrize("flag", ["--slo-ttft", "--slo-tpot"])
+def test_a_zero_slo_is_a_clear_error(trace, flag):
+    assert f"{flag} must be a positive number of milliseconds" in _bad(["replay", str(trace), flag, "0"])

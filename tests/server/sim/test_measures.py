@@ -102,7 +102,7 @@ def _replay(trace: Path, tmp_path: Path, *args: str) -> tuple[dict, str]:
 def test_replay_titles_name_the_host_tier_and_the_speedup_convention(trace, tmp_path):
     data, output = _replay(trace, tmp_path, "--policy", "pbkv", "--device-tokens", "20000")
     tier = "device 20000 tok, host 20000 tok (1x)"
-    assert output.count(tier) == 3  # the cache table, the latency table, the breakdown
+    assert output.count(tier) == 4  # the cache table, the latency table, the breakdown, TTFT and TPOT
     assert output.count("speedup vs lru = lru mean latency / policy mean latency (x, >1 faster)") == 2
     assert "device-hit gap closed: 0 = lru" in output and "latency capture = (L_lru - L) / (L_lru - L_opt)" in output
     s = data["pbkv"]

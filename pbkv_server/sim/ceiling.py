@@ -1,0 +1,50 @@
+"""The hit-rate ceiling of a trace: what an infinite cache would hit, with no engine involved.
+
+An infinite cache never evicts, so the first occurrence of each block misses and every later
+occurrence hits; its token-level hit rate is
+
+    ceiling = 1 - (tokens of each distinct block at its first occurrence) / (all prompt tokens)
+
+over the trace's requests in replay order (units in trace order, each unit's requests in order).
+It bounds every policy's device + host hit rate on the same trace (``hit_rate +
+host_hit_rate``) from above, since no tier holds a block before some request brought it, with two
+exceptions a reader should know: a policy that prefills ahead of the request
+(``speculative_prefill``, Dynamo's) brings blocks in that no request has sent yet, and a replay with
+``--page-size`` counts hits per page rather than per block.
+
+A block is what the replay keys it by (:func:`pbkv_server.sim.simulator.load_workload`): its
+chained hash, so a block hit implies its whole prefix was seen, as in a radix cache.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable, Iterable, Sequence
+
+__all__ = ["infinite_cache_hit_rate", "workload_ceiling"]
+
+
+def infinite_cache_hit_rate(prompts: Iterable[tuple[Sequence[Hashable], Sequence[int]]]) -> float:
+    """Token-level hit rate of an infinite cache over ``prompts`` in order.
+
+    Args:
+        prompts: per request, its block keys and the tokens of each block.
+
+    Returns:
+        hit tokens / prompt tokens (0 for no prompt tokens).
+    """
+    seen: set[Hashable] = set()
+    hit = total = 0
+    for blocks, tokens in prompts:
+        for block, n in zip(blocks, tokens):
+            total += n
+            if block in seen:
+                hit += n
+            else:
+                seen.add(block)
+    return hit / total if total else 0.0
+
+
+def workload_ceiling(workload) -> float:
+    """:func:`infinite_cache_hit_rate` of a :class:`~pbkv_server.sim.simulator.Workload`."""
+    return infinite_cache_hit_rate((req.blocks, req.block_tokens) for unit in workload.units
+                                   for req in unit.requests)
