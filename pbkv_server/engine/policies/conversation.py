@@ -12,7 +12,8 @@ compacted history touched by ``agent`` keeps a positive score though no call res
 This module tracks, per conversation (the session of a workflow that is a turn of one, else the
 workflow itself), the nodes of its latest call's prompt path (the *live* path), and per app
 whether its calls grow: a call *extends* its conversation's previous call when its prompt
-starts with all of the previous prompt's blocks. An app is growing when most of its calls that
+starts with all of the previous prompt's blocks and is longer (a call that resends the same prompt
+does not grow the conversation). An app is growing when most of its calls that
 have a predecessor extend it (an online count, so an app whose agents send unrelated prompts
 keeps Eq. 2 as is). :class:`PBKVPolicy` (:mod:`.pbkv`) then scores, for each active workflow of a
 growing app, its conversation's live path as used by the workflow's next call of any agent (the
@@ -76,7 +77,7 @@ class Conversations:
             n, key = last
             count = self._grow.setdefault(app, [0, 0])
             count[1] += 1
-            if len(blocks) >= n and blocks[n - 1] == key:
+            if len(blocks) > n + 1 and blocks[n - 1] == key:  # longer, and holds the previous prompt
                 count[0] += 1
         if len(blocks) >= 2:
             # the last block is usually partial (hashed over fewer characters), so the next prompt,
