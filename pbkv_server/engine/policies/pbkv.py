@@ -5,7 +5,7 @@ expected discounted number of uses in the next K invocations. Where the reusable
 exceeds device + host, every active workflow's cache has a similar score, ties fall to LRU, and
 the cache thrashes: each workflow loses its history just before it comes back (LRU on a cyclic
 pattern). The offline reference `opt` instead keeps some workflows whole. This rule keeps the hierarchy
-(finished private cache first, guard fallback to LRU) and changes six things
+(finished private cache first, guard fallback to LRU) and changes seven things
 (``docs/design/memory-short-policy.md``):
 
 1. **Stable resident set.** Active cache that the predictor still expects to be used (score at
@@ -40,6 +40,19 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    score, then LRU (``he``'s order), a waiting request's cache above it (rule 2), shared retired
    cache as :data:`SHARED_RETIRED_USES` expected uses (rule 5). The cache's ``host_capacity``
    decides (0: no tier); a policy with no cache keeps rules 1-5.
+7. **A growing conversation's latest path is the next call's prefix** (issue 36,
+   :mod:`.conversation`). In an app whose calls extend their conversation's previous prompt (a
+   coding agent, a chat; learned online per app), the next call of *any* agent resends the latest
+   call's prompt path and nothing else of the history. Eq. 2 scores a node by the agents that
+   touched it, so a turn's first path (touched by ``user``, probability 0 inside a turn) scored 0
+   and left first, and history a compaction replaced kept a positive score. For a workflow of a
+   growing app, the live path now carries the workflow's total weight (any agent,
+   :meth:`~pbkv_server.engine.scoring.ScoreBoard.total_weight`; a waiting request of any agent
+   counts for rule 2; the host order estimates its next use the same way) and the rest of its
+   history 0. Between turns (the session open, no turn active) the session's live path ranks as
+   :data:`HELD_USES` expected uses, with the session's age with a host tier (it used to rank with
+   unhinted cache, first out). Coding-agent sessions (60, seed 3, 0.25x W): 0.977-1.005x LRU before,
+   1.011-1.056x after (``docs/design/memory-short-policy.md``).
 
 Under the guard's fallback both tiers rank as in ``lae`` (retired first, then LRU), every device
 victim is written to the host (no selective host) and nothing is prefetched, so the fallback is
