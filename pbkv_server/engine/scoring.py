@@ -147,10 +147,18 @@ class ScoreBoard:
         self.gamma = gamma
         self.horizon = horizon
         self._weights: dict[Hashable, tuple[dict[str, float], dict[str, float]]] = {}
+        self._totals: dict[Hashable, float] = {}  # workflow -> sum of its weights (total_weight)
         # workflow -> its records, insertion-ordered (a dict used as an ordered set; see module doc)
         self._nodes: dict[Hashable, dict[NodeScore, None]] = {}
         # open session -> records its ended workflows touched (held: not retired), insertion-ordered
         self._held: dict[Hashable, dict[NodeScore, None]] = {}
+
+    def total_weight(self, wf: Hashable) -> float:
+        """Expected discounted number of ``wf``'s next invocations within the horizon, any agent
+        (the sum of its per-agent weights; 0 without a prediction): the score part of a node that
+        the workflow's next call uses whichever agent makes it (a growing conversation's latest
+        prompt path, :mod:`pbkv_server.engine.policies.conversation`)."""
+        return self._totals.get(wf, 0.0)
 
     def active_workflows(self) -> int:
         """Number of workflows with at least one touched node or a prediction."""
@@ -173,8 +181,10 @@ class ScoreBoard:
         """
         if prediction is None:
             self._weights.pop(wf, None)
+            self._totals.pop(wf, None)
         else:
-            self._weights[wf] = workflow_weights(prediction, self.gamma, self.horizon)
+            w = self._weights[wf] = workflow_weights(prediction, self.gamma, self.horizon)
+            self._totals[wf] = sum(w[0].values())  # insertion order: deterministic
         changed = []
         weights = self._weights.get(wf)
         memo: dict[frozenset, tuple[float, float]] = {}  # nodes of one workflow share agent sets
@@ -233,6 +243,7 @@ class ScoreBoard:
                 the session (not retired, not finished private) until :meth:`release_session`.
         """
         self._weights.pop(wf, None)
+        self._totals.pop(wf, None)
         recs = self._nodes.pop(wf, {})
         held = None if session is None else self._held.setdefault(session, {})
         for rec in recs:

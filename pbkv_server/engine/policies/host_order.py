@@ -140,25 +140,34 @@ class NextUse:
         self._finish_t.pop(wid, None)
 
     # ------------------------------------------------------------------ estimate
-    def estimate(self, sc) -> float:
+    def estimate(self, sc, part=None) -> float:
         """Estimated engine time of the next use of the node with score record ``sc`` (seconds;
-        ``inf``: no active workflow is known to use it)."""
+        ``inf``: no active workflow is known to use it).
+
+        ``part(w)``, if given, overrides workflow ``w``'s part: ``None`` keeps Eq. 2's (by the
+        agents that touched the node); a number ``q > 0`` means the node is used by ``w``'s next
+        call of any agent with that score part (a growing conversation's live path), ``q <= 0``
+        that ``w`` does not use it (history its conversation no longer sends)."""
         best = math.inf
         next_t, submit_t, cycle = self.next_t, self.submit_t, self.cycle
         for w, agents in sc.access.items():
             t0 = next_t.get(w)
             if t0 is None:
                 continue
+            q = part(w) if part is not None else None
+            if q is not None and q <= 0.0:
+                continue
             waits = submit_t.get(w)
             if waits:
-                hit = [waits[a] for a in agents if a in waits]
+                hit = [waits[a] for a in agents if a in waits] if q is None else list(waits.values())
                 if hit:
                     t = min(hit)
                     if t < best:
                         best = t
                     continue
-            contrib = sc.contrib.get(w)
-            q = contrib[0] if contrib is not None else 0.0
+            if q is None:
+                contrib = sc.contrib.get(w)
+                q = contrib[0] if contrib is not None else 0.0
             q = MIN_Q if q < MIN_Q else (1.0 if q > 1.0 else q)
             t = t0 + (1.0 / q - 1.0) * cycle.get(w, 0.0)
             if t < best:

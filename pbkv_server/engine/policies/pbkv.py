@@ -5,7 +5,7 @@ expected discounted number of uses in the next K invocations. Where the reusable
 exceeds device + host, every active workflow's cache has a similar score, ties fall to LRU, and
 the cache thrashes: each workflow loses its history just before it comes back (LRU on a cyclic
 pattern). The offline reference `opt` instead keeps some workflows whole. This rule keeps the hierarchy
-(finished private cache first, guard fallback to LRU) and changes six things
+(finished private cache first, guard fallback to LRU) and changes seven things
 (``docs/design/memory-short-policy.md``):
 
 1. **Stable resident set.** Active cache that the predictor still expects to be used (score at
@@ -41,6 +41,18 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    (``he``'s order), a waiting request's cache above it (rule 2), shared retired
    cache as :data:`SHARED_RETIRED_USES` expected uses (rule 5). The context's ``host_capacity``
    decides (0: no tier).
+7. **A growing conversation's latest path is the next call's prefix** (issue 36,
+   :mod:`.conversation`). In an app whose calls extend their conversation's previous prompt (a
+   coding agent, a chat; learned online per app), the next call of *any* agent resends the latest
+   call's prompt path and nothing else of the history. Eq. 2 scores a node by the agents that
+   touched it, so a turn's first path (touched by ``user``, probability 0 inside a turn) scored 0
+   and left first, and history a compaction replaced kept a positive score. For a workflow of a
+   growing app, the live path now carries the workflow's total weight (any agent,
+   :meth:`~pbkv_server.engine.scoring.ScoreBoard.total_weight`; a waiting request of any agent
+   counts for rule 2; the host order estimates its next use the same way) and the rest of its
+   history 0. Between turns (the session open, no turn active) the session's live path ranks as
+   :data:`HELD_USES` expected uses, with the session's age with a host tier (it used to rank with
+   unhinted cache, first out).
 
 Under the guard's fallback both tiers rank as in ``lae`` (retired first, then LRU), every device
 victim is written to the host (no selective host) and nothing is prefetched, so the fallback is
@@ -70,6 +82,7 @@ import math
 
 from ..radix import HOST
 from .base import register_policy
+from .conversation import Conversations
 from .host_order import NextUse
 from .pbkv_paper import PBKVPaperPolicy
 from .plan import HeapPlan
@@ -84,6 +97,10 @@ SHARED_RETIRED_USES = 1.0
 #: Session ages kept before stale ones are swept (see :meth:`PBKVPolicy._turn_age`): the sweep
 #: runs only when the dict exceeds this and twice the sessions the engine keeps.
 SESSION_SWEEP_MIN = 64
+#: Expected uses (PBKV Eq. 2 units) of the live path of a growing conversation whose session has
+#: no active turn (rule 7): the session's next turn extends it once; no prediction covers a
+#: turn that has not started.
+HELD_USES = 1.0
 
 
 @register_policy("pbkv")
@@ -118,6 +135,8 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._session_age: dict = {}  # session id -> sequence number of its first turn (see _turn_age)
         self._turn_session: dict = {}  # active turn's workflow id -> its session id
         self._session_live: dict = {}  # session id -> its active turns
+        self._conv = Conversations(self._refresh_node)  # live paths of growing conversations (rule 7)
+        self._wconv: dict = {}  # active workflow id -> (its conversation, its app)
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
@@ -127,15 +146,19 @@ class PBKVPolicy(PBKVPaperPolicy):
         if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
             # rule 5: shared retired cache ranks with the oldest active workflow's
             return (1, -self._oldest_age(), 0.0, node.last_access)
+        held = self._held_session(node)
+        if held is not None:  # rule 7: the next turn's prefix ranks with its session's age
+            return (1, -self._session_age.get(held, math.inf), HELD_USES, node.last_access)
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
         keeper = min(self._age.get(w, math.inf) for w in sc.access)
-        if self._wait and self._waiting(sc):
-            return (2, -keeper, sc.score, node.last_access)
-        if sc.score < LOW_SCORE:
-            return (1, -math.inf, sc.score, node.last_access)
-        return (1, -keeper, sc.score, node.last_access)
+        score = self._score(node, sc)
+        if self._wait and self._waiting(node, sc):
+            return (2, -keeper, score, node.last_access)
+        if score < LOW_SCORE:
+            return (1, -math.inf, score, node.last_access)
+        return (1, -keeper, score, node.last_access)
 
     def _priority_no_host(self, node) -> tuple:
         """Device order without a host tier (rule 6): every device victim is lost, so active cache
@@ -145,32 +168,91 @@ class PBKVPolicy(PBKVPaperPolicy):
         sc = node.sc
         if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
             return (1, 0.0, SHARED_RETIRED_USES, node.last_access)
+        if self._held_session(node) is not None:  # rule 7
+            return (1, 0.0, HELD_USES, node.last_access)
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
-        if self._wait and self._waiting(sc):
-            return (2, 0.0, sc.score, node.last_access)
-        return (1, 0.0, sc.score, node.last_access)
+        score = self._score(node, sc)
+        if self._wait and self._waiting(node, sc):
+            return (2, 0.0, score, node.last_access)
+        return (1, 0.0, score, node.last_access)
 
-    def _waiting(self, sc) -> bool:
+    def _waiting(self, node, sc) -> bool:
         """True if a request of a (workflow, agent) that touched the node is submitted and not yet
-        admitted (rule 2)."""
+        admitted (rule 2); on a growing conversation's live path, of any agent (rule 7)."""
         wait = self._wait
         for w, agents in sc.access.items():
             ws = wait.get(w)
-            if ws is not None and any(a in agents for a in ws):
+            if ws is None:
+                continue
+            part = self._part(node, w)
+            if part is None:
+                if any(a in agents for a in ws):
+                    return True
+            elif part > 0.0:
                 return True
         return False
+
+    # ----------------------------------------------------------------- rule 7
+    def _part(self, node, w) -> float | None:
+        """Workflow ``w``'s score part in ``node`` under rule 7: ``None`` when Eq. 2's holds (``w``
+        is not of a growing app); else its total weight if the node is on its conversation's
+        live path (the next call of any agent extends it), 0 if not (history it no longer sends)."""
+        conv = self._wconv.get(w)
+        if conv is None or not self._conv.growing(conv[1]):
+            return None
+        if self._conv.live(node, conv[0]):
+            return self.context.board.total_weight(w)
+        return 0.0
+
+    def _score(self, node, sc) -> float:
+        """The node's score, Eq. 2 with each growing workflow's part replaced by :meth:`_part`."""
+        if not self._wconv:
+            return sc.score
+        score = sc.score
+        changed = False
+        for w in sc.access:
+            part = self._part(node, w)
+            if part is not None:
+                score += part - sc.contrib[w][0]
+                changed = True
+        if not changed:
+            return score
+        return score if score > 0.0 else 0.0
+
+    def _held_session(self, node):
+        """The session whose next turn extends ``node`` (rule 7): the node is on the live path of
+        a growing conversation that is a session with no active turn, is not retired, and no
+        active workflow holds it; else ``None``."""
+        sc = node.sc
+        if sc is None or sc.access or sc.retired or self.fallback:
+            return None
+        convs = self._conv.live_in(node)
+        if not convs:
+            return None
+        for conv in convs:
+            if conv not in self._session_live and self._conv.growing(self._conv.app_of(conv)) \
+                    and self._session_kept(conv):
+                return conv
+        return None
+
+    def _refresh_node(self, node) -> None:
+        self.context.reorder(node)
 
     def host_priority(self, node) -> tuple:
         """Host drop order: retired first, then active cache whose estimated next use
         (:meth:`.host_order.NextUse.estimate`, engine seconds) is farthest; unhinted cache and the
         guard's fallback rank as in ``lru``."""
+        if self._held_session(node) is not None:  # rule 7: used by the session's next turn, when unknown
+            return (1, -math.inf, HELD_USES, node.last_access)
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
         sc = node.sc
-        return (1, -self._next.estimate(sc), sc.score, node.last_access)
+        if not self._wconv:
+            return (1, -self._next.estimate(sc), sc.score, node.last_access)
+        return (1, -self._next.estimate(sc, lambda w: self._part(node, w)), self._score(node, sc), node.last_access)
 
     def _shared_rank(self, node) -> tuple | None:
         """The rank both orders give unhinted cache (as ``lru``), retired cache (first, finished
@@ -199,13 +281,22 @@ class PBKVPolicy(PBKVPaperPolicy):
         ws = self._wait.setdefault(wid, {})
         ws[agent] = ws.get(agent, 0) + 1
         self._next.invocation(wid, wf.app, agent, self._now())
+        conv = wf.session if wf.session is not None else wid
+        self._wconv[wid] = (conv, wf.app)
         self._refile(wid, agent)
         self._refile_host(wid)
+        for node in self._conv.path(conv):  # its total weight changed with the prediction (rule 7)
+            self._refresh_node(node)
 
     def on_admit(self, admission, path) -> None:
         """The request was admitted: its agent no longer waits (its path is locked meanwhile)."""
         wf = admission.workflow
-        if wf is None or not self._wait:
+        if wf is None:
+            return
+        conv = self._wconv.get(wf.workflow_id)
+        if conv is not None and admission.request is not None:
+            self._conv.admitted(conv[0], conv[1], admission.blocks, path)
+        if not self._wait:
             return
         wid, agent = wf.workflow_id, admission.agent
         ws = self._wait.get(wid)
@@ -231,8 +322,15 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._refile_host(wid)
 
     def on_session_close(self, session_id: str) -> None:
-        """Forget a closed session's age (its later turns, if any, start a new one)."""
+        """Forget a closed session's age (its later turns, if any, start a new one) and its live path."""
         self._session_age.pop(session_id, None)
+        self._conv.ended(session_id)
+
+    def on_split(self, top, bottom) -> None:
+        self._conv.split(top, bottom)
+
+    def on_drop(self, node) -> None:
+        self._conv.drop(node)
 
     def on_workflow_end(self, wf) -> None:
         """Forget the workflow (its nodes are re-filed by the engine: their access changed), and
@@ -241,6 +339,9 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._age.pop(wid, None)
         self._wait.pop(wid, None)
         self._next.ended(wid)
+        conv = self._wconv.pop(wid, None)
+        if conv is not None and conv[0] == wid:
+            self._conv.ended(wid)  # no session: no later call extends it
         session = self._turn_session.pop(wid, None)
         if session is not None:
             live = self._session_live[session] - 1

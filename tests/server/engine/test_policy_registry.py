@@ -58,7 +58,8 @@ def test_builtin_declarations():
     assert opt.offline and opt.iterates_order and opt.backends == {REPLAY}
     assert sglang_policy_names() == {"pbkv-lae": "lae", "pbkv-he": "he", "pbkv-paper": "pbkv-paper", "pbkv": "pbkv"}
     # what users run today: online, on replay and the server, not plugin strategies (they need hooks)
-    for name in ("sglang-session", "sglang-priority", "ttl-pin", "continuum", "spec-prefill", "kvflow-shipped"):
+    for name in ("sglang-session", "sglang-priority", "ttl-pin", "continuum", "spec-prefill", "kvflow-shipped", "tlru",
+                 "slru"):
         info = policy_info(name)
         assert info.backends == {REPLAY, SERVER} and not info.predictive and info.sglang_name is None, name
         assert info.speculative_prefill == (name == "spec-prefill"), name
