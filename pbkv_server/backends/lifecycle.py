@@ -74,7 +74,8 @@ class BackendContext:
         horizon: K. rho: the engine default (aggressive prefetch does not run in a backend).
     """
 
-    __slots__ = ("board", "_clock", "device_capacity", "host_capacity", "app_graphs", "future", "horizon", "rho")
+    __slots__ = ("board", "_clock", "device_capacity", "host_capacity", "app_graphs", "future", "horizon", "rho",
+                 "prefill_tokens_per_s")
 
     def __init__(self, board: ScoreBoard, clock: Callable[[], float], horizon: int) -> None:
         self.board = board
@@ -85,6 +86,7 @@ class BackendContext:
         self.future = None
         self.horizon = horizon
         self.rho = _DEFAULT_RHO
+        self.prefill_tokens_per_s = 0.0  # unknown: tlru keeps SGLang's default budget 0 (LRU)
 
     def attach(self, board: ScoreBoard, clock: Callable[[], float]) -> None:
         """Read ``board`` and ``clock`` from now on (the backend's book)."""

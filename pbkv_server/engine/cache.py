@@ -113,7 +113,8 @@ class PrefixCache:
         self._guard_feed: GuardFeed | None = None
         # what the policy may read of this cache, and its one way to say an order changed
         self.context = context = EngineContext(board, self.device_capacity, self.host_capacity, self.app_graphs,
-                                               config.future, config.horizon, config.rho, self.tree.split)
+                                               config.future, config.horizon, config.rho, self.tree.split,
+                                               self.profile.prefill_tokens_per_s)
         self.policy = policy = make_policy(config.policy, context)
         # the policy's capabilities, resolved once (policies/base.py): the hot paths test these
         self._pins: Pins | None = policy.capability(Pins)

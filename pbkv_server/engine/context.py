@@ -32,6 +32,7 @@ class EngineContext:
         future: the trace's future, or ``None``.
         horizon, rho: the engine's K and rho.
         split: the tree's ``split(node, blocks) -> upper part``.
+        prefill_tokens_per_s: the profile's cold prefill rate, prompt tokens per second.
 
     Attributes:
         now: engine time of the current scheduling step, seconds (the cache keeps it current).
@@ -41,11 +42,12 @@ class EngineContext:
     """
 
     __slots__ = ("now", "board", "device_capacity", "host_capacity", "app_graphs", "future", "horizon", "rho",
-                 "reorder", "regroup", "split")
+                 "prefill_tokens_per_s", "reorder", "regroup", "split")
 
     def __init__(self, board: "ScoreBoard", device_capacity: int, host_capacity: int,
                  app_graphs: Mapping[str, Mapping[str, tuple[str, ...]]], future: "FutureOracle | None",
-                 horizon: int, rho: float, split: Callable[["Node", int], "Node"]) -> None:
+                 horizon: int, rho: float, split: Callable[["Node", int], "Node"],
+                 prefill_tokens_per_s: float = 0.0) -> None:
         self.now = 0.0
         self.board = board
         self.device_capacity = device_capacity
@@ -54,6 +56,7 @@ class EngineContext:
         self.future = future
         self.horizon = horizon
         self.rho = rho
+        self.prefill_tokens_per_s = prefill_tokens_per_s
         self.reorder: Callable[["Node"], None] = _not_bound
         self.regroup: Callable[[Hashable], None] = _not_bound
         self.split = split

@@ -49,6 +49,7 @@ CONSTANTS: dict[str, dict[str, str]] = {
         "60 s": "benchmarks/sim_speed.py's target", "5 us": "PBKV paper Table 4 target",
     },
     "docs/compared-policies.md": {
+        "2510.15152": "arXiv id of the T-LRU paper", "1 s": "T-LRU's TTFT budget, a setting",
         "3600 s": "ttl-pin's TTL clamp (SGLang PR #18941)", "0.6": "ttl-pin's share of the host tier",
         "2 s": "Continuum's pin time and tool-duration limit", "300 s": "the replay's cache TTL (Dynamo's \"5m\")",
         "1x": "the paper setup's host tier: 1x device",
@@ -133,6 +134,7 @@ CONSTANTS: dict[str, dict[str, str]] = {
         "1x": "the paper setup's host tier: 1x device",
     },
     "docs/contributing.md": {
+        "30 s": "the tests' polling deadline and HTTP timeout, a rule of the house",
         "0.5 s": "the SDK's end budget per phase, default ($PBKV_END_TIMEOUT_S)",
         "1,000": "a test's input size (random traces)", "10,000": "a test's input size (cache operations)",
         "5 s": "the house rule: a test over 5 s is marked slow",

@@ -224,6 +224,11 @@ class PolicyContext(Protocol):
     @property
     def rho(self) -> float: ...
 
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        """Prompt tokens a cold prefill computes per second under the engine's profile; 0 where the
+        backend does not know it (a policy that needs it then keeps its engine's default rule)."""
+
     def reorder(self, node: "NodeView") -> None:
         """My order for ``node`` changed (something its priority or prefetch value reads): file it
         again. O(log n) in the embedded engine."""

@@ -32,8 +32,8 @@ class SLRUPolicy(Policy):
     summary = "SGLang segmented LRU: nodes matched < 2 times leave first, LRU inside each segment"
     shipped_by, shipped_as = frozenset({"sglang"}), "slru eviction"
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
+    def __init__(self, context) -> None:
+        super().__init__(context)
         self._hits: dict = {}  # node -> prefix matches that walked it since it was inserted
 
     def priority(self, node) -> tuple:

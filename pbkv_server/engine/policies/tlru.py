@@ -45,11 +45,10 @@ class TLRUPolicy(Policy):
     summary = "Tail-Optimized LRU: history a next prefill recomputes within a 1 s TTFT budget first, then LRU"
     shipped_by, shipped_as = frozenset({"sglang"}), "tlru eviction"
 
-    def __init__(self, cache) -> None:
-        super().__init__(cache)
-        profile = getattr(cache, "profile", None)
-        #: ``xi``, tokens a prefill computes within the TTFT budget (0 without a cache: LRU)
-        self.threshold = TTFT_BUDGET_S * profile.prefill_tokens_per_s if profile is not None else 0.0
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        #: ``xi``, tokens a prefill computes within the TTFT budget (0 where the rate is unknown: LRU)
+        self.threshold = TTFT_BUDGET_S * context.prefill_tokens_per_s
         self._history: dict = {}  # node -> L, the longest prompt (tokens) whose path walked it
         self._last: dict = {}  # conversation -> prompt tokens of its latest call
         self._growth_sum = 0.0

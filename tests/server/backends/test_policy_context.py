@@ -32,7 +32,7 @@ def _members_of(context: object) -> list[str]:
 
 def test_the_protocol_names_what_a_policy_may_read():
     assert MEMBERS == ["app_graphs", "board", "device_capacity", "future", "horizon", "host_capacity", "now",
-                       "regroup", "reorder", "rho", "split"]
+                       "prefill_tokens_per_s", "regroup", "reorder", "rho", "split"]
 
 
 def test_the_embedded_engine_hands_every_policy_an_engine_context():
