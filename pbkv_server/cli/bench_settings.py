@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pbkv_contract.settings import argument, option
-from pbkv_server.hardware.profiles import DEFAULT_PROFILE
+from pbkv_server.hardware.profiles import DEFAULT_PROFILE, GPU_SPECS, MODEL_SPECS
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS
 from pbkv_server.sim.advise import MAX_GPU_MEMORY_GIB, MAX_TP
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES
@@ -91,9 +91,9 @@ class AdviseSettings:
                                           "unless --gpu-memory is given)")
     gpu_memory: Optional[float] = option(None, f"memory of each GPU in GiB, at most {MAX_GPU_MEMORY_GIB:g} (H100 "
                                                "80GB: 79.6); with --model, instead of --profile")
-    model: Optional[str] = option(None, "with --gpu-memory: qwen3-14b, qwen3-32b or qwen2.5-32b")
+    model: Optional[str] = option(None, f"with --gpu-memory: {', '.join(MODEL_SPECS)} (or its Hugging Face id)")
     tp: int = option(1, f"with --gpu-memory: GPUs serving the model (tensor parallel, 1..{MAX_TP})")
-    gpu: str = option("h100", "with --gpu-memory: whose speeds (h100 or a6000)")
+    gpu: str = option("h100", f"with --gpu-memory: whose speeds ({' | '.join(GPU_SPECS)})")
     concurrency: int = _concurrency()
     host_ratio: float = option(1.0, "host KV tier = RATIO x device (default 1: the PBKV paper's setup)")
     predictor: str = _predictor()
