@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pbkv_contract.settings import argument, option
+from pbkv_server.engine.types import DEFAULT_ENGINE_MODEL, DEFAULT_PREFILL_COST, ENGINE_MODELS, PREFILL_COSTS
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, GPU_SPECS, MODEL_SPECS
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS
 from pbkv_server.sim.advise import MAX_GPU_MEMORY_GIB, MAX_TP
@@ -80,6 +81,15 @@ class ReplaySettings:
                                      "(per request) or cache-aware (SMG's)")
     lru_guard: bool = option(True, "robustness guard of he/pbkv/pbkv-aggressive: LRU order while a ghost LRU would "
                                    "hit more (--no-lru-guard: always the predicted order)")
+    prefill_cost: str = option(DEFAULT_PREFILL_COST, f"prefill cost model ({' | '.join(PREFILL_COSTS)}): linear in new "
+                                                      "tokens, or with the attention term of their context "
+                                                      "(docs/cost-model.md)")
+    engine_model: str = option(DEFAULT_ENGINE_MODEL, f"engine model ({' | '.join(ENGINE_MODELS)}): legacy reserves each "
+                                                      "request's whole output; sglang admits by SGLang's estimate, "
+                                                      "retracts when KV runs out and chunks prefills")
+    chunked_prefill_size: Optional[int] = option(None, "with --engine-model sglang: most new tokens per prefill batch "
+                                                       "(SGLang --chunked-prefill-size; default: the profile's, 0 = "
+                                                       "no chunking)")
 
 
 @dataclass
