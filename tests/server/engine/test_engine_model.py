@@ -54,7 +54,7 @@ def test_outputs_that_cannot_both_fit_retract_one_request():
 
 def test_legacy_reserves_the_whole_output_and_never_retracts():
     # a reserves 10 + 60 = 70 of 110; b needs 70 more: it waits until a finishes
-    engine = Engine(EngineConfig(profile=FLAT, device_tokens=110, host_tokens=0))
+    engine = Engine(EngineConfig(profile=FLAT, device_tokens=110, host_tokens=0, engine_model="legacy"))
     events = run(engine, two_requests())
     assert engine.stats.retractions == 0
     starts = {e.request_id: e.time for e in events if isinstance(e, FirstToken)}
