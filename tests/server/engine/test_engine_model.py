@@ -74,7 +74,7 @@ def test_chunked_prefill_spreads_a_long_prompt_over_iterations():
     # the request already running (which therefore makes 3 tokens during them)
     profile = get_profile("h100-qwen3-32b")
     engine = Engine(EngineConfig(profile=profile, device_tokens=30_000, host_tokens=0, engine_model="sglang",
-                                 chunked_prefill_size=4096))
+                                 chunked_prefill_size=4096, prefill_cost="linear"))
     engine.submit(EngineRequest("run", ["r"], [100], 50))
     engine.step()  # "run" prefilled and running
     engine.submit(EngineRequest("long", ["l"], [10_000], 2))
