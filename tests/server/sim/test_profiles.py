@@ -107,3 +107,15 @@ def test_legacy_profiles_keep_their_rates():
     p = get_profile("a6000-qwen3-14b")
     assert p.prefill_tokens_per_s == pytest.approx(154.8e12 * 0.45 / (2 * 14.8e9))
     assert p.chunked_prefill_size == 4096  # 48 GB: SGLang's 4k
+
+
+def test_advise_builds_a_profile_for_each_new_model():
+    from pbkv_server.sim.advise import custom_profile
+
+    # 141 GB x 4 H200 hold Qwen3-235B-A22B's 470 GB: the same capacity rule as the named profile
+    p = custom_profile(143771 / 1024, "qwen3-235b-a22b", tp=4, gpu="h200")
+    assert p.device_kv_tokens == get_profile("h200x4-qwen3-235b-a22b-tp4").device_kv_tokens
+    for model in ("llama3.3-70b", "qwen3-coder-30b-a3b", "openai/gpt-oss-120b"):
+        assert custom_profile(179.06, model, tp=1, gpu="b200").attn_pair_s > 0
+    with pytest.raises(ValueError, match="unknown model"):
+        custom_profile(80, "llama-9000")
