@@ -215,7 +215,9 @@ def _replay_config(s: ReplaySettings, policy: str, hw: Any, host_tokens: int | N
     from pbkv_server.sim.simulator import ReplayConfig
 
     return ReplayConfig(policy, hw, device_tokens=s.device_tokens, host_tokens=host_tokens, horizon=s.horizon,
-                        gamma=s.gamma, rho=s.rho, page_size=s.page_size, lru_guard=s.lru_guard)
+                        gamma=s.gamma, rho=s.rho, page_size=s.page_size, lru_guard=s.lru_guard,
+                        prefill_cost=s.prefill_cost, engine_model=s.engine_model,
+                        chunked_prefill_size=s.chunked_prefill_size)
 
 
 def _load_replay_inputs(s: ReplaySettings, plan: _ReplayPlan) -> None:
@@ -319,6 +321,22 @@ def _print_replay(s: ReplaySettings, plan: _ReplayPlan, results: dict[str, dict]
         console.print(f"[bold]{escape(verdict)}[/]", highlight=False, soft_wrap=True)
     for name in results if s.replicas > 1 else ():
         console.print(cluster_line(name, results[name]), highlight=False)
+    for line in engine_model_lines(results):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def engine_model_lines(results: dict[str, dict]) -> list[str]:
+    """One line per policy whose replay retracted requests or ran out of memory (engine model
+    sglang): how often, and that the real engine would have aborted a request (OOM)."""
+    lines = []
+    for name, r in results.items():
+        if r.get("retractions"):
+            lines.append(f"{name}: {r['retractions']} requests retracted when the KV cache ran out "
+                         f"({r.get('retracted_tokens', 0):,} tokens prefilled again)")
+        if r.get("oom_events"):
+            lines.append(f"{name}: could not have fit: {r['oom_events']} decode steps where one request alone had no "
+                         f"KV room; the real engine aborts it (out of memory)")
+    return lines
 
 
 def _write_outputs(json_out: Path | None, plot: Path | None, write_json_to: Callable[[Path], None],

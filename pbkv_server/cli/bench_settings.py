@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pbkv_contract.settings import argument, option
-from pbkv_server.hardware.profiles import DEFAULT_PROFILE
+from pbkv_server.engine.types import DEFAULT_ENGINE_MODEL, DEFAULT_PREFILL_COST, ENGINE_MODELS, PREFILL_COSTS
+from pbkv_server.hardware.profiles import DEFAULT_PROFILE, GPU_SPECS, MODEL_SPECS
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS
 from pbkv_server.sim.advise import MAX_GPU_MEMORY_GIB, MAX_TP
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES
@@ -92,6 +93,15 @@ class ReplaySettings:
                                    "hit more (--no-lru-guard: always the predicted order)")
     slo_ttft: Optional[float] = _slo_ttft()
     slo_tpot: Optional[float] = _slo_tpot()
+    prefill_cost: str = option(DEFAULT_PREFILL_COST, f"prefill cost model ({' | '.join(PREFILL_COSTS)}): linear in new "
+                                                      "tokens, or with the attention term of their context "
+                                                      "(docs/cost-model.md)")
+    engine_model: str = option(DEFAULT_ENGINE_MODEL, f"engine model ({' | '.join(ENGINE_MODELS)}): legacy reserves each "
+                                                      "request's whole output; sglang admits by SGLang's estimate, "
+                                                      "retracts when KV runs out and chunks prefills")
+    chunked_prefill_size: Optional[int] = option(None, "with --engine-model sglang: most new tokens per prefill batch "
+                                                       "(SGLang --chunked-prefill-size; default: the profile's, 0 = "
+                                                       "no chunking)")
 
 
 @dataclass
@@ -103,9 +113,9 @@ class AdviseSettings:
                                           "unless --gpu-memory is given)")
     gpu_memory: Optional[float] = option(None, f"memory of each GPU in GiB, at most {MAX_GPU_MEMORY_GIB:g} (H100 "
                                                "80GB: 79.6); with --model, instead of --profile")
-    model: Optional[str] = option(None, "with --gpu-memory: qwen3-14b, qwen3-32b or qwen2.5-32b")
+    model: Optional[str] = option(None, f"with --gpu-memory: {', '.join(MODEL_SPECS)} (or its Hugging Face id)")
     tp: int = option(1, f"with --gpu-memory: GPUs serving the model (tensor parallel, 1..{MAX_TP})")
-    gpu: str = option("h100", "with --gpu-memory: whose speeds (h100 or a6000)")
+    gpu: str = option("h100", f"with --gpu-memory: whose speeds ({' | '.join(GPU_SPECS)})")
     concurrency: int = _concurrency()
     host_ratio: float = option(1.0, "host KV tier = RATIO x device (default 1: the PBKV paper's setup)")
     predictor: str = _predictor()

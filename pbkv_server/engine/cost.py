@@ -4,6 +4,14 @@ A :class:`HardwareProfile` turns work into engine seconds: prefill throughput (t
 step time as an affine function of the batch size and of the context the running sequences hold,
 and host<->device copies over PCIe. Named instances live in :mod:`pbkv_server.hardware.profiles`; each
 cites where its numbers come from.
+
+Prefill has two terms (``docs/cost-model.md``): the linear one, ``n / prefill_tokens_per_s`` (the
+weights' FLOPs, 2 per active parameter and token), and the attention one, which grows with the
+context each new token attends to: causal attention of ``n`` new tokens over ``c`` cached ones
+computes ``QK^T`` and ``PV`` for about ``n (c + n/2)`` (query, key) pairs, ``4 x heads x head_dim``
+FLOPs per pair and layer. :meth:`HardwareProfile.prefill_time` is the linear term alone (the
+legacy model, ``--prefill-cost linear``); :meth:`HardwareProfile.prefill_time_at` adds the
+attention term (``--prefill-cost attention``).
 """
 
 from __future__ import annotations
@@ -33,6 +41,13 @@ class HardwareProfile:
         kv_bytes_per_token: KV-cache bytes of one token over all layers (and TP ranks).
         device_kv_tokens: GPU KV-cache capacity, tokens.
         host_kv_tokens: host-memory (HiCache) KV capacity, tokens (0 = no host tier).
+        attn_pair_s: seconds of attention per (query token, key token) pair over all
+            full-attention layers: ``4 x full_layers x heads x head_dim / attention FLOP/s``
+            (0 = no attention term: the legacy profile).
+        attn_window_pair_s: the same over the sliding-window layers (0 = none).
+        attn_window: the sliding window of those layers, tokens (0 = no window layers).
+        chunked_prefill_size: SGLang's ``--chunked-prefill-size`` default for this setup, tokens
+            (0 = not chunked): the most new tokens one prefill batch holds under ``--engine-model sglang``.
 
     Raises:
         ValueError: on construction, if a rate is not positive or a time or capacity is negative.
@@ -49,6 +64,10 @@ class HardwareProfile:
     device_kv_tokens: int
     host_kv_tokens: int
     decode_per_token_s: float = 0.0
+    attn_pair_s: float = 0.0
+    attn_window_pair_s: float = 0.0
+    attn_window: int = 0
+    chunked_prefill_size: int = 0
 
     def __post_init__(self) -> None:
         if self.prefill_tokens_per_s <= 0 or self.pcie_bytes_per_s <= 0:
@@ -57,10 +76,45 @@ class HardwareProfile:
             raise ValueError(f"profile {self.name!r}: decode times and KV bytes must be >= 0")
         if self.device_kv_tokens <= 0 or self.host_kv_tokens < 0:
             raise ValueError(f"profile {self.name!r}: device capacity must be > 0, host >= 0")
+        if min(self.attn_pair_s, self.attn_window_pair_s, self.attn_window, self.chunked_prefill_size) < 0:
+            raise ValueError(f"profile {self.name!r}: attention terms, window and chunk size must be >= 0")
 
     def prefill_time(self, tokens: int) -> float:
         """Seconds to prefill ``tokens`` uncached prompt tokens (linear in tokens)."""
         return tokens / self.prefill_tokens_per_s
+
+    def attention_pairs(self, tokens: int, context: int = 0) -> tuple[float, float]:
+        """(query, key) pairs of causal attention for ``tokens`` new tokens after ``context``
+        cached ones: ``(full, windowed)``. A full layer's new token ``i`` (0-based) attends to the
+        ``context + i`` tokens before it and itself; summed continuously, ``n (c + n/2)``. A
+        sliding-window layer's token attends to at most ``attn_window`` of them: the integral of
+        ``min(c + x, w)`` for ``x`` in ``[0, n]``."""
+        n, c, w = float(tokens), float(context), float(self.attn_window)
+        full = n * (c + n / 2)
+        if w <= 0:
+            return full, 0.0
+        if c >= w:
+            windowed = n * w
+        elif c + n <= w:
+            windowed = full
+        else:
+            ramp = w - c  # tokens before the window is full
+            windowed = ramp * c + ramp * ramp / 2 + (n - ramp) * w
+        return full, windowed
+
+    def attention_time(self, tokens: int, context: int = 0) -> float:
+        """Seconds of the attention term of prefilling ``tokens`` new tokens after ``context``
+        cached ones: ``attn_pair_s x full pairs + attn_window_pair_s x windowed pairs``
+        (:meth:`attention_pairs`); 0 on a profile without attention terms."""
+        if not (self.attn_pair_s or self.attn_window_pair_s) or tokens <= 0:
+            return 0.0
+        full, windowed = self.attention_pairs(tokens, context)
+        return self.attn_pair_s * full + self.attn_window_pair_s * windowed
+
+    def prefill_time_at(self, tokens: int, context: int = 0) -> float:
+        """Seconds to prefill ``tokens`` new tokens that attend to ``context`` cached tokens:
+        the linear term (:meth:`prefill_time`) plus the attention term (:meth:`attention_time`)."""
+        return self.prefill_time(tokens) + self.attention_time(tokens, context)
 
     def decode_step_time(self, batch: int, context_tokens: int = 0) -> float:
         """Seconds of one decode iteration for ``batch`` running sequences holding

@@ -12,6 +12,13 @@ every request already running. First tokens of admitted requests appear at the e
 iteration. When nothing was admitted the iteration is decode-only: the policy may prefetch, and
 the engine advances straight to the next completion (or to ``until``), since no admission can
 succeed before a request finishes and frees memory.
+
+Engine models (``config.engine_model``; ``docs/cost-model.md``, "Engine model"): ``legacy`` is the
+above, each admission holding room for the request's whole output. ``sglang`` follows SGLang's
+scheduler (sglang 0.5.23): admission by an estimate of new tokens (``PrefillAdder``,
+``new_token_ratio``), KV that grows one token per decode step, retraction of running requests
+when it runs out (``ScheduleBatch.retract_decode``), and prefill batches of at most
+``--chunked-prefill-size`` new tokens; its bookkeeping is in :class:`_SglangModel`.
 """
 
 from __future__ import annotations
@@ -62,6 +69,44 @@ class _Request:
     context: int = 0  # KV tokens it adds to the decode batch's context once running
     cum: list = field(default_factory=list)
     internal: bool = False  # a speculative prefill the engine submitted itself: no events, not counted
+    generated: int = 0  # engine model sglang: output tokens made before a retraction (prefilled again)
+    started: bool = False  # its first token was reported (a retracted request does not report it again)
+
+
+#: SGLang's estimate constants (sglang 0.5.23 ``srt/environ.py``): SGLANG_INIT_NEW_TOKEN_RATIO,
+#: SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS,
+#: SGLANG_RETRACT_DECODE_STEPS, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION.
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+RETRACT_DECODE_STEPS = 20
+CLIP_MAX_NEW_TOKENS = 4096
+
+
+@dataclass(slots=True)
+class _SglangModel:
+    """SGLang's admission estimate (``NewTokenRatioTracker``, ``schedule_policy.py``
+    ``PrefillAdder``): a request is admitted when its new tokens plus ``min(output left, 4096) x
+    ratio`` for it and for every running request fit the pool (evictable cache counts as free).
+    The ratio starts at 0.7, falls by (0.7 - 0.7 x 0.14) / 600 per decode step to 0.7 x 0.14, and
+    after a retraction is set to ``(decoded + 20 x running) / (max new tokens + 1)``, at most 1;
+    it is reset when the engine goes idle. The trace's output length stands for
+    ``max_new_tokens`` (no ``ignore_eos``)."""
+
+    chunk: int  # most new tokens per prefill batch (0: no chunking)
+    ratio: float = INIT_NEW_TOKEN_RATIO
+
+    @property
+    def min_ratio(self) -> float:
+        return INIT_NEW_TOKEN_RATIO * MIN_NEW_TOKEN_RATIO_FACTOR
+
+    def decay(self, steps: int) -> None:
+        step = (INIT_NEW_TOKEN_RATIO - self.min_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.ratio = max(self.ratio - step * steps, self.min_ratio)
+
+    def estimate(self, tokens_left: int) -> int:
+        """Tokens the admission check sets aside for ``tokens_left`` more output tokens."""
+        return math.ceil(min(tokens_left, CLIP_MAX_NEW_TOKENS) * self.ratio)
 
 
 class Engine:
@@ -118,6 +163,10 @@ class Engine:
         self._finish_heap: list = []
         self._context = 0  # KV tokens the running requests hold (prompt + tokens generated so far)
         self._iters = 0
+        self._attention = config.prefill_cost == "attention"
+        chunk = config.chunked_prefill_size
+        self._sglang = (_SglangModel(self.profile.chunked_prefill_size if chunk is None else chunk)
+                        if config.engine_model == "sglang" else None)
         self._submitted = 0
         self._internal = itertools.count(1)  # speculative prefills: negative indices, never the caller's
 
@@ -233,44 +282,69 @@ class Engine:
         self.cache.now = self.clock
         admitted: list[_Request] = []
         max_batch = self.config.max_batch
-        queue, pins = self._queue, self._pins
+        queue, pins, sg = self._queue, self._pins, self._sglang
+        if sg is not None:
+            if not self._running and not self._waiting:
+                sg.ratio = INIT_NEW_TOKEN_RATIO  # idle: SGLang resets its estimate
+            headroom = sum(sg.estimate(r.done_at - self._iters) for r in self._running.values())
+            budget = sg.chunk or math.inf
         while self._waiting and len(self._running) + len(admitted) < max_batch:
             # FIFO, unless the policy schedules some waiting request first (Continuum: jobs whose
             # KV it pinned); the request it picks blocks the rest like the head does
             i = queue.pick_waiting([r.req for r in self._waiting]) if queue is not None else 0
-            if not self._admit(self._waiting[i]):
+            if sg is not None and budget <= 0:
+                break  # the prefill batch holds its chunk of new tokens (PrefillAdder.rem_chunk_tokens)
+            if not (self._admit(self._waiting[i]) if sg is None else self._admit_sglang(self._waiting[i], headroom)):
                 if not self._running and not admitted and pins is not None and pins.relieve():
                     continue  # the policy's pins blocked an idle engine: it gave one up, retry
                 if not self._running and not admitted and self.cache.fit_idle(self._acquire_request(self._waiting[i])):
                     continue  # its prefix was cached larger than it counts it: dropped, retry
                 break
-            admitted.append(self._waiting[i])
+            r = self._waiting[i]
+            admitted.append(r)
             del self._waiting[i]
+            if sg is not None:
+                budget -= r.new_tokens
+                headroom += sg.estimate(r.output_tokens - r.generated - 1)
         events: list[FirstToken | Finished] = []
         profile = self.profile
         if admitted:
+            # a prefill of more new tokens than the chunk runs over several iterations, each with
+            # a decode step of the running batch (SGLang keeps prefill and decode batches apart)
+            fresh = sum(r.new_tokens for r in admitted)
+            chunks = max(1, math.ceil(fresh / sg.chunk)) if sg is not None and sg.chunk else 1
+            if sg is not None and self._running:
+                self._decode_room(chunks, whole=True)  # the running batch decodes during every chunk
             n_decode = len(self._running)
             load = sum(r.load for r in admitted)
-            fresh = sum(r.new_tokens for r in admitted)
-            load_s, prefill_s = profile.load_time(load), profile.prefill_time(fresh)
+            load_s = profile.load_time(load)
+            if self._attention:  # each request attends to its cached prefix (and, as a whole, to itself)
+                prefill_s = sum(profile.prefill_time_at(r.new_tokens, r.prompt_tokens + r.generated - r.new_tokens)
+                                for r in admitted)
+            else:
+                prefill_s = profile.prefill_time(fresh)
             dt = load_s + prefill_s
             if n_decode:
-                decode_s = profile.decode_step_time(n_decode, self._context)
+                decode_s = profile.decode_steps_time(n_decode, self._context, chunks)
                 dt += decode_s
-                self._stats.decode_iterations += 1
+                self._stats.decode_iterations += chunks
                 self._stats.decode_s += decode_s
-                self._context += n_decode  # each running request generated one token
+                self._context += n_decode * chunks  # each running request generated one token per iteration
+                if sg is not None:
+                    self._hold(n_decode * chunks)
+                    sg.decay(chunks)
             admitted_at = self.clock
             self.clock += dt
-            start_iter = self._iters
-            self._iters += 1
+            last_iter = self._iters + chunks - 1
+            self._iters += chunks
             for r in admitted:
-                r.done_at = start_iter + r.output_tokens
-                r.context = r.prompt_tokens + 1  # its prompt and its first token
+                r.done_at = last_iter + r.output_tokens - r.generated
+                r.context = r.prompt_tokens + r.generated + 1  # its prompt, any output before a retraction, a token
                 self._context += r.context
                 self._running[r.req.request_id] = r
                 heapq.heappush(self._finish_heap, (r.done_at, r.index, r))
-                if not r.internal:
+                if not r.internal and not r.started:
+                    r.started = True
                     events.append(FirstToken(r.req.request_id, self.clock, r.prompt_tokens, r.device_hit, r.host_hit,
                                              admitted_at, load_s, prefill_s))
         elif self._running:
@@ -279,6 +353,11 @@ class Engine:
             if until is not None and profile.decode_step_time(n, self._context) > 0:
                 k = min(k, profile.decode_steps_until(n, self._context, until - self.clock))
             k = max(1, k)
+            if sg is not None:  # the KV grows a token per sequence and step: room first, else retract
+                k = self._decode_room(k)
+                n = len(self._running)
+                if not n:
+                    return events  # all retracted: they wait to be prefilled again
             stretch = profile.decode_steps_time(n, self._context, k)
             if self._prefetcher is not None:
                 t0 = self.latency_clock()
@@ -292,6 +371,9 @@ class Engine:
             self._stats.decode_s += clock - self.clock
             self.clock = clock
             self._iters += k
+            if sg is not None:
+                self._hold(n * k)
+                sg.decay(k)
         elif self._waiting:  # cannot happen: submit() rejects requests larger than the device, and
             # an idle device drops a prefix cached larger than the request counts it (fit_idle)
             raise RuntimeError("engine stalled: a waiting request does not fit an idle device")
@@ -299,7 +381,9 @@ class Engine:
             return events
         self.cache.now = self.clock  # completions happen at the end of the iteration
         while self._finish_heap and self._finish_heap[0][0] <= self._iters:
-            _, _, r = heapq.heappop(self._finish_heap)
+            done, _, r = heapq.heappop(self._finish_heap)
+            if done != r.done_at or self._running.get(r.req.request_id) is not r:
+                continue  # retracted since (engine model sglang): its new entry is elsewhere in the heap
             self._finish(r)
             if not r.internal:
                 events.append(Finished(r.req.request_id, self.clock, r.output_tokens))
@@ -375,11 +459,11 @@ class Engine:
         for listener in self._end_listeners:
             listener(wf, status, reason)
 
-    def _acquire_request(self, r: _Request) -> AcquireRequest:
+    def _acquire_request(self, r: _Request, reserve: int | None = None) -> AcquireRequest:
         wf = r.wf
         active = wf is None or self._active.get(wf.workflow_id) is wf
-        return AcquireRequest(r.blocks, r.toks, r.cum, r.reserve, self.clock, wf, r.agent, active, r.index, r.tail,
-                              r.req, not r.internal)
+        return AcquireRequest(r.blocks, r.toks, r.cum, r.reserve if reserve is None else reserve, self.clock, wf,
+                              r.agent, active, r.index, r.tail, r.req, not r.internal)
 
     def _admit(self, r: _Request) -> bool:
         got = self.cache.acquire(self._acquire_request(r))
@@ -389,12 +473,86 @@ class Engine:
         r.device_hit, r.host_hit, r.new_tokens, r.load = got.device_hit, got.host_hit, got.new_tokens, got.load
         return True
 
+    def _admit_sglang(self, r: _Request, headroom: int) -> bool:
+        """Admit ``r`` by SGLang's check (``PrefillAdder.add_one_req``): its new tokens, the KV it
+        holds at once (uncached tail, output before a retraction, first token) and the estimate
+        of its output and of every running request's (``headroom`` for those) must fit beside
+        what cannot be evicted. The estimate is freed again at once: KV grows by decode steps."""
+        hold = r.tail + r.generated + 1
+        spare = self._sglang.estimate(r.output_tokens - r.generated - 1) + headroom
+        got = self.cache.acquire(self._acquire_request(r, hold + spare))
+        if got is None:
+            return False
+        self.cache.release(None, spare)
+        r.reserve = hold
+        r.end = got.end
+        r.device_hit, r.host_hit, r.load = got.device_hit, got.host_hit, got.load
+        r.new_tokens = got.new_tokens + r.generated  # output made before a retraction is prefilled again
+        return True
+
+    def _hold(self, tokens: int) -> None:
+        """Add ``tokens`` of decoded KV to the running requests' reservation (room was made by
+        :meth:`_decode_room`; ``release`` with a negative count adds to the reservation)."""
+        self.cache.release(None, -tokens)
+
+    def _decode_room(self, steps: int, whole: bool = False) -> int:
+        """Make room for ``steps`` decode steps of the running batch (a token per sequence and
+        step), evicting cache per policy; retract running requests while not even one step fits
+        (all ``steps`` when ``whole``). Returns the steps that fit (0: none runs any more).
+
+        Retraction follows ``ScheduleBatch.retract_decode``: the request with the fewest output
+        tokens, then the longest prompt, goes first, until the rest fit a step; its KV is freed,
+        it waits at the head of the queue and is prefilled again (prompt + output so far); SGLang
+        then evicts ``20 x remaining`` tokens and resets the ratio. One request that cannot fit
+        alone is where SGLang aborts it for lack of memory: counted in ``oom_events``."""
+        cache, sg = self.cache, self._sglang
+        retracted = False
+        while self._running:
+            n = len(self._running)
+            want = n * steps if whole else n
+            short = n * steps - cache.device_free()
+            if short > 0:
+                cache.evict_device(short)
+            free = cache.device_free()
+            if free >= want:
+                break
+            if n == 1:
+                self._stats.oom_events += 1  # the real engine aborts it; the model lets it run
+                return steps
+            # SGLang sorts (output so far, -prompt) descending, stably, and pops the last: among
+            # equals the latest admitted goes first
+            self._retract(min(reversed(self._running.values()),
+                              key=lambda q: (q.output_tokens - (q.done_at - self._iters), -q.prompt_tokens)))
+            retracted = True
+        if retracted and self._running:
+            short = len(self._running) * RETRACT_DECODE_STEPS - cache.device_free()
+            if short > 0:
+                cache.evict_device(short)
+            decoded = sum(q.output_tokens - (q.done_at - self._iters) for q in self._running.values())
+            wanted = sum(q.output_tokens for q in self._running.values())
+            sg.ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self._running)) / (wanted + 1))
+        n = len(self._running)
+        return min(steps, max(1, cache.device_free() // n)) if n else 0
+
+    def _retract(self, r: _Request) -> None:
+        """Take ``r`` off the running batch (engine model sglang): free its KV (its prompt's
+        cached prefix stays, unlocked), and queue it first, to be prefilled again."""
+        made = r.output_tokens - (r.done_at - self._iters)  # tokens generated in all, >= 1
+        del self._running[r.req.request_id]
+        self._context -= r.prompt_tokens + made
+        self.cache.release(r.end, r.tail + made)
+        self._stats.retractions += 1
+        self._stats.retracted_tokens += r.prompt_tokens + made
+        r.generated, r.end = made, None
+        self._waiting.appendleft(r)
+
     def _finish(self, r: _Request) -> None:
         del self._running[r.req.request_id]
-        self._context -= r.context + r.output_tokens - 1  # its prompt and all its output tokens
+        self._context -= r.context + r.output_tokens - r.generated - 1  # its prompt and all its output tokens
         self._known_ids.discard(r.req.request_id)
         self._hooks.on_finish(r.req, r.wf, r.end)  # before the release: pins are set on a locked path
-        self.cache.release(r.end, r.reserve)
+        # legacy: the whole output was reserved at admission; sglang: it grew a token a step
+        self.cache.release(r.end, r.reserve if self._sglang is None else r.tail + r.output_tokens)
         if r.internal:
             return
         self._stats.requests_finished += 1

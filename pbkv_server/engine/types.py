@@ -11,12 +11,23 @@ from pbkv_contract.hints import Hints
 from .cost import HardwareProfile
 from .policy_names import BASELINE_POLICY
 
+#: Prefill cost models (``docs/cost-model.md``): ``linear`` = new tokens / prefill rate (the
+#: legacy model); ``attention`` adds the attention term of each request's context.
+PREFILL_COSTS = ("linear", "attention")
+#: Engine models: ``legacy`` admits a request only with room for its whole output and never
+#: retracts; ``sglang`` admits by SGLang's estimate of new tokens, retracts running requests when
+#: the KV pool runs out and chunks long prefills (``docs/cost-model.md``, "Engine model").
+ENGINE_MODELS = ("legacy", "sglang")
+#: Defaults of every engine, replay and CLI (one place, so the switch is one commit).
+DEFAULT_PREFILL_COST = "linear"
+DEFAULT_ENGINE_MODEL = "legacy"
+
 if TYPE_CHECKING:  # the prediction interface imports no torch; keep the engine import graph minimal
     from pbkv_contract.prediction import Predictor
 
     from .workflows import Workflow
 
-__all__ = ["EngineRequest", "FirstToken", "Finished", "EngineStats", "FutureOracle", "EngineConfig", "Admission"]
+__all__ = ["PREFILL_COSTS", "ENGINE_MODELS", "DEFAULT_PREFILL_COST", "DEFAULT_ENGINE_MODEL", "EngineRequest", "FirstToken", "Finished", "EngineStats", "FutureOracle", "EngineConfig", "Admission"]
 
 #: Latency samples kept per kind (the newest ones); counts keep growing past it.
 MAX_SAMPLES = 200_000
@@ -158,6 +169,11 @@ class EngineStats:
     ghost LRU found on its device (compare ``device_hit_tokens``), ``guard_ghost_host_hit_tokens``
     those it found on its host tier (compare ``host_hit_tokens``); ``guard_decision_s`` samples
     the guard's work per admission (ghost replay, window, and the re-filing at a switch).
+
+    Engine model ``sglang``: ``retractions`` counts running requests retracted because the KV pool
+    ran out (each is prefilled again later), ``retracted_tokens`` the KV tokens they gave up
+    (prompt + output so far, prefilled again), ``oom_events`` the decode steps where even one
+    running request had no room left: the real engine aborts a request there (out of memory).
     """
 
     prompt_tokens: int = 0
@@ -184,6 +200,9 @@ class EngineStats:
     guard_fallback_evictions: int = 0
     guard_ghost_hit_tokens: int = 0
     guard_ghost_host_hit_tokens: int = 0
+    retractions: int = 0
+    retracted_tokens: int = 0
+    oom_events: int = 0
     eviction_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     score_update_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     prefetch_decision_s: deque = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
@@ -234,6 +253,10 @@ class EngineConfig:
             prompt, recorded for the request's workflow. Traces hash prompts by text, so no later
             prompt matches it: it costs capacity only, as in ``pbkv-bench live-replay`` against SGLang
             (whose outputs are never re-sent). ``False`` (default): outputs are not cached.
+        prefill_cost: ``linear`` or ``attention`` (:data:`PREFILL_COSTS`).
+        engine_model: ``legacy`` or ``sglang`` (:data:`ENGINE_MODELS`).
+        chunked_prefill_size: most new tokens in one prefill batch under ``engine_model="sglang"``
+            (SGLang's ``--chunked-prefill-size``); ``None`` = the profile's default, 0 = no chunking.
         lru_guard: run the robustness guard (:mod:`~pbkv_server.engine.guard`) for policies that
             declare ``guardable`` (``he``, ``pbkv``, ``pbkv-aggressive``): while a ghost LRU at the
             same capacity finds more device hits than the policy, the policy ranks in LRU order.
@@ -263,6 +286,9 @@ class EngineConfig:
     batch_predictions: bool = True
     cache_outputs: bool = False
     lru_guard: bool = True
+    prefill_cost: str = DEFAULT_PREFILL_COST
+    engine_model: str = DEFAULT_ENGINE_MODEL
+    chunked_prefill_size: int | None = None
 
     def __post_init__(self) -> None:
         problems = _config_problems(self)
@@ -283,5 +309,9 @@ def _config_problems(config: EngineConfig) -> list[str]:
         ("rho", 0.0 <= config.rho <= 1.0, "in [0, 1]"),
         ("max_batch", config.max_batch >= 1, ">= 1"),
         ("page_size", config.page_size is None or config.page_size >= 1, ">= 1 token"),
+        ("prefill_cost", config.prefill_cost in PREFILL_COSTS, f"one of {', '.join(PREFILL_COSTS)}"),
+        ("engine_model", config.engine_model in ENGINE_MODELS, f"one of {', '.join(ENGINE_MODELS)}"),
+        ("chunked_prefill_size", config.chunked_prefill_size is None or config.chunked_prefill_size >= 0,
+         ">= 0 tokens (0 = no chunking)"),
     )
     return [f"{name} must be {rule}, got {getattr(config, name)}" for name, ok, rule in checks if not ok]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pbkv_contract.settings import option
+from pbkv_server.engine.types import DEFAULT_ENGINE_MODEL, DEFAULT_PREFILL_COST, ENGINE_MODELS, PREFILL_COSTS
 from pbkv_server.engine.policies import DEFAULT_POLICY, policy_info
 
 __all__ = ["ServerConfig", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_HEADER_BYTES", "DEFAULT_MAX_HEADERS",
@@ -80,6 +81,7 @@ class ServerConfig:
         model_name: the model id reported by ``/v1/models``.
         lru_guard: run the robustness guard of the predictive policies (``EngineConfig.lru_guard``;
             ``pbkv-server --no-lru-guard`` turns it off).
+        prefill_cost, engine_model: the cost and engine model (``EngineConfig``; docs/cost-model.md).
     """
 
     engine: str = option("sim", "sim (embedded engine core, CPU) | sglang (SGLang + PBKV plugin) | vllm (vLLM + PBKV "
@@ -122,6 +124,10 @@ class ServerConfig:
     model_name: str = "pbkv-sim"
     lru_guard: bool = option(True, "Robustness guard of he/pbkv/pbkv-aggressive: LRU order while a ghost LRU would "
                                    "hit more (--no-lru-guard: always the predicted order).")
+    prefill_cost: str = option(DEFAULT_PREFILL_COST, f"Prefill cost model ({' | '.join(PREFILL_COSTS)}; "
+                                                      "docs/cost-model.md).")
+    engine_model: str = option(DEFAULT_ENGINE_MODEL, f"Engine model ({' | '.join(ENGINE_MODELS)}): SGLang's admission, "
+                                                      "retraction and chunked prefill, or the legacy reserve-all one.")
 
     def __post_init__(self) -> None:
         if not isinstance(self.predictors, dict):  # the command line's APP=SPEC / SPEC values

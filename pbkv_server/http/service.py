@@ -86,6 +86,8 @@ def engine_config_from(config: ServerConfig) -> EngineConfig:
         max_active_workflows=config.max_active_workflows,
         max_ended_ids=config.max_ended_ids,
         lru_guard=config.lru_guard,
+        prefill_cost=config.prefill_cost,
+        engine_model=config.engine_model,
     )
 
 

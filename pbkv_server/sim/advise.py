@@ -37,8 +37,7 @@ from pbkv_server.sim.capacity import WorkingSet, largest_request, working_set
 from pbkv_server.sim.measures import MIN_DIFFERENCE
 from pbkv_server.sim.serving_metrics import SERVING_KEYS, Slo
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES, alternative_label, best_shipped, shipped_policies
-from pbkv_server.hardware.profiles import H100_SXM, QWEN25_32B, QWEN3_14B, QWEN3_32B, RTX_A6000, GpuSpec, ModelSpec, \
-    derive_profile, host_tokens_for
+from pbkv_server.hardware.profiles import GPU_SPECS, MODEL_SPECS, GpuSpec, ModelSpec, derive_profile, host_tokens_for
 
 __all__ = ["POLICIES", "MIN_SPEEDUP", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "MAX_GPU_MEMORY_GIB", "MAX_TP", "Advice",
            "custom_profile", "advise", "advice_lines", "plot_advice", "regime_of", "verdict_of", "trace_origin",
@@ -54,10 +53,10 @@ MIN_SPEEDUP = 1.03
 DEFAULT_HOST_RATIO = 1.0
 #: Models ``--model`` knows (short names and Hugging Face ids): their config.json facts are in profiles.py.
 MODELS: dict[str, ModelSpec] = {}
-for _m, _short in ((QWEN3_14B, "qwen3-14b"), (QWEN3_32B, "qwen3-32b"), (QWEN25_32B, "qwen2.5-32b")):
+for _short, _m in MODEL_SPECS.items():
     MODELS[_short] = MODELS[_m.name.lower()] = _m
 #: GPUs whose speeds (FLOPS, HBM and PCIe bandwidth) a ``--gpu-memory`` setup runs at.
-GPUS: dict[str, GpuSpec] = {"h100": H100_SXM, "a6000": RTX_A6000}
+GPUS: dict[str, GpuSpec] = dict(GPU_SPECS)
 MIB = 2**20
 #: Largest ``--gpu-memory`` per GPU, GiB: 4x the largest GPU memory sold today (288 GB HBM3e on
 #: B300 and MI355X), room for the next generations; beyond it a value (1e30) is a typo, not hardware.
@@ -86,7 +85,7 @@ def custom_profile(gpu_memory_gib: float, model: str, tp: int = 1, gpu: str = "h
         raise ValueError(f"tp must be in 1..{MAX_TP} GPUs (GB200 NVL72, the largest NVLink domain), got {tp}")
     base = GPUS[gpu]
     card = GpuSpec(f"{base.name} with {gpu_memory_gib:g} GiB", gpu_memory_gib * 1024 * MIB, base.bf16_flops,
-                   base.hbm_bytes_per_s, base.pcie_bytes_per_s)
+                   base.hbm_bytes_per_s, base.pcie_bytes_per_s, base.source)
     name = f"{gpu}x{tp}-{gpu_memory_gib:g}gib-{model.lower().split('/')[-1]}"
     return derive_profile(name, spec, card, tp, source=f"pbkv-bench advise --gpu-memory {gpu_memory_gib:g} "
                                                         f"--model {model} --tp {tp} (profile rule of profiles.py)")

@@ -21,6 +21,16 @@ Two published settings are replayed through the simulator and set next to the pa
   the paper's setup (device from GPU memory, host tier = device) under a Qwen3-32B profile; the
   figure compared is :attr:`EngineStats.decode_s` / ``decode_iterations``.
 
+* **Decode ITL against batch size** (ML.ENERGY leaderboard, ``lm-arena-chat`` task, Qwen3-14B
+  BF16 on one H100, vLLM, median ITL at each ``max_num_seqs``): the decode step of
+  :meth:`HardwareProfile.decode_step_time` on an H100 profile of Qwen3-14B at the published mean
+  batch. The context each sequence holds is not published; the model's figure is given at
+  :data:`ITL_CONTEXT` tokens per sequence (an assumption stated in the row, not fitted).
+* **Prefill against context length**: each setting above is also replayed under the new cost
+  and engine model (``prefill_cost="attention"``, ``engine_model="sglang"``), so the table shows
+  what the attention term and SGLang's scheduling change; the attention term itself is
+  checked against a hand computation in the tests.
+
 A disagreement above :data:`TOLERANCE` is reported, never fitted: the cost model's inputs come
 from datasheets and model configurations (:mod:`pbkv_server.hardware.profiles`), and no constant is
 chosen to meet these figures.
@@ -41,8 +51,8 @@ from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload
 from pbkv_server.sim.synth.agents import DEFAULT_SYNTH_BLOCK_CHARS
 from pbkv_server.sim.synth.common import CHARS_PER_TOKEN, segment_hashes
 
-__all__ = ["TOLERANCE", "Published", "KVFLOW_SPEEDUPS", "PBKV_DECODE_STEP", "kvflow_records", "kvflow_latencies",
-           "decode_step", "CalibrationRow", "compare"]
+__all__ = ["TOLERANCE", "Published", "KVFLOW_SPEEDUPS", "PBKV_DECODE_STEP", "MLENERGY_ITL", "ITL_CONTEXT", "MODELS",
+           "kvflow_records", "kvflow_latencies", "decode_step", "itl_profile", "itl_rows", "CalibrationRow", "compare"]
 
 #: Relative disagreement beyond which a cost term must be examined and fixed from a published source, or documented.
 TOLERANCE = 0.15
@@ -77,6 +87,14 @@ KVFLOW_SPEEDUPS = {
 #: PBKV Table 4: mean decode step at concurrency 72 (HoVer), Qwen3-32B on the 8x A6000 testbed.
 PBKV_DECODE_STEP = Published("mean decode step", 12.34, "ms", "PBKV (arXiv 2605.06472) Table 4",
                              "Qwen3-32B, RTX A6000 testbed (8 GPUs, NVLink), HoVer, concurrency 72")
+
+_MLENERGY = ("ML.ENERGY leaderboard, task lm-arena-chat, https://github.com/ml-energy/leaderboard "
+             "public/data/tasks/lm-arena-chat.json (median_itl_ms)")
+#: Median ITL (ms) of Qwen3-14B BF16 on one H100 (vLLM) at its mean running batch, per the leaderboard.
+MLENERGY_ITL = {7.99: 12.54, 63.84: 18.94, 253.41: 38.40}
+#: Context (tokens) per running sequence at which the ITL rows are modelled: the task's lengths are
+#: not published with the figures; about a chat prompt plus half of the 615-token mean output.
+ITL_CONTEXT = 1000
 
 #: Stages of KVFlow's sequential workflow and runs measured after the warm-up.
 KVFLOW_STAGES = 10
@@ -119,7 +137,7 @@ def kvflow_records(fixed: int = 4096, dynamic: int = 32, output: int = 32, stage
 
 
 def kvflow_latencies(profile: HardwareProfile, records: Sequence[TraceRecord] | None = None,
-                     warmup_runs: int = 1) -> dict[str, float]:
+                     warmup_runs: int = 1, model: dict | None = None) -> dict[str, float]:
     """Mean end-to-end latency (seconds) of the measured runs of :func:`kvflow_records`, per system.
 
     Systems: ``graph`` (the registry's graph policy, ``kvflow``) and ``hicache`` (``lru``) with a
@@ -135,19 +153,20 @@ def kvflow_latencies(profile: HardwareProfile, records: Sequence[TraceRecord] | 
     for system, policy, host_tokens in (("graph", graph_policy, host), ("hicache", BASELINE_POLICY, host),
                                         ("gpu_only", BASELINE_POLICY, 0)):
         sim = simulate(workload, ReplayConfig(policy, profile, device_tokens=profile.device_kv_tokens,
-                                              host_tokens=host_tokens),
+                                              host_tokens=host_tokens, **(model or {})),
                        ReplayOptions(concurrency=1))
         spans = [end - start for wid, (start, end) in sim.metrics.workflow_spans().items() if wid not in warm]
         out[system] = sum(spans) / len(spans)
     return out
 
 
-def decode_step(profile: HardwareProfile, records: Sequence[TraceRecord], concurrency: int = 72) -> float:
+def decode_step(profile: HardwareProfile, records: Sequence[TraceRecord], concurrency: int = 72,
+                model: dict | None = None) -> float:
     """Mean decode step (seconds) of ``records`` replayed under ``lru`` at ``concurrency`` in the
     paper's setup: device = the profile's GPU-memory capacity, host tier = device."""
     sim = simulate(load_workload(records), ReplayConfig(BASELINE_POLICY, profile,
                                                         device_tokens=profile.device_kv_tokens,
-                                                        host_tokens=profile.device_kv_tokens),
+                                                        host_tokens=profile.device_kv_tokens, **(model or {})),
                    ReplayOptions(concurrency=concurrency))
     return sim.summary["mean_decode_step_s"]
 
@@ -159,6 +178,8 @@ class CalibrationRow:
     published: Published
     ours: float
     setting: str
+    model: str = "legacy"
+    note: str = ""
 
     @property
     def error(self) -> float:
@@ -171,16 +192,49 @@ class CalibrationRow:
         return math.isfinite(self.ours) and abs(self.error) <= TOLERANCE
 
 
+#: The two cost and engine models every replayed row is given under: the legacy one (linear
+#: prefill, whole-output reservation) and the new one (attention term, SGLang's scheduler).
+MODELS = {"legacy": {"prefill_cost": "linear", "engine_model": "legacy"},
+          "attention+sglang": {"prefill_cost": "attention", "engine_model": "sglang"}}
+
+
+def itl_profile() -> HardwareProfile:
+    """Qwen3-14B on one H100 SXM by the profile rule (the leaderboard's setting)."""
+    from pbkv_server.hardware.profiles import H100_SXM, QWEN3_14B, derive_profile
+
+    return derive_profile("h100-qwen3-14b", QWEN3_14B, H100_SXM, 1, source="calibration only")
+
+
+def itl_rows() -> list[CalibrationRow]:
+    """Decode ITL against batch size: the leaderboard's median ITL next to the model's decode
+    step at the same mean batch, each sequence holding :data:`ITL_CONTEXT` tokens."""
+    p = itl_profile()
+    rows = []
+    for batch, ms in MLENERGY_ITL.items():
+        pub = Published(f"median ITL at mean batch {batch:g}", ms, "ms", _MLENERGY,
+                        "Qwen3-14B BF16, 1x H100 SXM, vLLM, lm-arena-chat (mean output 615 tokens)")
+        ours = 1e3 * p.decode_step_time(round(batch), round(batch) * ITL_CONTEXT)
+        rows.append(CalibrationRow(pub, ours, p.name, "any", f"context {ITL_CONTEXT} tokens per sequence assumed"))
+    return rows
+
+
 def compare(kvflow_profile: HardwareProfile, decode_profiles: Sequence[HardwareProfile],
-            hover_records: Sequence[TraceRecord] | None) -> list[CalibrationRow]:
-    """The calibration table: KVFlow's two speedups on ``kvflow_profile``, and PBKV's decode step
-    on each of ``decode_profiles`` (skipped without ``hover_records``)."""
-    lat = kvflow_latencies(kvflow_profile)
-    rows = [
-        CalibrationRow(KVFLOW_SPEEDUPS["hicache"], lat["hicache"] / lat["graph"], kvflow_profile.name),
-        CalibrationRow(KVFLOW_SPEEDUPS["gpu_only"], lat["gpu_only"] / lat["graph"], kvflow_profile.name),
-    ]
-    if hover_records is not None:
-        for profile in decode_profiles:
-            rows.append(CalibrationRow(PBKV_DECODE_STEP, 1e3 * decode_step(profile, hover_records), profile.name))
+            hover_records: Sequence[TraceRecord] | None, models: Sequence[str] = ("legacy",)) -> list[CalibrationRow]:
+    """The calibration table: KVFlow's two speedups on ``kvflow_profile``, PBKV's decode step on
+    each of ``decode_profiles`` (skipped without ``hover_records``), each under every model of
+    ``models`` (keys of :data:`MODELS`), then the ITL rows (no replay: one decode step)."""
+    rows = []
+    for model in models:
+        lat = kvflow_latencies(kvflow_profile, model=MODELS[model])
+        rows += [
+            CalibrationRow(KVFLOW_SPEEDUPS["hicache"], lat["hicache"] / lat["graph"], kvflow_profile.name, model),
+            CalibrationRow(KVFLOW_SPEEDUPS["gpu_only"], lat["gpu_only"] / lat["graph"], kvflow_profile.name, model),
+        ]
+        if hover_records is not None:
+            for profile in decode_profiles:
+                rows.append(CalibrationRow(PBKV_DECODE_STEP,
+                                           1e3 * decode_step(profile, hover_records, model=MODELS[model]),
+                                           profile.name, model))
+    if len(models) > 1 or models[0] != "legacy":
+        rows += itl_rows()
     return rows

@@ -426,6 +426,11 @@ class MetricsCollector:
             out["evicted_tokens"] = engine_stats.evicted_tokens
             out["prefetched_tokens"] = engine_stats.prefetched_tokens
             out["speculative_prefill_tokens"] = engine_stats.speculative_prefill_tokens
+            # engine model sglang (docs/cost-model.md): requests retracted when KV ran out, and
+            # decode steps where the real engine would have aborted one for lack of memory
+            out["retractions"] = getattr(engine_stats, "retractions", 0)
+            out["retracted_tokens"] = getattr(engine_stats, "retracted_tokens", 0)
+            out["oom_events"] = getattr(engine_stats, "oom_events", 0)
             out["latency_ms"] = {
                 name.removesuffix("_s"): latency_summary(getattr(engine_stats, name, ()))
                 for name in (m.key for m in LATENCY_METRICS)

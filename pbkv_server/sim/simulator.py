@@ -34,6 +34,7 @@ from pbkv_contract.prediction import Predictor
 from pbkv_server.engine import Engine, EngineConfig, EngineRequest, HardwareProfile
 from pbkv_server.engine.pages import to_units
 from pbkv_server.engine.policies import policy_info
+from pbkv_server.engine.types import DEFAULT_ENGINE_MODEL, DEFAULT_PREFILL_COST
 from pbkv_server.sim.cluster import Router, make_router
 from pbkv_server.sim.driver import ReplayDriver, SimulationError
 from pbkv_server.sim.future import TraceFuture, reference_order
@@ -338,6 +339,8 @@ class ReplayConfig:
         batch_predictions: one predictor call per scheduling step (``EngineConfig.batch_predictions``).
         cache_outputs: keep finished outputs in the cache as SGLang does (``EngineConfig.cache_outputs``).
         lru_guard: run the robustness guard of the predictive policies (``EngineConfig.lru_guard``).
+        prefill_cost, engine_model, chunked_prefill_size: the cost and engine model
+            (``EngineConfig``; ``docs/cost-model.md``).
     """
 
     policy: str
@@ -352,6 +355,9 @@ class ReplayConfig:
     batch_predictions: bool = True
     cache_outputs: bool = False
     lru_guard: bool = True
+    prefill_cost: str = DEFAULT_PREFILL_COST
+    engine_model: str = DEFAULT_ENGINE_MODEL
+    chunked_prefill_size: int | None = None
 
     def engine_config(self, predictor: Predictor | None = None, future: TraceFuture | None = None) -> EngineConfig:
         """The :class:`EngineConfig` of one replica (raises ``ValueError`` on a bad setting)."""
@@ -359,7 +365,8 @@ class ReplayConfig:
             profile=self.profile, policy=self.policy, device_tokens=self.device_tokens, host_tokens=self.host_tokens,
             horizon=self.horizon, gamma=self.gamma, rho=self.rho, predictor=predictor, max_batch=self.max_batch,
             future=future, page_size=self.page_size, batch_predictions=self.batch_predictions,
-            cache_outputs=self.cache_outputs, lru_guard=self.lru_guard,
+            cache_outputs=self.cache_outputs, lru_guard=self.lru_guard, prefill_cost=self.prefill_cost,
+            engine_model=self.engine_model, chunked_prefill_size=self.chunked_prefill_size,
         )
 
 

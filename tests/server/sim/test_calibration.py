@@ -43,3 +43,15 @@ def test_a_device_smaller_than_the_fixed_prompts_orders_recompute_load_and_prefe
     # relative error against the published 1.42x, by hand: 1.30 / 1.42 - 1 = -0.0845, within the 15% tolerance
     row = CalibrationRow(KVFLOW_SPEEDUPS["gpu_only"], 1.30, "test")
     assert row.error == pytest.approx(-0.084507, abs=1e-6) and row.agrees
+
+
+def test_itl_rows_are_the_decode_step_by_hand():
+    # Qwen3-14B on one H100: 29.6 GB of weights and 163,840 KV bytes per token at 80% of 3.35 TB/s,
+    # 8 sequences of 1,000 tokens each (the stated context assumption)
+    from pbkv_server.sim.calibration import ITL_CONTEXT, MLENERGY_ITL, itl_rows
+
+    rows = itl_rows()
+    assert [r.published.value for r in rows] == list(MLENERGY_ITL.values())
+    first = rows[0]
+    assert ITL_CONTEXT == 1000
+    assert first.ours == pytest.approx(1e3 * (29.6e9 + 8 * 1000 * 163_840) / (3.35e12 * 0.8))
