@@ -95,6 +95,7 @@ def test_marginals_of_a_hand_built_trace():
     assert m["tool_batch_s_mean"] == pytest.approx(2.0)
 
 
+@pytest.mark.slow  # its fixture's trace takes about 8 CPU-s
 def test_the_docs_table_is_this_trace(coding_trace):
     # docs/coding-agent-workload.md's generated block (scripts/make_coding_agent_docs.py) is
     # rendered from this very trace: a changed generator must be followed by the script (issue 32).
