@@ -118,14 +118,21 @@ def test_orders_differ_from_vllm_lru(harness):
 PAPER = {False: [10, 9, 7, 8, 3, 2, 1, 6, 5, 4], True: [10, 9, 7, 3, 2, 1, 8, 6, 5, 4]}  # key: a request waits
 
 
+# ``pbkv`` with rule 7: every call of AGES extends its workflow's previous prompt, so the app is a
+# growing one and each workflow's live path ([1,2,3,7], [4,5,6,8]) scores the workflow's total
+# weight whole (no leaf below its prefix). Without a host tier wfA's older path then leaves first,
+# whole; a waiting request of wfB (any agent) holds wfB's whole live path, 8 included, last.
+LIVE = [10, 9, 7, 3, 2, 1, 8, 6, 5, 4]
+
+
 @pytest.mark.parametrize("host, waiting, expected", [
-    (True, (), [10, 9, 8, 6, 5, 4, 7, 3, 2, 1]), (True, WAITING, [10, 9, 8, 7, 3, 2, 1, 6, 5, 4]),
-    (False, (), PAPER[False]), (False, WAITING, PAPER[True])])
+    (True, (), [10, 9, 8, 6, 5, 4, 7, 3, 2, 1]), (True, WAITING, LIVE),
+    (False, (), LIVE), (False, WAITING, LIVE)])
 def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, host, waiting, expected):
     """``pbkv``'s lifecycle state (ages from invocations, waiting requests from arrival and
     admission) is fed inside vLLM: the block pool evicts in the engine core's ``pbkv`` order, on a
     trace where that order is not ``pbkv-paper``'s. That needs a host tier (the CPU offload tier);
-    without one ``pbkv`` ranks by score, then LRU (its rule 6), ``pbkv-paper``'s order here."""
+    without one ``pbkv`` ranks by score, then LRU (its rule 6), with rule 7's whole live paths."""
     engine = _engine_order("pbkv", AGES, [], waiting, host=1000 if host else 0)
     assert engine == expected  # by hand: module comments of AGES and WAITING
     assert _engine_order("pbkv-paper", AGES, [], waiting) == PAPER[bool(waiting)]
