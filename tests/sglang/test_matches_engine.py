@@ -114,9 +114,15 @@ def test_orders_differ_from_plain_lru(harness):
 PAPER = {False: [9, 7, 8, 1, 4], True: [9, 7, 1, 8, 4]}  # key: a request waits
 
 
+# ``pbkv`` with rule 7: every call of AGES extends its workflow's previous prompt, so each
+# workflow's live path scores its total weight whole: without a host tier wfA's older path (7, 1)
+# leaves first, whole; a waiting request of wfB (any agent) holds wfB's whole live path (8, 4) last.
+LIVE = [9, 7, 1, 8, 4]
+
+
 @pytest.mark.parametrize("host, waiting, expected", [
-    (True, (), [9, 8, 4, 7, 1]), (True, WAITING, [9, 8, 7, 1, 4]),
-    (False, (), PAPER[False]), (False, WAITING, PAPER[True])])
+    (True, (), [9, 8, 4, 7, 1]), (True, WAITING, LIVE),
+    (False, (), LIVE), (False, WAITING, LIVE)])
 def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, host, waiting, expected):
     """``pbkv``'s lifecycle state (ages from invocations, waiting requests from arrival and
     admission) is fed inside SGLang: the plugin evicts in the engine core's ``pbkv`` order, on a
