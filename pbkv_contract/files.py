@@ -7,12 +7,13 @@ with a summary or a model file.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
 from typing import Iterable, Optional
 
-__all__ = ["output_problem", "folder_problem", "shared_output"]
+__all__ = ["output_problem", "folder_problem", "shared_output", "make_parents"]
 
 
 def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.PathLike[str] | str] = ()) -> str | None:
@@ -43,6 +44,23 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
     if out.exists():
         return None if os.access(out, os.W_OK) else "is not writable"
     return _creatable(out.absolute().parent)
+
+
+def make_parents(path: os.PathLike[str] | str) -> None:
+    """Create the missing parent folders of output file ``path``.
+
+    Raises:
+        NotADirectoryError: an existing ancestor is a file (``os.makedirs`` says "File exists"
+            there, which reads as if the output itself existed); the message names it.
+        OSError: a folder cannot be created for another reason.
+    """
+    parent = Path(path).absolute().parent
+    ancestor = parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, f"{ancestor} is a file, not a directory")
+    parent.mkdir(parents=True, exist_ok=True)
 
 
 def folder_problem(folder: os.PathLike[str] | str) -> str | None:
