@@ -393,8 +393,9 @@ def _advise_hardware(s: AdviseSettings) -> Any:
         raise _fail("--gpu-memory and --model go together")
     if s.gpu_memory is not None and s.profile is not None:
         raise _fail("give --profile or --gpu-memory/--model, not both")
-    if s.concurrency < 1 or s.tp < 1:
-        raise _fail("--concurrency and --tp must be >= 1")
+    for flag, value in (("--concurrency", s.concurrency), ("--tp", s.tp)):
+        if value < 1:
+            raise _fail(f"{flag} must be >= 1, got {value}")
     if s.tp > MAX_TP:
         raise _fail(f"--tp must be at most {MAX_TP} GPUs (GB200 NVL72, the largest NVLink domain), got {s.tp}")
     _check_outputs(s.trace, s.json_out, s.plot)
