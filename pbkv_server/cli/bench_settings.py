@@ -18,6 +18,7 @@ from pbkv_server.hardware.profiles import DEFAULT_PROFILE, GPU_SPECS, MODEL_SPEC
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS
 from pbkv_server.sim.advise import MAX_GPU_MEMORY_GIB, MAX_TP
 from pbkv_contract.prediction import MAX_HORIZON  # re-exported: one bound for every tool
+from pbkv_server.hardware.profiles import MAX_KV_TOKENS
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES
 
 __all__ = ["ReplaySettings", "AdviseSettings", "MAX_HORIZON", "MAX_REPLICAS"]
@@ -65,11 +66,13 @@ class ReplaySettings:
     predictor: str = _predictor()
     concurrency: int = _concurrency()
     profile: str = option(DEFAULT_PROFILE, "hardware profile (pbkv-bench profiles)")
-    device_tokens: Optional[int] = option(None, "device KV capacity in tokens (default: the profile's)")
+    device_tokens: Optional[int] = option(None, "device KV capacity in tokens (default: the profile's)", min=1,
+                                          max=MAX_KV_TOKENS)
     host_ratio: Optional[float] = option(
         None, "host KV tier = RATIO x device capacity, 0 = no host tier (default: 1, the PBKV paper's setup, SGLang "
               "HiCache with HICACHE_RATIO=1, as pbkv-bench study)")
-    host_tokens: Optional[int] = option(None, "host KV capacity in tokens (wins over --host-ratio)")
+    host_tokens: Optional[int] = option(None, "host KV capacity in tokens (wins over --host-ratio)", min=0,
+                                        max=MAX_KV_TOKENS)
     horizon: int = option(3, f"prediction horizon K (1..{MAX_HORIZON})")
     gamma: float = option(0.7, "score decay gamma")
     rho: float = option(0.1, "pbkv-aggressive displacement share of device capacity")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pbkv_contract.settings import option
+from pbkv_server.hardware.profiles import MAX_KV_TOKENS
 from pbkv_server.engine.types import DEFAULT_ENGINE_MODEL, DEFAULT_PREFILL_COST, ENGINE_MODELS, PREFILL_COSTS
 from pbkv_server.engine.policies import DEFAULT_POLICY, policy_info
 
@@ -104,9 +105,10 @@ class ServerConfig:
     pace: float = option(0.0, "0 = as fast as possible; p = sleep p x simulated time.", min=0.0)
     trace_out: str | None = option(None, "Write a server-side v1 trace (JSONL, with block_tokens).")
     hint_token: str | None = option(None, "Shared secret for the hint endpoints.", envvar="PBKV_HINT_TOKEN")
-    device_tokens: int | None = option(None, "Device KV capacity in tokens (overrides the profile).", min=1)
+    device_tokens: int | None = option(None, "Device KV capacity in tokens (overrides the profile).", min=1,
+                                       max=MAX_KV_TOKENS)
     host_tokens: int | None = option(None, "Host KV capacity in tokens (overrides the profile and --host-ratio).",
-                                     min=0)
+                                     min=0, max=MAX_KV_TOKENS)
     host_ratio: float | None = option(
         None, "Host KV tier = RATIO x device capacity, 0 = none (default: 2, SGLang HiCache's, with --device-tokens; "
               "else the profile's host size).", min=0.0)
@@ -163,6 +165,10 @@ class ServerConfig:
             raise ValueError(f"read_timeout_s must be a positive number of seconds, got {self.read_timeout_s}")
         if self.max_header_bytes < 1024:
             raise ValueError("max_header_bytes must be >= 1024 (a request head needs a few hundred bytes)")
+        for name in ("device_tokens", "host_tokens"):
+            tokens = getattr(self, name)
+            if tokens is not None and tokens > MAX_KV_TOKENS:
+                raise ValueError(f"{name} must be at most {MAX_KV_TOKENS:,}, got {tokens:,}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise ValueError("max_prompt_tokens must be >= 1 (or None for the device capacity)")
         if self.host_tokens is None and (self.device_tokens is not None or self.host_ratio is not None):
