@@ -45,10 +45,11 @@ console = Console()
 err_console = Console(stderr=True)
 
 def _check_outputs(trace: Path, json_out: Path | None, plot: Path | None) -> None:
-    """Refuse (one line, exit 2) a ``--json`` / ``--plot`` path that cannot be written, that is
-    the input ``trace``, or that both options name, before any replay starts."""
+    """Refuse (one line, exit 2) a ``--json`` / ``--plot`` path that cannot be written, whose folder
+    does not exist (``--plot /nonexistent/dir/x.png`` made the folders silently), that is the input
+    ``trace``, or that both options name, before any replay starts."""
     for option, path in (("--json", json_out), ("--plot", plot)):
-        problem = output_problem(path, [trace])
+        problem = output_problem(path, [trace], folder_must_exist=True)
         if problem:
             raise _fail(f"{option} {path}: {problem}")
     if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:
@@ -417,8 +418,7 @@ def _advise_hardware(s: AdviseSettings) -> Any:
 
 
 def _write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)  # --json a/b/c.json: its folders are made, as --plot's
-    path.write_text(text)
+    path.write_text(text)  # its folder exists: _check_outputs refused a missing one
 
 
 def _rate(value: float | None) -> str:
