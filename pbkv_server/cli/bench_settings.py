@@ -66,12 +66,13 @@ class ReplaySettings:
     predictor: str = _predictor()
     concurrency: int = _concurrency()
     profile: str = option(DEFAULT_PROFILE, "hardware profile (pbkv-bench profiles)")
-    device_tokens: Optional[int] = option(None, "device KV capacity in tokens (default: the profile's)", min=1,
+    # the low bounds are the engine config's (one line naming the option); the high one is the CLI's
+    device_tokens: Optional[int] = option(None, "device KV capacity in tokens (default: the profile's)",
                                           max=MAX_KV_TOKENS)
     host_ratio: Optional[float] = option(
         None, "host KV tier = RATIO x device capacity, 0 = no host tier (default: 1, the PBKV paper's setup, SGLang "
               "HiCache with HICACHE_RATIO=1, as pbkv-bench study)")
-    host_tokens: Optional[int] = option(None, "host KV capacity in tokens (wins over --host-ratio)", min=0,
+    host_tokens: Optional[int] = option(None, "host KV capacity in tokens (wins over --host-ratio)",
                                         max=MAX_KV_TOKENS)
     horizon: int = option(3, f"prediction horizon K (1..{MAX_HORIZON})")
     gamma: float = option(0.7, "score decay gamma")
