@@ -13,6 +13,11 @@ Each CLI's launcher lives next to it (``pbkv_server.cli.entry``, ``pbkv_train.en
 hands to :func:`run`, so the layer rule (``tests/contracts/test_layers.py``) sees that import;
 this module names no module of ours.
 
+:func:`run` also makes a usage error (a bad option value, an unknown option, a missing argument)
+one line, ``pbkv-bench: Invalid value for '--horizon': 'x' is not a valid integer. (see:
+pbkv-bench replay --help)`` on stderr with exit status 2, where Typer printed a rich box of a
+dozen lines and click a usage block: every CLI enters here, so this is the one place.
+
 Standard library only (the line must print when nothing else is installed). The package is not on
 PyPI: the hint gives the checkout form first.
 """
@@ -22,7 +27,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-__all__ = ["EXTRA_OF", "install_hint", "missing_module_line", "run"]
+__all__ = ["EXTRA_OF", "install_hint", "missing_module_line", "run", "usage_error_line"]
 
 #: Top-level module -> the extra that installs it ("" = the base install). Modules declared by
 #: several extras map to the one that the CLIs need them for; anything else falls back to the
@@ -77,7 +82,7 @@ def run(cli: str, load: Callable[[], Callable[[], Any]], default_extra: str) -> 
         The command's exit status (2 for a missing module).
     """
     try:
-        result = load()()
+        result = _invoke(cli, load())
     except ModuleNotFoundError as exc:
         line = missing_module_line(cli, exc, default_extra)
         if line is None:
@@ -85,3 +90,37 @@ def run(cli: str, load: Callable[[], Callable[[], Any]], default_extra: str) -> 
         print(line, file=sys.stderr)
         return 2
     return result if isinstance(result, int) else 0
+
+
+def usage_error_line(cli: str, exc: BaseException) -> str:
+    """One line for a click ``ClickException`` (usage errors and ``BadParameter`` included):
+    ``cli: message``, naming the subcommand's help when the error has a context."""
+    line = f"{cli}: {' '.join(exc.format_message().split())}"  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        line += f" (see: {ctx.command_path} --help)"  # the program is named cli (_invoke)
+    return line
+
+
+def _invoke(cli: str, entry: Callable[..., Any]) -> Any:
+    """Run a Typer (click) entry; its exit status, with a click error as one line (:func:`usage_error_line`)."""
+    try:
+        # not standalone: click returns Exit codes and raises its errors here instead of printing
+        # them its own way; the commands return None, so any int returned is an exit status
+        return entry(standalone_mode=False, prog_name=cli)
+    except Exception as exc:
+        # click's classes are matched by name: Typer vendors its own click (typer._click), and
+        # this module imports neither
+        kinds = {c.__name__ for c in type(exc).__mro__}
+        if "ClickException" in kinds:
+            if "NoArgsIsHelpError" in kinds:  # no arguments: the help, as standalone
+                text = exc.format_message()  # type: ignore[attr-defined]  # empty: Typer printed it
+                if text.strip():
+                    print(text, file=sys.stderr)
+            else:
+                print(usage_error_line(cli, exc), file=sys.stderr)
+            return exc.exit_code  # type: ignore[attr-defined]
+        if "Abort" in kinds:
+            print("Aborted!", file=sys.stderr)
+            return 1
+        raise

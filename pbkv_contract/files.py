@@ -7,15 +7,17 @@ with a summary or a model file.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
 from typing import Iterable, Optional
 
-__all__ = ["output_problem", "folder_problem", "shared_output"]
+__all__ = ["output_problem", "folder_problem", "shared_output", "make_parents"]
 
 
-def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.PathLike[str] | str] = ()) -> str | None:
+def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.PathLike[str] | str] = (),
+                   folder_must_exist: bool = False) -> str | None:
     """Why ``path`` cannot be written as an output file, or ``None`` when it looks writable.
 
     Missing parent folders are fine (writers create them) as long as the nearest existing
@@ -27,6 +29,8 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
         path: the output file (``None``: no output, no problem).
         inputs: files the same command reads; the output must not be one of them (compared
             after resolving links and relative paths, and by inode when both exist).
+        folder_must_exist: a missing parent folder is a problem too (a typo in a folder name
+            must not create a new tree of folders; the caller does not make them).
 
     Returns:
         A short reason ("is a directory", "is the input trace t.jsonl", ...) to print after the
@@ -42,7 +46,28 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
         return "is a directory"
     if out.exists():
         return None if os.access(out, os.W_OK) else "is not writable"
-    return _creatable(out.absolute().parent)
+    parent = out.absolute().parent
+    problem = _creatable(parent)
+    if problem is None and folder_must_exist and not parent.is_dir():
+        return f"folder {parent} does not exist; create it first"
+    return problem
+
+
+def make_parents(path: os.PathLike[str] | str) -> None:
+    """Create the missing parent folders of output file ``path``.
+
+    Raises:
+        NotADirectoryError: an existing ancestor is a file (``os.makedirs`` says "File exists"
+            there, which reads as if the output itself existed); the message names it.
+        OSError: a folder cannot be created for another reason.
+    """
+    parent = Path(path).absolute().parent
+    ancestor = parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, f"{ancestor} is a file, not a directory")
+    parent.mkdir(parents=True, exist_ok=True)
 
 
 def folder_problem(folder: os.PathLike[str] | str) -> str | None:

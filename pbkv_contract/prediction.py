@@ -16,7 +16,13 @@ from typing import Mapping, Sequence
 
 from .hints import END_AGENT
 
-__all__ = ["END_AGENT", "PredictionQuery", "Prediction", "Predictor"]
+__all__ = ["END_AGENT", "MAX_HORIZON", "PredictionQuery", "Prediction", "Predictor"]
+
+#: Largest prediction horizon K any PBKV tool accepts. A score weighs step k by gamma^k: at the
+#: default gamma 0.7 step 64 weighs 1e-10 of step 1, so steps beyond it change no order, while a
+#: predictor's work and memory grow with K (``--horizon 1000000000`` ran for minutes without a
+#: line; ``pbkv-predictor eval --k 100000000000`` died allocating its target array).
+MAX_HORIZON = 64
 
 
 @dataclass(frozen=True, slots=True)

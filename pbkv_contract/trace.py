@@ -89,6 +89,7 @@ from functools import partial
 from typing import IO, Any, Callable, Iterable, Iterator
 
 from .blocks import block_token_counts
+from .files import make_parents
 from .features import FEATURE_DIM
 
 log = logging.getLogger(__name__)
@@ -617,9 +618,7 @@ class TraceWriter:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
-        parent = os.path.dirname(self.path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
+        make_parents(self.path)
         self._fh: IO[str] | None = open(self.path, "a", encoding="utf-8")
         self._lock = threading.Lock()
         if _ends_mid_line(self.path):

@@ -26,7 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pbkv_contract.extras import missing_module_line
-from pbkv_contract.files import output_problem
+from pbkv_contract.files import make_parents, output_problem
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, looks_like_trace
 from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
 from pbkv_sdk.stats import TraceSummary, ValidationReport, summarize, validate_file
@@ -76,7 +76,7 @@ def record(
         if out.is_dir():
             raise IsADirectoryError(f"{out} is a directory")
         if out.exists() and not looks_like_trace(out):
-            err_console.print(f"[red]refusing to overwrite {out}: it is not a PBKV trace[/red]", highlight=False)
+            err_console.print(f"[red]refusing to overwrite {out}: it is not a PBKV trace[/red]", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
         if out.exists() and not append:
             if out.stat().st_size > 0:
@@ -84,11 +84,11 @@ def record(
                 os.replace(out, previous)
             else:
                 out.unlink()
-        out.parent.mkdir(parents=True, exist_ok=True)
+        make_parents(out)
         with open(out, "a", encoding="utf-8"):  # fail here, not inside the app, if it cannot be written
             pass
     except OSError as exc:
-        err_console.print(f"[red]cannot write the trace file {out}: {_os_reason(exc)}[/red]", highlight=False)
+        err_console.print(f"[red]cannot write the trace file {out}: {_os_reason(exc)}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     env = dict(os.environ, **TELEMETRY_OFF)
     env[ENV_TRACE_PATH] = str(out)

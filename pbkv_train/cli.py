@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pbkv_contract.files import output_problem
+from pbkv_contract.prediction import MAX_HORIZON
 from pbkv_contract.trace import read_trace
 from pbkv_train.backbones import fit_workflows
 from pbkv_train.data import DEFAULT_K, DEFAULT_MAX_PREFIX, split_workflows, workflows_from_records
@@ -87,7 +88,8 @@ def _fail(message: str) -> NoReturn:
 def _check_at_least_one(**options: Optional[int]) -> None:
     """Exit 2 naming the first option (keyword = flag name without dashes) that is below 1.
 
-    ``threads`` is also capped at :data:`MAX_THREADS` (an absurd count makes torch abort).
+    ``threads`` is also capped at :data:`MAX_THREADS` (an absurd count makes torch abort), and
+    ``k`` at :data:`~pbkv_contract.prediction.MAX_HORIZON`.
     """
     for name, value in options.items():
         if value is not None and value < 1:
@@ -95,6 +97,10 @@ def _check_at_least_one(**options: Optional[int]) -> None:
     threads = options.get("threads")
     if threads is not None and threads > MAX_THREADS:
         _fail(f"--threads must be at most {MAX_THREADS}, got {threads}")
+    k = options.get("k")
+    if k is not None and k > MAX_HORIZON:  # the target arrays hold K columns per training row
+        _fail(f"--k must be in 1..{MAX_HORIZON} (a score weighs step k by gamma^k: nothing beyond "
+              f"{MAX_HORIZON} steps), got {k}")
 
 
 #: Most torch CPU threads the CLI accepts.
@@ -159,7 +165,7 @@ def train(
     traces: List[Path] = typer.Argument(..., exists=True, dir_okay=False, help="v1 trace files (JSONL)"),
     out: Path = typer.Option(..., "--out", "-o", help="model file to write"),
     app_name: Optional[str] = typer.Option(None, "--app", help="app to train for (needed when traces mix apps)"),
-    k: int = typer.Option(DEFAULT_K, help="horizon K"),
+    k: int = typer.Option(DEFAULT_K, help=f"horizon K (1..{MAX_HORIZON})"),
     epochs: int = typer.Option(60, help="maximum epochs (early stopping on a 10% validation split)"),
     seed: int = typer.Option(0, min=0, max=2**32 - 1, help="seed of the validation split and the initialisation"),
     threads: int = typer.Option(1, help="torch CPU threads (more only on an idle machine: OpenMP threads spin when cores are shared)"),
@@ -205,7 +211,7 @@ def evaluate(
     models: str = typer.Option(",".join(m for m in MODEL_NAMES if m != "graphsage-notxt"), help="comma-separated model names"),
     seeds: int = typer.Option(10, help="seeds (each: a new split and initialisation)"),
     app_name: Optional[str] = typer.Option(None, "--app", help="app to evaluate (needed when traces mix apps)"),
-    k: int = typer.Option(DEFAULT_K, help="horizon K"),
+    k: int = typer.Option(DEFAULT_K, help=f"horizon K (1..{MAX_HORIZON})"),
     train_size: Optional[int] = typer.Option(None, help="cap on training workflows per seed"),
     epochs: int = typer.Option(60, help="maximum epochs of the neural models"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="also write the results as JSON"),
@@ -236,7 +242,7 @@ def curve(
     models: str = typer.Option("graphsage", help="comma-separated model names"),
     seeds: int = typer.Option(3, help="seeds per size"),
     app_name: Optional[str] = typer.Option(None, "--app", help="app to evaluate"),
-    k: int = typer.Option(DEFAULT_K, help="horizon K"),
+    k: int = typer.Option(DEFAULT_K, help=f"horizon K (1..{MAX_HORIZON})"),
     epochs: int = typer.Option(60, help="maximum epochs"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="also write the results as JSON"),
     threads: int = typer.Option(1, help="torch CPU threads (more only on an idle machine: OpenMP threads spin when cores are shared)"),

@@ -153,6 +153,12 @@ class WorkflowBook:
         if self.feed is not None:
             self.feed.admitted(request_id, path)
 
+    def cached(self, request_id: str, path: Sequence[Any]) -> None:
+        """Admitted request ``request_id``'s prompt is now cached along ``path`` (root first),
+        deeper than at its admission (SGLang inserts it after the prefill)."""
+        if self.feed is not None:
+            self.feed.cached(request_id, path)
+
     def finished(self, request_id: str, end: Any = None) -> None:
         """Request ``request_id`` finished (an unreported admission is implied); ``end``: the
         deepest node of its prompt, or ``None``. Idempotent."""

@@ -14,9 +14,14 @@ sees the same events through its own hooks and hands them to its
 - a request's first sight (its arrival): ``on_invocation`` for a hinted one (after the workflow
   table's invocation, as :meth:`Engine.submit`), nothing yet for an anonymous one;
 - its admission (the backend scheduled it): ``on_admit``, once per request, for every request;
+- its prompt cached deeper than at admission (a backend that inserts the prompt after the
+  prefill, SGLang): ``on_prompt_cached``, at each such insert;
 - its finish: ``on_finish`` (an admission not reported before is implied: a finished request ran);
 - a workflow end (client, KV hint, idleness or table bound): ``on_workflow_end``;
 - a session close: ``on_session_close``; tree splits and node drops: ``on_split`` / ``on_drop``.
+
+A request's ``blocks`` are the chained keys of its prompt, as the engine's: vLLM's block hashes;
+a backend that sees token ids only (SGLang) passes :class:`PrefixKeys`, one key per token.
 
 A backend keeps no heap of priorities (SGLang and vLLM ask ``priority`` for every candidate at
 each eviction), so the policy's :class:`~pbkv_server.engine.policies.base.PolicyContext` is a
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Sequence
 
@@ -41,7 +47,7 @@ from pbkv_server.engine.workflows import Workflow
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BackendContext", "LifecycleFeed", "MAX_LIVE_REQUESTS"]
+__all__ = ["BackendContext", "LifecycleFeed", "MAX_LIVE_REQUESTS", "PrefixKeys"]
 
 #: The engine's default rho (``EngineConfig.rho``), the backends' (they run no aggressive prefetch).
 _DEFAULT_RHO: float = next(f.default for f in fields(EngineConfig) if f.name == "rho")
@@ -110,6 +116,39 @@ class BackendContext:
         return node
 
 
+class PrefixKeys(SequenceABC):
+    """The chained keys of a prompt given as token ids, one key per token, computed when read.
+
+    Key ``i`` identifies the prompt's first ``i + 1`` tokens (a hash of them), as the engine's
+    block keys identify a whole prefix, so two prompts with an equal key ``i`` are equal up to
+    token ``i``. A key costs O(i) to read: ``pbkv``'s rule 7 reads two per admission
+    (:meth:`~pbkv_server.engine.policies.conversation.Conversations.admitted`), where computing
+    all of a long prompt's keys up front would cost a Python loop over every token.
+
+    Args:
+        tokens: the prompt's token ids (a list, tuple or ``array``); not copied, so the caller
+            must not change it.
+    """
+
+    __slots__ = ("_tokens",)
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self._tokens = tokens
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def __getitem__(self, i):
+        n = len(self._tokens)
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(n))]
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("prefix key index out of range")
+        return hash(tuple(self._tokens[:i + 1]))
+
+
 @dataclass(slots=True)
 class _Live:
     """A request between arrival and finish: what its admission and finish hooks receive."""
@@ -162,6 +201,15 @@ class LifecycleFeed:
         state.admitted = True
         self._call("on_admit", Admission(state.index, state.request.blocks, state.workflow, state.agent,
                                          state.request), path)
+
+    def cached(self, request_id: str, path: Sequence[Any]) -> None:
+        """The admitted request ``request_id``'s prompt is now cached along ``path`` (root first),
+        deeper than its admission's path: ``on_prompt_cached``. Ignored before its admission
+        (a match of a waiting request is no insert) and after its finish."""
+        state = self._live.get(request_id)
+        if state is None or not state.admitted or not path:
+            return
+        self._call("on_prompt_cached", state.request, state.workflow, path)
 
     def finished(self, request_id: str, end: Any = None) -> None:
         """Request ``request_id`` produced its last token; ``end``: the deepest node of its prompt,

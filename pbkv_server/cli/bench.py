@@ -45,10 +45,11 @@ console = Console()
 err_console = Console(stderr=True)
 
 def _check_outputs(trace: Path, json_out: Path | None, plot: Path | None) -> None:
-    """Refuse (one line, exit 2) a ``--json`` / ``--plot`` path that cannot be written, that is
-    the input ``trace``, or that both options name, before any replay starts."""
+    """Refuse (one line, exit 2) a ``--json`` / ``--plot`` path that cannot be written, whose folder
+    does not exist (``--plot /nonexistent/dir/x.png`` made the folders silently), that is the input
+    ``trace``, or that both options name, before any replay starts."""
     for option, path in (("--json", json_out), ("--plot", plot)):
-        problem = output_problem(path, [trace])
+        problem = output_problem(path, [trace], folder_must_exist=True)
         if problem:
             raise _fail(f"{option} {path}: {problem}")
     if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:
@@ -393,8 +394,9 @@ def _advise_hardware(s: AdviseSettings) -> Any:
         raise _fail("--gpu-memory and --model go together")
     if s.gpu_memory is not None and s.profile is not None:
         raise _fail("give --profile or --gpu-memory/--model, not both")
-    if s.concurrency < 1 or s.tp < 1:
-        raise _fail("--concurrency and --tp must be >= 1")
+    for flag, value in (("--concurrency", s.concurrency), ("--tp", s.tp)):
+        if value < 1:
+            raise _fail(f"{flag} must be >= 1, got {value}")
     if s.tp > MAX_TP:
         raise _fail(f"--tp must be at most {MAX_TP} GPUs (GB200 NVL72, the largest NVLink domain), got {s.tp}")
     _check_outputs(s.trace, s.json_out, s.plot)
@@ -416,8 +418,7 @@ def _advise_hardware(s: AdviseSettings) -> Any:
 
 
 def _write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)  # --json a/b/c.json: its folders are made, as --plot's
-    path.write_text(text)
+    path.write_text(text)  # its folder exists: _check_outputs refused a missing one
 
 
 def _rate(value: float | None) -> str:

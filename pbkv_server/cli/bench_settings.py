@@ -17,14 +17,12 @@ from pbkv_server.engine.types import DEFAULT_ENGINE_MODEL, DEFAULT_PREFILL_COST,
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, GPU_SPECS, MODEL_SPECS
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS
 from pbkv_server.sim.advise import MAX_GPU_MEMORY_GIB, MAX_TP
+from pbkv_contract.prediction import MAX_HORIZON  # re-exported: one bound for every tool
+from pbkv_server.hardware.profiles import MAX_KV_TOKENS
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES
 
 __all__ = ["ReplaySettings", "AdviseSettings", "MAX_HORIZON", "MAX_REPLICAS"]
 
-#: Largest prediction horizon K. A score weighs step k by gamma^k: at the default gamma 0.7 step 64
-#: weighs 1e-10 of step 1, so steps beyond it change no order, while the predictors' work grows
-#: with K (``--horizon 1000000000`` ran for minutes without a line).
-MAX_HORIZON = 64
 #: Most replicas behind one router. Each is a whole engine with its own device pool, so time and
 #: memory grow with the count (``--replicas 1000000`` ran for minutes before the first line);
 #: 1,024 replicas of a small trace replay in about 5 s here, and are far more than one router
@@ -68,11 +66,14 @@ class ReplaySettings:
     predictor: str = _predictor()
     concurrency: int = _concurrency()
     profile: str = option(DEFAULT_PROFILE, "hardware profile (pbkv-bench profiles)")
-    device_tokens: Optional[int] = option(None, "device KV capacity in tokens (default: the profile's)")
+    # the low bounds are the engine config's (one line naming the option); the high one is the CLI's
+    device_tokens: Optional[int] = option(None, "device KV capacity in tokens (default: the profile's)",
+                                          max=MAX_KV_TOKENS)
     host_ratio: Optional[float] = option(
         None, "host KV tier = RATIO x device capacity, 0 = no host tier (default: 1, the PBKV paper's setup, SGLang "
               "HiCache with HICACHE_RATIO=1, as pbkv-bench study)")
-    host_tokens: Optional[int] = option(None, "host KV capacity in tokens (wins over --host-ratio)")
+    host_tokens: Optional[int] = option(None, "host KV capacity in tokens (wins over --host-ratio)",
+                                        max=MAX_KV_TOKENS)
     horizon: int = option(3, f"prediction horizon K (1..{MAX_HORIZON})")
     gamma: float = option(0.7, "score decay gamma")
     rho: float = option(0.1, "pbkv-aggressive displacement share of device capacity")

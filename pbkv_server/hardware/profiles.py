@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from pbkv_server.engine.cost import HardwareProfile
 
-__all__ = ["PROFILES", "MODEL_SPECS", "GPU_SPECS", "model_source", "DEFAULT_PROFILE", "DEFAULT_HOST_RATIO", "PAPER_HOST_RATIO", "MAX_HOST_RATIO", "get_profile", "profile_names",
+__all__ = ["PROFILES", "MODEL_SPECS", "GPU_SPECS", "model_source", "DEFAULT_PROFILE", "DEFAULT_HOST_RATIO", "PAPER_HOST_RATIO", "MAX_HOST_RATIO", "MAX_KV_TOKENS", "get_profile", "profile_names",
            "host_tokens_for",
            "ModelSpec", "GpuSpec", "derive_profile"]
 
@@ -61,6 +61,12 @@ PAPER_HOST_RATIO = 1.0
 #: Largest host / device ratio accepted (a host tier 1000x the device is beyond any real server;
 #: the bound keeps ratio x device a finite token count).
 MAX_HOST_RATIO = 1000.0
+#: Largest KV capacity, in tokens, of a device or host tier that ``pbkv-bench`` and ``pbkv-server``
+#: accept (``--device-tokens``, ``--host-tokens``, ratio x device): 72 GPUs (an NVL72 domain,
+#: ``advise``'s ``MAX_TP``) of 1 TiB each (its ``MAX_GPU_MEMORY_GIB``) at 1 KiB of KV per token (below
+#: any served model: Qwen2.5-0.5B needs 12 KiB) hold 7.7e10 tokens; ``--device-tokens 1e23`` was
+#: accepted and printed as a device size.
+MAX_KV_TOKENS = 10**11
 #: Model FLOPs utilisation of chunked prefill.
 PREFILL_MFU = 0.45
 #: Fraction of linear scaling kept by tensor parallelism over PCIe (all-reduce cost).
@@ -358,8 +364,12 @@ def host_tokens_for(profile: HardwareProfile, device_tokens: int | None = None, 
 
     Raises:
         ValueError: ``host_ratio`` negative, not finite or above :data:`MAX_HOST_RATIO`,
-            ``host_tokens`` < 0 or ``device_tokens`` < 1.
+            ``host_tokens`` < 0 or ``device_tokens`` < 1, either above :data:`MAX_KV_TOKENS`.
     """
+    for what, tokens in (("device", device_tokens), ("host", host_tokens)):
+        if tokens is not None and tokens > MAX_KV_TOKENS:
+            raise ValueError(f"{what} tokens must be at most {MAX_KV_TOKENS:,} (72 GPUs of 1 TiB at 1 KiB of KV "
+                             f"per token), got {tokens:,}")
     if host_ratio is not None and not (math.isfinite(host_ratio) and 0 <= host_ratio <= MAX_HOST_RATIO):
         raise ValueError(f"host ratio must be a number from 0 (no host tier) to {MAX_HOST_RATIO:g}, got {host_ratio}")
     if host_tokens is not None and host_tokens < 0:

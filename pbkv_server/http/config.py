@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pbkv_contract.settings import option
+from pbkv_server.hardware.profiles import MAX_KV_TOKENS
 from pbkv_server.engine.types import DEFAULT_ENGINE_MODEL, DEFAULT_PREFILL_COST, ENGINE_MODELS, PREFILL_COSTS
 from pbkv_server.engine.policies import DEFAULT_POLICY, policy_info
 
 __all__ = ["ServerConfig", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_HEADER_BYTES", "DEFAULT_MAX_HEADERS",
-           "DEFAULT_MAX_JSON_DEPTH"]
+           "DEFAULT_MAX_JSON_DEPTH", "DEFAULT_READ_TIMEOUT_S"]
 
 
 #: Largest accepted request body: 16 MiB holds a ~4M-character prompt, far beyond any context window.
@@ -30,6 +31,11 @@ DEFAULT_MAX_HEADERS = 100
 #: Deepest JSON nesting of a request body; OpenAI bodies nest about 6 levels (tool parameter
 #: schemas a few more), and Python walkers must never meet a body near the recursion limit.
 DEFAULT_MAX_JSON_DEPTH = 64
+
+#: Seconds a client may pause while sending a request (its head or body) before it is answered 408
+#: and closed: a body shorter than its Content-Length otherwise holds its connection forever
+#: (uvicorn's ``timeout_keep_alive`` runs only between requests). nginx's client_body_timeout is 60 s.
+DEFAULT_READ_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -68,6 +74,8 @@ class ServerConfig:
         max_header_bytes: request line + headers larger than this are answered 431 (414 for the
             request line alone) by the HTTP protocol layer, before anything is buffered beyond it.
         max_headers: requests with more header fields are answered 431.
+        read_timeout_s: a request whose next bytes (head or body) do not come within this many
+            seconds is answered 408 and its connection closed, by the HTTP protocol layer.
         max_json_depth: bodies nested deeper are answered 400 (``invalid_json``).
         max_prompt_tokens: tokenization budget per request; a longer prompt is answered 400
             (``context_length_exceeded``) without being tokenized past the budget. ``None`` = the
@@ -97,9 +105,10 @@ class ServerConfig:
     pace: float = option(0.0, "0 = as fast as possible; p = sleep p x simulated time.", min=0.0)
     trace_out: str | None = option(None, "Write a server-side v1 trace (JSONL, with block_tokens).")
     hint_token: str | None = option(None, "Shared secret for the hint endpoints.", envvar="PBKV_HINT_TOKEN")
-    device_tokens: int | None = option(None, "Device KV capacity in tokens (overrides the profile).", min=1)
+    device_tokens: int | None = option(None, "Device KV capacity in tokens (overrides the profile).", min=1,
+                                       max=MAX_KV_TOKENS)
     host_tokens: int | None = option(None, "Host KV capacity in tokens (overrides the profile and --host-ratio).",
-                                     min=0)
+                                     min=0, max=MAX_KV_TOKENS)
     host_ratio: float | None = option(
         None, "Host KV tier = RATIO x device capacity, 0 = none (default: 2, SGLang HiCache's, with --device-tokens; "
               "else the profile's host size).", min=0.0)
@@ -115,6 +124,8 @@ class ServerConfig:
     max_header_bytes: int = option(DEFAULT_MAX_HEADER_BYTES, "Larger request heads get 431 (414 for the request "
                                                              "line).", min=1024)
     max_headers: int = option(DEFAULT_MAX_HEADERS, "Requests with more header fields get 431.", min=1)
+    read_timeout_s: float = option(DEFAULT_READ_TIMEOUT_S, "A request whose next bytes (head or body) take longer "
+                                                           "gets 408 and its connection closes.", min=0.001)
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     max_prompt_tokens: int | None = option(
         None, "Tokenization budget per request (default: the device KV capacity); longer prompts get 400.", min=1)
@@ -150,8 +161,14 @@ class ServerConfig:
                      "page_size", "max_headers", "max_json_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if not self.read_timeout_s > 0 or self.read_timeout_s == float("inf"):
+            raise ValueError(f"read_timeout_s must be a positive number of seconds, got {self.read_timeout_s}")
         if self.max_header_bytes < 1024:
             raise ValueError("max_header_bytes must be >= 1024 (a request head needs a few hundred bytes)")
+        for name in ("device_tokens", "host_tokens"):
+            tokens = getattr(self, name)
+            if tokens is not None and tokens > MAX_KV_TOKENS:
+                raise ValueError(f"{name} must be at most {MAX_KV_TOKENS:,}, got {tokens:,}")
         if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
             raise ValueError("max_prompt_tokens must be >= 1 (or None for the device capacity)")
         if self.host_tokens is None and (self.device_tokens is not None or self.host_ratio is not None):

@@ -9,6 +9,11 @@ that
   number, and 414 when the request line alone exceeds ``max_header_bytes`` (nginx's and Node's
   behaviour), checked on every parsed field and on the raw bytes of a head still being received,
   so memory stays bounded before the parser completes a field;
+* answers 408 and closes the connection when a request's next bytes (head or body) do not come
+  within ``read_timeout_s``: a body shorter than its ``Content-Length`` held its connection (and
+  the app's ``receive()``) forever, and uvicorn's ``timeout_keep_alive`` only runs between
+  requests. A pause caused by the server itself (reading paused while the app has not consumed
+  the body) does not count;
 * answers requests the parser rejects (for instance a control byte in a header value) with a
   400 in OpenAI's error shape, and calls ``on_reject`` so the rejection is counted and logged.
 
@@ -55,7 +60,8 @@ class _HeadRejected(Exception):
         self.message = message
 
 
-def guarded_protocol(max_header_bytes: int, max_headers: int, on_reject: RejectHandler) -> type[HttpToolsProtocol]:
+def guarded_protocol(max_header_bytes: int, max_headers: int, on_reject: RejectHandler,
+                     read_timeout_s: float = 60.0) -> type[HttpToolsProtocol]:
     """A uvicorn ``http`` protocol class (pass it as ``uvicorn.Config(http=...)``) with head limits.
 
     Args:
@@ -64,7 +70,9 @@ def guarded_protocol(max_header_bytes: int, max_headers: int, on_reject: RejectH
         max_headers: most header fields per request.
         on_reject: told of every request refused here: ``(status, reason, path)`` with reason
             ``header_too_large``, ``too_many_headers``, ``uri_too_long``,
-            ``control_char_in_hint_header``, ``invalid_header`` or ``invalid_http``.
+            ``control_char_in_hint_header``, ``invalid_header``, ``invalid_http`` or
+            ``request_timeout``.
+        read_timeout_s: longest pause, in seconds, between the bytes of one request (408 after it).
 
     Returns:
         a subclass of uvicorn's ``HttpToolsProtocol``.
@@ -80,8 +88,44 @@ def guarded_protocol(max_header_bytes: int, max_headers: int, on_reject: RejectH
             self._url_bytes = 0
             self._field_bytes = 0
             self._fields = 0
+            self._receiving = False  # between a request's first byte and its last
+            self._read_timer: Any = None
 
         def data_received(self, data: bytes) -> None:
+            self._receive(data)
+            if self._receiving and not self.transport.is_closing():
+                self._arm_read_timer()
+            elif self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
+            super().connection_lost(exc)
+
+        def _arm_read_timer(self) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+            self._read_timer = self.loop.call_later(read_timeout_s, self._read_timed_out)
+
+        def _read_timed_out(self) -> None:
+            self._read_timer = None
+            if not self._receiving or self.transport.is_closing():
+                return
+            if self.flow.read_paused:  # the server stopped reading (the app has not taken the body yet)
+                self._arm_read_timer()
+                return
+            cycle = getattr(self, "cycle", None)
+            if cycle is not None and cycle.response_started:  # too late for a status line: just close
+                self.transport.close()
+                return
+            self._reject(_HeadRejected(408, "request_timeout",
+                                       f"request not received in full: no bytes for {read_timeout_s:g} s "
+                                       "(--read-timeout-s)"))
+
+        def _receive(self, data: bytes) -> None:
             self._unset_keepalive_if_required()
             if self._in_head:
                 self._head_raw += data[: max(0, max_header_bytes + _RAW_SLACK - len(self._head_raw))]
@@ -107,6 +151,7 @@ def guarded_protocol(max_header_bytes: int, max_headers: int, on_reject: RejectH
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            self._receiving = True
             self._in_head = True
             self._url_bytes = self._field_bytes = self._fields = 0
 
@@ -134,6 +179,7 @@ def guarded_protocol(max_header_bytes: int, max_headers: int, on_reject: RejectH
 
         def on_message_complete(self) -> None:
             self._in_head = True  # a keep-alive connection's next bytes start the next head
+            self._receiving = False
             super().on_message_complete()
 
         def _parse_error(self, detail: str) -> _HeadRejected:
@@ -153,7 +199,8 @@ def guarded_protocol(max_header_bytes: int, max_headers: int, on_reject: RejectH
                 on_reject(rejected.status, rejected.reason, path)
             except Exception:  # counting must never keep the client from its answer
                 log.exception("on_reject failed")
-            code = "invalid_http_request" if rejected.status == 400 else "request_header_too_large"
+            code = {400: "invalid_http_request", 408: "request_timeout"}.get(rejected.status,
+                                                                              "request_header_too_large")
             payload = json.dumps(error_body(rejected.status, rejected.message, code)).encode()
             head = [STATUS_LINE[rejected.status]]
             for name, value in self.server_state.default_headers:

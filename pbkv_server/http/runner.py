@@ -125,7 +125,8 @@ def serve_forever(config: ServerConfig, announce: Callable[[str], None] | None =
 def _uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
     # uvloop is picked automatically when installed; access logs cost ~10% at load.
     _warn_if_exposed(config)
-    protocol = guarded_protocol(config.max_header_bytes, config.max_headers, _reject_handler(app.state.service.metrics))
+    protocol = guarded_protocol(config.max_header_bytes, config.max_headers, _reject_handler(app.state.service.metrics),
+                                config.read_timeout_s)
     return uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
                           timeout_keep_alive=30, lifespan="on", http=protocol)
 

@@ -118,26 +118,29 @@ def no_difference_verdict(summaries: Mapping[str, Mapping[str, Any]], baseline: 
         working_set_tokens: ``F`` of :func:`trace_block_tokens` (the trace's distinct prompt blocks).
         device_tokens, host_tokens: the capacities replayed.
 
-    Rules, in order: the baseline evicted nothing from the device (the trace fits in device
-    memory); else no replayed policy differs from the baseline by :data:`MIN_DIFFERENCE` or more
-    in device hit rate (points) or mean latency (relative), and then the line says whether the
-    trace fits in device + host memory (every block LRU evicts is loaded back from the host).
+    A line is given only when no replayed policy differs from the baseline by
+    :data:`MIN_DIFFERENCE` or more in device hit rate (points) or mean latency (relative): a
+    policy that changes what is prefilled (``spec-prefill``) differs even where nothing is
+    evicted. It then says why, in order: the baseline evicted nothing from the device (the trace
+    fits in device memory, so no eviction order can differ); the trace fits in device + host
+    memory (every block LRU evicts is loaded back from the host); or neither.
     """
     base = summaries.get(baseline)
     if base is None:
         return None
-    w, half = working_set_tokens, max(1, working_set_tokens // 2)
-    if base.get("evictions") == 0:
-        return (f"the trace fits in device memory (distinct prompt blocks F = {w} tok, device {device_tokens} tok; "
-                f"{baseline} evicted nothing): no policy can differ; try --device-tokens {half}")
-    others = [s for name, s in summaries.items() if name != baseline]
-    if not others:
-        return None
-    for s in others:
+    for name, s in summaries.items():
+        if name == baseline:
+            continue
         speedup = latency_speedup(base.get("mean_latency_s"), s.get("mean_latency_s"))
         if abs(s["hit_rate"] - base["hit_rate"]) >= MIN_DIFFERENCE or (
                 speedup is not None and abs(speedup - 1) >= MIN_DIFFERENCE):
             return None
+    w, half = working_set_tokens, max(1, working_set_tokens // 2)
+    if base.get("evictions") == 0:
+        return (f"the trace fits in device memory (distinct prompt blocks F = {w} tok, device {device_tokens} tok; "
+                f"{baseline} evicted nothing): no eviction order can differ; try --device-tokens {half}")
+    if len(summaries) < 2:
+        return None
     same = (f"no replayed policy differs from {baseline} by {100 * MIN_DIFFERENCE:g}% or more in device hit rate "
             "or mean latency")
     if host_tokens > 0 and w <= device_tokens + host_tokens:

@@ -82,6 +82,15 @@ def test_options_below_one_are_rejected_naming_the_flag(trace, tmp_path, no_trai
     assert not (tmp_path / "m.pt").exists()  # train --epochs 0 used to save an untrained model
 
 
+@pytest.mark.parametrize("command", ["train", "eval", "curve"])
+@pytest.mark.parametrize("k", ["65", "100000000000"])
+def test_a_horizon_beyond_the_shared_bound_is_one_line(trace, tmp_path, no_training, command, k):
+    """``--k 100000000000`` died with a MemoryError traceback allocating K target columns per row."""
+    out = ["--out", str(tmp_path / "m.pt")] if command == "train" else ["--models", "markov1"]
+    line = _error_line(runner.invoke(app, [command, str(trace), *out, "--k", k]))
+    assert line.startswith(f"error: --k must be in 1..64 ") and line.endswith(f"got {k}")
+
+
 @pytest.mark.parametrize(
     ("sizes", "message"),
     [

@@ -336,6 +336,10 @@ def test_record_into_an_unwritable_place_fails_before_running_the_app(tmp_path):
         assert "cannot write the trace file" in _one_line(result.output)
         assert not isinstance(result.exception, OSError)
     assert not marker.exists()
+    # under a regular file: the reason names that file as not a folder (it read "File exists")
+    result = runner.invoke(app, ["record", "--out", str(tmp_path / "afile" / "t.jsonl"), "--", "true"])
+    assert _one_line(result.output).endswith(f"{tmp_path / 'afile'} is a file, not a directory")
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_stats_and_validate_reject_a_trace_without_records(tmp_path):

@@ -122,9 +122,8 @@ LIVE = [9, 7, 1, 8, 4]
 
 @pytest.mark.parametrize("host, waiting, expected", [
     (True, (), [9, 8, 4, 7, 1]),
-    # known gap: the SGLang plugin does not yet rank rule 7's live paths as the engine core does
-    pytest.param(True, WAITING, LIVE, marks=pytest.mark.xfail(strict=True, reason="rule 7 not fed in SGLang plugin")),
-    pytest.param(False, (), LIVE, marks=pytest.mark.xfail(strict=True, reason="rule 7 not fed in SGLang plugin")),
+    (True, WAITING, LIVE),
+    (False, (), LIVE),
     (False, WAITING, LIVE)])
 def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, host, waiting, expected):
     """``pbkv``'s lifecycle state (ages from invocations, waiting requests from arrival and

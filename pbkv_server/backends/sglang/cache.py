@@ -11,8 +11,10 @@ read from ``req.sampling_params.custom_params["pbkv"]``:
 - on ``checkpoint_into_tree`` (prompt and output inserted), the whole inserted path records it.
 
 A policy with lifecycle hooks (``pbkv``) also hears of each request's admission (the scheduler's
-new prefill batch, :mod:`.admission`; a request whose KV is inserted counts as admitted) and
-finish (``checkpoint_into_tree`` of a finished request), through the book
+new prefill batch, :mod:`.admission`; a request whose KV is inserted counts as admitted), of its
+prompt's path once inserted (``checkpoint_into_tree``: at admission only the matched prefix is in
+the tree, and ``pbkv``'s rule 7 needs the whole prompt's path) and of its finish
+(``checkpoint_into_tree`` of a finished request), through the book
 (:mod:`pbkv_server.backends.lifecycle`).
 
 Eviction itself is SGLang's, ordered by the configured strategy (:mod:`.strategy`).
@@ -104,6 +106,8 @@ class PBKVRadixCache(UnifiedRadixCache):
         finished = getattr(req, "finished", None)
         if callable(finished) and finished():  # its KV is in the tree: a final turn's end may retire it
             self.request_finished(req)
+        else:
+            self.request_cached(req)
 
     def request_arrived(self, req: Any) -> None:
         """The scheduler queued ``req``: its invocation (first sight only). Never raises."""
@@ -122,9 +126,22 @@ class PBKVRadixCache(UnifiedRadixCache):
         except Exception:
             log.exception("PBKV: admission bookkeeping failed for request %s", getattr(req, "rid", "?"))
 
+    def request_cached(self, req: Any) -> None:
+        """``req``'s KV was inserted up to ``req.last_node``: the policy's ``on_prompt_cached`` with
+        that path (root first; ignored before the admission). Never raises."""
+        try:
+            rid = getattr(req, "rid", None)
+            node_id = getattr(req, "last_node", None)
+            if rid is not None and node_id is not None:
+                self.book.cached(str(rid), self.tree_core.path_to_root(node_id)[::-1])
+        except Exception:
+            log.exception("PBKV: insert bookkeeping failed for request %s", getattr(req, "rid", "?"))
+
     def request_finished(self, req: Any) -> None:
-        """``req`` finished with its KV in the tree: the policy's ``on_finish`` (its deepest node),
-        then the end of its own workflow its KV hints asked for. Never raises."""
+        """``req`` finished with its KV in the tree: the policy's ``on_prompt_cached`` and
+        ``on_finish`` (its deepest node), then the end of its own workflow its KV hints asked
+        for. Never raises."""
+        self.request_cached(req)
         try:
             rid = getattr(req, "rid", None)
             if rid is not None:

@@ -24,9 +24,11 @@ loads a request's host-tier hits back at admission, and the plugin's prefetch ro
 counted as a malformed hint; unknown actions as ignored.
 
 For a policy with lifecycle hooks (``pbkv``: :mod:`pbkv_server.backends.lifecycle`) the request
-is named by its ``rid`` as an :class:`~pbkv_server.engine.types.EngineRequest` (its prompt keys
-stay SGLang's: ``blocks`` is empty); the cache reports its admission and finish
-(:mod:`.cache`, :mod:`.admission`).
+is named by its ``rid`` as an :class:`~pbkv_server.engine.types.EngineRequest` whose ``blocks``
+are its prompt's keys, one per token (:class:`~pbkv_server.backends.lifecycle.PrefixKeys` of
+``Req.origin_input_ids``: ``pbkv``'s rule 7 learns from them whether an app's calls extend their
+conversation's previous prompt); the cache reports its admission, its prompt's inserts and its
+finish (:mod:`.cache`, :mod:`.admission`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import logging
 from pbkv_contract.hints import BODY_KEY, KV_HINTS_KEY, HintError, Hints, parse_hints, validate_workflow_id
 from pbkv_contract.prediction import Predictor
 from pbkv_server.backends.book import WorkflowBook, predictor_or_none
+from pbkv_server.backends.lifecycle import PrefixKeys
 from pbkv_server.engine.policies.base import Policy
 from pbkv_server.engine.types import EngineRequest
 
@@ -132,7 +135,9 @@ class SGLangWorkflowBook(WorkflowBook):
         sid = getattr(req, "session_id", None)
         priority = getattr(req, "priority", None)
         max_new = getattr(getattr(req, "sampling_params", None), "max_new_tokens", None)
-        return EngineRequest(str(rid), (), (), max_new if isinstance(max_new, int) else 1, hints,
+        tokens = getattr(req, "origin_input_ids", None)
+        blocks = PrefixKeys(tokens) if tokens is not None else ()
+        return EngineRequest(str(rid), blocks, (), max_new if isinstance(max_new, int) else 1, hints,
                              session_id=sid if isinstance(sid, str) else None,
                              priority=priority if isinstance(priority, int) else None)
 

@@ -335,6 +335,13 @@ class Lifecycle:
     def on_admit(self, admission: "Admission", path: Sequence[NodeView]) -> None:
         """A request was admitted; ``path`` are its nodes from the root down (root excluded)."""
 
+    def on_prompt_cached(self, request: "EngineRequest", wf: "Workflow | None", path: Sequence[NodeView]) -> None:
+        """The prompt of admitted ``request`` (of workflow ``wf``, or anonymous) is now cached along
+        ``path`` (root first, root excluded), deeper than its ``on_admit`` path. Only a backend
+        that inserts a prompt after admitting it calls this (SGLang inserts after the prefill,
+        chunk by chunk); the embedded engine inserts at admission, so its ``on_admit`` path is
+        already the whole prompt and it never calls this."""
+
     def on_invocation(self, wf: "Workflow", previous_agent: str | None) -> None:
         """Workflow ``wf`` made a new invocation (``wf.agent`` is its agent now)."""
 

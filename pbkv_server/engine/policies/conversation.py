@@ -48,6 +48,7 @@ class Conversations:
         self._live: dict = {}  # node -> {conversation: None} whose live path holds it
         self._grow: dict = {}  # app -> [calls that extended their predecessor, calls with one]
         self._app: dict = {}  # conversation -> its app
+        self._call: dict = {}  # conversation -> id of its latest admitted call (see :meth:`cached`)
 
     # ------------------------------------------------------------------ queries
     def growing(self, app) -> bool:
@@ -69,9 +70,12 @@ class Conversations:
         return self._app.get(conversation)
 
     # ------------------------------------------------------------------ events
-    def admitted(self, conversation: Hashable, app, blocks: Sequence[Hashable], path: Sequence) -> None:
-        """A call of ``conversation`` was admitted with prompt ``blocks`` and cache path ``path``
-        (root first): count whether it extended the previous call, and make ``path`` the live path."""
+    def admitted(self, conversation: Hashable, app, blocks: Sequence[Hashable], path: Sequence,
+                 call: Hashable = None) -> None:
+        """Call ``call`` (its request id, or ``None``) of ``conversation`` was admitted with prompt
+        ``blocks`` and cache path ``path`` (root first): count whether it extended the previous
+        call, and make ``path`` the live path."""
+        self._call[conversation] = call
         last = self._last.get(conversation)
         if last is not None:
             n, key = last
@@ -85,6 +89,18 @@ class Conversations:
             # (prefix hashes chain, so equal keys there mean equal prompts up to it)
             self._last[conversation] = (len(blocks) - 1, blocks[-2])
         self._app[conversation] = app
+        self._set_path(conversation, path)
+
+    def cached(self, conversation: Hashable, call: Hashable, path: Sequence) -> None:
+        """The prompt of call ``call`` is now cached along ``path`` (root first), deeper than its
+        admission's path (a backend that inserts a prompt after admitting it: SGLang). It becomes
+        the live path if ``call`` is still the conversation's latest admitted call (a later call
+        already made its own path live); nothing is counted."""
+        if call is not None and conversation in self._path and self._call.get(conversation) == call:
+            self._set_path(conversation, path)
+
+    def _set_path(self, conversation: Hashable, path: Sequence) -> None:
+        """Make ``path`` the conversation's live path; nodes that leave it are re-filed."""
         new = dict.fromkeys(path)
         old = self._path.get(conversation)
         self._path[conversation] = new
@@ -110,6 +126,7 @@ class Conversations:
         is no longer anyone's next prefix."""
         self._last.pop(conversation, None)
         self._app.pop(conversation, None)
+        self._call.pop(conversation, None)
         old = self._path.pop(conversation, None)
         if not old:
             return

@@ -295,7 +295,7 @@ class PBKVPolicy(PBKVPaperPolicy):
             return
         conv = self._wconv.get(wf.workflow_id)
         if conv is not None and admission.request is not None:
-            self._conv.admitted(conv[0], conv[1], admission.blocks, path)
+            self._conv.admitted(conv[0], conv[1], admission.blocks, path, admission.request.request_id)
         if not self._wait:
             return
         wid, agent = wf.workflow_id, admission.agent
@@ -312,6 +312,13 @@ class PBKVPolicy(PBKVPaperPolicy):
         req = admission.request
         self._next.admitted(wid, wf.app, agent, req.request_id if req is not None else None, self._now(), still)
         self._refile_host(wid)
+
+    def on_prompt_cached(self, request, wf, path) -> None:
+        """The request's prompt is now cached deeper than at its admission (SGLang inserts it after
+        the prefill): that path is its conversation's live path (rule 7)."""
+        conv = self._wconv.get(wf.workflow_id) if wf is not None else None
+        if conv is not None:
+            self._conv.cached(conv[0], request.request_id, path)
 
     def on_finish(self, request, wf, end) -> None:
         """A request finished: its workflow is in its tool gap (its next-use estimate moves)."""

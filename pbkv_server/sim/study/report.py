@@ -198,7 +198,7 @@ def _regime(p: Point | None, key: str) -> str:
 
 def _none(p: Point, key: str) -> str:
     """Says so when the largest gain is none at all (under :data:`~pbkv_server.sim.measures.MIN_DIFFERENCE`,
-    the rule ``pbkv-bench replay`` says "no policy can differ" by)."""
+    the rule ``pbkv-bench replay`` says "no eviction order can differ" by)."""
     return ", no gain at any concurrency" if p.mean[key] < 1 + MIN_DIFFERENCE else ""
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from pbkv_contract.hints import Hints
 from pbkv_contract.prediction import Prediction, Predictor
 from pbkv_server.backends.book import WorkflowBook
@@ -56,6 +58,9 @@ class _Recorder(Policy):
         wf = admission.workflow
         rid = admission.request.request_id if admission.request is not None else None
         self.calls.append(("admit", admission.index, wf.workflow_id if wf else None, admission.agent, rid, len(path)))
+
+    def on_prompt_cached(self, request, wf, path) -> None:
+        self.calls.append(("cached", request.request_id, wf.workflow_id if wf else None, list(path)))
 
     def on_finish(self, request, wf, end) -> None:
         self.calls.append(("finish", request.request_id, wf.workflow_id if wf else None, end))
@@ -182,3 +187,34 @@ def test_a_policy_without_hooks_gets_no_feed_but_reads_the_books_board():
     policy = make_policy("he", _context())
     book = WorkflowBook(0.7, 3, None, policy=policy)
     assert book.feed is None and policy.context.board is book.board
+
+
+def test_a_prompt_cached_after_its_admission_reaches_the_policy_between_admission_and_finish():
+    """SGLang inserts a prompt after admitting it: the deeper path reaches ``on_prompt_cached``,
+    only while the request is admitted and not finished."""
+    policy = _Recorder(_context())
+    book = WorkflowBook(0.7, 3, None, policy=policy)
+    a0 = Hints("wfA", "plan", 0)
+    book.request(a0, None, request=_req("r0", a0))
+    book.cached("r0", ["n1"])  # a match of the waiting request: no insert yet, ignored
+    book.admitted("r0", ["n1"])
+    book.cached("r0", ["n1", "n2"])
+    book.finished("r0", "n2")
+    book.cached("r0", ["n1", "n2", "n3"])  # after its finish: ignored
+    assert [c for c in policy.calls if c[0] != "invocation"] == [
+        ("admit", 0, "wfA", "plan", "r0", 1), ("cached", "r0", "wfA", ["n1", "n2"]), ("finish", "r0", "wfA", "n2")]
+
+
+def test_prefix_keys_identify_whole_prefixes():
+    from array import array
+
+    from pbkv_server.backends.lifecycle import PrefixKeys
+
+    a, b = PrefixKeys(array("q", [5, 6, 7, 8])), PrefixKeys([5, 6, 9, 8, 4])
+    assert len(a) == 4 and len(b) == 5
+    assert a[0] == b[0] and a[1] == b[1]  # same first two tokens
+    assert a[2] != b[2] and a[3] != b[3]  # token 2 differs, so every later prefix does too
+    assert a[-1] == a[3] == PrefixKeys((5, 6, 7, 8))[3]
+    assert a[1:3] == [a[1], a[2]]
+    with pytest.raises(IndexError):
+        a[4]

@@ -101,3 +101,19 @@ def test_growth_is_counted_per_app_on_the_last_full_block():
     conv.admitted("c2", "tools", chain(["T", "U"]), [])
     conv.admitted("c2", "tools", chain(["V", "U"]), [])  # a fresh prompt: no growth
     assert not conv.growing("tools")
+
+
+def test_a_prompt_cached_after_admission_becomes_live_only_for_the_latest_call():
+    """A backend that inserts a prompt after admitting it (SGLang) reports the deeper path: it
+    replaces the live path if the call is still the conversation's latest, counting no growth."""
+    refreshed = []
+    conv = Conversations(refreshed.append)
+    conv.admitted("c1", "code", chain(["S", "A"]), ["n1"], call="r1")
+    conv.cached("c1", "r1", ["n1", "n2"])
+    assert conv.path("c1") == ["n1", "n2"] and conv.live("n2", "c1")
+    conv.admitted("c1", "code", chain(["S", "A", "B"]), ["n1", "n2"], call="r2")
+    conv.cached("c1", "r1", ["n1", "n9"])  # the older call's late insert: r2's path stays live
+    assert conv.path("c1") == ["n1", "n2"] and not conv.live("n9", "c1")
+    conv.cached("c1", "r2", ["n1", "n2", "n3"])
+    assert conv.path("c1") == ["n1", "n2", "n3"]
+    assert conv.growing("code") and refreshed == []  # one extension counted; no node left the path

@@ -88,7 +88,7 @@ def test_every_capability_is_derived_from_overrides():
 
 def test_the_hook_names_are_written_once():
     hooks = capability_methods(Lifecycle)
-    assert hooks == ("on_admit", "on_invocation", "on_workflow_end", "on_finish", "on_session_close", "on_split",
+    assert hooks == ("on_admit", "on_prompt_cached", "on_invocation", "on_workflow_end", "on_finish", "on_session_close", "on_split",
                      "on_drop", "on_graph")
     # the policy inherits them from Lifecycle rather than writing them again
     assert all(getattr(Policy, name) is getattr(Lifecycle, name) for name in hooks)

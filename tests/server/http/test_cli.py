@@ -134,6 +134,14 @@ def test_unwritable_trace_out_is_one_line(tmp_path, target):
     assert f"cannot write the trace {path!r}" in line
 
 
+@pytest.mark.parametrize("under", ["x.jsonl", "a/x.jsonl"])
+def test_trace_out_under_a_regular_file_names_it_as_not_a_directory(tmp_path, under):
+    (tmp_path / "file").write_text("x")
+    path = str(tmp_path / "file" / under)
+    line = _startup_error(["--port", "0", "--policy", "lru", "--trace-out", path])
+    assert line.endswith(f"cannot write the trace {path!r}: {tmp_path / 'file'} is a file, not a directory")
+
+
 @pytest.mark.parametrize("content", ["my notes\n", '{"type": "invocation", "v": 2}\n', "\n\x00\xff binary"])
 def test_trace_out_on_a_file_that_is_not_a_v1_trace_is_refused_and_kept(tmp_path, content):
     path = tmp_path / "notes.txt"

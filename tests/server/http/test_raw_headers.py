@@ -152,3 +152,27 @@ def raw_metrics(server) -> str:
     import httpx
 
     return httpx.get(server.url + "/metrics", timeout=30).text
+
+
+@pytest.mark.parametrize("sent", [
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    % len(BODY) + BODY[:10],  # a body shorter than its Content-Length
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le",  # a head that stops half-way
+])
+def test_a_request_that_stops_arriving_gets_408_and_its_connection_closes(start_server, sent, caplog):
+    """Such a request used to hold its connection forever (uvicorn's keep-alive timeout runs only
+    between requests); the socket's own 30 s timeout is the test's bound, far above 0.2 s."""
+    server = start_server(policy="lru", read_timeout_s=0.2)
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(sent)
+        answer = b""
+        while chunk := sock.recv(65536):  # the server closes the connection: recv returns b""
+            answer += chunk
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ") and b"connection: close" in head.lower()
+    assert json.loads(payload)["error"]["code"] == "request_timeout"
+    assert metric(raw_metrics(server), "pbkv_rejected_requests_total", {"reason": "request_timeout"}) == 1
+    # the server keeps serving; a paused client's app task ended without an error logged
+    assert raw_post(server, [])[0] == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -94,6 +94,8 @@ def _one_error_line(result) -> str:
     (["--gpu-memory", "1e30", "--model", "qwen3-14b"], "GPU memory must be a positive number of GiB up to 1024"),
     (["--gpu-memory", "80", "--model", "qwen3-14b", "--tp", "100"], "--tp must be at most 72"),
     (["--predictor", "bogus"], "unknown predictor 'bogus'"),
+    (["--gpu-memory", "80", "--model", "qwen3-14b", "--tp", "0"], "error: --tp must be >= 1, got 0"),  # named --concurrency
+    (["--concurrency", "0"], "error: --concurrency must be >= 1, got 0"),
     (["--plot", "/proc/pbkv-test/x.png"], "--plot /proc/pbkv-test/x.png: cannot be created: /proc is not writable"),
 ])
 def test_bad_inputs_are_one_line_before_any_replay(tmp_path, args, message):
@@ -103,9 +105,19 @@ def test_bad_inputs_are_one_line_before_any_replay(tmp_path, args, message):
     assert message in line, line
 
 
-def test_a_json_path_in_folders_to_be_made_is_written(tmp_path):
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+def test_an_output_in_a_missing_folder_is_one_line_before_any_replay(tmp_path, option):
+    # "--json /nonexistent/dir/a.json" failed after the replays; then both made the folders silently
+    trace = _trace(tmp_path, "chat", 2, 0)
+    out = tmp_path / "new" / "dir" / "a.out"
+    line = _one_error_line(runner.invoke(app, ["advise", str(trace), option, str(out)]))
+    assert line == f"error: {option} {out}: folder {out.parent} does not exist; create it first"
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_json_path_in_an_existing_folder_is_written(tmp_path):
     trace = _trace(tmp_path, "chat", 4, 0)
-    out = tmp_path / "new" / "dir" / "a.json"  # "--json /nonexistent/dir/a.json" failed after the replays
+    out = tmp_path / "a.json"
     result = runner.invoke(app, ["advise", str(trace), "--concurrency", "2", "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["concurrency"] == 2

@@ -1,5 +1,5 @@
 """Measures that see both tiers (speedup vs LRU, latency capture, prefill saved) by hand, the
-"no policy can differ" verdict, and the replay CLI's titles naming the host tier and the convention."""
+"no eviction order can differ" verdict, and the replay CLI's titles naming the host tier and the convention."""
 
 from __future__ import annotations
 
@@ -65,7 +65,12 @@ def test_verdict_says_why_no_policy_can_differ_and_nothing_when_one_does():
     base = {"hit_rate": 0.40, "mean_latency_s": 100.0, "evictions": 0}
     fits = no_difference_verdict({"lru": base, "pbkv": dict(base)}, "lru", 5000, 30_000, 30_000)
     assert fits == ("the trace fits in device memory (distinct prompt blocks F = 5000 tok, device 30000 tok; "
-                    "lru evicted nothing): no policy can differ; try --device-tokens 2500")
+                    "lru evicted nothing): no eviction order can differ; try --device-tokens 2500")
+    # spec-prefill changes what is prefilled, not what is evicted: it differs where nothing is evicted
+    assert no_difference_verdict({"lru": base, "spec-prefill": dict(base, mean_latency_s=90.0)}, "lru", 5000,
+                                 30_000, 30_000) is None
+    assert no_difference_verdict({"lru": base, "spec-prefill": dict(base, hit_rate=0.45)}, "lru", 5000,
+                                 30_000, 30_000) is None
     evicting = dict(base, evictions=10)
     same = {"lru": evicting, "pbkv": dict(evicting, hit_rate=0.404, mean_latency_s=100.4)}  # 0.4 pt, 0.4%
     line = no_difference_verdict(same, "lru", 50_000, 30_000, 30_000)
@@ -118,7 +123,7 @@ def test_replay_titles_name_the_host_tier_and_the_speedup_convention(trace, tmp_
     assert full["pbkv"]["latency_capture"] == s["latency_capture"]
     assert full["lru"]["latency_speedup"] == 1.0 and full["lru"]["latency_capture"] == 0.0
     assert full["opt"]["latency_capture"] == 1.0
-    assert "no policy can differ" not in output and "no replayed policy differs" not in output
+    assert "no eviction order can differ" not in output and "no replayed policy differs" not in output
 
 
 def test_replay_of_a_trace_that_fits_in_device_memory_says_so_in_one_line(trace, tmp_path):
@@ -132,4 +137,4 @@ def test_replay_of_a_trace_that_fits_in_device_memory_says_so_in_one_line(trace,
     data, output = _replay(trace, tmp_path, "--policy", "lru,pbkv", "--device-tokens", "5000000", "--no-gap")
     assert data["lru"]["evictions"] == 0
     assert (f"the trace fits in device memory (distinct prompt blocks F = {w} tok, device 5000000 tok; lru "
-            f"evicted nothing): no policy can differ; try --device-tokens {w // 2}") in output
+            f"evicted nothing): no eviction order can differ; try --device-tokens {w // 2}") in output
