@@ -73,7 +73,8 @@ them parse lines with :func:`parse_line`) can still use:
 
 Each file's problems are summed up in at most two warnings (skipped lines; fields read as unknown,
 mended or ignored), each with its count and the first line concerned, however many lines are affected.
-Writers append whole lines and flush (:class:`TraceWriter`), and leave unknown optional fields out.
+Writers append whole lines and flush (:class:`TraceWriter`, in :mod:`pbkv_contract.trace_writer`), and leave
+unknown optional fields out.
 """
 
 from __future__ import annotations
@@ -83,14 +84,13 @@ import logging
 import math
 import os
 import re
-import threading
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import IO, Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .blocks import block_token_counts
-from .files import make_parents
 from .features import FEATURE_DIM
+from .trace_writer import TraceWriter
 
 log = logging.getLogger(__name__)
 
@@ -601,61 +601,3 @@ def looks_like_trace(path: str | os.PathLike[str]) -> bool:
                     return False
                 return isinstance(first, dict) and "type" in first and first.get("v") == TRACE_VERSION
     return True
-
-
-class TraceWriter:
-    """Append whole JSON lines to a trace file; safe to share between threads.
-
-    Each record is written as one ``write`` of a complete line followed by ``flush``, under a
-    lock, so concurrent writers never interleave partial lines and a crash loses at most the line
-    being written. A file whose last line was cut off (a crash mid-write) gets a line break before
-    the first new record, so that record stays readable and only the cut line is skipped. Use as a
-    context manager or call :meth:`close`.
-
-    Raises:
-        OSError: the file cannot be created or opened for appending.
-    """
-
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = os.fspath(path)
-        make_parents(self.path)
-        self._fh: IO[str] | None = open(self.path, "a", encoding="utf-8")
-        self._lock = threading.Lock()
-        if _ends_mid_line(self.path):
-            self._fh.write("\n")
-            self._fh.flush()
-
-    def write(self, record: TraceRecord) -> None:
-        """Append one record as a line. Raises ``ValueError`` after :meth:`close`."""
-        line = json.dumps(record.to_json(), separators=(",", ":"), ensure_ascii=False) + "\n"
-        with self._lock:
-            if self._fh is None:
-                raise ValueError("trace writer is closed")
-            self._fh.write(line)
-            self._fh.flush()
-
-    def close(self) -> None:
-        """Flush and close the file; idempotent."""
-        with self._lock:
-            if self._fh is not None:
-                self._fh.close()
-                self._fh = None
-
-    def __enter__(self) -> "TraceWriter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _ends_mid_line(path: str) -> bool:
-    """Whether the file is non-empty and its last byte is not a line break."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            if fh.tell() == 0:
-                return False
-            fh.seek(-1, os.SEEK_END)
-            return fh.read(1) != b"\n"
-    except OSError:  # not seekable (a FIFO, /dev/stdout): nothing to mend
-        return False

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "scripts"))
 from alternatives_table import markdown  # noqa: E402
+from generated_blocks import BlockError, replace_block  # noqa: E402
 from make_results import git_stamp  # noqa: E402
 
 PAGE = ROOT / "docs" / "compared-policies.md"
@@ -79,11 +80,10 @@ def block(name: str, data: dict, stamp: str, runs: Path = RUNS) -> str:
 def render(page: str, bodies: dict[str, str]) -> str:
     """``page`` with the block of each workload in ``bodies`` replaced."""
     for name, body in bodies.items():
-        begin, end = f"<!-- alternatives:{name}:begin -->", f"<!-- alternatives:{name}:end -->"
-        if page.count(begin) != 1 or page.count(end) != 1 or page.index(begin) > page.index(end):
-            raise InputError(f"{PAGE.name}: needs one {begin} ... {end} block")
-        head, rest = page.split(begin)
-        page = f"{head}{begin}\n{body}{end}{rest.split(end, 1)[1]}"
+        try:
+            page = replace_block(page, f"alternatives:{name}", body, f"{PAGE.name}:")
+        except BlockError as exc:
+            raise InputError(str(exc)) from None
     return page
 
 

@@ -13,20 +13,21 @@ Usage::
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+from generated_blocks import replace_block, write_or_check  # noqa: E402
 from pbkv_contract.marginals import trace_marginals  # noqa: E402
 from pbkv_contract.trace import read_trace  # noqa: E402
 from pbkv_server.sim.synth.agents import write_trace  # noqa: E402
 from pbkv_server.sim.synth.coding import PUBLISHED  # noqa: E402
 
 PAGE = ROOT / "docs" / "coding-agent-workload.md"
-BEGIN, END = "<!-- marginals:begin -->", "<!-- marginals:end -->"
+BLOCK = "marginals"
 WORKFLOWS, SEED = 300, 0
 #: (label, key of PUBLISHED, key of trace_marginals, format) per row, in the page's order.
 ROWS = (
@@ -62,22 +63,13 @@ def block(m: dict[str, float]) -> str:
 
 
 def render(page: str, body: str) -> str:
-    if page.count(BEGIN) != 1 or page.count(END) != 1:
-        raise SystemExit(f"make_coding_agent_docs: {PAGE.relative_to(ROOT)} needs one {BEGIN} ... {END} block")
-    head, rest = page.split(BEGIN)
-    return f"{head}{BEGIN}\n{body}{END}{rest.split(END, 1)[1]}"
+    """``page`` with its marginals block replaced by ``body``."""
+    return replace_block(page, BLOCK, body, str(PAGE.relative_to(ROOT)))
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if the block is stale")
-    args = p.parse_args(argv)
-    page = PAGE.read_text(encoding="utf-8")
-    new = render(page, block(marginals()))
-    if args.check:
-        return int(new != page)
-    PAGE.write_text(new, encoding="utf-8")
-    return 0
+    return write_or_check("make_coding_agent_docs", PAGE, lambda page: render(page, block(marginals())),
+                          __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":

@@ -13,16 +13,17 @@ Usage::
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+from generated_blocks import replace_block, write_or_check  # noqa: E402
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, PROFILES  # noqa: E402
 
 PAGE = ROOT / "docs" / "design" / "cost-model.md"
-BEGIN, END = "<!-- profiles:begin -->", "<!-- profiles:end -->"
+BLOCK = "profiles"
 #: The worked example under the table: a prompt of this many tokens, a decode batch of this many
 #: sequences holding this many tokens each (about PBKV Table 4's concurrency).
 EXAMPLE_TOKENS, EXAMPLE_BATCH, EXAMPLE_CONTEXT = 1000, 72, 1100
@@ -47,22 +48,11 @@ def block() -> str:
 
 def render(page: str) -> str:
     """``page`` with its profiles block rewritten."""
-    if page.count(BEGIN) != 1 or page.count(END) != 1:
-        raise SystemExit(f"make_profile_docs: {PAGE.relative_to(ROOT)} needs one {BEGIN} ... {END} block")
-    head, rest = page.split(BEGIN)
-    return f"{head}{BEGIN}\n{block()}{END}{rest.split(END, 1)[1]}"
+    return replace_block(page, BLOCK, block(), str(PAGE.relative_to(ROOT)))
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if the block is stale")
-    args = p.parse_args(argv)
-    page = PAGE.read_text(encoding="utf-8")
-    new = render(page)
-    if args.check:
-        return int(new != page)
-    PAGE.write_text(new, encoding="utf-8")
-    return 0
+    return write_or_check("make_profile_docs", PAGE, render, __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 from .acquire import Acquired, AcquireObserver, AcquireRequest
 from .context import EngineContext
 from .cost import HardwareProfile
+from .eviction import Eviction
 from .guard import LRUGuard, host_value
 from .guard_feed import GuardFeed
 from .heaps import EvictionHeaps
@@ -64,8 +65,11 @@ class _Match(NamedTuple):
     newly_locked: int
 
 
-class PrefixCache:
+class PrefixCache(Eviction):
     """Device and host KV cache as one radix tree, evicted in the order of a policy.
+
+    The eviction primitives (:meth:`evict_device` and the tier moves and drops behind it) are
+    inherited from :class:`~pbkv_server.engine.eviction.Eviction`, split out by job.
 
     Args:
         config: engine settings (policy name, capacities, K, gamma, rho, future oracle).
@@ -414,49 +418,6 @@ class PrefixCache:
         self.policy.settle()
         return self.heaps.peek_device()
 
-    def evict_device(self, tokens: int, limit: Callable[[Node, int], bool] | None = None) -> int:
-        """Evict device nodes in policy order until ``tokens`` are freed.
-
-        Args:
-            tokens: tokens to free.
-            limit: optional ``limit(node, tokens) -> bool``, asked before ``tokens`` of ``node``
-                (its tail, or all of it) would leave; eviction stops at the first refusal
-                (prefetch uses it to spare active cache).
-
-        Returns:
-            Tokens freed (may be less than asked when nothing else is evictable); a victim larger
-            than what is still needed gives only its tail, in whole units.
-        """
-        t0 = self.latency_clock()
-        freed = 0
-        blocked: list[Node] = []
-        # a policy whose priority differs between the units of one node (its last unit decides)
-        # takes one unit at a time, so that the rest of the node is ranked again
-        per_unit = self._per_unit
-        pins = self._pins
-        while freed < tokens:
-            node = self.peek_victim()
-            if pins is not None and node is not None:
-                expired = pins.expire()
-                if pins.holds(node):
-                    break  # held nodes rank last: everything left is held
-                if expired:
-                    continue  # holds ended and their nodes were re-filed: the order may be new
-            need = min(tokens - freed, node.toks[-1]) if per_unit and node is not None else tokens - freed
-            if node is None or (limit is not None and not limit(node, self._tail_tokens(node, need))):
-                break
-            # the victim's entry goes stale below (tier move, drop, or withdraw): no pop needed
-            node = self._split_tail(node, need)
-            if self._evict(node):
-                freed += node.tokens
-            else:  # a pinned host node hangs below and the host tier is full: it stays for now
-                self.heaps.withdraw(node)  # out of the heap until re-filed below
-                blocked.append(node)
-        for node in blocked:
-            self._refile(node)
-        self.stats.eviction_decision_s.append(self.latency_clock() - t0)
-        return freed
-
     def prefetch(self, seconds: float) -> None:
         """Run the policy's prefetch plan for a decode-only stretch of ``seconds`` (nothing if the
         policy does not prefetch or plans nothing; :func:`~pbkv_server.engine.prefetch.run_plan`)."""
@@ -564,136 +525,6 @@ class PrefixCache:
             self._refile(node)
 
     # ================================================================ internals
-    def _evict(self, node: Node) -> bool:
-        """Move device node ``node`` to the host tier, or drop it (and its host subtree) if the
-        host cannot make room. Returns False (nothing changed on the device) when it could only be
-        dropped and a pinned host node hangs below it."""
-        parent = node.parent
-        if self.host_capacity >= node.tokens:
-            short = node.tokens - (self.host_capacity - self.tree.host_tokens)
-            # selective host only while the predicted order runs: in the guard's fallback the
-            # policy follows LRU, which writes every victim to the host
-            if short > 0 and (not self._selective_host or self.policy.order_guard.fallback or self._worth_host(node)):
-                self._evict_host(short)
-            if self.host_capacity - self.tree.host_tokens >= node.tokens:
-                self._count_eviction(node)
-                self._condemned.pop(node, None)
-                self.tree.set_tier(node, HOST)
-                self._refile(node)
-                self._refile(parent)
-                return True
-        if self._pinned_below(node) or self._kept(node):
-            return False
-        self._count_eviction(node)
-        self._drop_subtree(node)
-        self._refile(parent)
-        return True
-
-    def _worth_host(self, node: Node) -> bool:
-        """True if device victim ``node`` ranks above the host tier's next victim in the policy's
-        host order (``selective_host`` policies write a victim to a full host only then: otherwise
-        it would displace cache the policy values more, and would itself leave the host first)."""
-        self.policy.settle()
-        key = self.heaps.peek_host_key()
-        if key is None:
-            return True
-        return self.policy.host_priority(node) > key
-
-    def _count_eviction(self, node: Node) -> None:
-        s = self.stats
-        s.evictions += 1
-        s.evicted_tokens += node.tokens
-        if self.policy.order_guard.fallback:
-            s.guard_fallback_evictions += 1
-
-    def _evict_host(self, tokens: int) -> int:
-        self.policy.settle()
-        freed = 0
-        heaps = self.heaps
-        pins = self._pins
-        while freed < tokens:
-            node = heaps.peek_host()
-            if node is None:
-                break
-            if pins is not None:
-                filed = heaps.filing(node)
-                pins.expire()
-                if pins.holds(node):
-                    break  # held nodes rank last: everything left is held
-                if heaps.filing(node) != filed:
-                    continue  # its hold ended and it was re-filed: take it in its new place
-            node = self._split_tail(node, tokens - freed)
-            parent = node.parent
-            freed += node.tokens
-            self._drop(node)
-            self._refile(parent)
-        return freed
-
-    def _split_tail(self, node: Node, need: int) -> Node:
-        """The smallest tail of ``node``'s units that holds ``need`` tokens, split off as its own
-        node (``node`` itself, the deeper part, keeps its identity); ``node`` whole if it is needed
-        whole."""
-        m = self._tail_units(node, need)
-        if m < len(node.toks):
-            top = self.tree.split(node, len(node.toks) - m)
-            if node.tier == DEVICE:
-                self._condemned[top] = None
-        return node
-
-    def _tail_tokens(self, node: Node, need: int) -> int:
-        """Tokens of the tail :meth:`_split_tail` would take for ``need``."""
-        return sum(node.toks[len(node.toks) - self._tail_units(node, need):])
-
-    @staticmethod
-    def _tail_units(node: Node, need: int) -> int:
-        toks = node.toks
-        n = len(toks)
-        # the usual case, a victim needed whole: the units after the first hold less than need
-        # (a unit holds >= 0 tokens), so the walk below would end at n; skip its O(units) loop
-        if need > node.tokens - toks[0]:
-            return n
-        acc, m = 0, 0
-        while acc < need and m < n:
-            m += 1
-            acc += toks[-m]
-        return m
-
-    def _pinned_below(self, node: Node) -> bool:
-        """A node below ``node`` is locked, or kept by the policy (then ``node`` cannot be dropped)."""
-        kept = self._kept if self._pins is not None else None
-        stack = list(node.children.values())
-        while stack:
-            n = stack.pop()
-            if n.lock or (kept is not None and kept(n)):
-                return True
-            stack.extend(n.children.values())
-        return False
-
-    def _kept(self, node: Node) -> bool:
-        """The policy keeps ``node`` in the cache (``Pins.keeps``), its expired holds cleared first."""
-        pins = self._pins
-        if pins is None:
-            return False
-        pins.expire()
-        return pins.keeps(node)
-
-    def _drop_subtree(self, node: Node) -> None:
-        stack, order = [node], []
-        while stack:
-            n = stack.pop()
-            order.append(n)
-            stack.extend(n.children.values())
-        for n in reversed(order):  # children before parents
-            self._drop(n)
-
-    def _drop(self, node: Node) -> None:
-        self.stats.dropped_tokens += node.tokens
-        self.hooks.on_drop(node)  # while the node is still attached (policies read its parent)
-        self._condemned.pop(node, None)
-        self.tree.remove(node)
-        if node.sc is not None:
-            self.board.forget(node.sc)
-
     def _on_split(self, top: Node, bottom: Node) -> None:
         if bottom.sc is not None:
             top.sc = self.board.copy(bottom.sc, top)

@@ -15,7 +15,7 @@ import logging
 import random
 import time
 import uuid
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pbkv_contract.hints import (
     END_STATUSES,
@@ -43,6 +43,9 @@ from pbkv_server.scenarios.default import DefaultScenario, answers_selection, se
 from pbkv_server.http.validation import validate_request
 from pbkv_server.scenarios.tokenizer import TokenBudgetExceeded, block_tokens, count_tokens, truncate_to_tokens
 
+if TYPE_CHECKING:
+    from pbkv_server.engine.policies import PolicyInfo
+
 __all__ = ["PbkvService", "engine_config_from", "HEADER_HINT_TOKEN"]
 
 log = logging.getLogger(__name__)
@@ -51,17 +54,23 @@ log = logging.getLogger(__name__)
 _LOGGED_REASONS_MAX = 64
 
 
-def engine_config_from(config: ServerConfig) -> EngineConfig:
+def engine_config_from(config: ServerConfig, info: PolicyInfo | None = None) -> EngineConfig:
     """The :class:`EngineConfig` a server config describes (profile, policy, predictor, sizes).
 
+    Args:
+        config: the server's settings.
+        info: ``config.policy``'s registry entry when the caller has looked it up already
+            (:class:`PbkvService` does, once, and passes it here); ``None`` looks it up.
+
     Raises:
-        ValueError: unknown profile, policy or predictor spec.
+        ValueError: unknown profile, policy or predictor spec, or a policy the server cannot run.
     """
     from pbkv_server.engine.policies import SERVER, available_policies, policy_info
     from pbkv_server.predictors.per_app import build_predictor
     from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile
 
-    info = policy_info(config.policy)  # raises for an unknown name, listing the known ones
+    if info is None:
+        info = policy_info(config.policy)  # raises for an unknown name, listing the known ones
     if SERVER not in info.backends:
         why = "it needs the whole future and exists in the simulator only" if info.offline else "not a server policy"
         raise ValueError(f"policy {config.policy!r}: {why}; the server runs {', '.join(available_policies(SERVER))}")
@@ -103,8 +112,13 @@ class PbkvService:
     """
 
     def __init__(self, config: ServerConfig, make_engine_config: Callable[[], EngineConfig] | None = None):
+        from pbkv_server.engine.policies import policy_info
+
         self.config = config
-        self.driver = SimDriver(make_engine_config or (lambda: engine_config_from(config)), pace=config.pace,
+        # the server's one registry lookup of its policy (raises for an unknown name, listing the
+        # known ones); the engine config (at start and at every reset) and the request path reuse it
+        info = policy_info(config.policy)
+        self.driver = SimDriver(make_engine_config or (lambda: engine_config_from(config, info)), pace=config.pace,
                                 on_workflow_end=self._workflow_ended)
         self.fallback_scenario: Scenario = load_scenario(config.scenario) if config.scenario else DefaultScenario()
         self._scenarios: dict[str, Scenario] = {}
@@ -123,10 +137,8 @@ class PbkvService:
         self._id_base = uuid.uuid4().hex[:12]
         self._ids = itertools.count()
         self._sweeper: asyncio.Task[None] | None = None
-        from pbkv_server.engine.policies import policy_info
-
         # a speculative-prefill policy: every chat request carries its next-turn prefix
-        self._speculative_prefill = policy_info(config.policy).speculative_prefill
+        self._speculative_prefill = info.speculative_prefill
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -9,8 +9,9 @@ imported (``ast``), so the check costs no import time.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from tests.import_graph import cycles, import_graph, package_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "pbkv_server" / "engine"
@@ -19,80 +20,7 @@ PACKAGE = "pbkv_server.engine"
 
 def engine_modules() -> dict[str, tuple[Path, bool]]:
     """Dotted name -> (path, is a package) of every module under ``pbkv_server/engine``."""
-    found = {}
-    for path in sorted(ENGINE.rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        package = parts[-1] == "__init__"
-        if package:
-            parts.pop()
-        found[".".join(parts)] = (path, package)
-    return found
-
-
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    inside = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            inside |= {id(n) for n in ast.walk(node)}
-    return inside
-
-
-def import_graph(modules: dict[str, tuple[Path, bool]], type_checking: bool) -> dict[str, set[str]]:
-    """Module -> engine modules it imports (``from a import b`` counts ``a`` and, if a module,
-    ``a.b``); ``type_checking=False`` leaves out imports under ``if TYPE_CHECKING:``."""
-    graph = {}
-    for name, (path, is_package) in modules.items():
-        tree = ast.parse(path.read_text())
-        skip = set() if type_checking else _type_checking_nodes(tree)
-        package = name.split(".") if is_package else name.split(".")[:-1]
-        out = set()
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
-            if isinstance(node, ast.ImportFrom):
-                base = package[:len(package) - node.level + 1] if node.level else []
-                target = ".".join(base + ([node.module] if node.module else []))
-                out |= {t for t in [target, *(f"{target}.{a.name}" for a in node.names)] if t in modules}
-            elif isinstance(node, ast.Import):
-                out |= {a.name for a in node.names if a.name in modules}
-        out.discard(name)
-        graph[name] = out
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
+    return package_modules(ENGINE, ROOT)
 
 
 def test_no_policy_module_imports_the_cache_or_the_prefetch_driver():

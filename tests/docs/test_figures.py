@@ -52,7 +52,7 @@ CONSTANTS: dict[str, dict[str, str]] = {
         "2510.15152": "arXiv id of the T-LRU paper", "1 s": "T-LRU's TTFT budget, a setting",
         "3600 s": "ttl-pin's TTL clamp (SGLang PR #18941)", "0.6": "ttl-pin's share of the host tier",
         "2 s": "Continuum's pin time and tool-duration limit", "300 s": "the replay's cache TTL (Dynamo's \"5m\")",
-        "1x": "the paper setup's host tier: 1x device",
+        "1x": "the paper setup's host tier: 1x device", "2x": "the chat replay's setting: host tier 2x device",
         "96,092": "the a6000-qwen3-14b profile's device KV tokens (docs/design/cost-model.md)",
     },
     "docs/coding-agent-workload.md": {
@@ -68,21 +68,11 @@ CONSTANTS: dict[str, dict[str, str]] = {
     "docs/cost-model.md": {
         '0.14': "SGLang's SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR default",
         '0.7': "SGLang's SGLANG_INIT_NEW_TOKEN_RATIO default",
-        '116.8': "a model's config.json or a GPU datasheet value, cited in its table row",
+        **dict.fromkeys(['116.8', '16,384', '2.25', '3.3', '3.35', '30.5', '32.8', '4.8', '5.1', '60.8', '70.6',
+                         '8,192'], "a model's config.json or a GPU datasheet value, cited in its table row"),
         '15%': 'the calibration target the page states (issue 34)',
-        '16,384': "a model's config.json or a GPU datasheet value, cited in its table row",
-        '2.25': "a model's config.json or a GPU datasheet value, cited in its table row",
-        '3.3': "a model's config.json or a GPU datasheet value, cited in its table row",
-        '3.35': "a model's config.json or a GPU datasheet value, cited in its table row",
-        '30.5': "a model's config.json or a GPU datasheet value, cited in its table row",
-        '32.8': "a model's config.json or a GPU datasheet value, cited in its table row",
-        '4.8': "a model's config.json or a GPU datasheet value, cited in its table row",
-        '5.1': "a model's config.json or a GPU datasheet value, cited in its table row",
-        '60.8': "a model's config.json or a GPU datasheet value, cited in its table row",
-        '70.6': "a model's config.json or a GPU datasheet value, cited in its table row",
         '73%': 'FlashAttention-2 published efficiency (arXiv 2307.08691)',
         '75%': 'FlashAttention-3 published efficiency (arXiv 2407.08608)',
-        '8,192': "a model's config.json or a GPU datasheet value, cited in its table row",
     },
     "docs/design/cost-model.md": {
         "0.88": "derive_profile: usable share of GPU memory", "0.45": "derive_profile: prefill MFU",
@@ -130,11 +120,11 @@ CONSTANTS: dict[str, dict[str, str]] = {
         "0.5": "CREDIT_SHARE (guard.py) / the worked example's probabilities",
         "1.0": "WINDOW_CAPACITIES and a tried CREDIT_SHARE (guard.py)", "0.7": "default decay gamma",
         "0.1": "defaults: rho, dropout", "1x": "a benchmark setting: host tier 1x device",
-        "100,000": "defaults: max_ended, max_active_workflows", "0.6": "the worked example's probabilities",
-        "0.4": "the worked example's probabilities", "0.81": "the worked example's arithmetic",
-        "0.21": "the worked example's arithmetic", "1.02": "the worked example's arithmetic",
+        "100,000": "defaults: max_ended, max_active_workflows",
+        **dict.fromkeys(["0.6", "0.4"], "the worked example's probabilities"),
+        **dict.fromkeys(["0.81", "0.21", "1.02"], "the worked example's arithmetic"),
         "1 s": "the step window before a gap is seen", "0.05 s": "the plugin's prefetch round interval",
-        "0.8": "the step-time moving average's weight", "0.2": "the step-time moving average's weight",
+        **dict.fromkeys(["0.8", "0.2"], "the step-time moving average's weight"),
     },
     "docs/design/memory-short-policy.md": {
         "0.05": "LOW_SCORE (pbkv.py)", "1x": "a cell's setting: host tier 1x device",
@@ -166,17 +156,16 @@ CONSTANTS: dict[str, dict[str, str]] = {
     "docs/design/metrics.md": {"200,000": "deque length (LATENCY_METRICS)", "10,000": "window length, samples"},
     "docs/design/protocol.md": {"0.0": "the field's value when unknown"},
     "docs/when-pbkv-helps.md": {
-        "0.25": "the study's grid of f", "0.5": "the study's grid of f", "0.75": "the study's grid of f",
-        "1.5": "the study's grid of f", "1x": "the study's host ratios (the paper's HiCache setup)",
+        **dict.fromkeys(["0.25", "0.5", "0.75", "1.5"], "the study's grid of f"),
+        "1x": "the study's host ratios (the paper's HiCache setup)",
         "2x": "the study's host ratios and concurrency multiplier (SGLang's default host ratio)",
         "5%": "the study's star rule: opt >= 1.05x LRU", "3%": "advise.MIN_SPEEDUP",
     },
 }
 
+
 #: page -> figures it still types with no generator (issue 32's debt; only ever lowered).
-STILL_TYPED: dict[str, int] = {
-    "docs/compared-policies.md": 449,
-}
+STILL_TYPED: dict[str, int] = {}
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _BEGIN = re.compile(r"<!--\s*([\w.:-]+):begin\s*-->")

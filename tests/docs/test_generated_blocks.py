@@ -1,0 +1,44 @@
+"""``scripts/generated_blocks.py``: the block writer the ``make_*_docs`` scripts share."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def blocks():
+    spec = importlib.util.spec_from_file_location("generated_blocks", ROOT / "scripts" / "generated_blocks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_replace_block_keeps_everything_around_the_block(blocks):
+    page = "head\n<!-- t:begin -->\nold\n<!-- t:end -->\ntail\n"
+    assert blocks.replace_block(page, "t", "new 1\nnew 2\n", "p.md") == (
+        "head\n<!-- t:begin -->\nnew 1\nnew 2\n<!-- t:end -->\ntail\n")
+    for bad in ("no block", "<!-- t:end -->\n<!-- t:begin -->\n", "<!-- t:begin -->\n<!-- t:begin -->\n<!-- t:end -->"):
+        with pytest.raises(blocks.BlockError, match="p.md needs one <!-- t:begin -->"):
+            blocks.replace_block(bad, "t", "x\n", "p.md")
+
+
+def test_write_or_check(blocks, tmp_path, capsys):
+    page = tmp_path / "page.md"
+    page.write_text("a\n<!-- t:begin -->\nold\n<!-- t:end -->\n")
+
+    def render(text):
+        return blocks.replace_block(text, "t", "new\n", "page.md")
+
+    assert blocks.write_or_check("make_t", page, render, "t", ["--check"]) == 1  # stale, nothing written
+    assert "old" in page.read_text()
+    assert blocks.write_or_check("make_t", page, render, "t", []) == 0
+    assert page.read_text() == "a\n<!-- t:begin -->\nnew\n<!-- t:end -->\n"
+    assert blocks.write_or_check("make_t", page, render, "t", ["--check"]) == 0
+    page.write_text("no markers\n")
+    assert blocks.write_or_check("make_t", page, render, "t", []) == 2
+    assert capsys.readouterr().err.strip() == "make_t: page.md needs one <!-- t:begin --> ... <!-- t:end --> block"
+    assert page.read_text() == "no markers\n"
