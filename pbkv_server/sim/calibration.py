@@ -33,6 +33,11 @@ Two published settings are replayed through the simulator and set next to the pa
   under each cost model, so the legacy row is the linear term alone and the new row adds the
   attention term. At concurrency 1 TTFT is the prefill (plus the client's and server's fixed
   costs, which the model leaves out).
+* **Speed against context length** (Qwen's speed benchmark, Qwen3-32B BF16 on NVIDIA H20 96GB,
+  SGLang 0.4.6.post1, batch 1, 2,048 tokens generated after 1 to 129,042 input tokens; speed =
+  (prompt + generated tokens) / time, :data:`QWEN_SPEED`): the same request replayed alone on
+  :func:`h20_profile`, one GPU or two (the 129,042-token row ran on two, TP2). The short rows
+  measure the decode step, the long ones the prefill with its attention term.
 * Each replayed setting is given under the legacy and the new cost and engine model
   (``prefill_cost="attention"``, ``engine_model="sglang"``), so the table shows what the
   attention term and SGLang's scheduling change; the attention term itself is checked against a
@@ -60,9 +65,10 @@ from pbkv_server.sim.synth.agents import DEFAULT_SYNTH_BLOCK_CHARS
 from pbkv_server.sim.synth.common import CHARS_PER_TOKEN, segment_hashes
 
 __all__ = ["TOLERANCE", "Published", "KVFLOW_SPEEDUPS", "PBKV_DECODE_STEP", "MLENERGY_ITL", "ITL_CONTEXT", "MODELS",
-           "NIM_TTFT", "PBKV_TABLE1_SEARCHED", "kvflow_records", "kvflow_latencies", "decode_step", "itl_profile",
-           "itl_rows", "prefill_profile", "single_request_records", "single_request_ttft", "prefill_rows",
-           "CalibrationRow", "compare"]
+           "NIM_TTFT", "QWEN_SPEED", "H20", "PBKV_TABLE1_SEARCHED", "kvflow_records", "kvflow_latencies",
+           "decode_step", "itl_profile", "itl_rows", "prefill_profile", "h20_profile", "single_request_records",
+           "single_request_ttft", "single_request_latency", "prefill_rows", "qwen_speed_rows", "CalibrationRow",
+           "compare"]
 
 #: Relative disagreement beyond which a cost term must be examined and fixed from a published source, or documented.
 TOLERANCE = 0.15
@@ -113,6 +119,15 @@ _NIM = ("NVIDIA NIM LLM benchmarking, Performance, Llama-3.3-70b-instruct, versi
 NIM_TTFT = {500: (47.77, 2000), 5000: (406.77, 500)}
 #: H100 SXM's dense FP8 tensor peak: the datasheet's 3,958 TFLOPS with sparsity, halved.
 H100_FP8_FLOPS = 1979e12
+_QWEN = ("Qwen speed benchmark, 'Qwen3-32B (SGLang)' table, BF16 rows: https://github.com/QwenLM/Qwen3 "
+         "docs/source/getting_started/speed_benchmark.md (qwen.readthedocs.io, Speed Benchmark)")
+#: Qwen3-32B BF16 speed (tokens/s) = (input + 2,048 generated tokens) / time, batch 1, SGLang
+#: 0.4.6.post1 on H20 96GB, by (input tokens, GPUs): the 129,042-token row ran at TP=2 (the
+#: table says 129042, its notes 129024; the table's figure is used).
+QWEN_SPEED = {(1, 1): 20.72, (6144, 1): 77.82, (14336, 1): 143.08, (30720, 1): 240.75, (63488, 1): 342.96,
+              (129042, 2): 711.40}
+#: Tokens each request of :data:`QWEN_SPEED` generates.
+QWEN_GENERATED = 2048
 #: What was searched for PBKV Table 1's LRU rows, written into the generated table (issue 34:
 #: a figure that cannot be found says so, with the search).
 PBKV_TABLE1_SEARCHED = (
@@ -285,11 +300,16 @@ def single_request_ttft(profile: HardwareProfile, prompt_tokens: int, output_tok
                         model: dict | None = None) -> float:
     """TTFT (seconds) of one request replayed alone (concurrency 1, ``lru``, cold cache, device =
     the profile's capacity): the simulator's figure for a concurrency-1 TTFT benchmark."""
+    return _alone(profile, prompt_tokens, output_tokens, model)["mean_ttft_s"]
+
+
+def _alone(profile: HardwareProfile, prompt_tokens: int, output_tokens: int, model: dict | None) -> dict:
+    """The summary of one request replayed alone (:func:`single_request_ttft`)."""
     sim = simulate(load_workload(single_request_records(prompt_tokens, output_tokens)),
                    ReplayConfig(BASELINE_POLICY, profile, device_tokens=profile.device_kv_tokens, host_tokens=0,
                                 **(model or {})),
                    ReplayOptions(concurrency=1))
-    return sim.summary["mean_ttft_s"]
+    return sim.summary
 
 
 def prefill_rows(models: Sequence[str] = tuple(MODELS)) -> list[CalibrationRow]:
@@ -304,6 +324,50 @@ def prefill_rows(models: Sequence[str] = tuple(MODELS)) -> list[CalibrationRow]:
                             f"{output:,} output tokens")
             rows.append(CalibrationRow(pub, 1e3 * single_request_ttft(p, tokens, output, MODELS[model]), p.name,
                                        model, "FP8 weights: both prefill terms at the dense FP8 peak"))
+    return rows
+
+
+def _h20():
+    """NVIDIA H20 (Hopper, export version for China): 96 GB HBM3 at 4.0 TB/s, FP16/BF16 148 TFLOPS
+    dense, PCIe Gen5 x16. NVIDIA publishes no public datasheet page for it; the figures are those
+    of third-party spec listings. Memory: the marketed 96 GB (the figure nvidia-smi reports was
+    not found). Calibration only, not a named profile."""
+    from pbkv_server.hardware.profiles import GpuSpec
+
+    return GpuSpec("NVIDIA H20 96GB", memory_bytes=96e9, bf16_flops=148e12, hbm_bytes_per_s=4.0e12,
+                   pcie_bytes_per_s=64e9, source="third-party spec listings, e.g. https://willitrunai.com/es/gpus/h20-96gb "
+                                                 "(96 GB HBM3, 4.0 TB/s, 148 TFLOPS FP16 dense)")
+
+
+H20 = _h20()
+
+
+def h20_profile(tp: int = 1) -> HardwareProfile:
+    """Qwen3-32B BF16 on ``tp`` H20 by the profile rule (:data:`H20`), the Qwen benchmark's setting."""
+    from pbkv_server.hardware.profiles import QWEN3_32B, derive_profile
+
+    return derive_profile(f"h20x{tp}-qwen3-32b-tp{tp}", QWEN3_32B, H20, tp, source="calibration only")
+
+
+def single_request_latency(profile: HardwareProfile, prompt_tokens: int, output_tokens: int,
+                           model: dict | None = None) -> float:
+    """End-to-end latency (seconds) of one request replayed alone, as :func:`single_request_ttft`."""
+    return _alone(profile, prompt_tokens, output_tokens, model)["mean_latency_s"]
+
+
+def qwen_speed_rows(models: Sequence[str] = tuple(MODELS)) -> list[CalibrationRow]:
+    """Speed against context length: Qwen's batch-1 speed at each input length of
+    :data:`QWEN_SPEED` next to ``(input + 2,048) / latency`` of the request replayed alone on
+    :func:`h20_profile` with as many GPUs, per model."""
+    rows = []
+    for model in models:
+        for (tokens, gpus), speed in QWEN_SPEED.items():
+            p = h20_profile(gpus)
+            pub = Published(f"batch-1 speed, {tokens:,} input tokens", speed, "tok/s", _QWEN,
+                            f"Qwen3-32B BF16, {gpus}x H20 96GB" + (f" TP{gpus}" if gpus > 1 else "")
+                            + f", SGLang 0.4.6.post1, {tokens:,} input + {QWEN_GENERATED:,} generated tokens")
+            ours = (tokens + QWEN_GENERATED) / single_request_latency(p, tokens, QWEN_GENERATED, MODELS[model])
+            rows.append(CalibrationRow(pub, ours, p.name, model, "H20 figures from third-party spec listings"))
     return rows
 
 
@@ -325,7 +389,7 @@ def compare(kvflow_profile: HardwareProfile, decode_profiles: Sequence[HardwareP
                 rows.append(CalibrationRow(PBKV_DECODE_STEP,
                                            1e3 * decode_step(profile, hover_records, model=MODELS[model]),
                                            profile.name, model))
-    rows += prefill_rows(models)
+    rows += prefill_rows(models) + qwen_speed_rows(models)
     if len(models) > 1 or models[0] != "legacy":
         rows += itl_rows()
     return rows

@@ -84,3 +84,26 @@ def test_single_request_ttft_is_the_prefill_alone():
     assert single_request_ttft(big, 300, 5) == pytest.approx(0.3)
     with pytest.raises(ValueError):
         single_request_ttft(big, 0)
+
+
+def test_qwen_speed_rows_are_prefill_plus_decode_by_hand():
+    # Qwen3-32B (32.8B parameters, 64 layers x 64 query heads x head_dim 128, 262,144 KV bytes per
+    # token) on one H20 (148 TFLOPS, 4.0 TB/s): linear rate 148e12 x 0.45 / (2 x 32.8e9) tok/s,
+    # attention 4 x 64 x 128 x 64 FLOPs per pair at 148e12 x 0.5; decode step k (k = 1..2,047)
+    # reads the weights and the n + k tokens of KV at 80% of 4.0 TB/s.
+    from pbkv_server.sim.calibration import QWEN_GENERATED, qwen_speed_rows
+
+    n, out = 30720, QWEN_GENERATED
+    rate = 148e12 * 0.45 / (2 * 32.8e9)
+    attention = 2_097_152 / (148e12 * 0.5) * n * n / 2  # 13.37 s
+    steps = out - 1
+    decode = steps * 2 * 32.8e9 / 3.2e12 + 262_144 / 3.2e12 * (steps * n + steps * (steps + 1) / 2)
+    rows = {(r.model, r.published.value): r for r in qwen_speed_rows()}
+    assert len(rows) == 12
+    assert rows[("legacy", 240.75)].ours == pytest.approx((n + out) / (n / rate + decode), rel=1e-6)
+    assert rows[("attention+sglang", 240.75)].ours == pytest.approx((n + out) / (n / rate + attention + decode),
+                                                                   rel=1e-6)
+    # the 129,042-token row needs two GPUs: on one, Qwen3-32B leaves room for about 72,000 tokens of KV
+    from pbkv_server.sim.calibration import h20_profile
+
+    assert h20_profile(1).device_kv_tokens == int((96e9 * 0.88 - 32.8e9 * 2) // 262_144) < 129_042
