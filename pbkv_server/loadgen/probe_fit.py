@@ -78,6 +78,20 @@ class ProbeFit:
     cold_rel_err: float
     cached_share: tuple[float, ...]
 
+    @classmethod
+    def from_json(cls, data: dict) -> "ProbeFit":
+        """The fit from ``probe-profile --json``'s ``fit`` object.
+
+        Raises:
+            ValueError: a field missing or not a number.
+        """
+        try:
+            return cls(**{k: float(data[k]) for k in ("fixed_s", "prefill_tokens_per_s", "attn_pair_s", "decode_base_s",
+                                                      "decode_per_seq_s", "decode_per_token_s", "cold_rel_err")},
+                       cached_share=tuple(float(v) for v in data.get("cached_share", ())))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a probe fit: {exc}") from None
+
     def profile(self, device_tokens: int, name: str = "probed", source: str = "pbkv-bench probe") -> HardwareProfile:
         """The fit as a :class:`HardwareProfile` for the simulator (no host tier; KV bytes 1 per
         token: a CPU server has no PCIe load to time). The fixed cost per request is left out:

@@ -42,3 +42,30 @@ def test_too_few_probes_is_one_clear_error():
         fit_prefill([PrefillProbe(100, 0, 0.1), PrefillProbe(200, 0, 0.2), PrefillProbe(200, 0, 0.2)])
     with pytest.raises(ValueError, match="two batches"):
         fit_decode([DecodeProbe(1, 100, 0.01), DecodeProbe(1, 200, 0.02), DecodeProbe(1, 300, 0.03)])
+
+
+def test_probe_prompts_are_fresh_per_tag_and_decode_gaps_are_the_second_half():
+    from pbkv_server.loadgen.probe import decode_gaps, fresh_ids
+
+    a, b = fresh_ids("cold-64-0", 64, 32000), fresh_ids("cold-64-1", 64, 32000)
+    assert a == fresh_ids("cold-64-0", 64, 32000) and len(a) == 64 and a[0] != b[0]
+    assert all(1000 <= t < 32000 for t in a + b)
+    # 5 gaps: the last 3 (the first half of the output may still share steps with prefills)
+    assert decode_gaps([0.5, 0.4, 0.01, 0.02, 0.03]) == [0.01, 0.02, 0.03]
+
+
+def test_a_probe_fit_file_round_trips_and_a_bad_one_is_one_line(tmp_path):
+    import json
+
+    from pbkv_server.loadgen.live_compare import probed_fit
+
+    cold = [PrefillProbe(n, 0, _cold(n)) for n in (256, 1024, 4096)]
+    decode = [DecodeProbe(b, ctx, 0.01 + 0.001 * b + 1e-6 * ctx) for b, ctx in ((1, 500), (4, 2000), (8, 4000))]
+    fit = fit_probes(cold, decode)
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps({"fit": vars(fit)}))
+    assert probed_fit(path).profile(3000).prefill_tokens_per_s == pytest.approx(1000)
+    path.write_text(json.dumps({"fit": {"fixed_s": 0.1}}))
+    with pytest.raises(ValueError, match="not a probe fit") as err:
+        probed_fit(path)
+    assert "\n" not in str(err.value)
