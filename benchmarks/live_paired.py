@@ -82,7 +82,8 @@ def main() -> None:
         print(f"probed profile: fixed {1e3 * fit.fixed_s:.1f} ms, {fit.prefill_tokens_per_s:,.0f} tok/s, attention "
               f"{fit.attn_pair_s:.3g} s/pair, decode {1e3 * fit.decode_base_s:.2f} ms + {1e3 * fit.decode_per_seq_s:.3f} "
               f"ms/seq + {1e6 * fit.decode_per_token_s:.3f} us/token; cached prompt costs "
-              f"{', '.join(f'{s:.0%}' for s in fit.cached_share)} of cold", flush=True)
+              f"{', '.join(f'{s:.0%}' for s in fit.cached_share)} of cold (raw TTFT ratios "
+              f"{', '.join(f'{r:.2f}' for r in fit.cached_ratio)})", flush=True)
         groups = {p: os.getpgid(s.proc.pid) for p, s in servers.items()}
         for r in range(args.rounds):
             for s in servers.values():

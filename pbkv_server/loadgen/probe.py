@@ -136,7 +136,8 @@ def command(
     typer.echo(f"fit: fixed {1e3 * fit.fixed_s:.2f} ms, {fit.prefill_tokens_per_s:,.0f} tok/s, attention "
                f"{fit.attn_pair_s:.3g} s/pair (worst cold error {fit.cold_rel_err:.1%}); decode {1e3 * fit.decode_base_s:.2f} "
                f"ms + {1e3 * fit.decode_per_seq_s:.3f} ms/seq + {1e6 * fit.decode_per_token_s:.3f} us/token; a cached "
-               f"prompt still costs {', '.join(f'{s:.0%}' for s in fit.cached_share) or '-'} of a cold one")
+               f"prompt still costs {', '.join(f'{s:.0%}' for s in fit.cached_share) or '-'} of a cold one (raw TTFT "
+               f"ratios {', '.join(f'{r:.2f}' for r in fit.cached_ratio) or '-'})")
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps({"target": target, "prefill": [vars(p) for p in prefill],

@@ -66,7 +66,10 @@ class ProbeFit:
         cold_rel_err: largest relative error of the cold fit on its own probes.
         cached_share: per cached probe, (measured - fixed) / (cold prefill of the same total
             prompt - fixed) as the fit predicts it: the share of a cold prefill that a fully
-            cached prompt still costs (the model's own prediction is about 0).
+            cached prompt still costs (the model's own prediction is about 0). Noisy for small
+            prompts, where the fitted fixed cost dominates (it can come out below 0).
+        cached_ratio: per cached probe, its measured TTFT over the measured cold TTFT of the same
+            prompt (fixed cost included on both sides; no fit involved).
     """
 
     fixed_s: float
@@ -77,6 +80,7 @@ class ProbeFit:
     decode_per_token_s: float
     cold_rel_err: float
     cached_share: tuple[float, ...]
+    cached_ratio: tuple[float, ...] = ()
 
     @classmethod
     def from_json(cls, data: dict) -> "ProbeFit":
@@ -88,7 +92,8 @@ class ProbeFit:
         try:
             return cls(**{k: float(data[k]) for k in ("fixed_s", "prefill_tokens_per_s", "attn_pair_s", "decode_base_s",
                                                       "decode_per_seq_s", "decode_per_token_s", "cold_rel_err")},
-                       cached_share=tuple(float(v) for v in data.get("cached_share", ())))
+                       cached_share=tuple(float(v) for v in data.get("cached_share", ())),
+                       cached_ratio=tuple(float(v) for v in data.get("cached_ratio", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a probe fit: {exc}") from None
 
@@ -166,4 +171,7 @@ def fit_probes(prefill: Sequence[PrefillProbe], decode: Sequence[DecodeProbe]) -
                    for p in prefill if p.cached_tokens > 0 and cold(p.new_tokens + p.cached_tokens) > 0)
     if not all(math.isfinite(s) for s in shares):
         raise ValueError("a cached probe's share is not finite")
-    return ProbeFit(fixed, rate, pair_s, base, per_seq, per_token, err, shares)
+    cold_s = {p.new_tokens: p.seconds for p in prefill if p.cached_tokens == 0}
+    ratios = tuple(p.seconds / cold_s[p.new_tokens + p.cached_tokens] for p in prefill
+                   if p.cached_tokens > 0 and cold_s.get(p.new_tokens + p.cached_tokens, 0) > 0)
+    return ProbeFit(fixed, rate, pair_s, base, per_seq, per_token, err, shares, ratios)

@@ -363,7 +363,8 @@ def qwen_speed_rows(models: Sequence[str] = tuple(MODELS)) -> list[CalibrationRo
     for model in models:
         for (tokens, gpus), speed in QWEN_SPEED.items():
             p = h20_profile(gpus)
-            pub = Published(f"batch-1 speed, {tokens:,} input tokens", speed, "tok/s", _QWEN,
+            name = f"batch-1 speed, {tokens:,} input token" + ("s" if tokens != 1 else "")
+            pub = Published(name, speed, "tok/s", _QWEN,
                             f"Qwen3-32B BF16, {gpus}x H20 96GB" + (f" TP{gpus}" if gpus > 1 else "")
                             + f", SGLang 0.4.6.post1, {tokens:,} input + {QWEN_GENERATED:,} generated tokens")
             ours = (tokens + QWEN_GENERATED) / single_request_latency(p, tokens, QWEN_GENERATED, MODELS[model])

@@ -23,6 +23,8 @@ def test_exact_probes_give_back_their_terms_and_the_cached_share():
     assert fit.attn_pair_s == pytest.approx(1e-7) and fit.cold_rel_err == pytest.approx(0, abs=1e-9)
     assert (fit.decode_base_s, fit.decode_per_seq_s, fit.decode_per_token_s) == pytest.approx((0.01, 0.001, 1e-6))
     assert fit.cached_share == pytest.approx((0.3,))
+    # raw: 0.34292864 s against the cold 1,024-token probe's 0.02 + 1.024 + 0.0524288 = 1.0964288 s
+    assert fit.cached_ratio == pytest.approx((0.34292864 / 1.0964288,))
     p = fit.profile(device_tokens=5000)
     assert p.prefill_time_at(1024) == pytest.approx(1.0764288) and p.device_kv_tokens == 5000
 
