@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--max-total-tokens", type=int, default=6000, help="KV pool of each server, tokens")
-    parser.add_argument("--sizes", default="64,256,1024", help="probe: cold and cached prompt sizes")
+    parser.add_argument("--sizes", default="64,256,512,1024,2048", help="probe: cold and cached prompt sizes")
     parser.add_argument("--json", type=Path, default=None, help="write every round and the simulated figures here")
     parser.add_argument("--work-dir", type=Path, default=None, help="model and server logs (default: a temp dir)")
     args = parser.parse_args()

@@ -112,7 +112,7 @@ def _ints(text: str, name: str) -> list[int]:
 
 def command(
     target: str = typer.Option(..., "--target", help="SGLang server URL (idle: probes are timed by wall clock)"),
-    sizes: str = typer.Option("64,256,1024", "--sizes", help="cold and cached prompt sizes, tokens"),
+    sizes: str = typer.Option("64,256,512,1024,2048", "--sizes", help="cold and cached prompt sizes, tokens"),
     repeats: int = typer.Option(3, "--repeats", min=1, help="repeats per size (the median is kept)"),
     batches: str = typer.Option("1,4", "--batches", help="decode batch sizes"),
     contexts: str = typer.Option("64,512", "--contexts", help="prompt tokens per decoding request"),
