@@ -48,7 +48,16 @@ def main() -> None:
     parser.add_argument("--sizes", default="64,256,512,1024,2048", help="probe: cold and cached prompt sizes")
     parser.add_argument("--json", type=Path, default=None, help="write every round and the simulated figures here")
     parser.add_argument("--work-dir", type=Path, default=None, help="model and server logs (default: a temp dir)")
+    parser.add_argument("--docs", type=Path, default=None,
+                        help=f"rewrite the {BEGIN} ... {END} block of this page with the result table")
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
+                        help="run nothing: write --docs from a --json file of an earlier run")
     args = parser.parse_args()
+    if args.render is not None:
+        if args.docs is None:
+            parser.error("--render needs --docs")
+        write_docs(args.docs, json.loads(args.render.read_text()))
+        return
     if args.rounds < 3:
         parser.error("--rounds: at least 3 (issue 34: the spread needs three paired rounds)")
 
@@ -125,11 +134,61 @@ def main() -> None:
         out[p] = {"live": {k: vars(v[p]) for k, v in live.items()}, "sim_ttft_speedup": s_ttft,
                   "sim_workflow_speedup": s_wf, "sim_hit_rate": sim[p]["hit_rate"],
                   "live_hit_rate": statistics.median(rd[p]["hit_rate"] for rd in rounds)}
+    result = {"rounds": rounds, "fit": vars(fit), "policies": out, "concurrency": args.concurrency,
+              "max_total_tokens": args.max_total_tokens, "requests": n_inv, "base": base,
+              "trace": str(args.trace) if args.trace else f"prompt-heavy, {args.workflows} workflows, seed {args.seed}"}
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rounds": rounds, "fit": vars(fit), "policies": out,
-                                         "concurrency": args.concurrency, "max_total_tokens": args.max_total_tokens},
-                                        indent=1))
+        args.json.write_text(json.dumps(result, indent=1))
+    if args.docs is not None:
+        write_docs(args.docs, result)
+
+
+BEGIN, END = "<!-- live-paired:begin -->", "<!-- live-paired:end -->"
+
+
+def render(result: dict) -> str:
+    """The result as a Markdown table: per policy the live speedups (median, min-max) and the
+    simulated ones, and the live workflow speedup over the simulated one."""
+    base = result.get("base", "lru")
+    rounds = result["rounds"]
+    fit = result["fit"]
+    lines = ["| policy | live TTFT | live workflow latency | live server CPU | sim TTFT | sim workflow latency | "
+             "live / sim (workflow) | live hit rate | sim hit rate |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def spread(v: dict) -> str:
+        return f"{v['median']:.3f} ({v['low']:.3f}-{v['high']:.3f})"
+
+    for p, v in result["policies"].items():
+        live = v["live"]
+        lines.append(f"| {p} | {spread(live['ttft_s'])} | {spread(live['workflow_s'])} | {spread(live['cpu_s'])} | "
+                     f"{v['sim_ttft_speedup']:.3f} | {v['sim_workflow_speedup']:.3f} | "
+                     f"{live['workflow_s']['median'] / v['sim_workflow_speedup']:.3f} | {v['live_hit_rate']:.3f} | "
+                     f"{v['sim_hit_rate']:.3f} |")
+    ratios = ", ".join(f"{r:.2f}" for r in fit.get("cached_ratio", ()))
+    lines += ["", f"Speedup over {base} = {base}'s figure / the policy's (>1 faster), median (min-max) over "
+                  f"{len(rounds)} paired rounds; trace: {result.get('trace', '?')}, {result.get('requests', '?')} "
+                  f"requests, C = {result['concurrency']}, KV pool {result['max_total_tokens']} tokens. Probed profile "
+                  f"(idle {base} server): fixed {1e3 * fit['fixed_s']:.1f} ms per request, "
+                  f"{fit['prefill_tokens_per_s']:,.0f} tok/s, attention {fit['attn_pair_s']:.3g} s per pair, decode "
+                  f"{1e3 * fit['decode_base_s']:.2f} ms + {1e3 * fit['decode_per_seq_s']:.3f} ms per sequence + "
+                  f"{1e6 * fit['decode_per_token_s']:.3f} us per token of context; cached/cold TTFT of the same prompt: "
+                  f"{ratios or '-'}. Written by `.venv-sglang/bin/python benchmarks/live_paired.py --docs PAGE` "
+                  "(tiny model, CPU engine, the servers side by side on a shared machine)."]
+    return "\n".join(lines)
+
+
+def write_docs(page: Path, result: dict) -> None:
+    """Rewrite ``page``'s block with :func:`render` of ``result``.
+
+    Raises:
+        SystemExit: the page has not exactly one block (one line saying so).
+    """
+    text = page.read_text(encoding="utf-8")
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise SystemExit(f"--docs {page}: needs one {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN)
+    page.write_text(f"{head}{BEGIN}\n{render(result)}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
 
 
 if __name__ == "__main__":
