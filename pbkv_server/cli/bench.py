@@ -493,6 +493,7 @@ def _register_live_replay() -> None:
 
 _register_live_replay()
 app.command("live-compare")(importlib.import_module("pbkv_server.loadgen.live_compare").command)
+app.command("probe-profile")(importlib.import_module("pbkv_server.loadgen.probe").command)
 app.add_typer(study_app, name="study")  # pbkv_server/sim/study/cli.py: paper sensitivity studies, regime sweep
 
 

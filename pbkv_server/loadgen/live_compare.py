@@ -53,7 +53,7 @@ from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, sglang_pol
 from pbkv_server.loadgen.live_replay import PromptBook, ReplaySummary, check_arguments, replay
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 
-__all__ = ["sim_policy", "ServerSettings", "server_settings", "matched_records", "measured_profile",
+__all__ = ["sim_policy", "ServerSettings", "server_settings", "matched_records", "measured_profile", "probed_fit",
            "simulate_matched", "command"]
 
 console = Console()
@@ -173,6 +173,22 @@ def measured_profile(summary: ReplaySummary, device_tokens: int) -> HardwareProf
         pcie_bytes_per_s=25e9, kv_bytes_per_token=1, device_kv_tokens=device_tokens, host_kv_tokens=0)
 
 
+def probed_fit(path: Path):
+    """The :class:`~pbkv_server.loadgen.probe_fit.ProbeFit` of a ``pbkv-bench probe-profile --json`` file.
+
+    Raises:
+        ValueError: the file cannot be read or holds no fit (one line saying which).
+    """
+    from pbkv_server.loadgen.probe_fit import ProbeFit
+
+    try:
+        return ProbeFit.from_json(json.loads(path.read_text())["fit"])
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"--profile {path}: not a probe-profile JSON file ({type(exc).__name__}: {exc})") from None
+    except ValueError as exc:
+        raise ValueError(f"--profile {path}: {exc}") from None
+
+
 def simulate_matched(records: Sequence[TraceRecord], settings: ServerSettings, profile: HardwareProfile,
                      concurrency: int) -> dict[str, Any]:
     """Replay ``records`` (from :func:`matched_records`) in the simulator as the server is set up.
@@ -203,7 +219,8 @@ def command(
     max_output_tokens: Optional[int] = typer.Option(None, "--max-output-tokens", help="cap each output, both sides"),
     limit: Optional[int] = typer.Option(None, "--limit", help="only the first N workflows"),
     profile: str = typer.Option("measured", "--profile",
-                                help="simulator timing: 'measured' (from the live run) or a named profile"),
+                                help="simulator timing: 'measured' (from the live run), a named profile, or a "
+                                     "probe-profile --json file (fitted on the idle server: issue 34 item 4)"),
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size",
                                              help="token ids are drawn below this (default: the model's)"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write both summaries here"),
@@ -221,7 +238,9 @@ def command(
         if limit is not None:
             keep = list(dict.fromkeys(r.workflow_id for r in records if isinstance(r, InvocationRecord)))[:limit]
             records = [r for r in records if r.workflow_id in set(keep)]
-        if profile != "measured":
+        if profile.endswith(".json"):
+            probed = probed_fit(Path(profile))
+        elif profile != "measured":
             from pbkv_server.hardware.profiles import get_profile
 
             get_profile(profile)
@@ -245,6 +264,8 @@ def command(
     matched = matched_records(records, PromptBook(), gap_scale, max_output_tokens)
     if profile == "measured":
         hw = measured_profile(live, settings.device_tokens)
+    elif profile.endswith(".json"):
+        hw = probed.profile(settings.device_tokens, name="probed", source=profile)
     else:
         from pbkv_server.hardware.profiles import get_profile
 

@@ -26,10 +26,23 @@ Two published settings are replayed through the simulator and set next to the pa
   :meth:`HardwareProfile.decode_step_time` on an H100 profile of Qwen3-14B at the published mean
   batch. The context each sequence holds is not published; the model's figure is given at
   :data:`ITL_CONTEXT` tokens per sequence (an assumption stated in the row, not fitted).
-* **Prefill against context length**: each setting above is also replayed under the new cost
-  and engine model (``prefill_cost="attention"``, ``engine_model="sglang"``), so the table shows
-  what the attention term and SGLang's scheduling change; the attention term itself is
-  checked against a hand computation in the tests.
+* **Prefill against context length** (NVIDIA NIM's LLM benchmarking page, Llama-3.3-70B-Instruct,
+  NIM 1.8.0, two H100 80GB, FP8, TP2: TTFT at concurrency 1 with 500 and with 5,000 input tokens,
+  :data:`NIM_TTFT`): one request of that many prompt tokens replayed alone on
+  :func:`prefill_profile` (Llama-3.3-70B by the profile rule with FP8 as the weights' precision),
+  under each cost model, so the legacy row is the linear term alone and the new row adds the
+  attention term. At concurrency 1 TTFT is the prefill (plus the client's and server's fixed
+  costs, which the model leaves out).
+* **Speed against context length** (Qwen's speed benchmark, Qwen3-32B BF16 on NVIDIA H20 96GB,
+  SGLang 0.4.6.post1, batch 1, 2,048 tokens generated after 1 to 129,042 input tokens; speed =
+  (prompt + generated tokens) / time, :data:`QWEN_SPEED`): the same request replayed alone on
+  :func:`h20_profile`, one GPU or two (the 129,042-token row ran on two, TP2). The short rows
+  measure the decode step, the long ones the prefill with its attention term.
+* Each replayed setting is given under the legacy and the new cost and engine model
+  (``prefill_cost="attention"``, ``engine_model="sglang"``), so the table shows what the
+  attention term and SGLang's scheduling change; the attention term itself is checked against a
+  hand computation in the tests.
+* **Not found: PBKV Table 1's LRU rows** (:data:`PBKV_TABLE1_SEARCHED` says what was searched).
 
 A disagreement above :data:`TOLERANCE` is reported, never fitted: the cost model's inputs come
 from datasheets and model configurations (:mod:`pbkv_server.hardware.profiles`), and no constant is
@@ -52,7 +65,10 @@ from pbkv_server.sim.synth.agents import DEFAULT_SYNTH_BLOCK_CHARS
 from pbkv_server.sim.synth.common import CHARS_PER_TOKEN, segment_hashes
 
 __all__ = ["TOLERANCE", "Published", "KVFLOW_SPEEDUPS", "PBKV_DECODE_STEP", "MLENERGY_ITL", "ITL_CONTEXT", "MODELS",
-           "kvflow_records", "kvflow_latencies", "decode_step", "itl_profile", "itl_rows", "CalibrationRow", "compare"]
+           "NIM_TTFT", "QWEN_SPEED", "H20", "PBKV_TABLE1_SEARCHED", "kvflow_records", "kvflow_latencies",
+           "decode_step", "itl_profile", "itl_rows", "prefill_profile", "h20_profile", "single_request_records",
+           "single_request_ttft", "single_request_latency", "prefill_rows", "qwen_speed_rows", "CalibrationRow",
+           "compare"]
 
 #: Relative disagreement beyond which a cost term must be examined and fixed from a published source, or documented.
 TOLERANCE = 0.15
@@ -95,6 +111,34 @@ MLENERGY_ITL = {7.99: 12.54, 63.84: 18.94, 253.41: 38.40}
 #: Context (tokens) per running sequence at which the ITL rows are modelled: the task's lengths are
 #: not published with the figures; about a chat prompt plus half of the 615-token mean output.
 ITL_CONTEXT = 1000
+
+_NIM = ("NVIDIA NIM LLM benchmarking, Performance, Llama-3.3-70b-instruct, version 1.8.0, 2 x H100 80G, fp8 TP2, "
+        "concurrency 1: https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance.md")
+#: TTFT (ms) at concurrency 1 by input length: the page's "5000 Input Tokens / 500 Output Tokens"
+#: and "500 Input Tokens / 2000 Output Tokens" tables (AIPerf, client side), output tokens beside.
+NIM_TTFT = {500: (47.77, 2000), 5000: (406.77, 500)}
+#: H100 SXM's dense FP8 tensor peak: the datasheet's 3,958 TFLOPS with sparsity, halved.
+H100_FP8_FLOPS = 1979e12
+_QWEN = ("Qwen speed benchmark, 'Qwen3-32B (SGLang)' table, BF16 rows: https://github.com/QwenLM/Qwen3 "
+         "docs/source/getting_started/speed_benchmark.md (qwen.readthedocs.io, Speed Benchmark)")
+#: Qwen3-32B BF16 speed (tokens/s) = (input + 2,048 generated tokens) / time, batch 1, SGLang
+#: 0.4.6.post1 on H20 96GB, by (input tokens, GPUs): the 129,042-token row ran at TP=2 (the
+#: table says 129042, its notes 129024; the table's figure is used).
+QWEN_SPEED = {(1, 1): 20.72, (6144, 1): 77.82, (14336, 1): 143.08, (30720, 1): 240.75, (63488, 1): 342.96,
+              (129042, 2): 711.40}
+#: Tokens each request of :data:`QWEN_SPEED` generates.
+QWEN_GENERATED = 2048
+#: What was searched for PBKV Table 1's LRU rows, written into the generated table (issue 34:
+#: a figure that cannot be found says so, with the search).
+PBKV_TABLE1_SEARCHED = (
+    "PBKV Table 1's LRU mean latency and TTFT are not in the table: the paper's text past its abstract and "
+    "introduction was not reachable here. Searched (2026-12-03): the stored web pages for the arXiv HTML "
+    "(arxiv.org/html/2605.06472) and its Markdown mirror (fast.hugflare.com/papers/2605.06472.md), which hold "
+    "the abstract and the start of Section 1 only; emergentmind, arxivlens, newx.sg and provide.ai summaries "
+    "(abstract only); GitHub issues, code and documentation indexes for '2605.06472', 'PBKV' and the title "
+    "(paper lists and reading notes quoting the abstract's 1.85x and 1.26x only). The '10.90 s' that "
+    "docs/results-analysis.md gives as Table 1's LRU TTFT equals the mean_ttft_s of this repository's own "
+    "study (docs/study, commit 5f6137e: 10.900032 s), so it is not used as a published figure here.")
 
 #: Stages of KVFlow's sequential workflow and runs measured after the warm-up.
 KVFLOW_STAGES = 10
@@ -218,11 +262,122 @@ def itl_rows() -> list[CalibrationRow]:
     return rows
 
 
+def prefill_profile() -> HardwareProfile:
+    """Llama-3.3-70B-Instruct in FP8 on two H100 SXM (TP2), the NIM page's setting, by the
+    profile rule of :func:`~pbkv_server.hardware.profiles.derive_profile` with FP8 as the weights'
+    precision: one byte per weight (and per KV element), and the FLOPs of both prefill terms at
+    H100's dense FP8 peak (:data:`H100_FP8_FLOPS`) instead of BF16's."""
+    from dataclasses import replace
+
+    from pbkv_server.hardware.profiles import H100_SXM, LLAMA33_70B, derive_profile
+
+    gpu = replace(H100_SXM, name="NVIDIA H100 SXM5 80GB (FP8)", bf16_flops=H100_FP8_FLOPS,
+                  source=H100_SXM.source + "; FP8 3,958 TFLOPS with sparsity = 1,979 dense")
+    return derive_profile("h100x2-llama3.3-70b-fp8-tp2", replace(LLAMA33_70B, dtype_bytes=1), gpu, 2,
+                          source="calibration only")
+
+
+def single_request_records(prompt_tokens: int, output_tokens: int = 1) -> list[TraceRecord]:
+    """One workflow of one call: ``prompt_tokens`` tokens no other call shares, ``output_tokens``
+    generated (64-token blocks, as :func:`kvflow_records`).
+
+    Raises:
+        ValueError: a size below 1.
+    """
+    if min(prompt_tokens, output_tokens) < 1:
+        raise ValueError("prompt and output tokens must be >= 1")
+    chars, block_tokens = DEFAULT_SYNTH_BLOCK_CHARS, DEFAULT_SYNTH_BLOCK_CHARS // CHARS_PER_TOKEN
+    hashes = segment_hashes([("single/prompt", prompt_tokens * CHARS_PER_TOKEN)], chars)
+    tokens = [block_tokens] * len(hashes)
+    tokens[-1] = prompt_tokens - block_tokens * (len(hashes) - 1)
+    return [InvocationRecord(app="ttft-bench", workflow_id="w0", step=0, agent="a0", t_start=0.0, t_end=1.0,
+                             prompt_tokens=prompt_tokens, completion_tokens=output_tokens, prefix_hashes=hashes,
+                             block_chars=chars, block_tokens=tokens),
+            WorkflowEndRecord(app="ttft-bench", workflow_id="w0", t=1.0)]
+
+
+def single_request_ttft(profile: HardwareProfile, prompt_tokens: int, output_tokens: int = 1,
+                        model: dict | None = None) -> float:
+    """TTFT (seconds) of one request replayed alone (concurrency 1, ``lru``, cold cache, device =
+    the profile's capacity): the simulator's figure for a concurrency-1 TTFT benchmark."""
+    return _alone(profile, prompt_tokens, output_tokens, model)["mean_ttft_s"]
+
+
+def _alone(profile: HardwareProfile, prompt_tokens: int, output_tokens: int, model: dict | None) -> dict:
+    """The summary of one request replayed alone (:func:`single_request_ttft`)."""
+    sim = simulate(load_workload(single_request_records(prompt_tokens, output_tokens)),
+                   ReplayConfig(BASELINE_POLICY, profile, device_tokens=profile.device_kv_tokens, host_tokens=0,
+                                **(model or {})),
+                   ReplayOptions(concurrency=1))
+    return sim.summary
+
+
+def prefill_rows(models: Sequence[str] = tuple(MODELS)) -> list[CalibrationRow]:
+    """Prefill against context length: NIM's concurrency-1 TTFT at each input length of
+    :data:`NIM_TTFT` next to :func:`single_request_ttft` on :func:`prefill_profile`, per model."""
+    p = prefill_profile()
+    rows = []
+    for model in models:
+        for tokens, (ms, output) in NIM_TTFT.items():
+            pub = Published(f"TTFT at concurrency 1, {tokens:,} input tokens", ms, "ms", _NIM,
+                            f"Llama-3.3-70B-Instruct FP8, 2x H100 80GB TP2, NIM 1.8.0, {tokens:,} input / "
+                            f"{output:,} output tokens")
+            rows.append(CalibrationRow(pub, 1e3 * single_request_ttft(p, tokens, output, MODELS[model]), p.name,
+                                       model, "FP8 weights: both prefill terms at the dense FP8 peak"))
+    return rows
+
+
+def _h20():
+    """NVIDIA H20 (Hopper, export version for China): 96 GB HBM3 at 4.0 TB/s, FP16/BF16 148 TFLOPS
+    dense, PCIe Gen5 x16. NVIDIA publishes no public datasheet page for it; the figures are those
+    of third-party spec listings. Memory: the marketed 96 GB (the figure nvidia-smi reports was
+    not found). Calibration only, not a named profile."""
+    from pbkv_server.hardware.profiles import GpuSpec
+
+    return GpuSpec("NVIDIA H20 96GB", memory_bytes=96e9, bf16_flops=148e12, hbm_bytes_per_s=4.0e12,
+                   pcie_bytes_per_s=64e9, source="third-party spec listings, e.g. https://willitrunai.com/es/gpus/h20-96gb "
+                                                 "(96 GB HBM3, 4.0 TB/s, 148 TFLOPS FP16 dense)")
+
+
+H20 = _h20()
+
+
+def h20_profile(tp: int = 1) -> HardwareProfile:
+    """Qwen3-32B BF16 on ``tp`` H20 by the profile rule (:data:`H20`), the Qwen benchmark's setting."""
+    from pbkv_server.hardware.profiles import QWEN3_32B, derive_profile
+
+    return derive_profile(f"h20x{tp}-qwen3-32b-tp{tp}", QWEN3_32B, H20, tp, source="calibration only")
+
+
+def single_request_latency(profile: HardwareProfile, prompt_tokens: int, output_tokens: int,
+                           model: dict | None = None) -> float:
+    """End-to-end latency (seconds) of one request replayed alone, as :func:`single_request_ttft`."""
+    return _alone(profile, prompt_tokens, output_tokens, model)["mean_latency_s"]
+
+
+def qwen_speed_rows(models: Sequence[str] = tuple(MODELS)) -> list[CalibrationRow]:
+    """Speed against context length: Qwen's batch-1 speed at each input length of
+    :data:`QWEN_SPEED` next to ``(input + 2,048) / latency`` of the request replayed alone on
+    :func:`h20_profile` with as many GPUs, per model."""
+    rows = []
+    for model in models:
+        for (tokens, gpus), speed in QWEN_SPEED.items():
+            p = h20_profile(gpus)
+            name = f"batch-1 speed, {tokens:,} input token" + ("s" if tokens != 1 else "")
+            pub = Published(name, speed, "tok/s", _QWEN,
+                            f"Qwen3-32B BF16, {gpus}x H20 96GB" + (f" TP{gpus}" if gpus > 1 else "")
+                            + f", SGLang 0.4.6.post1, {tokens:,} input + {QWEN_GENERATED:,} generated tokens")
+            ours = (tokens + QWEN_GENERATED) / single_request_latency(p, tokens, QWEN_GENERATED, MODELS[model])
+            rows.append(CalibrationRow(pub, ours, p.name, model, "H20 figures from third-party spec listings"))
+    return rows
+
+
 def compare(kvflow_profile: HardwareProfile, decode_profiles: Sequence[HardwareProfile],
             hover_records: Sequence[TraceRecord] | None, models: Sequence[str] = ("legacy",)) -> list[CalibrationRow]:
     """The calibration table: KVFlow's two speedups on ``kvflow_profile``, PBKV's decode step on
     each of ``decode_profiles`` (skipped without ``hover_records``), each under every model of
-    ``models`` (keys of :data:`MODELS`), then the ITL rows (no replay: one decode step)."""
+    ``models`` (keys of :data:`MODELS`), then the prefill rows (:func:`prefill_rows`, one request
+    alone, per model) and the ITL rows (no replay: one decode step)."""
     rows = []
     for model in models:
         lat = kvflow_latencies(kvflow_profile, model=MODELS[model])
@@ -235,6 +390,7 @@ def compare(kvflow_profile: HardwareProfile, decode_profiles: Sequence[HardwareP
                 rows.append(CalibrationRow(PBKV_DECODE_STEP,
                                            1e3 * decode_step(profile, hover_records, model=MODELS[model]),
                                            profile.name, model))
+    rows += prefill_rows(models) + qwen_speed_rows(models)
     if len(models) > 1 or models[0] != "legacy":
         rows += itl_rows()
     return rows

@@ -55,3 +55,55 @@ def test_itl_rows_are_the_decode_step_by_hand():
     first = rows[0]
     assert ITL_CONTEXT == 1000
     assert first.ours == pytest.approx(1e3 * (29.6e9 + 8 * 1000 * 163_840) / (3.35e12 * 0.8))
+
+
+def test_prefill_rows_are_the_two_prefill_terms_by_hand():
+    # Llama-3.3-70B (70.6B parameters; 80 layers x 64 query heads x head_dim 128) on two H100 at
+    # the dense FP8 peak 1,979 TFLOPS: linear rate = 1979e12 x 0.45 (MFU) x 1.8 (TP2 at 90%)
+    # / (2 x 70.6e9) = 11,352.6 tok/s; attention = 4 x 64 x 128 x 80 = 2,621,440 FLOPs per pair
+    # at 1979e12 x 0.5 x 1.8, over n^2 / 2 pairs for a cold prompt of n tokens.
+    from pbkv_server.sim.calibration import NIM_TTFT, prefill_rows
+
+    rate = 1979e12 * 0.45 * 1.8 / (2 * 70.6e9)
+    pair_s = 2_621_440 / (1979e12 * 0.5 * 1.8)
+    rows = {(r.model, r.published.value): r for r in prefill_rows()}
+    assert len(rows) == 4 and {v for v, _ in NIM_TTFT.values()} == {47.77, 406.77}
+    assert rows[("legacy", 406.77)].ours == pytest.approx(1e3 * 5000 / rate)  # 440.4 ms
+    assert rows[("legacy", 47.77)].ours == pytest.approx(1e3 * 500 / rate)  # 44.0 ms
+    assert rows[("attention+sglang", 406.77)].ours == pytest.approx(1e3 * (5000 / rate + pair_s * 5000**2 / 2))
+    assert rows[("attention+sglang", 406.77)].ours == pytest.approx(458.82, abs=0.01)
+    # 458.82 / 406.77 - 1 = +12.8%: within the 15% tolerance
+    assert rows[("attention+sglang", 406.77)].error == pytest.approx(0.128, abs=0.001)
+
+
+def test_single_request_ttft_is_the_prefill_alone():
+    # Test profile: 1,000 tok/s and no attention term; 300 cold tokens alone -> 0.3 s to the first token
+    from pbkv_server.sim.calibration import single_request_ttft
+
+    big = dataclasses.replace(PROFILE, device_kv_tokens=10_000)
+    assert single_request_ttft(big, 300, 5) == pytest.approx(0.3)
+    with pytest.raises(ValueError):
+        single_request_ttft(big, 0)
+
+
+def test_qwen_speed_rows_are_prefill_plus_decode_by_hand():
+    # Qwen3-32B (32.8B parameters, 64 layers x 64 query heads x head_dim 128, 262,144 KV bytes per
+    # token) on one H20 (148 TFLOPS, 4.0 TB/s): linear rate 148e12 x 0.45 / (2 x 32.8e9) tok/s,
+    # attention 4 x 64 x 128 x 64 FLOPs per pair at 148e12 x 0.5; decode step k (k = 1..2,047)
+    # reads the weights and the n + k tokens of KV at 80% of 4.0 TB/s.
+    from pbkv_server.sim.calibration import QWEN_GENERATED, qwen_speed_rows
+
+    n, out = 30720, QWEN_GENERATED
+    rate = 148e12 * 0.45 / (2 * 32.8e9)
+    attention = 2_097_152 / (148e12 * 0.5) * n * n / 2  # 13.37 s
+    steps = out - 1
+    decode = steps * 2 * 32.8e9 / 3.2e12 + 262_144 / 3.2e12 * (steps * n + steps * (steps + 1) / 2)
+    rows = {(r.model, r.published.value): r for r in qwen_speed_rows()}
+    assert len(rows) == 12
+    assert rows[("legacy", 240.75)].ours == pytest.approx((n + out) / (n / rate + decode), rel=1e-6)
+    assert rows[("attention+sglang", 240.75)].ours == pytest.approx((n + out) / (n / rate + attention + decode),
+                                                                   rel=1e-6)
+    # the 129,042-token row needs two GPUs: on one, Qwen3-32B leaves room for about 72,000 tokens of KV
+    from pbkv_server.sim.calibration import h20_profile
+
+    assert h20_profile(1).device_kv_tokens == int((96e9 * 0.88 - 32.8e9 * 2) // 262_144) < 129_042

@@ -1,0 +1,196 @@
+"""Live speedup against simulated speedup, paired rounds on real SGLang servers (issue 34, item 4).
+
+    .venv-sglang/bin/python benchmarks/live_paired.py [--trace T.jsonl | --workflows 12] \
+        [--policies lru,pbkv,pbkv-he] [--rounds 3] [--concurrency 4] [--max-total-tokens 6000] \
+        [--json out.json] [--work-dir DIR]
+
+1. One real SGLang server per policy (tiny random model, CPU engine, ``pbkv-server --engine
+   sglang``, :class:`pbkv_server.testing.sglang.cpu_server.CpuServer`), all started at once.
+2. Probes on the baseline's server while every server is idle (``pbkv-bench probe-profile``,
+   :mod:`pbkv_server.loadgen.probe`): the simulator's profile comes from them, not from the
+   replays it is compared with.
+3. ``--rounds`` paired rounds: every server's cache flushed, then the trace live-replayed on all
+   servers at once (side by side, so that whatever else loads the machine loads them alike);
+   per server and round: mean TTFT, mean workflow latency, wall time, and the CPU seconds its
+   process group used (:func:`pbkv_server.loadgen.paired.group_cpu_seconds`).
+4. The same requests in the simulator (:func:`pbkv_server.loadgen.live_compare.simulate_matched`)
+   under the probed profile, per policy.
+
+Printed per policy: the speedup over the baseline (baseline figure / the policy's, >1 faster)
+of live TTFT, live workflow latency and live server CPU, as median (min-max) over the rounds,
+next to the simulator's TTFT and workflow-latency speedups, and whether the live workflow
+speedup is within 10% of the simulated one. The default trace is prompt-heavy with 2-token
+outputs (:func:`pbkv_server.loadgen.paired.prompt_heavy_records`) so that what a policy saves
+exceeds the noise. A tiny model on a CPU says nothing about a GPU's times; what is compared is
+whether the simulator predicts the *ratio* between policies on the engine it is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, default=None, help="v1 trace (default: a prompt-heavy one)")
+    parser.add_argument("--workflows", type=int, default=12, help="workflows of the default trace")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--policies", default="lru,pbkv,pbkv-he", help="comma-separated; the first is the baseline")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--max-total-tokens", type=int, default=6000, help="KV pool of each server, tokens")
+    parser.add_argument("--sizes", default="64,256,512,1024,2048", help="probe: cold and cached prompt sizes")
+    parser.add_argument("--json", type=Path, default=None, help="write every round and the simulated figures here")
+    parser.add_argument("--work-dir", type=Path, default=None, help="model and server logs (default: a temp dir)")
+    parser.add_argument("--docs", type=Path, default=None,
+                        help=f"rewrite the {BEGIN} ... {END} block of this page with the result table")
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
+                        help="run nothing: write --docs from a --json file of an earlier run")
+    args = parser.parse_args()
+    if args.render is not None:
+        if args.docs is None:
+            parser.error("--render needs --docs")
+        write_docs(args.docs, json.loads(args.render.read_text()))
+        return
+    if args.rounds < 3:
+        parser.error("--rounds: at least 3 (issue 34: the spread needs three paired rounds)")
+
+    from pbkv_contract.trace import read_trace
+    from pbkv_server.loadgen.live_compare import matched_records, server_settings, simulate_matched
+    from pbkv_server.loadgen.live_replay import PromptBook, replay
+    from pbkv_server.loadgen.paired import group_cpu_seconds, prompt_heavy_records, speedups
+    from pbkv_server.loadgen.probe import run_probes
+    from pbkv_server.loadgen.probe_fit import fit_probes
+    from pbkv_server.testing.sglang.cpu_server import CpuServer
+    from pbkv_server.testing.sglang.tiny_model import build_tiny_model
+
+    import httpx
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    base = policies[0]
+    records = read_trace(args.trace) if args.trace else prompt_heavy_records(args.workflows, args.seed)
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="pbkv-paired-"))
+    work.mkdir(parents=True, exist_ok=True)
+    model = build_tiny_model(work / "tiny-model")
+    servers = {p: CpuServer(p, model, work / f"{p}.log", args.max_total_tokens).launch() for p in policies}
+    rounds = []
+    try:
+        for s in servers.values():
+            s.wait_ready()
+        settings = {p: server_settings(httpx.get(f"{s.url}/server_info", timeout=30).json()) for p, s in servers.items()}
+        sizes = [int(v) for v in args.sizes.split(",")]
+        prefill, decode = asyncio.run(run_probes(servers[base].url, sizes, 3, [1, 4], [64, 512], 16))
+        fit = fit_probes(prefill, decode)
+        profile = fit.profile(args.max_total_tokens, source=f"probes of the {base} server")
+        print(f"probed profile: fixed {1e3 * fit.fixed_s:.1f} ms, {fit.prefill_tokens_per_s:,.0f} tok/s, attention "
+              f"{fit.attn_pair_s:.3g} s/pair, decode {1e3 * fit.decode_base_s:.2f} ms + {1e3 * fit.decode_per_seq_s:.3f} "
+              f"ms/seq + {1e6 * fit.decode_per_token_s:.3f} us/token; cached prompt costs "
+              f"{', '.join(f'{s:.0%}' for s in fit.cached_share)} of cold (raw TTFT ratios "
+              f"{', '.join(f'{r:.2f}' for r in fit.cached_ratio)})", flush=True)
+        groups = {p: os.getpgid(s.proc.pid) for p, s in servers.items()}
+        for r in range(args.rounds):
+            for s in servers.values():
+                s.flush()
+            cpu0 = {p: group_cpu_seconds(g) for p, g in groups.items()}
+
+            async def side_by_side():
+                return await asyncio.gather(*(replay(records, servers[p].url, args.concurrency, "generate")
+                                              for p in policies))
+
+            results = dict(zip(policies, asyncio.run(side_by_side())))
+            cpu = {p: group_cpu_seconds(g) - cpu0[p] for p, g in groups.items()}
+            row = {p: {"ttft_s": res.ttft_mean_s, "workflow_s": res.workflow_latency_mean_s, "wall_s": res.wall_s,
+                       "cpu_s": cpu[p], "hit_rate": res.hit_rate, "errors": res.errors} for p, res in results.items()}
+            rounds.append(row)
+            print(f"round {r + 1}: " + "; ".join(f"{p} TTFT {1e3 * v['ttft_s']:.0f} ms, workflow {v['workflow_s']:.2f} s, "
+                                                 f"CPU {v['cpu_s']:.1f} s, hit {v['hit_rate']:.3f}, errors {v['errors']}"
+                                                 for p, v in row.items()), flush=True)
+    finally:
+        for s in servers.values():
+            s.terminate()
+        for s in servers.values():
+            s.stop()
+    matched = matched_records(records, PromptBook(), 0.0, None)
+    sim = {p: simulate_matched(matched, settings[p], profile, args.concurrency) for p in policies}
+    live = {k: speedups([{p: rd[p][k] for p in policies} for rd in rounds], base) for k in ("ttft_s", "workflow_s", "cpu_s")}
+    n_inv = sum(1 for r in matched if type(r).__name__ == "InvocationRecord")
+    print(f"\n{n_inv} requests, C={args.concurrency}, KV pool {args.max_total_tokens} tokens, {args.rounds} paired rounds; "
+          f"speedup over {base} = {base}'s figure / the policy's, median (min-max) over rounds; logs in {work}")
+    print(f"{'policy':9} {'live TTFT':>22} {'live workflow':>22} {'live server CPU':>22} {'sim TTFT':>9} "
+          f"{'sim workflow':>12} {'live/sim':>8}  within 10%")
+    out = {}
+    for p in policies:
+        s_ttft = sim[base]["mean_ttft_s"] / sim[p]["mean_ttft_s"]
+        s_wf = sim[base]["mean_latency_s"] / sim[p]["mean_latency_s"]
+        ratio = live["workflow_s"][p].median / s_wf
+        print(f"{p:9} {str(live['ttft_s'][p]):>22} {str(live['workflow_s'][p]):>22} {str(live['cpu_s'][p]):>22} "
+              f"{s_ttft:9.3f} {s_wf:12.3f} {ratio:8.3f}  {'yes' if abs(ratio - 1) <= 0.10 else 'no'}")
+        out[p] = {"live": {k: vars(v[p]) for k, v in live.items()}, "sim_ttft_speedup": s_ttft,
+                  "sim_workflow_speedup": s_wf, "sim_hit_rate": sim[p]["hit_rate"],
+                  "live_hit_rate": statistics.median(rd[p]["hit_rate"] for rd in rounds)}
+    result = {"rounds": rounds, "fit": vars(fit), "policies": out, "concurrency": args.concurrency,
+              "max_total_tokens": args.max_total_tokens, "requests": n_inv, "base": base,
+              "trace": str(args.trace) if args.trace else f"prompt-heavy, {args.workflows} workflows, seed {args.seed}"}
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+    if args.docs is not None:
+        write_docs(args.docs, result)
+
+
+BEGIN, END = "<!-- live-paired:begin -->", "<!-- live-paired:end -->"
+
+
+def render(result: dict) -> str:
+    """The result as a Markdown table: per policy the live speedups (median, min-max) and the
+    simulated ones, and the live workflow speedup over the simulated one."""
+    base = result.get("base", "lru")
+    rounds = result["rounds"]
+    fit = result["fit"]
+    lines = ["| policy | live TTFT | live workflow latency | live server CPU | sim TTFT | sim workflow latency | "
+             "live / sim (workflow) | live hit rate | sim hit rate |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def spread(v: dict) -> str:
+        return f"{v['median']:.3f} ({v['low']:.3f}-{v['high']:.3f})"
+
+    for p, v in result["policies"].items():
+        live = v["live"]
+        lines.append(f"| {p} | {spread(live['ttft_s'])} | {spread(live['workflow_s'])} | {spread(live['cpu_s'])} | "
+                     f"{v['sim_ttft_speedup']:.3f} | {v['sim_workflow_speedup']:.3f} | "
+                     f"{live['workflow_s']['median'] / v['sim_workflow_speedup']:.3f} | {v['live_hit_rate']:.3f} | "
+                     f"{v['sim_hit_rate']:.3f} |")
+    ratios = ", ".join(f"{r:.2f}" for r in fit.get("cached_ratio", ()))
+    lines += ["", f"Speedup over {base} = {base}'s figure / the policy's (>1 faster), median (min-max) over "
+                  f"{len(rounds)} paired rounds; trace: {result.get('trace', '?')}, {result.get('requests', '?')} "
+                  f"requests, C = {result['concurrency']}, KV pool {result['max_total_tokens']} tokens. Probed profile "
+                  f"(idle {base} server): fixed {1e3 * fit['fixed_s']:.1f} ms per request, "
+                  f"{fit['prefill_tokens_per_s']:,.0f} tok/s, attention {fit['attn_pair_s']:.3g} s per pair (worst cold-probe "
+                  f"error of the fit {fit['cold_rel_err']:.0%}), decode "
+                  f"{1e3 * fit['decode_base_s']:.2f} ms + {1e3 * fit['decode_per_seq_s']:.3f} ms per sequence + "
+                  f"{1e6 * fit['decode_per_token_s']:.3f} us per token of context; cached/cold TTFT of the same prompt: "
+                  f"{ratios or '-'}. Written by `.venv-sglang/bin/python benchmarks/live_paired.py --docs PAGE` "
+                  "(tiny model, CPU engine, the servers side by side on a shared machine)."]
+    return "\n".join(lines)
+
+
+def write_docs(page: Path, result: dict) -> None:
+    """Rewrite ``page``'s block with :func:`render` of ``result``.
+
+    Raises:
+        SystemExit: the page has not exactly one block (one line saying so).
+    """
+    text = page.read_text(encoding="utf-8")
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise SystemExit(f"--docs {page}: needs one {BEGIN} ... {END} block")
+    head, rest = text.split(BEGIN)
+    page.write_text(f"{head}{BEGIN}\n{render(result)}\n{END}{rest.split(END, 1)[1]}", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

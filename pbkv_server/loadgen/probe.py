@@ -1,0 +1,145 @@
+"""``pbkv-bench probe-profile``: send controlled probes to an idle SGLang server and fit its cost model.
+
+Item 4 of issue 34: a profile for ``live-compare`` from probes in which one thing varies at a
+time, not from the replay it is compared with (:mod:`pbkv_server.loadgen.probe_fit` says what is
+fitted and why). Probes, all through SGLang's ``/generate`` with token ids
+(:func:`pbkv_server.loadgen.live_replay._send`, streamed, so TTFT and the gaps between tokens
+are measured as ``live-replay`` measures them):
+
+* cold: a prompt of ``n`` fresh tokens (ids no other probe uses), one output token, for each
+  size of ``--sizes``, ``--repeats`` times; the median TTFT;
+* cached: the same prompt again at once (the server reports its cached tokens); the median;
+* decode: ``b`` requests of ``C`` fresh prompt tokens sent together, ``--decode-tokens`` output
+  tokens each, for each ``b`` of ``--batches`` and ``C`` of ``--contexts``; the median gap
+  between output tokens over the second half of each request's output (by then every request
+  of the batch has finished its prefill, so a gap is one decode step of the whole batch).
+
+The cache is flushed (``POST /flush_cache``) before and after, so the probes neither hit what
+was there nor leave anything behind. The server must be idle: probes are timed by wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+from pathlib import Path
+from typing import Sequence
+
+import httpx
+import typer
+
+from pbkv_contract.trace import InvocationRecord
+from pbkv_server.loadgen.live_replay import TOKEN_ID_LOW, _send, detect_vocab_size
+from pbkv_server.loadgen.probe_fit import DecodeProbe, PrefillProbe, fit_probes
+
+__all__ = ["fresh_ids", "decode_gaps", "run_probes", "command"]
+
+
+def fresh_ids(tag: str, n: int, vocab_size: int) -> list[int]:
+    """``n`` token ids drawn from a PRNG seeded by ``tag``: distinct tags give prompts that share
+    no first token with each other (so no prefix hit), the same tag the same prompt."""
+    rng = random.Random(f"probe/{tag}")
+    return [rng.randrange(TOKEN_ID_LOW, vocab_size) for _ in range(max(1, n))]
+
+
+def decode_gaps(itl_s: Sequence[float]) -> list[float]:
+    """The gaps of the second half of one request's output (see the module docstring)."""
+    return list(itl_s[len(itl_s) // 2:])
+
+
+def _record(tag: str, prompt_tokens: int, output_tokens: int) -> InvocationRecord:
+    return InvocationRecord(app="probe", workflow_id=f"probe-{tag}", step=0, agent="probe", t_start=0.0, t_end=0.0,
+                            prompt_tokens=prompt_tokens, completion_tokens=output_tokens, prefix_hashes=[tag])
+
+
+async def run_probes(target: str, sizes: Sequence[int], repeats: int, batches: Sequence[int],
+                     contexts: Sequence[int], decode_tokens: int,
+                     vocab_size: int | None = None) -> tuple[list[PrefillProbe], list[DecodeProbe]]:
+    """Send the probes to ``target`` (module docstring); their medians as fit inputs.
+
+    Raises:
+        ValueError: an argument out of range, or a probe that failed (its error in the message).
+    """
+    if repeats < 1 or decode_tokens < 4 or min([*sizes, *batches, *contexts], default=0) < 1:
+        raise ValueError("sizes, batches and contexts must be >= 1, repeats >= 1, decode tokens >= 4")
+    async with httpx.AsyncClient(base_url=target.rstrip("/"), timeout=600.0) as client:
+        if vocab_size is None:
+            vocab_size = await detect_vocab_size(client)
+            if vocab_size is None:
+                raise ValueError(f"cannot learn the vocabulary of the model served at {target}; pass --vocab-size N")
+        await client.post("/flush_cache")
+
+        async def one(tag: str, n: int, out: int):
+            res = await _send(client, "generate", _record(tag, n, out), fresh_ids(tag, n, vocab_size), "default")
+            if not res.ok or res.ttft_s is None:
+                raise ValueError(f"probe {tag} failed: {res.error or 'no token'}")
+            return res
+
+        prefill: list[PrefillProbe] = []
+        for n in sizes:
+            cold, cached, hit = [], [], []
+            for r in range(repeats):
+                cold.append((await one(f"cold-{n}-{r}", n, 1)).ttft_s)
+                again = await one(f"cold-{n}-{r}", n, 1)
+                cached.append(again.ttft_s)
+                hit.append(again.cached_tokens)
+            prefill.append(PrefillProbe(n, 0, statistics.median(cold)))
+            c = int(statistics.median(hit))
+            if c > 0:
+                prefill.append(PrefillProbe(n - c, c, statistics.median(cached)))
+        decode: list[DecodeProbe] = []
+        for b in batches:
+            for ctx in contexts:
+                results = await asyncio.gather(*(one(f"dec-{b}-{ctx}-{i}", ctx, decode_tokens) for i in range(b)))
+                gaps = [g for res in results for g in decode_gaps(res.itl_s)]
+                if gaps:
+                    decode.append(DecodeProbe(b, b * (ctx + decode_tokens * 3 // 4), statistics.median(gaps)))
+        await client.post("/flush_cache")
+    return prefill, decode
+
+
+def _ints(text: str, name: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{name}: comma-separated whole numbers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"{name}: numbers >= 1, got {text!r}")
+    return values
+
+
+def command(
+    target: str = typer.Option(..., "--target", help="SGLang server URL (idle: probes are timed by wall clock)"),
+    sizes: str = typer.Option("64,256,512,1024,2048", "--sizes", help="cold and cached prompt sizes, tokens"),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="repeats per size (the median is kept)"),
+    batches: str = typer.Option("1,4", "--batches", help="decode batch sizes"),
+    contexts: str = typer.Option("64,512", "--contexts", help="prompt tokens per decoding request"),
+    decode_tokens: int = typer.Option(16, "--decode-tokens", min=4, help="output tokens per decode probe"),
+    device_tokens: int = typer.Option(10000, "--device-tokens", min=1, help="KV pool of the profile written"),
+    vocab_size: int = typer.Option(None, "--vocab-size", help="token ids below this (default: the model's)"),
+    json_out: Path = typer.Option(None, "--json", help="write the probes, the fit and the profile here"),
+) -> None:
+    """Probe an idle SGLang server (cold and cached single requests, decode steps) and fit its cost model."""
+    try:
+        prefill, decode = asyncio.run(run_probes(target, _ints(sizes, "--sizes"), repeats, _ints(batches, "--batches"),
+                                                 _ints(contexts, "--contexts"), decode_tokens, vocab_size))
+        fit = fit_probes(prefill, decode)
+    except (ValueError, httpx.HTTPError) as exc:
+        typer.echo(f"probe-profile: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for p in prefill:
+        typer.echo(f"prefill  new {p.new_tokens:>6}  cached {p.cached_tokens:>6}  {1e3 * p.seconds:9.2f} ms")
+    for d in decode:
+        typer.echo(f"decode   batch {d.batch:>3}  context {d.context_tokens:>7}  {1e3 * d.seconds:9.2f} ms/step")
+    typer.echo(f"fit: fixed {1e3 * fit.fixed_s:.2f} ms, {fit.prefill_tokens_per_s:,.0f} tok/s, attention "
+               f"{fit.attn_pair_s:.3g} s/pair (worst cold error {fit.cold_rel_err:.1%}); decode {1e3 * fit.decode_base_s:.2f} "
+               f"ms + {1e3 * fit.decode_per_seq_s:.3f} ms/seq + {1e6 * fit.decode_per_token_s:.3f} us/token; a cached "
+               f"prompt still costs {', '.join(f'{s:.0%}' for s in fit.cached_share) or '-'} of a cold one (raw TTFT "
+               f"ratios {', '.join(f'{r:.2f}' for r in fit.cached_ratio) or '-'})")
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps({"target": target, "prefill": [vars(p) for p in prefill],
+                                        "decode": [vars(d) for d in decode], "fit": vars(fit),
+                                        "device_tokens": device_tokens}, indent=1))

@@ -1,0 +1,50 @@
+"""Pieces of the paired live benchmark (pbkv_server/loadgen/paired.py), checked by hand."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord
+from pbkv_server.loadgen.paired import Spread, group_cpu_seconds, prompt_heavy_records, speedups
+
+
+def test_prompt_heavy_trace_shares_the_preamble_and_each_agents_growing_prefix():
+    records = prompt_heavy_records(workflows=4, seed=1, output_tokens=2)
+    invs = [r for r in records if isinstance(r, InvocationRecord)]
+    assert sum(isinstance(r, WorkflowEndRecord) for r in records) == 4
+    assert all(r.completion_tokens == 2 and sum(r.block_tokens) == r.prompt_tokens for r in invs)
+    # the 256-token preamble is 16 blocks of 16 tokens, the same in every call
+    assert len({tuple(r.prefix_hashes[:16]) for r in invs}) == 1
+    # a workflow's second call of the same agent extends its first: same role, task, older history
+    by_wf = {}
+    for r in invs:
+        if r.agent == "code":
+            by_wf.setdefault(r.workflow_id, []).append(r.prefix_hashes)
+    looped = [h for h in by_wf.values() if len(h) >= 2]
+    assert looped  # this seed has a workflow with two code steps
+    for first, second, *_ in looped:
+        assert second[:len(first) - 1] == first[:-1]  # the last block may be partial
+    assert prompt_heavy_records(workflows=4, seed=1) == records
+
+
+def test_group_cpu_seconds_sums_the_groups_processes(tmp_path):
+    tick = os.sysconf("SC_CLK_TCK")
+    # /proc/PID/stat after "pid (comm) ": state ppid pgrp session tty tpgid flags minflt cminflt majflt
+    # cmajflt utime stime cutime cstime ...
+    for pid, pgrp, times in ((10, 7, (100, 50, 10, 0)), (11, 7, (20, 30, 0, 0)), (12, 9, (999, 999, 0, 0))):
+        d = tmp_path / str(pid)
+        d.mkdir()
+        d.joinpath("stat").write_text(f"{pid} (py thon) S 1 {pgrp} 1 0 -1 0 0 0 0 0 {' '.join(map(str, times))} 20 0\n")
+    (tmp_path / "self").mkdir()
+    assert group_cpu_seconds(7, tmp_path) == pytest.approx((160 + 50) / tick)
+
+
+def test_speedups_are_per_round_baseline_over_policy():
+    rounds = [{"lru": 10.0, "pbkv": 8.0}, {"lru": 12.0, "pbkv": 10.0}, {"lru": 9.0, "pbkv": 10.0}]
+    s = speedups(rounds, "lru")
+    assert s["lru"] == Spread(1.0, 1.0, 1.0)
+    assert s["pbkv"] == Spread(1.2, 0.9, 1.25)
+    with pytest.raises(ValueError, match="baseline"):
+        speedups([{"pbkv": 1.0}], "lru")

@@ -1,0 +1,73 @@
+"""The probe fit recovers a cost model from hand-made probes (pbkv_server/loadgen/probe_fit.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pbkv_server.loadgen.probe_fit import DecodeProbe, PrefillProbe, fit_decode, fit_prefill, fit_probes
+
+
+def _cold(n: int) -> float:
+    # 20 ms fixed, 1,000 tok/s, 1e-7 s per attention pair (n^2 / 2 pairs)
+    return 0.02 + n / 1000 + 1e-7 * n * n / 2
+
+
+def test_exact_probes_give_back_their_terms_and_the_cached_share():
+    cold = [PrefillProbe(n, 0, _cold(n)) for n in (256, 1024, 4096)]
+    # 1,023 cached + 1 new token, measured at 30% of the 1,024-token cold prefill (fixed cost apart):
+    # 0.3 x (1.024 + 0.0524288) = 0.32292864 s
+    cached = [PrefillProbe(1, 1023, 0.02 + 0.32292864)]
+    decode = [DecodeProbe(b, ctx, 0.01 + 0.001 * b + 1e-6 * ctx) for b, ctx in ((1, 500), (4, 2000), (4, 8000), (8, 4000))]
+    fit = fit_probes(cold + cached, decode)
+    assert fit.fixed_s == pytest.approx(0.02) and fit.prefill_tokens_per_s == pytest.approx(1000)
+    assert fit.attn_pair_s == pytest.approx(1e-7) and fit.cold_rel_err == pytest.approx(0, abs=1e-9)
+    assert (fit.decode_base_s, fit.decode_per_seq_s, fit.decode_per_token_s) == pytest.approx((0.01, 0.001, 1e-6))
+    assert fit.cached_share == pytest.approx((0.3,))
+    # raw: 0.34292864 s against the cold 1,024-token probe's 0.02 + 1.024 + 0.0524288 = 1.0964288 s
+    assert fit.cached_ratio == pytest.approx((0.34292864 / 1.0964288,))
+    p = fit.profile(device_tokens=5000)
+    assert p.prefill_time_at(1024) == pytest.approx(1.0764288) and p.device_kv_tokens == 5000
+
+
+def test_a_negative_attention_term_is_dropped_and_the_line_refitted():
+    # concave times: the quadratic fit would give a saving per pair; without it, least squares on
+    # (100, 0.10), (200, 0.20), (300, 0.25): slope 0.00075 s/token (1,333.3 tok/s), intercept 0.0333 s
+    fixed, rate, pair_s, err = fit_prefill([PrefillProbe(100, 0, 0.10), PrefillProbe(200, 0, 0.20),
+                                            PrefillProbe(300, 0, 0.25)])
+    assert pair_s == 0 and rate == pytest.approx(1333.333, rel=1e-5) and fixed == pytest.approx(0.033333, rel=1e-4)
+    # worst relative error: at 100 tokens, 0.033333 + 0.075 = 0.108333 against 0.10
+    assert err == pytest.approx(0.083333, rel=1e-4)
+
+
+def test_too_few_probes_is_one_clear_error():
+    with pytest.raises(ValueError, match="three sizes"):
+        fit_prefill([PrefillProbe(100, 0, 0.1), PrefillProbe(200, 0, 0.2), PrefillProbe(200, 0, 0.2)])
+    with pytest.raises(ValueError, match="two batches"):
+        fit_decode([DecodeProbe(1, 100, 0.01), DecodeProbe(1, 200, 0.02), DecodeProbe(1, 300, 0.03)])
+
+
+def test_probe_prompts_are_fresh_per_tag_and_decode_gaps_are_the_second_half():
+    from pbkv_server.loadgen.probe import decode_gaps, fresh_ids
+
+    a, b = fresh_ids("cold-64-0", 64, 32000), fresh_ids("cold-64-1", 64, 32000)
+    assert a == fresh_ids("cold-64-0", 64, 32000) and len(a) == 64 and a[0] != b[0]
+    assert all(1000 <= t < 32000 for t in a + b)
+    # 5 gaps: the last 3 (the first half of the output may still share steps with prefills)
+    assert decode_gaps([0.5, 0.4, 0.01, 0.02, 0.03]) == [0.01, 0.02, 0.03]
+
+
+def test_a_probe_fit_file_round_trips_and_a_bad_one_is_one_line(tmp_path):
+    import json
+
+    from pbkv_server.loadgen.live_compare import probed_fit
+
+    cold = [PrefillProbe(n, 0, _cold(n)) for n in (256, 1024, 4096)]
+    decode = [DecodeProbe(b, ctx, 0.01 + 0.001 * b + 1e-6 * ctx) for b, ctx in ((1, 500), (4, 2000), (8, 4000))]
+    fit = fit_probes(cold, decode)
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps({"fit": vars(fit)}))
+    assert probed_fit(path).profile(3000).prefill_tokens_per_s == pytest.approx(1000)
+    path.write_text(json.dumps({"fit": {"fixed_s": 0.1}}))
+    with pytest.raises(ValueError, match="not a probe fit") as err:
+        probed_fit(path)
+    assert "\n" not in str(err.value)
