@@ -40,37 +40,31 @@ from .pbkv import HELD_USES, PBKVPolicy
 SHARED_RETIRED_NEXT = 0.0
 
 
-@register_policy("pbkv-nextuse")
-class PBKVNextUsePolicy(PBKVPolicy):
-    """``pbkv`` with each conversation's true next-call time: active cache ``(1, -next use, score,
-    t)`` on both tiers, waiting ``(2, -next use, score, t)``, held session ``(1, -its next call,
-    HELD_USES, t)``, shared retired ``(1, -0.0, 0, t)``; the rest as ``pbkv``.
+class NextUseRanked(PBKVPolicy):
+    """``pbkv`` whose active cache ranks by the next call of the workflows that read it, on both
+    tiers: ``(1, -next use, score, t)``, waiting ``(2, -next use, score, t)``, held session ``(1,
+    -its next call, HELD_USES, t)``, shared retired ``(1, -0.0, 0, t)``; the rest as ``pbkv``. A
+    subclass says when a workflow calls next (:meth:`workflow_next`, :meth:`session_next`)."""
 
-    Raises:
-        ValueError: at construction, when the context's future cannot answer ``next_call``.
-    """
-
-    summary = "offline: pbkv ranking active cache by its conversation's true next-call time (decomposition)"
-    offline = True
-    iterates_order = False
     sglang_name = None
 
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        future = context.future
-        if future is None or not hasattr(future, "next_call"):
-            raise ValueError("policy 'pbkv-nextuse' needs EngineConfig.future with next_call (simulator only)")
-        self._next_call = future.next_call
+    def workflow_next(self, w, conv) -> float:
+        """Time (in the subclass's units) of workflow ``w``'s next call (``conv``: its conversation)."""
+        raise NotImplementedError
+
+    def session_next(self, session) -> float:
+        """Time of the next call of a held session (no active turn)."""
+        raise NotImplementedError
 
     # ----------------------------------------------------------------- order
     def priority(self, node) -> tuple:
-        """See class docstring (one order with and without a host tier: the oracle needs no rule 6)."""
+        """See class docstring (one order with and without a host tier: no rule 6)."""
         sc = node.sc
         if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
             return (1, -SHARED_RETIRED_NEXT, 0.0, node.last_access)
         held = self._held_session(node)
         if held is not None:
-            return (1, -self._next_call(held), HELD_USES, node.last_access)
+            return (1, -self.session_next(held), HELD_USES, node.last_access)
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
@@ -81,34 +75,35 @@ class PBKVNextUsePolicy(PBKVPolicy):
         return (1, -nxt, score, node.last_access)
 
     def host_priority(self, node) -> tuple:
-        """The device order (:meth:`priority`): the oracle's next use replaces rule 3's estimate."""
+        """The device order (:meth:`priority`): the next use replaces rule 3's estimate."""
         return self.priority(node)
 
     def next_use(self, node) -> float:
-        """Soonest next-call time (future positions) of the active workflows that will read
-        ``node`` (see module docstring); ``inf`` if none will."""
+        """Soonest next call of the active workflows that will read ``node`` (see module
+        docstring); ``inf`` if none will."""
         best = math.inf
         conversations = self._conv
         for w in node.sc.access:
             conv = self._wconv.get(w)
             if conv is None:
-                t = self._next_call(w)
+                t = self.workflow_next(w, w)
             elif conversations.growing(conv[1]) and not conversations.live(node, conv[0]):
                 continue  # a growing conversation's history off its live path: never resent
             else:
-                t = self._next_call(conv[0])
+                t = self.workflow_next(w, conv[0])
             if t < best:
                 best = t
         return best
 
     # ----------------------------------------------------------------- hooks
     def on_finish(self, request, wf, end) -> None:
-        """The request was served (the future consumed it at its first token): its conversation's
-        next call moved, so re-file the workflow's nodes on both tiers and its live path."""
+        """The request was served: its conversation's next call moved, so re-file the
+        workflow's nodes on both tiers and its live path."""
         super().on_finish(request, wf, end)
-        if wf is None:
-            return
-        wid = wf.workflow_id
+        if wf is not None:
+            self._refile_all(wf.workflow_id)
+
+    def _refile_all(self, wid) -> None:
         reorder = self.context.reorder
         for rec in self.context.board.records(wid):
             reorder(rec.owner)
@@ -116,3 +111,29 @@ class PBKVNextUsePolicy(PBKVPolicy):
         if conv is not None:
             for node in self._conv.path(conv[0]):
                 reorder(node)
+
+
+@register_policy("pbkv-nextuse")
+class PBKVNextUsePolicy(NextUseRanked):
+    """:class:`NextUseRanked` with each conversation's true next-call time (future positions).
+
+    Raises:
+        ValueError: at construction, when the context's future cannot answer ``next_call``.
+    """
+
+    summary = "offline: pbkv ranking active cache by its conversation's true next-call time (decomposition)"
+    offline = True
+    iterates_order = False
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        future = context.future
+        if future is None or not hasattr(future, "next_call"):
+            raise ValueError("policy 'pbkv-nextuse' needs EngineConfig.future with next_call (simulator only)")
+        self._next_call = future.next_call
+
+    def workflow_next(self, w, conv) -> float:
+        return self._next_call(conv)
+
+    def session_next(self, session) -> float:
+        return self._next_call(session)
