@@ -10,9 +10,11 @@ gap is the *median* of the gaps the app has shown, ends counted as infinite gaps
 by ``on_invocation``, ``on_admit``, ``on_finish`` and ``on_workflow_end`` only, so it runs on
 every backend that feeds ``pbkv``.
 
-Experimental: not the product rule (``pbkv``'s multi-agent figures are untouched); a held
-session's path (between turns) ranks as if its next turn came one typical gap after its filing.
-Units: engine seconds.
+Only active cache that growing conversations alone read (rule 7's apps: coding agents, chats)
+ranks this way; all other cache (multi-agent workflows, held sessions between turns, retired and
+unhinted cache) ranks exactly as in ``pbkv``. Experimental: not the product rule. Where both
+kinds of cache meet on one tier, the two orders' second keys (an age, a time) are compared as
+numbers, which nothing calibrates yet. Units: engine seconds.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import math
 from .base import register_policy
 from .gap_survival import GapSurvival
 from .host_order import NextUse
+from .pbkv import PBKVPolicy
 from .pbkv_nextuse import NextUseRanked
 
 #: Confidence of the typical gap: the median (the next call comes within it at least half the time).
@@ -70,23 +73,77 @@ class PBKVSurvivalPolicy(NextUseRanked):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._next = SurvivalNextUse()
+        self._surv = SurvivalNextUse()  # beside pbkv's own NextUse, which its host order keeps
+
+    def priority(self, node) -> tuple:
+        """:class:`~.pbkv_nextuse.NextUseRanked`'s order for active cache that only growing
+        conversations read (rule 7's apps); ``pbkv``'s for everything else (multi-agent cache,
+        held sessions, retired and unhinted cache), so traffic without a growing app is ordered
+        exactly as ``pbkv`` orders it."""
+        if self._growing_only(node):
+            return NextUseRanked.priority(self, node)
+        return PBKVPolicy.priority(self, node)
+
+    def host_priority(self, node) -> tuple:
+        """As :meth:`priority`, on the host tier."""
+        if self._growing_only(node):
+            return NextUseRanked.priority(self, node)
+        return PBKVPolicy.host_priority(self, node)
+
+    def _growing_only(self, node) -> bool:
+        """True if the node has active readers and each is a workflow of a growing app."""
+        sc = node.sc
+        if sc is None or not sc.access or sc.retired or self.fallback:
+            return False
+        wconv, growing = self._wconv, self._conv.growing
+        for w in sc.access:
+            conv = wconv.get(w)
+            if conv is None or not growing(conv[1]):
+                return False
+        return True
 
     def workflow_next(self, w, conv) -> float:
-        waits = self._next.submit_t.get(w)
+        waits = self._surv.submit_t.get(w)
         if waits:
             return min(waits.values())  # a waiting request: used at its admission
-        return self._next.next_t.get(w, math.inf)
+        return self._surv.next_t.get(w, math.inf)
 
     def session_next(self, session) -> float:
         app = self._conv.app_of(session)
-        return self.context.now + self._next._d_g(app)[1]
+        return self.context.now + self._surv._d_g(app)[1]
 
+    # the events feed both estimators: pbkv's (through super) and the survival one, alike
     def on_invocation(self, wf, previous_agent) -> None:
         super().on_invocation(wf, previous_agent)
+        self._surv.invocation(wf.workflow_id, wf.app, wf.agent, self._now())
         self._refile_all(wf.workflow_id)
 
     def on_admit(self, admission, path) -> None:
+        wf = admission.workflow
+        ws = self._wait.get(wf.workflow_id) if wf is not None else None
+        counted = ws is not None and admission.agent in ws  # pbkv's NextUse hears of it too
         super().on_admit(admission, path)
-        if admission.workflow is not None:
-            self._refile_all(admission.workflow.workflow_id)
+        if wf is None:
+            return
+        if counted:
+            req = admission.request
+            still = admission.agent in self._wait.get(wf.workflow_id, ())
+            self._surv.admitted(wf.workflow_id, wf.app, admission.agent, req.request_id if req is not None else None,
+                                self._now(), still)
+        self._refile_all(wf.workflow_id)
+
+    def on_finish(self, request, wf, end) -> None:
+        if wf is not None and wf.workflow_id in self._age:
+            self._surv.finished(wf.workflow_id, wf.app, request.request_id, self._now())
+        super().on_finish(request, wf, end)
+
+    def on_workflow_end(self, wf) -> None:
+        self._surv.ended(wf.workflow_id)
+        super().on_workflow_end(wf)
+
+    def _refile_all(self, wid) -> None:
+        """Re-file a growing conversation's nodes (their estimate moved); other workflows' nodes
+        keep ``pbkv``'s own re-filing, so their order and ties stay ``pbkv``'s."""
+        conv = self._wconv.get(wid)
+        if conv is not None and self._conv.growing(conv[1]):
+            super()._refile_all(wid)
