@@ -18,10 +18,10 @@ app's current traffic. From the window (``n`` outcomes, sorted gaps ``g_1 <= ...
 m`` ends):
 
 - ``survival(t)`` = P(gap > t) = (number of outcomes > t) / n (ends count as > every t);
-- ``reuse_within(waited, h)`` = P(gap <= waited + h | gap > waited)
-  = (S(waited) - S(waited + h)) / S(waited): the chance that a conversation idle for ``waited``
-  seconds calls again within ``h`` more;
-- ``residual(waited, p)``: the smallest ``r >= 0`` with P(gap <= waited + r | gap > waited) >=
+- ``reuse_within(waited, h)`` = P(gap <= waited + h | gap >= waited): the chance that a
+  conversation idle for ``waited`` seconds calls again within ``h`` more (conditioned on ``gap >=
+  waited``, not ``>``, so that at ``waited`` = 0 every outcome counts, a 0 s gap included);
+- ``residual(waited, p)``: the smallest ``r >= 0`` with P(gap <= waited + r | gap >= waited) >=
   ``p`` (``inf`` when the chance of ever calling again is below ``p``): the time until the next
   call at confidence ``p``.
 
@@ -95,16 +95,17 @@ class GapSurvival:
     def reuse_within(self, key: Hashable, waited: float, horizon: float) -> float:
         """P(the next call comes within ``horizon`` more seconds | none in the first ``waited``)."""
         gaps, n = self._window(key)
-        alive = n - bisect.bisect_right(gaps, waited)
+        done = bisect.bisect_left(gaps, waited)  # outcomes before ``waited``: excluded
+        alive = n - done
         if alive == 0:
             return 0.0
-        return (bisect.bisect_right(gaps, waited + horizon) - bisect.bisect_right(gaps, waited)) / alive
+        return (bisect.bisect_right(gaps, waited + horizon) - done) / alive
 
     def residual(self, key: Hashable, waited: float = 0.0, p: float = 0.5) -> float:
         """Seconds from now (``waited`` seconds into the gap) until the next call at confidence
         ``p`` (see module docstring); ``inf`` if P(it ever comes | waited) < ``p``."""
         gaps, n = self._window(key)
-        done = bisect.bisect_right(gaps, waited)
+        done = bisect.bisect_left(gaps, waited)  # outcomes before ``waited``: excluded
         alive = n - done
         if alive == 0:
             return math.inf

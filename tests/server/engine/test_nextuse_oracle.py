@@ -67,3 +67,11 @@ def test_pbkv_without_the_oracle_falls_to_lru():
 def test_needs_a_future_that_knows_next_calls():
     with pytest.raises(ValueError, match="next_call"):
         make_engine("pbkv-nextuse", device=70, predictor=TablePredictor(TABLE))
+
+
+def test_the_online_estimate_keeps_the_conversation_due_first():
+    """``pbkv-survival``: each conversation's one gap so far was 0 s (its second call was submitted
+    as its first finished), so the app's median gap is 0 and each conversation is due again at
+    its latest finish: A finished first, is due first and keeps its path; B's leaf goes (``pbkv``,
+    by LRU, takes A's)."""
+    assert _lost("pbkv-survival", {}) == {"B"}
