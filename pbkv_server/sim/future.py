@@ -9,6 +9,12 @@ reference order, of a request not yet served". A request that is waiting in the 
 as a future use: its blocks are needed next. The engine's belady policy asks at each admission,
 passing the admitted request's submission index; the simulator binds submission indices to request
 ids (:meth:`TraceFuture.bind`), so the admitted request itself is consumed before answering.
+
+The same future also answers per *owner* (a workflow or a session, :meth:`TraceFuture.next_call`):
+the reference position of the owner's next unserved request, whatever blocks it holds. That is
+the next-use-time oracle of ``pbkv-nextuse`` (:mod:`~pbkv_server.engine.policies.pbkv_nextuse`):
+it knows *when* each conversation calls again (tool and think time, its end), not which blocks
+the call reads.
 """
 
 from __future__ import annotations
@@ -27,25 +33,24 @@ class TraceFuture:
     Args:
         requests: ``request_id -> (reference position, block keys)``; positions are any numbers
             that order the requests (smaller = sooner).
+        owners: ``request_id -> owners`` (its workflow id and its session id, say) for
+            :meth:`next_call`; ``None``: no owner is known (``next_call`` answers ``inf``).
 
-    ``next_use`` costs amortised O(1): each key's uses are sorted once and a cursor skips the
-    consumed ones from the front.
+    ``next_use`` and ``next_call`` cost amortised O(1): each key's (owner's) uses are sorted once
+    and a cursor skips the consumed ones from the front.
     """
 
-    def __init__(self, requests: Mapping[str, tuple[float, Sequence[Hashable]]]):
+    def __init__(self, requests: Mapping[str, tuple[float, Sequence[Hashable]]],
+                 owners: Mapping[str, Sequence[Hashable]] | None = None):
         ordered = sorted(requests.items(), key=lambda kv: kv[1][0])
         self._index = {rid: i for i, (rid, _) in enumerate(ordered)}
         self._position = [pos for _, (pos, _) in ordered]
         self._consumed = bytearray(len(ordered))
-        uses: dict[Hashable, array] = {}
-        for i, (_, (_, blocks)) in enumerate(ordered):
-            for key in set(blocks):
-                lst = uses.get(key)
-                if lst is None:
-                    uses[key] = lst = array("l")
-                lst.append(i)
-        self._uses = uses
+        self._uses = _uses((i, blocks) for i, (_, (_, blocks)) in enumerate(ordered))
         self._cursor: dict[Hashable, int] = {}
+        owners = owners or {}
+        self._calls = _uses((i, owners.get(rid, ())) for i, (rid, _) in enumerate(ordered))
+        self._call_cursor: dict[Hashable, int] = {}
         self._bound: dict[int, str] = {}
 
     def bind(self, submission_index: int, request_id: str) -> None:
@@ -67,16 +72,38 @@ class TraceFuture:
         rid = self._bound.pop(now_index, None)
         if rid is not None:
             self.consume(rid)
-        lst = self._uses.get(key)
+        return self._first(self._uses, self._cursor, key)
+
+    def next_call(self, owner: Hashable) -> float:
+        """Reference position of ``owner``'s earliest unserved request (a request counts as served
+        from its first token on: one waiting or in prefill is still ahead); ``math.inf`` if it
+        has none left (or is unknown). Consumes nothing."""
+        return self._first(self._calls, self._call_cursor, owner)
+
+    def _first(self, uses: dict, cursor: dict, key: Hashable) -> float:
+        lst = uses.get(key)
         if lst is None:
             return math.inf
-        i = self._cursor.get(key, 0)
+        i = cursor.get(key, 0)
         n = len(lst)
         consumed = self._consumed
         while i < n and consumed[lst[i]]:
             i += 1
-        self._cursor[key] = i
+        cursor[key] = i
         return self._position[lst[i]] if i < n else math.inf
+
+
+def _uses(items) -> dict[Hashable, array]:
+    """``key -> indices (ascending) of the requests that hold it`` from ``(index, keys)`` pairs in
+    ascending index order (a key listed twice by one request counts once)."""
+    uses: dict[Hashable, array] = {}
+    for i, keys in items:
+        for key in set(keys):
+            lst = uses.get(key)
+            if lst is None:
+                uses[key] = lst = array("l")
+            lst.append(i)
+    return uses
 
 
 def reference_order(

@@ -27,11 +27,12 @@ FAINT = "#d0d0d0"
 #: Up to this many policies, a chart draws every one bold: they can still be told apart.
 MAX_ALL_BOLD = 5
 
-#: Distinct colours in registry order: matplotlib's tab10, then ten more chosen to stay apart
+#: Distinct colours in registry order: matplotlib's tab10, then twelve more chosen to stay apart
 #: from it and from each other (hex RGB).
 PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
     "#000000", "#e6b800", "#1a1a80", "#008080", "#7cd92b", "#cc00cc", "#800000", "#fa8072", "#4d6b3a", "#6a5acd",
+    "#ff4500", "#00ced1",
 )
 
 

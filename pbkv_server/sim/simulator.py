@@ -320,6 +320,9 @@ def build_future(workload: Workload, concurrency: int, page_size: int | None = N
     return TraceFuture({
         req.request_id: (position[req.request_id], to_units(req.blocks, req.block_tokens, page_size).keys)
         for unit in workload.units for req in unit.requests
+    }, owners={  # a request's workflow and its session (the unit): the owners next_call answers for
+        req.request_id: (unit.workflow_ids[j], unit.unit_id)
+        for unit in workload.units for j, req in enumerate(unit.requests)
     })
 
 

@@ -113,6 +113,7 @@ CONSTANTS: dict[str, dict[str, str]] = {
     "docs/design/offline-reference.md": {
         "1,000": "a test's input size (random traces)", "0.95": "the random search's host value (a setting)",
         "1x": "a cell's setting: host tier 1x device", "1 %": "decompose_opt's no-split threshold",
+        "60 s": "the cc40 cells' import setting: gap cap", "128,000": "the cc40 cells' import setting: context limit",
     },
     "docs/design/engine.md": {
         "10%": "the guard's class-share threshold (guard.py)", "1%": "the guard's trailing threshold (guard.py)",

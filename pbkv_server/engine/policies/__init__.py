@@ -17,7 +17,7 @@ from .base import (
 # then the offline references
 from . import lru, lae, he, pbkv, pbkv_paper, pbkv_aggressive, kvflow  # noqa: F401  (registration)
 from . import sglang_session, sglang_priority, ttl_pin, continuum, spec_prefill, kvflow_shipped, tlru, slru  # noqa: F401
-from . import opt, belady, opt_hybrids  # noqa: F401
+from . import opt, belady, opt_hybrids, pbkv_nextuse  # noqa: F401
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     importlib.import_module(f"{__name__}.{_module}")  # modules already imported are not re-run

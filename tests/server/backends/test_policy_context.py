@@ -14,7 +14,7 @@ from pbkv_server.backends.book import WorkflowBook
 from pbkv_server.backends.lifecycle import BackendContext
 from pbkv_server.engine import Engine, EngineConfig
 from pbkv_server.engine.context import EngineContext
-from pbkv_server.engine.policies import available_policies, make_policy
+from pbkv_server.engine.policies import available_policies, make_policy, policy_info
 from pbkv_server.engine.policies.base import PolicyContext
 from pbkv_server.engine.scoring import ScoreBoard
 from pbkv_server.hardware.profiles import get_profile
@@ -56,8 +56,7 @@ def test_a_backend_context_implements_the_protocol_and_reads_its_book():
     assert context.split(node, 1) is node and context.reorder(node) is None
 
 
-@pytest.mark.parametrize("policy", [p for p in available_policies() if p not in {"belady", "opt", "opt-device",
-                                                                                 "opt-host", "opt-ref"}])
+@pytest.mark.parametrize("policy", [p for p in available_policies() if not policy_info(p).offline])
 def test_every_online_policy_builds_on_a_backend_context(policy):
     assert make_policy(policy, BackendContext(ScoreBoard(0.7, 3), lambda: 0.0, 3)).context is not None
 

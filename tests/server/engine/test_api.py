@@ -17,7 +17,8 @@ from .engine_helpers import PROFILE, TablePredictor, chain, make_engine, request
 def test_registry_lists_every_builtin_policy_and_rejects_unknown_names():
     assert available_policies() == ["lru", "lae", "he", "pbkv-paper", "pbkv", "pbkv-aggressive", "kvflow", "sglang-session",
                                     "sglang-priority", "ttl-pin", "continuum", "spec-prefill", "kvflow-shipped",
-                                    "tlru", "slru", "opt", "belady", "opt-device", "opt-host", "opt-ref"]
+                                    "tlru", "slru", "opt", "belady", "opt-device", "opt-host", "opt-ref",
+                                    "pbkv-nextuse", "pbkv-survival"]
     with pytest.raises(ValueError, match="unknown policy 'fifo'.*lru"):
         make_engine("fifo")
 

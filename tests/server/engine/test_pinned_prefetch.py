@@ -47,9 +47,13 @@ ONLINE = [p for p in available_policies() if not policy_info(p).offline]
 
 
 def test_offline_policies_do_not_prefetch():
-    """The offline bounds run only in replay with a future and never prefetch, so the engine
-    cases below cover every policy that can move a node by prefetch."""
-    assert all(not policy_info(p).prefetches for p in available_policies() if policy_info(p).offline)
+    """The offline bounds run only in replay with a future and never prefetch; an offline variant
+    of an online policy (``pbkv-nextuse``) prefetches with that policy's own plan. So the engine
+    cases below cover every prefetch plan that can move a node."""
+    online_plans = {_registered(p).prefetch_plan for p in ONLINE}
+    for p in available_policies():
+        if policy_info(p).offline and policy_info(p).prefetches:
+            assert _registered(p).prefetch_plan in online_plans, p
     assert {"pbkv", "pbkv-aggressive", "kvflow", "kvflow-shipped"} <= {p for p in ONLINE if policy_info(p).prefetches}
 
 
@@ -85,3 +89,8 @@ def test_shipped_kvflow_ends_its_round_at_a_pinned_node_like_at_any_failed_load(
     coder = {k for wf in ("w1", "w2") for k in chain(["coder-sys1", "coder-sys2", f"{wf}-coder"])}
     assert device_keys(eng) - set(chain(["z"])) == coder
     assert top.attached and top.tier == HOST
+
+
+def _registered(name: str) -> type:
+    from pbkv_server.engine.policies.base import _class
+    return _class(name)

@@ -51,7 +51,10 @@ def test_builtin_declarations():
     assert kvflow.uses_app_graph and kvflow.prefetches and not kvflow.predictive and SGLANG not in kvflow.backends
     assert not lru.predictive and not lru.offline and lru.backends == {REPLAY, SERVER}
     assert available_policies(SERVER) == [p for p in available_policies()
-                                          if p not in ("opt", "belady", "opt-device", "opt-host", "opt-ref")]
+                                          if p not in ("opt", "belady", "opt-device", "opt-host", "opt-ref",
+                                                       "pbkv-nextuse")]
+    nextuse = policy_info("pbkv-nextuse")  # pbkv with an oracle of next-call times: replay only
+    assert nextuse.offline and not nextuse.iterates_order and nextuse.predictive and nextuse.sglang_name is None
     for hybrid in ("opt-device", "opt-host", "opt-ref"):  # replay-only references, as opt
         assert policy_info(hybrid).offline and policy_info(hybrid).backends == {REPLAY}
     opt = policy_info("opt")

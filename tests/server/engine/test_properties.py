@@ -47,6 +47,10 @@ class HashOracle:
     def next_use(self, key, now_index):
         return now_index + 1 + int(hashlib.blake2b(repr(key).encode(), digest_size=2).hexdigest(), 16) % 50
 
+    def next_call(self, owner):
+        """A fixed pseudo-random next-call position per owner (``pbkv-nextuse``)."""
+        return int(hashlib.blake2b(repr(owner).encode(), digest_size=2).hexdigest(), 16) % 50
+
 
 class CheckedEngine(Engine):
     """Engine whose cache checks the eviction-time properties on every device eviction."""
