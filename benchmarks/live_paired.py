@@ -150,7 +150,7 @@ BEGIN, END = "<!-- live-paired:begin -->", "<!-- live-paired:end -->"
 def render(result: dict) -> str:
     """The result as a Markdown table: per policy the live speedups (median, min-max) and the
     simulated ones, and the live workflow speedup over the simulated one."""
-    base = result.get("base", "lru")
+    base = result["base"]
     rounds = result["rounds"]
     fit = result["fit"]
     lines = ["| policy | live TTFT | live workflow latency | live server CPU | sim TTFT | sim workflow latency | "
