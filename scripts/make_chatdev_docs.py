@@ -6,7 +6,9 @@ per predictor of the predictive policies (``docs/study/chatdev/{markov,trained,o
 commands in :data:`COMMANDS`). Non-predictive policies replay identically in the three studies, so
 their figures come from the markov study; pbkv's come from each. Per cell: every policy's mean
 workflow latency speedup over LRU (``L_lru / L``), opt's, and pbkv's latency capture
-``(L_lru - L) / (L_lru - L_opt)`` per predictor; then pbkv's worst cell and the cells where
+``(L_lru / L - 1) / (L_lru / L_opt - 1)`` per predictor (issue 33's form, computed here from the
+speedups because the study's ``latency_capture`` is undefined where opt gains less than
+``MIN_DIFFERENCE``, which is most ChatDev cells; such captures are starred); then pbkv's worst cell and the cells where
 another online policy is faster than pbkv (issue 33's criteria).
 
 Usage::
@@ -26,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 from generated_blocks import replace_block, write_or_check  # noqa: E402
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY  # noqa: E402
+from pbkv_server.sim.measures import MIN_DIFFERENCE  # noqa: E402
 from pbkv_server.sim.study.regime import OPT_GAIN, SLOWER_LIMIT  # noqa: E402
 
 PAGE = ROOT / "docs" / "chatdev-regime.md"
@@ -42,6 +45,17 @@ COMMANDS = {name: f"pbkv-bench study regime eval.jsonl --out-dir study-{name} {G
 
 def _f(value: float | None, digits: int = 3, unit: str = "x") -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}f}{unit}"
+
+
+def capture(speedup: float, opt_speedup: float) -> float | None:
+    """``(s - 1) / (s_opt - 1)`` for pbkv's speedup ``s`` and opt's ``s_opt`` over LRU; ``None``
+    when opt is not faster than LRU (no gain to capture)."""
+    return (speedup - 1) / (opt_speedup - 1) if opt_speedup > 1 else None
+
+
+def _capture_text(speedup: float, opt_speedup: float) -> str:
+    value = capture(speedup, opt_speedup)
+    return _f(value, 2, "") + ("*" if value is not None and opt_speedup < 1 + MIN_DIFFERENCE else "")
 
 
 def load(directory: Path = STUDY_DIR) -> dict[str, dict]:
@@ -73,7 +87,9 @@ def block(studies: dict[str, dict]) -> str:
         f"{first['live_tokens']:,.0f} tok, A = {first['in_flight_tokens']:,.0f} tok; device = A + f x W.", "",
         "Speedup vs lru (L_lru / L, >1 faster). Non-predictive policies and opt from the markov study; "
         f"`{DEFAULT_POLICY}` and `pbkv-survival` with the markov predictor unless a column names another; "
-        "capture = (L_lru / L_pbkv - 1) / (L_lru / L_opt - 1).", "",
+        "capture = (L_lru / L_pbkv - 1) / (L_lru / L_opt - 1); `-` where opt is not faster than lru, `*` where "
+        f"opt gains less than {MIN_DIFFERENCE:.1%} (the study's own capture leaves those undefined: a ratio of "
+        "two differences that small is mostly noise).", "",
         "| f | host | device tok | regime | " + " | ".join(online) + f" | {DEFAULT_POLICY} trained | "
         f"{DEFAULT_POLICY} oracle | opt | capture markov / trained / oracle |",
         "|---:|---:|---:|---|" + "---:|" * (len(online) + 4)]
@@ -83,7 +99,8 @@ def block(studies: dict[str, dict]) -> str:
         for name in ("trained", "oracle"):
             row += f" {_f(studies[name]['cells'][i]['policies'][DEFAULT_POLICY]['latency_speedup'])} |"
         row += f" {_f(c['policies'][REFERENCE_POLICY]['latency_speedup'])} | "
-        row += " / ".join(_f(studies[n]["cells"][i]["policies"][DEFAULT_POLICY]["latency_capture"], 2, "")
+        opt = c["policies"][REFERENCE_POLICY]["latency_speedup"]
+        row += " / ".join(_capture_text(studies[n]["cells"][i]["policies"][DEFAULT_POLICY]["latency_speedup"], opt)
                           for n in PREDICTORS) + " |"
         lines.append(row)
     lines += ["", *criteria(studies, online)]
