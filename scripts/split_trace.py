@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 
 
-def split_lines(lines: list[str], seed: int, train_fraction: float) -> tuple[list[str], list[str], list[str], list[str]]:
+def split_lines(lines: list[str], seed: int,
+                train_fraction: float) -> tuple[list[str], list[str], list[str], list[str]]:
     """``(train_lines, eval_lines, train_ids, eval_ids)`` of the JSONL ``lines`` (module docstring).
 
     Raises:
