@@ -53,6 +53,21 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    history 0. Between turns (the session open, no turn active) the session's live path ranks as
    :data:`HELD_USES` expected uses, with the session's age with a host tier (it used to rank with
    unhinted cache, first out).
+8. **Active cache that only growing conversations read ranks by their estimated next call**
+   (issue 33, ``docs/design/next-use-time.md``). On a coding agent the next agent is nearly
+   always ``main``, so ages and scores say little about which conversation's path to keep;
+   *when* each conversation calls again does. Active cache whose every active reader is a
+   workflow of a growing app (rule 7) ranks, on both tiers and with or without a host tier,
+   ``(1, -due, score, t)`` (waiting: ``(2, -due, ...)``), where ``due`` is the soonest next call
+   of its readers whose live path holds it (engine seconds, rule 3's :class:`.host_order.NextUse`:
+   a waiting request's submission time; while a request runs, admission plus the app's typical
+   duration and gap; in a gap, the finish plus the typical gap; the typical gap is the app's
+   running *mean*, which on 40 Claude Code conversations did as well as its median with a host
+   tier and better without one: ``pbkv-survival``). Every other node (multi-agent workflows,
+   held sessions between turns, retired and unhinted cache) ranks by rules 1-7, so traffic
+   without a growing app is ordered as before. Where both kinds of active cache share a tier,
+   the second keys (a workflow age, a time in seconds) are compared as plain numbers: nothing
+   calibrates them against each other yet.
 
 Under the guard's fallback both tiers rank as in ``lae`` (retired first, then LRU), every device
 victim is written to the host (no selective host) and nothing is prefetched, so the fallback is
@@ -140,6 +155,8 @@ class PBKVPolicy(PBKVPaperPolicy):
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
+        if self._wconv and self._growing_only(node):  # rule 8
+            return self._due_rank(node)
         if not self.context.host_capacity:
             return self._priority_no_host(node)
         sc = node.sc
@@ -244,6 +261,8 @@ class PBKVPolicy(PBKVPaperPolicy):
         """Host drop order: retired first, then active cache whose estimated next use
         (:meth:`.host_order.NextUse.estimate`, engine seconds) is farthest; unhinted cache and the
         guard's fallback rank as in ``lru``."""
+        if self._wconv and self._growing_only(node):  # rule 8
+            return self._due_rank(node)
         if self._held_session(node) is not None:  # rule 7: used by the session's next turn, when unknown
             return (1, -math.inf, HELD_USES, node.last_access)
         shared = self._shared_rank(node)
@@ -253,6 +272,58 @@ class PBKVPolicy(PBKVPaperPolicy):
         if not self._wconv:
             return (1, -self._next.estimate(sc), sc.score, node.last_access)
         return (1, -self._next.estimate(sc, lambda w: self._part(node, w)), self._score(node, sc), node.last_access)
+
+    # ----------------------------------------------------------------- rule 8
+    def _growing_only(self, node) -> bool:
+        """True if the node is active, not retired, and each of its readers is a workflow of a
+        growing app (rule 8 ranks it); never under the guard's fallback."""
+        sc = node.sc
+        if sc is None or not sc.access or sc.retired or self.fallback:
+            return False
+        wconv, growing = self._wconv, self._conv.growing
+        for w in sc.access:
+            conv = wconv.get(w)
+            if conv is None or not growing(conv[1]):
+                return False
+        return True
+
+    def _due_rank(self, node) -> tuple:
+        """Rule 8's rank of an active node that only growing conversations read: ``(1, -due,
+        score, t)``, a waiting request's ``(2, -due, score, t)`` (``due`` in engine seconds)."""
+        sc = node.sc
+        due = math.inf
+        conversations = self._conv
+        for w in sc.access:
+            if not conversations.live(node, self._wconv[w][0]):
+                continue  # history its conversation no longer sends (rule 7): never used
+            t = self._workflow_due(w)
+            if t < due:
+                due = t
+        score = self._score(node, sc)
+        if self._wait and self._waiting(node, sc):
+            return (2, -due, score, node.last_access)
+        return (1, -due, score, node.last_access)
+
+    def _workflow_due(self, w) -> float:
+        """Estimated engine time (seconds) of workflow ``w``'s next call: its oldest waiting
+        request's submission, else :class:`.host_order.NextUse`'s estimate (``inf``: none)."""
+        est = self._next
+        waits = est.submit_t.get(w)
+        if waits:
+            return min(waits.values())
+        return est.next_t.get(w, math.inf)
+
+    def _refile_growing(self, wid) -> None:
+        """Re-file a growing conversation's nodes on both tiers and its live path (rule 8: its
+        estimate moved); other workflows' nodes keep rules 1-7's re-filing."""
+        conv = self._wconv.get(wid)
+        if conv is None or not self._conv.growing(conv[1]):
+            return
+        reorder = self.context.reorder
+        for rec in self.context.board.records(wid):
+            reorder(rec.owner)
+        for node in self._conv.path(conv[0]):
+            reorder(node)
 
     def _shared_rank(self, node) -> tuple | None:
         """The rank both orders give unhinted cache (as ``lru``), retired cache (first, finished
@@ -287,12 +358,17 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._refile_host(wid)
         for node in self._conv.path(conv):  # its total weight changed with the prediction (rule 7)
             self._refresh_node(node)
+        self._refile_growing(wid)
 
     def on_admit(self, admission, path) -> None:
         """The request was admitted: its agent no longer waits (its path is locked meanwhile)."""
         wf = admission.workflow
         if wf is None:
             return
+        self._admitted(wf, admission, path)
+        self._refile_growing(wf.workflow_id)  # rule 8: its live path and estimate moved
+
+    def _admitted(self, wf, admission, path) -> None:
         conv = self._wconv.get(wf.workflow_id)
         if conv is not None and admission.request is not None:
             self._conv.admitted(conv[0], conv[1], admission.blocks, path, admission.request.request_id)
@@ -327,6 +403,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         wid = wf.workflow_id
         self._next.finished(wid, wf.app, request.request_id, self._now())
         self._refile_host(wid)
+        self._refile_growing(wid)
 
     def on_session_close(self, session_id: str) -> None:
         """Forget a closed session's age (its later turns, if any, start a new one) and its live path."""

@@ -9,7 +9,12 @@ the same next agent for certain, so both live paths score alike (2.19). No host 
 anonymous [R1 R2] (20 tokens + 1 reserved) then arrives on a device of 70 holding 60: 11 tokens
 must go, two blocks of one conversation's leaf.
 
-* ``pbkv`` (rule 6: score, then LRU): the scores tie, A was used less recently, A's leaf goes.
+* ``pbkv`` (rule 8: both live paths are read only by growing conversations, so they rank by
+  each conversation's estimated next call, latest first): each conversation's one gap so far
+  was 0 s (its second call was submitted when its first finished, ``run`` drains the engine), so
+  the app's mean gap is 0 and each conversation is due again at its latest finish. A finished
+  first, is due first and keeps its path; B's leaf goes. (Before rule 8, rule 6 ranked by
+  score, then LRU: the scores tie, A was used less recently, and A's leaf went.)
 * ``pbkv-nextuse``: the conversation whose next call is later loses its leaf, whatever the
   recency: with next calls A at 100, B at 200, B's leaf goes; swapped, A's.
 """
@@ -60,8 +65,9 @@ def test_the_later_next_call_loses_its_leaf(calls, lost):
     assert _lost("pbkv-nextuse", calls) == lost
 
 
-def test_pbkv_without_the_oracle_falls_to_lru():
-    assert _lost("pbkv", {}) == {"A"}
+def test_pbkv_keeps_the_conversation_due_first():
+    """Rule 8 with the mean gap (0 s): A is due at its finish, before B (see module docstring)."""
+    assert _lost("pbkv", {}) == {"B"}
 
 
 def test_needs_a_future_that_knows_next_calls():
