@@ -152,6 +152,8 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._session_live: dict = {}  # session id -> its active turns
         self._conv = Conversations(self._refresh_node)  # live paths of growing conversations (rule 7)
         self._wconv: dict = {}  # active workflow id -> (its conversation, its app)
+        self._gages: list = []  # min-heap of (age, workflow id) of growing apps' workflows (rule 8)
+        self._gin: set = set()  # workflow ids with an entry in _gages
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
@@ -159,6 +161,10 @@ class PBKVPolicy(PBKVPaperPolicy):
             return self._due_rank(node)
         if not self.context.host_capacity:
             return self._priority_no_host(node)
+        return self._priority_rules(node)
+
+    def _priority_rules(self, node) -> tuple:
+        """Rules 1-7's device order with a host tier (see class docstring)."""
         sc = node.sc
         if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
             # rule 5: shared retired cache ranks with the oldest active workflow's
@@ -288,9 +294,20 @@ class PBKVPolicy(PBKVPaperPolicy):
         return True
 
     def _due_rank(self, node) -> tuple:
-        """Rule 8's rank of an active node that only growing conversations read: ``(1, -due,
-        score, t)``, a waiting request's ``(2, -due, score, t)`` (``due`` in engine seconds)."""
+        """Rule 8's rank of an active node that only growing conversations read (``due``: the
+        soonest next call of its readers whose live path holds it, engine seconds). Rules 1-7
+        order the resident cache of workflows by a key the score does not decide: with a host
+        tier the workflow's age (``(1, -age, score, t)``), without one recency (``(1, 0.0, score,
+        t)``). Rule 8 replaces that key among growing conversations by ``-due`` and leaves the
+        rest of the tuple comparable with other cache: with a host tier, ``(1, -G, -due, t)``
+        with ``G`` the age of the oldest active growing workflow (the growing conversations rank
+        as one unit of that age against other workflows, as rule 5's shared cache ranks with the
+        oldest); without one, ``(1, 0.0, score, -due)``. Waiting (rule 2): band 2. Cache rules
+        1-7 rank below the resident set (a low score, history off the live path) keeps that rank."""
         sc = node.sc
+        base = self._priority_no_host(node) if not self.context.host_capacity else self._priority_rules(node)
+        if base[1] == -math.inf:
+            return base  # not expected within the horizon: leaves first, as in rules 1-7
         due = math.inf
         conversations = self._conv
         for w in sc.access:
@@ -299,10 +316,22 @@ class PBKVPolicy(PBKVPaperPolicy):
             t = self._workflow_due(w)
             if t < due:
                 due = t
-        score = self._score(node, sc)
-        if self._wait and self._waiting(node, sc):
-            return (2, -due, score, node.last_access)
-        return (1, -due, score, node.last_access)
+        if not self.context.host_capacity:
+            return (base[0], base[1], base[2], -due)
+        return (base[0], -self._oldest_growing_age(), -due, node.last_access)
+
+    def _oldest_growing_age(self) -> float:
+        """Age of the oldest active workflow of a growing app (``inf`` if none); entries of ended
+        workflows, or of apps no longer growing, are popped lazily (amortised O(log n))."""
+        ages, heap, wconv, growing = self._age, self._gages, self._wconv, self._conv.growing
+        while heap:
+            age, wid = heap[0]
+            conv = wconv.get(wid)
+            if ages.get(wid) == age and conv is not None and growing(conv[1]):
+                return age
+            heapq.heappop(heap)
+            self._gin.discard(wid)
+        return math.inf
 
     def _workflow_due(self, w) -> float:
         """Estimated engine time (seconds) of workflow ``w``'s next call: its oldest waiting
@@ -319,6 +348,9 @@ class PBKVPolicy(PBKVPaperPolicy):
         conv = self._wconv.get(wid)
         if conv is None or not self._conv.growing(conv[1]):
             return
+        if wid not in self._gin and wid in self._age:  # it counts for G (:meth:`_oldest_growing_age`)
+            self._gin.add(wid)
+            heapq.heappush(self._gages, (self._age[wid], wid))
         reorder = self.context.reorder
         for rec in self.context.board.records(wid):
             reorder(rec.owner)
@@ -422,6 +454,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         wid = wf.workflow_id
         self._age.pop(wid, None)
         self._wait.pop(wid, None)
+        self._gin.discard(wid)  # its heap entry is stale now (popped lazily)
         self._next.ended(wid)
         conv = self._wconv.pop(wid, None)
         if conv is not None and conv[0] == wid:
