@@ -57,17 +57,18 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    (issue 33, ``docs/design/next-use-time.md``). On a coding agent the next agent is nearly
    always ``main``, so ages and scores say little about which conversation's path to keep;
    *when* each conversation calls again does. Active cache whose every active reader is a
-   workflow of a growing app (rule 7) ranks, on both tiers and with or without a host tier,
-   ``(1, -due, score, t)`` (waiting: ``(2, -due, ...)``), where ``due`` is the soonest next call
-   of its readers whose live path holds it (engine seconds, rule 3's :class:`.host_order.NextUse`:
-   a waiting request's submission time; while a request runs, admission plus the app's typical
-   duration and gap; in a gap, the finish plus the typical gap; the typical gap is the app's
-   running *mean*, which on 40 Claude Code conversations did as well as its median with a host
-   tier and better without one: ``pbkv-survival``). Every other node (multi-agent workflows,
-   held sessions between turns, retired and unhinted cache) ranks by rules 1-7, so traffic
-   without a growing app is ordered as before. Where both kinds of active cache share a tier,
-   the second keys (a workflow age, a time in seconds) are compared as plain numbers: nothing
-   calibrates them against each other yet.
+   workflow of a growing app (rule 7) and whose score is at least :data:`LOW_SCORE` ranks by
+   ``due``, the soonest next call of its readers whose live path holds it (engine seconds, rule
+   3's :class:`.host_order.NextUse`: a waiting request's submission time; while a request runs,
+   admission plus the app's typical duration and gap; in a gap, the finish plus the typical gap;
+   the typical gap is the app's running *mean*, which on 40 Claude Code conversations did as
+   well as the median with a host tier and better without one: ``pbkv-survival``). On the
+   device it ranks ``(1, GROWING_KEY, -due, t)`` (waiting: band 2): above every other active
+   cache of its band, since a growing conversation's live path is read by the conversation's
+   next call for certain (rule 7 gives it the workflow's total weight), and by due among
+   itself; on the host tier ``(1, -due, score, t)``, rule 3's own unit. Every other node
+   (multi-agent workflows, held sessions between turns, retired, unhinted and low-score cache)
+   ranks by rules 1-7, so traffic without a growing app is ordered as before.
 
 Under the guard's fallback both tiers rank as in ``lae`` (retired first, then LRU), every device
 victim is written to the host (no selective host) and nothing is prefetched, so the fallback is
@@ -109,6 +110,9 @@ LOW_SCORE = 0.05
 #: (rule 6): the next workflow that reaches the prefix uses it once; Eq. 2 cannot count that
 #: workflow, which has not touched the node yet.
 SHARED_RETIRED_USES = 1.0
+#: Second key of a growing conversation's resident cache on the device (rule 8): above every other
+#: active cache of its band, whose second key is ``-age`` (ages count from 0) or 0 without a host.
+GROWING_KEY = 1.0
 #: Session ages kept before stale ones are swept (see :meth:`PBKVPolicy._turn_age`): the sweep
 #: runs only when the dict exceeds this and twice the sessions the engine keeps.
 SESSION_SWEEP_MIN = 64
@@ -152,19 +156,17 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._session_live: dict = {}  # session id -> its active turns
         self._conv = Conversations(self._refresh_node)  # live paths of growing conversations (rule 7)
         self._wconv: dict = {}  # active workflow id -> (its conversation, its app)
-        self._gages: list = []  # min-heap of (age, workflow id) of growing apps' workflows (rule 8)
-        self._gin: set = set()  # workflow ids with an entry in _gages
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
         if self._wconv and self._growing_only(node):  # rule 8
             return self._due_rank(node)
+        return self._rules_priority(node)
+
+    def _rules_priority(self, node) -> tuple:
+        """Rules 1-7's device order."""
         if not self.context.host_capacity:
             return self._priority_no_host(node)
-        return self._priority_rules(node)
-
-    def _priority_rules(self, node) -> tuple:
-        """Rules 1-7's device order with a host tier (see class docstring)."""
         sc = node.sc
         if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
             # rule 5: shared retired cache ranks with the oldest active workflow's
@@ -268,7 +270,11 @@ class PBKVPolicy(PBKVPaperPolicy):
         (:meth:`.host_order.NextUse.estimate`, engine seconds) is farthest; unhinted cache and the
         guard's fallback rank as in ``lru``."""
         if self._wconv and self._growing_only(node):  # rule 8
-            return self._due_rank(node)
+            return self._due_rank(node, host=True)
+        return self._rules_host_priority(node)
+
+    def _rules_host_priority(self, node) -> tuple:
+        """Rules 1-7's host order."""
         if self._held_session(node) is not None:  # rule 7: used by the session's next turn, when unknown
             return (1, -math.inf, HELD_USES, node.last_access)
         shared = self._shared_rank(node)
@@ -293,21 +299,20 @@ class PBKVPolicy(PBKVPaperPolicy):
                 return False
         return True
 
-    def _due_rank(self, node) -> tuple:
+    def _due_rank(self, node, host: bool = False) -> tuple:
         """Rule 8's rank of an active node that only growing conversations read (``due``: the
-        soonest next call of its readers whose live path holds it, engine seconds). Rules 1-7
-        order the resident cache of workflows by a key the score does not decide: with a host
-        tier the workflow's age (``(1, -age, score, t)``), without one recency (``(1, 0.0, score,
-        t)``). Rule 8 replaces that key among growing conversations by ``-due`` and leaves the
-        rest of the tuple comparable with other cache: with a host tier, ``(1, -G, -due, t)``
-        with ``G`` the age of the oldest active growing workflow (the growing conversations rank
-        as one unit of that age against other workflows, as rule 5's shared cache ranks with the
-        oldest); without one, ``(1, 0.0, score, -due)``. Waiting (rule 2): band 2. Cache rules
-        1-7 rank below the resident set (a low score, history off the live path) keeps that rank."""
+        soonest next call of its readers whose live path holds it, engine seconds).
+
+        On the device, ``(1, GROWING_KEY, -due, t)`` (waiting, rule 2: band 2): above every other
+        active cache of its band, whose second key (``-age`` with a host tier, 0 without one) is
+        at most 0, because a growing conversation's live path is read by its next call for
+        certain (rule 7's total weight), and by due among itself. On the host tier, rule 3's
+        own unit: ``(1, -due, score, t)``. Cache that rules 1-7 rank below the resident set (a
+        score below :data:`LOW_SCORE`, history off the live path) keeps that rank."""
         sc = node.sc
-        base = self._priority_no_host(node) if not self.context.host_capacity else self._priority_rules(node)
-        if base[1] == -math.inf:
-            return base  # not expected within the horizon: leaves first, as in rules 1-7
+        score = self._score(node, sc)
+        if score < LOW_SCORE:
+            return self._rules_host_priority(node) if host else self._rules_priority(node)
         due = math.inf
         conversations = self._conv
         for w in sc.access:
@@ -316,22 +321,10 @@ class PBKVPolicy(PBKVPaperPolicy):
             t = self._workflow_due(w)
             if t < due:
                 due = t
-        if not self.context.host_capacity:
-            return (base[0], base[1], base[2], -due)
-        return (base[0], -self._oldest_growing_age(), -due, node.last_access)
-
-    def _oldest_growing_age(self) -> float:
-        """Age of the oldest active workflow of a growing app (``inf`` if none); entries of ended
-        workflows, or of apps no longer growing, are popped lazily (amortised O(log n))."""
-        ages, heap, wconv, growing = self._age, self._gages, self._wconv, self._conv.growing
-        while heap:
-            age, wid = heap[0]
-            conv = wconv.get(wid)
-            if ages.get(wid) == age and conv is not None and growing(conv[1]):
-                return age
-            heapq.heappop(heap)
-            self._gin.discard(wid)
-        return math.inf
+        if host:
+            return (1, -due, score, node.last_access)
+        band = 2 if self._wait and self._waiting(node, sc) else 1
+        return (band, GROWING_KEY, -due, node.last_access)
 
     def _workflow_due(self, w) -> float:
         """Estimated engine time (seconds) of workflow ``w``'s next call: its oldest waiting
@@ -348,9 +341,6 @@ class PBKVPolicy(PBKVPaperPolicy):
         conv = self._wconv.get(wid)
         if conv is None or not self._conv.growing(conv[1]):
             return
-        if wid not in self._gin and wid in self._age:  # it counts for G (:meth:`_oldest_growing_age`)
-            self._gin.add(wid)
-            heapq.heappush(self._gages, (self._age[wid], wid))
         reorder = self.context.reorder
         for rec in self.context.board.records(wid):
             reorder(rec.owner)
@@ -454,7 +444,6 @@ class PBKVPolicy(PBKVPaperPolicy):
         wid = wf.workflow_id
         self._age.pop(wid, None)
         self._wait.pop(wid, None)
-        self._gin.discard(wid)  # its heap entry is stale now (popped lazily)
         self._next.ended(wid)
         conv = self._wconv.pop(wid, None)
         if conv is not None and conv[0] == wid:
