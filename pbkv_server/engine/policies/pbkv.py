@@ -5,7 +5,7 @@ expected discounted number of uses in the next K invocations. Where the reusable
 exceeds device + host, every active workflow's cache has a similar score, ties fall to LRU, and
 the cache thrashes: each workflow loses its history just before it comes back (LRU on a cyclic
 pattern). The offline reference `opt` instead keeps some workflows whole. This rule keeps the hierarchy
-(finished private cache first, guard fallback to LRU) and changes seven things
+(finished private cache first, guard fallback to LRU) and changes eight things
 (``docs/design/memory-short-policy.md``):
 
 1. **Stable resident set.** Active cache that the predictor still expects to be used (score at
