@@ -63,8 +63,8 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    admission plus the app's typical duration and gap; in a gap, the finish plus the typical gap;
    the typical gap is the app's running *mean*, which on 40 Claude Code conversations did as
    well as the median with a host tier and better without one: ``pbkv-survival``). On the
-   device it ranks ``(1, GROWING_KEY, -due, t)`` (waiting: band 2): above every other active
-   cache of its band, since a growing conversation's live path is read by the conversation's
+   device it ranks ``(1, GROWING_KEY, -due, t)`` (waiting: band 2): above all other cache of
+   its band, since a growing conversation's live path is read by the conversation's
    next call for certain (rule 7 gives it the workflow's total weight), and by due among
    itself; on the host tier ``(1, -due, score, t)``, rule 3's own unit. Every other node
    (multi-agent workflows, held sessions between turns, retired, unhinted and low-score cache)
@@ -303,9 +303,9 @@ class PBKVPolicy(PBKVPaperPolicy):
         """Rule 8's rank of an active node that only growing conversations read (``due``: the
         soonest next call of its readers whose live path holds it, engine seconds).
 
-        On the device, ``(1, GROWING_KEY, -due, t)`` (waiting, rule 2: band 2): above every other
-        active cache of its band, whose second key (``-age`` with a host tier, 0 without one) is
-        at most 0, because a growing conversation's live path is read by its next call for
+        On the device, ``(1, GROWING_KEY, -due, t)`` (waiting, rule 2: band 2): above all other
+        cache of its band, whose second key (an age ``-age``, ``-inf`` for low scores, 0 without
+        a host tier) is at most 0, because a growing conversation's live path is read by its next call for
         certain (rule 7's total weight), and by due among itself. On the host tier, rule 3's
         own unit: ``(1, -due, score, t)``. Cache that rules 1-7 rank below the resident set (a
         score below :data:`LOW_SCORE`, history off the live path) keeps that rank."""
