@@ -53,22 +53,22 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    history 0. Between turns (the session open, no turn active) the session's live path ranks as
    :data:`HELD_USES` expected uses, with the session's age with a host tier (it used to rank with
    unhinted cache, first out).
-8. **Active cache that only growing conversations read ranks by their estimated next call**
-   (issue 33, ``docs/design/next-use-time.md``). On a coding agent the next agent is nearly
-   always ``main``, so ages and scores say little about which conversation's path to keep;
-   *when* each conversation calls again does. Active cache whose every active reader is a
-   workflow of a growing app (rule 7) and whose score is at least :data:`LOW_SCORE` ranks by
-   ``due``, the soonest next call of its readers whose live path holds it (engine seconds, rule
-   3's :class:`.host_order.NextUse`: a waiting request's submission time; while a request runs,
-   admission plus the app's typical duration and gap; in a gap, the finish plus the typical gap;
-   the typical gap is the app's running *mean*, which on 40 Claude Code conversations did as
-   well as the median with a host tier and better without one: ``pbkv-survival``). On the
-   device it ranks ``(1, GROWING_KEY, -due, t)`` (waiting: band 2): above all other cache of
-   its band, since a growing conversation's live path is read by the conversation's
-   next call for certain (rule 7 gives it the workflow's total weight), and by due among
-   itself; on the host tier ``(1, -due, score, t)``, rule 3's own unit. Every other node
-   (multi-agent workflows, held sessions between turns, retired, unhinted and low-score cache)
-   ranks by rules 1-7, so traffic without a growing app is ordered as before.
+8. **With a host tier, a growing conversation's live path ranks by its next use** (issue 33,
+   ``docs/design/next-use-time.md``). On a coding agent the next agent is nearly always
+   ``main``, so workflow ages (rule 1) say little about which conversation's path to keep;
+   *when* each conversation calls again does. On the device, active cache whose every active
+   reader is a workflow of a growing app (rule 7) and whose score is at least
+   :data:`LOW_SCORE` ranks ``(1, GROWING_KEY, -due, t)`` (waiting: band 2), ``due`` being its
+   next use as rule 3 estimates it for the host order (engine seconds: a waiting request's
+   submission time; while a request runs, admission plus the app's mean duration and gap; in a
+   gap, the finish plus the app's mean gap; the *mean*, which on 40 Claude Code conversations did
+   as well as the median, ``pbkv-survival``). It ranks above all other cache of its band, since
+   a growing conversation's live path is read by the conversation's next call for certain (rule
+   7 gives it the workflow's total weight), and by due among itself; the host tier already
+   ranks it so (rule 3). Without a host tier rule 6 stays: on the synthetic coding agent the
+   score (which knows a turn is about to end) ranks better than the estimate, which cannot. Every
+   other node (multi-agent workflows, held sessions between turns, retired, unhinted and
+   low-score cache) ranks by rules 1-7, so traffic without a growing app is ordered as before.
 
 Under the guard's fallback both tiers rank as in ``lae`` (retired first, then LRU), every device
 victim is written to the host (no selective host) and nothing is prefetched, so the fallback is
@@ -110,8 +110,8 @@ LOW_SCORE = 0.05
 #: (rule 6): the next workflow that reaches the prefix uses it once; Eq. 2 cannot count that
 #: workflow, which has not touched the node yet.
 SHARED_RETIRED_USES = 1.0
-#: Second key of a growing conversation's resident cache on the device (rule 8): above every other
-#: active cache of its band, whose second key is ``-age`` (ages count from 0) or 0 without a host.
+#: Second key of a growing conversation's resident cache on the device (rule 8): above all other
+#: cache of its band, whose second key is ``-age`` (ages count from 0) or ``-inf``.
 GROWING_KEY = 1.0
 #: Session ages kept before stale ones are swept (see :meth:`PBKVPolicy._turn_age`): the sweep
 #: runs only when the dict exceeds this and twice the sessions the engine keeps.
@@ -159,14 +159,12 @@ class PBKVPolicy(PBKVPaperPolicy):
 
     def priority(self, node) -> tuple:
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
-        if self._wconv and self._growing_only(node):  # rule 8
-            return self._due_rank(node)
-        return self._rules_priority(node)
-
-    def _rules_priority(self, node) -> tuple:
-        """Rules 1-7's device order."""
         if not self.context.host_capacity:
             return self._priority_no_host(node)
+        if self._wconv and self._growing_only(node):  # rule 8
+            rank = self._due_rank(node)
+            if rank is not None:
+                return rank
         sc = node.sc
         if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
             # rule 5: shared retired cache ranks with the oldest active workflow's
@@ -269,12 +267,6 @@ class PBKVPolicy(PBKVPaperPolicy):
         """Host drop order: retired first, then active cache whose estimated next use
         (:meth:`.host_order.NextUse.estimate`, engine seconds) is farthest; unhinted cache and the
         guard's fallback rank as in ``lru``."""
-        if self._wconv and self._growing_only(node):  # rule 8
-            return self._due_rank(node, host=True)
-        return self._rules_host_priority(node)
-
-    def _rules_host_priority(self, node) -> tuple:
-        """Rules 1-7's host order."""
         if self._held_session(node) is not None:  # rule 7: used by the session's next turn, when unknown
             return (1, -math.inf, HELD_USES, node.last_access)
         shared = self._shared_rank(node)
@@ -299,45 +291,30 @@ class PBKVPolicy(PBKVPaperPolicy):
                 return False
         return True
 
-    def _due_rank(self, node, host: bool = False) -> tuple:
-        """Rule 8's rank of an active node that only growing conversations read (``due``: the
-        soonest next call of its readers whose live path holds it, engine seconds).
-
-        On the device, ``(1, GROWING_KEY, -due, t)`` (waiting, rule 2: band 2): above all other
-        cache of its band, whose second key (an age ``-age``, ``-inf`` for low scores, 0 without
-        a host tier) is at most 0, because a growing conversation's live path is read by its next call for
-        certain (rule 7's total weight), and by due among itself. On the host tier, rule 3's
-        own unit: ``(1, -due, score, t)``. Cache that rules 1-7 rank below the resident set (a
-        score below :data:`LOW_SCORE`, history off the live path) keeps that rank."""
+    def _due_rank(self, node) -> tuple | None:
+        """Rule 8's device rank (with a host tier) of an active node that only growing
+        conversations read: ``(1, GROWING_KEY, -due, t)``, waiting (rule 2) band 2, with ``due``
+        the node's next use as rule 3 estimates it for the host order (engine seconds): above
+        all other cache of its band, whose second key (``-age``, ``-inf`` for low scores) is at
+        most 0, and by due among itself. ``None`` (rule 1 ranks it) for a score below
+        :data:`LOW_SCORE` (history off the live path, a conversation expected to end)."""
         sc = node.sc
-        score = self._score(node, sc)
-        if score < LOW_SCORE:
-            return self._rules_host_priority(node) if host else self._rules_priority(node)
-        due = math.inf
-        conversations = self._conv
-        for w in sc.access:
-            if not conversations.live(node, self._wconv[w][0]):
-                continue  # history its conversation no longer sends (rule 7): never used
-            t = self._workflow_due(w)
-            if t < due:
-                due = t
-        if host:
-            return (1, -due, score, node.last_access)
+        if self._score(node, sc) < LOW_SCORE:
+            return None
+        due = self._due_estimate().estimate(sc, lambda w: self._part(node, w))
         band = 2 if self._wait and self._waiting(node, sc) else 1
         return (band, GROWING_KEY, -due, node.last_access)
 
-    def _workflow_due(self, w) -> float:
-        """Estimated engine time (seconds) of workflow ``w``'s next call: its oldest waiting
-        request's submission, else :class:`.host_order.NextUse`'s estimate (``inf``: none)."""
-        est = self._next
-        waits = est.submit_t.get(w)
-        if waits:
-            return min(waits.values())
-        return est.next_t.get(w, math.inf)
+    def _due_estimate(self) -> NextUse:
+        """The next-use estimate rule 8 reads: rule 3's (the app's mean gaps)."""
+        return self._next
 
     def _refile_growing(self, wid) -> None:
         """Re-file a growing conversation's nodes on both tiers and its live path (rule 8: its
-        estimate moved); other workflows' nodes keep rules 1-7's re-filing."""
+        estimate moved); other workflows' nodes keep rules 1-7's re-filing. Without a host tier
+        rule 8 does not apply: nothing to do."""
+        if not self.context.host_capacity:
+            return
         conv = self._wconv.get(wid)
         if conv is None or not self._conv.growing(conv[1]):
             return

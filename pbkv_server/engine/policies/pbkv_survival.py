@@ -69,11 +69,8 @@ class PBKVSurvivalPolicy(PBKVPolicy):
         super().__init__(context)
         self._surv = SurvivalNextUse()  # beside pbkv's own NextUse, which rules 3 and 7 keep reading
 
-    def _workflow_due(self, w) -> float:
-        waits = self._surv.submit_t.get(w)
-        if waits:
-            return min(waits.values())  # a waiting request: used at its admission
-        return self._surv.next_t.get(w, math.inf)
+    def _due_estimate(self) -> NextUse:
+        return self._surv
 
     # each hook feeds the survival estimate first, so that pbkv's rule-8 re-filing (in super) reads it
     def on_invocation(self, wf, previous_agent) -> None:
