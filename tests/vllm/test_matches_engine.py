@@ -128,25 +128,26 @@ PAPER = {False: [10, 9, 7, 8, 3, 2, 1, 6, 5, 4], True: [10, 9, 7, 3, 2, 1, 8, 6,
 # weight whole (no leaf below its prefix). A waiting request of wfB (any agent) holds wfB's whole
 # live path, 8 included, last; wfA's leaves first, whole.
 LIVE = [10, 9, 7, 3, 2, 1, 8, 6, 5, 4]
-# Rule 8 without a waiting request, with a host tier or not: both live paths rank by their
-# conversation's estimated next call, latest first. By hand, with a clock that steps 1 s per
+# Rule 8 with a host tier and no waiting request: both live paths rank by their conversation's
+# estimated next call, latest first. By hand, with a clock that steps 1 s per
 # request and calls served at once (durations 0): wfA's gap is 2 s (finish 0, call 2), so at its
 # finish (2) the app's mean gap is 2 and wfA is due at 4; wfB's gap is 2 s too (finish 1, call
 # 3): mean 2, due at 3 + 2 = 5. wfB is due later: its path (8, 6, 5, 4) leaves first, then
-# wfA's. (The engine's durations are milliseconds and change no comparison.) The same order as
-# rule 1's with a host tier (wfB is younger); rule 6 alone (score, then LRU) gave LIVE without one.
+# wfA's. (The engine's durations are milliseconds and change no comparison.) Rule 1 gives the
+# same order (wfB is younger). Without a host tier rule 6 (score, then LRU) gives LIVE.
 DUE = [10, 9, 8, 6, 5, 4, 7, 3, 2, 1]
 
 
 @pytest.mark.parametrize("host, waiting, expected", [
     (True, (), DUE), (True, WAITING, LIVE),
-    (False, (), DUE), (False, WAITING, LIVE)])
+    (False, (), LIVE), (False, WAITING, LIVE)])
 def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, host, waiting, expected):
     """``pbkv``'s lifecycle state (ages from invocations, waiting requests from arrival and
     admission) is fed inside vLLM: the block pool evicts in the engine core's ``pbkv`` order, on a
-    trace where that order is not ``pbkv-paper``'s: with a host tier (the CPU offload tier) or
-    not, the conversations rank by their estimated next call (rule 8, :data:`DUE`), and a waiting
-    request holds its conversation's whole live path last (rules 2 and 7, :data:`LIVE`)."""
+    trace where that order is not ``pbkv-paper``'s: with a host tier (the CPU offload tier) the
+    conversations rank by their estimated next call (rule 8, :data:`DUE`), without one by score
+    then LRU (rule 6), and a waiting request holds its conversation's whole live path last (rules
+    2 and 7, :data:`LIVE`)."""
     engine = _engine_order("pbkv", AGES, [], waiting, host=1000 if host else 0)
     assert engine == expected  # by hand: module comments of AGES and WAITING
     assert _engine_order("pbkv-paper", AGES, [], waiting) == PAPER[bool(waiting)]
