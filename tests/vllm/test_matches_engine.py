@@ -152,3 +152,19 @@ def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, host, waiting,
     assert engine == expected  # by hand: module comments of AGES and WAITING
     assert _engine_order("pbkv-paper", AGES, [], waiting) == PAPER[bool(waiting)]
     assert _vllm_order(harness, "pbkv", AGES, [], waiting, host=host) == engine
+
+
+# Rule 8 against rule 1 (with a host tier): wfB starts first (the older workflow), then wfA makes
+# both its calls, then wfB its second. By hand, on the 1 s clock: wfA's gap 1 s (finish 1, call
+# 2), mean 1 at its finish (2): due at 3; wfB's gap 3 s (finish 0, call 3), mean 2 at its finish
+# (3): due at 5. wfB is due later and leaves first (:data:`DUE`), though rule 1 would evict the
+# younger wfA first.
+AGES_DUE = [AGES[1], AGES[0], AGES[2], AGES[3], AGES[4]]
+
+
+def test_pbkv_rule_8_reaches_the_plugin(harness):
+    """Ranking by next call (rule 8) needs the finish events inside the backend: the plugin
+    matches the engine core on a trace where rule 8 and rule 1 disagree."""
+    engine = _engine_order("pbkv", AGES_DUE, [], (), host=1000)
+    assert engine == DUE
+    assert _vllm_order(harness, "pbkv", AGES_DUE, [], (), host=True) == engine
