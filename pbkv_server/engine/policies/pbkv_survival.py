@@ -1,14 +1,14 @@
 """``pbkv-survival`` (experimental ablation, issue 33): ``pbkv`` whose rule 8 uses the median gap.
 
-``pbkv``'s rule 8 (:mod:`.pbkv`) ranks active cache that only growing conversations read by each
-workflow's estimated next call, with the app's running *mean* gap (:mod:`.host_order`'s
-:class:`~.host_order.NextUse`). This policy is ``pbkv`` with one change: in rule 8 the typical
-gap is the *median* of the gaps the app has shown, ends counted as infinite gaps
-(:class:`~.gap_survival.GapSurvival`, :data:`CONFIDENCE`). Rule 3's host estimate and every other
-rule keep ``pbkv``'s mean. Fed by ``on_invocation``, ``on_admit``, ``on_finish`` and
-``on_workflow_end`` only, as ``pbkv``. Kept to measure the statistic: on 40 Claude Code
-conversations the median did as well as the mean with a host tier and worse without one
-(``docs/design/next-use-time.md``). Units: engine seconds.
+``pbkv``'s rule 8 (:mod:`.pbkv`, with a host tier) ranks device cache that only growing
+conversations read by its next use as rule 3 estimates it, with the app's running *mean* gap
+(:mod:`.host_order`'s :class:`~.host_order.NextUse`). This policy is ``pbkv`` with one change:
+in rule 8 the typical gap is the *median* of the gaps the app has shown, ends counted as
+infinite gaps (:class:`~.gap_survival.GapSurvival`, :data:`CONFIDENCE`). Rule 3's host order and
+every other rule keep ``pbkv``'s mean; without a host tier it is ``pbkv``. Fed by
+``on_invocation``, ``on_admit``, ``on_finish`` and ``on_workflow_end`` only, as ``pbkv``. Kept
+to measure the statistic: on 40 Claude Code conversations the median and the mean are about
+equal (``docs/design/next-use-time.md``). Units: engine seconds.
 """
 
 from __future__ import annotations
