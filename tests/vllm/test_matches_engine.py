@@ -86,8 +86,13 @@ def _vllm_order(harness, policy, ops=OPS, ended=ENDED, waiting=(), host=False):
     assert context.host_capacity == 0  # no CPU offload tier was built
     if host:
         context.host_capacity = 1  # what PBKVCachePolicy reports when vLLM builds the tier
+    # the policy's clock steps 1 s per request, as the engine's above (rule 8 reads call times:
+    # the wall clock's would make the order depend on how fast this machine serves)
+    now = [0.0]
+    context.attach(context.board, lambda: now[0])
     for labels, hint in ops:
         h.serve(block_tokens(labels, tail=TAIL), _hint(hint))
+        now[0] += 1.0
     for wf in ended:
         h.runtime.end_workflow(wf)
     for labels, hint in waiting:  # added to vLLM's waiting queue, not scheduled
@@ -120,20 +125,46 @@ PAPER = {False: [10, 9, 7, 8, 3, 2, 1, 6, 5, 4], True: [10, 9, 7, 3, 2, 1, 8, 6,
 
 # ``pbkv`` with rule 7: every call of AGES extends its workflow's previous prompt, so the app is a
 # growing one and each workflow's live path ([1,2,3,7], [4,5,6,8]) scores the workflow's total
-# weight whole (no leaf below its prefix). Without a host tier wfA's older path then leaves first,
-# whole; a waiting request of wfB (any agent) holds wfB's whole live path, 8 included, last.
+# weight whole (no leaf below its prefix). A waiting request of wfB (any agent) holds wfB's whole
+# live path, 8 included, last; wfA's leaves first, whole.
 LIVE = [10, 9, 7, 3, 2, 1, 8, 6, 5, 4]
+# Rule 8 with a host tier and no waiting request: both live paths rank by their conversation's
+# estimated next call, latest first. By hand, with a clock that steps 1 s per
+# request and calls served at once (durations 0): wfA's gap is 2 s (finish 0, call 2), so at its
+# finish (2) the app's mean gap is 2 and wfA is due at 4; wfB's gap is 2 s too (finish 1, call
+# 3): mean 2, due at 3 + 2 = 5. wfB is due later: its path (8, 6, 5, 4) leaves first, then
+# wfA's. (The engine's durations are milliseconds and change no comparison.) Rule 1 gives the
+# same order (wfB is younger). Without a host tier rule 6 (score, then LRU) gives LIVE.
+DUE = [10, 9, 8, 6, 5, 4, 7, 3, 2, 1]
 
 
 @pytest.mark.parametrize("host, waiting, expected", [
-    (True, (), [10, 9, 8, 6, 5, 4, 7, 3, 2, 1]), (True, WAITING, LIVE),
+    (True, (), DUE), (True, WAITING, LIVE),
     (False, (), LIVE), (False, WAITING, LIVE)])
 def test_pbkv_ages_and_waiting_requests_reach_the_plugin(harness, host, waiting, expected):
     """``pbkv``'s lifecycle state (ages from invocations, waiting requests from arrival and
     admission) is fed inside vLLM: the block pool evicts in the engine core's ``pbkv`` order, on a
-    trace where that order is not ``pbkv-paper``'s. That needs a host tier (the CPU offload tier);
-    without one ``pbkv`` ranks by score, then LRU (its rule 6), with rule 7's whole live paths."""
+    trace where that order is not ``pbkv-paper``'s: with a host tier (the CPU offload tier) the
+    conversations rank by their estimated next call (rule 8, :data:`DUE`), without one by score
+    then LRU (rule 6), and a waiting request holds its conversation's whole live path last (rules
+    2 and 7, :data:`LIVE`)."""
     engine = _engine_order("pbkv", AGES, [], waiting, host=1000 if host else 0)
     assert engine == expected  # by hand: module comments of AGES and WAITING
     assert _engine_order("pbkv-paper", AGES, [], waiting) == PAPER[bool(waiting)]
     assert _vllm_order(harness, "pbkv", AGES, [], waiting, host=host) == engine
+
+
+# Rule 8 against rule 1 (with a host tier): wfB starts first (the older workflow), then wfA makes
+# both its calls, then wfB its second. By hand, on the 1 s clock: wfA's gap 1 s (finish 1, call
+# 2), mean 1 at its finish (2): due at 3; wfB's gap 3 s (finish 0, call 3), mean 2 at its finish
+# (3): due at 5. wfB is due later and leaves first (:data:`DUE`), though rule 1 would evict the
+# younger wfA first.
+AGES_DUE = [AGES[1], AGES[0], AGES[2], AGES[3], AGES[4]]
+
+
+def test_pbkv_rule_8_reaches_the_plugin(harness):
+    """Ranking by next call (rule 8) needs the finish events inside the backend: the plugin
+    matches the engine core on a trace where rule 8 and rule 1 disagree."""
+    engine = _engine_order("pbkv", AGES_DUE, [], (), host=1000)
+    assert engine == DUE
+    assert _vllm_order(harness, "pbkv", AGES_DUE, [], (), host=True) == engine

@@ -5,7 +5,7 @@ expected discounted number of uses in the next K invocations. Where the reusable
 exceeds device + host, every active workflow's cache has a similar score, ties fall to LRU, and
 the cache thrashes: each workflow loses its history just before it comes back (LRU on a cyclic
 pattern). The offline reference `opt` instead keeps some workflows whole. This rule keeps the hierarchy
-(finished private cache first, guard fallback to LRU) and changes seven things
+(finished private cache first, guard fallback to LRU) and changes eight things
 (``docs/design/memory-short-policy.md``):
 
 1. **Stable resident set.** Active cache that the predictor still expects to be used (score at
@@ -53,6 +53,22 @@ pattern). The offline reference `opt` instead keeps some workflows whole. This r
    history 0. Between turns (the session open, no turn active) the session's live path ranks as
    :data:`HELD_USES` expected uses, with the session's age with a host tier (it used to rank with
    unhinted cache, first out).
+8. **With a host tier, a growing conversation's live path ranks by its next use** (issue 33,
+   ``docs/design/next-use-time.md``). On a coding agent the next agent is nearly always
+   ``main``, so workflow ages (rule 1) say little about which conversation's path to keep;
+   *when* each conversation calls again does. On the device, active cache whose every active
+   reader is a workflow of a growing app (rule 7) and whose score is at least
+   :data:`LOW_SCORE` ranks ``(1, GROWING_KEY, -due, t)`` (waiting: band 2), ``due`` being its
+   next use as rule 3 estimates it for the host order (engine seconds: a waiting request's
+   submission time; while a request runs, admission plus the app's mean duration and gap; in a
+   gap, the finish plus the app's mean gap; the *mean*, which on 40 Claude Code conversations did
+   as well as the median, ``pbkv-survival``). It ranks above all other cache of its band, since
+   a growing conversation's live path is read by the conversation's next call for certain (rule
+   7 gives it the workflow's total weight), and by due among itself; the host tier already
+   ranks it so (rule 3). Without a host tier rule 6 stays: on the synthetic coding agent the
+   score (which knows a turn is about to end) ranks better than the estimate, which cannot. Every
+   other node (multi-agent workflows, held sessions between turns, retired, unhinted and
+   low-score cache) ranks by rules 1-7, so traffic without a growing app is ordered as before.
 
 Under the guard's fallback both tiers rank as in ``lae`` (retired first, then LRU), every device
 victim is written to the host (no selective host) and nothing is prefetched, so the fallback is
@@ -94,6 +110,9 @@ LOW_SCORE = 0.05
 #: (rule 6): the next workflow that reaches the prefix uses it once; Eq. 2 cannot count that
 #: workflow, which has not touched the node yet.
 SHARED_RETIRED_USES = 1.0
+#: Second key of a growing conversation's resident cache on the device (rule 8): above all other
+#: cache of its band, whose second key is ``-age`` (ages count from 0) or ``-inf``.
+GROWING_KEY = 1.0
 #: Session ages kept before stale ones are swept (see :meth:`PBKVPolicy._turn_age`): the sweep
 #: runs only when the dict exceeds this and twice the sessions the engine keeps.
 SESSION_SWEEP_MIN = 64
@@ -142,6 +161,10 @@ class PBKVPolicy(PBKVPaperPolicy):
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
         if not self.context.host_capacity:
             return self._priority_no_host(node)
+        if self._wconv and self._growing_only(node):  # rule 8
+            rank = self._due_rank(node)
+            if rank is not None:
+                return rank
         sc = node.sc
         if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
             # rule 5: shared retired cache ranks with the oldest active workflow's
@@ -254,6 +277,53 @@ class PBKVPolicy(PBKVPaperPolicy):
             return (1, -self._next.estimate(sc), sc.score, node.last_access)
         return (1, -self._next.estimate(sc, lambda w: self._part(node, w)), self._score(node, sc), node.last_access)
 
+    # ----------------------------------------------------------------- rule 8
+    def _growing_only(self, node) -> bool:
+        """True if the node is active, not retired, and each of its readers is a workflow of a
+        growing app (rule 8 ranks it); never under the guard's fallback."""
+        sc = node.sc
+        if sc is None or not sc.access or sc.retired or self.fallback:
+            return False
+        wconv, growing = self._wconv, self._conv.growing
+        for w in sc.access:
+            conv = wconv.get(w)
+            if conv is None or not growing(conv[1]):
+                return False
+        return True
+
+    def _due_rank(self, node) -> tuple | None:
+        """Rule 8's device rank (with a host tier) of an active node that only growing
+        conversations read: ``(1, GROWING_KEY, -due, t)``, waiting (rule 2) band 2, with ``due``
+        the node's next use as rule 3 estimates it for the host order (engine seconds): above
+        all other cache of its band, whose second key (``-age``, ``-inf`` for low scores) is at
+        most 0, and by due among itself. ``None`` (rule 1 ranks it) for a score below
+        :data:`LOW_SCORE` (history off the live path, a conversation expected to end)."""
+        sc = node.sc
+        if self._score(node, sc) < LOW_SCORE:
+            return None
+        due = self._due_estimate().estimate(sc, lambda w: self._part(node, w))
+        band = 2 if self._wait and self._waiting(node, sc) else 1
+        return (band, GROWING_KEY, -due, node.last_access)
+
+    def _due_estimate(self) -> NextUse:
+        """The next-use estimate rule 8 reads: rule 3's (the app's mean gaps)."""
+        return self._next
+
+    def _refile_growing(self, wid) -> None:
+        """Re-file a growing conversation's nodes on both tiers and its live path (rule 8: its
+        estimate moved); other workflows' nodes keep rules 1-7's re-filing. Without a host tier
+        rule 8 does not apply: nothing to do."""
+        if not self.context.host_capacity:
+            return
+        conv = self._wconv.get(wid)
+        if conv is None or not self._conv.growing(conv[1]):
+            return
+        reorder = self.context.reorder
+        for rec in self.context.board.records(wid):
+            reorder(rec.owner)
+        for node in self._conv.path(conv[0]):
+            reorder(node)
+
     def _shared_rank(self, node) -> tuple | None:
         """The rank both orders give unhinted cache (as ``lru``), retired cache (first, finished
         private before shared) and everything under the guard's fallback; None for active,
@@ -287,12 +357,17 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._refile_host(wid)
         for node in self._conv.path(conv):  # its total weight changed with the prediction (rule 7)
             self._refresh_node(node)
+        self._refile_growing(wid)
 
     def on_admit(self, admission, path) -> None:
         """The request was admitted: its agent no longer waits (its path is locked meanwhile)."""
         wf = admission.workflow
         if wf is None:
             return
+        self._admitted(wf, admission, path)
+        self._refile_growing(wf.workflow_id)  # rule 8: its live path and estimate moved
+
+    def _admitted(self, wf, admission, path) -> None:
         conv = self._wconv.get(wf.workflow_id)
         if conv is not None and admission.request is not None:
             self._conv.admitted(conv[0], conv[1], admission.blocks, path, admission.request.request_id)
@@ -327,6 +402,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         wid = wf.workflow_id
         self._next.finished(wid, wf.app, request.request_id, self._now())
         self._refile_host(wid)
+        self._refile_growing(wid)
 
     def on_session_close(self, session_id: str) -> None:
         """Forget a closed session's age (its later turns, if any, start a new one) and its live path."""

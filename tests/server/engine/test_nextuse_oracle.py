@@ -40,10 +40,10 @@ class NextCalls:
         return self.calls.get(owner, math.inf)
 
 
-def _lost(policy: str, calls: dict[str, float]) -> set[str]:
-    """Conversations that lost blocks of their live path to the anonymous request."""
+def _lost(policy: str, calls: dict[str, float], host: int = 0) -> set[str]:
+    """Conversations that lost blocks of their live path from the device to the anonymous request."""
     kw = {"future": NextCalls(calls)} if policy == "pbkv-nextuse" else {}
-    engine = make_engine(policy, device=70, predictor=TablePredictor(TABLE), **kw)
+    engine = make_engine(policy, device=70, host=host, predictor=TablePredictor(TABLE), **kw)
     for wid in ("A", "B"):
         for step, labels in enumerate(([f"S{wid}", f"{wid}1"], [f"S{wid}", f"{wid}1", f"{wid}2"])):
             engine.submit(request(f"{wid}#{step}", labels, hints=Hints(wid, "agent", step, app="code")))
@@ -69,9 +69,28 @@ def test_needs_a_future_that_knows_next_calls():
         make_engine("pbkv-nextuse", device=70, predictor=TablePredictor(TABLE))
 
 
-def test_the_online_estimate_keeps_the_conversation_due_first():
-    """``pbkv-survival``: each conversation's one gap so far was 0 s (its second call was submitted
-    as its first finished), so the app's median gap is 0 and each conversation is due again at
-    its latest finish: A finished first, is due first and keeps its path; B's leaf goes (``pbkv``,
-    by LRU, takes A's)."""
-    assert _lost("pbkv-survival", {}) == {"B"}
+@pytest.mark.parametrize("policy", ["pbkv", "pbkv-survival"])
+def test_with_a_host_tier_the_online_estimate_keeps_the_conversation_due_first(policy):
+    """Rule 8 (with a host tier of 1000; the victim moves there): each conversation's one gap so
+    far was 0 s (its second call was submitted as its first finished), so the app's mean gap
+    (``pbkv``) and median gap (``pbkv-survival``) are 0 and each conversation is due again at its
+    latest finish: A finished first, is due first and keeps its path on the device; B's leaf
+    goes. Rule 1 alone would take B's too (B is the younger workflow), so the case that tells
+    them apart is the next one."""
+    assert _lost(policy, {}, host=1000) == {"B"}
+
+
+def test_with_a_host_tier_due_outranks_age():
+    """Rule 8 against rule 1, by hand: B starts first (the older workflow), then A makes both its
+    calls, then B its second. A's gap was 0 s (mean 0 at its finish): A is due at its latest
+    finish. B's gap spanned A's two calls (> 0 s): the mean at B's finish is half of it, and B
+    finished last, so B is due last and loses its leaf. Rule 1 alone takes A's (the younger)."""
+    engine = make_engine("pbkv", device=70, host=1000, predictor=TablePredictor(TABLE))
+    for wid, step, labels in (("B", 0, ["SB", "B1"]), ("A", 0, ["SA", "A1"]), ("A", 1, ["SA", "A1", "A2"]),
+                              ("B", 1, ["SB", "B1", "B2"])):
+        engine.submit(request(f"{wid}#{step}", labels, hints=Hints(wid, "agent", step, app="code")))
+        run(engine)
+    engine.submit(request("anon", ["R1", "R2"]))
+    run(engine)
+    dev = device_keys(engine)
+    assert {w for w in ("A", "B") if not set(chain([f"S{w}", f"{w}1", f"{w}2"])) <= dev} == {"B"}
