@@ -31,6 +31,8 @@ class OperationRun:
         cases: cases generated and sent.
         statuses: count of answers per HTTP status.
         failures: one line per failed check (check name, status, message, curl command).
+        unoffered: schema-valid cases whose ``tool_choice`` names a tool they do not offer
+            (:func:`names_unoffered_tool`): refused with 400 by design, so not expected to succeed.
     """
 
     operation: str
@@ -38,6 +40,7 @@ class OperationRun:
     cases: int = 0
     statuses: collections.Counter[int] = field(default_factory=collections.Counter)
     failures: list[str] = field(default_factory=list)
+    unoffered: int = 0
 
     @property
     def server_errors(self) -> int:
@@ -126,6 +129,7 @@ def _case_runner(run: OperationRun, base_url: str, session: Any, headers: dict[s
             lenient = [negative_data_rejection] if negated and negated <= SUBSET_PATTERNS else []
             if names_unoffered_tool(case.body):
                 lenient.append(positive_data_acceptance)
+                run.unoffered += 1
             case.validate_response(response, headers=headers, excluded_checks=lenient)
         except BaseException as exc:  # a failed check, or a group of them: record and go on
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):

@@ -30,9 +30,12 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(start_server
         assert by_key[(op, "positive")].cases == CI_EXAMPLES and by_key[(op, "negative")].cases == CI_EXAMPLES
     for op in ("GET /v1/models", "GET /health", "GET /metrics"):
         assert by_key[(op, "positive")].cases >= 1
-    # Schema-valid LLM requests are served; schema-invalid ones are all refused with 400.
+    # Schema-valid LLM requests are served, except those whose tool_choice names a tool they do not
+    # offer (400 by design; which cases hypothesis draws depends on what else ran in the worker);
+    # schema-invalid ones are all refused with 400.
     chat_ok, chat_bad = by_key[("POST /v1/chat/completions", "positive")], by_key[("POST /v1/chat/completions", "negative")]
-    assert chat_ok.statuses[200] == CI_EXAMPLES, f"schema-valid chat answers by status: {dict(chat_ok.statuses)}"
+    assert chat_ok.statuses[400] == chat_ok.unoffered < CI_EXAMPLES
+    assert chat_ok.statuses[200] == CI_EXAMPLES - chat_ok.unoffered, f"schema-valid chat answers by status: {dict(chat_ok.statuses)}"
     assert chat_bad.statuses[400] == CI_EXAMPLES, f"schema-invalid chat answers by status: {dict(chat_bad.statuses)}"
 
 
