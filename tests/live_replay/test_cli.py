@@ -191,7 +191,6 @@ def test_unreadable_trace_is_a_clear_error(tmp_path):
         (["--limit", "0"], "--limit must be >= 1 workflows, got 0"),
         (["--gap-scale", "-1"], "--gap-scale must be a finite number >= 0"),
         (["--max-output-tokens", "0"], "--max-output-tokens must be >= 1, got 0"),
-        (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
         (["--vocab-size", "1000"], "--vocab-size must exceed 1000"),
     ],
 )

@@ -15,6 +15,9 @@ from pbkv_server.sim.simulator import MAX_CONCURRENCY, ReplayConfig, ReplayOptio
     ["replay", "t.jsonl", "--concurrency", str(10**23)],
     ["advise", "t.jsonl", "--concurrency", str(MAX_CONCURRENCY + 1)],
     ["replay", "t.jsonl", "--concurrency", "0"],
+    ["advise", "t.jsonl", "--concurrency", "0"],
+    ["live-replay", "t.jsonl", "--target", "http://127.0.0.1:9", "--concurrency", "0"],
+    ["live-compare", "t.jsonl", "--target", "http://127.0.0.1:9", "--concurrency", "0"],
     ["live-replay", "t.jsonl", "--target", "http://127.0.0.1:9", "--concurrency", str(MAX_CONCURRENCY + 1)],
     ["study", "paper", "out", "--concurrency", str(MAX_CONCURRENCY + 1)],
 ])

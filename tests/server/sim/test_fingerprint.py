@@ -34,6 +34,7 @@ def _script():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # about 4 replays x 18 policies: past the 600 s hang guard on a loaded 2-core machine
 def test_replay_figures_equal_the_recorded_fingerprint(tmp_path, capsys):
     fp = _script()
     out = tmp_path / "now.json"
