@@ -24,10 +24,16 @@ PyPI: the hint gives the checkout form first.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable
 
-__all__ = ["EXTRA_OF", "install_hint", "missing_module_line", "run", "usage_error_line"]
+__all__ = ["EXTRA_OF", "PIPED_COLUMNS", "install_hint", "missing_module_line", "run", "usage_error_line"]
+
+#: Console width when neither stdout nor stderr is a terminal and ``COLUMNS`` is unset. rich
+#: falls back to 80 columns there, so a piped or logged one-line message broke in two and tables
+#: squeezed their headers into three rows; 240 holds every table our CLIs print on one line each.
+PIPED_COLUMNS = 240
 
 #: Top-level module -> the extra that installs it ("" = the base install). Modules declared by
 #: several extras map to the one that the CLIs need them for; anything else falls back to the
@@ -81,6 +87,7 @@ def run(cli: str, load: Callable[[], Callable[[], Any]], default_extra: str) -> 
     Returns:
         The command's exit status (2 for a missing module).
     """
+    _wide_when_piped()
     try:
         result = _invoke(cli, load())
     except ModuleNotFoundError as exc:
@@ -100,6 +107,24 @@ def usage_error_line(cli: str, exc: BaseException) -> str:
     if ctx is not None:
         line += f" (see: {ctx.command_path} --help)"  # the program is named cli (_invoke)
     return line
+
+
+def _wide_when_piped() -> None:
+    """Set ``COLUMNS`` to :data:`PIPED_COLUMNS` when no output stream is a terminal and the user set
+    none: the CLIs build their rich consoles on import (inside ``load()``), and rich reads the width
+    from ``COLUMNS`` then. With either stream on a terminal, rich measures the terminal instead."""
+    if "COLUMNS" in os.environ:
+        return
+    if any(_isatty(stream) for stream in (sys.stdout, sys.stderr)):
+        return
+    os.environ["COLUMNS"] = str(PIPED_COLUMNS)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # replaced or closed stream: not a terminal
+        return False
 
 
 def _invoke(cli: str, entry: Callable[..., Any]) -> Any:

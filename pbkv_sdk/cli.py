@@ -36,7 +36,7 @@ import_app = typer.Typer(no_args_is_help=True, help="Convert other systems' logs
 app.add_typer(import_app, name="import")
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
 
 #: Environment that switches CrewAI's telemetry and tracing off in recorded apps. Not
 #: ``OTEL_SDK_DISABLED``: CrewAI honours its own switches, and that one would also silence the

@@ -33,7 +33,7 @@ from pbkv_train.train import MODEL_NAMES, TrainConfig, predict_proba, run_experi
 app = typer.Typer(help="PBKV workflow predictor: train, evaluate, learning curves.", no_args_is_help=True,
                   add_completion=False)
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
 
 #: eval and curve split each app's workflows by workflow into train, validation and test sets.
 MIN_SPLIT_WORKFLOWS = 3

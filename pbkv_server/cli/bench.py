@@ -42,7 +42,7 @@ from pbkv_server.predictors.torch_threads import limit_torch_threads
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-driven simulator and benchmarks.")
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
 
 def _check_outputs(trace: Path, json_out: Path | None, plot: Path | None) -> None:
     """Refuse (one line, exit 2) a ``--json`` / ``--plot`` path that cannot be written, whose folder

@@ -19,6 +19,7 @@ from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS
 from pbkv_server.sim.advise import MAX_GPU_MEMORY_GIB, MAX_TP
 from pbkv_contract.prediction import MAX_HORIZON  # re-exported: one bound for every tool
 from pbkv_server.hardware.profiles import MAX_KV_TOKENS
+from pbkv_server.sim.simulator import MAX_CONCURRENCY
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES
 
 __all__ = ["ReplaySettings", "AdviseSettings", "MAX_HORIZON", "MAX_REPLICAS"]
@@ -39,7 +40,8 @@ def _predictor() -> Any:
 
 
 def _concurrency() -> Any:
-    return option(32, "most workflows (sessions) in flight (closed loop)")
+    return option(32, f"most workflows (sessions) in flight (closed loop; 1..{MAX_CONCURRENCY:,})", min=1,
+                  max=MAX_CONCURRENCY)
 
 
 def _json_out(what: str) -> Any:

@@ -51,13 +51,13 @@ from pbkv_contract.files import output_problem
 from pbkv_server.engine.cost import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, sglang_policy_names
 from pbkv_server.loadgen.live_replay import PromptBook, ReplaySummary, check_arguments, replay
-from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.simulator import MAX_CONCURRENCY, ReplayConfig, ReplayOptions, load_workload, simulate
 
 __all__ = ["sim_policy", "ServerSettings", "server_settings", "matched_records", "measured_profile", "probed_fit",
            "simulate_matched", "command"]
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
 
 def sim_policy(server_policy: str) -> str | None:
     """The engine-core policy of SGLang's ``--radix-eviction-policy`` value ``server_policy``:
@@ -214,7 +214,7 @@ def simulate_matched(records: Sequence[TraceRecord], settings: ServerSettings, p
 def command(
     trace: Path = typer.Argument(..., help="trace file (JSONL, v1)"),
     target: str = typer.Option(..., "--target", help="SGLang server base URL, e.g. http://127.0.0.1:30000"),
-    concurrency: int = typer.Option(8, "--concurrency", help="most workflows in flight, live and simulated"),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, max=MAX_CONCURRENCY, help="most workflows in flight, live and simulated"),
     gap_scale: float = typer.Option(0.0, "--gap-scale", help="recorded gaps x this, on both sides (0 = back to back)"),
     max_output_tokens: Optional[int] = typer.Option(None, "--max-output-tokens", help="cap each output, both sides"),
     limit: Optional[int] = typer.Option(None, "--limit", help="only the first N workflows"),

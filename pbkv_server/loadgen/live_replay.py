@@ -51,6 +51,7 @@ from pbkv_contract.trace import (
     read_trace,
 )
 from pbkv_server.sim.metrics import percentile
+from pbkv_server.sim.simulator import MAX_CONCURRENCY
 from pbkv_server.sim.report import jsonable
 from pbkv_server.sim.serving_metrics import RequestTiming, Slo, serving_metrics
 
@@ -58,7 +59,7 @@ __all__ = ["command", "replay", "check_arguments", "detect_vocab_size", "block_t
            "ReplaySummary"]
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
 
 #: Token ids are drawn from [TOKEN_ID_LOW, vocab_size): clear of the special tokens at the start
 #: of common vocabularies.
@@ -436,7 +437,7 @@ def _quantile(sorted_values: list[float], q: float) -> float | None:
 def command(
     trace: list[Path] = typer.Argument(..., help="trace file(s) (JSONL, v1)"),
     target: str = typer.Option(..., "--target", help="server base URL, e.g. http://127.0.0.1:30000"),
-    concurrency: int = typer.Option(8, "--concurrency", help="most workflows in flight (closed loop)"),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, max=MAX_CONCURRENCY, help="most workflows in flight (closed loop)"),
     api: str = typer.Option("auto", "--api", help="generate (SGLang /generate) | chat (OpenAI) | auto"),
     vocab_size: Optional[int] = typer.Option(
         None, "--vocab-size", help="token ids are drawn below this (generate; default: the served model's "

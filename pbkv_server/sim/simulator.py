@@ -44,8 +44,14 @@ from pbkv_server.sim.serving_metrics import Slo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Workload", "ReplayUnit", "ReplayConfig", "ReplayOptions", "SimResult", "SimulationError", "load_workload",
-           "simulate"]
+__all__ = ["MAX_CONCURRENCY", "Workload", "ReplayUnit", "ReplayConfig", "ReplayOptions", "SimResult",
+           "SimulationError", "load_workload", "simulate"]
+
+#: Most replay units in flight (``--concurrency``). A closed loop never has more in flight than the
+#: trace has units, so any larger value replays alike; the bound only turns a typo (1e23) into one
+#: line. A million is 100x the most running requests an engine is configured for in the sources we
+#: model (SGLang sizes ``max_running_requests`` from the KV pool, thousands on one H200).
+MAX_CONCURRENCY = 1_000_000
 
 
 #: Most replays of an order-iterating offline policy (``opt``) before its order must be stable.
@@ -430,13 +436,13 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
         ``speculative_prefill_tokens`` (and ``guard`` over their summed counters).
 
     Raises:
-        ValueError: ``concurrency`` or ``replicas`` < 1, an unknown policy or router, an offline
+        ValueError: ``concurrency`` outside 1.. :data:`MAX_CONCURRENCY` or ``replicas`` < 1, an unknown policy or router, an offline
             policy behind a router (its future is the whole trace's order on one engine), or a
             single ``predictor`` for several replicas.
         SimulationError: an engine stops making progress.
     """
-    if options.concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
+    if not 1 <= options.concurrency <= MAX_CONCURRENCY:
+        raise ValueError(f"concurrency must be in 1..{MAX_CONCURRENCY:,}, got {options.concurrency:,}")
     info = policy_info(config.policy)
     clustered = replicas > 1 or router is not None
     if clustered and info.offline:

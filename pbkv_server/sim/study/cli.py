@@ -31,6 +31,7 @@ from pbkv_contract.files import folder_problem
 from pbkv_server.engine.policies import DEFAULT_POLICY, REFERENCE_POLICY
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, PAPER_HOST_RATIO
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
+from pbkv_server.sim.simulator import MAX_CONCURRENCY
 
 __all__ = ["study", "regime", "study_app"]
 
@@ -50,7 +51,7 @@ def study(
     device_tokens: Optional[int] = typer.Option(None, help="device KV tokens (default: the profile's GPU memory)"),
     host_ratio: float = typer.Option(PAPER_HOST_RATIO, help="host tier / device (default 1 = the PBKV paper's HiCache "
                                                             "setting, as pbkv-bench replay; 0 = none)"),
-    concurrency: int = typer.Option(72, help="base concurrency of every study but the sweep (the paper's HoVer 72)"),
+    concurrency: int = typer.Option(72, min=1, max=MAX_CONCURRENCY, help="base concurrency of every study but the sweep (the paper's HoVer 72)"),
     concurrencies: str = typer.Option("8,24,48,72,96,128,192", help="concurrencies of the sweep (Figure 5a)"),
     policies: Optional[str] = typer.Option(None, help="policies of the concurrency sweep (default: every online one)"),
     studies: str = typer.Option("concurrency,backbone,horizon,gamma,rho,noise", help="studies to run"),
@@ -67,7 +68,7 @@ def study(
     from pbkv_server.sim.study.plots import FIGURES, plot_study
     from pbkv_server.sim.study.report import report_markdown
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     fail = _failer(err)
 
     try:
@@ -169,12 +170,15 @@ def _failer(err) -> Callable[[str], typer.Exit]:
 
 
 def _ints(text: str, flag: str) -> list[int]:
+    """``text`` as sorted distinct concurrencies (each 1.. :data:`MAX_CONCURRENCY`)."""
     try:
         values = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
         raise ValueError(f"{flag} must be comma-separated whole numbers, got {text!r}") from None
     if not values:
         raise ValueError(f"{flag} names no value")
+    if not 1 <= values[0] <= values[-1] <= MAX_CONCURRENCY:
+        raise ValueError(f"{flag} must be in 1..{MAX_CONCURRENCY:,}, got {text!r}")
     return values
 
 
@@ -230,7 +234,7 @@ def regime(
     concurrency_factors: Optional[str] = typer.Option(None, help="x the base concurrency (default 1,2)"),
     predictor: str = typer.Option("markov", help="predictor of trace-file and synthetic workloads (example runs "
                                                  "use their predictor.pt)"),
-    concurrency: int = typer.Option(SYNTH_CONCURRENCY, help="base concurrency of trace-file and synthetic workloads"),
+    concurrency: int = typer.Option(SYNTH_CONCURRENCY, min=1, max=MAX_CONCURRENCY, help="base concurrency of trace-file and synthetic workloads"),
     profile: str = typer.Option(SYNTH_PROFILE, help="profile of trace-file and synthetic workloads"),
     threads: int = typer.Option(DEFAULT_TORCH_THREADS, help="torch CPU threads (trained predictors)"),
 ) -> None:
@@ -247,7 +251,7 @@ def regime(
     from pbkv_server.sim.study.plots import plot_regime
     from pbkv_server.sim.study.report import regime_markdown
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     fail = _failer(err)
 
     try:
@@ -345,6 +349,8 @@ def _floats(text: str, flag: str) -> list[float]:
         raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
     if not values:
         raise ValueError(f"{flag} names no value")
+    if not 1 <= values[0] <= values[-1] <= MAX_CONCURRENCY:
+        raise ValueError(f"{flag} must be in 1..{MAX_CONCURRENCY:,}, got {text!r}")
     return values
 
 
