@@ -97,3 +97,7 @@ class AcquireObserver(Protocol):
 
     def released(self, end: Node) -> None:
         """A finished request unlocked its path, from ``end`` (its last node) up."""
+
+    def held(self, room: int) -> None:
+        """Running requests' decoded KV grew (engine model ``sglang``): cached units may take
+        ``room`` device tokens now (capacity minus what running requests hold)."""

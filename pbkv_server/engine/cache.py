@@ -257,6 +257,13 @@ class PrefixCache(Eviction):
             i = j
         return False
 
+    def hold(self, tokens: int) -> None:
+        """Add ``tokens`` of decoded KV to the running requests' reservation (engine model
+        ``sglang``: the output grows a token a step; the caller made room for it first)."""
+        self._reserved += tokens
+        for observer in self._observers:
+            observer.held(self.device_capacity - self._reserved)
+
     def release(self, end: Node | None, reserve: int) -> None:
         """A request finished: unlock its path from ``end`` up and free its output reservation."""
         self._reserved -= reserve

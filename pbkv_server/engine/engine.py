@@ -492,8 +492,8 @@ class Engine:
 
     def _hold(self, tokens: int) -> None:
         """Add ``tokens`` of decoded KV to the running requests' reservation (room was made by
-        :meth:`_decode_room`; ``release`` with a negative count adds to the reservation)."""
-        self.cache.release(None, -tokens)
+        :meth:`_decode_room`)."""
+        self.cache.hold(tokens)
 
     def _decode_room(self, steps: int, whole: bool = False) -> int:
         """Make room for ``steps`` decode steps of the running batch (a token per sequence and

@@ -13,7 +13,9 @@ self-tuning, low overhead replacement cache", FAST 2003): keys and token counts 
 Modelling choices (each a module constant, see ``docs/architecture.md``, "Robustness guard"):
 
 - The ghost (:class:`ShadowLRU`) replays every admitted prompt with LRU eviction at the real
-  device capacity minus the tokens reserved for running outputs, keyed by the real cache's unit
+  device capacity minus the tokens reserved for running outputs (engine model ``sglang``: held by
+  them, growing a token a step, when the ghost shrinks as the real cache evicts for the growth,
+  :meth:`ShadowLRU.shrink`), keyed by the real cache's unit
   keys, and with the real host tier's capacity behind it: what LRU evicts from the device moves to
   the ghost host (LRU there too), as SGLang HiCache writes evicted KV back; no timing. Like the
   real cache, it never evicts a unit of a running request's prompt (pinned from
@@ -202,8 +204,24 @@ class ShadowLRU:
             else:  # a key repeated at another depth (keys not chained): recount
                 self.used = sum(units.values())
         deque(map(units.move_to_end, reversed(keys[:n])), maxlen=0)  # the loop runs in C
-        keep = len(keys)
-        pins = self._pins
+        self._evict(room, len(keys), loading)
+        self.host_used -= loading
+        if count:
+            self.hit_tokens += hit
+            self.host_hit_tokens += host_hit
+        return hit, host_hit
+
+    def shrink(self, room: int) -> None:
+        """Evict as LRU would until the device units take at most ``room`` tokens: the real cache
+        made room for running requests' decoded KV (engine model ``sglang``, where the output is
+        not reserved at admission but grows a token a step, and the real cache evicts for it)."""
+        self._evict(room, 0, 0)
+
+    def _evict(self, room: int, keep: int, loading: int) -> None:
+        """Evict least recent device units, never the ``keep`` most recent (the admitted prompt's),
+        until ``used <= room``; evicted units move to the host tier, whose ``loading`` tokens (units
+        being loaded back) keep their room meanwhile."""
+        units, host, parked, pins = self._units, self._host, self._parked, self._pins
         while self.used > room and len(units) > keep:
             key, tok = units.popitem(last=False)
             if key in pins:  # a running request's unit: locked in the real cache, passed over
@@ -215,11 +233,6 @@ class ShadowLRU:
                 self.host_used += tok
                 while self.host_used > self.host_capacity:
                     self.host_used -= host.popitem(last=False)[1]
-        self.host_used -= loading
-        if count:
-            self.hit_tokens += hit
-            self.host_hit_tokens += host_hit
-        return hit, host_hit
 
 
 class LRUGuard:

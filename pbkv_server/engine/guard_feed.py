@@ -71,6 +71,12 @@ class GuardFeed:
         cache = self._cache
         self.guard.ghost.admit(keys, toks, cache.device_capacity - cache.reserved_tokens, count=False)
 
+    def held(self, room: int) -> None:
+        """The real cache made room for decoded KV (engine model ``sglang``); LRU would have
+        evicted for it too, so the ghost shrinks to the same room. Under ``legacy`` the whole output
+        was reserved at admission, where :meth:`admitted` already gave the ghost that room."""
+        self.guard.ghost.shrink(room)
+
     def released(self, end) -> None:
         """The ghost unpins the request's prompt too (it pinned it in :meth:`admitted`, as the
         real cache locks a running request's path)."""

@@ -19,8 +19,8 @@ PREFILL_COSTS = ("linear", "attention")
 #: the KV pool runs out and chunks long prefills (``docs/cost-model.md``, "Engine model").
 ENGINE_MODELS = ("legacy", "sglang")
 #: Defaults of every engine, replay and CLI (one place, so the switch is one commit).
-DEFAULT_PREFILL_COST = "linear"
-DEFAULT_ENGINE_MODEL = "legacy"
+DEFAULT_PREFILL_COST = "attention"
+DEFAULT_ENGINE_MODEL = "sglang"
 
 if TYPE_CHECKING:  # the prediction interface imports no torch; keep the engine import graph minimal
     from pbkv_contract.prediction import Predictor

@@ -239,9 +239,11 @@ def test_case5b_a_prefetch_keeps_its_source_pinned_while_room_is_made():
     after Y (64, anonymous, score 0) finished, Z (1 token, 20 outputs reserved) decodes with
     138 - 64 - 1 - 20 = 53 free, so X needs 11 more: the aggressive round displaces Y's last 11
     tokens, whose demotion needs host room that only X occupies. X is pinned by its own prefetch,
-    so Y's tail is dropped instead of X, and X lands on the device."""
+    so Y's tail is dropped instead of X, and X lands on the device. The room is computed with Z's
+    whole output reserved at admission: the legacy engine model, pinned."""
     eng = Engine(EngineConfig(profile=PROFILE, policy="pbkv-aggressive", device_tokens=138, host_tokens=64,
-                              rho=1.0, predictor=TablePredictor({"wx": [{"x": 1.0}] * 3})))
+                              rho=1.0, predictor=TablePredictor({"wx": [{"x": 1.0}] * 3}),
+                              prefill_cost="linear", engine_model="legacy"))
     eng.submit(EngineRequest("x", [f"x{i}" for i in range(64)], [1] * 64, 1, Hints("wx", "x", 0, "app")))
     while eng.busy:
         eng.step()
