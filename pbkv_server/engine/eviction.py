@@ -7,7 +7,7 @@ no more of a node than needed (:meth:`Eviction._split_tail`), a freed part moves
 the host can make room and is dropped otherwise, and locked, held or kept nodes never move.
 
 The mixin keeps no state of its own; it works on the cache's: ``tree``, ``heaps``, ``policy``,
-``board``, ``stats``, ``hooks``, ``host_capacity``, ``latency_clock``, ``_pins``, ``_per_unit``,
+``board``, ``stats``, ``hooks``, ``host_capacity``, ``latency_clock``, ``_pins``, ``_per_unit``, ``_unit_runs``,
 ``_selective_host``, ``_condemned``, ``_refile`` and the method ``peek_victim``
 (see :class:`PrefixCache`'s attributes). It has no constructor.
 """
@@ -42,6 +42,7 @@ class Eviction:
     latency_clock: Callable[[], float]
     _pins: Pins | None
     _per_unit: bool
+    _unit_runs: bool
     _selective_host: bool
     _condemned: dict[Node, None]
     _refile: Callable[[Node], None]
@@ -66,6 +67,7 @@ class Eviction:
         # a policy whose priority differs between the units of one node (its last unit decides)
         # takes one unit at a time, so that the rest of the node is ranked again
         per_unit = self._per_unit
+        runs = self._unit_runs and limit is None
         pins = self._pins
         while freed < tokens:
             node = self.peek_victim()
@@ -82,6 +84,8 @@ class Eviction:
             node = self._split_tail(node, need)
             if self._evict(node):
                 freed += node.tokens
+                if runs and freed < tokens:
+                    freed += self._evict_run(node, tokens - freed)
             else:  # a pinned host node hangs below and the host tier is full: it stays for now
                 self.heaps.withdraw(node)  # out of the heap until re-filed below
                 blocked.append(node)
@@ -89,6 +93,58 @@ class Eviction:
             self._refile(node)
         self.stats.eviction_decision_s.append(self.latency_clock() - t0)
         return freed
+
+    def _evict_run(self, moved: Node, tokens: int) -> int:
+        """Take, at once, the units that one-unit eviction would take next after ``moved``, the
+        last unit of a device victim, went to the host; up to ``tokens``. Returns tokens freed.
+
+        One unit at a time (``unit_priority``), the rest of the victim is filed again after each
+        unit, with a fresh entry, and is the next victim while its new priority ranks strictly
+        before every other victim's (``EvictionHeaps.next_after``: an equal key filed earlier
+        goes first). Its units then go one by one to the host, each a one-unit node above the
+        last, the host making room for each in its own order, in which the chain's deepest node
+        ``moved`` competes once filed. Here the run is found first, the host makes room for all
+        of it, dropping its victims in the same order until ``moved`` would be next, and the
+        units that fit join ``moved`` (a :attr:`~pbkv_server.engine.radix.Node.frag` node): the
+        same tiers, drops, counts and order of entries, without a node and a refiling per unit.
+        The units that do not fit are left to the caller's loop, one at a time."""
+        top = moved.parent
+        if (moved.tier != HOST or top.parent is None or top.tier != DEVICE or top.lock
+                or top.n_dev_children or len(top.toks) < 2):
+            return 0
+        after = self.heaps.next_after(top, True)
+        policy, toks = self.policy, top.toks
+        n = len(toks)
+        key = policy.priority(top)
+        m = got = 0
+        while got < tokens and m < n - 1 and (after is None or key < after):
+            got += toks[n - 1 - m]
+            m += 1
+            key = policy.priority_at(top, n - m)
+        if m == 0:
+            return 0
+        free = self.host_capacity - self.tree.host_tokens
+        if got > free:
+            self._evict_host(got - free, stop_at=moved)
+            free = self.host_capacity - self.tree.host_tokens
+            if got > free:  # moved is the host's next victim now: the rest goes one unit at a time
+                m = got = 0
+                while got + toks[n - 1 - m] <= free:
+                    got += toks[n - 1 - m]
+                    m += 1
+                if m == 0:
+                    return 0
+        self.tree.shift_units(top, moved, m)
+        s = self.stats
+        s.evictions += m  # one eviction per unit, as one-unit eviction counts them
+        s.evicted_tokens += got
+        if self.policy.order_guard.fallback:
+            s.guard_fallback_evictions += m
+        self.hooks.on_split(top, moved)  # top ends at a new unit (as the cut of a unit would tell)
+        if not top.frag:  # cut for real, as in _split_tail
+            self._condemned[top] = None
+        self._refile(top)
+        return got
 
     def _evict(self, node: Node) -> bool:
         """Move device node ``node`` to the host tier, or drop it (and its host subtree) if the
@@ -132,14 +188,16 @@ class Eviction:
         if self.policy.order_guard.fallback:
             s.guard_fallback_evictions += 1
 
-    def _evict_host(self, tokens: int) -> int:
+    def _evict_host(self, tokens: int, stop_at: Node | None = None) -> int:
+        """Drop host leaves in the host order until ``tokens`` are freed, or before ``stop_at``
+        would be dropped. Returns tokens freed."""
         self.policy.settle()
         freed = 0
         heaps = self.heaps
         pins = self._pins
         while freed < tokens:
             node = heaps.peek_host()
-            if node is None:
+            if node is None or node is stop_at:
                 break
             if pins is not None:
                 filed = heaps.filing(node)
@@ -148,12 +206,29 @@ class Eviction:
                     break  # held nodes rank last: everything left is held
                 if heaps.filing(node) != filed:
                     continue  # its hold ended and it was re-filed: take it in its new place
-            node = self._split_tail(node, tokens - freed)
+            node = self._host_run(node, tokens - freed) if node.frag else self._split_tail(node, tokens - freed)
             parent = node.parent
             freed += node.tokens
             self._drop(node)
             self._refile(parent)
         return freed
+
+    def _host_run(self, node: Node, need: int) -> Node:
+        """The tail of host victim ``node`` (a chain of one-unit nodes, ``Node.frag``) that the
+        chain's own eviction would drop now, split off: its last unit, then each unit above while
+        ``need`` is not met and the rest still ranks strictly first (as in :meth:`_evict_run`)."""
+        toks = node.toks
+        n = len(toks)
+        m, acc = 1, toks[-1]
+        if acc < need and n > 1:
+            after = self.heaps.next_after(node, False)
+            at = self.policy.host_priority_at
+            while acc < need and m < n and (after is None or at(node, n - m) < after):
+                m += 1
+                acc += toks[-m]
+        if m < n:
+            self.tree.split(node, n - m)
+        return node
 
     def _split_tail(self, node: Node, need: int) -> Node:
         """The smallest tail of ``node``'s units that holds ``need`` tokens, split off as its own
@@ -162,7 +237,7 @@ class Eviction:
         m = self._tail_units(node, need)
         if m < len(node.toks):
             top = self.tree.split(node, len(node.toks) - m)
-            if node.tier == DEVICE:
+            if node.tier == DEVICE and not node.frag:  # a frag node's units were nodes already
                 self._condemned[top] = None
         return node
 

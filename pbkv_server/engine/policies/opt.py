@@ -59,6 +59,14 @@ class OptimalPolicy(Policy):
         """See class docstring."""
         return (-self._next_use.get(node, math.inf), node.last_access)
 
+    def priority_at(self, node, units: int) -> tuple:
+        """The priority of ``node``'s first ``units`` units: the next use of its unit ``units``."""
+        return (-self.future.next_use(node.keys[units - 1], self._now), node.last_access)
+
+    def host_priority_at(self, node, units: int) -> tuple:
+        """The host tier ranks as the device (:meth:`priority_at`)."""
+        return self.priority_at(node, units)
+
     def on_admit(self, admission, path) -> None:
         """The admitted request used every node of its path: recompute their next uses."""
         self._now = admission.index
