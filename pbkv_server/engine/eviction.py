@@ -113,23 +113,19 @@ class Eviction:
                 or top.n_dev_children or len(top.toks) < 2):
             return 0
         after = self.heaps.next_after(top, True)
-        policy, toks = self.policy, top.toks
-        n = len(toks)
-        key = policy.priority(top)
-        m = got = 0
-        while got < tokens and m < n - 1 and (after is None or key < after):
-            got += toks[n - 1 - m]
-            m += 1
-            key = policy.priority_at(top, n - m)
-        if m == 0:
+        if after is not None and not self.policy.priority(top) < after:
             return 0
+        toks = top.toks
+        n = len(toks)
+        m = _rest_first(toks, n - 1, tokens, self.policy.priority_at, top, after)
+        got = sum(toks[n - m:])
         free = self.host_capacity - self.tree.host_tokens
         if got > free:
             self._evict_host(got - free, stop_at=moved)
             free = self.host_capacity - self.tree.host_tokens
             if got > free:  # moved is the host's next victim now: the rest goes one unit at a time
-                m = got = 0
-                while got + toks[n - 1 - m] <= free:
+                run, m, got = m, 0, 0
+                while m < run and got + toks[n - 1 - m] <= free:
                     got += toks[n - 1 - m]
                     m += 1
                 if m == 0:
@@ -219,13 +215,9 @@ class Eviction:
         ``need`` is not met and the rest still ranks strictly first (as in :meth:`_evict_run`)."""
         toks = node.toks
         n = len(toks)
-        m, acc = 1, toks[-1]
-        if acc < need and n > 1:
-            after = self.heaps.next_after(node, False)
-            at = self.policy.host_priority_at
-            while acc < need and m < n and (after is None or at(node, n - m) < after):
-                m += 1
-                acc += toks[-m]
+        m = 1
+        if toks[-1] < need and n > 1:
+            m = _rest_first(toks, n, need, self.policy.host_priority_at, node, self.heaps.next_after(node, False))
         if m < n:
             self.tree.split(node, n - m)
         return node
@@ -294,3 +286,28 @@ class Eviction:
         self.tree.remove(node)
         if node.sc is not None:
             self.board.forget(node.sc)
+
+
+def _rest_first(toks: list, most: int, need: int, at: Callable[[Node, int], tuple], node: Node,
+                after: tuple | None) -> int:
+    """How many of ``node``'s last units one-unit eviction takes in a row, the last one taken
+    anyway: after ``k`` units it takes one more while their ``toks`` are short of ``need``,
+    ``k < most`` and the rest ranks strictly before ``after`` (``at(node, n - k)``, the priority of
+    the rest; ``None``: nothing else to rank against). A shorter rest never ranks earlier
+    (``Policy.priority_at``), so the first rest that does not rank first is found by bisection:
+    O(log units) priorities, not one per unit."""
+    n = len(toks)
+    m, acc = 1, toks[-1]
+    while acc < need and m < most:
+        m += 1
+        acc += toks[-m]
+    if after is None or m == 1 or at(node, n - m + 1) < after:
+        return m
+    lo, hi = 1, m - 1  # the first k whose rest does not rank first lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if at(node, n - mid) < after:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -484,8 +484,9 @@ class Policy(Lifecycle, abc.ABC):
     def priority_at(self, node: NodeView, units: int) -> tuple:
         """:meth:`priority` that ``node`` would have if cut after its first ``units`` units (0 <
         units <= its length), without cutting it: a ``unit_priority`` eviction asks whether the
-        rest of a node it takes units from still ranks first (``engine/eviction.py``). Default:
-        ``priority(node)``, the units of a node ranking alike."""
+        rest of a node it takes units from still ranks first (``engine/eviction.py``), and
+        assumes that a shorter rest never ranks earlier (``opt``: a unit's next use is never
+        after the next one's). Default: ``priority(node)``, the units of a node ranking alike."""
         return self.priority(node)
 
     def host_priority_at(self, node: NodeView, units: int) -> tuple:
