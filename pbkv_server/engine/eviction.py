@@ -109,8 +109,9 @@ class Eviction:
         same tiers, drops, counts and order of entries, without a node and a refiling per unit.
         The units that do not fit are left to the caller's loop, one at a time."""
         top = moved.parent
+        # units that go join moved, so nothing else may hang below them: moved is top's only child
         if (moved.tier != HOST or top.parent is None or top.tier != DEVICE or top.lock
-                or top.n_dev_children or len(top.toks) < 2):
+                or len(top.children) != 1 or len(top.toks) < 2):
             return 0
         after = self.heaps.next_after(top, True)
         if after is not None and not self.policy.priority(top) < after:

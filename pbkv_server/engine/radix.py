@@ -176,8 +176,8 @@ class RadixTree:
         return top
 
     def shift_units(self, node: Node, child: Node, units: int) -> int:
-        """Move the last ``units`` units of ``node`` (0 < units < len) to the front of its child
-        ``child``, which becomes :attr:`Node.frag` (its units stand for one-unit nodes); ``child``
+        """Move the last ``units`` units of ``node`` (0 < units < len) to the front of its only
+        child ``child``, which becomes :attr:`Node.frag` (its units stand for one-unit nodes); ``child``
         may be on another tier (the units change tier with it). Returns the tokens moved.
 
         A ``unit_priority`` eviction uses it to move a run of units down to the host chain below
