@@ -80,12 +80,15 @@ class Eviction:
             need = min(tokens - freed, node.toks[-1]) if per_unit and node is not None else tokens - freed
             if node is None or (limit is not None and not limit(node, self._tail_tokens(node, need))):
                 break
+            if runs:
+                got = self._evict_run(node, tokens - freed)
+                if got:
+                    freed += got
+                    continue
             # the victim's entry goes stale below (tier move, drop, or withdraw): no pop needed
             node = self._split_tail(node, need)
             if self._evict(node):
                 freed += node.tokens
-                if runs and freed < tokens:
-                    freed += self._evict_run(node, tokens - freed)
             else:  # a pinned host node hangs below and the host tier is full: it stays for now
                 self.heaps.withdraw(node)  # out of the heap until re-filed below
                 blocked.append(node)
@@ -94,50 +97,50 @@ class Eviction:
         self.stats.eviction_decision_s.append(self.latency_clock() - t0)
         return freed
 
-    def _evict_run(self, moved: Node, tokens: int) -> int:
-        """Take, at once, the units that one-unit eviction would take next after ``moved``, the
-        last unit of a device victim, went to the host; up to ``tokens``. Returns tokens freed.
+    def _evict_run(self, top: Node, tokens: int) -> int:
+        """Take, at once, the units of device victim ``top`` that one-unit eviction would take in
+        a row, up to ``tokens``, when its only child is a host node (the chain they would join).
+        Returns tokens freed (0: nothing taken, the caller takes one unit).
 
-        One unit at a time (``unit_priority``), the rest of the victim is filed again after each
-        unit, with a fresh entry, and is the next victim while its new priority ranks strictly
-        before every other victim's (``EvictionHeaps.next_after``: an equal key filed earlier
-        goes first). Its units then go one by one to the host, each a one-unit node above the
-        last, the host making room for each in its own order, in which the chain's deepest node
-        ``moved`` competes once filed. Here the run is found first, the host makes room for all
-        of it, dropping its victims in the same order until ``moved`` would be next, and the
-        units that fit join ``moved`` (a :attr:`~pbkv_server.engine.radix.Node.frag` node): the
-        same tiers, drops, counts and order of entries, without a node and a refiling per unit.
-        The units that do not fit are left to the caller's loop, one at a time."""
-        top = moved.parent
-        # units that go join moved, so nothing else may hang below them: moved is top's only child
-        if (moved.tier != HOST or top.parent is None or top.tier != DEVICE or top.lock
-                or len(top.children) != 1 or len(top.toks) < 2):
+        One unit at a time (``unit_priority``), the victim's last unit goes to the host, the rest
+        is filed again with a fresh entry and is the next victim while its new priority ranks
+        strictly before every other victim's (``EvictionHeaps.next_after``: an equal key filed
+        earlier goes first). Each unit becomes a one-unit host node above the chain, the host
+        making room for it in its own order, in which the chain competes. Here the run is found
+        first, the host makes room for all of it, dropping its victims in the same order until
+        the chain would be next, and the units that fit join the chain's node (a
+        :attr:`~pbkv_server.engine.radix.Node.frag` node): the same tiers, drops, counts and order
+        of entries, without a node and a refiling per unit. Units that do not fit are left to the
+        caller's loop, one at a time."""
+        # units that go join the chain, so nothing else may hang below them: its only child
+        if len(top.children) != 1 or len(top.toks) < 2:
+            return 0
+        chain = next(iter(top.children.values()))
+        if chain.tier != HOST:
             return 0
         after = self.heaps.next_after(top, True)
-        if after is not None and not self.policy.priority(top) < after:
-            return 0
         toks = top.toks
         n = len(toks)
         m = _rest_first(toks, n - 1, tokens, self.policy.priority_at, top, after)
         got = sum(toks[n - m:])
         free = self.host_capacity - self.tree.host_tokens
         if got > free:
-            self._evict_host(got - free, stop_at=moved)
+            self._evict_host(got - free, stop_at=chain)
             free = self.host_capacity - self.tree.host_tokens
-            if got > free:  # moved is the host's next victim now: the rest goes one unit at a time
+            if got > free:  # the chain is the host's next victim now: the rest goes one unit at a time
                 run, m, got = m, 0, 0
                 while m < run and got + toks[n - 1 - m] <= free:
                     got += toks[n - 1 - m]
                     m += 1
                 if m == 0:
                     return 0
-        self.tree.shift_units(top, moved, m)
+        self.tree.shift_units(top, chain, m)
         s = self.stats
         s.evictions += m  # one eviction per unit, as one-unit eviction counts them
         s.evicted_tokens += got
         if self.policy.order_guard.fallback:
             s.guard_fallback_evictions += m
-        self.hooks.on_split(top, moved)  # top ends at a new unit (as the cut of a unit would tell)
+        self.hooks.on_split(top, chain)  # top ends at a new unit (as the cut of a unit would tell)
         if not top.frag:  # cut for real, as in _split_tail
             self._condemned[top] = None
         self._refile(top)
