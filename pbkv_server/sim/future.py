@@ -100,6 +100,17 @@ class TraceFuture:
         if i is not None:
             self._consumed[i] = 1
 
+    def serve(self, now_index: int) -> float | None:
+        """Consume the request bound to submission index ``now_index`` (:meth:`bind`), as
+        :meth:`next_use` does first; returns its reference position, or ``None`` when none is bound
+        (any longer). A unit whose next use was another request's keeps it (``opt`` skips it)."""
+        rid = self._bound.pop(now_index, None)
+        if rid is None:
+            return None
+        self.consume(rid)
+        i = self._index.get(rid)
+        return self._position[i] if i is not None else None
+
     def next_use(self, key: Hashable, now_index: int = -1) -> float:
         """Reference position of the earliest unserved request whose prompt holds ``key``; ``math.inf`` if none.
 

@@ -54,6 +54,9 @@ class OptimalPolicy(Policy):
         self.future = context.future
         self._now = -1
         self._next_use: dict = {}  # node -> next use of its last unit
+        # an oracle that tells the admitted request's position (TraceFuture.serve) lets on_admit
+        # skip the nodes whose next use was another request's: theirs is unchanged
+        self._serve = getattr(self.future, "serve", None)
 
     def priority(self, node) -> tuple:
         """See class docstring."""
@@ -68,10 +71,21 @@ class OptimalPolicy(Policy):
         return self.priority_at(node, units)
 
     def on_admit(self, admission, path) -> None:
-        """The admitted request used every node of its path: recompute their next uses."""
-        self._now = admission.index
+        """The admitted request used every node of its path: recompute their next uses.
+
+        A node's next use moves only when the request it named is served: users are only ever
+        consumed, and the one it named (a request holding the node's last unit, so one whose
+        path holds the node) has it recomputed here when admitted. So with an oracle that says
+        which position is served now, the nodes whose next use was another position keep it."""
+        self._now = index = admission.index
+        if not path:
+            return
+        next_use, future = self._next_use, self.future
+        served = self._serve(index) if self._serve is not None else None
         for node in path:
-            self._next_use[node] = self.future.next_use(node.keys[-1], admission.index)
+            old = next_use.get(node)
+            if served is None or old is None or old == served:
+                next_use[node] = future.next_use(node.keys[-1], index)
 
     def on_split(self, top, bottom) -> None:
         """``bottom`` keeps the old last unit (and its next use); ``top`` ends at a new one."""
