@@ -125,9 +125,13 @@ class Eviction:
         got = sum(toks[n - m:])
         free = self.host_capacity - self.tree.host_tokens
         if got > free:
-            self._evict_host(got - free, stop_at=chain)
+            # the chain competes in the host order as it would unit by unit (its deepest units
+            # go first, the run's join its top), up to its last unit: dropping it all would start
+            # a new chain, filed afresh, which the steps one unit at a time below reproduce
+            self._evict_host(got - free, keep=chain)
+            chain = next(iter(top.children.values()))  # its rest, when its tail was dropped
             free = self.host_capacity - self.tree.host_tokens
-            if got > free:  # the chain is the host's next victim now: the rest goes one unit at a time
+            if got > free:  # the rest goes one unit at a time
                 run, m, got = m, 0, 0
                 while m < run and got + toks[n - 1 - m] <= free:
                     got += toks[n - 1 - m]
@@ -188,16 +192,16 @@ class Eviction:
         if self.policy.order_guard.fallback:
             s.guard_fallback_evictions += 1
 
-    def _evict_host(self, tokens: int, stop_at: Node | None = None) -> int:
-        """Drop host leaves in the host order until ``tokens`` are freed, or before ``stop_at``
-        would be dropped. Returns tokens freed."""
+    def _evict_host(self, tokens: int, keep: Node | None = None) -> int:
+        """Drop host leaves in the host order until ``tokens`` are freed, or until only the first
+        unit of ``keep`` would be next. Returns tokens freed."""
         self.policy.settle()
         freed = 0
         heaps = self.heaps
         pins = self._pins
         while freed < tokens:
             node = heaps.peek_host()
-            if node is None or node is stop_at:
+            if node is None or (node is keep and len(node.toks) == 1):
                 break
             if pins is not None:
                 filed = heaps.filing(node)
@@ -206,14 +210,20 @@ class Eviction:
                     break  # held nodes rank last: everything left is held
                 if heaps.filing(node) != filed:
                     continue  # its hold ended and it was re-filed: take it in its new place
-            node = self._host_run(node, tokens - freed) if node.frag else self._split_tail(node, tokens - freed)
+            if node is keep or node.frag:
+                kept = node is keep
+                node = self._host_run(node, tokens - freed, len(node.toks) - kept)
+                if kept:
+                    keep = node.parent  # the rest of keep (a cut leaves node the dropped tail)
+            else:
+                node = self._split_tail(node, tokens - freed)
             parent = node.parent
             freed += node.tokens
             self._drop(node)
             self._refile(parent)
         return freed
 
-    def _host_run(self, node: Node, need: int) -> Node:
+    def _host_run(self, node: Node, need: int, most: int) -> Node:
         """The tail of host victim ``node`` (a chain of one-unit nodes, ``Node.frag``) that the
         chain's own eviction would drop now, split off: its last unit, then each unit above while
         ``need`` is not met and the rest still ranks strictly first (as in :meth:`_evict_run`)."""
@@ -221,7 +231,7 @@ class Eviction:
         n = len(toks)
         m = 1
         if toks[-1] < need and n > 1:
-            m = _rest_first(toks, n, need, self.policy.host_priority_at, node, self.heaps.next_after(node, False))
+            m = _rest_first(toks, most, need, self.policy.host_priority_at, node, self.heaps.next_after(node, False))
         if m < n:
             self.tree.split(node, n - m)
         return node
