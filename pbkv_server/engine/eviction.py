@@ -113,7 +113,7 @@ class Eviction:
         of entries, without a node and a refiling per unit. Units that do not fit are left to the
         caller's loop, one at a time."""
         # units that go join the chain, so nothing else may hang below them: its only child
-        if len(top.children) != 1 or len(top.toks) < 2:
+        if len(top.children) != 1:
             return 0
         chain = next(iter(top.children.values()))
         if chain.tier != HOST:
@@ -121,7 +121,7 @@ class Eviction:
         after = self.heaps.next_after(top, True)
         toks = top.toks
         n = len(toks)
-        m = _rest_first(toks, n - 1, tokens, self.policy.priority_at, top, after)
+        m = _rest_first(toks, n, tokens, self.policy.priority_at, top, after)
         got = sum(toks[n - m:])
         free = self.host_capacity - self.tree.host_tokens
         if got > free:
@@ -138,12 +138,21 @@ class Eviction:
                     m += 1
                 if m == 0:
                     return 0
-        self.tree.shift_units(top, chain, m)
         s = self.stats
         s.evictions += m  # one eviction per unit, as one-unit eviction counts them
         s.evicted_tokens += got
         if self.policy.order_guard.fallback:
             s.guard_fallback_evictions += m
+        if m == n:  # all of top goes, as its last unit alone would: the chain takes its place
+            parent = top.parent
+            self.hooks.on_drop(top)  # the node leaves for good (its units stay, in the chain)
+            self._condemned.pop(top, None)
+            if top.sc is not None:
+                self.board.forget(top.sc)
+            self.tree.absorb(top, chain)
+            self._refile(parent)
+            return got
+        self.tree.shift_units(top, chain, m)
         self.hooks.on_split(top, chain)  # top ends at a new unit (as the cut of a unit would tell)
         if not top.frag:  # cut for real, as in _split_tail
             self._condemned[top] = None

@@ -201,6 +201,29 @@ class RadixTree:
                 self.host_tokens += tokens
         return tokens
 
+    def absorb(self, node: Node, child: Node) -> int:
+        """Move every unit of ``node`` to the front of its only child ``child`` (as
+        :meth:`shift_units`), which takes ``node``'s place under its parent; ``node`` leaves the
+        tree. Returns the tokens moved."""
+        parent, tokens = node.parent, node.tokens
+        del parent.children[node.keys[0]]
+        del node.children[child.keys[0]]
+        child.keys = node.keys + child.keys
+        child.toks = node.toks + child.toks
+        child.tokens += tokens
+        child.frag = True
+        child.parent = parent
+        parent.children[child.keys[0]] = child
+        if node.tier != child.tier:
+            dev = 1 if child.tier == DEVICE else -1
+            parent.n_dev_children += dev
+            self.device_tokens += dev * tokens
+            self.host_tokens -= dev * tokens
+        node.parent = None
+        node.attached = False
+        self.n_nodes -= 1
+        return tokens
+
     def set_tier(self, node: Node, tier: int) -> None:
         """Move ``node`` to ``tier`` (the caller checks capacity and prefix closure)."""
         if node.tier == tier:
