@@ -8,6 +8,13 @@ in this process's CPU time (the fair figure on a shared machine, where other pro
 stretches wall time), with the load average.
 
     .venv/bin/python benchmarks/sim_speed.py [--workflows 1000] [--concurrency 32]
+
+With ``--trace`` it replays a trace file instead (a real one, ``pbkv-sdk import kv-cache-tester``
+say) under ``--policies`` and prints, per policy, CPU seconds and invocations per CPU second (an
+offline policy's figure covers all of its order runs), and each policy's CPU over the first's:
+
+    .venv/bin/python benchmarks/sim_speed.py --trace cc40.jsonl --policies lru,opt \\
+        --profile a6000x8-qwen3-32b-tp8 --host-ratio 1 --predictor markov
 """
 
 from __future__ import annotations
@@ -28,10 +35,18 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--profile", default="h100-qwen2.5-32b")
-    parser.add_argument("--device-tokens", type=int, default=500_000)
+    parser.add_argument("--device-tokens", type=int, default=None,
+                        help="device KV tokens (default: 500,000; with --trace, the profile's)")
     parser.add_argument("--predictor", default="oracle")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trace", default=None, help="replay this trace file instead of a synthetic one")
+    parser.add_argument("--policies", default="lru,opt", help="with --trace: comma-separated policies")
+    parser.add_argument("--host-ratio", type=float, default=None,
+                        help="with --trace: host tier = RATIO x device (default: the profile's host size)")
     args = parser.parse_args()
+    if args.trace is not None:
+        replay_trace(args)
+        return
 
     t0 = time.perf_counter()
     records = list(generate("codegen", args.workflows, seed=args.seed))
@@ -44,7 +59,7 @@ def main() -> None:
     for policy in available_policies(REPLAY):
         predictor = make_predictor(args.predictor, 3, records)
         t0, c0 = time.perf_counter(), time.process_time()
-        result = simulate(workload, ReplayConfig(policy, profile, device_tokens=args.device_tokens),
+        result = simulate(workload, ReplayConfig(policy, profile, device_tokens=args.device_tokens or 500_000),
                           ReplayOptions(concurrency=args.concurrency, predictor=predictor))
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
         total += dt
@@ -58,6 +73,32 @@ def main() -> None:
     print(f"replay total, {online} online policies: {core:.1f} s wall, {core_cpu:.1f} s CPU "
           f"(target <= 60 s); with the offline ones, {len(names)} policies: {total:.1f} s wall, {total_cpu:.1f} s CPU; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+def replay_trace(args: argparse.Namespace) -> None:
+    """``--trace``: CPU seconds and invocations per CPU second of each of ``--policies``."""
+    from pbkv_contract.trace import read_trace
+    from pbkv_server.hardware.profiles import host_tokens_for
+
+    records = read_trace(args.trace)
+    workload = load_workload(records)
+    profile = get_profile(args.profile)
+    device = args.device_tokens
+    host = host_tokens_for(profile, device, None, args.host_ratio)
+    n = workload.invocations
+    print(f"{args.trace}: {workload.workflow_count} workflows, {n} invocations; C={args.concurrency}, "
+          f"{args.profile}, host {host} tok")
+    first = None
+    for policy in args.policies.split(","):
+        predictor = make_predictor(args.predictor, 3, records)
+        c0 = time.process_time()
+        result = simulate(workload, ReplayConfig(policy, profile, device_tokens=device, host_tokens=host),
+                          ReplayOptions(concurrency=args.concurrency, predictor=predictor))
+        dc = time.process_time() - c0
+        first = first or dc
+        runs = result.summary.get("order_runs", 1)
+        print(f"{policy:16s} {dc:7.1f} s CPU {n / dc:8.1f} inv/s ({runs} run(s))  x{dc / first:5.1f}   "
+              f"hit rate {result.summary['hit_rate']:.4f}   evictions {result.summary['evictions']}", flush=True)
 
 
 if __name__ == "__main__":

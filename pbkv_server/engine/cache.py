@@ -129,6 +129,9 @@ class PrefixCache(Eviction):
         self._selective_host = bool(policy.selective_host)
         grouped = type(policy).group is not Policy.group  # the policy groups its victims (heaps.py)
         self.heaps = heaps = EvictionHeaps(policy, self._prefetches, grouped)
+        # one-unit eviction takes runs of units at once (eviction.py, _evict_run) when nothing
+        # but the heaps' order decides: no holds, no groups
+        self._unit_runs = self._per_unit and self._pins is None and not grouped
         # bound once, shadowing the refresh() method: re-filing is on every policy's hot path
         self.refresh = self._refile = context.reorder = heaps.refile_grouped if grouped else heaps.refile
         context.regroup = self.heaps.regroup
@@ -247,7 +250,14 @@ class PrefixCache(Eviction):
         i = 0
         for node in m.path:
             j = i + len(node.keys)
-            if node.tokens > cum[j] - cum[i]:
+            if node.frag:  # one-unit nodes, each compared alone: from the first one larger
+                u = next((u for u, t in enumerate(node.toks) if t > cum[i + u + 1] - cum[i + u]), None)
+                if u:
+                    self.tree.split(node, u)  # node keeps the units from u on
+                larger = u is not None
+            else:
+                larger = node.tokens > cum[j] - cum[i]
+            if larger:
                 if node.lock or self._pinned_below(node) or self._kept(node):
                     return False
                 parent = node.parent
@@ -539,5 +549,7 @@ class PrefixCache(Eviction):
             self._condemned[top] = None
         # locked/tier token totals are unchanged: the tokens only moved between the two halves
         self.hooks.on_split(top, bottom)
+        if bottom.frag:  # a cut between one-unit nodes (radix.Node.frag): no entry changes
+            return
         self._refile(bottom)  # its first key changed (belady) and its entry must stay current
         self._refile(top)  # a host-tier top is the new prefetch frontier in place of bottom

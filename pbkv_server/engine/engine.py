@@ -400,7 +400,7 @@ class Engine:
     # ================================================================ internals
     def _request(self, req: EngineRequest, index: int) -> _Request:
         """Check ``req`` and turn it into the scheduler's record (see :meth:`submit` for errors)."""
-        toks = [int(t) for t in req.block_tokens]
+        toks = list(map(int, req.block_tokens))
         if len(req.blocks) != len(toks):
             raise ValueError(f"request {req.request_id}: {len(req.blocks)} blocks but {len(toks)} token counts")
         if toks and min(toks) < 0:

@@ -7,7 +7,7 @@ no more of a node than needed (:meth:`Eviction._split_tail`), a freed part moves
 the host can make room and is dropped otherwise, and locked, held or kept nodes never move.
 
 The mixin keeps no state of its own; it works on the cache's: ``tree``, ``heaps``, ``policy``,
-``board``, ``stats``, ``hooks``, ``host_capacity``, ``latency_clock``, ``_pins``, ``_per_unit``,
+``board``, ``stats``, ``hooks``, ``host_capacity``, ``latency_clock``, ``_pins``, ``_per_unit``, ``_unit_runs``,
 ``_selective_host``, ``_condemned``, ``_refile`` and the method ``peek_victim``
 (see :class:`PrefixCache`'s attributes). It has no constructor.
 """
@@ -42,6 +42,7 @@ class Eviction:
     latency_clock: Callable[[], float]
     _pins: Pins | None
     _per_unit: bool
+    _unit_runs: bool
     _selective_host: bool
     _condemned: dict[Node, None]
     _refile: Callable[[Node], None]
@@ -66,6 +67,7 @@ class Eviction:
         # a policy whose priority differs between the units of one node (its last unit decides)
         # takes one unit at a time, so that the rest of the node is ranked again
         per_unit = self._per_unit
+        runs = self._unit_runs and limit is None
         pins = self._pins
         while freed < tokens:
             node = self.peek_victim()
@@ -78,6 +80,11 @@ class Eviction:
             need = min(tokens - freed, node.toks[-1]) if per_unit and node is not None else tokens - freed
             if node is None or (limit is not None and not limit(node, self._tail_tokens(node, need))):
                 break
+            if runs:
+                got = self._evict_run(node, tokens - freed)
+                if got:
+                    freed += got
+                    continue
             # the victim's entry goes stale below (tier move, drop, or withdraw): no pop needed
             node = self._split_tail(node, need)
             if self._evict(node):
@@ -89,6 +96,68 @@ class Eviction:
             self._refile(node)
         self.stats.eviction_decision_s.append(self.latency_clock() - t0)
         return freed
+
+    def _evict_run(self, top: Node, tokens: int) -> int:
+        """Take, at once, the units of device victim ``top`` that one-unit eviction would take in
+        a row, up to ``tokens``, when its only child is a host node (the chain they would join).
+        Returns tokens freed (0: nothing taken, the caller takes one unit).
+
+        One unit at a time (``unit_priority``), the victim's last unit goes to the host, the rest
+        is filed again with a fresh entry and is the next victim while its new priority ranks
+        strictly before every other victim's (``EvictionHeaps.next_after``: an equal key filed
+        earlier goes first). Each unit becomes a one-unit host node above the chain, the host
+        making room for it in its own order, in which the chain competes. Here the run is found
+        first, the host makes room for all of it, dropping its victims in the same order until
+        the chain would be next, and the units that fit join the chain's node (a
+        :attr:`~pbkv_server.engine.radix.Node.frag` node): the same tiers, drops, counts and order
+        of entries, without a node and a refiling per unit. Units that do not fit are left to the
+        caller's loop, one at a time."""
+        # units that go join the chain, so nothing else may hang below them: its only child
+        if len(top.children) != 1:
+            return 0
+        chain = next(iter(top.children.values()))
+        if chain.tier != HOST:
+            return 0
+        after = self.heaps.next_after(top, True)
+        toks = top.toks
+        n = len(toks)
+        m = _rest_first(toks, n, tokens, self.policy.priority_at, top, after)
+        got = sum(toks[n - m:])
+        free = self.host_capacity - self.tree.host_tokens
+        if got > free:
+            # the chain competes in the host order as it would unit by unit (its deepest units
+            # go first, the run's join its top), up to its last unit: dropping it all would start
+            # a new chain, filed afresh, which the steps one unit at a time below reproduce
+            self._evict_host(got - free, keep=chain)
+            chain = next(iter(top.children.values()))  # its rest, when its tail was dropped
+            free = self.host_capacity - self.tree.host_tokens
+            if got > free:  # the rest goes one unit at a time
+                run, m, got = m, 0, 0
+                while m < run and got + toks[n - 1 - m] <= free:
+                    got += toks[n - 1 - m]
+                    m += 1
+                if m == 0:
+                    return 0
+        s = self.stats
+        s.evictions += m  # one eviction per unit, as one-unit eviction counts them
+        s.evicted_tokens += got
+        if self.policy.order_guard.fallback:
+            s.guard_fallback_evictions += m
+        if m == n:  # all of top goes, as its last unit alone would: the chain takes its place
+            parent = top.parent
+            self.hooks.on_drop(top)  # the node leaves for good (its units stay, in the chain)
+            self._condemned.pop(top, None)
+            if top.sc is not None:
+                self.board.forget(top.sc)
+            self.tree.absorb(top, chain)
+            self._refile(parent)
+            return got
+        self.tree.shift_units(top, chain, m)
+        self.hooks.on_split(top, chain)  # top ends at a new unit (as the cut of a unit would tell)
+        if not top.frag:  # cut for real, as in _split_tail
+            self._condemned[top] = None
+        self._refile(top)
+        return got
 
     def _evict(self, node: Node) -> bool:
         """Move device node ``node`` to the host tier, or drop it (and its host subtree) if the
@@ -132,14 +201,16 @@ class Eviction:
         if self.policy.order_guard.fallback:
             s.guard_fallback_evictions += 1
 
-    def _evict_host(self, tokens: int) -> int:
+    def _evict_host(self, tokens: int, keep: Node | None = None) -> int:
+        """Drop host leaves in the host order until ``tokens`` are freed, or until only the first
+        unit of ``keep`` would be next. Returns tokens freed."""
         self.policy.settle()
         freed = 0
         heaps = self.heaps
         pins = self._pins
         while freed < tokens:
             node = heaps.peek_host()
-            if node is None:
+            if node is None or (node is keep and len(node.toks) == 1):
                 break
             if pins is not None:
                 filed = heaps.filing(node)
@@ -148,12 +219,31 @@ class Eviction:
                     break  # held nodes rank last: everything left is held
                 if heaps.filing(node) != filed:
                     continue  # its hold ended and it was re-filed: take it in its new place
-            node = self._split_tail(node, tokens - freed)
+            if node is keep or node.frag:
+                kept = node is keep
+                node = self._host_run(node, tokens - freed, len(node.toks) - kept)
+                if kept:
+                    keep = node.parent  # the rest of keep (a cut leaves node the dropped tail)
+            else:
+                node = self._split_tail(node, tokens - freed)
             parent = node.parent
             freed += node.tokens
             self._drop(node)
             self._refile(parent)
         return freed
+
+    def _host_run(self, node: Node, need: int, most: int) -> Node:
+        """The tail of host victim ``node`` (a chain of one-unit nodes, ``Node.frag``) that the
+        chain's own eviction would drop now, split off: its last unit, then each unit above while
+        ``need`` is not met and the rest still ranks strictly first (as in :meth:`_evict_run`)."""
+        toks = node.toks
+        n = len(toks)
+        m = 1
+        if toks[-1] < need and n > 1:
+            m = _rest_first(toks, most, need, self.policy.host_priority_at, node, self.heaps.next_after(node, False))
+        if m < n:
+            self.tree.split(node, n - m)
+        return node
 
     def _split_tail(self, node: Node, need: int) -> Node:
         """The smallest tail of ``node``'s units that holds ``need`` tokens, split off as its own
@@ -162,7 +252,7 @@ class Eviction:
         m = self._tail_units(node, need)
         if m < len(node.toks):
             top = self.tree.split(node, len(node.toks) - m)
-            if node.tier == DEVICE:
+            if node.tier == DEVICE and not node.frag:  # a frag node's units were nodes already
                 self._condemned[top] = None
         return node
 
@@ -219,3 +309,28 @@ class Eviction:
         self.tree.remove(node)
         if node.sc is not None:
             self.board.forget(node.sc)
+
+
+def _rest_first(toks: list, most: int, need: int, at: Callable[[Node, int], tuple], node: Node,
+                after: tuple | None) -> int:
+    """How many of ``node``'s last units one-unit eviction takes in a row, the last one taken
+    anyway: after ``k`` units it takes one more while their ``toks`` are short of ``need``,
+    ``k < most`` and the rest ranks strictly before ``after`` (``at(node, n - k)``, the priority of
+    the rest; ``None``: nothing else to rank against). A shorter rest never ranks earlier
+    (``Policy.priority_at``), so the first rest that does not rank first is found by bisection:
+    O(log units) priorities, not one per unit."""
+    n = len(toks)
+    m, acc = 1, toks[-1]
+    while acc < need and m < most:
+        m += 1
+        acc += toks[-m]
+    if after is None or m == 1 or at(node, n - m + 1) < after:
+        return m
+    lo, hi = 1, m - 1  # the first k whose rest does not rank first lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if at(node, n - mid) < after:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -395,6 +395,27 @@ class EvictionHeaps:
             heapq.heappop(heap)
         return None
 
+    def next_after(self, node: Node, device: bool) -> tuple | None:
+        """The key that must rank strictly after ``node``'s for ``node`` to be a tier's next victim
+        again once re-filed (a fresh entry ranks after every entry of an equal key): the best
+        valid key of the other victims when ``node`` is the best one now, else the best key
+        (which ``node``'s does not beat); ``None`` when no other victim is filed. Not for grouped
+        heaps (a ``unit_priority`` eviction asks it, ``eviction.py``)."""
+        valid = device_valid if device else host_valid
+        heap = self.device if device else self.host
+        while heap and not valid(heap[0]):
+            _pop(heap)
+        if not heap:
+            return None
+        if heap[0][NODE] is not node:
+            return heap[0][KEY]
+        entry = _pop(heap)
+        while heap and not valid(heap[0]):
+            _pop(heap)
+        key = heap[0][KEY] if heap else None
+        _push(heap, entry)  # back in its place: the same (key, seq)
+        return key
+
     @staticmethod
     def filing(node: Node) -> int:
         """The version of ``node``'s current victim entry: it changes whenever the node is re-filed

@@ -47,6 +47,8 @@ def to_units(blocks: Sequence[Hashable], toks: Sequence[int], page_size: int | N
         ValueError: ``page_size`` < 1.
     """
     if page_size is None:
+        if len(blocks) == len(toks) and min(toks, default=1) > 0:  # no 0-token block: copies made in C
+            return Units(list(blocks), list(toks), 0)
         kept = [(k, n) for k, n in zip(blocks, toks) if n > 0]
         return Units([k for k, _ in kept], [n for _, n in kept], 0)
     if page_size < 1:

@@ -47,10 +47,15 @@ class Node:
         sc: the node's :class:`~pbkv_server.engine.scoring.NodeScore` (set by the cache; ``None``
             for the root and until the cache sets it).
         attached: False once the node was dropped from the tree.
+        frag: the node stands for a chain of one-unit nodes (a ``unit_priority`` policy's
+            eviction moved its units one at a time, :meth:`RadixTree.shift_units`): each boundary
+            between its units is a node boundary of that chain, so a cut inside it is a
+            :meth:`~RadixTree.split` that changes no order (the cache files nothing again). Never
+            set for other policies.
     """
 
     __slots__ = ("id", "keys", "toks", "tokens", "parent", "children", "tier", "lock", "last_access",
-                 "n_dev_children", "ver", "pver", "sc", "attached")
+                 "n_dev_children", "ver", "pver", "sc", "attached", "frag")
 
     def __init__(self, keys: list, toks: list, parent: "Node | None", tier: int, now: float) -> None:
         self.id = next(_ids)
@@ -67,6 +72,7 @@ class Node:
         self.pver = 0
         self.sc: NodeScore | None = None
         self.attached = True
+        self.frag = False
 
     def __repr__(self) -> str:
         tier = "dev" if self.tier == DEVICE else "host"
@@ -152,12 +158,14 @@ class RadixTree:
         return node
 
     def split(self, node: Node, j: int) -> Node:
-        """Cut ``node`` after its first ``j`` blocks (0 < j < len). Returns the new upper node."""
+        """Cut ``node`` after its first ``j`` blocks (0 < j < len). Returns the new upper node (a
+        cut of a :attr:`Node.frag` node leaves both parts ``frag``)."""
         top = Node(node.keys[:j], node.toks[:j], node.parent, node.tier, node.last_access)
         node.keys = node.keys[j:]
         node.toks = node.toks[j:]
         node.tokens -= top.tokens
         top.lock = node.lock
+        top.frag = node.frag
         top.children = {node.keys[0]: node}
         top.n_dev_children = 1 if node.tier == DEVICE else 0
         node.parent.children[top.keys[0]] = top
@@ -166,6 +174,55 @@ class RadixTree:
         if self._on_split is not None:
             self._on_split(top, node)
         return top
+
+    def shift_units(self, node: Node, child: Node, units: int) -> int:
+        """Move the last ``units`` units of ``node`` (0 < units < len) to the front of its only
+        child ``child``, which becomes :attr:`Node.frag` (its units stand for one-unit nodes); ``child``
+        may be on another tier (the units change tier with it). Returns the tokens moved.
+
+        A ``unit_priority`` eviction uses it to move a run of units down to the host chain below
+        them at once, where moving them one at a time would leave one node per unit."""
+        moved_keys, moved_toks = node.keys[-units:], node.toks[-units:]
+        node.keys, node.toks = node.keys[:-units], node.toks[:-units]  # new lists, as split() makes
+        tokens = sum(moved_toks)
+        node.tokens -= tokens
+        del node.children[child.keys[0]]
+        child.keys = moved_keys + child.keys
+        child.toks = moved_toks + child.toks
+        child.tokens += tokens
+        child.frag = True
+        node.children[moved_keys[0]] = child
+        if node.tier != child.tier:
+            if child.tier == DEVICE:
+                self.host_tokens -= tokens
+                self.device_tokens += tokens
+            else:
+                self.device_tokens -= tokens
+                self.host_tokens += tokens
+        return tokens
+
+    def absorb(self, node: Node, child: Node) -> int:
+        """Move every unit of ``node`` to the front of its only child ``child`` (as
+        :meth:`shift_units`), which takes ``node``'s place under its parent; ``node`` leaves the
+        tree. Returns the tokens moved."""
+        parent, tokens = node.parent, node.tokens
+        del parent.children[node.keys[0]]
+        del node.children[child.keys[0]]
+        child.keys = node.keys + child.keys
+        child.toks = node.toks + child.toks
+        child.tokens += tokens
+        child.frag = True
+        child.parent = parent
+        parent.children[child.keys[0]] = child
+        if node.tier != child.tier:
+            dev = 1 if child.tier == DEVICE else -1
+            parent.n_dev_children += dev
+            self.device_tokens += dev * tokens
+            self.host_tokens -= dev * tokens
+        node.parent = None
+        node.attached = False
+        self.n_nodes -= 1
+        return tokens
 
     def set_tier(self, node: Node, tier: int) -> None:
         """Move ``node`` to ``tier`` (the caller checks capacity and prefix closure)."""

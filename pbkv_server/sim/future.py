@@ -24,7 +24,24 @@ import math
 from array import array
 from typing import Hashable, Mapping, Sequence
 
-__all__ = ["TraceFuture", "reference_order"]
+__all__ = ["TraceFuture", "UseIndex", "reference_order"]
+
+
+class UseIndex:
+    """Which requests hold each key, whatever their order: built once for a set of requests and
+    shared by the futures of several orders of them (:meth:`TraceFuture.ranked`).
+
+    Args:
+        requests: ``request_id -> block keys``.
+
+    Attributes:
+        ids: the request ids, in the order given.
+        holders: ``key -> indices into ids`` (ascending) of the requests that hold it.
+    """
+
+    def __init__(self, requests: Mapping[str, Sequence[Hashable]]):
+        self.ids = list(requests)
+        self.holders = _uses(enumerate(requests.values()))
 
 
 class TraceFuture:
@@ -37,19 +54,39 @@ class TraceFuture:
             :meth:`next_call`; ``None``: no owner is known (``next_call`` answers ``inf``).
 
     ``next_use`` and ``next_call`` cost amortised O(1): each key's (owner's) uses are sorted once
-    and a cursor skips the consumed ones from the front.
+    and a cursor skips the consumed ones from the front. :meth:`ranked` builds the same oracle
+    from a :class:`UseIndex`, sorting a key's uses when it is first asked about.
     """
 
     def __init__(self, requests: Mapping[str, tuple[float, Sequence[Hashable]]],
                  owners: Mapping[str, Sequence[Hashable]] | None = None):
         ordered = sorted(requests.items(), key=lambda kv: kv[1][0])
-        self._index = {rid: i for i, (rid, _) in enumerate(ordered)}
-        self._position = [pos for _, (pos, _) in ordered]
-        self._consumed = bytearray(len(ordered))
+        self._setup([rid for rid, _ in ordered], [pos for _, (pos, _) in ordered], owners)
         self._uses = _uses((i, blocks) for i, (_, (_, blocks)) in enumerate(ordered))
+        self._holders: dict | None = None
+
+    @classmethod
+    def ranked(cls, index: UseIndex, position: Mapping[str, float],
+               owners: Mapping[str, Sequence[Hashable]] | None = None) -> "TraceFuture":
+        """The oracle of ``TraceFuture({rid: (position[rid], keys)}, owners)`` for the requests of
+        ``index`` (in its order, which breaks ties of position as the mapping's order does)."""
+        self = cls.__new__(cls)
+        rank = sorted(range(len(index.ids)), key=lambda j: position[index.ids[j]])
+        self._setup([index.ids[j] for j in rank], [position[index.ids[j]] for j in rank], owners)
+        self._rank = [0] * len(rank)
+        for i, j in enumerate(rank):
+            self._rank[j] = i
+        self._uses = {}
+        self._holders = index.holders
+        return self
+
+    def _setup(self, ordered: list[str], position: list[float], owners) -> None:
+        self._index = {rid: i for i, rid in enumerate(ordered)}
+        self._position = position
+        self._consumed = bytearray(len(ordered))
         self._cursor: dict[Hashable, int] = {}
         owners = owners or {}
-        self._calls = _uses((i, owners.get(rid, ())) for i, (rid, _) in enumerate(ordered))
+        self._calls = _uses((i, owners.get(rid, ())) for i, rid in enumerate(ordered))
         self._call_cursor: dict[Hashable, int] = {}
         self._bound: dict[int, str] = {}
 
@@ -63,6 +100,17 @@ class TraceFuture:
         if i is not None:
             self._consumed[i] = 1
 
+    def serve(self, now_index: int) -> float | None:
+        """Consume the request bound to submission index ``now_index`` (:meth:`bind`), as
+        :meth:`next_use` does first; returns its reference position, or ``None`` when none is bound
+        (any longer). A unit whose next use was another request's keeps it (``opt`` skips it)."""
+        rid = self._bound.pop(now_index, None)
+        if rid is None:
+            return None
+        self.consume(rid)
+        i = self._index.get(rid)
+        return self._position[i] if i is not None else None
+
     def next_use(self, key: Hashable, now_index: int = -1) -> float:
         """Reference position of the earliest unserved request whose prompt holds ``key``; ``math.inf`` if none.
 
@@ -72,6 +120,12 @@ class TraceFuture:
         rid = self._bound.pop(now_index, None)
         if rid is not None:
             self.consume(rid)
+        if self._holders is not None and key not in self._uses:  # ranked(): sort its uses now
+            held = self._holders.get(key)
+            if held is None:
+                return math.inf
+            rank = self._rank
+            self._uses[key] = sorted([rank[j] for j in held])
         return self._first(self._uses, self._cursor, key)
 
     def next_call(self, owner: Hashable) -> float:

@@ -37,7 +37,7 @@ from pbkv_server.engine.policies import policy_info
 from pbkv_server.engine.types import DEFAULT_ENGINE_MODEL, DEFAULT_PREFILL_COST
 from pbkv_server.sim.cluster import Router, make_router
 from pbkv_server.sim.driver import ReplayDriver, SimulationError
-from pbkv_server.sim.future import TraceFuture, reference_order
+from pbkv_server.sim.future import TraceFuture, UseIndex, reference_order
 from pbkv_server.sim.metrics import MetricsCollector, guard_summary
 from pbkv_server.sim.ceiling import workload_ceiling
 from pbkv_server.sim.serving_metrics import Slo
@@ -303,8 +303,14 @@ def _add_workflow(unit: ReplayUnit, wid: str, recs: list[InvocationRecord], end:
         unit.ends.append((wid, end_gap, end.status if end is not None else "completed") if last else None)
 
 
+def use_index(workload: Workload, page_size: int | None = None) -> UseIndex:
+    """Which requests of ``workload`` hold each cache unit (``page_size``), for :func:`build_future`."""
+    return UseIndex({req.request_id: to_units(req.blocks, req.block_tokens, page_size).keys
+                     for unit in workload.units for req in unit.requests})
+
+
 def build_future(workload: Workload, concurrency: int, page_size: int | None = None,
-                 order: Sequence[str] | None = None) -> TraceFuture:
+                 order: Sequence[str] | None = None, index: UseIndex | None = None) -> TraceFuture:
     """The future for offline policies, keyed by the engine's cache units (``page_size``).
 
     Args:
@@ -315,6 +321,8 @@ def build_future(workload: Workload, concurrency: int, page_size: int | None = N
             ranked by it. ``None``: ranked by submission time in a timing-only replay (recorded
             durations and gaps, no cache effects; ``belady``'s reference order, and ``opt``'s
             first guess).
+        index: :func:`use_index` of the same workload and page size, built once for the futures
+            of several orders (``None``: built here).
     """
     if order is None:
         times = reference_order([u.durations_s for u in workload.units], [u.gaps_s for u in workload.units],
@@ -323,10 +331,8 @@ def build_future(workload: Workload, concurrency: int, page_size: int | None = N
                     for j, req in enumerate(unit.requests)}
     else:
         position = {rid: float(i) for i, rid in enumerate(order)}
-    return TraceFuture({
-        req.request_id: (position[req.request_id], to_units(req.blocks, req.block_tokens, page_size).keys)
-        for unit in workload.units for req in unit.requests
-    }, owners={  # a request's workflow and its session (the unit): the owners next_call answers for
+    return TraceFuture.ranked(index if index is not None else use_index(workload, page_size), position, owners={
+        # a request's workflow and its session (the unit): the owners next_call answers for
         req.request_id: (unit.workflow_ids[j], unit.unit_id)
         for unit in workload.units for j, req in enumerate(unit.requests)
     })
@@ -490,7 +496,8 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
     if not info.offline:
         return run(None)[0]
     page_size = config.page_size
-    result, order = run(build_future(workload, options.concurrency, page_size))
+    index = use_index(workload, page_size)  # the same for every order
+    result, order = run(build_future(workload, options.concurrency, page_size, index=index))
     runs = 1
     if info.iterates_order:
         # MIN over the replay's own order: replay with the future of the previous run until the
@@ -498,7 +505,7 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
         previous: list[str] | None = None
         while order != previous and runs < MAX_ORDER_RUNS:
             previous = order
-            result, order = run(build_future(workload, options.concurrency, page_size, order=previous))
+            result, order = run(build_future(workload, options.concurrency, page_size, order=previous, index=index))
             runs += 1
         result.summary["order_runs"] = runs
         result.summary["order_stable"] = order == previous

@@ -481,6 +481,18 @@ class Policy(Lifecycle, abc.ABC):
         """Order in which the host tier drops its leaves (smallest first); defaults to :meth:`priority`."""
         return self.priority(node)
 
+    def priority_at(self, node: NodeView, units: int) -> tuple:
+        """:meth:`priority` that ``node`` would have if cut after its first ``units`` units (0 <
+        units <= its length), without cutting it: a ``unit_priority`` eviction asks whether the
+        rest of a node it takes units from still ranks first (``engine/eviction.py``), and
+        assumes that a shorter rest never ranks earlier (``opt``: a unit's next use is never
+        after the next one's). Default: ``priority(node)``, the units of a node ranking alike."""
+        return self.priority(node)
+
+    def host_priority_at(self, node: NodeView, units: int) -> tuple:
+        """:meth:`priority_at` in the host tier's order (:meth:`host_priority`)."""
+        return self.host_priority(node)
+
     def group(self, node: NodeView) -> Hashable | None:
         """The group whose rank leads ``node``'s priority, or ``None`` (ranked alone, the default).
 

@@ -9,7 +9,8 @@ order. Two details make it exact here:
   request that uses a unit uses every unit before it, so next use never decreases along a path,
   the last unit of a node is its farthest, and the farthest unit of the whole device sits in a
   leaf, where eviction can take it; eviction takes one unit at a time (``unit_priority``), so
-  the rest of the node is ranked again by its new last unit;
+  the rest of the node is ranked again by its new last unit (the cache takes a run of units that
+  would go in a row at once, with the same outcome: ``engine/eviction.py``, ``_evict_run``);
 - "the future" is the order in which *this* replay submits requests: the simulator replays with
   the future of its previous run until the submission order stops changing
   (:func:`pbkv_server.sim.simulator.simulate`), so the bound is MIN over the replay's own order
@@ -54,16 +55,38 @@ class OptimalPolicy(Policy):
         self.future = context.future
         self._now = -1
         self._next_use: dict = {}  # node -> next use of its last unit
+        # an oracle that tells the admitted request's position (TraceFuture.serve) lets on_admit
+        # skip the nodes whose next use was another request's: theirs is unchanged
+        self._serve = getattr(self.future, "serve", None)
 
     def priority(self, node) -> tuple:
         """See class docstring."""
         return (-self._next_use.get(node, math.inf), node.last_access)
 
+    def priority_at(self, node, units: int) -> tuple:
+        """The priority of ``node``'s first ``units`` units: the next use of its unit ``units``."""
+        return (-self.future.next_use(node.keys[units - 1], self._now), node.last_access)
+
+    def host_priority_at(self, node, units: int) -> tuple:
+        """The host tier ranks as the device (:meth:`priority_at`)."""
+        return self.priority_at(node, units)
+
     def on_admit(self, admission, path) -> None:
-        """The admitted request used every node of its path: recompute their next uses."""
-        self._now = admission.index
+        """The admitted request used every node of its path: recompute their next uses.
+
+        A node's next use moves only when the request it named is served: users are only ever
+        consumed, and the one it named (a request holding the node's last unit, so one whose
+        path holds the node) has it recomputed here when admitted. So with an oracle that says
+        which position is served now, the nodes whose next use was another position keep it."""
+        self._now = index = admission.index
+        if not path:
+            return
+        next_use, future = self._next_use, self.future
+        served = self._serve(index) if self._serve is not None else None
         for node in path:
-            self._next_use[node] = self.future.next_use(node.keys[-1], admission.index)
+            old = next_use.get(node)
+            if served is None or old is None or old == served:
+                next_use[node] = future.next_use(node.keys[-1], index)
 
     def on_split(self, top, bottom) -> None:
         """``bottom`` keeps the old last unit (and its next use); ``top`` ends at a new one."""

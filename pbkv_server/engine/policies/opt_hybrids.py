@@ -34,6 +34,10 @@ class OptDevicePolicy(OptimalPolicy):
         """``(last_access,)``, as ``lru`` drops host leaves."""
         return (node.last_access,)
 
+    def host_priority_at(self, node, units: int) -> tuple:
+        """The units of a node rank alike on the host (LRU)."""
+        return self.host_priority(node)
+
 
 @register_policy("opt-host")
 class OptHostPolicy(OptimalPolicy):
@@ -45,6 +49,10 @@ class OptHostPolicy(OptimalPolicy):
     def priority(self, node) -> tuple:
         """``(last_access,)``, as ``lru`` evicts device leaves."""
         return (node.last_access,)
+
+    def priority_at(self, node, units: int) -> tuple:
+        """The units of a node rank alike on the device (LRU)."""
+        return self.priority(node)
 
     def host_priority(self, node) -> tuple:
         """``opt``'s MIN key on the host tier."""
