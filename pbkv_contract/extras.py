@@ -31,8 +31,8 @@ from typing import Any, Callable
 __all__ = ["EXTRA_OF", "PIPED_COLUMNS", "install_hint", "missing_module_line", "run", "usage_error_line"]
 
 #: Console width when neither stdout nor stderr is a terminal and ``COLUMNS`` is unset. rich
-#: falls back to 80 columns there, so a piped or logged one-line message broke in two and tables
-#: squeezed their headers into three rows; 240 holds every table our CLIs print on one line each.
+#: falls back to 80 columns there, so a piped or logged one-line message (a path and a reason)
+#: broke in two; 240 columns keep such lines whole (error consoles also soft-wrap).
 PIPED_COLUMNS = 240
 
 #: Top-level module -> the extra that installs it ("" = the base install). Modules declared by
