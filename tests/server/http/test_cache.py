@@ -14,6 +14,12 @@ from pbkv_server.scenarios.tokenizer import block_tokens, count_tokens, prompt_t
 from .server_http_fixtures import chat, metric, text_of_tokens
 
 
+#: The hand-computed figures below (TTFT = the profile's linear prefill time of the uncached tokens;
+#: an eviction shortfall that counts each request's output reserved at admission) are the legacy
+#: cost and engine model's: pinned, as the engine's hand-computed tests are (docs/cost-model.md).
+LEGACY = {"prefill_cost": "linear", "engine_model": "legacy"}
+
+
 def shared_prefix_tokens(earlier: list[dict], later: list[dict]) -> int:
     """Tokens of ``later``'s leading cache blocks that ``earlier`` already holds, computed from the
     block hashes and per-block token counts alone (no engine): what a cache that kept all of
@@ -28,7 +34,7 @@ def shared_prefix_tokens(earlier: list[dict], later: list[dict]) -> int:
 
 
 def test_second_call_of_a_workflow_reuses_a_2000_token_prefix(start_server):
-    server = start_server(policy="pbkv")
+    server = start_server(policy="pbkv", **LEGACY)
     system = {"role": "system", "content": text_of_tokens(2000, "instructions")}
     m1 = [system, {"role": "user", "content": "First question?"}]
     m2 = [system, {"role": "user", "content": "Second question?"}]
@@ -116,7 +122,7 @@ def _shortfall(run: dict) -> int:
 
 @pytest.mark.parametrize("policy", ["lae", "he", "pbkv"])
 def test_ending_a_workflow_makes_its_private_cache_the_first_to_go(start_server, policy):
-    run = _pressure_run(start_server(policy=policy, device_tokens=PRESSURE_DEVICE, host_tokens=0))
+    run = _pressure_run(start_server(policy=policy, device_tokens=PRESSURE_DEVICE, host_tokens=0, **LEGACY))
     short = _shortfall(run)
     assert 0 < short < run["prompt"]["a"]
     # The policy's choice is visible in /metrics: one eviction, the tail of A's (retired) prompt,
@@ -130,7 +136,7 @@ def test_ending_a_workflow_makes_its_private_cache_the_first_to_go(start_server,
 
 
 def test_lru_evicts_the_least_recent_even_if_it_is_still_active(start_server):
-    run = _pressure_run(start_server(policy="lru", device_tokens=PRESSURE_DEVICE, host_tokens=0), again=("a", "b"))
+    run = _pressure_run(start_server(policy="lru", device_tokens=PRESSURE_DEVICE, host_tokens=0, **LEGACY), again=("a", "b"))
     short = _shortfall(run)
     # LRU ignores the end signal: B's tail (older) goes although its workflow is active; A (ended) stays.
     assert metric(run["metrics"], "pbkv_evicted_tokens_total") == short
@@ -139,7 +145,7 @@ def test_lru_evicts_the_least_recent_even_if_it_is_still_active(start_server):
 
 
 def test_evicted_cache_comes_back_from_the_host_tier(start_server):
-    run = _pressure_run(start_server(policy="lae", device_tokens=PRESSURE_DEVICE, host_tokens=10_000))
+    run = _pressure_run(start_server(policy="lae", device_tokens=PRESSURE_DEVICE, host_tokens=10_000, **LEGACY))
     short = _shortfall(run)
     # A's tail was evicted to host memory: its next use loads it over PCIe (a host hit).
     assert run["a_again"] == {"cached": run["prompt"]["a"], "device": run["prompt"]["a"] - short, "host": short}
