@@ -358,6 +358,9 @@ class Engine:
                 n = len(self._running)
                 if not n:
                     return events  # all retracted: they wait to be prefilled again
+                # allocated before the stretch runs, as SGLang allocates each step's KV before the
+                # forward pass: a prefetch during it gets only what is left
+                self._hold(n * k)
             stretch = profile.decode_steps_time(n, self._context, k)
             if self._prefetcher is not None:
                 t0 = self.latency_clock()
@@ -372,7 +375,6 @@ class Engine:
             self.clock = clock
             self._iters += k
             if sg is not None:
-                self._hold(n * k)
                 sg.decay(k)
         elif self._waiting:  # cannot happen: submit() rejects requests larger than the device, and
             # an idle device drops a prefix cached larger than the request counts it (fit_idle)

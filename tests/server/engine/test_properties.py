@@ -155,8 +155,8 @@ def block_tokens(label: str) -> int:
 @pytest.mark.parametrize("policy", [p if p in (BASELINE_POLICY, DEFAULT_POLICY) else pytest.param(p, marks=pytest.mark.slow)
                                     for p in available_policies()])
 @settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=ops, host=st.sampled_from([0, 30, 200]))
-def test_random_operations_keep_cache_invariants(policy, ops, host):
+@given(ops=ops, host=st.sampled_from([0, 30, 200]), engine_model=st.sampled_from(["sglang", "legacy"]))
+def test_random_operations_keep_cache_invariants(policy, ops, host, engine_model):
     """Device 100 tokens, blocks of 2-11 tokens (fixed per block), prompts of 4-13 blocks
     (shared system and agent blocks, per-workflow history, fresh blocks); workflow 3 means anonymous. After every operation
     the invariants of check_invariants hold; evictions obey CheckedEngine's rules; everything
@@ -165,13 +165,11 @@ def test_random_operations_keep_cache_invariants(policy, ops, host):
     metadata other cache managers read (session = workflow, closed with it; priority 0/5/10;
     a 300 s cache TTL on odd outputs; the last step on the longest history; a speculative
     next-turn prefix), so session tags, priorities, TTL and tool-call pins and speculative
-    prefills are exercised too."""
-    # check_invariants' capacity bound (cached + reserved <= device) is the legacy engine model's,
-    # which reserves each output whole at admission: pinned. Under sglang it does not hold yet
-    # (an overrun beyond the lone-request OOM case; issue 34 follow-up)
+    prefills are exercised too. Both engine models: sglang (the default: KV grows a token a
+    decode step, retraction) and legacy (the whole output reserved at admission)."""
     cfg = EngineConfig(profile=PROFILE, policy=policy, device_tokens=100, host_tokens=host,
                        predictor=HashPredictor(), future=HashOracle(), rho=0.3, idle_retire_s=0.5,
-                       prefill_cost="linear", engine_model="legacy")
+                       prefill_cost="linear", engine_model=engine_model)
     eng = CheckedEngine(cfg)
     eng.set_app_graph("app", {"plan": ["code"], "code": ["test"], "test": ["code", "plan"]})
     steps, last_step = {}, {}
