@@ -417,7 +417,8 @@ def _flag(value: Any) -> bool:
 
 
 def _hashes(value: Any) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
+    # the type set is found in C: a long prompt holds thousands of hashes
+    if not isinstance(value, list) or (set(map(type, value)) - {str} and not all(isinstance(h, str) for h in value)):
         raise ValueError("must be a list of strings")
     return value
 
@@ -431,6 +432,8 @@ def _object(value: Any) -> dict[str, Any]:
 def _counts(value: Any) -> list[int]:
     if not isinstance(value, list):
         raise ValueError("must be a list of integers >= 0")
+    if value and set(map(type, value)) == {int} and min(value) >= 0:  # the usual list, checked in C
+        return value
     return [_integer(v) for v in value]
 
 
@@ -491,7 +494,8 @@ def iter_trace(
             if not line.strip():
                 continue
             report.lines += 1
-            bad_bytes = _ESCAPED_BYTES.search(line) is not None
+            # an ASCII line (nearly every line: hashes and numbers) holds no escaped byte
+            bad_bytes = not line.isascii() and _ESCAPED_BYTES.search(line) is not None
             if bad_bytes:
                 line = _ESCAPED_BYTES.sub("\ufffd", line)
             try:

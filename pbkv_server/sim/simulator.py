@@ -23,7 +23,9 @@ radix cache and the eviction policy; this module only drives it:
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Sequence
 
@@ -242,20 +244,31 @@ def _next_prefix(req: EngineRequest, following: EngineRequest | None) -> tuple[l
     reply = req.output_tokens
     if following is not None and blocks:
         nxt = following.blocks
-        shared = 0  # blocks in common (chained keys: the common blocks are a prefix)
-        while shared < min(len(blocks), len(nxt)) and nxt[shared] == blocks[shared]:
-            shared += 1
+        shared = _common_prefix(blocks, nxt)  # blocks in common (chained keys: the common blocks are a prefix)
         # it extends the prompt when it shares every block but perhaps the last, partial one
         if shared >= max(1, len(blocks) - 1):
-            limit, acc, n = sum(toks) + reply, 0, 0
-            for t in following.block_tokens:
-                if acc + t > limit:
-                    break
-                acc += t
-                n += 1
+            # its leading blocks that fit in prompt + reply (block tokens are >= 0: sums only grow)
+            n = bisect_right(list(accumulate(following.block_tokens)), sum(toks) + reply)
             if n >= len(blocks) - 1:
                 return list(nxt[:n]), list(following.block_tokens[:n])
     return blocks + [f"{req.request_id}~reply"], toks + [reply]
+
+
+def _common_prefix(a: list, b: list) -> int:
+    """Length of the longest common prefix of ``a`` and ``b``, by bisection over slice equality
+    (compared in C; thousands of blocks per prompt)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    if hi > 1 and a[:hi - 1] == b[:hi - 1]:  # the usual other case: only a last, partial block differs
+        return hi - 1
+    while lo < hi - 1:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _add_workflow(unit: ReplayUnit, wid: str, recs: list[InvocationRecord], end: WorkflowEndRecord | None,
