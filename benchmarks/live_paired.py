@@ -33,6 +33,7 @@ import json
 import os
 import statistics
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -89,7 +90,9 @@ def main() -> None:
         fit = fit_probes(prefill, decode)
         profile = fit.profile(args.max_total_tokens, source=f"probes of the {base} server")
         print(f"probed profile: fixed {1e3 * fit.fixed_s:.1f} ms, {fit.prefill_tokens_per_s:,.0f} tok/s, attention "
-              f"{fit.attn_pair_s:.3g} s/pair, decode {1e3 * fit.decode_base_s:.2f} ms + {1e3 * fit.decode_per_seq_s:.3f} "
+              f"{fit.attn_pair_s:.3g} s/pair, cached token {1e6 * fit.cached_token_s:.2f} us + {fit.cached_pair_s:.3g} "
+              f"s/cached pair (worst error: cold {fit.cold_rel_err:.0%}, cached {fit.cached_rel_err:.0%}, held-out mixed "
+              f"{fit.held_out_rel_err:.0%}), decode {1e3 * fit.decode_base_s:.2f} ms + {1e3 * fit.decode_per_seq_s:.3f} "
               f"ms/seq + {1e6 * fit.decode_per_token_s:.3f} us/token; cached prompt costs "
               f"{', '.join(f'{s:.0%}' for s in fit.cached_share)} of cold (raw TTFT ratios "
               f"{', '.join(f'{r:.2f}' for r in fit.cached_ratio)})", flush=True)
@@ -118,6 +121,10 @@ def main() -> None:
             s.stop()
     matched = matched_records(records, PromptBook(), 0.0, None)
     sim = {p: simulate_matched(matched, settings[p], profile, args.concurrency) for p in policies}
+    # the same profile without the probed per-request and cached-token terms: what the model
+    # credits a policy with when it leaves those engine costs out
+    plain_profile = replace(profile, prefill_request_s=0.0, cached_token_s=0.0, cached_pair_s=0.0)
+    plain = {p: simulate_matched(matched, settings[p], plain_profile, args.concurrency) for p in policies}
     live = {k: speedups([{p: rd[p][k] for p in policies} for rd in rounds], base) for k in ("ttft_s", "workflow_s", "cpu_s")}
     n_inv = sum(1 for r in matched if type(r).__name__ == "InvocationRecord")
     print(f"\n{n_inv} requests, C={args.concurrency}, KV pool {args.max_total_tokens} tokens, {args.rounds} paired rounds; "
@@ -133,8 +140,10 @@ def main() -> None:
               f"{s_ttft:9.3f} {s_wf:12.3f} {ratio:8.3f}  {'yes' if abs(ratio - 1) <= 0.10 else 'no'}")
         out[p] = {"live": {k: vars(v[p]) for k, v in live.items()}, "sim_ttft_speedup": s_ttft,
                   "sim_workflow_speedup": s_wf, "sim_hit_rate": sim[p]["hit_rate"],
+                  "sim_workflow_speedup_plain": plain[base]["mean_latency_s"] / plain[p]["mean_latency_s"],
                   "live_hit_rate": statistics.median(rd[p]["hit_rate"] for rd in rounds)}
-    result = {"rounds": rounds, "fit": vars(fit), "policies": out, "concurrency": args.concurrency,
+    result = {"rounds": rounds, "fit": vars(fit), "probes": [vars(p) for p in prefill] + [vars(d) for d in decode],
+              "policies": out, "concurrency": args.concurrency,
               "max_total_tokens": args.max_total_tokens, "requests": n_inv, "base": base,
               "trace": str(args.trace) if args.trace else f"prompt-heavy, {args.workflows} workflows, seed {args.seed}"}
     if args.json is not None:
@@ -154,24 +163,28 @@ def render(result: dict) -> str:
     rounds = result["rounds"]
     fit = result["fit"]
     lines = ["| policy | live TTFT | live workflow latency | live server CPU | sim TTFT | sim workflow latency | "
-             "live / sim (workflow) | live hit rate | sim hit rate |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "live / sim (workflow) | sim workflow, no fixed or cached-token cost | live hit rate | sim hit rate |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def spread(v: dict) -> str:
         return f"{v['median']:.3f} ({v['low']:.3f}-{v['high']:.3f})"
 
     for p, v in result["policies"].items():
         live = v["live"]
+        plain = v.get("sim_workflow_speedup_plain")
         lines.append(f"| {p} | {spread(live['ttft_s'])} | {spread(live['workflow_s'])} | {spread(live['cpu_s'])} | "
                      f"{v['sim_ttft_speedup']:.3f} | {v['sim_workflow_speedup']:.3f} | "
-                     f"{live['workflow_s']['median'] / v['sim_workflow_speedup']:.3f} | {v['live_hit_rate']:.3f} | "
-                     f"{v['sim_hit_rate']:.3f} |")
+                     f"{live['workflow_s']['median'] / v['sim_workflow_speedup']:.3f} | "
+                     f"{'-' if plain is None else f'{plain:.3f}'} | {v['live_hit_rate']:.3f} | {v['sim_hit_rate']:.3f} |")
     ratios = ", ".join(f"{r:.2f}" for r in fit.get("cached_ratio", ()))
     lines += ["", f"Speedup over {base} = {base}'s figure / the policy's (>1 faster), median (min-max) over "
                   f"{len(rounds)} paired rounds; trace: {result.get('trace', '?')}, {result.get('requests', '?')} "
                   f"requests, C = {result['concurrency']}, KV pool {result['max_total_tokens']} tokens. Probed profile "
                   f"(idle {base} server): fixed {1e3 * fit['fixed_s']:.1f} ms per request, "
-                  f"{fit['prefill_tokens_per_s']:,.0f} tok/s, attention {fit['attn_pair_s']:.3g} s per pair (worst cold-probe "
-                  f"error of the fit {fit['cold_rel_err']:.0%}), decode "
+                  f"{fit['prefill_tokens_per_s']:,.0f} tok/s, attention {fit['attn_pair_s']:.3g} s per pair, a cached "
+                  f"token {1e6 * fit.get('cached_token_s', 0):.2f} us + {fit.get('cached_pair_s', 0):.3g} s per pair of "
+                  f"cached tokens (worst error of the fit: cold probes {fit['cold_rel_err']:.0%}, cached "
+                  f"{fit.get('cached_rel_err', 0):.0%}, held-out mixed probes {fit.get('held_out_rel_err', 0):.0%}), decode "
                   f"{1e3 * fit['decode_base_s']:.2f} ms + {1e3 * fit['decode_per_seq_s']:.3f} ms per sequence + "
                   f"{1e6 * fit['decode_per_token_s']:.3f} us per token of context; cached/cold TTFT of the same prompt: "
                   f"{ratios or '-'}. Written by `.venv-sglang/bin/python benchmarks/live_paired.py --docs PAGE` "
