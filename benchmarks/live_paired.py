@@ -2,19 +2,21 @@
 
     .venv-sglang/bin/python benchmarks/live_paired.py [--trace T.jsonl | --workflows 12] \
         [--policies lru,pbkv,pbkv-he] [--rounds 3] [--concurrency 4] [--max-total-tokens 6000] \
-        [--json out.json] [--work-dir DIR]
+        [--probe-repeats 5] [--json out.json] [--work-dir DIR] [--docs PAGE]
 
 1. One real SGLang server per policy (tiny random model, CPU engine, ``pbkv-server --engine
    sglang``, :class:`pbkv_server.testing.sglang.cpu_server.CpuServer`), all started at once.
 2. Probes on the baseline's server while every server is idle (``pbkv-bench probe-profile``,
    :mod:`pbkv_server.loadgen.probe`): the simulator's profile comes from them, not from the
-   replays it is compared with.
+   replays it is compared with, with the probed fixed cost per request and cost of cached
+   tokens (:mod:`pbkv_server.loadgen.probe_fit`).
 3. ``--rounds`` paired rounds: every server's cache flushed, then the trace live-replayed on all
    servers at once (side by side, so that whatever else loads the machine loads them alike);
    per server and round: mean TTFT, mean workflow latency, wall time, and the CPU seconds its
    process group used (:func:`pbkv_server.loadgen.paired.group_cpu_seconds`).
 4. The same requests in the simulator (:func:`pbkv_server.loadgen.live_compare.simulate_matched`)
-   under the probed profile, per policy.
+   under the probed profile, per policy; and again without the per-request and cached-token
+   terms, to show what leaving those engine costs out does to the simulated speedup.
 
 Printed per policy: the speedup over the baseline (baseline figure / the policy's, >1 faster)
 of live TTFT, live workflow latency and live server CPU, as median (min-max) over the rounds,
@@ -47,6 +49,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--max-total-tokens", type=int, default=6000, help="KV pool of each server, tokens")
     parser.add_argument("--sizes", default="64,256,512,1024,2048", help="probe: cold and cached prompt sizes")
+    parser.add_argument("--probe-repeats", type=int, default=5,
+                        help="probe: repeats per size, the median kept (after 2 discarded warm-up passes)")
     parser.add_argument("--json", type=Path, default=None, help="write every round and the simulated figures here")
     parser.add_argument("--work-dir", type=Path, default=None, help="model and server logs (default: a temp dir)")
     parser.add_argument("--docs", type=Path, default=None,
@@ -86,7 +90,7 @@ def main() -> None:
             s.wait_ready()
         settings = {p: server_settings(httpx.get(f"{s.url}/server_info", timeout=30).json()) for p, s in servers.items()}
         sizes = [int(v) for v in args.sizes.split(",")]
-        prefill, decode = asyncio.run(run_probes(servers[base].url, sizes, 3, [1, 4], [64, 512], 16))
+        prefill, decode = asyncio.run(run_probes(servers[base].url, sizes, args.probe_repeats, [1, 4], [64, 512], 16))
         fit = fit_probes(prefill, decode)
         profile = fit.profile(args.max_total_tokens, source=f"probes of the {base} server")
         print(f"probed profile: fixed {1e3 * fit.fixed_s:.1f} ms, {fit.prefill_tokens_per_s:,.0f} tok/s, attention "
