@@ -2,7 +2,7 @@
 
     .venv-sglang/bin/python benchmarks/live_paired.py [--trace T.jsonl | --workflows 12] \
         [--policies lru,pbkv,pbkv-he] [--rounds 3] [--concurrency 4] [--max-total-tokens 6000] \
-        [--probe-repeats 5] [--json out.json] [--work-dir DIR] [--docs PAGE]
+        [--probe-repeats 5] [--one-at-a-time] [--json out.json] [--work-dir DIR] [--docs PAGE]
 
 1. One real SGLang server per policy (tiny random model, CPU engine, ``pbkv-server --engine
    sglang``, :class:`pbkv_server.testing.sglang.cpu_server.CpuServer`), all started at once.
@@ -13,7 +13,9 @@
 3. ``--rounds`` paired rounds: every server's cache flushed, then the trace live-replayed on all
    servers at once (side by side, so that whatever else loads the machine loads them alike);
    per server and round: mean TTFT, mean workflow latency, wall time, and the CPU seconds its
-   process group used (:func:`pbkv_server.loadgen.paired.group_cpu_seconds`).
+   process group used (:func:`pbkv_server.loadgen.paired.group_cpu_seconds`). With
+   ``--one-at-a-time`` each round replays on one server after another instead (the order
+   turned by one each round), so that the servers do not take cores from each other.
 4. The same requests in the simulator (:func:`pbkv_server.loadgen.live_compare.simulate_matched`)
    under the probed profile, per policy; and again without the per-request and cached-token
    terms, to show what leaving those engine costs out does to the simulated speedup.
@@ -51,6 +53,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="64,256,512,1024,2048", help="probe: cold and cached prompt sizes")
     parser.add_argument("--probe-repeats", type=int, default=5,
                         help="probe: repeats per size, the median kept (after 2 discarded warm-up passes)")
+    parser.add_argument("--one-at-a-time", action="store_true",
+                        help="replay on one server at a time (order turned each round) instead of side by side")
     parser.add_argument("--json", type=Path, default=None, help="write every round and the simulated figures here")
     parser.add_argument("--work-dir", type=Path, default=None, help="model and server logs (default: a temp dir)")
     parser.add_argument("--docs", type=Path, default=None,
@@ -110,8 +114,17 @@ def main() -> None:
                 return await asyncio.gather(*(replay(records, servers[p].url, args.concurrency, "generate")
                                               for p in policies))
 
-            results = dict(zip(policies, asyncio.run(side_by_side())))
-            cpu = {p: group_cpu_seconds(g) - cpu0[p] for p, g in groups.items()}
+            if args.one_at_a_time:  # each server alone, the order turned by one policy per round
+                order = policies[r % len(policies):] + policies[:r % len(policies)]
+                results, cpu = {}, {}
+                for p in order:
+                    c0 = group_cpu_seconds(groups[p])
+                    results[p] = asyncio.run(replay(records, servers[p].url, args.concurrency, "generate"))
+                    cpu[p] = group_cpu_seconds(groups[p]) - c0
+                results = {p: results[p] for p in policies}
+            else:
+                results = dict(zip(policies, asyncio.run(side_by_side())))
+                cpu = {p: group_cpu_seconds(g) - cpu0[p] for p, g in groups.items()}
             row = {p: {"ttft_s": res.ttft_mean_s, "workflow_s": res.workflow_latency_mean_s, "wall_s": res.wall_s,
                        "cpu_s": cpu[p], "hit_rate": res.hit_rate, "errors": res.errors} for p, res in results.items()}
             rounds.append(row)
@@ -127,8 +140,11 @@ def main() -> None:
     sim = {p: simulate_matched(matched, settings[p], profile, args.concurrency) for p in policies}
     # the same profile without the probed per-request and cached-token terms: what the model
     # credits a policy with when it leaves those engine costs out
-    plain_profile = replace(profile, prefill_request_s=0.0, cached_token_s=0.0, cached_pair_s=0.0)
-    plain = {p: simulate_matched(matched, settings[p], plain_profile, args.concurrency) for p in policies}
+    without = {"request": replace(profile, prefill_request_s=0.0),
+               "cached": replace(profile, cached_token_s=0.0, cached_pair_s=0.0),
+               "both": replace(profile, prefill_request_s=0.0, cached_token_s=0.0, cached_pair_s=0.0)}
+    left_out = {k: {p: simulate_matched(matched, settings[p], prof, args.concurrency)["mean_latency_s"] for p in policies}
+                for k, prof in without.items()}
     live = {k: speedups([{p: rd[p][k] for p in policies} for rd in rounds], base) for k in ("ttft_s", "workflow_s", "cpu_s")}
     n_inv = sum(1 for r in matched if type(r).__name__ == "InvocationRecord")
     print(f"\n{n_inv} requests, C={args.concurrency}, KV pool {args.max_total_tokens} tokens, {args.rounds} paired rounds; "
@@ -144,11 +160,17 @@ def main() -> None:
               f"{s_ttft:9.3f} {s_wf:12.3f} {ratio:8.3f}  {'yes' if abs(ratio - 1) <= 0.10 else 'no'}")
         out[p] = {"live": {k: vars(v[p]) for k, v in live.items()}, "sim_ttft_speedup": s_ttft,
                   "sim_workflow_speedup": s_wf, "sim_hit_rate": sim[p]["hit_rate"],
-                  "sim_workflow_speedup_plain": plain[base]["mean_latency_s"] / plain[p]["mean_latency_s"],
+                  "sim_workflow_speedup_plain": left_out["both"][base] / left_out["both"][p],
+                  "sim_workflow_speedup_without": {k: v[base] / v[p] for k, v in left_out.items()},
                   "live_hit_rate": statistics.median(rd[p]["hit_rate"] for rd in rounds)}
     result = {"rounds": rounds, "fit": vars(fit), "probes": [vars(p) for p in prefill] + [vars(d) for d in decode],
-              "policies": out, "concurrency": args.concurrency,
+              "policies": out, "concurrency": args.concurrency, "settings": {p: vars(v) for p, v in settings.items()},
               "max_total_tokens": args.max_total_tokens, "requests": n_inv, "base": base,
+              "mode": "one at a time" if args.one_at_a_time else "side by side",
+              "flags": " ".join([f"--rounds {args.rounds}", f"--max-total-tokens {args.max_total_tokens}",
+                                 f"--probe-repeats {args.probe_repeats}", *(["--one-at-a-time"] if args.one_at_a_time
+                                                                           else []),
+                                 *([f"--trace {args.trace}"] if args.trace else [])]),
               "trace": str(args.trace) if args.trace else f"prompt-heavy, {args.workflows} workflows, seed {args.seed}"}
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -181,6 +203,11 @@ def render(result: dict) -> str:
                      f"{live['workflow_s']['median'] / v['sim_workflow_speedup']:.3f} | "
                      f"{'-' if plain is None else f'{plain:.3f}'} | {v['live_hit_rate']:.3f} | {v['sim_hit_rate']:.3f} |")
     ratios = ", ".join(f"{r:.2f}" for r in fit.get("cached_ratio", ()))
+    parts = [(p, v["sim_workflow_speedup_without"]) for p, v in result["policies"].items()
+             if p != base and "sim_workflow_speedup_without" in v]
+    left_out = ("" if not parts else " Simulated workflow speedup without the per-request cost / without the "
+                "cached-token cost / without both: " + "; ".join(
+                    f"{p} {w['request']:.3f} / {w['cached']:.3f} / {w['both']:.3f}" for p, w in parts) + ".")
     lines += ["", f"Speedup over {base} = {base}'s figure / the policy's (>1 faster), median (min-max) over "
                   f"{len(rounds)} paired rounds; trace: {result.get('trace', '?')}, {result.get('requests', '?')} "
                   f"requests, C = {result['concurrency']}, KV pool {result['max_total_tokens']} tokens. Probed profile "
@@ -191,8 +218,9 @@ def render(result: dict) -> str:
                   f"{fit.get('cached_rel_err', 0):.0%}, held-out mixed probes {fit.get('held_out_rel_err', 0):.0%}), decode "
                   f"{1e3 * fit['decode_base_s']:.2f} ms + {1e3 * fit['decode_per_seq_s']:.3f} ms per sequence + "
                   f"{1e6 * fit['decode_per_token_s']:.3f} us per token of context; cached/cold TTFT of the same prompt: "
-                  f"{ratios or '-'}. Written by `.venv-sglang/bin/python benchmarks/live_paired.py --docs PAGE` "
-                  "(tiny model, CPU engine, the servers side by side on a shared machine)."]
+                  f"{ratios or '-'}.{left_out} Written by `.venv-sglang/bin/python benchmarks/live_paired.py "
+                  f"{result['flags'] + ' ' if 'flags' in result else ''}--docs PAGE` "
+                  f"(tiny model, CPU engine, the servers {result.get('mode', 'side by side')} on a shared machine)."]
     return "\n".join(lines)
 
 
