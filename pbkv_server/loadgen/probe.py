@@ -147,11 +147,24 @@ def _ints(text: str, name: str) -> list[int]:
     return values
 
 
+def _pairs(text: str) -> list[tuple[int, int]]:
+    """``--mixed``: ``C+K`` pairs, comma-separated."""
+    try:
+        pairs = [tuple(int(x) for x in v.split("+")) for v in text.split(",") if v.strip()]
+    except ValueError:
+        pairs = [()]
+    if any(len(p) != 2 or min(p) < 1 for p in pairs):
+        raise typer.BadParameter(f"--mixed: CACHED+NEW pairs of numbers >= 1, comma-separated, got {text!r}")
+    return pairs  # type: ignore[return-value]
+
+
 def command(
     target: str = typer.Option(..., "--target", help="SGLang server URL (idle: probes are timed by wall clock)"),
     sizes: str = typer.Option("64,256,512,1024,2048", "--sizes", help="cold and cached prompt sizes, tokens"),
     repeats: int = typer.Option(3, "--repeats", min=1, help="repeats per size (the median is kept)"),
     warmup: int = typer.Option(2, "--warmup", min=0, help="discarded warm-up passes over the sizes first"),
+    mixed: str = typer.Option(",".join(f"{c}+{k}" for c, k in MIXED), "--mixed",
+                              help="held-out mixed probes, CACHED+NEW tokens each, comma-separated ('' = none)"),
     batches: str = typer.Option("1,4", "--batches", help="decode batch sizes"),
     contexts: str = typer.Option("64,512", "--contexts", help="prompt tokens per decoding request"),
     decode_tokens: int = typer.Option(16, "--decode-tokens", min=4, help="output tokens per decode probe"),
@@ -162,7 +175,8 @@ def command(
     """Probe an idle SGLang server (cold and cached single requests, decode steps) and fit its cost model."""
     try:
         prefill, decode = asyncio.run(run_probes(target, _ints(sizes, "--sizes"), repeats, _ints(batches, "--batches"),
-                                                 _ints(contexts, "--contexts"), decode_tokens, vocab_size, warmup))
+                                                 _ints(contexts, "--contexts"), decode_tokens, vocab_size, warmup,
+                                                 _pairs(mixed)))
         fit = fit_probes(prefill, decode)
     except (ValueError, httpx.HTTPError) as exc:
         typer.echo(f"probe-profile: {exc}", err=True)

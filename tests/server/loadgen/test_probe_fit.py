@@ -157,3 +157,14 @@ def test_warm_up_probes_are_discarded(monkeypatch):
     assert by_shape[(1024, 0, False)] == pytest.approx(_cold(1024))  # not 3x: the warm-up was dropped
     assert by_shape[(1, 1023, False)] == pytest.approx(_cached(1, 1023))
     assert by_shape[(64, 128, True)] == pytest.approx(_cached(64, 128))
+
+
+def test_mixed_option_parses_pairs_and_refuses_bad_ones():
+    import typer
+
+    from pbkv_server.loadgen.probe import _pairs
+
+    assert _pairs("512+64, 1536+512") == [(512, 64), (1536, 512)] and _pairs("") == []
+    for bad in ("512", "512+0", "a+b", "1+2+3"):
+        with pytest.raises(typer.BadParameter, match="--mixed"):
+            _pairs(bad)
