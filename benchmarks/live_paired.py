@@ -2,7 +2,7 @@
 
     .venv-sglang/bin/python benchmarks/live_paired.py [--trace T.jsonl | --workflows 12] \
         [--policies lru,pbkv,pbkv-he] [--rounds 3] [--concurrency 4] [--max-total-tokens 6000] \
-        [--probe-repeats 5] [--one-at-a-time] [--json out.json] [--work-dir DIR] [--docs PAGE]
+        [--probe-repeats 5] [--side-by-side] [--json out.json] [--work-dir DIR] [--docs PAGE]
 
 1. One real SGLang server per policy (tiny random model, CPU engine, ``pbkv-server --engine
    sglang``, :class:`pbkv_server.testing.sglang.cpu_server.CpuServer`), all started at once.
@@ -10,12 +10,14 @@
    :mod:`pbkv_server.loadgen.probe`): the simulator's profile comes from them, not from the
    replays it is compared with, with the probed fixed cost per request and cost of cached
    tokens (:mod:`pbkv_server.loadgen.probe_fit`).
-3. ``--rounds`` paired rounds: every server's cache flushed, then the trace live-replayed on all
-   servers at once (side by side, so that whatever else loads the machine loads them alike);
-   per server and round: mean TTFT, mean workflow latency, wall time, and the CPU seconds its
-   process group used (:func:`pbkv_server.loadgen.paired.group_cpu_seconds`). With
-   ``--one-at-a-time`` each round replays on one server after another instead (the order
-   turned by one each round), so that the servers do not take cores from each other.
+3. ``--rounds`` paired rounds: every server's cache flushed, then the trace live-replayed on one
+   server after another (the order turned by one each round), so that the servers do not take
+   cores from each other; per server and round: mean TTFT, mean workflow latency, wall time, and
+   the CPU seconds its process group used (:func:`pbkv_server.loadgen.paired.group_cpu_seconds`).
+   With ``--side-by-side`` each round replays on all servers at once instead (so that whatever
+   else loads the machine loads them alike; on a two-core machine the servers then take cores
+   from each other and the speedups spread two to three times as wide). ``--one-at-a-time``,
+   the default, is still accepted.
 4. The same requests in the simulator (:func:`pbkv_server.loadgen.live_compare.simulate_matched`)
    under the probed profile, per policy; and again without the per-request and cached-token
    terms, to show what leaving those engine costs out does to the simulated speedup.
@@ -41,7 +43,8 @@ from dataclasses import replace
 from pathlib import Path
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; one at a time is the default mode, ``--side-by-side`` the other."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=None, help="v1 trace (default: a prompt-heavy one)")
     parser.add_argument("--workflows", type=int, default=12, help="workflows of the default trace")
@@ -53,22 +56,30 @@ def main() -> None:
     parser.add_argument("--sizes", default="64,256,512,1024,2048", help="probe: cold and cached prompt sizes")
     parser.add_argument("--probe-repeats", type=int, default=5,
                         help="probe: repeats per size, the median kept (after 2 discarded warm-up passes)")
-    parser.add_argument("--one-at-a-time", action="store_true",
-                        help="replay on one server at a time (order turned each round) instead of side by side")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--side-by-side", action="store_true",
+                      help="replay on all servers at once instead of one at a time")
+    mode.add_argument("--one-at-a-time", action="store_true",
+                      help="replay on one server at a time, the order turned each round (the default)")
     parser.add_argument("--json", type=Path, default=None, help="write every round and the simulated figures here")
     parser.add_argument("--work-dir", type=Path, default=None, help="model and server logs (default: a temp dir)")
     parser.add_argument("--docs", type=Path, default=None,
                         help=f"rewrite the {BEGIN} ... {END} block of this page with the result table")
     parser.add_argument("--render", type=Path, default=None, metavar="JSON",
                         help="run nothing: write --docs from a --json file of an earlier run")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.render is not None and args.docs is None:
+        parser.error("--render needs --docs")
+    if args.render is None and args.rounds < 3:
+        parser.error("--rounds: at least 3 (issue 34: the spread needs three paired rounds)")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     if args.render is not None:
-        if args.docs is None:
-            parser.error("--render needs --docs")
         write_docs(args.docs, json.loads(args.render.read_text()))
         return
-    if args.rounds < 3:
-        parser.error("--rounds: at least 3 (issue 34: the spread needs three paired rounds)")
 
     from pbkv_contract.trace import read_trace
     from pbkv_server.loadgen.live_compare import matched_records, server_settings, simulate_matched
@@ -114,7 +125,7 @@ def main() -> None:
                 return await asyncio.gather(*(replay(records, servers[p].url, args.concurrency, "generate")
                                               for p in policies))
 
-            if args.one_at_a_time:  # each server alone, the order turned by one policy per round
+            if not args.side_by_side:  # each server alone, the order turned by one policy per round
                 order = policies[r % len(policies):] + policies[:r % len(policies)]
                 results, cpu = {}, {}
                 for p in order:
@@ -166,9 +177,9 @@ def main() -> None:
     result = {"rounds": rounds, "fit": vars(fit), "probes": [vars(p) for p in prefill] + [vars(d) for d in decode],
               "policies": out, "concurrency": args.concurrency, "settings": {p: vars(v) for p, v in settings.items()},
               "max_total_tokens": args.max_total_tokens, "requests": n_inv, "base": base,
-              "mode": "one at a time" if args.one_at_a_time else "side by side",
+              "mode": "side by side" if args.side_by_side else "one at a time",
               "flags": " ".join([f"--rounds {args.rounds}", f"--max-total-tokens {args.max_total_tokens}",
-                                 f"--probe-repeats {args.probe_repeats}", *(["--one-at-a-time"] if args.one_at_a_time
+                                 f"--probe-repeats {args.probe_repeats}", *(["--side-by-side"] if args.side_by_side
                                                                            else []),
                                  *([f"--trace {args.trace}"] if args.trace else [])]),
               "trace": str(args.trace) if args.trace else f"prompt-heavy, {args.workflows} workflows, seed {args.seed}"}
@@ -203,6 +214,10 @@ def render(result: dict) -> str:
                      f"{live['workflow_s']['median'] / v['sim_workflow_speedup']:.3f} | "
                      f"{'-' if plain is None else f'{plain:.3f}'} | {v['live_hit_rate']:.3f} | {v['sim_hit_rate']:.3f} |")
     ratios = ", ".join(f"{r:.2f}" for r in fit.get("cached_ratio", ()))
+    mode = result.get("mode", "side by side")  # results written before the mode was recorded ran side by side
+    flags = result.get("flags")
+    if flags is not None and mode == "side by side" and "--side-by-side" not in flags.split():
+        flags += " --side-by-side"  # side by side was the default when it was written; now it takes the flag
     parts = [(p, v["sim_workflow_speedup_without"]) for p, v in result["policies"].items()
              if p != base and "sim_workflow_speedup_without" in v]
     left_out = ("" if not parts else " Simulated workflow speedup without the per-request cost / without the "
@@ -219,8 +234,8 @@ def render(result: dict) -> str:
                   f"{1e3 * fit['decode_base_s']:.2f} ms + {1e3 * fit['decode_per_seq_s']:.3f} ms per sequence + "
                   f"{1e6 * fit['decode_per_token_s']:.3f} us per token of context; cached/cold TTFT of the same prompt: "
                   f"{ratios or '-'}.{left_out} Written by `.venv-sglang/bin/python benchmarks/live_paired.py "
-                  f"{result['flags'] + ' ' if 'flags' in result else ''}--docs PAGE` "
-                  f"(tiny model, CPU engine, the servers {result.get('mode', 'side by side')} on a shared machine)."]
+                  f"{flags + ' ' if flags is not None else ''}--docs PAGE` "
+                  f"(tiny model, CPU engine, the servers {mode} on a shared machine)."]
     return "\n".join(lines)
 
 

@@ -82,3 +82,30 @@ def test_live_paired_block_shows_the_probed_terms_and_reads_older_results():
     assert "a cached token 8.89 us + 2.8e-08 s per pair of cached tokens" in text
     assert "cached 15%, held-out mixed probes 21%" in text
     assert "pbkv 1.061 / 1.110 / 1.198" in text and "--rounds 3 --one-at-a-time --docs PAGE" in text
+
+
+def test_live_paired_runs_one_server_at_a_time_unless_side_by_side():
+    mod = _live_paired()
+    assert not mod.parse_args([]).side_by_side  # one at a time is the default
+    assert not mod.parse_args(["--one-at-a-time"]).side_by_side  # still accepted
+    assert mod.parse_args(["--side-by-side"]).side_by_side
+    with pytest.raises(SystemExit):
+        mod.parse_args(["--side-by-side", "--one-at-a-time"])
+    with pytest.raises(SystemExit):
+        mod.parse_args(["--rounds", "2"])
+
+
+def test_live_paired_block_of_a_side_by_side_run_names_the_flag():
+    one = {"median": 1.0, "low": 1.0, "high": 1.0}
+    fit = {"fixed_s": 0.014, "prefill_tokens_per_s": 35000.0, "attn_pair_s": 2.8e-8, "cold_rel_err": 0.08,
+           "decode_base_s": 0.004, "decode_per_seq_s": 0.0007, "decode_per_token_s": 1.5e-6}
+    pol = {"live": {k: one for k in ("ttft_s", "workflow_s", "cpu_s")}, "sim_ttft_speedup": 1.0,
+           "sim_workflow_speedup": 1.0, "live_hit_rate": 0.5, "sim_hit_rate": 0.5}
+    result = {"base": "lru", "rounds": [{}] * 3, "fit": fit, "concurrency": 4, "max_total_tokens": 3000,
+              "policies": {"lru": pol}, "flags": "--rounds 3"}
+    # written when side by side was the default (no mode recorded, no flag): rerunning needs the flag now
+    assert "--rounds 3 --side-by-side --docs PAGE" in _live_paired().render(result)
+    text = _live_paired().render({**result, "mode": "side by side", "flags": "--rounds 3 --side-by-side"})
+    assert "--rounds 3 --side-by-side --docs PAGE" in text and "servers side by side" in text
+    text = _live_paired().render({**result, "mode": "one at a time"})
+    assert "--rounds 3 --docs PAGE" in text and "servers one at a time" in text
