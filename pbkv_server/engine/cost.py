@@ -48,6 +48,17 @@ class HardwareProfile:
         attn_window: the sliding window of those layers, tokens (0 = no window layers).
         chunked_prefill_size: SGLang's ``--chunked-prefill-size`` default for this setup, tokens
             (0 = not chunked): the most new tokens one prefill batch holds under ``--engine-model sglang``.
+        prefill_request_s: seconds each request adds to the prefill that admits it, whatever its
+            size (the server's fixed cost per request: scheduling, the forward pass's own overhead);
+            0 = none (every named profile).
+        cached_token_s: seconds per *cached* prompt token of a prefill (0 = a cached token costs
+            nothing but the attention pairs of the new tokens that attend to it).
+        cached_pair_s: seconds per (cached query, cached key) pair, ``c^2 / 2`` of them for ``c``
+            cached tokens: an attention backend that runs attention over the whole sequence again
+            on every prefill (SGLang's ``torch_native`` on CPU) pays for the cached prefix's own
+            queries. 0 = cached queries are not recomputed (GPU backends: every named profile).
+            The three terms enter :meth:`prefill_time_at` only (``--prefill-cost attention``);
+            they come from probes of a live server (:mod:`pbkv_server.loadgen.probe_fit`).
 
     Raises:
         ValueError: on construction, if a rate is not positive or a time or capacity is negative.
@@ -68,6 +79,9 @@ class HardwareProfile:
     attn_window_pair_s: float = 0.0
     attn_window: int = 0
     chunked_prefill_size: int = 0
+    prefill_request_s: float = 0.0
+    cached_token_s: float = 0.0
+    cached_pair_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.prefill_tokens_per_s <= 0 or self.pcie_bytes_per_s <= 0:
@@ -78,6 +92,8 @@ class HardwareProfile:
             raise ValueError(f"profile {self.name!r}: device capacity must be > 0, host >= 0")
         if min(self.attn_pair_s, self.attn_window_pair_s, self.attn_window, self.chunked_prefill_size) < 0:
             raise ValueError(f"profile {self.name!r}: attention terms, window and chunk size must be >= 0")
+        if min(self.prefill_request_s, self.cached_token_s, self.cached_pair_s) < 0:
+            raise ValueError(f"profile {self.name!r}: per-request and cached-token costs must be >= 0")
 
     def prefill_time(self, tokens: int) -> float:
         """Seconds to prefill ``tokens`` uncached prompt tokens (linear in tokens)."""
@@ -113,8 +129,19 @@ class HardwareProfile:
 
     def prefill_time_at(self, tokens: int, context: int = 0) -> float:
         """Seconds to prefill ``tokens`` new tokens that attend to ``context`` cached tokens:
-        the linear term (:meth:`prefill_time`) plus the attention term (:meth:`attention_time`)."""
-        return self.prefill_time(tokens) + self.attention_time(tokens, context)
+        the linear term (:meth:`prefill_time`) plus the attention term (:meth:`attention_time`),
+        plus, on a profile that has them, the request's fixed cost and its cached tokens' own
+        cost (:meth:`cached_time`)."""
+        t = self.prefill_time(tokens) + self.attention_time(tokens, context)
+        if self.prefill_request_s or self.cached_token_s or self.cached_pair_s:
+            t += self.prefill_request_s + self.cached_time(context)
+        return t
+
+    def cached_time(self, context: int) -> float:
+        """Seconds that ``context`` cached prompt tokens still cost a prefill:
+        ``cached_token_s x c + cached_pair_s x c^2 / 2`` (0 on every named profile)."""
+        c = float(max(0, context))
+        return self.cached_token_s * c + self.cached_pair_s * c * c / 2
 
     def decode_step_time(self, batch: int, context_tokens: int = 0) -> float:
         """Seconds of one decode iteration for ``batch`` running sequences holding

@@ -48,3 +48,64 @@ def test_speedups_are_per_round_baseline_over_policy():
     assert s["pbkv"] == Spread(1.2, 0.9, 1.25)
     with pytest.raises(ValueError, match="baseline"):
         speedups([{"pbkv": 1.0}], "lru")
+
+
+def _live_paired():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "live_paired.py"
+    spec = importlib.util.spec_from_file_location("live_paired", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_live_paired_block_shows_the_probed_terms_and_reads_older_results():
+    one = {"median": 1.0, "low": 1.0, "high": 1.0}
+    fit = {"fixed_s": 0.014, "prefill_tokens_per_s": 35000.0, "attn_pair_s": 2.8e-8, "cold_rel_err": 0.08,
+           "decode_base_s": 0.004, "decode_per_seq_s": 0.0007, "decode_per_token_s": 1.5e-6, "cached_ratio": [0.84]}
+    pol = {"live": {k: one for k in ("ttft_s", "workflow_s", "cpu_s")}, "sim_ttft_speedup": 1.0,
+           "sim_workflow_speedup": 1.0, "live_hit_rate": 0.5, "sim_hit_rate": 0.5}
+    old = {"base": "lru", "rounds": [{}] * 3, "fit": fit, "concurrency": 4, "max_total_tokens": 3000,
+           "policies": {"lru": pol, "pbkv": pol}}
+    text = _live_paired().render(old)  # a result written before the probed terms existed
+    assert "| pbkv | 1.000 (1.000-1.000) |" in text and "| - |" in text and "side by side" in text
+    new = {**old, "mode": "one at a time", "flags": "--rounds 3 --one-at-a-time",
+           "fit": {**fit, "cached_token_s": 8.89e-6, "cached_pair_s": 2.8e-8, "cached_rel_err": 0.15,
+                   "held_out_rel_err": 0.21},
+           "policies": {"lru": pol, "pbkv": {**pol, "sim_workflow_speedup": 1.039, "sim_workflow_speedup_plain": 1.198,
+                                              "sim_workflow_speedup_without": {"request": 1.061, "cached": 1.11,
+                                                                               "both": 1.198}}}}
+    text = _live_paired().render(new)
+    assert "| 1.039 | 0.962 | 1.198 |" in text  # sim, live / sim = 1 / 1.039, sim without both terms
+    assert "a cached token 8.89 us + 2.8e-08 s per pair of cached tokens" in text
+    assert "cached 15%, held-out mixed probes 21%" in text
+    assert "pbkv 1.061 / 1.110 / 1.198" in text and "--rounds 3 --one-at-a-time --docs PAGE" in text
+
+
+def test_live_paired_runs_one_server_at_a_time_unless_side_by_side():
+    mod = _live_paired()
+    assert not mod.parse_args([]).side_by_side  # one at a time is the default
+    assert not mod.parse_args(["--one-at-a-time"]).side_by_side  # still accepted
+    assert mod.parse_args(["--side-by-side"]).side_by_side
+    with pytest.raises(SystemExit):
+        mod.parse_args(["--side-by-side", "--one-at-a-time"])
+    with pytest.raises(SystemExit):
+        mod.parse_args(["--rounds", "2"])
+
+
+def test_live_paired_block_of_a_side_by_side_run_names_the_flag():
+    one = {"median": 1.0, "low": 1.0, "high": 1.0}
+    fit = {"fixed_s": 0.014, "prefill_tokens_per_s": 35000.0, "attn_pair_s": 2.8e-8, "cold_rel_err": 0.08,
+           "decode_base_s": 0.004, "decode_per_seq_s": 0.0007, "decode_per_token_s": 1.5e-6}
+    pol = {"live": {k: one for k in ("ttft_s", "workflow_s", "cpu_s")}, "sim_ttft_speedup": 1.0,
+           "sim_workflow_speedup": 1.0, "live_hit_rate": 0.5, "sim_hit_rate": 0.5}
+    result = {"base": "lru", "rounds": [{}] * 3, "fit": fit, "concurrency": 4, "max_total_tokens": 3000,
+              "policies": {"lru": pol}, "flags": "--rounds 3"}
+    # written when side by side was the default (no mode recorded, no flag): rerunning needs the flag now
+    assert "--rounds 3 --side-by-side --docs PAGE" in _live_paired().render(result)
+    text = _live_paired().render({**result, "mode": "side by side", "flags": "--rounds 3 --side-by-side"})
+    assert "--rounds 3 --side-by-side --docs PAGE" in text and "servers side by side" in text
+    text = _live_paired().render({**result, "mode": "one at a time"})
+    assert "--rounds 3 --docs PAGE" in text and "servers one at a time" in text

@@ -119,3 +119,24 @@ def test_advise_builds_a_profile_for_each_new_model():
         assert custom_profile(179.06, model, tp=1, gpu="b200").attn_pair_s > 0
     with pytest.raises(ValueError, match="unknown model"):
         custom_profile(80, "llama-9000")
+
+
+def test_per_request_and_cached_token_terms_by_hand():
+    # a probed CPU profile: 1,000 tok/s, 1e-7 s per pair, 20 ms per request, 20 us per cached
+    # token, 5e-8 s per cached pair; 100 new tokens after 400 cached:
+    #   0.1 + 1e-7 x 100 x (400 + 50) + 0.02 + 2e-5 x 400 + 5e-8 x 400^2 / 2
+    #   = 0.1 + 0.0045 + 0.02 + 0.008 + 0.004 = 0.1365 s
+    from dataclasses import replace
+
+    base = get_profile("h100-qwen3-32b")
+    assert (base.prefill_request_s, base.cached_token_s, base.cached_pair_s) == (0, 0, 0)
+    p = replace(base, prefill_tokens_per_s=1000.0, attn_pair_s=1e-7, attn_window_pair_s=0.0, attn_window=0,
+                prefill_request_s=0.02, cached_token_s=2e-5, cached_pair_s=5e-8)
+    assert p.cached_time(400) == pytest.approx(0.012)
+    assert p.prefill_time_at(100, 400) == pytest.approx(0.1365)
+    assert p.prefill_time(100) == pytest.approx(0.1)  # the legacy linear model ignores them
+    # without the new terms the figure is the attention model's alone, to the bit
+    q = replace(p, prefill_request_s=0.0, cached_token_s=0.0, cached_pair_s=0.0)
+    assert q.prefill_time_at(100, 400) == q.prefill_time(100) + q.attention_time(100, 400)
+    with pytest.raises(ValueError, match="cached-token"):
+        replace(p, cached_pair_s=-1e-9)
