@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# GPU check of the PBKV SGLang plugin: one prepared run for one H200 without internet, <= 8 minutes.
+# GPU check of the PBKV SGLang plugin: one prepared run for one H200 without internet, <= 10 minutes.
 #
 #   bash scripts/gpu_check.sh            # results in ${OUT:-out/gpu_check}
 #
 # 1. writes a random-weight model directory from a public architecture config (Qwen2.5-0.5B's
 #    published config.json values, typed in below; no download) with transformers,
 # 2. takes a trace (TRACE=path, else a seeded synthetic one from `pbkv-bench synth`),
-# 3. starts SGLang with HiCache and LRU, live-replays the trace, stops it,
-# 4. restarts SGLang with the PBKV plugin (policy pbkv, --radix-cache-backend pbkv), replays again,
-# 5. prints both runs' hit rates and latencies side by side (JSON summaries kept in $OUT).
+# 3. starts SGLang with LRU, probes it idle (`pbkv-bench probe-profile`: the simulator's timing),
+#    then `pbkv-bench live-compare`: the trace live and the same requests in the simulator,
+# 4. restarts SGLang with the PBKV plugin (policy pbkv, --radix-cache-backend pbkv), checks that
+#    the plugin serves (`python -m pbkv_server.loadgen.gpu_check active`: exit 3 when it does not),
+#    and runs live-compare again,
+# 5. prints live against simulated hit rate and speedups of pbkv over lru (gpu_check compare;
+#    JSON kept in $OUT). The device tier only, as the CPU live check (docs/sglang-plugin.md):
+#    live-compare models no host tier, so HiCache stays off.
 #
 # Needs: an environment with a CUDA build of sglang==0.5.23 and this project installed
 # (`pip install --no-deps -e .`), selected by PBKV_SGLANG_PYTHON (default .venv-sglang/bin/python).
@@ -75,7 +80,7 @@ for r in read_trace(sys.argv[1]):
 print(max(8192, sum(seen.values()) // 4))
 PYEOF
 )}
-log "device KV capacity for the check: $DEVICE_TOKENS tokens (HiCache host tier: 2x)"
+log "device KV capacity for the check: $DEVICE_TOKENS tokens (no host tier)"
 
 # ---- 3./4. two runs ------------------------------------------------------------------------
 SERVER_PID=""
@@ -94,7 +99,6 @@ run_one() {  # name, policy flags...
   log "starting SGLang ($name): $*"
   setsid "$PY" -m sglang.launch_server --model-path "$MODEL_DIR" --skip-tokenizer-init \
       --host 127.0.0.1 --port "$PORT" --max-total-tokens "$DEVICE_TOKENS" \
-      --enable-hierarchical-cache --hicache-ratio 2 \
       --cuda-graph-max-bs-decode 16 --cuda-graph-backend-prefill disabled \
       --mem-fraction-static 0.5 --log-level warning "$@" >"$OUT/server_$name.log" 2>&1 &
   SERVER_PID=$!
@@ -104,25 +108,23 @@ run_one() {  # name, policy flags...
     if [ "$waited" -ge "$START_TIMEOUT" ]; then log "server not ready after ${START_TIMEOUT}s"; tail -40 "$OUT/server_$name.log"; exit 1; fi
     sleep 2; waited=$((waited + 2))
   done
-  log "server ($name) ready after ${waited}s; replaying"
-  "$PY" -m pbkv_server.cli.bench live-replay "$TRACE" --target "http://127.0.0.1:$PORT" --api generate \
-      --concurrency "$CONC" --max-output-tokens "$MAX_OUT" --json "$OUT/replay_$name.json"
+  log "server ($name) ready after ${waited}s"
+  local url="http://127.0.0.1:$PORT"
+  if [ "$name" = lru ]; then  # the simulator's timing, probed on the idle baseline server
+    "$PY" -m pbkv_server.cli.bench probe-profile --target "$url" --device-tokens "$DEVICE_TOKENS" \
+        --json "$OUT/probe.json"
+  else
+    "$PY" -m pbkv_server.loadgen.gpu_check active sglang "$url" || { log "the PBKV plugin is not serving"; exit 3; }
+  fi
+  log "live-compare ($name)"
+  "$PY" -m pbkv_server.cli.bench live-compare "$TRACE" --target "$url" --concurrency "$CONC" \
+      --max-output-tokens "$MAX_OUT" --profile "$OUT/probe.json" --json "$OUT/compare_$name.json"
   stop_server
 }
 
 run_one lru --radix-eviction-policy lru
 run_one pbkv --radix-eviction-policy pbkv --radix-cache-backend pbkv
-grep -h "PBKV radix cache ready\|PBKV plugin registered" "$OUT/server_pbkv.log" | head -3 || true
 
 # ---- 5. comparison ---------------------------------------------------------------------------
-"$PY" - "$OUT/replay_lru.json" "$OUT/replay_pbkv.json" <<'PYEOF'
-import json, sys
-runs = [("lru + HiCache", json.load(open(sys.argv[1]))), ("pbkv plugin + HiCache", json.load(open(sys.argv[2])))]
-def ms(v): return "-" if v is None else f"{v * 1e3:8.1f} ms"
-print(f"{'run':24} {'hit rate':>9} {'TTFT mean':>11} {'TTFT p90':>11} {'req lat.':>11} {'wf lat.':>9} {'errors':>6}")
-for name, s in runs:
-    wf = s["workflow_latency_mean_s"]
-    print(f"{name:24} {s['hit_rate']:9.3f} {ms(s['ttft_mean_s']):>11} {ms(s['ttft_p90_s']):>11} "
-          f"{ms(s['latency_mean_s']):>11} {wf if wf is None else round(wf, 2):>8}s {s['errors']:>6}")
-PYEOF
+"$PY" -m pbkv_server.loadgen.gpu_check compare "$OUT" lru pbkv
 log "done"

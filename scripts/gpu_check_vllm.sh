@@ -11,11 +11,16 @@
 # 2. takes a trace (TRACE=path, else a seeded synthetic one from `pbkv-bench synth`),
 # 3. starts vLLM with its own LRU (`pbkv-server --engine vllm --policy lru`), live-replays it,
 # 4. restarts it with the plugin (`--policy pbkv-he`: PBKVBlockPool, PBKVConnector, middleware),
-#    replays again, then ends one workflow over POST /pbkv/v1/workflows/{id}/end (expects 204)
-#    and reads the KV-hint advertisement (GET /pbkv/v1/kv_hints, header X-PBKV-KV-Hints),
+#    checks that the plugin serves (`python -m pbkv_server.loadgen.gpu_check active vllm`: the
+#    workflow-end route answers 204 and GET /pbkv/v1/kv_hints carries X-PBKV-KV-Hints; exit 3 when
+#    not), and replays again,
 # 5. with OFFLOAD=1 also a run with the CPU offload tier in PBKV's order (MultiConnector of
 #    OffloadingConnector with eviction_policy "pbkv" and PBKVConnector),
-# 6. prints the runs' hit rates and latencies side by side (JSON summaries kept in $OUT).
+# 6. prints the runs' hit rates and latencies side by side (JSON summaries kept in $OUT), then
+#    live against simulated for lru and pbkv (`gpu_check sim-vllm`: the same requests in the
+#    simulator at the block pool, timing from GPU_CHECK_SIM_PROFILE, default h200-qwen3-32b; the
+#    chat API's template adds tokens the simulator does not see, so hit rates compare closely and
+#    latencies only roughly).
 #
 # Needs: an environment with a CUDA build of vllm==0.33.0 and this project installed
 # (`pip install --no-deps -e .`), selected by PBKV_VLLM_PYTHON (default .venv-vllm/bin/python).
@@ -33,6 +38,7 @@ PORT=${GPU_CHECK_PORT:-31100}
 START_TIMEOUT=${GPU_CHECK_START_TIMEOUT:-300}
 MAX_OUT=${GPU_CHECK_MAX_OUTPUT_TOKENS:-64}
 BLOCKS=${GPU_CHECK_GPU_BLOCKS:-512}
+SIM_PROFILE=${GPU_CHECK_SIM_PROFILE:-h200-qwen3-32b}
 MODEL_DIR="$OUT/model"
 mkdir -p "$OUT"
 export VLLM_PLUGINS=${VLLM_PLUGINS:-pbkv}   # only our plugin, even if others are installed
@@ -76,16 +82,15 @@ run_one() {  # name, policy, extra vLLM flags...
     if [ "$waited" -ge "$START_TIMEOUT" ]; then log "server not ready after ${START_TIMEOUT}s"; tail -40 "$OUT/server_$name.log"; exit 1; fi
     sleep 2; waited=$((waited + 2))
   done
-  log "server ($name) ready after ${waited}s; replaying"
-  "$PY" -m pbkv_server.cli.bench live-replay "$TRACE" --target "http://127.0.0.1:$PORT" --api chat \
-      --concurrency "$CONC" --max-output-tokens "$MAX_OUT" --json "$OUT/replay_$name.json"
+  log "server ($name) ready after ${waited}s"
   if [ "$policy" != lru ]; then
-    code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$PORT/pbkv/v1/workflows/gpu-check/end")
-    log "end route answered $code (expected 204)"
-    caps=$(curl -s -D - -o /dev/null "http://127.0.0.1:$PORT/pbkv/v1/kv_hints" | tr -d '\r' | grep -i '^x-pbkv-kv-hints:' || true)
-    log "KV-hint advertisement: ${caps:-MISSING (expected X-PBKV-KV-Hints)}"
+    "$PY" -m pbkv_server.loadgen.gpu_check active vllm "http://127.0.0.1:$PORT" \
+        || { log "the PBKV plugin is not serving"; exit 3; }
     grep -h "PBKV vLLM plugin\|PBKV vLLM runtime" "$OUT/server_$name.log" | head -3 || true
   fi
+  log "replaying ($name)"
+  "$PY" -m pbkv_server.cli.bench live-replay "$TRACE" --target "http://127.0.0.1:$PORT" --api chat \
+      --concurrency "$CONC" --max-output-tokens "$MAX_OUT" --json "$OUT/replay_$name.json"
   stop_server
 }
 
@@ -110,4 +115,10 @@ for name in names:
     print(f"{name:16} {s['hit_rate']:9.3f} {ms(s['ttft_mean_s']):>11} {ms(s['ttft_p90_s']):>11} "
           f"{ms(s['latency_mean_s']):>11} {s['errors']:>6}")
 PYEOF
+for run in lru:lru pbkv:pbkv-he; do
+  "$PY" -m pbkv_server.loadgen.gpu_check sim-vllm "$TRACE" --live "$OUT/replay_${run%%:*}.json" --policy "${run##*:}" \
+      --device-tokens $((BLOCKS * 16)) --page-size 16 --concurrency "$CONC" --max-output-tokens "$MAX_OUT" \
+      --profile "$SIM_PROFILE" --out "$OUT/compare_${run%%:*}.json"
+done
+"$PY" -m pbkv_server.loadgen.gpu_check compare "$OUT" lru pbkv
 log "done"
