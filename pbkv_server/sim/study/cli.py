@@ -349,8 +349,8 @@ def _floats(text: str, flag: str) -> list[float]:
         raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
     if not values:
         raise ValueError(f"{flag} names no value")
-    if not 1 <= values[0] <= values[-1] <= MAX_CONCURRENCY:
-        raise ValueError(f"{flag} must be in 1..{MAX_CONCURRENCY:,}, got {text!r}")
+    if values[-1] > MAX_CONCURRENCY:  # fractions and 0 are valid; RegimeSettings.check() bounds them below
+        raise ValueError(f"{flag} must be at most {MAX_CONCURRENCY:,}, got {text!r}")
     return values
 
 

@@ -149,6 +149,10 @@ def test_bad_workload_is_one_line(tmp_path):
     assert "no such file or folder" in result.output and "Traceback" not in result.output
     result = runner.invoke(app, ["study", "regime", "synth:codegen", "--host-ratios", "x", "--out-dir", str(tmp_path)])
     assert result.exit_code == 2 and "--host-ratios must be comma-separated numbers" in result.output
+    # fractions below 1 and a host ratio of 0 are the grid's own values (docs/chatdev-regime.md's command)
+    result = runner.invoke(app, ["study", "regime", str(tmp_path / "missing.jsonl"), "--device-fractions", "0.25,0.5,1",
+                                 "--host-ratios", "0,1", "--out-dir", str(tmp_path / "o2")])
+    assert result.exit_code == 2 and "no such file or folder" in result.output, result.output
 
 
 @pytest.mark.slow
