@@ -32,11 +32,10 @@ import httpx
 
 from pbkv_contract.hints import END_PATH
 from pbkv_contract.kv_hint_caps import HEADER_KV_HINTS, KV_HINTS_PATH
+from pbkv_server.backends.sglang.settings import BACKEND_NAME  # imports no SGLang
 
 __all__ = ["sglang_plugin_problems", "vllm_plugin_problems", "compare_rows", "main"]
 
-#: ``--radix-cache-backend`` value the PBKV SGLang plugin registers.
-SGLANG_BACKEND = "pbkv"
 #: Exit status when the plugin is not active.
 NOT_ACTIVE = 3
 
@@ -50,8 +49,8 @@ def sglang_plugin_problems(url: str, client: httpx.Client | None = None) -> list
     except (httpx.HTTPError, ValueError) as exc:
         return [f"GET /server_info failed: {exc}"]
     backend = info.get("radix_cache_backend")
-    if backend != SGLANG_BACKEND:
-        problems.append(f"/server_info radix_cache_backend is {backend!r}, not {SGLANG_BACKEND!r}")
+    if backend != BACKEND_NAME:  # the --radix-cache-backend the plugin registers
+        problems.append(f"/server_info radix_cache_backend is {backend!r}, not {BACKEND_NAME!r}")
     from pbkv_server.engine.policies import sglang_policy_names
 
     policy = info.get("radix_eviction_policy")
