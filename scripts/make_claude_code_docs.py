@@ -1,0 +1,153 @@
+"""Write docs/claude-code-regime.md's table from policy-matrix runs on the shared Claude Code conversations.
+
+The block between ``<!-- claude-code:begin -->`` and ``<!-- claude-code:end -->`` is rendered
+from ``docs/study/claude-code/PROFILE-hHOST-MODE.json``: the ``--json`` of one
+``benchmarks/policy_matrix.py`` run per hardware profile, host ratio and workflow mode (each
+holds its concurrencies as cells; :data:`COMMAND` is the command). Per cell: LRU's mean
+workflow latency, every online policy's speedup over LRU (``L_lru / L``), opt's, and pbkv's
+latency capture ``(L_lru - L_pbkv) / (L_lru - L_opt)`` (as ``pbkv-bench replay`` defines it);
+then issue 33's targets, checked in every cell where opt gains at least ``OPT_GAIN``: capture
+>= ``CAPTURE_TARGET``, pbkv at least as fast as every other online policy, and pbkv >=
+``SLOWER_LIMIT`` x LRU in every cell.
+
+Usage::
+
+    .venv/bin/python scripts/make_claude_code_docs.py           # rewrite the block
+    .venv/bin/python scripts/make_claude_code_docs.py --check   # exit 1 if the block is stale
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+from generated_blocks import replace_block, write_or_check  # noqa: E402
+from pbkv_server.engine.policies import (  # noqa: E402
+    BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies)
+from pbkv_server.sim.study.regime import CAPTURE_TARGET, OPT_GAIN, SLOWER_LIMIT  # noqa: E402
+
+PAGE = ROOT / "docs" / "claude-code-regime.md"
+BLOCK = "claude-code"
+STUDY_DIR = ROOT / "docs" / "study" / "claude-code"
+#: The command that wrote each JSON (PROFILE, DEVICE, HOST, MODE filled per file).
+COMMAND = ("python benchmarks/policy_matrix.py --trace cc120-MODE.jsonl --policy POLICIES --concurrency 16,32,64 "
+           "--device DEVICE --host-ratio HOST --profile PROFILE --json PROFILE-hHOST-MODE.json")
+#: The grid issue 33 asks for: one run (JSON) per profile, host ratio and workflow mode, each with
+#: concurrency 16, 32 and 64. The block names the runs not there yet.
+PROFILES = ("a6000x8-qwen3-32b-tp8", "h200x4-qwen3-235b-a22b-tp4")
+HOSTS = (1.0, 0.0)
+MODES = ("conversation", "turn")
+_NAME = re.compile(r"^(?P<profile>.+)-h(?P<host>[0-9.]+)-(?P<mode>conversation|turn)\.json$")
+_KEY = re.compile(r"C=(?P<c>\d+) device=(?P<device>\d+) predictor=(?P<pred>\S+)$")
+
+
+def load(directory: Path = STUDY_DIR) -> list[dict]:
+    """One dict per cell: ``profile``, ``host``, ``mode``, ``concurrency``, ``device``,
+    ``predictor`` and ``policies`` (policy -> figures), in file-name then concurrency order.
+
+    Raises:
+        ValueError: a file whose name or cell key is not of the form above.
+    """
+    cells = []
+    for path in sorted(directory.glob("*.json")):
+        m = _NAME.match(path.name)
+        if m is None:
+            raise ValueError(f"{path.name}: not PROFILE-hHOST-(conversation|turn).json")
+        for key, policies in json.loads(path.read_text(encoding="utf-8")).items():
+            k = _KEY.search(key)
+            if k is None:
+                raise ValueError(f"{path.name}: cell key {key!r} has no C=, device= and predictor=")
+            cells.append({"profile": m["profile"], "host": float(m["host"]), "mode": m["mode"],
+                          "concurrency": int(k["c"]), "device": int(k["device"]), "predictor": k["pred"],
+                          "policies": policies})
+    cells.sort(key=lambda c: (c["profile"], c["mode"], -c["host"], c["concurrency"]))
+    return cells
+
+
+def capture(cell: dict) -> float | None:
+    """pbkv's latency capture ``(L_lru - L_pbkv) / (L_lru - L_opt)``; ``None`` when opt is not
+    faster than LRU (no gain to capture)."""
+    lat = {p: f["mean_latency_s"] for p, f in cell["policies"].items()}
+    gain = lat[BASELINE_POLICY] - lat[REFERENCE_POLICY]
+    return (lat[BASELINE_POLICY] - lat[DEFAULT_POLICY]) / gain if gain > 0 else None
+
+
+def speedup(cell: dict, policy: str) -> float:
+    """``L_lru / L`` of ``policy`` in ``cell``."""
+    p = cell["policies"]
+    return p[BASELINE_POLICY]["mean_latency_s"] / p[policy]["mean_latency_s"]
+
+
+def block(cells: list[dict]) -> str:
+    """The block's body (markdown) for ``cells`` (:func:`load`)."""
+    if not cells:
+        raise ValueError("no policy-matrix JSON to render")
+    policies = list(cells[0]["policies"])
+    if any(list(c["policies"]) != policies for c in cells):
+        raise ValueError("the runs replayed different policies: one table needs the same columns")
+    order = [*available_policies(REPLAY), DEFAULT_POLICY]  # the registry's order, pbkv last (next to opt)
+    online = sorted((p for p in policies if p not in (BASELINE_POLICY, REFERENCE_POLICY)),
+                    key=lambda p: (p == DEFAULT_POLICY, order.index(p) if p in order else len(order), p))
+    lines = [
+        f"Generated by `scripts/make_claude_code_docs.py` from `docs/study/claude-code/*.json`, each the JSON of "
+        f"`{COMMAND}` (POLICIES = {','.join(policies)}; predictor {cells[0]['predictor']}; DEVICE = the profile's "
+        "device KV tokens, host tier = HOST x device).", "",
+        f"Speedup vs lru (L_lru / L, >1 faster); capture = (L_lru - L_{DEFAULT_POLICY}) / (L_lru - L_opt), `-` "
+        "where opt is not faster than lru.", "",
+        "| profile | workflow | host | C | lru mean lat s | " + " | ".join(online) + " | opt | capture |",
+        "|---|---|---:|---:|---:|" + "---:|" * (len(online) + 2)]
+    for c in cells:
+        row = (f"| {c['profile']} | {c['mode']} | {c['host']:g}x | {c['concurrency']} | "
+               f"{c['policies'][BASELINE_POLICY]['mean_latency_s']:,.0f} |")
+        row += "".join(f" {speedup(c, p):.3f}x |" for p in online)
+        cap = capture(c)
+        row += f" {speedup(c, REFERENCE_POLICY):.3f}x | {'-' if cap is None else f'{cap:.2f}'} |"
+        lines.append(row)
+    return "\n".join([*lines, "", *targets(cells, online), *coverage(cells)]) + "\n"
+
+
+def coverage(cells: list[dict]) -> list[str]:
+    """The grid's runs (:data:`PROFILES` x :data:`HOSTS` x :data:`MODES`) that have no JSON yet."""
+    have = {(c["profile"], c["host"], c["mode"]) for c in cells}
+    grid = [(p, h, m) for p in PROFILES for h in HOSTS for m in MODES]
+    missing = [f"{p} host {h:g}x {m}" for p, h, m in grid if (p, h, m) not in have]
+    return [f"- Runs of the grid here: {len(grid) - len(missing)} of {len(grid)}"
+            + (f"; not run yet: {'; '.join(missing)}." if missing else ".")]
+
+
+def targets(cells: list[dict], online: list[str]) -> list[str]:
+    """Issue 33's targets, each with the cells that miss it."""
+    def name(c: dict) -> str:
+        return f"{c['profile']} {c['mode']} host {c['host']:g}x C={c['concurrency']}"
+
+    gain = [c for c in cells if speedup(c, REFERENCE_POLICY) >= OPT_GAIN]
+    low = [f"{name(c)} ({capture(c):.2f})" for c in gain if capture(c) < CAPTURE_TARGET]
+    beaten = [f"{p} at {name(c)} ({speedup(c, p) / speedup(c, DEFAULT_POLICY) - 1:+.2%})"
+              for c in gain for p in online if p != DEFAULT_POLICY and speedup(c, p) > speedup(c, DEFAULT_POLICY)]
+    below = [f"{name(c)} ({speedup(c, DEFAULT_POLICY):.4f}x)" for c in cells
+             if speedup(c, DEFAULT_POLICY) < SLOWER_LIMIT]
+    worst = min(cells, key=lambda c: speedup(c, DEFAULT_POLICY))
+    return [f"- Cells where opt >= {OPT_GAIN:g}x lru: {len(gain)} of {len(cells)}.",
+            f"- Capture >= {CAPTURE_TARGET:g} in those cells: {len(gain) - len(low)} of {len(gain)}"
+            + (f"; below: {'; '.join(low)}." if low else "."),
+            f"- Online policies faster than {DEFAULT_POLICY} in those cells: {'; '.join(beaten) or 'none'}.",
+            f"- {DEFAULT_POLICY} below {SLOWER_LIMIT:g}x lru: {'; '.join(below) or 'no cell'} (worst "
+            f"{speedup(worst, DEFAULT_POLICY):.4f}x at {name(worst)})."]
+
+
+def render(page: str, body: str) -> str:
+    """``page`` with its claude-code block replaced by ``body``."""
+    return replace_block(page, BLOCK, body, str(PAGE.relative_to(ROOT)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write_or_check("make_claude_code_docs", PAGE, lambda page: render(page, block(load())),
+                          __doc__.split("\n\n")[0], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

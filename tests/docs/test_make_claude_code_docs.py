@@ -1,0 +1,74 @@
+"""``scripts/make_claude_code_docs.py``: docs/claude-code-regime.md's table (issue 33) is rendered
+from policy-matrix JSON, with captures and targets computed here by hand, and the committed block
+is what the committed runs render."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def docs():
+    spec = importlib.util.spec_from_file_location("make_claude_code_docs", ROOT / "scripts" / "make_claude_code_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(**latency: float) -> dict:
+    return {p: {"mean_latency_s": v, "hit_rate": 0.5, "host_hit_rate": 0.1, "mean_ttft_s": 1.0, "per_app": {}}
+            for p, v in latency.items()}
+
+
+def _write(tmp_path: Path) -> Path:
+    d = tmp_path / "cc"
+    d.mkdir()
+    # C=32: opt gains 2x (100 -> 50); pbkv 70 captures 30 / 50; he 60 is faster than pbkv
+    # C=16: opt gains 1.01x only (not a target cell); pbkv 100.2 is 0.998x lru (below 0.999)
+    (d / "prof-h1-turn.json").write_text(json.dumps({
+        "cc.jsonl C=32 device=1000 predictor=markov": _row(he=60.0, lru=100.0, opt=50.0, pbkv=70.0),
+        "cc.jsonl C=16 device=1000 predictor=markov": _row(he=100.0, lru=100.0, opt=99.0, pbkv=100.2)}))
+    # host 0: opt 80 (1.25x), pbkv 84 captures 16 / 20 = 0.80, he 90
+    (d / "prof-h0-turn.json").write_text(json.dumps({
+        "cc.jsonl C=16 device=1000 predictor=markov": _row(he=90.0, lru=100.0, opt=80.0, pbkv=84.0)}))
+    return d
+
+
+def test_table_captures_and_targets_by_hand(docs, tmp_path):
+    text = docs.block(docs.load(_write(tmp_path)))
+    rows = [line for line in text.splitlines() if line.startswith("| prof ")]
+    # host 1x before 0x, then by concurrency; columns he, pbkv (issue order), opt, capture
+    assert rows == ["| prof | turn | 1x | 16 | 100 | 1.000x | 0.998x | 1.010x | -0.20 |",
+                    "| prof | turn | 1x | 32 | 100 | 1.667x | 1.429x | 2.000x | 0.60 |",
+                    "| prof | turn | 0x | 16 | 100 | 1.111x | 1.190x | 1.250x | 0.80 |"]
+    assert "- Cells where opt >= 1.05x lru: 2 of 3." in text
+    assert "- Capture >= 0.7 in those cells: 1 of 2; below: prof turn host 1x C=32 (0.60)." in text
+    # he 1.667x vs pbkv 1.429x: +16.67 %
+    assert "- Online policies faster than pbkv in those cells: he at prof turn host 1x C=32 (+16.67%)." in text
+    assert "- pbkv below 0.999x lru: prof turn host 1x C=16 (0.9980x) (worst 0.9980x" in text
+    # 'prof' is not a grid profile: all 8 runs of the grid are missing
+    assert "- Runs of the grid here: 0 of 8; not run yet: a6000x8-qwen3-32b-tp8 host 1x conversation;" in text
+
+
+def test_runs_of_other_policies_are_refused(docs, tmp_path):
+    d = _write(tmp_path)
+    (d / "prof-h1-conversation.json").write_text(json.dumps({
+        "cc.jsonl C=16 device=1000 predictor=markov": _row(lru=100.0, opt=99.0, pbkv=100.0)}))
+    with pytest.raises(ValueError, match="different policies"):
+        docs.block(docs.load(d))
+
+
+def test_a_misnamed_run_is_refused(docs, tmp_path):
+    d = _write(tmp_path)
+    (d / "prof.json").write_text("{}")
+    with pytest.raises(ValueError, match="PROFILE-hHOST"):
+        docs.load(d)
+
+
+def test_committed_block_is_what_the_committed_runs_render(docs):
+    assert docs.main(["--check"]) == 0
