@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from generated_blocks import replace_block, write_or_check  # noqa: E402
 from pbkv_server.engine.policies import (  # noqa: E402
     BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies)
+from pbkv_server.sim.measures import MIN_DIFFERENCE, latency_capture, latency_speedup  # noqa: E402
 from pbkv_server.sim.study.regime import CAPTURE_TARGET, OPT_GAIN, SLOWER_LIMIT  # noqa: E402
 
 PAGE = ROOT / "docs" / "claude-code-regime.md"
@@ -69,17 +70,17 @@ def load(directory: Path = STUDY_DIR) -> list[dict]:
 
 
 def capture(cell: dict) -> float | None:
-    """pbkv's latency capture ``(L_lru - L_pbkv) / (L_lru - L_opt)``; ``None`` when opt is not
-    faster than LRU (no gain to capture)."""
+    """pbkv's latency capture ``(L_lru - L_pbkv) / (L_lru - L_opt)``
+    (:func:`~pbkv_server.sim.measures.latency_capture`: ``None`` when opt is not at least
+    ``MIN_DIFFERENCE`` faster than LRU, no gap to capture)."""
     lat = {p: f["mean_latency_s"] for p, f in cell["policies"].items()}
-    gain = lat[BASELINE_POLICY] - lat[REFERENCE_POLICY]
-    return (lat[BASELINE_POLICY] - lat[DEFAULT_POLICY]) / gain if gain > 0 else None
+    return latency_capture(lat[DEFAULT_POLICY], lat[BASELINE_POLICY], lat[REFERENCE_POLICY])
 
 
 def speedup(cell: dict, policy: str) -> float:
-    """``L_lru / L`` of ``policy`` in ``cell``."""
+    """``L_lru / L`` of ``policy`` in ``cell`` (:func:`~pbkv_server.sim.measures.latency_speedup`)."""
     p = cell["policies"]
-    return p[BASELINE_POLICY]["mean_latency_s"] / p[policy]["mean_latency_s"]
+    return latency_speedup(p[BASELINE_POLICY]["mean_latency_s"], p[policy]["mean_latency_s"])
 
 
 def block(cells: list[dict]) -> str:
@@ -97,7 +98,7 @@ def block(cells: list[dict]) -> str:
         f"`{COMMAND}` (POLICIES = {','.join(policies)}; predictor {cells[0]['predictor']}; DEVICE = the profile's "
         "device KV tokens, host tier = HOST x device).", "",
         f"Speedup vs lru (L_lru / L, >1 faster); capture = (L_lru - L_{DEFAULT_POLICY}) / (L_lru - L_opt), `-` "
-        "where opt is not faster than lru.", "",
+        f"where opt is less than {MIN_DIFFERENCE:.1%} faster than lru (no gap to capture).", "",
         "| profile | workflow | host | C | lru mean lat s | " + " | ".join(online) + " | opt | capture |",
         "|---|---|---:|---:|---:|" + "---:|" * (len(online) + 2)]
     for c in cells:
