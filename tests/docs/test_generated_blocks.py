@@ -1,20 +1,14 @@
 """``scripts/generated_blocks.py``: the block writer the ``make_*_docs`` scripts share."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .scripts_loader import load_script
 
 
 @pytest.fixture(scope="module")
 def blocks():
-    spec = importlib.util.spec_from_file_location("generated_blocks", ROOT / "scripts" / "generated_blocks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("generated_blocks")
 
 
 def test_replace_block_keeps_everything_around_the_block(blocks):

@@ -3,30 +3,21 @@ docs/chatdev-regime.md (issue 33) is rendered from three regime studies, and the
 predictor's training split never shares a workflow with the evaluated one."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from .scripts_loader import load_script
 
 
 @pytest.fixture(scope="module")
 def docs():
-    return _load("make_chatdev_docs")
+    return load_script("make_chatdev_docs")
 
 
 @pytest.fixture(scope="module")
 def split():
-    return _load("split_trace")
+    return load_script("split_trace")
 
 
 def _cell(f: float, latencies: dict[str, float], opt_gain: bool = False) -> dict:

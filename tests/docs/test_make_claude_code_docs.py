@@ -3,21 +3,17 @@ from policy-matrix JSON, with captures and targets computed here by hand, and th
 is what the committed runs render."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .scripts_loader import load_script
 
 
 @pytest.fixture(scope="module")
 def docs():
-    spec = importlib.util.spec_from_file_location("make_claude_code_docs", ROOT / "scripts" / "make_claude_code_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_claude_code_docs")
 
 
 def _row(**latency: float) -> dict:
