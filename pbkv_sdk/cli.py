@@ -15,8 +15,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -390,26 +393,49 @@ def _run_app(command: List[str], env: dict) -> int | None:
     summary of what was recorded still prints. From the second Ctrl-C on we wait only
     :data:`_GRACE_S` more: ``None`` when the app is still running then.
 
+    Ctrl-C is counted by a handler, never raised as ``KeyboardInterrupt``: the app and ``record``
+    get the same SIGINT, and a ``KeyboardInterrupt`` raised just after ``waitpid`` reaped the app
+    loses its status (``Popen`` then reads 0 from a second ``waitpid``), so an app killed by the
+    second Ctrl-C read as one that exited 0.
+
     Raises:
         OSError: the command cannot be started (``FileNotFoundError``: not found).
     """
     proc = subprocess.Popen(command, env=env)
     interrupts = 0
-    while True:
-        try:
-            status = proc.wait(timeout=_GRACE_S if interrupts >= 2 else None)
-            return 128 - status if status < 0 else status
-        except KeyboardInterrupt:
-            interrupts += 1
-            if interrupts == 1:  # say why nothing happens yet, and how to stop waiting
+
+    def count(_signum, _frame) -> None:
+        nonlocal interrupts
+        interrupts += 1
+
+    # signal handlers can only be set from the main thread; elsewhere no Ctrl-C arrives anyway
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, count) if main else None
+    try:
+        told, give_up_at = False, None
+        while True:
+            try:
+                status = proc.wait(timeout=_POLL_S)
+                return 128 - status if status < 0 else status
+            except subprocess.TimeoutExpired:
+                pass
+            if interrupts and not told:  # say why nothing happens yet, and how to stop waiting
+                told = True
                 err_console.print("interrupted: waiting for the app to finish writing its trace "
                                   "(Ctrl-C again to stop waiting)", highlight=False, soft_wrap=True)
-        except subprocess.TimeoutExpired:
-            return None
+            if interrupts >= 2:
+                give_up_at = give_up_at or time.monotonic() + _GRACE_S
+                if time.monotonic() >= give_up_at:
+                    return None
+    finally:
+        if main and previous is not None:  # None: a handler set outside Python, nothing to put back
+            signal.signal(signal.SIGINT, previous)
 
 
 #: Seconds ``record`` still waits for the app after a second Ctrl-C.
 _GRACE_S = 0.5
+#: Seconds between checks on the app (and on Ctrl-C) while ``record`` waits for it.
+_POLL_S = 0.05
 
 
 def _remove_if_ours(out: Path, created: bool) -> str:
