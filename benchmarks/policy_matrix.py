@@ -6,6 +6,11 @@ The instrument for policy changes: run it before and after a change and compare 
     python benchmarks/policy_matrix.py --graph chat --device 20000,40000,80000 --concurrency 1,32 --json out.json
     python benchmarks/policy_matrix.py --graph codegen,research --predictor oracle,markov --json out.json
     python benchmarks/policy_matrix.py ... --compare before.json      # adds a "change" table
+    python benchmarks/policy_matrix.py ... --json out.json --resume   # skips what out.json holds
+
+``--json`` is rewritten after every policy of every cell, so a long grid that is stopped keeps
+what it finished; ``--resume`` then runs only the (cell, policy) pairs the file lacks. It trusts
+the file to come from the same command (profile and host ratio are not in its keys).
 
 Each cell is the device hit rate (and mean workflow latency in seconds, with its speedup vs LRU:
 LRU's mean latency / the policy's, x, >1 faster); with ``--per-app`` the hit rate of each app of a
@@ -49,14 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-app", action="store_true", help="print hit rates per app (mixed traces)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--compare", type=Path, default=None, help="a previous --json of the same grid")
+    p.add_argument("--resume", action="store_true",
+                   help="keep what --json already holds and run only the (cell, policy) pairs it lacks")
     p.add_argument("--no-lru-guard", action="store_true",
                    help="predictive policies always follow their predicted order (EngineConfig.lru_guard off)")
     args = p.parse_args(argv)
     check_output(p, args.json, [args.trace] if args.trace else [])
+    if args.resume and args.json is None:
+        p.error("--resume needs --json (the file to resume)")
 
     profile = get_profile(args.profile)
     policies = args.policy.split(",")
-    results: dict[str, dict] = {}
+    results: dict[str, dict] = _resumed(p, args.json) if args.resume else {}
     with tempfile.TemporaryDirectory() as tmp:
         traces = {}
         if args.trace:
@@ -73,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                 for device in (int(d) for d in args.device.split(",")):
                     for pred in args.predictor.split(","):
                         key = f"{name} C={conc} device={device} predictor={pred}"
-                        row = {}
+                        row = results.setdefault(key, {})
                         for policy in policies:
+                            if policy in row:  # resumed
+                                continue
                             r = simulate(workload, ReplayConfig(policy, profile, device_tokens=device,
                                                                 host_tokens=int(args.host_ratio * device),
                                                                 lru_guard=not args.no_lru_guard),
@@ -85,14 +96,35 @@ def main(argv: list[str] | None = None) -> int:
                                            "per_app": r.get("per_app", {})}
                             if "guard" in r:
                                 row[policy]["guard"] = r["guard"]
-                        results[key] = row
+                            if args.json:
+                                _write(args.json, results)
                         _print_row(f"{key} host={args.host_ratio:g}x", row, args.per_app)
     before = json.loads(args.compare.read_text()) if args.compare else None
     if before is not None:
         _print_change(before, results, policies)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1, sort_keys=True))
+        _write(args.json, results)
     return 0
+
+
+def _resumed(p: argparse.ArgumentParser, path: Path) -> dict[str, dict]:
+    """The cells an earlier run of the grid wrote to ``path`` (none when it does not exist yet)."""
+    if not path.exists():
+        return {}
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        p.error(f"--resume: cannot read {path}: {exc}")
+    if not isinstance(results, dict) or not all(isinstance(row, dict) for row in results.values()):
+        p.error(f"--resume: {path} is not a policy_matrix --json (cell -> policy -> figures)")
+    return results
+
+
+def _write(path: Path, results: dict[str, dict]) -> None:
+    """Replace ``path`` at once (write aside, then rename): a run stopped mid-write keeps the last file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=1, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
 
 
 def _print_row(key: str, row: dict, per_app: bool) -> None:

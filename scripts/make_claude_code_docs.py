@@ -38,10 +38,16 @@ STUDY_DIR = ROOT / "docs" / "study" / "claude-code"
 COMMAND = ("python benchmarks/policy_matrix.py --trace cc120-MODE.jsonl --policy POLICIES --concurrency 16,32,64 "
            "--device DEVICE --host-ratio HOST --profile PROFILE --json PROFILE-hHOST-MODE.json")
 #: The grid issue 33 asks for: one run (JSON) per profile, host ratio and workflow mode, each with
-#: concurrency 16, 32 and 64. The block names the runs not there yet.
+#: concurrency 16, 32 and 64. The block names the cells not there yet.
 PROFILES = ("a6000x8-qwen3-32b-tp8", "h200x4-qwen3-235b-a22b-tp4")
 HOSTS = (1.0, 0.0)
 MODES = ("conversation", "turn")
+CONCURRENCIES = (16, 32, 64)
+#: The policies every cell replays (POLICIES of :data:`COMMAND`). policy_matrix.py writes its JSON
+#: after each policy, so a run in progress (or stopped, to be ``--resume``d) holds cells that lack
+#: some: those are listed as in progress, not tabled.
+POLICIES = ("lru", "lae", "he", "tlru", "slru", "sglang-session", "continuum", "ttl-pin", "kvflow-shipped",
+            "spec-prefill", "pbkv", "opt")
 _NAME = re.compile(r"^(?P<profile>.+)-h(?P<host>[0-9.]+)-(?P<mode>conversation|turn)\.json$")
 _KEY = re.compile(r"C=(?P<c>\d+) device=(?P<device>\d+) predictor=(?P<pred>\S+)$")
 
@@ -83,13 +89,22 @@ def speedup(cell: dict, policy: str) -> float:
     return latency_speedup(p[BASELINE_POLICY]["mean_latency_s"], p[policy]["mean_latency_s"])
 
 
-def block(cells: list[dict]) -> str:
-    """The block's body (markdown) for ``cells`` (:func:`load`)."""
+def block(loaded: list[dict]) -> str:
+    """The block's body (markdown) for the cells of :func:`load`: the table of the cells that
+    replayed every policy of :data:`POLICIES`, the targets over them, and the grid's coverage.
+
+    Raises:
+        ValueError: no complete cell, or a cell with a policy outside :data:`POLICIES`.
+    """
+    for c in loaded:
+        extra = set(c["policies"]) - set(POLICIES)
+        if extra:
+            raise ValueError(f"{c['profile']} host {c['host']:g}x {c['mode']} C={c['concurrency']}: "
+                             f"policies outside POLICIES: {', '.join(sorted(extra))}")
+    cells = [c for c in loaded if set(c["policies"]) == set(POLICIES)]
     if not cells:
-        raise ValueError("no policy-matrix JSON to render")
-    policies = list(cells[0]["policies"])
-    if any(list(c["policies"]) != policies for c in cells):
-        raise ValueError("the runs replayed different policies: one table needs the same columns")
+        raise ValueError("no policy-matrix cell that replayed every policy to render")
+    policies = list(POLICIES)
     order = [*available_policies(REPLAY), DEFAULT_POLICY]  # the registry's order, pbkv last (next to opt)
     online = sorted((p for p in policies if p not in (BASELINE_POLICY, REFERENCE_POLICY)),
                     key=lambda p: (p == DEFAULT_POLICY, order.index(p) if p in order else len(order), p))
@@ -108,16 +123,25 @@ def block(cells: list[dict]) -> str:
         cap = capture(c)
         row += f" {speedup(c, REFERENCE_POLICY):.3f}x | {'-' if cap is None else f'{cap:.2f}'} |"
         lines.append(row)
-    return "\n".join([*lines, "", *targets(cells, online), *coverage(cells)]) + "\n"
+    return "\n".join([*lines, "", *targets(cells, online), *coverage(loaded)]) + "\n"
 
 
 def coverage(cells: list[dict]) -> list[str]:
-    """The grid's runs (:data:`PROFILES` x :data:`HOSTS` x :data:`MODES`) that have no JSON yet."""
-    have = {(c["profile"], c["host"], c["mode"]) for c in cells}
-    grid = [(p, h, m) for p in PROFILES for h in HOSTS for m in MODES]
-    missing = [f"{p} host {h:g}x {m}" for p, h, m in grid if (p, h, m) not in have]
-    return [f"- Runs of the grid here: {len(grid) - len(missing)} of {len(grid)}"
-            + (f"; not run yet: {'; '.join(missing)}." if missing else ".")]
+    """The grid's cells (:data:`PROFILES` x :data:`HOSTS` x :data:`MODES` x :data:`CONCURRENCIES`)
+    that are not in the table: in progress (some policies replayed) or not run yet."""
+    done = {(c["profile"], c["host"], c["mode"], c["concurrency"]): c for c in cells}
+    grid = [(p, h, m, k) for p in PROFILES for h in HOSTS for m in MODES for k in CONCURRENCIES]
+    partial, missing = [], {}
+    for p, h, m, k in grid:
+        c = done.get((p, h, m, k))
+        if c is None:
+            missing.setdefault(f"{p} host {h:g}x {m} C=", []).append(str(k))
+        elif set(c["policies"]) != set(POLICIES):
+            partial.append(f"{p} host {h:g}x {m} C={k} (lacks {', '.join(x for x in POLICIES if x not in c['policies'])})")
+    complete = len(grid) - len(partial) - sum(map(len, missing.values()))
+    return [f"- Cells of the grid here: {complete} of {len(grid)}"
+            + (f"; in progress: {'; '.join(partial)}" if partial else "")
+            + (f"; not run yet: {'; '.join(run + ', '.join(ks) for run, ks in missing.items())}." if missing else ".")]
 
 
 def targets(cells: list[dict], online: list[str]) -> list[str]:

@@ -35,7 +35,13 @@ def _write(tmp_path: Path) -> Path:
     return d
 
 
-def test_table_captures_and_targets_by_hand(docs, tmp_path):
+@pytest.fixture
+def four(docs, monkeypatch):
+    """The fixtures' runs replay four policies."""
+    monkeypatch.setattr(docs, "POLICIES", ("lru", "he", "pbkv", "opt"))
+
+
+def test_table_captures_and_targets_by_hand(docs, tmp_path, four):
     text = docs.block(docs.load(_write(tmp_path)))
     rows = [line for line in text.splitlines() if line.startswith("| prof ")]
     # host 1x before 0x, then by concurrency; columns he, pbkv (issue order), opt, capture
@@ -47,15 +53,34 @@ def test_table_captures_and_targets_by_hand(docs, tmp_path):
     # he 1.667x vs pbkv 1.429x: +16.67 %
     assert "- Online policies faster than pbkv in those cells: he at prof turn host 1x C=32 (+16.67%)." in text
     assert "- pbkv below 0.999x lru: prof turn host 1x C=16 (0.9980x) (worst 0.9980x" in text
-    # 'prof' is not a grid profile: all 8 runs of the grid are missing
-    assert "- Runs of the grid here: 0 of 8; not run yet: a6000x8-qwen3-32b-tp8 host 1x conversation;" in text
+    # 'prof' is not a grid profile: all 24 cells of the grid are missing
+    assert "- Cells of the grid here: 0 of 24; not run yet: a6000x8-qwen3-32b-tp8 host 1x conversation C=16, 32, 64;" in text
 
 
-def test_runs_of_other_policies_are_refused(docs, tmp_path):
+def test_cells_in_progress_are_listed_not_tabled(docs, tmp_path, four, monkeypatch):
+    monkeypatch.setattr(docs, "PROFILES", ("prof",))
+    monkeypatch.setattr(docs, "MODES", ("turn",))
+    d = _write(tmp_path)
+    # a run stopped after he: its C=32 cell lacks pbkv and opt, and C=64 was not reached
+    (d / "prof-h0-turn.json").write_text(json.dumps({
+        "cc.jsonl C=16 device=1000 predictor=markov": _row(he=90.0, lru=100.0, opt=80.0, pbkv=84.0),
+        "cc.jsonl C=32 device=1000 predictor=markov": _row(he=90.0, lru=100.0)}))
+    text = docs.block(docs.load(d))
+    assert [line for line in text.splitlines() if line.startswith("| prof ")][-1] == \
+        "| prof | turn | 0x | 16 | 100 | 1.111x | 1.190x | 1.250x | 0.80 |"
+    assert len([line for line in text.splitlines() if line.startswith("| prof ")]) == 3
+    # grid: host 1x and 0x, C = 16, 32, 64: 6 cells, 3 complete
+    assert text.rstrip().endswith(
+        "- Cells of the grid here: 3 of 6; in progress: prof host 0x turn C=32 (lacks pbkv, opt); "
+        "not run yet: prof host 1x turn C=64; prof host 0x turn C=64.")
+    assert "- Cells where opt >= 1.05x lru: 2 of 3." in text  # targets over complete cells only
+
+
+def test_runs_of_other_policies_are_refused(docs, tmp_path, four):
     d = _write(tmp_path)
     (d / "prof-h1-conversation.json").write_text(json.dumps({
-        "cc.jsonl C=16 device=1000 predictor=markov": _row(lru=100.0, opt=99.0, pbkv=100.0)}))
-    with pytest.raises(ValueError, match="different policies"):
+        "cc.jsonl C=16 device=1000 predictor=markov": _row(lru=100.0, opt=99.0, pbkv=100.0, slru=100.0)}))
+    with pytest.raises(ValueError, match="policies outside POLICIES: slru"):
         docs.block(docs.load(d))
 
 
