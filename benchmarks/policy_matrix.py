@@ -27,14 +27,21 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rich.console import Console
+
 from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.measures import latency_speedup
 from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile
+from pbkv_server.sim.progress import ReplayBar, replay_progress
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import write_trace
 from _cli import check_output, run_script
 from pbkv_contract.trace import read_trace
+
+
+#: Progress bars go to stderr, so that the printed rows can be piped.
+err = Console(stderr=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,11 +93,14 @@ def main(argv: list[str] | None = None) -> int:
                         for policy in policies:
                             if policy in row:  # resumed
                                 continue
-                            r = simulate(workload, ReplayConfig(policy, profile, device_tokens=device,
-                                                                host_tokens=int(args.host_ratio * device),
-                                                                lru_guard=not args.no_lru_guard),
-                                         ReplayOptions(concurrency=conc,
-                                                       predictor=make_predictor(pred, 3, records))).summary
+                            with replay_progress(err) as progress:  # stderr: the rows stay on stdout
+                                bar = ReplayBar(progress, f"C={conc} {policy}", policy, len(workload.units))
+                                r = simulate(workload, ReplayConfig(policy, profile, device_tokens=device,
+                                                                    host_tokens=int(args.host_ratio * device),
+                                                                    lru_guard=not args.no_lru_guard),
+                                             ReplayOptions(concurrency=conc, predictor=make_predictor(pred, 3, records),
+                                                           on_workflow_end=bar)).summary
+                                bar.finish()
                             row[policy] = {"hit_rate": r["hit_rate"], "host_hit_rate": r["host_hit_rate"],
                                            "mean_latency_s": r["mean_latency_s"], "mean_ttft_s": r["mean_ttft_s"],
                                            "per_app": r.get("per_app", {})}

@@ -30,7 +30,6 @@ from typing import Any, Callable, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pbkv_contract.extras import missing_module_line
 from pbkv_contract.files import output_problem, shared_output
@@ -261,22 +260,24 @@ def _replay_policies(s: ReplaySettings, plan: _ReplayPlan) -> tuple[dict[str, di
     from pbkv_server.sim.report import add_gap_closed
     from pbkv_server.sim.simulator import ReplayOptions, SimulationError, simulate
 
+    from pbkv_server.sim.progress import ReplayBar, replay_progress
+
     results, scale = {}, {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=False) as progress:
+    with replay_progress(err_console) as progress:
         for name in plan.policies + plan.scale_only:
             label = f"{name} (gap)" if name in plan.scale_only else name
-            task = progress.add_task(f"{label:16s}", total=len(plan.workload.units))
+            bar = ReplayBar(progress, label, name, len(plan.workload.units))
             options = ReplayOptions(
                 concurrency=s.concurrency, timeline_bins=s.timeline_bins, slo=plan.slo,
                 predictor_factory=lambda: make_predictor(s.predictor, s.horizon, plan.records, app=plan.trace_app),
-                on_workflow_end=lambda done, task=task: progress.update(task, completed=done))
+                on_workflow_end=bar)
             try:
                 # one replica replays on one engine (no router), as a single server
                 result = simulate(plan.workload, _replay_config(s, name, plan.hw, plan.host), options,
                                   replicas=s.replicas, router=s.router if s.replicas > 1 else None)
             except (SimulationError, ValueError) as exc:
                 raise _fail(f"{name}: {exc}") from None
+            bar.finish()
             device, host_size = result.engine.cache.device_capacity, result.engine.cache.host_capacity
             result.summary.update(predictor=s.predictor, profile=plan.hw.name, concurrency=s.concurrency,
                                   device_tokens=device, host_tokens=host_size, host_ratio=host_size / device,
