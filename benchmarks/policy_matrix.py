@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +33,7 @@ from rich.console import Console
 from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, available_policies
 from pbkv_server.predictors import make_predictor
 from pbkv_server.sim.measures import latency_speedup
-from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile
+from pbkv_server.hardware.profiles import MAX_HOST_RATIO, PAPER_HOST_RATIO, get_profile
 from pbkv_server.sim.progress import ReplayBar, replay_progress
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import write_trace
@@ -53,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", default=None, help="replay this trace file instead of synthetic graphs")
     p.add_argument("--policy", default=",".join(available_policies(REPLAY)))
     p.add_argument("--predictor", default="markov", help="comma-separated predictor specs")
-    p.add_argument("--concurrency", default="16", help="comma-separated")
-    p.add_argument("--device", default="120000", help="comma-separated device capacities, tokens")
-    p.add_argument("--host-ratio", type=float, default=PAPER_HOST_RATIO,
+    p.add_argument("--concurrency", type=_whole_numbers, default="16", help="comma-separated")
+    p.add_argument("--device", type=_whole_numbers, default="120000", help="comma-separated device capacities, tokens")
+    p.add_argument("--host-ratio", type=_host_ratio, default=PAPER_HOST_RATIO,
                    help="host tier / device (default 1, the PBKV paper's setup)")
     p.add_argument("--profile", default="h100-qwen2.5-32b")
     p.add_argument("--per-app", action="store_true", help="print hit rates per app (mixed traces)")
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
 
     profile = get_profile(args.profile)
     policies = args.policy.split(",")
-    results: dict[str, dict] = _resumed(p, args.json) if args.resume else {}
+    results: dict[str, dict] = _read_matrix(p, args.json, "--resume") if args.resume and args.json.exists() else {}
+    before = _read_matrix(p, args.compare, "--compare") if args.compare else None  # before hours of replay
     with tempfile.TemporaryDirectory() as tmp:
         traces = {}
         if args.trace:
@@ -85,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, path in traces.items():
             records = read_trace(path)
             workload = load_workload(records)
-            for conc in (int(c) for c in args.concurrency.split(",")):
-                for device in (int(d) for d in args.device.split(",")):
+            for conc in args.concurrency:
+                for device in args.device:
                     for pred in args.predictor.split(","):
                         key = f"{name} C={conc} device={device} predictor={pred}"
                         row = results.setdefault(key, {})
@@ -109,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
                             if args.json:
                                 _write(args.json, results)
                         _print_row(f"{key} host={args.host_ratio:g}x", row, args.per_app)
-    before = json.loads(args.compare.read_text()) if args.compare else None
     if before is not None:
         _print_change(before, results, policies)
     if args.json:
@@ -117,16 +118,45 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _resumed(p: argparse.ArgumentParser, path: Path) -> dict[str, dict]:
-    """The cells an earlier run of the grid wrote to ``path`` (none when it does not exist yet)."""
-    if not path.exists():
-        return {}
+def _whole_numbers(text: str) -> list[int]:
+    """``--concurrency`` / ``--device``: comma-separated whole numbers (``1e5`` reads as 100000);
+    the simulator checks their ranges."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a number") from None
+        if not value.is_integer():
+            raise argparse.ArgumentTypeError(f"{part.strip()!r} is not a whole number")
+        values.append(int(value))
+    return values
+
+
+def _host_ratio(text: str) -> float:
+    """``--host-ratio``: a number from 0 (no host tier) to ``MAX_HOST_RATIO``, as ``pbkv-bench replay``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_HOST_RATIO):
+        raise argparse.ArgumentTypeError(f"must be from 0 (no host tier) to {MAX_HOST_RATIO:g}, got {text}")
+    return value
+
+
+def _read_matrix(p: argparse.ArgumentParser, path: Path, option: str) -> dict[str, dict]:
+    """The cells of an earlier ``--json`` at ``path``; one ``option: ...`` error line (exit 2) when
+    it cannot be read or is not a policy_matrix result."""
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        p.error(f"--resume: cannot read {path}: {exc}")
-    if not isinstance(results, dict) or not all(isinstance(row, dict) for row in results.values()):
-        p.error(f"--resume: {path} is not a policy_matrix --json (cell -> policy -> figures)")
+    except OSError as exc:
+        p.error(f"{option}: cannot read {path}: {exc.strerror or exc}")
+    except (UnicodeDecodeError, ValueError) as exc:
+        p.error(f"{option}: {path} is not JSON ({exc})")
+    if not isinstance(results, dict) or not all(
+            isinstance(row, dict) and all(isinstance(f, dict) and "hit_rate" in f for f in row.values())
+            for row in results.values()):
+        p.error(f"{option}: {path} is not a policy_matrix --json (cell -> policy -> figures)")
     return results
 
 
