@@ -220,6 +220,21 @@ def _replay_config(s: ReplaySettings, policy: str, hw: Any, host_tokens: int | N
                         chunked_prefill_size=s.chunked_prefill_size)
 
 
+def _trace_problem(trace: Path, exc: Exception) -> str:
+    """The one line for an exception met reading ``trace`` or replaying it: a folder or an unreadable
+    file named as such (not ``[Errno 21]``), and a file with no PBKV record pointed to the
+    importers (a raw kv-cache-tester, ChatDev or GHCP log is the usual case)."""
+    from pbkv_contract.trace import TraceFormatError
+
+    if isinstance(exc, IsADirectoryError):
+        return f"{trace} is a directory; give a trace file (.jsonl)"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot read {trace}: {exc.strerror}"
+    if isinstance(exc, TraceFormatError) and "no trace version" in str(exc):
+        return f"{exc}; if it is another tool's log, convert it first (pbkv-sdk import --help lists the converters)"
+    return str(exc)
+
+
 def _load_replay_inputs(s: ReplaySettings, plan: _ReplayPlan) -> None:
     """Read the trace into ``plan`` and check the predictor spec and the plot's extra, before any run."""
     from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace, trace_meta
@@ -238,7 +253,7 @@ def _load_replay_inputs(s: ReplaySettings, plan: _ReplayPlan) -> None:
         plan.trace_app = next(iter(apps)) if len(apps) == 1 else None
         make_predictor(s.predictor, s.horizon, plan.records, app=plan.trace_app)  # the spec, before the first run
     except (TraceFormatError, OSError, ValueError, ImportError) as exc:
-        raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None
+        raise _fail(missing_module_line("pbkv-bench", exc, "server") or _trace_problem(s.trace, exc)) from None
     # A request larger than the device cannot be served under any policy: say so before the runs.
     largest, need = largest_request(plan.records)
     device = s.device_tokens if s.device_tokens is not None else plan.hw.device_kv_tokens
@@ -376,7 +391,7 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
                             engine=s.engine, trace=s.trace.name, slo=slo,
                             progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))
     except (TraceFormatError, OSError, ValueError, ImportError, SimulationError) as exc:
-        raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None
+        raise _fail(missing_module_line("pbkv-bench", exc, "server") or _trace_problem(s.trace, exc)) from None
     for line in advice_lines(advice):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     _write_outputs(s.json_out, s.plot, lambda path: _write_text(path, _json.dumps(advice.to_json(), indent=2) + "\n"),

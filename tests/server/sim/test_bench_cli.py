@@ -338,3 +338,18 @@ def test_replay_prints_and_writes_the_bench_serving_figures(trace, tmp_path):
 @pytest.mark.parametrize("flag", ["--slo-ttft", "--slo-tpot"])
 def test_a_zero_slo_is_a_clear_error(trace, flag):
     assert f"{flag} must be a positive number of milliseconds" in _bad(["replay", str(trace), flag, "0"])
+
+
+@pytest.mark.parametrize("command", ["replay", "advise"])
+def test_a_folder_a_missing_file_and_another_tools_log_are_named_as_such(tmp_path, command):
+    (tmp_path / "traces").mkdir()
+    raw = tmp_path / "trace_0001.json"  # a kv-cache-tester conversation, not converted
+    raw.write_text(json.dumps({"id": "c1", "requests": [{"t": 0.0, "in": 100, "out": 10, "hash_ids": [1, 2]}]}) + "\n")
+    cases = {tmp_path / "traces": f"{tmp_path / 'traces'} is a directory; give a trace file (.jsonl)",
+             tmp_path / "none.jsonl": f"cannot read {tmp_path / 'none.jsonl'}: No such file or directory",
+             raw: "no trace version 'v'); if it is another tool's log, convert it first (pbkv-sdk import --help"}
+    for path, line in cases.items():
+        result = runner.invoke(app, [command, str(path)])
+        assert result.exit_code == 2, result.output
+        assert line in " ".join(result.output.split()), result.output
+        assert "Errno" not in result.output
