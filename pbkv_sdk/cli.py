@@ -192,8 +192,9 @@ def import_chatdev_cmd(
     """Import ChatDev execution logs as a trace (one workflow per log file).
 
     Exits 2 when the logs cannot be read or OUT cannot be written (no ``.partial`` file is left),
-    and 1 when no log held a usable workflow (then nothing is written, as ``stats`` and
-    ``validate`` refuse an empty trace).
+    or OUT exists and is not a PBKV trace or is one of the logs, and 1 when no log held a usable
+    workflow (then nothing is written, as ``stats`` and ``validate`` refuse an empty trace). Each
+    skipped log is one line; a truncated archive is a partial import (exit 0, said so).
     """
     try:
         from pbkv_sdk.importers.chatdev import LOG_SUFFIX, import_chatdev
@@ -245,8 +246,8 @@ def import_ghcp_cmd(
     Each session becomes a session, each user turn a workflow, each LLM call an invocation with
     its real token counts; block identity comes from the calls' message_metadata segments. Prints
     the trace's own repeated-prefix share next to the release's cached share. Exits 2 when the
-    input cannot be read or OUT cannot be written, and 1 when no session was usable (nothing is
-    written then).
+    input cannot be read or OUT cannot be written, or exists and is not a PBKV trace or is one of
+    the shards, and 1 when no session was usable (nothing is written then).
     """
     from pbkv_sdk.importers.ghcp import SHARD_SUFFIXES, import_ghcp
 
@@ -310,8 +311,9 @@ def import_kv_cache_tester_cmd(
     Each call becomes an invocation with one hash per 64-token block (block_tokens), subagents
     agents of their conversation. Prints what was imported and skipped (per reason), the shape
     and the options; the options are also the trace's first (meta) line. Exits 2 when the input
-    cannot be read, an option is bad or OUT cannot be written, and 1 when no conversation was
-    usable (nothing is written then).
+    cannot be read, an option is bad or OUT cannot be written, or exists and is not a PBKV trace
+    or is one of the input files, and 1 when no conversation was usable (nothing is written then;
+    the skip reasons are listed). A truncated archive is a partial import (exit 0, said so).
     """
     from pbkv_sdk.importers.blockhash import ImportOptions
     from pbkv_sdk.importers.kv_cache_tester import FILE_SUFFIX, import_kv_cache_tester
