@@ -79,7 +79,7 @@ def record(
         if out.is_dir():
             raise IsADirectoryError(f"{out} is a directory")
         if out.exists() and not looks_like_trace(out):
-            err_console.print(f"[red]refusing to overwrite {out}: it is not a PBKV trace[/red]", highlight=False, soft_wrap=True)
+            err_console.print(_not_a_trace_line(out), highlight=False, soft_wrap=True)
             raise typer.Exit(2)
         if out.exists() and not append:
             if out.stat().st_size > 0:
@@ -192,21 +192,18 @@ def import_chatdev_cmd(
     """Import ChatDev execution logs as a trace (one workflow per log file).
 
     Exits 2 when the logs cannot be read or OUT cannot be written (no ``.partial`` file is left),
-    and 1 when no log held a usable workflow (then nothing is written, as ``stats`` and
-    ``validate`` refuse an empty trace).
+    or OUT exists and is not a PBKV trace or is one of the logs, and 1 when no log held a usable
+    workflow (then nothing is written, as ``stats`` and ``validate`` refuse an empty trace). Each
+    skipped log is one line; a truncated archive is a partial import (exit 0, said so).
     """
     try:
-        from pbkv_sdk.importers.chatdev import import_chatdev
+        from pbkv_sdk.importers.chatdev import LOG_SUFFIX, import_chatdev
     except ImportError as exc:
         line = missing_module_line("pbkv-sdk", exc, "")
         err_console.print(escape(line) if line else f"[red]the ChatDev importer is not available ({escape(str(exc))})[/red]",
                           highlight=False, soft_wrap=True)
         raise typer.Exit(2)
-    problem = output_problem(out, [src])
-    if problem is not None:
-        err_console.print(f"[red]cannot import: --out {escape(str(out))} {escape(problem)}[/red]", highlight=False,
-                          soft_wrap=True)
-        raise typer.Exit(2)
+    _check_import_out(out, src, (LOG_SUFFIX,))
     try:
         summary = import_chatdev(src, out, agent_key=agent_key)
     except OSError as exc:
@@ -216,12 +213,13 @@ def import_chatdev_cmd(
     except ValueError as exc:
         err_console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
+    for name, reason in summary.skipped:
+        err_console.print(f"skipped {escape(os.path.basename(name))}: {escape(reason)}", highlight=False, soft_wrap=True)
     if summary.workflows == 0:
-        if summary.skipped:
-            name, reason = summary.skipped[0]
-            why = f"{summary.files} log file(s), none usable (first skipped: {os.path.basename(name)}: {reason})"
-        else:
-            why = "no .log file found"
+        why = (f"{summary.files} log file(s), none usable" if summary.files
+               else "no .log file read" if summary.damaged else "no .log file found")
+        if summary.damaged:
+            why += f"; {_damage_note(src, summary.damaged)}"
         err_console.print(
             f"[red]{escape(str(src))}: no ChatDev workflow imported: {escape(why)}; nothing written to {escape(str(out))}[/red]",
             highlight=False, soft_wrap=True,
@@ -229,7 +227,9 @@ def import_chatdev_cmd(
         raise typer.Exit(1)
     console.print(
         f"{summary.files} log file(s): {summary.workflows} workflows, {summary.invocations} invocations, "
-        f"{len(summary.skipped)} skipped -> {out}"
+        f"{len(summary.skipped)} skipped -> {escape(str(out))}"
+        + (f"; PARTIAL IMPORT: {escape(_damage_note(src, summary.damaged))}" if summary.damaged else ""),
+        highlight=False, soft_wrap=True
     )
 
 
@@ -246,16 +246,12 @@ def import_ghcp_cmd(
     Each session becomes a session, each user turn a workflow, each LLM call an invocation with
     its real token counts; block identity comes from the calls' message_metadata segments. Prints
     the trace's own repeated-prefix share next to the release's cached share. Exits 2 when the
-    input cannot be read or OUT cannot be written, and 1 when no session was usable (nothing is
-    written then).
+    input cannot be read or OUT cannot be written, or exists and is not a PBKV trace or is one of
+    the shards, and 1 when no session was usable (nothing is written then).
     """
-    from pbkv_sdk.importers.ghcp import import_ghcp
+    from pbkv_sdk.importers.ghcp import SHARD_SUFFIXES, import_ghcp
 
-    problem = output_problem(out, [src])
-    if problem is not None:
-        err_console.print(f"[red]cannot import: --out {escape(str(out))} {escape(problem)}[/red]", highlight=False,
-                          soft_wrap=True)
-        raise typer.Exit(2)
+    _check_import_out(out, src, SHARD_SUFFIXES)
     try:
         summary = import_ghcp(src, out, block_tokens=block_tokens, max_sessions=max_sessions)
     except OSError as exc:
@@ -315,11 +311,12 @@ def import_kv_cache_tester_cmd(
     Each call becomes an invocation with one hash per 64-token block (block_tokens), subagents
     agents of their conversation. Prints what was imported and skipped (per reason), the shape
     and the options; the options are also the trace's first (meta) line. Exits 2 when the input
-    cannot be read, an option is bad or OUT cannot be written, and 1 when no conversation was
-    usable (nothing is written then).
+    cannot be read, an option is bad or OUT cannot be written, or exists and is not a PBKV trace
+    or is one of the input files, and 1 when no conversation was usable (nothing is written then;
+    the skip reasons are listed). A truncated archive is a partial import (exit 0, said so).
     """
     from pbkv_sdk.importers.blockhash import ImportOptions
-    from pbkv_sdk.importers.kv_cache_tester import import_kv_cache_tester
+    from pbkv_sdk.importers.kv_cache_tester import FILE_SUFFIX, import_kv_cache_tester
 
     if src is None:
         data_dir = os.environ.get("PBKV_DATA_DIR")
@@ -335,11 +332,7 @@ def import_kv_cache_tester_cmd(
     elif not src.exists():
         err_console.print(f"[red]{escape(str(src))}: no such file or directory[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
-    problem = output_problem(out, [src])
-    if problem is not None:
-        err_console.print(f"[red]cannot import: --out {escape(str(out))} {escape(problem)}[/red]", highlight=False,
-                          soft_wrap=True)
-        raise typer.Exit(2)
+    _check_import_out(out, src, (FILE_SUFFIX,))
     options = ImportOptions(app=app_name, workflow=workflow, max_gap_s=max_gap, context_limit=context_limit,
                             over_limit=over_limit, shared_prefix=shared_prefix, max_conversations=max_conversations)
     try:
@@ -355,25 +348,32 @@ def import_kv_cache_tester_cmd(
     for name, reason in summary.bad_files:
         err_console.print(f"bad file {escape(name)}: {escape(reason)}", highlight=False, soft_wrap=True)
     if summary.conversations == 0:
-        err_console.print(f"[red]{escape(str(src))}: {summary.files} file(s), no conversation imported; nothing written "
-                          f"to {escape(str(out))}[/red]", highlight=False, soft_wrap=True)
+        calls = f", all {summary.calls_seen:,} call(s) skipped" if summary.calls_seen else ""
+        damaged = f"; {_damage_note(src, summary.damaged)}" if summary.damaged else ""
+        err_console.print(f"[red]{escape(str(src))}: {summary.files} file(s), {len(summary.bad_files)} bad{calls}, "
+                          f"no conversation imported{escape(damaged)}; nothing written to {escape(str(out))}[/red]",
+                          highlight=False, soft_wrap=True)
+        for line in skip_lines(summary.skipped):
+            err_console.print(escape(line), highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    for line in block_import_lines(summary, options, out):
+    for line in block_import_lines(summary, options, src, out):
         console.print(escape(line), highlight=False, soft_wrap=True)
 
 
-def block_import_lines(summary, options, out: Path) -> List[str]:
-    """What a block-hash import prints: files, calls (imported, skipped per reason), shape, options."""
+def block_import_lines(summary, options, src: Path, out: Path) -> List[str]:
+    """What a block-hash import prints: files (and a damaged archive: the import is partial), calls
+    (imported, skipped per reason), shape, options."""
     skipped = sum(summary.skipped.values())
     lines = [
         f"{summary.files} file(s), {len(summary.bad_files)} bad: {summary.conversations} conversations "
         f"({summary.subagents} subagents), {summary.workflows} workflows -> {out}"
-        + (f"; {summary.empty} conversation(s) with no call left" if summary.empty else ""),
+        + (f"; {summary.empty} conversation(s) with no call left" if summary.empty else "")
+        + (f"; PARTIAL IMPORT: {_damage_note(src, summary.damaged)}" if summary.damaged else ""),
         f"calls: {summary.calls_seen:,} seen = {summary.calls:,} imported"
         + (f" ({summary.truncated:,} truncated to the context limit)" if summary.truncated else "")
         + f" + {skipped:,} skipped",
     ]
-    lines += [f"  skipped {n:,}: {reason}" for reason, n in summary.skipped.most_common()]
+    lines += skip_lines(summary.skipped)
     agents = ", ".join(f"{a} {n:,}" for a, n in summary.agents.most_common())
     lines.append(f"shape: {summary.calls:,} calls ({agents}), mean prompt {summary.mean_prompt_tokens:,.0f} tokens "
                  f"(largest {summary.max_prompt_tokens:,}), mean output "
@@ -384,6 +384,17 @@ def block_import_lines(summary, options, out: Path) -> List[str]:
     shared = f"; {summary.shared_blocks:,} blocks keyed by client configuration" if options.shared_prefix != "none" else ""
     lines.append(f"options: {options.note()}{gaps}{shared}")
     return lines
+
+
+def skip_lines(skipped) -> List[str]:
+    """One line per reason calls were skipped (``"  skipped 3: request without a usable 't'"``),
+    most frequent first: printed whether some calls were imported or none."""
+    return [f"  skipped {n:,}: {reason}" for reason, n in skipped.most_common()]
+
+
+def _damage_note(src: Path, damage: str) -> str:
+    """Says plainly that the archive ``src`` could not be read to its end (``damage``: why)."""
+    return f"the archive {src.name} is damaged or truncated ({damage})"
 
 
 def _run_app(command: List[str], env: dict) -> int | None:
@@ -460,6 +471,39 @@ def _put_back(previous: Path | None, out: Path) -> str:
     except OSError:
         return f"; the previous trace is in {escape(str(previous))}"
     return f"; the previous trace is back in {escape(str(out))}"
+
+
+def _not_a_trace_line(out: Path) -> str:
+    """The one line of a command that refuses to replace ``out``, an existing file that is not a trace."""
+    return f"[red]refusing to overwrite {escape(str(out))}: it is not a PBKV trace[/red]"
+
+
+def _check_import_out(out: Path, src: Path, suffixes: tuple[str, ...]) -> None:
+    """Exit 2 with one line, before any input is read, when an import reading ``src`` must not write ``out``.
+
+    Shared by every ``pbkv-sdk import`` command. Refused: an ``out`` that :func:`output_problem`
+    rejects (a directory, not writable, the single input file itself), one of the files the import
+    reads from a ``src`` folder (an existing file under it whose name ends with one of
+    ``suffixes``), and any other existing file that is not a PBKV trace (as ``record`` refuses it):
+    a typo in ``--out`` must not destroy a user's file. An existing trace may be replaced.
+    """
+    problem = output_problem(out, [src])
+    if problem is None and src.is_dir() and out.is_file() and out.name.endswith(suffixes) \
+            and out.resolve().is_relative_to(src.resolve()):
+        problem = f"is one of the input files in {src}; writing it would destroy it"
+    if problem is not None:
+        err_console.print(f"[red]cannot import: --out {escape(str(out))} {escape(problem)}[/red]", highlight=False,
+                          soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        trace = not out.exists() or looks_like_trace(out)
+    except OSError as exc:
+        err_console.print(f"[red]cannot import: --out {escape(str(out))} cannot be read: {escape(_os_reason(exc))}[/red]",
+                          highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    if not trace:
+        err_console.print(_not_a_trace_line(out), highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
 
 
 def _importers_line() -> str:

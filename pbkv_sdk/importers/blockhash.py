@@ -33,7 +33,9 @@ module does the rest, the same for every format:
   turns one after the other; a call belongs to the turn its :attr:`HashCall.anchor_s` falls in
   (a subagent's calls: the turn that started the subagent).
 * **Accounting.** Every call a reader saw is imported or skipped with a reason, counted per reason
-  (:class:`BlockImportSummary`); a file that cannot be read is one ``(name, reason)`` line.
+  (:class:`BlockImportSummary`); a file that cannot be read is one ``(name, reason)`` line, and
+  a damaged or truncated archive keeps the files read before the damage (a partial import,
+  :attr:`BlockImportSummary.damaged` says why).
 
 The first line of the trace is a ``meta`` record (:class:`pbkv_contract.trace.TraceMeta`) holding
 the options, so a replay of the trace says how it was made.
@@ -47,6 +49,7 @@ import logging
 import math
 import os
 import tarfile
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterator, Sequence
@@ -178,6 +181,8 @@ class BlockImportSummary:
 
     Attributes:
         files: input files read; ``bad_files`` the ``(name, reason)`` of those that could not be used.
+        damaged: why the source archive could not be read to its end (``""``: it could): the
+            import holds only the files before the damage, which are not counted in ``files``.
         conversations / workflows: written.
         empty: conversations of usable files with no call left to write (all skipped).
         calls_seen: calls the readers saw in usable files; each is imported or in ``skipped``.
@@ -192,6 +197,7 @@ class BlockImportSummary:
 
     files: int = 0
     bad_files: list[tuple[str, str]] = field(default_factory=list)
+    damaged: str = ""
     conversations: int = 0
     workflows: int = 0
     empty: int = 0
@@ -277,7 +283,8 @@ def import_block_hash(src_path: str | os.PathLike[str], out_path: str | os.PathL
 def iter_source_files(src: str | os.PathLike[str], suffix: str,
                       summary: BlockImportSummary) -> Iterator[tuple[str, bytes]]:
     """``(name, bytes)`` of each ``suffix`` file of a directory, an archive or one file; unreadable
-    files (and a damaged archive's rest) go to ``summary.bad_files``."""
+    files go to ``summary.bad_files``, and why a damaged or truncated archive could not be read to
+    its end to ``summary.damaged`` (the files before the damage are still yielded)."""
     path = os.fspath(src)
     if os.path.isdir(path):
         for name in sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(suffix)):
@@ -303,12 +310,13 @@ def iter_source_files(src: str | os.PathLike[str], suffix: str,
                     if fh is None:
                         raise OSError("not a regular file")
                     data = fh.read()
-                except (OSError, tarfile.TarError, EOFError) as exc:
-                    _bad(summary, member.name, f"unreadable ({exc})")
-                    continue
+                except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
+                    # a member's data that cannot be read is the archive's damage: nothing after it can be
+                    summary.damaged = f"{exc}; {member.name.removeprefix('./')} and any later files not read"
+                    return
                 yield member.name.removeprefix("./"), data
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        _bad(summary, os.path.basename(path), f"archive ends early or is damaged ({exc}); later files not read")
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        summary.damaged = f"{exc}; any later files not read"
 
 
 # --------------------------------------------------------------------------- one conversation
@@ -466,4 +474,5 @@ def _unique(base: str, used: set[str]) -> str:
 
 def _bad(summary: BlockImportSummary, name: str, reason: str) -> None:
     summary.bad_files.append((name, reason))
-    log.warning("block-hash import: skipping %s: %s", name, reason)
+    # debug only: the summary holds it, and the command prints it, once
+    log.debug("block-hash import: skipping %s: %s", name, reason)

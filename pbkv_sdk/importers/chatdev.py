@@ -23,7 +23,8 @@ Each call becomes one invocation: agent = the role that produced the reply (or t
 ``Phase:Role``, see :data:`AGENT_KEYS`), times from the log (Send -> Receive), the real token
 counts, and prefix hashes and features of the prompt rebuilt from the logged texts (the
 speaker's system message, then the chat so far). Logs of the older AgentTech format and logs
-without token counts are skipped with a warning, as are unreadable files; nothing is edited.
+without token counts are skipped and listed, as are unreadable files; a damaged or truncated
+archive keeps the logs read before the damage (a partial import); nothing is edited.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import logging
 import os
 import re
 import tarfile
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO, Iterator
@@ -50,6 +52,8 @@ APP_NAME = "chatdev"
 AGENT_KEYS = ("role", "phase", "phase_role")
 #: Phase name of role-plays that run outside the phase chain (ChatDev's task-prompt self-improvement).
 UNPHASED = "TaskPromptImprovement"
+#: Files read from a directory or archive.
+LOG_SUFFIX = ".log"
 
 _ENTRY_RE = re.compile(r"^\[(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) INFO\] ?(.*)$")
 _UTTER_RE = re.compile(r"^(?P<speaker>[^:*\[\]]+?): \*\*(?P<a>[^*]+?)<->(?P<b>[^*]+?) on : (?P<phase>[\w ]+), turn (?P<turn>\d+)\*\*\s*$")
@@ -69,6 +73,8 @@ class ImportSummary:
         invocations: invocation records written.
         prompt_tokens: sum of the real prompt token counts written.
         skipped: ``(file name, reason)`` of every log file not imported.
+        damaged: why the source archive could not be read to its end (``""``: it could): the
+            trace holds only the logs before the damage (a partial import).
         agents: invocations per agent name.
     """
 
@@ -77,6 +83,7 @@ class ImportSummary:
     invocations: int = 0
     prompt_tokens: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    damaged: str = ""
     agents: Counter = field(default_factory=Counter)
 
 
@@ -100,7 +107,8 @@ def import_chatdev(
         block_chars: characters per prefix-hash block.
 
     Returns:
-        An :class:`ImportSummary`; unusable files are listed in ``skipped`` and logged as warnings.
+        An :class:`ImportSummary`; unusable files are listed in ``skipped`` (and logged at debug
+        level); a damaged archive's reason is in ``damaged``.
 
     Raises:
         ValueError: unknown ``agent_key``.
@@ -312,7 +320,7 @@ def _iter_logs(src: str | os.PathLike[str], summary: ImportSummary) -> Iterator[
     """(file name, text) of each ``.log`` under ``src`` (directory: name order; archive: archive order)."""
     path = os.fspath(src)
     if os.path.isdir(path):
-        names = sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(".log"))
+        names = sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(LOG_SUFFIX))
         for name in names:
             try:
                 with open(name, "rb") as fh:
@@ -328,17 +336,20 @@ def _iter_logs(src: str | os.PathLike[str], summary: ImportSummary) -> Iterator[
         with tarfile.open(path, "r:*") as tar:
             # Stream members in archive order so a damaged tail loses only the files after it.
             for member in tar:
-                if not (member.isfile() and member.name.endswith(".log")):
+                if not (member.isfile() and member.name.endswith(LOG_SUFFIX)):
                     continue
                 try:
                     fh = tar.extractfile(member)
                     if fh is None:
                         raise OSError("not a regular file")
-                    yield os.path.basename(member.name), _decode(fh)
-                except (OSError, tarfile.TarError, EOFError) as exc:
-                    _skip(summary, member.name, f"unreadable ({exc})")
-    except (tarfile.TarError, EOFError, OSError) as exc:  # truncated archive: keep what was read
-        _skip(summary, path, f"archive ends early or is damaged ({exc}); later files not read")
+                    text = _decode(fh)
+                except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
+                    # a member's data that cannot be read is the archive's damage: nothing after it can be
+                    summary.damaged = f"{exc}; {os.path.basename(member.name)} and any later logs not read"
+                    return
+                yield os.path.basename(member.name), text
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:  # truncated archive: keep what was read
+        summary.damaged = f"{exc}; any later logs not read"
 
 
 def _decode(fh: IO[bytes]) -> str:
@@ -358,4 +369,5 @@ def _workflow_id(name: str, used: set[str]) -> str:
 
 def _skip(summary: ImportSummary, name: str, reason: str) -> None:
     summary.skipped.append((name, reason))
-    log.warning("chatdev import: skipping %s: %s", name, reason)
+    # debug only: the summary holds it, and the command prints it, once
+    log.debug("chatdev import: skipping %s: %s", name, reason)

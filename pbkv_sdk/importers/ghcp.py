@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 APP_NAME = "ghcp"
 #: Tokens per hashed block: 1,024 (prompts average ~68k tokens, so ~66 hashes per call).
 DEFAULT_BLOCK_TOKENS = 1024
+#: Files read from a directory (shards, gzip-compressed or plain).
+SHARD_SUFFIXES = (".jsonl.gz", ".jsonl")
 
 
 @dataclass
@@ -154,7 +156,7 @@ def import_ghcp(src_path: str | os.PathLike[str], out_path: str | os.PathLike[st
 def _shards(src: str) -> list[str]:
     if os.path.isdir(src):
         return sorted(os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs
-                      if f.endswith(".jsonl.gz") or f.endswith(".jsonl"))
+                      if f.endswith(SHARD_SUFFIXES))
     return [src]
 
 

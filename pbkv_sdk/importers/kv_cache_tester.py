@@ -40,7 +40,7 @@ from typing import Any
 
 from .blockhash import BadFile, BlockImportSummary, HashCall, HashConversation, ImportOptions, import_block_hash
 
-__all__ = ["APP_NAME", "SHARED_PREFIX_MODES", "WRITER", "import_kv_cache_tester", "read_trace_file"]
+__all__ = ["APP_NAME", "FILE_SUFFIX", "SHARED_PREFIX_MODES", "WRITER", "import_kv_cache_tester", "read_trace_file"]
 
 #: App name of the imported trace (the public set is Claude Code's).
 APP_NAME = "claude-code"
@@ -48,6 +48,8 @@ APP_NAME = "claude-code"
 SHARED_PREFIX_MODES = ("none", "tools", "tools+system")
 #: The command named in the trace's ``meta`` line.
 WRITER = "pbkv-sdk import kv-cache-tester"
+#: Files read from a directory or archive (``trace_*.json``).
+FILE_SUFFIX = ".json"
 #: The main agent's name.
 MAIN = "main"
 #: Subagent nesting followed at most (the files hold one level).
@@ -65,7 +67,7 @@ def import_kv_cache_tester(src_path: str | os.PathLike[str], out_path: str | os.
     if options.shared_prefix not in SHARED_PREFIX_MODES:
         raise ValueError(f"the shared prefix must be one of {', '.join(SHARED_PREFIX_MODES)}, "
                          f"got {options.shared_prefix!r}")
-    return import_block_hash(src_path, out_path, read_trace_file, options, writer=WRITER)
+    return import_block_hash(src_path, out_path, read_trace_file, options, writer=WRITER, suffix=FILE_SUFFIX)
 
 
 def read_trace_file(name: str, data: bytes, options: ImportOptions) -> HashConversation:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -205,6 +206,44 @@ def test_import_chatdev_into_an_uncreatable_place_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and not isinstance(result.exception, OSError)
     assert "cannot import" in _one_line(result.output)
     assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_import_chatdev_lists_each_skipped_log_once(tmp_path, caplog):
+    src = tmp_path / "logs"
+    src.mkdir()
+    (src / "a.log").write_text(CHATDEV_LOG)
+    (src / "empty.log").write_text("no calls here\n")
+    result = runner.invoke(app, ["import", "chatdev", str(src), "--out", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("empty.log") == 1 and "skipped empty.log: no LLM calls" in _one_line(result.output)
+    # a warning would reach stderr as a second line (logging's last-resort handler; pytest's capture takes its place)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "empty.log" in r.getMessage()]
+
+
+def test_import_chatdev_of_a_truncated_archive_says_the_import_is_partial(tmp_path):
+    import io
+    import random
+    import tarfile
+
+    rng = random.Random(1)
+    archive = tmp_path / "logs.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for i in range(10):  # random padding: the archive does not compress, so a cut loses the later logs
+            data = (CHATDEV_LOG + "".join(f"{rng.random()}\n" for _ in range(400))).encode()
+            info = tarfile.TarInfo(f"run{i}.log")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    whole = archive.read_bytes()
+    archive.write_bytes(whole[: len(whole) * 6 // 10])
+    out = tmp_path / "o.jsonl"
+    result = runner.invoke(app, ["import", "chatdev", str(archive), "--out", str(out)])
+    assert result.exit_code == 0, result.output  # what was read is kept (documented)
+    read = len({r.workflow_id for r in iter_trace(out) if isinstance(r, InvocationRecord)})
+    assert 0 < read < 10
+    line = _one_line(result.output)
+    assert line.startswith(f"{read} log file(s): {read} workflows, {read} invocations, 0 skipped -> {out}; PARTIAL IMPORT: "
+                           f"the archive logs.tar.gz is damaged or truncated (")
+    assert line.endswith(f"run{read}.log and any later logs not read)")
 
 
 def _one_line(output: str) -> str:

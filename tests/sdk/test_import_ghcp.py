@@ -151,11 +151,12 @@ def test_bad_input_one_line_nothing_else_lost(release, tmp_path):
 def test_nothing_usable_writes_nothing(tmp_path):
     write_shard(tmp_path / "d" / "s.jsonl.gz", ["garbage"])
     out = tmp_path / "o.jsonl"
-    out.write_text("keep\n")
+    keep = json.dumps({"type": "meta", "v": 1, "writer": "x"}) + "\n"  # an earlier trace
+    out.write_text(keep)
     result = runner.invoke(app, ["import", "ghcp", str(tmp_path / "d"), "--out", str(out)])
     assert result.exit_code == 1
     assert "no session imported" in result.output and "line is not JSON" in result.output
-    assert out.read_text() == "keep\n" and not (tmp_path / "o.jsonl.partial").exists()
+    assert out.read_text() == keep and not (tmp_path / "o.jsonl.partial").exists()
 
 
 def test_segment_prefix_hashes_share_exactly_the_equal_leading_blocks():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import tarfile
 from pathlib import Path
@@ -223,10 +224,11 @@ def test_reads_a_tar_gz_in_place_and_stops_after_max_conversations(tmp_path):
 def test_nothing_usable_writes_nothing_and_exits_1(tmp_path):
     src = write_dir(tmp_path / "t", {"b.json": "[]"})
     out = tmp_path / "o.jsonl"
-    out.write_text("keep\n")
+    keep = json.dumps({"type": "meta", "v": 1, "writer": "x"}) + "\n"  # an earlier trace
+    out.write_text(keep)
     result = runner.invoke(app, ["import", "kv-cache-tester", str(src), "--out", str(out)])
     assert result.exit_code == 1 and "no conversation imported" in result.output
-    assert out.read_text() == "keep\n" and not (tmp_path / "o.jsonl.partial").exists()
+    assert out.read_text() == keep and not (tmp_path / "o.jsonl.partial").exists()
     result = runner.invoke(app, ["import", "kv-cache-tester", str(src), "--out", str(out), "--workflow", "day"])
     assert result.exit_code == 2 and "workflow must be one of conversation, turn" in result.output
     result = runner.invoke(app, ["import", "kv-cache-tester", str(src), "--out", str(out), "--app", ""])
@@ -269,3 +271,64 @@ def test_real_traces_every_call_is_imported_or_skipped_with_its_reason(tmp_path)
     recs = invocations(out)
     assert len(recs) == summary.calls and max(r.prompt_tokens for r in recs) <= 128_000
     assert all(len(r.prefix_hashes) == -(-r.prompt_tokens // 64) for r in recs)
+
+
+def test_when_every_call_is_skipped_the_reasons_are_printed_too(tmp_path):
+    src = write_dir(tmp_path / "t", {"a.json": conversation("a", [{"t": "a", "in": 8, "out": 1, "hash_ids": [1, 2]},
+                                                                  req(1.0, -100, 1, [1])]),
+                                     "b.json": conversation("b", [req(0.0, 40, 1, list(range(10)))])})
+    out = tmp_path / "o.jsonl"
+    result = runner.invoke(app, ["import", "kv-cache-tester", str(src), "--out", str(out), "--context-limit", "10"])
+    assert result.exit_code == 1, result.output
+    lines = [" ".join(line.split()) for line in result.output.splitlines() if line.strip()]
+    assert lines[0] == (f"{src}: 2 file(s), 0 bad, all 3 call(s) skipped, no conversation imported; "
+                        f"nothing written to {out}")
+    assert sorted(lines[1:]) == ["skipped 1: prompt above the context limit (10 tokens), dropped",
+                                 "skipped 1: request without a usable 't'",
+                                 "skipped 1: request without usable 'in'/'out' token counts"]
+    assert not out.exists()
+
+
+def test_a_bad_file_is_reported_on_one_line_once(tmp_path, caplog):
+    src = write_dir(tmp_path / "t", {"a.json": C2, "b.json": "{not json"})
+    result = runner.invoke(app, ["import", "kv-cache-tester", str(src), "--out", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("b.json") == 1 and "bad file b.json: not JSON" in result.output
+    # a warning would reach stderr as a second line (logging's last-resort handler; pytest's
+    # capture takes its place here)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "b.json" in r.getMessage()]
+
+
+def _archive(path: Path, n: int) -> bytes:
+    """A .tar.gz of n conversations whose ids do not compress (so a cut loses the later files)."""
+    import random
+    rng = random.Random(1)
+    with tarfile.open(path, "w:gz") as tar:
+        for i in range(n):
+            ids = [rng.randrange(10 ** 9) for _ in range(500)]
+            data = json.dumps(conversation(f"c{i}", [req(0.0, 2000, 1, ids, inputs=("text",))])).encode()
+            info = tarfile.TarInfo(f"trace_{i}.json")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path.read_bytes()
+
+
+def test_a_truncated_archive_is_a_partial_import_said_plainly_on_the_summary_line(tmp_path):
+    whole = _archive(tmp_path / "whole.tar.gz", 10)
+    cut = tmp_path / "traces.tar.gz"
+    cut.write_bytes(whole[: len(whole) * 6 // 10])
+    out = tmp_path / "o.jsonl"
+    result = runner.invoke(app, ["import", "kv-cache-tester", str(cut), "--out", str(out)])
+    assert result.exit_code == 0, result.output  # partial imports are documented: what was read is kept
+    lines = [" ".join(line.split()) for line in result.output.splitlines() if line.strip()]
+    read = len({r.workflow_id for r in invocations(out)})
+    assert 0 < read < 10
+    assert lines[0].startswith(f"{read} file(s), 0 bad: {read} conversations")
+    assert (f"PARTIAL IMPORT: the archive traces.tar.gz is damaged or truncated (" in lines[0]
+            and f"trace_{read}.json and any later files not read)" in lines[0])
+    assert not any("bad file" in line for line in lines)
+    # cut before its first file is whole: nothing imported, and the line says why
+    cut.write_bytes(whole[:2000])
+    result = runner.invoke(app, ["import", "kv-cache-tester", str(cut), "--out", str(out)])
+    assert result.exit_code == 1
+    assert "no conversation imported; the archive traces.tar.gz is damaged or truncated" in " ".join(result.output.split())
