@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 from generated_blocks import replace_block, write_or_check  # noqa: E402
 from pbkv_server.engine.policies import (  # noqa: E402
-    BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies)
+    BASELINE_POLICY, DEFAULT_POLICY, REAL_TRAFFIC_POLICIES, REFERENCE_POLICY, REPLAY, available_policies)
 from pbkv_server.sim.measures import MIN_DIFFERENCE, latency_capture, latency_speedup  # noqa: E402
 from pbkv_server.sim.study.regime import CAPTURE_TARGET, OPT_GAIN, SLOWER_LIMIT  # noqa: E402
 
@@ -46,8 +46,7 @@ CONCURRENCIES = (16, 32, 64)
 #: The policies every cell replays (POLICIES of :data:`COMMAND`). policy_matrix.py writes its JSON
 #: after each policy, so a run in progress (or stopped, to be ``--resume``d) holds cells that lack
 #: some: those are listed as in progress, not tabled.
-POLICIES = ("lru", "lae", "he", "tlru", "slru", "sglang-session", "continuum", "ttl-pin", "kvflow-shipped",
-            "spec-prefill", "pbkv", "opt")
+POLICIES = REAL_TRAFFIC_POLICIES
 _NAME = re.compile(r"^(?P<profile>.+)-h(?P<host>[0-9.]+)-(?P<mode>conversation|turn)\.json$")
 _KEY = re.compile(r"C=(?P<c>\d+) device=(?P<device>\d+) predictor=(?P<pred>\S+)$")
 

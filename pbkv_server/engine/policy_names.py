@@ -4,7 +4,8 @@
 the baseline from here, so importing the engine's dataclasses imports no policy module.
 """
 
-__all__ = ["REPLAY", "SERVER", "SGLANG", "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES"]
+__all__ = ["REPLAY", "SERVER", "SGLANG", "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES",
+           "REAL_TRAFFIC_POLICIES"]
 
 #: Backends: trace replay (``pbkv-bench``), the live sim-engine server, the SGLang plugin.
 REPLAY, SERVER, SGLANG = "replay", "server", "sglang"
@@ -19,3 +20,8 @@ REFERENCE_POLICY = "opt"
 #: without and with the workflow hierarchy, the product rule, what SGLang users run today for
 #: agent sessions, and the offline reference.
 HEADLINE_POLICIES = (BASELINE_POLICY, "lae", "he", DEFAULT_POLICY, "sglang-session", REFERENCE_POLICY)
+#: Every policy the real-traffic tables of issue 33 compare (docs/claude-code-regime.md): the
+#: headline ones, what users can switch on in SGLang and vLLM today (``tlru``, ``slru``,
+#: ``continuum``, ``ttl-pin``, ``kvflow-shipped``, ``spec-prefill``), in the tables' column order.
+REAL_TRAFFIC_POLICIES = (BASELINE_POLICY, "lae", "he", "tlru", "slru", "sglang-session", "continuum", "ttl-pin",
+                         "kvflow-shipped", "spec-prefill", DEFAULT_POLICY, REFERENCE_POLICY)

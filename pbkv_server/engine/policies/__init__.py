@@ -9,8 +9,8 @@ import importlib
 import pkgutil
 
 from .base import (
-    BASELINE_POLICY, DEFAULT_POLICY, ENTRY_POINT_GROUP, HEADLINE_POLICIES, REFERENCE_POLICY, REPLAY, SERVER,
-    SGLANG, Policy,    PolicyInfo, available_policies, make_policy, policy_info, register_policy, resolve_policy_name,
+    BASELINE_POLICY, DEFAULT_POLICY, ENTRY_POINT_GROUP, HEADLINE_POLICIES, REAL_TRAFFIC_POLICIES, REFERENCE_POLICY,
+    REPLAY, SERVER, SGLANG, Policy,    PolicyInfo, available_policies, make_policy, policy_info, register_policy, resolve_policy_name,
     sglang_policy_names, unregister_policy,
 )
 # PBKV and its baselines, then what users run today (docs/architecture.md, "Compared policies"),
@@ -25,5 +25,6 @@ for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
 __all__ = [
     "Policy", "PolicyInfo", "available_policies", "make_policy", "register_policy", "unregister_policy",
     "policy_info", "resolve_policy_name", "sglang_policy_names", "REPLAY", "SERVER", "SGLANG",
-    "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES", "ENTRY_POINT_GROUP",
+    "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES", "REAL_TRAFFIC_POLICIES",
+    "ENTRY_POINT_GROUP",
 ]

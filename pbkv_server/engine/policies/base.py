@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..policy_names import (  # re-exported: the names' home is policy_names.py (no policy import)
-    BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REFERENCE_POLICY, REPLAY, SERVER, SGLANG,
+    BASELINE_POLICY, DEFAULT_POLICY, HEADLINE_POLICIES, REAL_TRAFFIC_POLICIES, REFERENCE_POLICY, REPLAY, SERVER,
+    SGLANG,
 )
 
 if TYPE_CHECKING:
@@ -45,7 +46,8 @@ __all__ = [
     "Prefetching", "Lifecycle", "NO_HOOKS", "CAPABILITIES", "capability_methods", "has_capability",
     "register_policy", "unregister_policy", "available_policies", "policy_info",
     "make_policy", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
-    "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES", "ENTRY_POINT_GROUP",
+    "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES", "REAL_TRAFFIC_POLICIES",
+    "ENTRY_POINT_GROUP",
 ]
 
 log = logging.getLogger(__name__)
