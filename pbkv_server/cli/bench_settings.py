@@ -35,7 +35,7 @@ def _trace() -> Any:
 
 
 def _predictor() -> Any:
-    return option("markov", "oracle | uniform | markov | noise:LAMBDA | PATH (a trained model; it must be for the "
+    return option("markov", "oracle | uniform | markov | context | noise:LAMBDA | PATH (a trained model; it must be for the "
                             "trace's app when the trace holds one app)")
 
 

@@ -1,10 +1,11 @@
 """Prediction providers behind :class:`pbkv_contract.prediction.Predictor` (``docs/architecture.md``, "Prediction interface").
 
 ``oracle`` (true future from a trace), ``uniform``, ``noise`` (P~ = (1 - lambda) P + lambda U) and
-``markov`` (online, learned from the stream). The trained model of the ``predictor`` package plugs
+``markov`` and ``context`` (online, learned from the stream). The trained model of the ``predictor`` package plugs
 into the same interface; :func:`make_predictor` builds any of them from a spec string.
 """
 
+from pbkv_server.predictors.context import ContextPredictor
 from pbkv_server.predictors.factory import PREDICTOR_SPECS, make_predictor
 from pbkv_server.predictors.markov import MarkovPredictor
 from pbkv_server.predictors.noise import NoisePredictor, mix
@@ -14,6 +15,7 @@ from pbkv_server.predictors.uniform import UniformPredictor
 __all__ = [
     "make_predictor",
     "PREDICTOR_SPECS",
+    "ContextPredictor",
     "MarkovPredictor",
     "NoisePredictor",
     "OraclePredictor",

@@ -1,4 +1,4 @@
-"""Build a predictor from a command-line spec: ``oracle | uniform | markov | noise:LAMBDA | PATH``."""
+"""Build a predictor from a command-line spec: ``oracle | uniform | markov | context | noise:LAMBDA | PATH``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Sequence
 from pbkv_contract.trace import InvocationRecord, TraceRecord
 from pbkv_contract.prediction import Predictor
 
+from pbkv_server.predictors.context import ContextPredictor
 from pbkv_server.predictors.markov import MarkovPredictor
 from pbkv_server.predictors.noise import NoisePredictor
 from pbkv_server.predictors.oracle import OraclePredictor
@@ -19,7 +20,7 @@ __all__ = ["make_predictor", "PREDICTOR_SPECS"]
 log = logging.getLogger(__name__)
 
 #: The spec forms :func:`make_predictor` accepts (for help texts).
-PREDICTOR_SPECS = "oracle | uniform | markov | noise:LAMBDA | PATH (trained model file)"
+PREDICTOR_SPECS = "oracle | uniform | markov | context | noise:LAMBDA | PATH (trained model file)"
 
 
 def make_predictor(
@@ -34,6 +35,8 @@ def make_predictor(
     * ``oracle``: the true future from ``trace_records`` (simulator only).
     * ``uniform``: uniform over the app's agents seen so far + END.
     * ``markov``: online Markov chain learned from the stream.
+    * ``context``: online variable-order context model learned from the stream (the next agent
+      given the last agents, the agents visited and the call count; :mod:`.context`).
     * ``noise:LAMBDA``: the oracle blended with uniform, ``(1 - LAMBDA) P + LAMBDA U``, where U is
       over every agent the trace holds for the app + END.
     * anything else is a path to a trained model (``~`` expanded), loaded with
@@ -60,6 +63,8 @@ def make_predictor(
         return UniformPredictor(horizon)
     if spec == "markov":
         return MarkovPredictor(horizon)
+    if spec == "context":
+        return ContextPredictor(horizon)
     if spec == "oracle" or spec.startswith("noise:"):
         if trace_records is None:
             raise ValueError(f"predictor {spec!r} reads the future from a trace; it needs trace records")

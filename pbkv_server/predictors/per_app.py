@@ -132,4 +132,4 @@ def build_predictor(specs: Mapping[str, str], horizon: int) -> Predictor | None:
 
 
 #: Online specs whose one instance can serve many apps (they key what they learn by app).
-_SHARED_SPECS = frozenset({"markov", "uniform"})
+_SHARED_SPECS = frozenset({"markov", "context", "uniform"})

@@ -1,0 +1,176 @@
+"""Online variable-order context predictor: the next agent given more of the workflow than its current agent.
+
+An orchestrator-led team calls the same agent between every phase (CEO -> CTO -> CEO -> programmer
+-> CEO ...), so the first-order chain of :mod:`~pbkv_server.predictors.markov` sees one spread row
+for the orchestrator. What comes next depends on what the workflow has done already. This
+predictor keeps transition counts for up to five contexts of a workflow's state, longest first:
+
+    (last 3 agents, set of agents visited, calls so far)
+    (last 3 agents, set of agents visited)
+    last 3 agents (from the third call on)
+    last 2 agents (from the second call on)
+    current agent
+
+and blends them by Witten-Bell interpolation (the estimator of PPM's method C; Witten & Bell 1991,
+"The zero-frequency problem"): from the shortest context up,
+
+    P_c(b) = (n_c(b) + t_c P_shorter(b)) / (n_c + t_c),
+
+with ``n_c(b)`` the count of b after context c, ``n_c`` their sum and ``t_c`` the number of distinct
+agents seen after c; below the shortest context is the uniform distribution over the app's agents
+seen so far + END. A context never seen passes the shorter one's estimate through; a context seen
+often with one follower dominates. No parameter is tuned: the weights come from the counts.
+
+Measured on real and synthetic traces (online, each workflow predicted before it is learned;
+docs/predictor.md, "Online predictors"), log-loss of the true next agent, first-order -> context:
+ChatDev 0.91 -> 0.56, synthetic research 0.22 -> 0.15, supervisor 0.48 -> 0.31.
+
+The k-step distributions follow the same convention as the Markov chain (each conditional on the
+workflow still running at step k, PBKV Eq. 2). The chain's state is a whole context, not one agent,
+so the number of states can grow as |V|^k; the :data:`MAX_STATES` most likely are kept at each step
+and renormalised.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+from pbkv_contract.prediction import END_AGENT, Prediction, PredictionQuery, Predictor
+
+from pbkv_server.predictors.vocab import AgentVocabulary, app_key, uniform_dist
+
+__all__ = ["ContextPredictor", "MAX_STATES", "MAX_STEP_CONTEXT"]
+
+#: States of the k-step chain kept per step (the most likely; the rest, renormalised away). With
+#: the agent counts of our apps (4-10 agents) the kept mass is over 0.99 at K = 3 in our traces.
+MAX_STATES = 32
+#: The longest context counts calls only up to here; later calls share one bucket. A long coding
+#: conversation (hundreds of calls) would otherwise add a context per call that is never seen again,
+#: and a server's memory would grow with its traffic rather than with its apps' shapes.
+MAX_STEP_CONTEXT = 32
+
+# A workflow's state: (last three agents, agents visited, calls so far capped); oldest first.
+_State = tuple[tuple[str, ...], frozenset, int]
+
+
+class ContextPredictor(Predictor):
+    """Online variable-order context model over agents, one per app (module docstring).
+
+    Args:
+        horizon: K (>= 1).
+
+    Raises:
+        ValueError: ``horizon`` < 1.
+    """
+
+    learns_online = True
+
+    def __init__(self, horizon: int = 3):
+        if horizon < 1:
+            raise ValueError("horizon must be >= 1")
+        self.horizon = horizon
+        self.vocab = AgentVocabulary()
+        self._counts: dict[str, dict[tuple, Counter]] = {}
+        self._workflows: dict[str, tuple[str | None, int, _State]] = {}  # id -> (app, step, state)
+
+    # ------------------------------------------------------------------ learning
+
+    def observe(self, query: PredictionQuery) -> None:
+        """Count ``query.agent`` after the workflow's previous state (its last observed call, else
+        ``query.history``). A query whose step is not after the last observed one is ignored."""
+        self.vocab.add_query(query)
+        known = self._workflows.get(query.workflow_id)
+        if known is not None and query.step <= known[1]:
+            return
+        if known is not None:
+            self._count(query.app, known[2], query.agent)
+        elif query.history:
+            self._count(query.app, _state(query.history), query.agent)
+        self._workflows[query.workflow_id] = (query.app, query.step, _state(query.history + (query.agent,)))
+
+    def workflow_ended(self, app: str | None, workflow_id: str, status: str = "completed") -> None:
+        """Count END after the workflow's last state once; unknown or ended workflows are ignored."""
+        known = self._workflows.pop(workflow_id, None)
+        if known is not None:
+            self._count(known[0] if known[0] is not None else app, known[2], END_AGENT)
+
+    def _count(self, app: str | None, state: _State, nxt: str) -> None:
+        table = self._counts.setdefault(app_key(app), {})
+        for ctx in _contexts(state):
+            row = table.get(ctx)
+            if row is None:
+                table[ctx] = row = Counter()
+            row[nxt] += 1
+
+    # ------------------------------------------------------------------ prediction
+
+    def next_dist(self, app: str | None, state: _State) -> dict[str, float]:
+        """Distribution of the next agent (or END) after ``state`` (module docstring's blend)."""
+        dist = uniform_dist(self.vocab.agents(app))
+        table = self._counts.get(app_key(app), {})
+        for ctx in reversed(_contexts(state)):
+            row = table.get(ctx)
+            if not row:
+                continue
+            n, t = sum(row.values()), len(row)
+            # sorted: the same order (so the same float sums) under any PYTHONHASHSEED
+            dist = {b: (row.get(b, 0) + t * dist.get(b, 0.0)) / (n + t) for b in sorted(dist.keys() | row.keys())}
+        return dist
+
+    def predict(self, queries: Sequence[PredictionQuery]) -> list[Prediction]:
+        """K distributions per query, each conditional on the workflow still running."""
+        out = []
+        for query in queries:
+            self.vocab.add_query(query)
+            alive: dict[_State, float] = {_state(query.history + (query.agent,)): 1.0}
+            dists = []
+            for _ in range(self.horizon):
+                if not alive:  # END was certain: later steps are END by convention
+                    dists.append({END_AGENT: 1.0})
+                    continue
+                nxt: dict[str, float] = {}
+                states: dict[_State, float] = {}
+                for state, p in alive.items():
+                    for b, q in self.next_dist(query.app, state).items():
+                        if q <= 0.0:
+                            continue
+                        nxt[b] = nxt.get(b, 0.0) + p * q
+                        if b != END_AGENT:
+                            s = _advance(state, b)
+                            states[s] = states.get(s, 0.0) + p * q
+                dists.append(nxt)
+                alive = _top(states, MAX_STATES)
+            out.append(Prediction(dists))
+        return out
+
+
+def _state(agents: Sequence[str]) -> _State:
+    """The state after calls by ``agents`` (oldest first, non-empty)."""
+    return tuple(agents[-3:]), frozenset(agents), min(len(agents), MAX_STEP_CONTEXT)
+
+
+def _advance(state: _State, agent: str) -> _State:
+    last, seen, n = state
+    return (last + (agent,))[-3:], seen | {agent}, min(n + 1, MAX_STEP_CONTEXT)
+
+
+def _contexts(state: _State) -> tuple:
+    """The contexts of ``state``, longest first, each tagged so that two never collide; a workflow
+    with fewer than three calls has no (longer) last-agents context it cannot fill."""
+    last, seen, n = state
+    out = [("lsn", last, seen, n), ("ls", last, seen)]
+    if len(last) == 3:
+        out.append(("l3", last))
+    if len(last) >= 2:
+        out.append(("l2", last[-2:]))
+    out.append(("l1", last[-1:]))
+    return tuple(out)
+
+
+def _top(states: dict[_State, float], keep: int) -> dict[_State, float]:
+    """The ``keep`` most likely states, renormalised to sum 1 (empty if no mass is left)."""
+    if len(states) > keep:
+        states = dict(sorted(states.items(), key=lambda kv: -kv[1])[:keep])
+    total = sum(states.values())
+    return {s: p / total for s, p in states.items()} if total > 1e-12 else {}
