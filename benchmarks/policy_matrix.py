@@ -10,7 +10,11 @@ The instrument for policy changes: run it before and after a change and compare 
 
 ``--json`` is rewritten after every policy of every cell, so a long grid that is stopped keeps
 what it finished; ``--resume`` then runs only the (cell, policy) pairs the file lacks. It trusts
-the file to come from the same command (profile and host ratio are not in its keys).
+the file to come from the same command (profile and host ratio are not in its keys). A policy that
+reads no predictions (``policy_info(p).predictive`` false: lru, opt...) replays the same under
+any predictor, so ``--resume`` with a new ``--predictor`` copies its figures from the same cell
+under another predictor and replays only the predictive policies (as a run of several
+``--predictor`` specs does after its first).
 
 Each cell is the device hit rate (and mean workflow latency in seconds, with its speedup vs LRU:
 LRU's mean latency / the policy's, x, >1 faster); with ``--per-app`` the hit rate of each app of a
@@ -30,8 +34,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, available_policies
-from pbkv_server.predictors import make_predictor
+from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, available_policies, policy_info
+from pbkv_server.predictors import DEFAULT_ONLINE_PREDICTOR, make_predictor
 from pbkv_server.sim.measures import latency_speedup
 from pbkv_server.hardware.profiles import MAX_HOST_RATIO, PAPER_HOST_RATIO, get_profile
 from pbkv_server.sim.progress import ReplayBar, replay_progress
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--trace", default=None, help="replay this trace file instead of synthetic graphs")
     p.add_argument("--policy", default=",".join(available_policies(REPLAY)))
-    p.add_argument("--predictor", default="markov", help="comma-separated predictor specs")
+    p.add_argument("--predictor", default=DEFAULT_ONLINE_PREDICTOR, help="comma-separated predictor specs")
     p.add_argument("--concurrency", type=_whole_numbers, default="16", help="comma-separated")
     p.add_argument("--device", type=_whole_numbers, default="120000", help="comma-separated device capacities, tokens")
     p.add_argument("--host-ratio", type=_host_ratio, default=PAPER_HOST_RATIO,
@@ -90,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
             for conc in args.concurrency:
                 for device in args.device:
                     for pred in args.predictor.split(","):
-                        key = f"{name} C={conc} device={device} predictor={pred}"
+                        cell = f"{name} C={conc} device={device}"
+                        key = f"{cell} predictor={pred}"
                         row = results.setdefault(key, {})
+                        _reuse_unpredicted(row, results, cell, policies)
                         for policy in policies:
                             if policy in row:  # resumed
                                 continue
@@ -116,6 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         _write(args.json, results)
     return 0
+
+
+def _reuse_unpredicted(row: dict, results: dict[str, dict], cell: str, policies: list[str]) -> None:
+    """Copy into ``row`` (a cell under one predictor) the figures of each policy that reads no
+    predictions from ``cell`` under another predictor: its replay would be the same (the engine
+    calls the predictor only for a predictive policy, ``Policy.uses_predictions``)."""
+    for other_key, other in results.items():
+        if other is row or other_key.rpartition(" predictor=")[0] != cell:
+            continue
+        for policy in policies:
+            if policy not in row and policy in other and not policy_info(policy).predictive:
+                row[policy] = other[policy]
 
 
 def _whole_numbers(text: str) -> list[int]:

@@ -41,6 +41,7 @@ from pathlib import Path
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY
 from pbkv_server.engine.policies.opt_hybrids import ISOLATES
 from pbkv_server.engine.policies.pbkv_nextuse import PBKVNextUsePolicy as NextUseOracle
+from pbkv_server.predictors.factory import DEFAULT_ONLINE_PREDICTOR
 
 #: name -> (trace, or "synth:GRAPH:WORKFLOWS:SEED"; profile; concurrency; device tokens; host ratio)
 CELLS = {
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for the replay JSON (reused when present)")
     ap.add_argument("--cells", default=",".join(CELLS), help=f"comma-separated cells (known: {', '.join(CELLS)})")
-    ap.add_argument("--predictor", default="markov", help="predictor of the pbkv row (default markov)")
+    ap.add_argument("--predictor", default=DEFAULT_ONLINE_PREDICTOR, help=f"predictor of the pbkv row (default {DEFAULT_ONLINE_PREDICTOR})")
     ap.add_argument("--force", action="store_true", help="replay again even when the JSON is there")
     ap.add_argument("--no-hybrids", action="store_true", help="replay lru, pbkv and opt only (no share split)")
     args = ap.parse_args(argv)

@@ -298,7 +298,7 @@ class WorkflowBook:
 
 
 def predictor_or_none(spec: str, horizon: int) -> Predictor | None:
-    """The predictor named by ``spec`` (``markov``, ``uniform`` or a model file), or ``None`` if it
+    """The predictor named by ``spec`` (``context``, ``markov``, ``uniform`` or a model file), or ``None`` if it
     cannot be built (logged: the backend then orders by lifecycle only)."""
     try:
         from pbkv_server.predictors.factory import make_predictor

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from pbkv_server.engine.policies import policy_info
+from pbkv_server.predictors.factory import DEFAULT_ONLINE_PREDICTOR
 
 __all__ = ["PluginSettings"]
 
@@ -24,7 +25,8 @@ class PluginSettings:
     Attributes:
         gamma: per-step decay of the lookahead score, in (0, 1] (PBKV Eq. 2).
         horizon: K, future steps scored (>= 1).
-        predictor: ``markov`` (online, no training), ``uniform``, or a path to a trained model file
+        predictor: ``context`` (online, no training; the default), ``markov``, ``uniform``, or a path
+            to a trained model file
             (see :func:`pbkv_server.predictors.factory.make_predictor`).
         idle_retire_s: seconds without a request after which a workflow is retired (client crash);
             ``None`` = never.
@@ -41,7 +43,7 @@ class PluginSettings:
 
     gamma: float = 0.7
     horizon: int = 3
-    predictor: str = "markov"
+    predictor: str = DEFAULT_ONLINE_PREDICTOR
     idle_retire_s: float | None = 600.0
     prefetch: bool | None = None
     pcie_bytes_per_s: float = 25e9

@@ -21,6 +21,7 @@ from pbkv_contract.prediction import MAX_HORIZON  # re-exported: one bound for e
 from pbkv_server.hardware.profiles import MAX_KV_TOKENS
 from pbkv_server.sim.simulator import MAX_CONCURRENCY
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES
+from pbkv_server.predictors.factory import DEFAULT_ONLINE_PREDICTOR
 
 __all__ = ["ReplaySettings", "AdviseSettings", "MAX_HORIZON", "MAX_REPLICAS"]
 
@@ -35,7 +36,7 @@ def _trace() -> Any:
 
 
 def _predictor() -> Any:
-    return option("markov", "oracle | uniform | markov | context | noise:LAMBDA | PATH (a trained model; it must be for the "
+    return option(DEFAULT_ONLINE_PREDICTOR, "oracle | uniform | context | markov | noise:LAMBDA | PATH (a trained model; it must be for the "
                             "trace's app when the trace holds one app)")
 
 

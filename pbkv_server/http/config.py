@@ -46,9 +46,10 @@ class ServerConfig:
         engine: ``"sim"`` (embedded engine core + cost model) or ``"sglang"`` (CLI only).
         policy: eviction policy name (``pbkv_server.engine.available_policies()``).
         profile: hardware profile name (``pbkv_server.hardware.profiles``); ``None`` = that module's default.
-        predictors: app name -> predictor spec (``markov``, ``uniform``, or a model PATH); the key
+        predictors: app name -> predictor spec (``context``, ``markov``, ``uniform``, or a model PATH); the key
             ``"*"`` applies to every app without its own entry. Left empty, a predictive policy
-            (``policy_info(policy).predictive``) gets ``{"*": "markov"}`` (online, cold start).
+            (``policy_info(policy).predictive``) gets ``{"*": "context"}`` (online, cold start;
+            :data:`~pbkv_server.predictors.factory.DEFAULT_ONLINE_PREDICTOR`).
             A list is read as the command line's ``--predictor`` values (``APP=SPEC`` or ``SPEC``,
             :func:`pbkv_server.predictors.per_app.parse_predictor_flags`).
         scenario: ``module:ClassName`` of the scenario used for apps without a registered one.
@@ -98,7 +99,7 @@ class ServerConfig:
     profile: str | None = option(None, "Hardware profile (pbkv_server.hardware.profiles); default: its DEFAULT_PROFILE.")
     predictors: dict[str, str] = option(
         default_factory=list, flag="--predictor", cli_type=list[str],
-        help="APP=SPEC or SPEC (all other apps); SPEC = markov | uniform | PATH (trained model). Repeatable.")
+        help="APP=SPEC or SPEC (all other apps); SPEC = context (default) | markov | uniform | PATH (trained model). Repeatable.")
     scenario: str | None = option(None, "module:ClassName answering apps without a registered scenario.")
     host: str = option("127.0.0.1", "Bind address (loopback by default).")
     port: int = option(8000, "TCP port (0 = any free port).")
@@ -148,7 +149,9 @@ class ServerConfig:
         if self.idle_retire_s == 0:
             self.idle_retire_s = None  # the command line's "0 = never"
         if not self.predictors and _predictive(self.policy):
-            self.predictors = {"*": "markov"}
+            from pbkv_server.predictors.factory import DEFAULT_ONLINE_PREDICTOR
+
+            self.predictors = {"*": DEFAULT_ONLINE_PREDICTOR}
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535 (0 = any free port), got {self.port}")
         if self.hint_token is not None and not self.hint_token.strip():

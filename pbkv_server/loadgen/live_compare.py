@@ -52,6 +52,7 @@ from pbkv_server.engine.cost import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, sglang_policy_names
 from pbkv_server.loadgen.live_replay import PromptBook, ReplaySummary, check_arguments, replay
 from pbkv_server.sim.simulator import MAX_CONCURRENCY, ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.predictors.factory import DEFAULT_ONLINE_PREDICTOR
 
 __all__ = ["sim_policy", "ServerSettings", "server_settings", "matched_records", "measured_profile", "probed_fit",
            "simulate_matched", "command"]
@@ -83,7 +84,7 @@ class ServerSettings:
     sim_policy: str
     device_tokens: int
     page_size: int
-    predictor: str = "markov"
+    predictor: str = DEFAULT_ONLINE_PREDICTOR
     gamma: float = 0.7
     horizon: int = 3
 

@@ -6,7 +6,7 @@ into the same interface; :func:`make_predictor` builds any of them from a spec s
 """
 
 from pbkv_server.predictors.context import ContextPredictor
-from pbkv_server.predictors.factory import PREDICTOR_SPECS, make_predictor
+from pbkv_server.predictors.factory import DEFAULT_ONLINE_PREDICTOR, PREDICTOR_SPECS, make_predictor
 from pbkv_server.predictors.markov import MarkovPredictor
 from pbkv_server.predictors.noise import NoisePredictor, mix
 from pbkv_server.predictors.oracle import OraclePredictor
@@ -14,6 +14,7 @@ from pbkv_server.predictors.uniform import UniformPredictor
 
 __all__ = [
     "make_predictor",
+    "DEFAULT_ONLINE_PREDICTOR",
     "PREDICTOR_SPECS",
     "ContextPredictor",
     "MarkovPredictor",

@@ -38,6 +38,7 @@ from pbkv_server.sim.measures import MIN_DIFFERENCE
 from pbkv_server.sim.serving_metrics import SERVING_KEYS, Slo
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES, alternative_label, best_shipped, shipped_policies
 from pbkv_server.hardware.profiles import GPU_SPECS, MODEL_SPECS, GpuSpec, ModelSpec, derive_profile, host_tokens_for
+from pbkv_server.predictors.factory import DEFAULT_ONLINE_PREDICTOR
 
 __all__ = ["POLICIES", "MIN_SPEEDUP", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "MAX_GPU_MEMORY_GIB", "MAX_TP", "Advice",
            "custom_profile", "advise", "advice_lines", "plot_advice", "regime_of", "verdict_of", "trace_origin",
@@ -132,7 +133,7 @@ class Advice:
     alternative: str = BASELINE_POLICY
     trace_origin: str | None = None
     trace: str = ""
-    predictor: str = "markov"
+    predictor: str = DEFAULT_ONLINE_PREDICTOR
     hit_rate_ceiling: float | None = None
     serving: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -171,7 +172,7 @@ def trace_origin(records: Sequence[TraceRecord]) -> str | None:
 
 
 def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurrency: int = 32,
-           host_ratio: float = DEFAULT_HOST_RATIO, policies: Sequence[str] | None = None, predictor: str = "markov",
+           host_ratio: float = DEFAULT_HOST_RATIO, policies: Sequence[str] | None = None, predictor: str = DEFAULT_ONLINE_PREDICTOR,
            horizon: int = 3, progress: Callable[[str], None] | None = None, engine: str = DEFAULT_ENGINE,
            trace: str = "", slo: Slo | None = None) -> Advice:
     """Demand, capacity, regime, every policy's speedup over LRU and the verdict for ``records``.

@@ -23,7 +23,7 @@ INFO = {"radix_eviction_policy": "pbkv-he", "max_total_num_tokens": 4096, "page_
 def test_server_settings_map_the_policy_and_read_capacity_and_plugin_config():
     s = server_settings(INFO)
     assert (s.policy, s.sim_policy, s.device_tokens, s.page_size) == ("pbkv-he", "he", 4096, 1)
-    assert (s.gamma, s.horizon, s.predictor) == (0.5, 2, "markov")
+    assert (s.gamma, s.horizon, s.predictor) == (0.5, 2, "context")
     assert server_settings({**INFO, "radix_eviction_policy": "lru", "radix_eviction_policy_config": None}).sim_policy == "lru"
     assert server_settings({**INFO, "radix_eviction_policy": "pbkv-lae"}).sim_policy == "lae"
     assert server_settings({**INFO, "page_size": 16}).page_size == 16  # the simulator caches whole pages too

@@ -32,6 +32,7 @@ from pbkv_server.engine.policies import DEFAULT_POLICY, REFERENCE_POLICY
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, PAPER_HOST_RATIO
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 from pbkv_server.sim.simulator import MAX_CONCURRENCY
+from pbkv_server.predictors.factory import DEFAULT_ONLINE_PREDICTOR
 
 __all__ = ["study", "regime", "study_app"]
 
@@ -232,7 +233,7 @@ def regime(
     device_fractions: Optional[str] = typer.Option(None, help="f values: device = A + f x W (default 0.25,0.5,0.75,1,1.5)"),
     host_ratios: Optional[str] = typer.Option(None, help="host tier / device (default 0,1,2)"),
     concurrency_factors: Optional[str] = typer.Option(None, help="x the base concurrency (default 1,2)"),
-    predictor: str = typer.Option("markov", help="predictor of trace-file and synthetic workloads (example runs "
+    predictor: str = typer.Option(DEFAULT_ONLINE_PREDICTOR, help="predictor of trace-file and synthetic workloads (example runs "
                                                  "use their predictor.pt)"),
     concurrency: int = typer.Option(SYNTH_CONCURRENCY, min=1, max=MAX_CONCURRENCY, help="base concurrency of trace-file and synthetic workloads"),
     profile: str = typer.Option(SYNTH_PROFILE, help="profile of trace-file and synthetic workloads"),

@@ -22,8 +22,8 @@ def test_flags_build_the_server_config():
                        host="127.0.0.1", port=0, pace=0.5, device_tokens=4096)
     assert cfg.predictors == {"hover": "/models/hover.pt", "*": "markov"}
     assert cfg.idle_retire_s is None and cfg.pace == 0.5 and cfg.device_tokens == 4096
-    # A predictive policy without --predictor learns online (markov); lru needs none.
-    assert ServeSettings(policy="he", predictors=[], idle_retire_s=60).predictors == {"*": "markov"}
+    # A predictive policy without --predictor learns online (context); lru needs none.
+    assert ServeSettings(policy="he", predictors=[], idle_retire_s=60).predictors == {"*": "context"}
     assert ServeSettings(policy="lru", predictors=[], idle_retire_s=60).predictors == {}
     with pytest.raises(ValueError):
         ServeSettings(policy="lru", predictors=["a=markov", "a=uniform"], idle_retire_s=1)

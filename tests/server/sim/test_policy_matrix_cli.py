@@ -46,6 +46,47 @@ def test_resume_runs_only_what_the_json_lacks(matrix, tmp_path, capsys):
     assert not (tmp_path / "m.json.tmp").exists()
 
 
+def test_a_new_predictor_reuses_the_unpredicted_policies_and_replays_the_predictive_ones(matrix, tmp_path):
+    out = tmp_path / "m.json"
+    one = ["--graph", "codegen", "--workflows", "6", "--policy", "lru,pbkv,opt", "--concurrency", "2", "--device", "30000"]
+    assert matrix.main([*one, "--predictor", "markov", "--json", str(out)]) == 0
+    (key,) = json.loads(out.read_text())
+    marked = json.loads(out.read_text())
+    for policy in ("lru", "opt"):  # marked to show they are copied, not replayed again
+        marked[key][policy]["mean_latency_s"] = 123.0
+    out.write_text(json.dumps(marked))
+    assert matrix.main([*one, "--predictor", "uniform", "--json", str(out), "--resume"]) == 0
+    after = json.loads(out.read_text())
+    new = key.replace("predictor=markov", "predictor=uniform")
+    assert set(after) == {key, new}
+    assert after[new]["lru"]["mean_latency_s"] == after[new]["opt"]["mean_latency_s"] == 123.0
+    alone = tmp_path / "u.json"  # pbkv under uniform, replayed from scratch
+    assert matrix.main([*one, "--predictor", "uniform", "--json", str(alone)]) == 0
+    assert after[new]["pbkv"] == json.loads(alone.read_text())[new]["pbkv"]
+
+
+def test_unpredicted_policies_replay_alike_under_any_predictor():
+    # what the reuse above rests on, checked on every registered replay policy that reads no predictions
+    from pbkv_server.engine.policies import REPLAY, available_policies, policy_info
+    from pbkv_server.hardware.profiles import get_profile
+    from pbkv_server.predictors import make_predictor
+    from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+    from pbkv_server.sim.synth.agents import generate
+
+    records = list(generate(graph="research", workflows=6, seed=3))
+    workload = load_workload(records)
+    unpredicted = [p for p in available_policies(REPLAY) if not policy_info(p).predictive]
+    assert "lru" in unpredicted and "opt" in unpredicted
+    for policy in unpredicted:
+        runs = [simulate(workload, ReplayConfig(policy, get_profile("h100-qwen2.5-32b"), device_tokens=20000,
+                                                host_tokens=20000),
+                         ReplayOptions(concurrency=3, predictor=make_predictor(spec, 3, records))).summary
+                for spec in ("markov", "context")]
+        for run in runs:
+            run.pop("latency_ms")  # the decisions' measured CPU time, not a replay figure
+        assert json.dumps(runs[0], sort_keys=True) == json.dumps(runs[1], sort_keys=True), policy
+
+
 def test_resume_of_a_file_that_is_not_a_matrix_is_one_line(matrix, tmp_path, capsys):
     out = tmp_path / "m.json"
     out.write_text("[1, 2]")
