@@ -23,7 +23,7 @@ A deliberate behaviour change of one policy re-records only that policy's entrie
 Cases recorded:
 
 * a fixed synthetic trace (``synth --graph codegen --workflows 200 --seed 11``) under every
-  registered policy, with the ``oracle`` and ``markov`` predictors, at two device capacities
+  registered policy, with the ``oracle``, ``markov`` and ``context`` predictors, at two device capacities
   (host tier given explicitly, so defaults that change later do not move the figures);
 * each ``--example SUMMARY.json`` (the ``--json`` file of an example run): its recorded test trace
   replayed with its trained predictor, concurrency, device and host capacity. The example's app
@@ -58,7 +58,7 @@ SYNTH = {"graph": "codegen", "workflows": 200, "seed": 11}
 SYNTH_REPLAY = {"profile": "h100-qwen2.5-32b", "concurrency": 16}
 #: (device tokens, host tokens) of the synthetic cases: a tight and a looser device.
 SYNTH_CAPACITIES = ((120_000, 240_000), (200_000, 400_000))
-SYNTH_PREDICTORS = ("oracle", "markov")
+SYNTH_PREDICTORS = ("oracle", "markov", "context")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -99,7 +99,8 @@ class ServerConfig:
     profile: str | None = option(None, "Hardware profile (pbkv_server.hardware.profiles); default: its DEFAULT_PROFILE.")
     predictors: dict[str, str] = option(
         default_factory=list, flag="--predictor", cli_type=list[str],
-        help="APP=SPEC or SPEC (all other apps); SPEC = context (default) | markov | uniform | PATH (trained model). Repeatable.")
+        help="APP=SPEC or SPEC (all other apps); SPEC = context (default) | markov | uniform | PATH (trained "
+             "model). Repeatable.")
     scenario: str | None = option(None, "module:ClassName answering apps without a registered scenario.")
     host: str = option("127.0.0.1", "Bind address (loopback by default).")
     port: int = option(8000, "TCP port (0 = any free port).")

@@ -1,5 +1,5 @@
 """``scripts/make_chatdev_docs.py`` and ``scripts/split_trace.py``: the ChatDev regime table of
-docs/chatdev-regime.md (issue 33) is rendered from three regime studies, and the trained
+docs/chatdev-regime.md (issue 33) is rendered from four regime studies (one per predictor), and the trained
 predictor's training split never shares a workflow with the evaluated one."""
 from __future__ import annotations
 
@@ -37,17 +37,23 @@ def _study(pbkv: tuple[float, float]) -> dict:
 
 
 def test_block_columns_capture_and_criteria(docs):
-    studies = {"markov": _study((96.0, 100.1)), "trained": _study((92.0, 100.0)), "oracle": _study((84.0, 100.0))}
+    studies = {"context": _study((90.0, 100.0)), "markov": _study((96.0, 100.1)), "trained": _study((92.0, 100.0)),
+               "oracle": _study((84.0, 100.0))}
     text = docs.block(studies)
     rows = [line for line in text.split("Mean TTFT")[0].splitlines() if line.startswith("| 0.25 ")]
-    # pbkv markov 100/96, tlru 100/95, trained 100/92, oracle 100/84, opt 100/80; capture (s - 1) / 0.25:
-    # (1/24) / 0.25, (2/23) / 0.25, (4/21) / 0.25
-    assert rows == ["| 0.25 | 0x | 250 | short | 1.042x | 1.053x | 1.087x | 1.190x | 1.250x | 0.17 / 0.35 / 0.76 |"]
+    # columns: pbkv (context, the base study) 100/90, tlru 100/95, then pbkv markov 100/96, trained
+    # 100/92, oracle 100/84, opt 100/80; capture (s - 1) / 0.25: (1/9) / 0.25, (1/24) / 0.25,
+    # (2/23) / 0.25, (4/21) / 0.25
+    assert rows == ["| 0.25 | 0x | 250 | short | 1.111x | 1.053x | 1.042x | 1.087x | 1.190x | 1.250x | "
+                    "0.44 / 0.17 / 0.35 / 0.76 |"]
     # opt 100/99.6 gains under 0.5 %: starred; markov (100/100.1 - 1) / (100/99.6 - 1) = -0.2488
-    assert "| 1 | 0x | 1,000 | short | 0.999x | 1.000x | 1.000x | 1.000x | 1.004x | -0.25* / 0.00* / 0.00* |" in text
+    assert ("| 1 | 0x | 1,000 | short | 1.000x | 1.000x | 0.999x | 1.000x | 1.000x | 1.004x | "
+            "0.00* / -0.25* / 0.00* / 0.00* |") in text
     # TTFT is latency / 50 in every row here, so its speedups are the latency speedups
     ttft = text.split("Mean TTFT")[1]
-    assert "| 0.25 | 0x | 1.042x | 1.053x | 1.087x | 1.190x | 1.250x | 0.17 / 0.35 / 0.76 |" in ttft
+    assert "| 0.25 | 0x | 1.111x | 1.053x | 1.042x | 1.087x | 1.190x | 1.250x | 0.44 / 0.17 / 0.35 / 0.76 |" in ttft
+    assert "- pbkv (context) worst cell: 1.000x lru at f=1, host 0x (meets 0.999x)." in text
+    assert "- Online policies faster than pbkv (context): none." in text
     assert "- pbkv (markov) worst cell: 0.999x lru at f=1, host 0x (meets 0.999x)." in text
     assert "- Online policies faster than pbkv (markov): tlru at f=0.25 host 0x (+1.053% slower); " \
            "tlru at f=1 host 0x (+0.100% slower)." in text
@@ -58,7 +64,8 @@ def test_block_refuses_studies_of_different_grids(docs):
     other = _study((96.0, 100.0))
     other["cells"][1]["device_tokens"] += 1
     with pytest.raises(ValueError, match="another grid"):
-        docs.block({"markov": _study((96.0, 100.0)), "trained": other, "oracle": _study((96.0, 100.0))})
+        docs.block({"context": _study((96.0, 100.0)), "markov": _study((96.0, 100.0)), "trained": other,
+                    "oracle": _study((96.0, 100.0))})
 
 
 def _trace(ids: list[str]) -> list[str]:

@@ -27,11 +27,11 @@ def _write(tmp_path: Path) -> Path:
     # C=32: opt gains 2x (100 -> 50); pbkv 70 captures 30 / 50; he 60 is faster than pbkv
     # C=16: opt gains 1.01x only (not a target cell); pbkv 100.2 is 0.998x lru (below 0.999)
     (d / "prof-h1-turn.json").write_text(json.dumps({
-        "cc.jsonl C=32 device=1000 predictor=markov": _row(he=60.0, lru=100.0, opt=50.0, pbkv=70.0),
-        "cc.jsonl C=16 device=1000 predictor=markov": _row(he=100.0, lru=100.0, opt=99.0, pbkv=100.2)}))
+        "cc.jsonl C=32 device=1000 predictor=context": _row(he=60.0, lru=100.0, opt=50.0, pbkv=70.0),
+        "cc.jsonl C=16 device=1000 predictor=context": _row(he=100.0, lru=100.0, opt=99.0, pbkv=100.2)}))
     # host 0: opt 80 (1.25x), pbkv 84 captures 16 / 20 = 0.80, he 90
     (d / "prof-h0-turn.json").write_text(json.dumps({
-        "cc.jsonl C=16 device=1000 predictor=markov": _row(he=90.0, lru=100.0, opt=80.0, pbkv=84.0)}))
+        "cc.jsonl C=16 device=1000 predictor=context": _row(he=90.0, lru=100.0, opt=80.0, pbkv=84.0)}))
     return d
 
 
@@ -63,8 +63,8 @@ def test_cells_in_progress_are_listed_not_tabled(docs, tmp_path, four, monkeypat
     d = _write(tmp_path)
     # a run stopped after he: its C=32 cell lacks pbkv and opt, and C=64 was not reached
     (d / "prof-h0-turn.json").write_text(json.dumps({
-        "cc.jsonl C=16 device=1000 predictor=markov": _row(he=90.0, lru=100.0, opt=80.0, pbkv=84.0),
-        "cc.jsonl C=32 device=1000 predictor=markov": _row(he=90.0, lru=100.0)}))
+        "cc.jsonl C=16 device=1000 predictor=context": _row(he=90.0, lru=100.0, opt=80.0, pbkv=84.0),
+        "cc.jsonl C=32 device=1000 predictor=context": _row(he=90.0, lru=100.0)}))
     text = docs.block(docs.load(d))
     assert [line for line in text.splitlines() if line.startswith("| prof ")][-1] == \
         "| prof | turn | 0x | 16 | 100 | 1.111x | 1.190x | 1.250x | 0.80 |"
@@ -76,10 +76,30 @@ def test_cells_in_progress_are_listed_not_tabled(docs, tmp_path, four, monkeypat
     assert "- Cells where opt >= 1.05x lru: 2 of 3." in text  # targets over complete cells only
 
 
+def test_another_predictors_run_of_a_cell_is_a_pbkv_column_and_counts_as_in_progress(docs, tmp_path, four,
+                                                                                       monkeypatch):
+    monkeypatch.setattr(docs, "PROFILES", ("prof",))
+    monkeypatch.setattr(docs, "MODES", ("turn",))
+    d = _write(tmp_path)
+    # the host-0 run under markov too (pbkv 88: 100/88 = 1.136x), and its C=32 under markov only
+    (d / "prof-h0-turn.json").write_text(json.dumps({
+        "cc.jsonl C=16 device=1000 predictor=context": _row(he=90.0, lru=100.0, opt=80.0, pbkv=84.0),
+        "cc.jsonl C=16 device=1000 predictor=markov": _row(he=91.0, lru=100.0, opt=80.0, pbkv=88.0),
+        "cc.jsonl C=32 device=1000 predictor=markov": _row(he=90.0, lru=100.0, opt=80.0, pbkv=85.0)}))
+    text = docs.block(docs.load(d))
+    assert "| profile | workflow | host | C | lru mean lat s | he | pbkv | pbkv markov | opt | capture |" in text
+    rows = [line for line in text.splitlines() if line.startswith("| prof ")]
+    assert rows == ["| prof | turn | 1x | 16 | 100 | 1.000x | 0.998x | - | 1.010x | -0.20 |",
+                    "| prof | turn | 1x | 32 | 100 | 1.667x | 1.429x | - | 2.000x | 0.60 |",
+                    "| prof | turn | 0x | 16 | 100 | 1.111x | 1.190x | 1.136x | 1.250x | 0.80 |"]
+    assert "prof host 0x turn C=32 (under markov only)" in text
+    assert "- Cells where opt >= 1.05x lru: 2 of 3." in text  # the default predictor's cells only
+
+
 def test_runs_of_other_policies_are_refused(docs, tmp_path, four):
     d = _write(tmp_path)
     (d / "prof-h1-conversation.json").write_text(json.dumps({
-        "cc.jsonl C=16 device=1000 predictor=markov": _row(lru=100.0, opt=99.0, pbkv=100.0, slru=100.0)}))
+        "cc.jsonl C=16 device=1000 predictor=context": _row(lru=100.0, opt=99.0, pbkv=100.0, slru=100.0)}))
     with pytest.raises(ValueError, match="policies outside POLICIES: slru"):
         docs.block(docs.load(d))
 

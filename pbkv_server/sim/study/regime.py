@@ -25,7 +25,7 @@ Each cell also carries advise's regime and one-line verdict (:mod:`pbkv_server.s
 
 Order and determinism: workloads in the given order, cells by concurrency, then host ratio, then
 device fraction, policies in list order; the simulator is deterministic, an online predictor
-(markov) starts fresh for every replay, and a trained model's predictions are memoised per query
+(context, markov) starts fresh for every replay, and a trained model's predictions are memoised per query
 (:class:`MemoPredictor`; a query holds only trace facts, so every replay asks the same ones), so
 two runs of the same command give the same JSON.
 """
@@ -97,7 +97,7 @@ class RegimeWorkload:
     Attributes:
         label: its name in tables, figures and file names.
         trace: the trace file (JSONL, v1).
-        predictor: ``markov`` / ``oracle`` / a trained model file (``make_predictor`` spec).
+        predictor: ``context`` / ``markov`` / ``oracle`` / a trained model file (``make_predictor`` spec).
         concurrency: the base concurrency ``C0`` (the paper's or the workload's own).
         profile: hardware profile name (speeds; capacities come from the grid).
         source: how the trace was made (a command or the example run), for the report.
