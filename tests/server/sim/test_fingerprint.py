@@ -1,7 +1,7 @@
 """Replay figures stay exactly what the recorded fingerprint says.
 
 ``tests/server/sim/fixtures/replay_fingerprint.json`` holds the figures of every policy on a fixed
-synthetic trace (oracle and markov predictors, two capacities), recorded with
+synthetic trace (oracle, markov and context predictors, two capacities), recorded with
 ``scripts/replay_fingerprint.py record FIXTURE --workflows 60``. A refactor must leave them
 identical; a deliberate behaviour change re-records the fixture in the same commit and says why in
 its message. The test replays the policies the fixture holds, so registering a new policy does
@@ -34,7 +34,7 @@ def _script():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # about 4 replays x 18 policies: past the 600 s hang guard on a loaded 2-core machine
+@pytest.mark.timeout(1800)  # 6 replays of every policy: past the 600 s hang guard on a loaded 2-core machine
 def test_replay_figures_equal_the_recorded_fingerprint(tmp_path, capsys):
     fp = _script()
     out = tmp_path / "now.json"
