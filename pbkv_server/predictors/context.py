@@ -124,18 +124,19 @@ class ContextPredictor(Predictor):
             self.vocab.add_query(query)
             alive: dict[_State, float] = {_state(query.history + (query.agent,)): 1.0}
             dists = []
-            for _ in range(self.horizon):
+            for k in range(self.horizon):
                 if not alive:  # END was certain: later steps are END by convention
                     dists.append({END_AGENT: 1.0})
                     continue
                 nxt: dict[str, float] = {}
                 states: dict[_State, float] = {}
+                last = k == self.horizon - 1  # the states after the last step are never read
                 for state, p in alive.items():
                     for b, q in self.next_dist(query.app, state).items():
                         if q <= 0.0:
                             continue
                         nxt[b] = nxt.get(b, 0.0) + p * q
-                        if b != END_AGENT:
+                        if b != END_AGENT and not last:
                             s = _advance(state, b)
                             states[s] = states.get(s, 0.0) + p * q
                 dists.append(nxt)
