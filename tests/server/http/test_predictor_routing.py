@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pbkv_server.predictors.per_app import AppRoutedPredictor, build_predictor, parse_predictor_flags
-from pbkv_server.predictors import MarkovPredictor
+from pbkv_server.predictors import ContextPredictor, MarkovPredictor
 from pbkv_contract.prediction import Prediction, PredictionQuery, Predictor
 
 
@@ -51,6 +51,8 @@ def test_flags_parse_and_build():
     assert isinstance(build_predictor({"*": "markov"}, 3), MarkovPredictor)  # one spec: no router
     router = build_predictor({"a": "markov", "b": "markov", "*": "uniform"}, 3)
     assert router.by_app["a"] is router.by_app["b"]  # one online model shared by apps naming it
+    router = build_predictor({"a": "context", "b": "context", "*": "markov"}, 3)
+    assert isinstance(router.by_app["a"], ContextPredictor) and router.by_app["a"] is router.by_app["b"]
     assert build_predictor({}, 3) is None
     with pytest.raises(ValueError):
         build_predictor({"*": "/no/such/model.pt"}, 3)
