@@ -44,3 +44,21 @@ def write_model(path, app: str, agents) -> None:
     net = GraphSagePredictorNet(ModelConfig(vocab_size=len(vocab), dim=16, hidden=16, feature_dim=8),
                                 np.zeros((len(vocab), len(vocab)), dtype=np.float32))
     save_model(path, net, vocab)
+
+
+def load_benchmark(name: str):
+    """``benchmarks/NAME.py`` as a module; ``benchmarks/`` is on ``sys.path`` while it loads (the
+    scripts import their sibling ``_cli``)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[3] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(bench))
+    return module

@@ -2,31 +2,20 @@
 checked by hand on a tiny trace; bad input is one ``error:`` line and exit status 2."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 from pbkv_contract.trace import read_trace
 
-from .sim_fixtures import make_end, make_inv
-
-BENCH = Path(__file__).resolve().parents[3] / "benchmarks"
+from .sim_fixtures import load_benchmark, make_end, make_inv
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))  # the script imports its sibling _cli
-    try:
-        spec = importlib.util.spec_from_file_location("online_predictors", BENCH / "online_predictors.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return load_benchmark("online_predictors")
 
 
 def _write(path: Path, records) -> Path:

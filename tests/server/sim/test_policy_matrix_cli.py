@@ -3,26 +3,16 @@ grid finished and runs only the (cell, policy) pairs its JSON lacks; bad numbers
 ``--compare`` file are one line naming the option, before any replay."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "benchmarks"
+from .sim_fixtures import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def matrix():
-    sys.path.insert(0, str(BENCH))  # the script imports its sibling _cli
-    try:
-        spec = importlib.util.spec_from_file_location("policy_matrix", BENCH / "policy_matrix.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return load_benchmark("policy_matrix")
 
 
 ARGS = ["--graph", "codegen", "--workflows", "6", "--policy", "lru,pbkv", "--concurrency", "2,4", "--device", "30000"]
