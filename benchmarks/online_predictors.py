@@ -149,6 +149,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if len(set(specs)) != len(specs):
         p.error(f"--predictors names a predictor twice: {args.predictors}")
     check_output(p, args.json, args.traces)
+    labels = [Path(path).name.removesuffix(".jsonl") for path in args.traces]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:  # the table and the JSON name a trace by its file name
+        raise ValueError(f"two traces named {twice[0]!r}: give each trace its own file name")
     for path in args.traces:  # one line, before any replay, for a file that is not there
         if not Path(path).exists():
             raise OSError(f"{path}: no such trace file")

@@ -75,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume and args.json is None:
         p.error("--resume needs --json (the file to resume)")
 
+    for spec in args.predictor.split(","):  # a typo fails now, not after hours of the specs before it
+        try:
+            make_predictor(spec, 3, [])
+        except (ValueError, ImportError) as exc:
+            p.error(f"--predictor: {exc}")
     profile = get_profile(args.profile)
     policies = args.policy.split(",")
     results: dict[str, dict] = _read_matrix(p, args.json, "--resume") if args.resume and args.json.exists() else {}

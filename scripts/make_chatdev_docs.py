@@ -162,7 +162,7 @@ def criteria(studies: dict[str, dict], online: list[str]) -> list[str]:
                 other = m["policies"][p]["mean_latency_s"]
                 if other < mine:
                     beaten.append(f"{p} at f={c['device_fraction']:g} host {c['host_ratio']:g}x "
-                                  f"({mine / other - 1:+.3%} slower)")
+                                  f"({DEFAULT_POLICY} {mine / other - 1:.3%} slower)")
         out.append(f"- Online policies faster than {DEFAULT_POLICY} ({name}): {'; '.join(beaten) or 'none'}.")
     return out
 

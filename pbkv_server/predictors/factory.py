@@ -64,6 +64,8 @@ def make_predictor(
         ImportError: the trained-model loader is not installed.
     """
     spec = spec.strip()
+    if not spec:
+        raise ValueError(f"empty predictor spec (expected {PREDICTOR_SPECS})")
     if spec == "uniform":
         return UniformPredictor(horizon)
     if spec == "markov":

@@ -55,8 +55,8 @@ def test_block_columns_capture_and_criteria(docs):
     assert "- pbkv (context) worst cell: 1.000x lru at f=1, host 0x (meets 0.999x)." in text
     assert "- Online policies faster than pbkv (context): none." in text
     assert "- pbkv (markov) worst cell: 0.999x lru at f=1, host 0x (meets 0.999x)." in text
-    assert "- Online policies faster than pbkv (markov): tlru at f=0.25 host 0x (+1.053% slower); " \
-           "tlru at f=1 host 0x (+0.100% slower)." in text
+    assert "- Online policies faster than pbkv (markov): tlru at f=0.25 host 0x (pbkv 1.053% slower); " \
+           "tlru at f=1 host 0x (pbkv 0.100% slower)." in text
     assert "- Online policies faster than pbkv (oracle): none." in text
 
 

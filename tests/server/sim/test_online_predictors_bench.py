@@ -101,12 +101,14 @@ def test_json_has_the_measures_and_no_cpu_time(bench, twice, tmp_path, capsys):
     ("missing", "error: {tmp}/nope.jsonl: no such trace file"),
     ("spec", "error: unknown predictor 'markof'"),
     ("empty", "error: {tmp}/empty.jsonl: trace holds no invocation records"),
+    ("same name", "error: two traces named 'twice': give each trace its own file name"),
 ])
 def test_bad_input_is_one_line_and_exit_2(bench, twice, tmp_path, capsys, case, expected):
     out = tmp_path / "o.json"
     args = {"missing": [str(twice), str(tmp_path / "nope.jsonl")],
             "spec": [str(twice), "--predictors", "markov,markof"],
-            "empty": [str(_write(tmp_path / "empty.jsonl", [make_end("w1", 1.0)]))]}[case]
+            "empty": [str(_write(tmp_path / "empty.jsonl", [make_end("w1", 1.0)]))],
+            "same name": [str(twice), str(twice)]}[case]
     assert bench.run_script(bench.main, [*args, "--json", str(out)]) == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()

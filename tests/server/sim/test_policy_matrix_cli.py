@@ -92,6 +92,10 @@ def test_resume_of_a_file_that_is_not_a_matrix_is_one_line(matrix, tmp_path, cap
     (["--device", "1.5e4,2.5"], "argument --device: '2.5' is not a whole number"),
     (["--host-ratio", "nan"], "argument --host-ratio: must be from 0 (no host tier) to 1000, got nan"),
     (["--host-ratio", "-1"], "argument --host-ratio: must be from 0 (no host tier) to 1000, got -1"),
+    # the second spec's typo stops the run before the first spec's replays
+    (["--predictor", "context,contxt"], "and predictor model file not found: contxt"),
+    (["--predictor", ""], "error: --predictor: empty predictor spec (expected oracle | uniform | markov | context "
+                          "| noise:LAMBDA | PATH (trained model file))"),
 ])
 def test_bad_numbers_name_their_option(matrix, args, line, capsys):
     with pytest.raises(SystemExit) as stop:

@@ -181,7 +181,8 @@ def test_factory_builds_each_spec():
     assert isinstance(noisy, NoisePredictor) and noisy.lam == 0.25 and noisy.horizon == 2
 
 
-@pytest.mark.parametrize("spec,match", [("oracle", "trace"), ("noise:abc", "lambda"), ("noise:2", "lambda")])
+@pytest.mark.parametrize("spec,match", [("oracle", "trace"), ("noise:abc", "lambda"), ("noise:2", "lambda"),
+                                        ("  ", "empty predictor spec")])
 def test_factory_rejects_bad_specs_clearly(spec, match):
     with pytest.raises(ValueError, match=match):
         make_predictor(spec, 3, None if spec == "oracle" else TRACE)
