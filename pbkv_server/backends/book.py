@@ -298,12 +298,12 @@ class WorkflowBook:
 
 
 def predictor_or_none(spec: str, horizon: int) -> Predictor | None:
-    """The predictor named by ``spec`` (``context``, ``markov``, ``uniform`` or a model file), or ``None`` if it
-    cannot be built (logged: the backend then orders by lifecycle only)."""
+    """The predictor named by ``spec`` (``context``, ``markov``, ``uniform`` or a model file), or
+    ``None`` if it cannot be built (logged: the backend then orders by lifecycle only)."""
     try:
         from pbkv_server.predictors.factory import make_predictor
 
-        return make_predictor(spec, horizon)
+        return make_predictor(spec, horizon, live=True)
     except Exception:
         log.exception("PBKV: cannot build predictor %r; scores stay 0 (lifecycle order only)", spec)
         return None

@@ -15,7 +15,7 @@ from pbkv_server.predictors.noise import NoisePredictor
 from pbkv_server.predictors.oracle import OraclePredictor
 from pbkv_server.predictors.uniform import UniformPredictor
 
-__all__ = ["make_predictor", "PREDICTOR_SPECS", "DEFAULT_ONLINE_PREDICTOR"]
+__all__ = ["make_predictor", "PREDICTOR_SPECS", "LIVE_PREDICTOR_SPECS", "DEFAULT_ONLINE_PREDICTOR"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 DEFAULT_ONLINE_PREDICTOR = "context"
 #: The spec forms :func:`make_predictor` accepts (for help texts).
 PREDICTOR_SPECS = "oracle | uniform | markov | context | noise:LAMBDA | PATH (trained model file)"
+#: The forms a live server or plugin accepts (``oracle`` and ``noise`` read a trace's future).
+LIVE_PREDICTOR_SPECS = "context | markov | uniform | PATH (trained model file)"
 
 
 def make_predictor(
@@ -34,6 +36,7 @@ def make_predictor(
     trace_records: Sequence[TraceRecord] | None = None,
     *,
     app: str | None = None,
+    live: bool = False,
 ) -> Predictor:
     """Build the predictor named by ``spec``.
 
@@ -53,6 +56,8 @@ def make_predictor(
         trace_records: the replayed trace (``oracle`` and ``noise`` read its future).
         app: the app the predictor will serve; a model file trained for another app is then an
             error. ``None`` accepts a model of any app. Ignored by the built-in predictors.
+        live: for a server or plugin: ``oracle`` and ``noise`` are refused as replay-only, and
+            the messages list :data:`LIVE_PREDICTOR_SPECS`.
 
     Raises:
         ValueError: ``oracle``/``noise`` without trace records, a bad lambda; a spec that looks
@@ -64,8 +69,9 @@ def make_predictor(
         ImportError: the trained-model loader is not installed.
     """
     spec = spec.strip()
+    expected = LIVE_PREDICTOR_SPECS if live else PREDICTOR_SPECS
     if not spec:
-        raise ValueError(f"empty predictor spec (expected {PREDICTOR_SPECS})")
+        raise ValueError(f"empty predictor spec (expected {expected})")
     if spec == "uniform":
         return UniformPredictor(horizon)
     if spec == "markov":
@@ -73,6 +79,8 @@ def make_predictor(
     if spec == "context":
         return ContextPredictor(horizon)
     if spec == "oracle" or spec.startswith("noise:"):
+        if live:
+            raise ValueError(f"predictor {spec!r} reads a trace's future: replays only (live: {expected})")
         if trace_records is None:
             raise ValueError(f"predictor {spec!r} reads the future from a trace; it needs trace records")
         oracle = OraclePredictor(trace_records, horizon)
@@ -93,7 +101,7 @@ def make_predictor(
         missing = f"predictor model file not found: {spec}"
         if _looks_like_path(spec):
             raise ValueError(missing)
-        raise ValueError(f"unknown predictor {spec!r} (expected {PREDICTOR_SPECS}), and {missing}")
+        raise ValueError(f"unknown predictor {spec!r} (expected {expected}), and {missing}")
     if os.path.isdir(path):
         raise ValueError(f"predictor model path is a directory, not a model file: {spec}")
     from pbkv_train.serving import load_predictor  # lazy: pulls in torch

@@ -97,8 +97,9 @@ def parse_predictor_flags(flags: Sequence[str]) -> dict[str, str]:
 def build_predictor(specs: Mapping[str, str], horizon: int) -> Predictor | None:
     """Build the engine's predictor from ``{app: spec}``; ``None`` when ``specs`` is empty.
 
-    Specs are those of :func:`pbkv_server.predictors.make_predictor` that work live (``markov``,
-    ``uniform``, a model PATH); ``oracle``/``noise`` need a trace and raise there. A model file
+    Specs are those of :func:`pbkv_server.predictors.make_predictor` that work live (``context``,
+    ``markov``, ``uniform``, a model PATH); ``oracle``/``noise`` read a trace's future and are
+    refused as replay-only. A model file
     bound to an app (``APP=PATH``) must have been trained for that app; one bound to ``"*"``
     may belong to any app.
 
@@ -121,7 +122,7 @@ def build_predictor(specs: Mapping[str, str], horizon: int) -> Predictor | None:
         key = (spec, None) if spec.strip() in _SHARED_SPECS else (spec, own_app)
         if key not in cache:
             try:
-                cache[key] = make_predictor(spec, horizon, app=own_app)
+                cache[key] = make_predictor(spec, horizon, app=own_app, live=True)
             except ValueError as exc:
                 flag = spec if own_app is None else f"{app}={spec}"
                 raise ValueError(f"--predictor {flag}: {exc}") from None

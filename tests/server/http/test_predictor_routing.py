@@ -56,6 +56,13 @@ def test_flags_parse_and_build():
     assert build_predictor({}, 3) is None
     with pytest.raises(ValueError):
         build_predictor({"*": "/no/such/model.pt"}, 3)
+    # a live server lists only what it can serve, and names oracle and noise replay-only
+    with pytest.raises(ValueError, match=r"^--predictor contxt: unknown predictor 'contxt' \(expected context \| "
+                                         r"markov \| uniform \| PATH"):
+        build_predictor({"*": "contxt"}, 3)
+    for spec in ("oracle", "noise:0.5"):
+        with pytest.raises(ValueError, match="reads a trace's future: replays only"):
+            build_predictor({"a": spec}, 3)
 
 
 def _model_for(tmp_path, app: str):
