@@ -41,8 +41,9 @@ from pbkv_server.predictors.vocab import AgentVocabulary, app_key, uniform_dist
 
 __all__ = ["ContextPredictor", "MAX_STATES", "MAX_STEP_CONTEXT"]
 
-#: States of the k-step chain kept per step (the most likely; the rest, renormalised away). With
-#: the agent counts of our apps (4-10 agents) the kept mass is over 0.99 at K = 3 in our traces.
+#: States of the k-step chain kept per step (the most likely; the rest, renormalised away). It bounds
+#: a prediction's cost for apps with many agents (the first-order chain has at most one state per
+#: agent); our apps have 1-10 agents, so at K = 3 it drops only the least likely paths.
 MAX_STATES = 32
 #: The longest context counts calls only up to here; later calls share one bucket. A long coding
 #: conversation (hundreds of calls) would otherwise add a context per call that is never seen again,

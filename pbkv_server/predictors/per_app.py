@@ -99,9 +99,8 @@ def build_predictor(specs: Mapping[str, str], horizon: int) -> Predictor | None:
 
     Specs are those of :func:`pbkv_server.predictors.make_predictor` that work live (``context``,
     ``markov``, ``uniform``, a model PATH); ``oracle``/``noise`` read a trace's future and are
-    refused as replay-only. A model file
-    bound to an app (``APP=PATH``) must have been trained for that app; one bound to ``"*"``
-    may belong to any app.
+    refused as replay-only. A model file bound to an app (``APP=PATH``) must have been trained
+    for that app; one bound to ``"*"`` may belong to any app.
 
     Raises:
         ValueError: a spec is unknown or needs a trace, a model file is missing ("file not

@@ -172,8 +172,8 @@ def trace_origin(records: Sequence[TraceRecord]) -> str | None:
 
 
 def advise(records: Sequence[TraceRecord], profile: HardwareProfile, *, concurrency: int = 32,
-           host_ratio: float = DEFAULT_HOST_RATIO, policies: Sequence[str] | None = None, predictor: str = DEFAULT_ONLINE_PREDICTOR,
-           horizon: int = 3, progress: Callable[[str], None] | None = None, engine: str = DEFAULT_ENGINE,
+           host_ratio: float = DEFAULT_HOST_RATIO, policies: Sequence[str] | None = None,
+           predictor: str = DEFAULT_ONLINE_PREDICTOR, horizon: int = 3, progress: Callable[[str], None] | None = None, engine: str = DEFAULT_ENGINE,
            trace: str = "", slo: Slo | None = None) -> Advice:
     """Demand, capacity, regime, every policy's speedup over LRU and the verdict for ``records``.
 

@@ -233,8 +233,8 @@ def regime(
     device_fractions: Optional[str] = typer.Option(None, help="f values: device = A + f x W (default 0.25,0.5,0.75,1,1.5)"),
     host_ratios: Optional[str] = typer.Option(None, help="host tier / device (default 0,1,2)"),
     concurrency_factors: Optional[str] = typer.Option(None, help="x the base concurrency (default 1,2)"),
-    predictor: str = typer.Option(DEFAULT_ONLINE_PREDICTOR, help="predictor of trace-file and synthetic workloads (example runs "
-                                                 "use their predictor.pt)"),
+    predictor: str = typer.Option(DEFAULT_ONLINE_PREDICTOR, help="predictor of trace-file and synthetic workloads "
+                                                                 "(example runs use their predictor.pt)"),
     concurrency: int = typer.Option(SYNTH_CONCURRENCY, min=1, max=MAX_CONCURRENCY, help="base concurrency of trace-file and synthetic workloads"),
     profile: str = typer.Option(SYNTH_PROFILE, help="profile of trace-file and synthetic workloads"),
     threads: int = typer.Option(DEFAULT_TORCH_THREADS, help="torch CPU threads (trained predictors)"),
