@@ -29,8 +29,9 @@ Usage::
 ``--predictors`` takes any ``pbkv_server.predictors.make_predictor`` spec (``oracle`` reads the
 trace's future: a ceiling row). The table of docs/predictor.md, "Online predictors", is rendered
 from the committed ``--json`` by ``scripts/make_online_predictor_docs.py``, which names the command.
-Bad input (a missing or unreadable trace, a trace without invocations, an unknown predictor) is one
-``error:`` line and exit status 2; nothing is written then.
+Bad input (a missing or unreadable trace, a trace without invocations, an unknown predictor, two
+traces of one file name: the table names a trace by it) is one ``error:`` line and exit status 2;
+nothing is written then.
 """
 
 from __future__ import annotations
