@@ -16,7 +16,16 @@ from pbkv_contract.files import output_problem
 from pbkv_contract.trace import TraceFormatError
 from pbkv_server.sim.simulator import SimulationError
 
-__all__ = ["run_script", "check_output"]
+__all__ = ["OneLineParser", "run_script", "check_output"]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (``PROG: error: ...``, exit status 2), without
+    the usage block argparse prints first: the scripts' other bad input reads the same way, and
+    ``--help`` still shows the usage."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def run_script(main: Callable[[Optional[list[str]]], int], argv: Optional[list[str]] = None) -> int:

@@ -36,7 +36,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from _cli import check_output, run_script
+from _cli import OneLineParser, check_output, run_script
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
 from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
@@ -50,7 +50,7 @@ from pbkv_server.sim.synth.agents import write_trace
 
 def main(argv: list[str] | None = None) -> int:
     """Replay the workloads, print one table each, write ``--json``; returns the exit status."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--graph", default=None, help="comma-separated synth graphs (codegen, chat, chat-mix, ...)")
     p.add_argument("--trace", action="append", default=[], help="a recorded trace (repeatable)")
     p.add_argument("--workflows", type=int, default=300, help="workflows (conversations) per synthetic trace")

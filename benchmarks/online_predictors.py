@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cli import check_output, run_script  # noqa: E402
+from _cli import OneLineParser, check_output, run_script  # noqa: E402
 
 from pbkv_contract.prediction import END_AGENT, PredictionQuery  # noqa: E402
 from pbkv_contract.trace import TraceFormatError, TraceRecord, group_workflows, read_trace  # noqa: E402
@@ -138,7 +138,7 @@ def _fmt(value: Optional[float]) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("traces", nargs="+", help="v1 trace files (JSONL), each measured on its own")
     p.add_argument("--predictors", default=DEFAULT_PREDICTORS,
                    help=f"comma-separated predictor specs (default {DEFAULT_PREDICTORS})")

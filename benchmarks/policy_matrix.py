@@ -41,7 +41,7 @@ from pbkv_server.hardware.profiles import MAX_HOST_RATIO, PAPER_HOST_RATIO, get_
 from pbkv_server.sim.progress import ReplayBar, replay_progress
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import write_trace
-from _cli import check_output, run_script
+from _cli import OneLineParser, check_output, run_script
 from pbkv_contract.trace import read_trace
 
 
@@ -51,7 +51,7 @@ err = Console(stderr=True)
 
 def main(argv: list[str] | None = None) -> int:
     """Run the grid; prints markdown tables, writes ``--json``; returns the exit status."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--graph", default="codegen", help="comma-separated synth graphs (chat, chat-mix, codegen, ...)")
     p.add_argument("--workflows", type=int, default=300, help="workflows (conversations) per trace")
     p.add_argument("--seed", type=int, default=1)
