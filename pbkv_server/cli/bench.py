@@ -319,7 +319,9 @@ def _print_replay(s: ReplaySettings, plan: _ReplayPlan, results: dict[str, dict]
     tier = (f"device {first['device_tokens']} tok, host {first['host_tokens']} tok ({first['host_ratio']:.3g}x)")
     title = (f"{s.trace.name}: {workload.workflow_count} workflows, {workload.invocations} invocations, "
              f"predictor {s.predictor}, C={s.concurrency}, {hw.name}, {tier}; device-hit gap closed: 0 = "
-             f"{BASELINE_POLICY} {_rate(ends[BASELINE_POLICY])}, 1 = {REFERENCE_POLICY} {_rate(ends[REFERENCE_POLICY])}")
+             f"{BASELINE_POLICY} {_rate(ends[BASELINE_POLICY])}, 1 = {REFERENCE_POLICY} {_rate(ends[REFERENCE_POLICY])} "
+             "(above 1: more device hits than opt, which does not prefetch: a prefetched host block "
+             "hits on the device)")
     if s.replicas > 1:
         title += f"; {s.replicas} replicas ({first['device_tokens']} device tok each), router {s.router}"
     plan.title = title
