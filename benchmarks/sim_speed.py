@@ -15,13 +15,20 @@ offline policy's figure covers all of its order runs), and each policy's CPU ove
 
     .venv/bin/python benchmarks/sim_speed.py --trace cc40.jsonl --policies lru,opt \\
         --profile a6000x8-qwen3-32b-tp8 --host-ratio 1 --predictor markov
+
+``--json FILE`` adds the setting's figures (and, for ``opt``, the mean latency after each order
+run) to FILE under a key naming the trace and setting; ``scripts/make_replay_cost_docs.py`` tables
+docs/replay-cost.md from it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import time
+from pathlib import Path
 
 from pbkv_server.engine.policies import REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
@@ -43,6 +50,8 @@ def main() -> None:
     parser.add_argument("--policies", default="lru,opt", help="with --trace: comma-separated policies")
     parser.add_argument("--host-ratio", type=float, default=None,
                         help="with --trace: host tier = RATIO x device (default: the profile's host size)")
+    parser.add_argument("--json", default=None, help="with --trace: add this setting's figures to this JSON file "
+                        "(scripts/make_replay_cost_docs.py tables it)")
     args = parser.parse_args()
     if args.trace is not None:
         replay_trace(args)
@@ -89,6 +98,7 @@ def replay_trace(args: argparse.Namespace) -> None:
     print(f"{args.trace}: {workload.workflow_count} workflows, {n} invocations; C={args.concurrency}, "
           f"{args.profile}, host {host} tok")
     first = None
+    rows = []
     for policy in args.policies.split(","):
         predictor = make_predictor(args.predictor, 3, records)
         c0 = time.process_time()
@@ -99,6 +109,29 @@ def replay_trace(args: argparse.Namespace) -> None:
         runs = result.summary.get("order_runs", 1)
         print(f"{policy:16s} {dc:7.1f} s CPU {n / dc:8.1f} inv/s ({runs} run(s))  x{dc / first:5.1f}   "
               f"hit rate {result.summary['hit_rate']:.4f}   evictions {result.summary['evictions']}", flush=True)
+        rows.append({"policy": policy, "cpu_s": dc, "invocations_per_cpu_s": n / dc, "cpu_vs_first": dc / first,
+                     "order_runs": runs, "hit_rate": result.summary["hit_rate"],
+                     "mean_latency_s": result.summary["mean_latency_s"],
+                     "order_run_mean_latency_s": result.summary.get("order_run_mean_latency_s")})
+    if args.json:
+        path = Path(args.json)
+        data = json.loads(path.read_text()) if path.exists() else {}
+        key = f"{Path(args.trace).name} {args.profile} C={args.concurrency} device={device} host={host}"
+        data[key] = {"trace": Path(args.trace).name, "invocations": n, "workflows": workload.workflow_count,
+                     "profile": args.profile, "concurrency": args.concurrency, "device_tokens": device,
+                     "host_tokens": host, "predictor": args.predictor, "load_average": os.getloadavg()[0],
+                     "commit": _commit(), "rows": rows}
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _commit() -> str:
+    """The checkout's commit (the figures belong to it), or "unknown" outside git."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 if __name__ == "__main__":

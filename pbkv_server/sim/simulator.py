@@ -516,12 +516,17 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
         # MIN over the replay's own order: replay with the future of the previous run until the
         # submission order stops changing (a fixed point: the policy knew its own future)
         previous: list[str] | None = None
+        latencies = [result.summary["mean_latency_s"]]
         while order != previous and runs < MAX_ORDER_RUNS:
             previous = order
             result, order = run(build_future(workload, options.concurrency, page_size, order=previous, index=index))
+            latencies.append(result.summary["mean_latency_s"])
             runs += 1
         result.summary["order_runs"] = runs
         result.summary["order_stable"] = order == previous
+        # how the bound moved run by run (each run knows the previous run's order better): what
+        # fewer runs would have reported (docs/replay-cost.md)
+        result.summary["order_run_mean_latency_s"] = latencies
     return result
 
 
