@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from generated_blocks import BlockError, replace_block, write_or_check  # noqa: E402
 
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY  # noqa: E402
+
 PAGE = ROOT / "docs" / "replay-cost.md"
 BLOCK = "replay-cost"
 JSON = ROOT / "docs" / "study" / "replay-cost" / "cost.json"
@@ -37,7 +39,7 @@ TARGETS = {"pbkv_invocations_per_cpu_s": 1000.0, "opt_cpu_vs_lru": 5.0}
 SETTINGS = [("cc120-conversation", 1), ("cc120-conversation", 0), ("cc120-turn", 1), ("cc120-turn", 0)]
 PROFILE, CONCURRENCY, DEVICE = "a6000x8-qwen3-32b-tp8", 32, 1133538
 COMMANDS = [f"PYTHONHASHSEED=0 .venv/bin/python benchmarks/sim_speed.py --trace runs/claude-code/{trace}.jsonl "
-            f"--policies lru,pbkv,opt --predictor context --profile {PROFILE} --concurrency {CONCURRENCY} "
+            f"--policies {BASELINE_POLICY},{DEFAULT_POLICY},{REFERENCE_POLICY} --predictor context --profile {PROFILE} --concurrency {CONCURRENCY} "
             f"--device-tokens {DEVICE} --host-ratio {host} --json {OUT}" for trace, host in SETTINGS]
 
 
@@ -70,7 +72,7 @@ def block(data: dict) -> str:
             "| trace | host | invocations | policy | order runs | CPU s | invocations / CPU s | CPU / lru | target | commit, load |",
             "|---|---|---:|---|---:|---:|---:|---:|---|---|"]
         for (trace, host), e in zip(SETTINGS, entries):
-            lru = next(r for r in e["rows"] if r["policy"] == "lru")
+            lru = next(r for r in e["rows"] if r["policy"] == BASELINE_POLICY)
             for r in e["rows"]:
                 ratio = r["cpu_s"] / lru["cpu_s"]
                 lines.append(f"| {trace} | {host:g}x | {e['invocations']:,} | {r['policy']} | {r['order_runs']} | "
@@ -82,8 +84,8 @@ def block(data: dict) -> str:
                   "submission order; the published bound is the last run).", "",
                   "| trace | host | lru mean latency s | opt speedup after run 1, 2, ... |", "|---|---|---:|---|"]
         for (trace, host), e in zip(SETTINGS, entries):
-            lru = next(r for r in e["rows"] if r["policy"] == "lru")
-            opt = next(r for r in e["rows"] if r["policy"] == "opt")
+            lru = next(r for r in e["rows"] if r["policy"] == BASELINE_POLICY)
+            opt = next(r for r in e["rows"] if r["policy"] == REFERENCE_POLICY)
             runs = ", ".join(f"{lru['mean_latency_s'] / x:.3f}x" for x in opt["order_run_mean_latency_s"])
             lines.append(f"| {trace} | {host:g}x | {lru['mean_latency_s']:,.0f} | {runs} |")
     except (KeyError, TypeError, StopIteration, ZeroDivisionError):
@@ -93,9 +95,9 @@ def block(data: dict) -> str:
 
 
 def _target(policy: str, rate: float, ratio: float) -> str:
-    if policy == "pbkv":
+    if policy == DEFAULT_POLICY:
         return "met" if rate >= TARGETS["pbkv_invocations_per_cpu_s"] else "not met"
-    if policy == "opt":
+    if policy == REFERENCE_POLICY:
         return "met" if ratio <= TARGETS["opt_cpu_vs_lru"] else "not met"
     return ""
 
