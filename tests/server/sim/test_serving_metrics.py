@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pbkv_server.engine import FirstToken
 from pbkv_server.sim.ceiling import infinite_cache_hit_rate
@@ -106,6 +108,23 @@ def test_ceiling_is_an_infinite_caches_hit_rate():
     # 36 prompt tokens; first occurrences a 4, b 4, c 2, d 3, e 5 = 18 miss
     assert infinite_cache_hit_rate(prompts) == pytest.approx(18 / 36)
     assert infinite_cache_hit_rate([]) == 0.0
+    # a block repeated within one prompt hits its own earlier copy: 8 tokens, a (3) misses once
+    assert infinite_cache_hit_rate([(["a", "x", "a"], [3, 2, 3])]) == pytest.approx(3 / 8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from("abcdefgh"), st.integers(0, 64)), max_size=8), max_size=8))
+def test_ceiling_equals_a_block_by_block_count(prompts):
+    """The whole-prompt path (no repeat within a prompt) and the block-by-block path agree with
+    a plain count: the first occurrence of a block in the whole sequence misses, later ones hit."""
+    seen, hit, total = set(), 0, 0
+    for prompt in prompts:
+        for block, n in prompt:
+            total += n
+            hit += n if block in seen else 0
+            seen.add(block)
+    pairs = [([b for b, _ in p], [n for _, n in p]) for p in prompts]
+    assert infinite_cache_hit_rate(pairs) == (hit / total if total else 0.0)
 
 
 def test_replay_reports_the_ceiling_above_every_hit_rate(unit_profile):  # noqa: F811
