@@ -96,6 +96,9 @@ def host_value(profile) -> float:
 
 #: Tiers of a run of the ghost (:class:`_Run`).
 _DEV, _HOST, _PARK = 0, 1, 2
+#: Keys of a piece of a prompt that the ghost keeps as a run of its own rather than join to its
+#: neighbours (it would re-point them): a long prompt is a few runs, not one per turn that made it.
+_JOIN_KEYS = 256
 
 
 class _Run:
@@ -267,15 +270,16 @@ class ShadowLRU:
             if run.tier == _HOST:
                 break
             dev_end = i + n
-        fresh = index = None
-        if end < len(keys):  # the new units, as a run
+        fresh, clash = None, False
+        if end < len(keys):  # the new units, as a run, indexed where no run holds the key already
             new_toks = list(toks[end:])
             fresh = _Run(keys[end:], new_toks, sum(new_toks), 0, _DEV, end)
-            index = dict.fromkeys(fresh.keys, fresh)
-        if not self._distinct(plan) or (fresh is not None and (len(index) < len(fresh.keys)
-                                                                or not where.keys().isdisjoint(index.keys()))):
+            before = len(where)
+            deque(map(where.setdefault, fresh.keys, repeat(fresh)), maxlen=0)
+            clash = len(where) - before < len(fresh.keys)  # one was held, or is new twice
+        if clash or not self._distinct(plan):
             # a key present twice, or present after a missing one: the model updates it in place
-            self._to_keys()
+            self._to_keys()  # (it drops the key index, fresh keys and all)
             return self._admit_keys(keys, toks, room, count)
         hit, loading = sum(toks[:dev_end]), 0
         pieces = []
@@ -293,18 +297,22 @@ class ShadowLRU:
             self.used += fresh.size
             self._maxtok = max(self._maxtok, max(new_toks))
             self._mintok = min(self._mintok, min(new_toks))
-        # the prompt's runs, in prompt order: neighbours with the same pins are joined (fewer runs
-        # to walk by the next prompts of the chain), into the longest (fewer keys to re-point)
+        # the prompt's runs, in prompt order: neighbours with the same pins are joined, so that
+        # the chain's next prompts walk few runs, but two long pieces are not (re-pointing the
+        # keys of the shorter would cost more than walking one more run): a prompt has at most
+        # one run per _JOIN_KEYS keys and its short pieces
         if fresh is not None:
             pieces.append(fresh)
-        runs, group = [], []
+        runs, group, long = [], [], False
         for piece in pieces:
-            if group and group[0].pins != piece.pins:
-                runs.append(self._join(keys, group, fresh, index))
-                group = []
+            longer = len(piece.keys) >= _JOIN_KEYS
+            if group and (group[0].pins != piece.pins or long and longer):
+                runs.append(self._join(keys, group, fresh))
+                group, long = [], False
             group.append(piece)
+            long = long or longer
         if group:
-            runs.append(self._join(keys, group, fresh, index))
+            runs.append(self._join(keys, group, fresh))
         dev = self._dev
         for run in reversed(runs):  # deepest first: the prompt's first unit is the most recent
             run.tier = _DEV
@@ -347,7 +355,16 @@ class ShadowLRU:
                 pos = rkeys.index(key)
             n = min(total - i, len(rkeys) - pos)
             if n > 1 and keys[i:i + n] != rkeys[pos:pos + n]:
-                n = len(list(takewhile(bool, map(eq, keys[i:i + n], rkeys[pos:pos + n]))))
+                # the first key that differs, by bisection on slices compared in C: the keys
+                # before lo are equal, one from lo to hi differs
+                lo, hi = 1, n
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if keys[i + lo:i + mid] == rkeys[pos + lo:pos + mid]:
+                        lo = mid
+                    else:
+                        hi = mid
+                n = lo
             plan.append((i, run, pos, n))
             i += n
         return plan, i
@@ -396,12 +413,12 @@ class ShadowLRU:
         del rkeys[pos:end], rtoks[pos:end]
         if 2 * n <= total:
             piece = _Run(keys, toks, size, run.pins, run.tier, off)
-            self._where.update(dict.fromkeys(keys, piece))
+            self._where.update(zip(keys, repeat(piece)))
             run.size -= size
             run.off = rest_off
             return piece, run
         rest = _Run(rkeys, rtoks, run.size - size, run.pins, run.tier, rest_off)
-        self._where.update(dict.fromkeys(rkeys, rest))
+        self._where.update(zip(rkeys, repeat(rest)))
         self._place_before(run, rest)
         self._detach(run)
         run.keys, run.toks, run.size, run.off = keys, toks, size, off
@@ -425,14 +442,11 @@ class ShadowLRU:
             self._place_before(front, piece)
         return piece
 
-    def _join(self, keys: list, group: list, fresh: _Run | None, index: dict | None) -> _Run:
+    def _join(self, keys: list, group: list, fresh: _Run | None) -> _Run:
         """One run of consecutive pieces of the prompt ``keys`` (prompt order, same pins); the
-        longest piece holds the rest. ``fresh`` is the prompt's run of new units, which ``index``
-        (its keys -> it) puts in the key index if it is in ``group``."""
+        longest piece holds the rest. ``fresh`` is the prompt's run of new units."""
         where = self._where
         if len(group) == 1:
-            if group[0] is fresh:
-                where.update(index)
             return group[0]
         big = group[0]
         for piece in group:
@@ -442,10 +456,8 @@ class ShadowLRU:
         for piece in group:
             toks += piece.toks
             size += piece.size
-            if piece is fresh:
-                where.update(index if piece is big else dict.fromkeys(piece.keys, big))
-            elif piece is not big:
-                where.update(dict.fromkeys(piece.keys, big))
+            if piece is not big:
+                where.update(zip(piece.keys, repeat(big)))
         first, last = group[0], group[-1]
         big.keys, big.toks, big.size, big.off = keys[first.off:last.off + len(last.keys)], toks, size, first.off
         return big
