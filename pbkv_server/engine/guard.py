@@ -25,8 +25,9 @@ Modelling choices (each a module constant, see ``docs/architecture.md``, "Robust
   prompts fill much of the device, and holds a policy that is ahead of ``lru`` in fallback
   (``docs/design/memory-short-policy.md``, "The guard's ghost").
   Unit keys are chained (a key names its whole prefix, :mod:`pbkv_contract.blocks`,
-  :mod:`~pbkv_server.engine.pages`), so flat ordered dicts are a prefix cache: a prompt hits its
-  longest run of keys present on either tier.
+  :mod:`~pbkv_server.engine.pages`), so flat ordered dicts of keys are a prefix cache: a prompt
+  hits its longest run of keys present on either tier. (The ghost keeps those orders as runs of
+  consecutive keys, which is what prompts move as; :class:`ShadowLRU`.)
 - What is compared is the prefill work a policy saves, in prompt-token equivalents: a device hit
   saves a token's prefill, a host hit saves it less the host-to-device load
   (``host_value = 1 - load_time / prefill_time`` per token, from the hardware profile). Comparing
@@ -56,7 +57,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from itertools import accumulate, compress, count, repeat, takewhile
-from operator import eq, ge, le, not_
+from operator import ge, le, not_
 from typing import Hashable, Sequence
 
 __all__ = ["ShadowLRU", "LRUGuard", "host_value", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SHARE", "CREDIT_SHARE",
@@ -170,7 +171,8 @@ class ShadowLRU:
     """
 
     __slots__ = ("capacity", "host_capacity", "used", "host_used", "hit_tokens", "host_hit_tokens", "_fast",
-                 "_where", "_dev", "_hosts", "_parked_runs", "_maxtok", "_mintok", "_units", "_host", "_pins", "_parked")
+                 "_where", "_dev", "_hosts", "_parked_runs", "_maxtok", "_mintok",
+                 "_units", "_host", "_pins", "_parked")
 
     def __init__(self, capacity: int, host_capacity: int = 0) -> None:
         self.capacity = capacity
@@ -193,7 +195,8 @@ class ShadowLRU:
     def __len__(self) -> int:
         if not self._fast:
             return len(self._units) + len(self._parked)
-        return sum(len(run.keys) for run in self._runs(self._dev)) + sum(len(run.keys) for run in self._parked_runs)
+        return (sum(len(run.keys) for run in self._runs(self._dev))
+                + sum(len(run.keys) for run in self._parked_runs))
 
     def pin(self, keys: Sequence[Hashable]) -> None:
         """A request whose prompt is ``keys`` runs: its units stay on the device until :meth:`unpin`
@@ -390,6 +393,14 @@ class ShadowLRU:
         else:
             _link_before(node, run)
 
+    def _place_after(self, node: _Run, run: _Run) -> None:
+        """Put ``run`` in ``node``'s tier, just after it in LRU order."""
+        run.tier = node.tier
+        if node.tier == _PARK:
+            self._parked_runs.add(run)
+        else:
+            _link_before(node.next, run)
+
     def _detach(self, run: _Run) -> None:
         if run.tier == _PARK:
             self._parked_runs.discard(run)
@@ -434,7 +445,7 @@ class ShadowLRU:
         if end == total:  # the piece is the deepest part: the oldest
             self._place_before(rest, piece)
         elif pos == 0:  # the shallowest: the most recent
-            self._place_before(rest.next if rest.tier != _PARK else rest, piece)
+            self._place_after(rest, piece)
         else:  # in the middle: the part after it (deeper) is older, the part before it more recent
             deep, front = self._take(rest, pos, total - end)
             deep.off = off + end
@@ -467,7 +478,8 @@ class ShadowLRU:
         ``used <= room``, never those of ``stop`` and the runs after it (the admitted prompt's);
         a pinned run is passed over whole (parked), since passing over frees nothing. Evicted
         units move to the host tier in the same order; its oldest units leave after all have
-        moved, as many as they would have one at a time (no unit is larger than the host room)."""
+        moved, as many as they would have one at a time (no unit that moved is larger than the
+        host room, and the tier was within its capacity before)."""
         need = self.used - room
         if need <= 0:
             return
