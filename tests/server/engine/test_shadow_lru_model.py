@@ -9,7 +9,7 @@ from collections import OrderedDict
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pbkv_server.engine.guard import ShadowLRU
+from pbkv_server.engine.ghost import ShadowLRU
 
 
 class KeyModel:
