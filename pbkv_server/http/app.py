@@ -153,6 +153,7 @@ def create_app(config: ServerConfig, make_engine_config: Callable[[], EngineConf
             "status": "ok",
             "engine": config.engine,
             "policy": config.policy,
+            "predictor": service.predictor_label,
             "profile": driver.engine_config.profile.name,
             "device_tokens": driver.device_capacity,
             "inflight": driver.inflight,

@@ -152,6 +152,7 @@ class Health(_Closed):
     status: Literal["ok"]
     engine: str
     policy: str
+    predictor: str
     profile: str
     device_tokens: int
     inflight: int

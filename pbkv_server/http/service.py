@@ -122,13 +122,15 @@ class PbkvService:
                                 on_workflow_end=self._workflow_ended)
         self.fallback_scenario: Scenario = load_scenario(config.scenario) if config.scenario else DefaultScenario()
         self._scenarios: dict[str, Scenario] = {}
+        #: the predictor of each app (``app=spec``, ``*`` for the rest), as /health and /metrics name it
+        self.predictor_label = ",".join(f"{a}={s}" for a, s in config.predictors.items()) or "none"
         self.metrics = ServerMetrics(
             self.driver.stats,
             {
                 "engine": config.engine,
                 "policy": config.policy,
                 "profile": self.driver.engine_config.profile.name,
-                "predictor": ",".join(f"{a}={s}" for a, s in config.predictors.items()) or "none",
+                "predictor": self.predictor_label,
                 "device_tokens": str(self.driver.device_capacity),
             },
         )

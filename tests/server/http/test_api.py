@@ -11,6 +11,7 @@ import pytest
 from pbkv_contract.hints import Hints
 from pbkv_contract.trace import InvocationRecord, read_trace
 from pbkv_server.http import ServerConfig, run_in_thread
+from pbkv_server.predictors import DEFAULT_ONLINE_PREDICTOR
 from pbkv_server.scenarios.base import Scenario, ScenarioRequest, register_scenario
 from pbkv_server.scenarios.tokenizer import count_tokens
 
@@ -48,6 +49,14 @@ def test_models_and_health(start_server):
         health = client.get("/health").json()
     assert models["object"] == "list" and models["data"][0]["id"] == "pbkv-sim"
     assert health["status"] == "ok" and health["policy"] == "lae" and health["device_tokens"] == 12345
+    assert health["predictor"] == "none"  # lae predicts nothing
+
+
+def test_health_names_the_default_predictor_of_a_predictive_policy(start_server):
+    server = start_server()  # the default policy, pbkv, and no predictor given: every app gets the default
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        health = client.get("/health").json()
+    assert health["policy"] == "pbkv" and health["predictor"] == f"*={DEFAULT_ONLINE_PREDICTOR}"
 
 
 def test_hints_in_custom_params_body_are_used(start_server):
