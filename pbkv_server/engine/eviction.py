@@ -143,11 +143,7 @@ class Eviction:
                     m += 1
                 if m == 0:
                     return 0
-        s = self.stats
-        s.evictions += m  # one eviction per unit, as one-unit eviction counts them
-        s.evicted_tokens += got
-        if self.policy.order_guard.fallback:
-            s.guard_fallback_evictions += m
+        self._count_units(m, got)  # one eviction per unit, as one-unit eviction counts them
         if m == n:  # all of top goes, as its last unit alone would: the chain takes its place
             parent = top.parent
             self.hooks.on_drop(top)  # the node leaves for good (its units stay, in the chain)
@@ -181,11 +177,7 @@ class Eviction:
             if not top.frag:
                 self._condemned[rest] = None
         got = top.tokens
-        s = self.stats
-        s.evictions += m  # one eviction per unit, as one-unit eviction counts them
-        s.evicted_tokens += got
-        if self.policy.order_guard.fallback:
-            s.guard_fallback_evictions += m
+        self._count_units(m, got)  # one eviction per unit, as one-unit eviction counts them
         parent = top.parent
         self._drop(top)
         self._refile(parent)
@@ -227,11 +219,15 @@ class Eviction:
         return self.policy.host_priority(node) > key
 
     def _count_eviction(self, node: Node) -> None:
+        self._count_units(1, node.tokens)
+
+    def _count_units(self, units: int, tokens: int) -> None:
+        """Count ``units`` evictions of ``tokens`` tokens in all (each unit one eviction)."""
         s = self.stats
-        s.evictions += 1
-        s.evicted_tokens += node.tokens
+        s.evictions += units
+        s.evicted_tokens += tokens
         if self.policy.order_guard.fallback:
-            s.guard_fallback_evictions += 1
+            s.guard_fallback_evictions += units
 
     def _evict_host(self, tokens: int, keep: Node | None = None) -> int:
         """Drop host leaves in the host order until ``tokens`` are freed, or until only the first
