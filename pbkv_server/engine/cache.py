@@ -314,9 +314,18 @@ class PrefixCache(Eviction):
         return node
 
     def rescore(self, records: Sequence[NodeScore]) -> None:
-        """Re-file the nodes whose score or prefetch value changed (a new prediction, an end)."""
+        """Re-file the nodes whose score or prefetch value changed (a new prediction, an end).
+
+        A node :meth:`EvictionHeaps.refile` would leave as it is is skipped without a call (most
+        of a long prompt's chain): a device node that is locked or has a device child, a host
+        node that is locked or has a child under a host parent."""
+        refile = self._refile
         for rec in records:
-            self._refile(rec.owner)
+            node = rec.owner
+            if ((node.lock or node.n_dev_children) if node.tier == DEVICE
+                    else (node.lock or node.children) and node.parent is not None and node.parent.tier != DEVICE):
+                continue
+            refile(node)
 
     def reorder(self) -> None:
         """Re-file every evictable node: the policy's order changed as a whole (the guard switched
@@ -539,6 +548,8 @@ class PrefixCache(Eviction):
         if node.lock == 0:
             if node.tier == DEVICE:
                 self._locked_dev -= node.tokens
+                if node.n_dev_children:  # not a victim: refile would file nothing (a released path)
+                    return
             self._refile(node)
 
     # ================================================================ internals

@@ -162,28 +162,39 @@ class PBKVPolicy(PBKVPaperPolicy):
         if not self.context.host_capacity:
             return self._priority_no_host(node)
         sc = node.sc
-        # each reader's score part (rule 7), computed once: rules 8, 2 and the score all read it
-        parts = self._parts(node, sc) if self._wconv and sc is not None and sc.access else None
-        if parts is not None and self._growing_only(node, parts):  # rule 8
-            rank = self._due_rank(node, parts)
-            if rank is not None:
-                return rank
-        if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
-            # rule 5: shared retired cache ranks with the oldest active workflow's
-            return (1, -self._oldest_age(), 0.0, node.last_access)
-        held = self._held_session(node)
-        if held is not None:  # rule 7: the next turn's prefix ranks with its session's age
-            return (1, -self._session_age.get(held, math.inf), HELD_USES, node.last_access)
-        shared = self._shared_rank(node)
-        if shared is not None:
-            return shared
-        keeper = min(self._age.get(w, math.inf) for w in sc.access)
-        score = sc.score if parts is None else self._score_of(sc, parts)
+        if self._wconv and sc is not None and sc.access:  # active cache, readers of growing apps possible
+            # each reader's score part (rule 7), computed once: rules 8, 2 and the score all read it
+            parts = self._parts(node, sc)
+            score = self._score_of(sc, parts)
+            if score >= LOW_SCORE and self._growing_only(parts):  # rule 8
+                return self._due_rank(node, parts)
+            if self.order_guard.fallback:  # rules 5 and 7 rank inactive cache only
+                return self._shared_rank(node)
+        else:
+            parts = None
+            if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
+                # rule 5: shared retired cache ranks with the oldest active workflow's
+                return (1, -self._oldest_age(), 0.0, node.last_access)
+            held = self._held_session(node)
+            if held is not None:  # rule 7: the next turn's prefix ranks with its session's age
+                return (1, -self._session_age.get(held, math.inf), HELD_USES, node.last_access)
+            shared = self._shared_rank(node)
+            if shared is not None:
+                return shared
+        if parts is None:
+            score = sc.score
         if self._wait and self._waiting_of(sc, parts):
-            return (2, -keeper, score, node.last_access)
-        if score < LOW_SCORE:
+            band = 2
+        elif score < LOW_SCORE:
             return (1, -math.inf, score, node.last_access)
-        return (1, -keeper, score, node.last_access)
+        else:
+            band = 1
+        ages, keeper = self._age, math.inf  # the oldest reader's age (a loop: min() of a generator costs more)
+        for w in sc.access:
+            age = ages.get(w, math.inf)
+            if age < keeper:
+                keeper = age
+        return (band, -keeper, score, node.last_access)
 
     def _priority_no_host(self, node) -> tuple:
         """Device order without a host tier (rule 6): every device victim is lost, so active cache
@@ -231,14 +242,14 @@ class PBKVPolicy(PBKVPaperPolicy):
         any agent extends it), 0 if not (history it no longer sends). One pass per priority,
         whose rules read each part up to four times."""
         wconv, conversations = self._wconv, self._conv
-        growing, live, total = conversations.growing, conversations.live_in(node), self.context.board.total_weight
+        growing, live = conversations.growing_apps, conversations.live_of.get(node)
         parts = {}
         for w in sc.access:
             conv = wconv.get(w)
-            if conv is None or not growing(conv[1]):
+            if conv is None or conv[1] not in growing:
                 parts[w] = None
             elif live is not None and conv[0] in live:
-                parts[w] = total(w)
+                parts[w] = self.context.board.total_weight(w)
             else:
                 parts[w] = 0.0
         return parts
@@ -286,38 +297,37 @@ class PBKVPolicy(PBKVPaperPolicy):
         """Host drop order: retired first, then active cache whose estimated next use
         (:meth:`.host_order.NextUse.estimate`, engine seconds) is farthest; unhinted cache and the
         guard's fallback rank as in ``lru``."""
+        sc = node.sc
+        if self._wconv and sc is not None and sc.access and not self.order_guard.fallback:
+            # active cache, predicted order (what the checks below come to, in fewer steps)
+            parts = self._parts(node, sc)
+            return (1, -self._next.estimate(sc, parts.__getitem__), self._score_of(sc, parts), node.last_access)
         if self._held_session(node) is not None:  # rule 7: used by the session's next turn, when unknown
             return (1, -math.inf, HELD_USES, node.last_access)
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
-        sc = node.sc
         if not self._wconv:
             return (1, -self._next.estimate(sc), sc.score, node.last_access)
         parts = self._parts(node, sc)
         return (1, -self._next.estimate(sc, parts.__getitem__), self._score_of(sc, parts), node.last_access)
 
     # ----------------------------------------------------------------- rule 8
-    def _growing_only(self, node, parts) -> bool:
-        """True if the node is active, not retired, and each of its readers is a workflow of a
-        growing app (every one of its :meth:`_parts` replaced: rule 8 ranks it); never under the
-        guard's fallback."""
-        sc = node.sc
-        if sc is None or not sc.access or sc.retired or self.fallback:
-            return False
-        return None not in parts.values()
+    def _growing_only(self, parts) -> bool:
+        """True if each reader of an active node (``parts``: its :meth:`_parts`) is a workflow of
+        a growing app (every part replaced: rule 8 ranks it); never under the guard's fallback.
+        (Active cache is never retired.)"""
+        return not self.order_guard.fallback and None not in parts.values()
 
-    def _due_rank(self, node, parts) -> tuple | None:
+    def _due_rank(self, node, parts) -> tuple:
         """Rule 8's device rank (with a host tier) of an active node that only growing
-        conversations read (``parts``: its :meth:`_parts`): ``(1, GROWING_KEY, -due, t)``,
-        waiting (rule 2) band 2, with ``due`` the node's next use as rule 3 estimates it for the
-        host order (engine seconds): above all other cache of its band, whose second key
-        (``-age``, ``-inf`` for low scores) is at most 0, and by due among itself. ``None`` (rule
-        1 ranks it) for a score below :data:`LOW_SCORE` (history off the live path, a
-        conversation expected to end)."""
+        conversations read (``parts``: its :meth:`_parts`) and whose score is at least
+        :data:`LOW_SCORE` (below, rule 1 ranks it: history off the live path, a conversation
+        expected to end): ``(1, GROWING_KEY, -due, t)``, waiting (rule 2) band 2, with ``due``
+        the node's next use as rule 3 estimates it for the host order (engine seconds): above
+        all other cache of its band, whose second key (``-age``, ``-inf`` for low scores) is at
+        most 0, and by due among itself."""
         sc = node.sc
-        if self._score_of(sc, parts) < LOW_SCORE:
-            return None
         due = self._due_estimate().estimate(sc, parts.__getitem__)
         band = 2 if self._wait and self._waiting_of(sc, parts) else 1
         return (band, GROWING_KEY, -due, node.last_access)
@@ -345,21 +355,21 @@ class PBKVPolicy(PBKVPaperPolicy):
         Each node is re-filed once: a node's last re-filing decides its entry (its key, and its
         place among equal keys: the order of the last re-filings, ``heaps.py``), so a path node
         is re-filed with the path only, and the callers skip the re-filings of rules 2, 3 and 7
-        that this one follows in the same event (no eviction runs between them). A device node
-        that is locked or has a device child is not re-filed at all: ``EvictionHeaps.refile``
-        gives it no entry and leaves its version, and such are all but the last few nodes of a
-        long conversation's chain (the engine's nodes only: a backend's are its own)."""
-        reorder = self.context.reorder
+        that this one follows in the same event (no eviction runs between them). A node that
+        ``EvictionHeaps.refile`` would leave as it is is not re-filed at all (no call: such are
+        all but the last few nodes of a long conversation's chain): a device node that is locked
+        or has a device child (no victim entry), a host node that is locked or has a child
+        (no victim entry) under a host parent (no prefetch entry). The engine's nodes only: a
+        backend's are its own."""
         path = self._conv.path(conv)
         on_path = set(path)
-        for rec in self.context.board.records(wid):
-            node = rec.owner
-            if node in on_path or (node.__class__ is Node and node.tier == DEVICE
-                                   and (node.lock or node.n_dev_children)):
-                continue
-            reorder(node)
-        for node in path:
-            if node.__class__ is Node and node.tier == DEVICE and (node.lock or node.n_dev_children):
+        nodes = [rec.owner for rec in self.context.board.records(wid) if rec.owner not in on_path]
+        nodes += path
+        reorder = self.context.reorder
+        for node in nodes:
+            if node.__class__ is Node and (
+                    (node.lock or node.n_dev_children) if node.tier == DEVICE
+                    else (node.lock or node.children) and node.parent is not None and node.parent.tier != DEVICE):
                 continue
             reorder(node)
 
