@@ -124,8 +124,12 @@ class Conversations:
                         if not convs:
                             del live[node]
                         self._refresh(node)  # no longer the conversation's next prefix
-        for node in new:
-            live.setdefault(node, {})[conversation] = None
+        for node in new:  # (not setdefault: it would build a dict per node, mostly for nothing)
+            convs = live.get(node)
+            if convs is None:
+                live[node] = {conversation: None}
+            else:
+                convs[conversation] = None
 
     def path(self, conversation: Hashable) -> list:
         """Nodes of the conversation's live path (cached ones; root first)."""
