@@ -209,8 +209,9 @@ class PBKVPolicy(PBKVPaperPolicy):
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
-        score = self._score(node, sc)
-        if self._wait and self._waiting(node, sc):
+        parts = self._parts(node, sc) if self._wconv else None  # once for the score and rule 2
+        score = sc.score if parts is None else self._score_of(sc, parts)
+        if self._wait and self._waiting_of(sc, parts):
             return (2, 0.0, score, node.last_access)
         return (1, 0.0, score, node.last_access)
 
@@ -355,16 +356,19 @@ class PBKVPolicy(PBKVPaperPolicy):
         Each node is re-filed once: a node's last re-filing decides its entry (its key, and its
         place among equal keys: the order of the last re-filings, ``heaps.py``), so a path node
         is re-filed with the path only, and the callers skip the re-filings of rules 2, 3 and 7
-        that this one follows in the same event (no eviction runs between them). A node that
-        ``EvictionHeaps.refile`` would leave as it is is not re-filed at all (no call: such are
-        all but the last few nodes of a long conversation's chain): a device node that is locked
-        or has a device child (no victim entry), a host node that is locked or has a child
-        (no victim entry) under a host parent (no prefetch entry). The engine's nodes only: a
-        backend's are its own."""
+        that this one follows in the same event (no eviction runs between them)."""
         path = self._conv.path(conv)
         on_path = set(path)
         nodes = [rec.owner for rec in self.context.board.records(wid) if rec.owner not in on_path]
         nodes += path
+        self._reorder_each(nodes)
+
+    def _reorder_each(self, nodes) -> None:
+        """Re-file each of ``nodes`` in turn, skipping those ``EvictionHeaps.refile`` would leave
+        as they are (no call: such are all but the last few nodes of a long conversation's
+        chain): a device node that is locked or has a device child (no victim entry), a host
+        node that is locked or has a child (no victim entry) under a host parent (no prefetch
+        entry). The engine's nodes only: a backend's are its own."""
         reorder = self.context.reorder
         for node in nodes:
             if node.__class__ is Node and (
@@ -409,8 +413,7 @@ class PBKVPolicy(PBKVPaperPolicy):
             return
         self._refile(wid, agent)
         self._refile_host(wid)
-        for node in self._conv.path(conv):  # its total weight changed with the prediction (rule 7)
-            self._refresh_node(node)
+        self._reorder_each(self._conv.path(conv))  # its total weight changed with the prediction (rule 7)
 
     def on_admit(self, admission, path) -> None:
         """The request was admitted: its agent no longer waits (its path is locked meanwhile)."""
@@ -544,16 +547,13 @@ class PBKVPolicy(PBKVPaperPolicy):
     def _refile_host(self, wid) -> None:
         """Re-file workflow ``wid``'s host nodes (their next-use estimate changed); device nodes
         keep their entries (the device order does not read the estimate)."""
-        reorder = self.context.reorder
-        for rec in self.context.board.records(wid):
-            node = rec.owner
-            if node.tier == HOST:
-                reorder(node)
+        self._reorder_each([rec.owner for rec in self.context.board.records(wid) if rec.owner.tier == HOST])
 
     def _refile(self, wid, agent) -> None:
         """Re-file the nodes ``agent`` of workflow ``wid`` touched (their waiting rank changed)."""
-        reorder = self.context.reorder
+        nodes = []
         for rec in self.context.board.records(wid):
             agents = rec.access.get(wid)
             if agents is not None and agent in agents:
-                reorder(rec.owner)
+                nodes.append(rec.owner)
+        self._reorder_each(nodes)
