@@ -25,8 +25,9 @@ Modelling choices (each a module constant, see ``docs/architecture.md``, "Robust
   prompts fill much of the device, and holds a policy that is ahead of ``lru`` in fallback
   (``docs/design/memory-short-policy.md``, "The guard's ghost").
   Unit keys are chained (a key names its whole prefix, :mod:`pbkv_contract.blocks`,
-  :mod:`~pbkv_server.engine.pages`), so flat ordered dicts are a prefix cache: a prompt hits its
-  longest run of keys present on either tier.
+  :mod:`~pbkv_server.engine.pages`), so flat ordered dicts of keys are a prefix cache: a prompt
+  hits its longest run of keys present on either tier. (The ghost keeps those orders as runs of
+  consecutive keys, which is what prompts move as; :class:`ShadowLRU`.)
 - What is compared is the prefill work a policy saves, in prompt-token equivalents: a device hit
   saves a token's prefill, a host hit saves it less the host-to-device load
   (``host_value = 1 - load_time / prefill_time`` per token, from the hardware profile). Comparing
@@ -55,7 +56,8 @@ Modelling choices (each a module constant, see ``docs/architecture.md``, "Robust
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from itertools import takewhile
+from itertools import accumulate, compress, count, repeat, takewhile
+from operator import ge, le, not_
 from typing import Hashable, Sequence
 
 __all__ = ["ShadowLRU", "LRUGuard", "host_value", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SHARE", "CREDIT_SHARE",
@@ -93,6 +95,53 @@ def host_value(profile) -> float:
     return min(1.0, max(0.0, 1.0 - profile.load_time(1_000_000) / prefill)) if prefill > 0 else 0.0
 
 
+#: Tiers of a run of the ghost (:class:`_Run`).
+_DEV, _HOST, _PARK = 0, 1, 2
+#: Keys of a piece of a prompt that the ghost keeps as a run of its own rather than join to its
+#: neighbours (it would re-point them): a long prompt is a few runs, not one per turn that made it.
+_JOIN_KEYS = 256
+
+
+class _Run:
+    """Units next to each other in one tier of the ghost: ``keys`` and ``toks`` in prompt order
+    (shallowest first), so the run's LRU order, least recent first, is ``reversed(keys)``.
+
+    All units of a run are pinned by the same number of running requests (``pins``). ``off`` is
+    where ``keys[0]`` stood in the prompt that made the run: with chained keys a key stands at the
+    same index in every prompt, so the index of a prompt's key in the run is found without a scan
+    (only a hint: it is checked). ``prev``/``next`` link the runs of the device or the host tier,
+    least recent first (parked runs are not linked: nothing reads their order)."""
+
+    __slots__ = ("keys", "toks", "size", "pins", "tier", "off", "prev", "next")
+
+    def __init__(self, keys: list, toks: list, size: int, pins: int, tier: int, off: int) -> None:
+        self.keys = keys
+        self.toks = toks
+        self.size = size  # sum(toks)
+        self.pins = pins
+        self.tier = tier
+        self.off = off
+        self.prev = self.next = self
+
+
+def _link_before(node: _Run, run: _Run) -> None:
+    prev = node.prev
+    run.prev, run.next = prev, node
+    prev.next = node.prev = run
+
+
+def _unlink(run: _Run) -> None:
+    prev, nxt = run.prev, run.next
+    prev.next, nxt.prev = nxt, prev
+    run.prev = run.next = run
+
+
+def _first_reaching(toks: list, need: int) -> int:
+    """How many units, taken from the end of ``toks``, first add up to ``need`` tokens or more
+    (``len(toks) + 1`` if all do not); the scan stops there and runs in C."""
+    return next(compress(count(1), map(ge, accumulate(reversed(toks)), repeat(need))), len(toks) + 1)
+
+
 class ShadowLRU:
     """Ghost directory of a two-tier LRU prefix cache: unit key -> tokens, least recently used
     first, on the device and (behind it) on the host tier.
@@ -106,46 +155,85 @@ class ShadowLRU:
         host_used: tokens of the host units (at most ``host_capacity``).
         hit_tokens, host_hit_tokens: prompt tokens the ghost found on the device and on the host,
             over all counted admissions.
+
+    The model is one ordered dict per tier, unit key -> tokens, with a count of running requests
+    per pinned key and a dict of the pinned units eviction passed over; the ``_*_keys`` methods
+    are that model, as written. A prompt's units enter, move and leave in runs, though (a prompt
+    is a run of consecutive keys of one chain; LRU moves it to the device's recent end whole; the
+    device evicts its oldest prompts' tails whole; a running request pins its prompt whole), so
+    the ghost keeps the same orders as runs of units (:class:`_Run`) and a dict key -> run, and
+    does per run what the model does per key, each run's keys copied or compared in C: a replay
+    of Claude Code traces (1,000+ units a prompt) spent more time in the per-key model than in
+    the policy it guards. Keys that are not chained (tests, foreign traces) can make an order that
+    runs cannot follow cheaply (a key present twice, one after a key that is missing, a pin of a
+    key not on the device); before such a step the ghost turns into the model and stays in it,
+    so its results are the model's for every sequence of calls.
     """
 
-    __slots__ = ("capacity", "host_capacity", "used", "host_used", "hit_tokens", "host_hit_tokens", "_units",
-                 "_host", "_pins", "_parked")
+    __slots__ = ("capacity", "host_capacity", "used", "host_used", "hit_tokens", "host_hit_tokens", "_fast",
+                 "_where", "_dev", "_hosts", "_parked_runs", "_maxtok", "_mintok",
+                 "_units", "_host", "_pins", "_parked")
 
     def __init__(self, capacity: int, host_capacity: int = 0) -> None:
         self.capacity = capacity
         self.host_capacity = max(0, host_capacity)
         self.used = self.host_used = 0
         self.hit_tokens = self.host_hit_tokens = 0
+        self._fast = True  # runs; False: the per-key model, for good
+        self._where: dict[Hashable, _Run] = {}  # unit key -> its run (device, host or parked)
+        self._dev = _Run([], [], 0, 0, -1, 0)  # sentinels of the device and host lists of runs
+        self._hosts = _Run([], [], 0, 0, -1, 0)
+        self._parked_runs: set[_Run] = set()
+        # most and fewest tokens of a unit seen: which units fit the host room, without a scan
+        self._maxtok, self._mintok = 0, 1 << 62
+        # the per-key model (after a turn, :meth:`_to_keys`)
         self._units: OrderedDict[Hashable, int] = OrderedDict()
         self._host: OrderedDict[Hashable, int] = OrderedDict()
         self._pins: dict[Hashable, int] = {}  # unit key -> running requests whose prompt holds it
         self._parked: dict[Hashable, int] = {}  # pinned units eviction passed over: device units still
 
     def __len__(self) -> int:
-        return len(self._units) + len(self._parked)
+        if not self._fast:
+            return len(self._units) + len(self._parked)
+        return (sum(len(run.keys) for run in self._runs(self._dev))
+                + sum(len(run.keys) for run in self._parked_runs))
 
     def pin(self, keys: Sequence[Hashable]) -> None:
         """A request whose prompt is ``keys`` runs: its units stay on the device until :meth:`unpin`
         (the real cache locks a running request's path, so LRU evicts the next unlocked unit)."""
-        pins = self._pins
-        for key in keys:
-            pins[key] = pins.get(key, 0) + 1
+        if self._fast:
+            if type(keys) is not list:
+                keys = list(keys)
+            plan, end = self._walk(keys, False)
+            # a key pinned while it is not a device unit keeps its count where runs have none
+            if end == len(keys) and self._distinct(plan) and all(r.tier != _HOST for _, r, _, _ in plan):
+                for _, run, pos, n in plan:
+                    self._isolate(run, pos, n).pins += 1
+                return
+            self._to_keys()
+        self._pin_keys(keys)
 
     def unpin(self, keys: Sequence[Hashable]) -> None:
         """The request of :meth:`pin` finished. A unit eviction passed over while it was pinned
         becomes the least recent device unit again (it was the least recent when passed over, and
         its last use is still that request's admission), deepest unit first."""
-        pins, parked, units = self._pins, self._parked, self._units
-        for key in keys:
-            c = pins.get(key, 0) - 1
-            if c > 0:
-                pins[key] = c
-                continue
-            pins.pop(key, None)
-            tok = parked.pop(key, None)
-            if tok is not None:
-                units[key] = tok
-                units.move_to_end(key, last=False)
+        if self._fast:
+            if type(keys) is not list:
+                keys = list(keys)
+            plan, _ = self._walk(keys, True)  # a key no run holds is not pinned: nothing to do
+            if self._distinct(plan):
+                dev = self._dev
+                for _, run, pos, n in plan:
+                    if run.pins:
+                        run = self._isolate(run, pos, n)
+                        run.pins -= 1
+                        if not run.pins and run.tier == _PARK:  # each comes before those of the keys before it
+                            self._parked_runs.discard(run)
+                            run.tier = _DEV
+                            _link_before(dev.next, run)
+                return
+            self._to_keys()
+        self._unpin_keys(keys)
 
     def admit(self, keys: Sequence[Hashable], toks: Sequence[int], room: int, count: bool = True) -> int:
         """:meth:`admit_tiers`, device hit only (outputs, and callers without a host tier)."""
@@ -172,6 +260,348 @@ class ShadowLRU:
         their prefixes, the order in which a radix tree evicts leaves. The prompt's own units are
         never evicted.
         """
+        if not self._fast:
+            return self._admit_keys(keys, toks, room, count)
+        if type(keys) is not list:
+            keys = list(keys)
+        where = self._where
+        plan, end = self._walk(keys, False)
+        # the model's device prefix (parked units included: they are device units again first),
+        # then, if the host tier holds units, the prefix goes on through units of either tier
+        dev_end = 0
+        for i, run, _, n in plan:
+            if run.tier == _HOST:
+                break
+            dev_end = i + n
+        fresh, clash = None, False
+        if end < len(keys):  # the new units, as a run, indexed where no run holds the key already
+            new_toks = list(toks[end:])
+            fresh = _Run(keys[end:], new_toks, sum(new_toks), 0, _DEV, end)
+            before = len(where)
+            deque(map(where.setdefault, fresh.keys, repeat(fresh)), maxlen=0)
+            clash = len(where) - before < len(fresh.keys)  # one was held, or is new twice
+        if clash or not self._distinct(plan):
+            # a key present twice, or present after a missing one: the model updates it in place
+            self._to_keys()  # (it drops the key index, fresh keys and all)
+            return self._admit_keys(keys, toks, room, count)
+        hit, loading = sum(toks[:dev_end]), 0
+        pieces = []
+        for i, run, pos, n in plan:
+            tier = run.tier
+            piece = self._take(run, pos, n)[0]
+            if tier == _HOST:  # loaded back: it holds its host room until the evictions below are done
+                loading += piece.size
+            elif i >= dev_end:  # a device unit after the device prefix counts with its own tokens
+                hit += piece.size
+            piece.off = i
+            pieces.append(piece)
+        self.used += loading
+        if fresh is not None:
+            self.used += fresh.size
+            self._maxtok = max(self._maxtok, max(new_toks))
+            self._mintok = min(self._mintok, min(new_toks))
+        # the prompt's runs, in prompt order: neighbours with the same pins are joined, so that
+        # the chain's next prompts walk few runs, but two long pieces are not (re-pointing the
+        # keys of the shorter would cost more than walking one more run): a prompt has at most
+        # one run per _JOIN_KEYS keys and its short pieces
+        if fresh is not None:
+            pieces.append(fresh)
+        runs, group, long = [], [], False
+        for piece in pieces:
+            longer = len(piece.keys) >= _JOIN_KEYS
+            if group and (group[0].pins != piece.pins or long and longer):
+                runs.append(self._join(keys, group, fresh))
+                group, long = [], False
+            group.append(piece)
+            long = long or longer
+        if group:
+            runs.append(self._join(keys, group, fresh))
+        dev = self._dev
+        for run in reversed(runs):  # deepest first: the prompt's first unit is the most recent
+            run.tier = _DEV
+            _link_before(dev, run)
+        self._evict(room, runs[-1] if runs else None, loading)
+        self.host_used -= loading
+        if count:
+            self.hit_tokens += hit
+            self.host_hit_tokens += loading
+        return hit, loading
+
+    def shrink(self, room: int) -> None:
+        """Evict as LRU would until the device units take at most ``room`` tokens: the real cache
+        made room for running requests' decoded KV (engine model ``sglang``, where the output is
+        not reserved at admission but grows a token a step, and the real cache evicts for it)."""
+        if self._fast:
+            self._evict(room, None, 0)
+        else:
+            self._evict_keys(room, 0, 0)
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def _walk(self, keys: list, skip_missing: bool) -> tuple[list, int]:
+        """``keys`` as stretches ``(index in keys, run, index in run, length)`` of consecutive keys
+        held by one run in the same order, from the first key up to the first key no run holds
+        (``skip_missing``: past it, to the end), and the index where the walk stopped."""
+        where, plan = self._where, []
+        i, total = 0, len(keys)
+        while i < total:
+            key = keys[i]
+            run = where.get(key)
+            if run is None:
+                if not skip_missing:
+                    break
+                i = next(compress(count(i + 1), map(where.__contains__, keys[i + 1:])), total)
+                continue
+            rkeys = run.keys
+            pos = i - run.off
+            if not 0 <= pos < len(rkeys) or rkeys[pos] != key:
+                pos = rkeys.index(key)
+            n = min(total - i, len(rkeys) - pos)
+            if n > 1 and keys[i:i + n] != rkeys[pos:pos + n]:
+                # the first key that differs, by bisection on slices compared in C: the keys
+                # before lo are equal, one from lo to hi differs
+                lo, hi = 1, n
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if keys[i + lo:i + mid] == rkeys[pos + lo:pos + mid]:
+                        lo = mid
+                    else:
+                        hi = mid
+                n = lo
+            plan.append((i, run, pos, n))
+            i += n
+        return plan, i
+
+    @staticmethod
+    def _distinct(plan: list) -> bool:
+        """No run holds two stretches of the walk (with chained keys a run holds one piece of a
+        chain, which a prompt meets once; a prompt that meets a run twice needs the model)."""
+        return len(plan) < 2 or len({id(run) for _, run, _, _ in plan}) == len(plan)
+
+    @staticmethod
+    def _runs(head: _Run):
+        run = head.next
+        while run is not head:
+            yield run
+            run = run.next
+
+    def _place_before(self, node: _Run, run: _Run) -> None:
+        """Put ``run`` in ``node``'s tier, just before it in LRU order."""
+        run.tier = node.tier
+        if node.tier == _PARK:
+            self._parked_runs.add(run)
+        else:
+            _link_before(node, run)
+
+    def _place_after(self, node: _Run, run: _Run) -> None:
+        """Put ``run`` in ``node``'s tier, just after it in LRU order."""
+        run.tier = node.tier
+        if node.tier == _PARK:
+            self._parked_runs.add(run)
+        else:
+            _link_before(node.next, run)
+
+    def _detach(self, run: _Run) -> None:
+        if run.tier == _PARK:
+            self._parked_runs.discard(run)
+        else:
+            _unlink(run)
+
+    def _take(self, run: _Run, pos: int, n: int) -> tuple[_Run, _Run | None]:
+        """Take ``run.keys[pos:pos + n]`` out of its tier as a run of its own (same pins and tier
+        field, unlinked); returns it and the run left in the taken run's place (None if none).
+        Of the two parts, the one with fewer keys gets a new run (its keys are re-pointed)."""
+        rkeys, rtoks = run.keys, run.toks
+        total = len(rkeys)
+        if n == total:
+            self._detach(run)
+            return run, None
+        end = pos + n
+        keys, toks = rkeys[pos:end], rtoks[pos:end]
+        size = sum(toks)
+        off = run.off + pos
+        rest_off = run.off + n if pos == 0 else run.off  # (past a middle piece the hint misses)
+        del rkeys[pos:end], rtoks[pos:end]
+        if 2 * n <= total:
+            piece = _Run(keys, toks, size, run.pins, run.tier, off)
+            self._where.update(zip(keys, repeat(piece)))
+            run.size -= size
+            run.off = rest_off
+            return piece, run
+        rest = _Run(rkeys, rtoks, run.size - size, run.pins, run.tier, rest_off)
+        self._where.update(zip(rkeys, repeat(rest)))
+        self._place_before(run, rest)
+        self._detach(run)
+        run.keys, run.toks, run.size, run.off = keys, toks, size, off
+        return run, rest
+
+    def _isolate(self, run: _Run, pos: int, n: int) -> _Run:
+        """The run of ``run.keys[pos:pos + n]``, split off in place (its pins will differ)."""
+        total = len(run.keys)
+        if n == total:
+            return run
+        end, off = pos + n, run.off
+        piece, rest = self._take(run, pos, n)  # rest: the keys before the piece, then those after it
+        if end == total:  # the piece is the deepest part: the oldest
+            self._place_before(rest, piece)
+        elif pos == 0:  # the shallowest: the most recent
+            self._place_after(rest, piece)
+        else:  # in the middle: the part after it (deeper) is older, the part before it more recent
+            deep, front = self._take(rest, pos, total - end)
+            deep.off = off + end
+            self._place_before(front, deep)
+            self._place_before(front, piece)
+        return piece
+
+    def _join(self, keys: list, group: list, fresh: _Run | None) -> _Run:
+        """One run of consecutive pieces of the prompt ``keys`` (prompt order, same pins); the
+        longest piece holds the rest. ``fresh`` is the prompt's run of new units."""
+        where = self._where
+        if len(group) == 1:
+            return group[0]
+        big = group[0]
+        for piece in group:
+            if len(piece.keys) > len(big.keys):
+                big = piece
+        toks, size = [], 0
+        for piece in group:
+            toks += piece.toks
+            size += piece.size
+            if piece is not big:
+                where.update(zip(piece.keys, repeat(big)))
+        first, last = group[0], group[-1]
+        big.keys, big.toks, big.size, big.off = keys[first.off:last.off + len(last.keys)], toks, size, first.off
+        return big
+
+    def _evict(self, room: int, stop: _Run | None, loading: int) -> None:
+        """The model's eviction (:meth:`_evict_keys`) by runs: least recent device units leave until
+        ``used <= room``, never those of ``stop`` and the runs after it (the admitted prompt's);
+        a pinned run is passed over whole (parked), since passing over frees nothing. Evicted
+        units move to the host tier in the same order; its oldest units leave after all have
+        moved, as many as they would have one at a time (no unit that moved is larger than the
+        host room, and the tier was within its capacity before)."""
+        need = self.used - room
+        if need <= 0:
+            return
+        dev = self._dev
+        room_host = self.host_capacity - loading
+        moved = False
+        while need > 0:
+            run = dev.next
+            if run is dev or run is stop:
+                break
+            if run.pins:
+                _unlink(run)
+                run.tier = _PARK
+                self._parked_runs.add(run)
+                continue
+            if run.size < need:
+                _unlink(run)
+            else:
+                n = _first_reaching(run.toks, need)
+                run = self._take(run, len(run.keys) - n, n)[0]
+            need -= run.size
+            self.used -= run.size
+            moved = self._write_back(run, room_host) or moved
+        if moved and self.host_used > self.host_capacity:
+            self._drop_host()
+
+    def _write_back(self, run: _Run, room_host: int) -> bool:
+        """Move an evicted run to the host tier's recent end; units larger than ``room_host``
+        are dropped. Returns whether any unit moved."""
+        if room_host < self._maxtok:
+            if room_host < self._mintok:  # none fits
+                deque(map(self._where.__delitem__, run.keys), maxlen=0)
+                return False
+            if max(run.toks) <= room_host:
+                return self._to_host(run)
+            fits = list(map(le, run.toks, repeat(room_host)))
+            deque(map(self._where.__delitem__, compress(run.keys, map(not_, fits))), maxlen=0)
+            run.keys = list(compress(run.keys, fits))
+            run.toks = list(compress(run.toks, fits))
+            run.size = sum(run.toks)
+            if not run.keys:
+                return False
+            run.off = -len(run.keys)  # (not a chain's piece now: no hint)
+        return self._to_host(run)
+
+    def _to_host(self, run: _Run) -> bool:
+        run.tier = _HOST
+        _link_before(self._hosts, run)
+        self.host_used += run.size
+        return True
+
+    def _drop_host(self) -> None:
+        """Drop the host tier's least recent units until it is within its capacity."""
+        hosts, where = self._hosts, self._where
+        need = self.host_used - self.host_capacity
+        while need > 0:
+            run = hosts.next
+            if run is hosts:
+                break
+            if run.size < need:
+                _unlink(run)
+                dropped, size = run.keys, run.size
+            else:
+                n = _first_reaching(run.toks, need)
+                cut = len(run.keys) - n
+                dropped, size = run.keys[cut:], sum(run.toks[cut:])
+                del run.keys[cut:], run.toks[cut:]
+                run.size -= size
+                if not run.keys:
+                    _unlink(run)
+            deque(map(where.__delitem__, dropped), maxlen=0)
+            need -= size
+            self.host_used -= size
+
+    def _state(self) -> tuple[OrderedDict, OrderedDict, dict, dict]:
+        """The model's state: device units and host units (key -> tokens, least recent first),
+        parked units (key -> tokens) and pins (key -> running requests)."""
+        if not self._fast:
+            return self._units, self._host, self._parked, self._pins
+        units, host, parked, pins = OrderedDict(), OrderedDict(), {}, {}
+        for run in self._runs(self._dev):
+            units.update(zip(reversed(run.keys), reversed(run.toks)))
+            if run.pins:
+                pins.update(dict.fromkeys(run.keys, run.pins))
+        for run in self._runs(self._hosts):
+            host.update(zip(reversed(run.keys), reversed(run.toks)))
+        for run in self._parked_runs:
+            parked.update(zip(run.keys, run.toks))
+            pins.update(dict.fromkeys(run.keys, run.pins))
+        return units, host, parked, pins
+
+    def _to_keys(self) -> None:
+        """Turn into the per-key model (a step runs cannot follow comes next), for good."""
+        self._units, self._host, self._parked, self._pins = self._state()
+        self._fast = False
+        self._where = {}
+        self._dev.prev = self._dev.next = self._dev
+        self._hosts.prev = self._hosts.next = self._hosts
+        self._parked_runs = set()
+
+    # -- the per-key model ----------------------------------------------------------------------
+
+    def _pin_keys(self, keys: Sequence[Hashable]) -> None:
+        pins = self._pins
+        for key in keys:
+            pins[key] = pins.get(key, 0) + 1
+
+    def _unpin_keys(self, keys: Sequence[Hashable]) -> None:
+        pins, parked, units = self._pins, self._parked, self._units
+        for key in keys:
+            c = pins.get(key, 0) - 1
+            if c > 0:
+                pins[key] = c
+                continue
+            pins.pop(key, None)
+            tok = parked.pop(key, None)
+            if tok is not None:
+                units[key] = tok
+                units.move_to_end(key, last=False)
+
+    def _admit_keys(self, keys: Sequence[Hashable], toks: Sequence[int], room: int,
+                    count: bool) -> tuple[int, int]:
         units, host, parked = self._units, self._host, self._parked
         if parked:  # a parked unit used again is an ordinary device unit (made recent below)
             for key in keys:
@@ -204,20 +634,14 @@ class ShadowLRU:
             else:  # a key repeated at another depth (keys not chained): recount
                 self.used = sum(units.values())
         deque(map(units.move_to_end, reversed(keys[:n])), maxlen=0)  # the loop runs in C
-        self._evict(room, len(keys), loading)
+        self._evict_keys(room, len(keys), loading)
         self.host_used -= loading
         if count:
             self.hit_tokens += hit
             self.host_hit_tokens += host_hit
         return hit, host_hit
 
-    def shrink(self, room: int) -> None:
-        """Evict as LRU would until the device units take at most ``room`` tokens: the real cache
-        made room for running requests' decoded KV (engine model ``sglang``, where the output is
-        not reserved at admission but grows a token a step, and the real cache evicts for it)."""
-        self._evict(room, 0, 0)
-
-    def _evict(self, room: int, keep: int, loading: int) -> None:
+    def _evict_keys(self, room: int, keep: int, loading: int) -> None:
         """Evict least recent device units, never the ``keep`` most recent (the admitted prompt's),
         until ``used <= room``; evicted units move to the host tier, whose ``loading`` tokens (units
         being loaded back) keep their room meanwhile."""

@@ -1,8 +1,9 @@
 """One-unit eviction taken in runs (``Eviction._evict_run``) replays exactly as one unit at a time.
 
 ``opt`` ranks a node by its last unit and evicts one unit per step. The cache takes the units that
-those steps would take next at once and keeps them as one host node (``Node.frag``); switching
-that off (``_evict_run`` taking nothing) leaves the one-unit steps. Every replay figure must be
+those steps would take next at once and keeps them as one host node (``Node.frag``), or, without a
+host tier, drops them as one node (``Eviction._drop_run``); switching that off (``_evict_run``
+taking nothing) leaves the one-unit steps. Every replay figure must be
 the same either way, on tight and loose tiers, with and without a host tier, for both tiers'
 orders (``opt``; ``opt-device``, LRU on the host).
 """

@@ -1,0 +1,206 @@
+"""The guard's ghost (``ShadowLRU``, which keeps its orders as runs of units) against the per-key
+model it stands for, written plainly below: random admit / pin / unpin / shrink sequences over
+chained and non-chained keys, with and without a host tier, compared after every step."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from pbkv_server.engine.guard import ShadowLRU
+
+
+class KeyModel:
+    """Two-tier LRU of unit keys, one ordered dict entry per key (the ghost's definition)."""
+
+    def __init__(self, capacity: int, host_capacity: int) -> None:
+        self.host_capacity = max(0, host_capacity)
+        self.used = self.host_used = self.hit_tokens = self.host_hit_tokens = 0
+        self.units = OrderedDict()  # device: key -> tokens, least recent first
+        self.host = OrderedDict()  # host tier, likewise
+        self.pins = {}  # key -> running requests holding it
+        self.parked = {}  # pinned device units eviction passed over: key -> tokens
+
+    def pin(self, keys):
+        for key in keys:
+            self.pins[key] = self.pins.get(key, 0) + 1
+
+    def unpin(self, keys):
+        for key in keys:
+            c = self.pins.get(key, 0) - 1
+            if c > 0:
+                self.pins[key] = c
+                continue
+            self.pins.pop(key, None)
+            if key in self.parked:  # back as the least recent device unit
+                self.units[key] = self.parked.pop(key)
+                self.units.move_to_end(key, last=False)
+
+    def admit_tiers(self, keys, toks, room, count=True):
+        units, host = self.units, self.host
+        for key in keys:  # a parked unit used again is a device unit
+            if key in self.parked:
+                units[key] = self.parked.pop(key)
+        n = 0
+        while n < len(keys) and keys[n] in units:
+            n += 1
+        hit = sum(toks[:n])
+        host_hit = 0
+        if host and n < len(keys):
+            m = n
+            while m < len(keys) and (keys[m] in host or keys[m] in units):
+                m += 1
+            for key in keys[n:m]:
+                if key in host:
+                    tok = host.pop(key)
+                    host_hit += tok
+                    units[key] = tok
+                    self.used += tok
+                else:
+                    hit += units[key]
+            n = m
+        if n < len(keys):
+            before = len(units)
+            for key, tok in zip(reversed(keys[n:]), reversed(toks[n:])):
+                units[key] = tok
+            if len(units) - before == len(keys) - n:
+                self.used += sum(toks[n:])
+            else:
+                self.used = sum(units.values())
+        for key in reversed(keys[:n]):
+            units.move_to_end(key)
+        self.evict(room, len(keys), host_hit)
+        self.host_used -= host_hit
+        if count:
+            self.hit_tokens += hit
+            self.host_hit_tokens += host_hit
+        return hit, host_hit
+
+    def shrink(self, room):
+        self.evict(room, 0, 0)
+
+    def evict(self, room, keep, loading):
+        while self.used > room and len(self.units) > keep:
+            key, tok = self.units.popitem(last=False)
+            if key in self.pins:
+                self.parked[key] = tok
+                continue
+            self.used -= tok
+            if tok <= self.host_capacity - loading:
+                self.host[key] = tok
+                self.host_used += tok
+                while self.host_used > self.host_capacity:
+                    self.host_used -= self.host.popitem(last=False)[1]
+
+
+def _chained(data, prompts):
+    """A prompt of chained keys (a key is the tuple of its prefix's blocks): an earlier prompt's
+    prefix, extended; a key's tokens are a function of the key."""
+    base = data.draw(st.sampled_from(prompts)) if prompts and data.draw(st.booleans()) else []
+    path = list(base[-1]) if base else []
+    path = path[:data.draw(st.integers(0, len(path)))]
+    path += data.draw(st.lists(st.integers(0, 2), max_size=6))
+    keys = [tuple(path[:d + 1]) for d in range(len(path))]
+    return keys, [hash(k) % 4 for k in keys]  # 0 tokens too (a unit has 1 or more in the engine)
+
+
+def _loose(data, prompts):
+    """A prompt of keys that are not chained: repeats, any order, tokens per use (0 included)."""
+    if prompts and data.draw(st.booleans()):
+        keys = list(data.draw(st.sampled_from(prompts)))
+        keys = keys[:data.draw(st.integers(0, len(keys)))] + data.draw(st.lists(st.integers(0, 9), max_size=3))
+    else:
+        keys = data.draw(st.lists(st.integers(0, 9), max_size=7))
+    return keys, data.draw(st.lists(st.integers(0, 3), min_size=len(keys), max_size=len(keys)))
+
+
+def _any(data, make, prompts):
+    """Keys to pin or unpin out of turn: a new prompt, or any slice of an earlier one, mostly
+    of the last (still on the device: a slice splits its run, in the middle too)."""
+    choice = data.draw(st.integers(0, 3)) if prompts else 3
+    if choice < 3:
+        keys = prompts[-1] if choice < 2 else data.draw(st.sampled_from(prompts))
+        start = data.draw(st.integers(0, len(keys)))
+        return keys[start:data.draw(st.integers(start, len(keys)))]
+    return make(data, prompts)[0]
+
+
+def _same(ghost: ShadowLRU, model: KeyModel) -> None:
+    assert (ghost.used, ghost.host_used, ghost.hit_tokens, ghost.host_hit_tokens) == \
+        (model.used, model.host_used, model.hit_tokens, model.host_hit_tokens)
+    units, host, parked, pins = ghost._state()
+    assert list(units.items()) == list(model.units.items())
+    assert list(host.items()) == list(model.host.items())
+    assert parked == model.parked and pins == model.pins
+    assert len(ghost) == len(model.units) + len(model.parked)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), chained=st.booleans(), guard_like=st.booleans(), capacity=st.integers(1, 24),
+       host=st.sampled_from([0, 0, 1, 4, 12, 30]))
+def test_ghost_runs_equal_the_per_key_model(data, chained, guard_like, capacity, host):
+    """Every return, every counter and the whole state (both orders, parked units, pins) equal the
+    model's after every step. ``guard_like``: pins as the guard makes them (an admitted prompt is
+    pinned at once and unpinned once later); otherwise any prompt is pinned or unpinned any time."""
+    ghost, model = ShadowLRU(capacity, host), KeyModel(capacity, host)
+    make = _chained if chained else _loose
+    prompts, running = [], []
+    for _ in range(data.draw(st.integers(1, 40))):
+        op = data.draw(st.sampled_from(["admit", "admit", "admit", "unpin", "shrink"]
+                                       + ([] if guard_like else ["pin", "pin"])))
+        room = capacity - data.draw(st.integers(0, capacity))
+        if op == "admit":
+            keys, toks = make(data, prompts)
+            count = data.draw(st.booleans())
+            assert ghost.admit_tiers(list(keys), list(toks), room, count) == \
+                model.admit_tiers(keys, toks, room, count)
+            prompts.append(keys)
+            if guard_like and data.draw(st.booleans()):
+                ghost.pin(list(keys))
+                model.pin(keys)
+                running.append(keys)
+        elif op == "pin":
+            keys = _any(data, make, prompts)
+            ghost.pin(list(keys))
+            model.pin(keys)
+        elif op == "unpin":
+            if guard_like:
+                if not running:
+                    continue
+                keys = running.pop(data.draw(st.integers(0, len(running) - 1)))
+            else:
+                keys = _any(data, make, prompts)
+            ghost.unpin(list(keys))
+            model.unpin(keys)
+        else:
+            ghost.shrink(room)
+            model.shrink(room)
+        _same(ghost, model)
+    event(f"{'chained' if chained else 'loose'} keys, runs kept to the end: {ghost._fast}")
+
+
+def test_a_guard_like_chained_replay_keeps_its_runs():
+    """Chained keys, pins as the guard makes them, a host tier: the ghost never needs the per-key
+    model (so the property test above checks the runs, not the model against itself)."""
+    ghost, model = ShadowLRU(40, 60), KeyModel(40, 60)
+    running = []
+    for t in range(300):
+        conv = t % 7
+        keys = [(conv,) + tuple(range(d + 1)) for d in range(3 + t // 7 % 9)]  # a conversation grows
+        toks = [1 + d % 4 for d in range(len(keys))]
+        room = 40 - (t * 5) % 13
+        assert ghost.admit_tiers(keys, toks, room) == model.admit_tiers(keys, toks, room)
+        ghost.pin(keys)
+        model.pin(keys)
+        running.append(keys)
+        if len(running) > 3:
+            done = running.pop(t % 3)
+            ghost.unpin(done)
+            model.unpin(done)
+        if t % 5 == 0:
+            ghost.shrink(room - 6)
+            model.shrink(room - 6)
+        _same(ghost, model)
+    assert ghost._fast and model.host_hit_tokens > 0 and model.parked
