@@ -316,14 +316,16 @@ class PrefixCache(Eviction):
     def rescore(self, records: Sequence[NodeScore]) -> None:
         """Re-file the nodes whose score or prefetch value changed (a new prediction, an end).
 
-        A node :meth:`EvictionHeaps.refile` would leave as it is is skipped without a call (most
-        of a long prompt's chain): a device node that is locked or has a device child, a host
-        node that is locked or has a child under a host parent."""
+        A node whose re-filing would change no decision is skipped without a call (most of a
+        long prompt's chain): a locked node (no victim entry; a prefetch entry it got would be
+        invalid from the start, and an invalid entry stays so: ``heaps.py``; its unlock re-files
+        it), a device node with a device child (no entry), a host node with a child under a host
+        parent (no entry)."""
         refile = self._refile
         for rec in records:
             node = rec.owner
-            if ((node.lock or node.n_dev_children) if node.tier == DEVICE
-                    else (node.lock or node.children) and node.parent is not None and node.parent.tier != DEVICE):
+            if node.lock or (node.n_dev_children if node.tier == DEVICE
+                             else node.children and node.parent is not None and node.parent.tier != DEVICE):
                 continue
             refile(node)
 
@@ -387,7 +389,10 @@ class PrefixCache(Eviction):
                 self._locked_dev += node.tokens
                 if prefetches:  # its host children became prefetch candidates
                     for child in node.children.values():
-                        self._refile(child)
+                        # (a locked child, the path's next node, is none: re-filing it would only
+                        # push an entry invalid from the start, as rescore() says)
+                        if not child.lock:
+                            self._refile(child)
 
     def _insert(self, req: AcquireRequest, m: _Match) -> list[Node]:
         """Step 4: add the prompt's new units as a locked device leaf, and record the use of every

@@ -364,16 +364,15 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._reorder_each(nodes)
 
     def _reorder_each(self, nodes) -> None:
-        """Re-file each of ``nodes`` in turn, skipping those ``EvictionHeaps.refile`` would leave
-        as they are (no call: such are all but the last few nodes of a long conversation's
-        chain): a device node that is locked or has a device child (no victim entry), a host
-        node that is locked or has a child (no victim entry) under a host parent (no prefetch
-        entry). The engine's nodes only: a backend's are its own."""
+        """Re-file each of ``nodes`` in turn, skipping those whose re-filing would change no
+        decision (no call: such are all but the last few nodes of a long conversation's chain),
+        as ``PrefixCache.rescore`` does: a locked node, a device node with a device child, a host
+        node with a child under a host parent. The engine's nodes only: a backend's are its own."""
         reorder = self.context.reorder
         for node in nodes:
-            if node.__class__ is Node and (
-                    (node.lock or node.n_dev_children) if node.tier == DEVICE
-                    else (node.lock or node.children) and node.parent is not None and node.parent.tier != DEVICE):
+            if node.__class__ is Node and (node.lock or (
+                    node.n_dev_children if node.tier == DEVICE
+                    else node.children and node.parent is not None and node.parent.tier != DEVICE)):
                 continue
             reorder(node)
 
