@@ -389,8 +389,8 @@ class PrefixCache(Eviction):
                 self._locked_dev += node.tokens
                 if prefetches:  # its host children became prefetch candidates
                     for child in node.children.values():
-                        # (a locked child, the path's next node, is none: re-filing it would only
-                        # push an entry invalid from the start, as rescore() says)
+                        # (a locked child, such as the path's next node, is not one: re-filing it
+                        # would only push an entry invalid from the start, as rescore() says)
                         if not child.lock:
                             self._refile(child)
 
