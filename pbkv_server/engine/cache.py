@@ -314,9 +314,20 @@ class PrefixCache(Eviction):
         return node
 
     def rescore(self, records: Sequence[NodeScore]) -> None:
-        """Re-file the nodes whose score or prefetch value changed (a new prediction, an end)."""
+        """Re-file the nodes whose score or prefetch value changed (a new prediction, an end).
+
+        A node whose re-filing would change no decision is skipped without a call (most of a
+        long prompt's chain): a locked node (no victim entry; a prefetch entry it got would be
+        invalid from the start, and an invalid entry stays so: ``heaps.py``; its unlock re-files
+        it), a device node with a device child (no entry), a host node with a child under a host
+        parent (no entry)."""
+        refile = self._refile
         for rec in records:
-            self._refile(rec.owner)
+            node = rec.owner
+            if node.lock or (node.n_dev_children if node.tier == DEVICE
+                             else node.children and node.parent is not None and node.parent.tier != DEVICE):
+                continue
+            refile(node)
 
     def reorder(self) -> None:
         """Re-file every evictable node: the policy's order changed as a whole (the guard switched
@@ -378,7 +389,10 @@ class PrefixCache(Eviction):
                 self._locked_dev += node.tokens
                 if prefetches:  # its host children became prefetch candidates
                     for child in node.children.values():
-                        self._refile(child)
+                        # (a locked child, such as the path's next node, is not one: re-filing it
+                        # would only push an entry invalid from the start, as rescore() says)
+                        if not child.lock:
+                            self._refile(child)
 
     def _insert(self, req: AcquireRequest, m: _Match) -> list[Node]:
         """Step 4: add the prompt's new units as a locked device leaf, and record the use of every
@@ -539,6 +553,8 @@ class PrefixCache(Eviction):
         if node.lock == 0:
             if node.tier == DEVICE:
                 self._locked_dev -= node.tokens
+                if node.n_dev_children:  # not a victim: refile would file nothing (a released path)
+                    return
             self._refile(node)
 
     # ================================================================ internals

@@ -39,31 +39,37 @@ class Conversations:
     Args:
         refresh: ``refresh(node)``, re-files a node whose live state changed (the policy's
             cache's :meth:`~pbkv_server.engine.cache.PrefixCache.refresh`).
+
+    Attributes:
+        growing_apps: the apps :meth:`growing` is true of (kept at each count, so that a policy's
+            priority reads a set rather than recounting); read only.
+        live_of: node -> {conversation: None} whose live path holds it (what :meth:`live_in`
+            returns, for a policy's priority to read without a call); read only.
     """
 
     def __init__(self, refresh: Callable[[object], None]) -> None:
         self._refresh = refresh
         self._last: dict = {}  # conversation -> (prompt blocks, last block key) of its latest call
         self._path: dict = {}  # conversation -> {node: None}, its latest call's prompt path
-        self._live: dict = {}  # node -> {conversation: None} whose live path holds it
+        self.live_of: dict = {}  # node -> {conversation: None} whose live path holds it
         self._grow: dict = {}  # app -> [calls that extended their predecessor, calls with one]
+        self.growing_apps: set = set()  # apps whose count says they grow (membership only)
         self._app: dict = {}  # conversation -> its app
         self._call: dict = {}  # conversation -> id of its latest admitted call (see :meth:`cached`)
 
     # ------------------------------------------------------------------ queries
     def growing(self, app) -> bool:
         """True if most calls of ``app`` with a predecessor extended its prompt."""
-        count = self._grow.get(app)
-        return count is not None and count[0] > GROWING_SHARE * count[1]
+        return app in self.growing_apps
 
     def live(self, node, conversation: Hashable) -> bool:
         """True if ``node`` is on ``conversation``'s latest prompt path."""
-        convs = self._live.get(node)
+        convs = self.live_of.get(node)
         return convs is not None and conversation in convs
 
     def live_in(self, node) -> dict | None:
         """The conversations whose latest prompt path holds ``node`` (``None``: none)."""
-        return self._live.get(node)
+        return self.live_of.get(node)
 
     def app_of(self, conversation: Hashable):
         """App of the conversation's latest call (``None`` if it has none)."""
@@ -83,6 +89,10 @@ class Conversations:
             count[1] += 1
             if len(blocks) > n + 1 and blocks[n - 1] == key:  # longer, and holds the previous prompt
                 count[0] += 1
+            if count[0] > GROWING_SHARE * count[1]:
+                self.growing_apps.add(app)
+            else:
+                self.growing_apps.discard(app)
         if len(blocks) >= 2:
             # the last block is usually partial (hashed over fewer characters), so the next prompt,
             # which continues the text, holds a different key there: compare the one before it
@@ -104,7 +114,7 @@ class Conversations:
         new = dict.fromkeys(path)
         old = self._path.get(conversation)
         self._path[conversation] = new
-        live = self._live
+        live = self.live_of
         if old:
             for node in old:
                 if node not in new:
@@ -114,12 +124,16 @@ class Conversations:
                         if not convs:
                             del live[node]
                         self._refresh(node)  # no longer the conversation's next prefix
-        for node in new:
-            live.setdefault(node, {})[conversation] = None
+        for node in new:  # (not setdefault: it would build a dict per node, mostly for nothing)
+            convs = live.get(node)
+            if convs is None:
+                live[node] = {conversation: None}
+            else:
+                convs[conversation] = None
 
     def path(self, conversation: Hashable) -> list:
         """Nodes of the conversation's live path (cached ones; root first)."""
-        return [n for n in self._path.get(conversation, ()) if n in self._live]
+        return [n for n in self._path.get(conversation, ()) if n in self.live_of]
 
     def ended(self, conversation: Hashable) -> None:
         """The conversation ended (a workflow without a session, or a closed session): its path
@@ -130,7 +144,7 @@ class Conversations:
         old = self._path.pop(conversation, None)
         if not old:
             return
-        live = self._live
+        live = self.live_of
         for node in old:
             convs = live.get(node)
             if convs is not None and conversation in convs:
@@ -141,16 +155,16 @@ class Conversations:
 
     def split(self, top, bottom) -> None:
         """``bottom`` was cut and ``top`` is its new upper part: it is on every path ``bottom`` is."""
-        convs = self._live.get(bottom)
+        convs = self.live_of.get(bottom)
         if convs is None:
             return
-        self._live[top] = dict(convs)
+        self.live_of[top] = dict(convs)
         for conv in convs:
             self._path[conv][top] = None
 
     def drop(self, node) -> None:
         """``node`` left the cache."""
-        convs = self._live.pop(node, None)
+        convs = self.live_of.pop(node, None)
         if convs is not None:
             for conv in convs:
                 p = self._path.get(conv)

@@ -158,10 +158,17 @@ class NextUse:
             if q is not None and q <= 0.0:
                 continue
             waits = submit_t.get(w)
-            if waits:
-                hit = [waits[a] for a in agents if a in waits] if q is None else list(waits.values())
-                if hit:
-                    t = min(hit)
+            if waits:  # the oldest waiting request it is used by (loops: no list built per node)
+                if q is None:
+                    t = None
+                    for a in agents:
+                        if a in waits:
+                            s = waits[a]
+                            if t is None or s < t:
+                                t = s
+                else:
+                    t = min(waits.values())
+                if t is not None:
                     if t < best:
                         best = t
                     continue

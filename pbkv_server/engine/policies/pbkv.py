@@ -96,7 +96,7 @@ import heapq
 import itertools
 import math
 
-from ..radix import HOST
+from ..radix import DEVICE, HOST, Node
 from .base import register_policy
 from .conversation import Conversations
 from .host_order import NextUse
@@ -161,27 +161,40 @@ class PBKVPolicy(PBKVPaperPolicy):
         """See class docstring (every non-retired tuple has the same shape, so ties fall to LRU)."""
         if not self.context.host_capacity:
             return self._priority_no_host(node)
-        if self._wconv and self._growing_only(node):  # rule 8
-            rank = self._due_rank(node)
-            if rank is not None:
-                return rank
         sc = node.sc
-        if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
-            # rule 5: shared retired cache ranks with the oldest active workflow's
-            return (1, -self._oldest_age(), 0.0, node.last_access)
-        held = self._held_session(node)
-        if held is not None:  # rule 7: the next turn's prefix ranks with its session's age
-            return (1, -self._session_age.get(held, math.inf), HELD_USES, node.last_access)
-        shared = self._shared_rank(node)
-        if shared is not None:
-            return shared
-        keeper = min(self._age.get(w, math.inf) for w in sc.access)
-        score = self._score(node, sc)
-        if self._wait and self._waiting(node, sc):
-            return (2, -keeper, score, node.last_access)
-        if score < LOW_SCORE:
+        if self._wconv and sc is not None and sc.access:  # active cache, readers of growing apps possible
+            # each reader's score part (rule 7), computed once: rules 8, 2 and the score all read it
+            parts = self._parts(node, sc)
+            score = self._score_of(sc, parts)
+            if score >= LOW_SCORE and self._growing_only(parts):  # rule 8
+                return self._due_rank(node, parts)
+            if self.order_guard.fallback:  # rules 5 and 7 rank inactive cache only
+                return self._shared_rank(node)
+        else:
+            parts = None
+            if sc is not None and sc.retired and not sc.finished_private and not self.fallback:
+                # rule 5: shared retired cache ranks with the oldest active workflow's
+                return (1, -self._oldest_age(), 0.0, node.last_access)
+            held = self._held_session(node)
+            if held is not None:  # rule 7: the next turn's prefix ranks with its session's age
+                return (1, -self._session_age.get(held, math.inf), HELD_USES, node.last_access)
+            shared = self._shared_rank(node)
+            if shared is not None:
+                return shared
+        if parts is None:
+            score = sc.score
+        if self._wait and self._waiting_of(sc, parts):
+            band = 2
+        elif score < LOW_SCORE:
             return (1, -math.inf, score, node.last_access)
-        return (1, -keeper, score, node.last_access)
+        else:
+            band = 1
+        ages, keeper = self._age, math.inf  # the oldest reader's age (a loop: min() of a generator costs more)
+        for w in sc.access:
+            age = ages.get(w, math.inf)
+            if age < keeper:
+                keeper = age
+        return (band, -keeper, score, node.last_access)
 
     def _priority_no_host(self, node) -> tuple:
         """Device order without a host tier (rule 6): every device victim is lost, so active cache
@@ -196,20 +209,25 @@ class PBKVPolicy(PBKVPaperPolicy):
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
-        score = self._score(node, sc)
-        if self._wait and self._waiting(node, sc):
+        parts = self._parts(node, sc) if self._wconv else None  # once for the score and rule 2
+        score = sc.score if parts is None else self._score_of(sc, parts)
+        if self._wait and self._waiting_of(sc, parts):
             return (2, 0.0, score, node.last_access)
         return (1, 0.0, score, node.last_access)
 
     def _waiting(self, node, sc) -> bool:
         """True if a request of a (workflow, agent) that touched the node is submitted and not yet
         admitted (rule 2); on a growing conversation's live path, of any agent (rule 7)."""
+        return self._waiting_of(sc, self._parts(node, sc) if self._wconv else None)
+
+    def _waiting_of(self, sc, parts) -> bool:
+        """:meth:`_waiting` given the node's :meth:`_parts` (``None``: no part replaced)."""
         wait = self._wait
         for w, agents in sc.access.items():
             ws = wait.get(w)
             if ws is None:
                 continue
-            part = self._part(node, w)
+            part = None if parts is None else parts[w]
             if part is None:
                 if any(a in agents for a in ws):
                     return True
@@ -218,27 +236,40 @@ class PBKVPolicy(PBKVPaperPolicy):
         return False
 
     # ----------------------------------------------------------------- rule 7
-    def _part(self, node, w) -> float | None:
-        """Workflow ``w``'s score part in ``node`` under rule 7: ``None`` when Eq. 2's holds (``w``
-        is not of a growing app); else its total weight if the node is on its conversation's
-        live path (the next call of any agent extends it), 0 if not (history it no longer sends)."""
-        conv = self._wconv.get(w)
-        if conv is None or not self._conv.growing(conv[1]):
-            return None
-        if self._conv.live(node, conv[0]):
-            return self.context.board.total_weight(w)
-        return 0.0
+    def _parts(self, node, sc) -> dict:
+        """Each workflow ``w`` that touched the node (``sc``'s record), in ``sc.access`` order ->
+        its score part under rule 7: ``None`` when Eq. 2's holds (``w`` is not of a growing app);
+        else its total weight if the node is on its conversation's live path (the next call of
+        any agent extends it), 0 if not (history it no longer sends). One pass per priority,
+        whose rules read each part up to four times."""
+        wconv, conversations = self._wconv, self._conv
+        growing, live = conversations.growing_apps, conversations.live_of.get(node)
+        parts = {}
+        for w in sc.access:
+            conv = wconv.get(w)
+            if conv is None or conv[1] not in growing:
+                parts[w] = None
+            elif live is not None and conv[0] in live:
+                parts[w] = self.context.board.total_weight(w)
+            else:
+                parts[w] = 0.0
+        return parts
 
     def _score(self, node, sc) -> float:
-        """The node's score, Eq. 2 with each growing workflow's part replaced by :meth:`_part`."""
+        """The node's score, Eq. 2 with each growing workflow's part replaced (:meth:`_parts`)."""
         if not self._wconv:
             return sc.score
+        return self._score_of(sc, self._parts(node, sc))
+
+    @staticmethod
+    def _score_of(sc, parts) -> float:
+        """:meth:`_score` given the node's :meth:`_parts`."""
         score = sc.score
         changed = False
-        for w in sc.access:
-            part = self._part(node, w)
+        contrib = sc.contrib
+        for w, part in parts.items():
             if part is not None:
-                score += part - sc.contrib[w][0]
+                score += part - contrib[w][0]
                 changed = True
         if not changed:
             return score
@@ -267,61 +298,82 @@ class PBKVPolicy(PBKVPaperPolicy):
         """Host drop order: retired first, then active cache whose estimated next use
         (:meth:`.host_order.NextUse.estimate`, engine seconds) is farthest; unhinted cache and the
         guard's fallback rank as in ``lru``."""
+        sc = node.sc
+        if self._wconv and sc is not None and sc.access and not self.order_guard.fallback:
+            # active cache, predicted order (what the checks below come to, in fewer steps)
+            parts = self._parts(node, sc)
+            return (1, -self._next.estimate(sc, parts.__getitem__), self._score_of(sc, parts), node.last_access)
         if self._held_session(node) is not None:  # rule 7: used by the session's next turn, when unknown
             return (1, -math.inf, HELD_USES, node.last_access)
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
-        sc = node.sc
         if not self._wconv:
             return (1, -self._next.estimate(sc), sc.score, node.last_access)
-        return (1, -self._next.estimate(sc, lambda w: self._part(node, w)), self._score(node, sc), node.last_access)
+        parts = self._parts(node, sc)
+        return (1, -self._next.estimate(sc, parts.__getitem__), self._score_of(sc, parts), node.last_access)
 
     # ----------------------------------------------------------------- rule 8
-    def _growing_only(self, node) -> bool:
-        """True if the node is active, not retired, and each of its readers is a workflow of a
-        growing app (rule 8 ranks it); never under the guard's fallback."""
-        sc = node.sc
-        if sc is None or not sc.access or sc.retired or self.fallback:
-            return False
-        wconv, growing = self._wconv, self._conv.growing
-        for w in sc.access:
-            conv = wconv.get(w)
-            if conv is None or not growing(conv[1]):
-                return False
-        return True
+    def _growing_only(self, parts) -> bool:
+        """True if each reader of an active node (``parts``: its :meth:`_parts`) is a workflow of
+        a growing app (every part replaced: rule 8 ranks it); never under the guard's fallback.
+        (Active cache is never retired.)"""
+        return not self.order_guard.fallback and None not in parts.values()
 
-    def _due_rank(self, node) -> tuple | None:
+    def _due_rank(self, node, parts) -> tuple:
         """Rule 8's device rank (with a host tier) of an active node that only growing
-        conversations read: ``(1, GROWING_KEY, -due, t)``, waiting (rule 2) band 2, with ``due``
+        conversations read (``parts``: its :meth:`_parts`) and whose score is at least
+        :data:`LOW_SCORE` (below, rule 1 ranks it: history off the live path, a conversation
+        expected to end): ``(1, GROWING_KEY, -due, t)``, waiting (rule 2) band 2, with ``due``
         the node's next use as rule 3 estimates it for the host order (engine seconds): above
         all other cache of its band, whose second key (``-age``, ``-inf`` for low scores) is at
-        most 0, and by due among itself. ``None`` (rule 1 ranks it) for a score below
-        :data:`LOW_SCORE` (history off the live path, a conversation expected to end)."""
+        most 0, and by due among itself."""
         sc = node.sc
-        if self._score(node, sc) < LOW_SCORE:
-            return None
-        due = self._due_estimate().estimate(sc, lambda w: self._part(node, w))
-        band = 2 if self._wait and self._waiting(node, sc) else 1
+        due = self._due_estimate().estimate(sc, parts.__getitem__)
+        band = 2 if self._wait and self._waiting_of(sc, parts) else 1
         return (band, GROWING_KEY, -due, node.last_access)
 
     def _due_estimate(self) -> NextUse:
         """The next-use estimate rule 8 reads: rule 3's (the app's mean gaps)."""
         return self._next
 
-    def _refile_growing(self, wid) -> None:
-        """Re-file a growing conversation's nodes on both tiers and its live path (rule 8: its
-        estimate moved); other workflows' nodes keep rules 1-7's re-filing. Without a host tier
-        rule 8 does not apply: nothing to do."""
+    def _rule8_conversation(self, wid):
+        """The conversation whose nodes rule 8 re-files on workflow ``wid``'s events (``wid``'s,
+        with a host tier and of a growing app), else ``None``: without a host tier rule 8 does
+        not apply, and other workflows' nodes keep rules 1-7's re-filing."""
         if not self.context.host_capacity:
-            return
+            return None
         conv = self._wconv.get(wid)
         if conv is None or not self._conv.growing(conv[1]):
-            return
+            return None
+        return conv[0]
+
+    def _refile_growing(self, wid, conv) -> None:
+        """Re-file growing conversation ``conv``'s nodes on both tiers (those of its workflow
+        ``wid``) and its live path (rule 8: its estimate moved), as re-filing each of the
+        workflow's nodes and then each node of the path would, at less cost.
+
+        Each node is re-filed once: a node's last re-filing decides its entry (its key, and its
+        place among equal keys: the order of the last re-filings, ``heaps.py``), so a path node
+        is re-filed with the path only, and the callers skip the re-filings of rules 2, 3 and 7
+        that this one follows in the same event (no eviction runs between them)."""
+        path = self._conv.path(conv)
+        on_path = set(path)
+        nodes = [rec.owner for rec in self.context.board.records(wid) if rec.owner not in on_path]
+        nodes += path
+        self._reorder_each(nodes)
+
+    def _reorder_each(self, nodes) -> None:
+        """Re-file each of ``nodes`` in turn, skipping those whose re-filing would change no
+        decision (no call: such are all but the last few nodes of a long conversation's chain),
+        as ``PrefixCache.rescore`` does: a locked node, a device node with a device child, a host
+        node with a child under a host parent. The engine's nodes only: a backend's are its own."""
         reorder = self.context.reorder
-        for rec in self.context.board.records(wid):
-            reorder(rec.owner)
-        for node in self._conv.path(conv[0]):
+        for node in nodes:
+            if node.__class__ is Node and (node.lock or (
+                    node.n_dev_children if node.tier == DEVICE
+                    else node.children and node.parent is not None and node.parent.tier != DEVICE)):
+                continue
             reorder(node)
 
     def _shared_rank(self, node) -> tuple | None:
@@ -353,40 +405,52 @@ class PBKVPolicy(PBKVPaperPolicy):
         self._next.invocation(wid, wf.app, agent, self._now())
         conv = wf.session if wf.session is not None else wid
         self._wconv[wid] = (conv, wf.app)
+        if self._rule8_conversation(wid) is not None:
+            # rule 8 re-files every node of the workflow and its live path: that supersedes the
+            # re-filings below (see _refile_growing)
+            self._refile_growing(wid, conv)
+            return
         self._refile(wid, agent)
         self._refile_host(wid)
-        for node in self._conv.path(conv):  # its total weight changed with the prediction (rule 7)
-            self._refresh_node(node)
-        self._refile_growing(wid)
+        self._reorder_each(self._conv.path(conv))  # its total weight changed with the prediction (rule 7)
 
     def on_admit(self, admission, path) -> None:
         """The request was admitted: its agent no longer waits (its path is locked meanwhile)."""
         wf = admission.workflow
         if wf is None:
             return
-        self._admitted(wf, admission, path)
-        self._refile_growing(wf.workflow_id)  # rule 8: its live path and estimate moved
+        conv = self._admitted(wf, admission, path)
+        if conv is not None:
+            self._refile_growing(wf.workflow_id, conv)  # rule 8: its live path and estimate moved
 
-    def _admitted(self, wf, admission, path) -> None:
+    def _admitted(self, wf, admission, path):
+        """The admission's bookkeeping (live path, waiting requests, next-use estimate) and the
+        re-filings of rules 2 and 3; returns the conversation rule 8 re-files next (its
+        re-filing supersedes theirs, which are then skipped: see :meth:`_refile_growing`), or
+        ``None``."""
         conv = self._wconv.get(wf.workflow_id)
         if conv is not None and admission.request is not None:
             self._conv.admitted(conv[0], conv[1], admission.blocks, path, admission.request.request_id)
+        growing = self._rule8_conversation(wf.workflow_id)  # after admitted(): it counts the growth
         if not self._wait:
-            return
+            return growing
         wid, agent = wf.workflow_id, admission.agent
         ws = self._wait.get(wid)
         if ws is None or agent not in ws:
-            return  # an internal request (speculative prefill), or one of an ended incarnation
+            return growing  # an internal request (speculative prefill), or one of an ended incarnation
         ws[agent] -= 1
         still = ws[agent] > 0
         if not still:
             del ws[agent]
             if not ws:
                 del self._wait[wid]
-            self._refile(wid, agent)
+            if growing is None:
+                self._refile(wid, agent)
         req = admission.request
         self._next.admitted(wid, wf.app, agent, req.request_id if req is not None else None, self._now(), still)
-        self._refile_host(wid)
+        if growing is None:
+            self._refile_host(wid)
+        return growing
 
     def on_prompt_cached(self, request, wf, path) -> None:
         """The request's prompt is now cached deeper than at its admission (SGLang inserts it after
@@ -401,8 +465,11 @@ class PBKVPolicy(PBKVPaperPolicy):
             return
         wid = wf.workflow_id
         self._next.finished(wid, wf.app, request.request_id, self._now())
-        self._refile_host(wid)
-        self._refile_growing(wid)
+        conv = self._rule8_conversation(wid)
+        if conv is None:
+            self._refile_host(wid)
+        else:
+            self._refile_growing(wid, conv)  # supersedes rule 3's re-filing of its host nodes
 
     def on_session_close(self, session_id: str) -> None:
         """Forget a closed session's age (its later turns, if any, start a new one) and its live path."""
@@ -479,16 +546,13 @@ class PBKVPolicy(PBKVPaperPolicy):
     def _refile_host(self, wid) -> None:
         """Re-file workflow ``wid``'s host nodes (their next-use estimate changed); device nodes
         keep their entries (the device order does not read the estimate)."""
-        reorder = self.context.reorder
-        for rec in self.context.board.records(wid):
-            node = rec.owner
-            if node.tier == HOST:
-                reorder(node)
+        self._reorder_each([rec.owner for rec in self.context.board.records(wid) if rec.owner.tier == HOST])
 
     def _refile(self, wid, agent) -> None:
         """Re-file the nodes ``agent`` of workflow ``wid`` touched (their waiting rank changed)."""
-        reorder = self.context.reorder
+        nodes = []
         for rec in self.context.board.records(wid):
             agents = rec.access.get(wid)
             if agents is not None and agent in agents:
-                reorder(rec.owner)
+                nodes.append(rec.owner)
+        self._reorder_each(nodes)
