@@ -3,16 +3,17 @@
 A generated block is the text between ``<!-- name:begin -->`` and ``<!-- name:end -->`` in a
 Markdown page; a ``scripts/make_*_docs.py`` script renders its body from code or runs, and
 ``tests/docs/test_figures.py`` does not scan it for typed figures. Shared by
-``make_coding_agent_docs.py``, ``make_profile_docs.py`` and ``make_alternatives_docs.py``.
+``make_coding_agent_docs.py``, ``make_profile_docs.py``, ``make_alternatives_docs.py`` and the scripts that render a block from a JSON (:func:`json_block_main`).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-__all__ = ["BlockError", "markers", "replace_block", "write_or_check"]
+__all__ = ["BlockError", "markers", "replace_block", "write_or_check", "load_json", "json_block_main"]
 
 
 class BlockError(ValueError):
@@ -58,3 +59,24 @@ def write_or_check(script: str, page: Path, render: Callable[[str], str], descri
         return int(new != text)
     page.write_text(new, encoding="utf-8")
     return 0
+
+
+def load_json(path: Path, error: type[Exception] = BlockError) -> Any:
+    """``path``'s JSON; a missing or unreadable file raises ``error`` with one line saying so."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise error(f"{path}: not readable JSON ({exc})") from None
+
+
+def json_block_main(script: str, page: Path, render: Callable[[str], str], description: str,
+                    argv: list[str] | None, errors: tuple[type[Exception], ...]) -> int:
+    """:func:`write_or_check` of a page rendered from a JSON (:func:`load_json`): an exception of
+    ``errors`` from ``render`` is reported as a page without its block is, one line and exit 2."""
+    def _render(text: str) -> str:
+        try:
+            return render(text)
+        except errors as exc:
+            raise BlockError(str(exc)) from None
+
+    return write_or_check(script, page, _render, description, argv)

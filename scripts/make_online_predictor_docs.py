@@ -18,13 +18,12 @@ A JSON that is not the benchmark's, or whose traces are not :data:`TRACES` in or
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from generated_blocks import BlockError, replace_block, write_or_check  # noqa: E402
+from generated_blocks import json_block_main, load_json, replace_block  # noqa: E402
 
 PAGE = ROOT / "docs" / "predictor.md"
 BLOCK = "online-predictors"
@@ -94,10 +93,7 @@ def block(data: dict) -> str:
 
 
 def load(path: Path = JSON) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not readable JSON ({exc})") from None
+    return load_json(path, InputError)
 
 
 def render(page: str, body: str) -> str:
@@ -106,13 +102,8 @@ def render(page: str, body: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    def _render(page: str) -> str:
-        try:
-            return render(page, block(load()))
-        except InputError as exc:  # reported like a page without its block: one line, exit 2
-            raise BlockError(str(exc)) from None
-
-    return write_or_check("make_online_predictor_docs", PAGE, _render, __doc__.split("\n\n")[0], argv)
+    return json_block_main("make_online_predictor_docs", PAGE, lambda page: render(page, block(load())),
+                           __doc__.split("\n\n")[0], argv, (InputError,))
 
 
 if __name__ == "__main__":
