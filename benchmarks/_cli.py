@@ -8,6 +8,7 @@ errors: ``error: ...`` on one line and exit status 2, with no file written.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -16,7 +17,7 @@ from pbkv_contract.files import output_problem
 from pbkv_contract.trace import TraceFormatError
 from pbkv_server.sim.simulator import SimulationError
 
-__all__ = ["OneLineParser", "run_script", "check_output"]
+__all__ = ["OneLineParser", "run_script", "check_output", "write_json"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -50,3 +51,12 @@ def check_output(parser: argparse.ArgumentParser, json_out: Optional[Path], inpu
     problem = output_problem(json_out, list(inputs))
     if problem:
         parser.error(f"--json {json_out}: {problem}")
+
+
+def write_json(path: Path, data) -> None:
+    """Replace ``path`` with ``data`` as JSON at once (its folders made, written aside, then
+    renamed): a run stopped mid-write keeps the last file whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)

@@ -41,7 +41,7 @@ from pbkv_server.hardware.profiles import MAX_HOST_RATIO, PAPER_HOST_RATIO, get_
 from pbkv_server.sim.progress import ReplayBar, replay_progress
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import write_trace
-from _cli import OneLineParser, check_output, run_script
+from _cli import OneLineParser, check_output, run_script, write_json
 from pbkv_contract.trace import read_trace
 
 
@@ -120,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
                             if "guard" in r:
                                 row[policy]["guard"] = r["guard"]
                             if args.json:
-                                _write(args.json, results)
+                                write_json(args.json, results)
                         _print_row(f"{key} host={args.host_ratio:g}x", row, args.per_app)
     if before is not None:
         _print_change(before, results, policies)
     if args.json:
-        _write(args.json, results)
+        write_json(args.json, results)
     return 0
 
 
@@ -181,13 +181,6 @@ def _read_matrix(p: argparse.ArgumentParser, path: Path, option: str) -> dict[st
             for row in results.values()):
         p.error(f"{option}: {path} is not a policy_matrix --json (cell -> policy -> figures)")
     return results
-
-
-def _write(path: Path, results: dict[str, dict]) -> None:
-    """Replace ``path`` at once (write aside, then rename): a run stopped mid-write keeps the last file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(results, indent=1, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
 
 
 def _print_row(key: str, row: dict, per_app: bool) -> None:

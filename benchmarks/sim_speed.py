@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,9 +37,12 @@ from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import generate
 
+from _cli import OneLineParser, check_output, run_script, write_json
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; bad input raises (``run_script`` prints it as one line)."""
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workflows", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--profile", default="h100-qwen2.5-32b")
@@ -47,15 +51,19 @@ def main() -> None:
     parser.add_argument("--predictor", default="oracle")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trace", default=None, help="replay this trace file instead of a synthetic one")
-    parser.add_argument("--policies", default="lru,opt", help="with --trace: comma-separated policies")
+    parser.add_argument("--policies", default=None, help="with --trace: comma-separated policies (default lru,opt)")
     parser.add_argument("--host-ratio", type=float, default=None,
                         help="with --trace: host tier = RATIO x device (default: the profile's host size)")
-    parser.add_argument("--json", default=None, help="with --trace: add this setting's figures to this JSON file "
+    parser.add_argument("--json", type=Path, default=None, help="with --trace: add this setting's figures to this JSON file "
                         "(scripts/make_replay_cost_docs.py tables it)")
-    args = parser.parse_args()
-    if args.trace is not None:
+    args = parser.parse_args(argv)
+    if args.trace is None:
+        if args.policies is not None or args.json is not None or args.host_ratio is not None:
+            parser.error("--policies, --host-ratio and --json need --trace")
+    else:
+        check_output(parser, args.json, [args.trace])
         replay_trace(args)
-        return
+        return 0
 
     t0 = time.perf_counter()
     records = list(generate("codegen", args.workflows, seed=args.seed))
@@ -82,6 +90,7 @@ def main() -> None:
     print(f"replay total, {online} online policies: {core:.1f} s wall, {core_cpu:.1f} s CPU "
           f"(target <= 60 s); with the offline ones, {len(names)} policies: {total:.1f} s wall, {total_cpu:.1f} s CPU; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    return 0
 
 
 def replay_trace(args: argparse.Namespace) -> None:
@@ -89,17 +98,25 @@ def replay_trace(args: argparse.Namespace) -> None:
     from pbkv_contract.trace import read_trace
     from pbkv_server.hardware.profiles import host_tokens_for
 
+    # everything that can be refused is refused before the first replay (minutes of CPU each)
+    policies = (args.policies or "lru,opt").split(",")
+    for policy in policies:
+        policy_info(policy)  # an unknown name raises, listing the known ones
+    data = _read_json(args.json) if args.json is not None else {}
     records = read_trace(args.trace)
     workload = load_workload(records)
     profile = get_profile(args.profile)
-    device = args.device_tokens
+    make_predictor(args.predictor, 3, records)  # an unknown spec raises
+    device = args.device_tokens if args.device_tokens is not None else profile.device_kv_tokens
+    if device < 1:
+        raise ValueError(f"--device-tokens must be >= 1, got {device}")
     host = host_tokens_for(profile, device, None, args.host_ratio)
     n = workload.invocations
     print(f"{args.trace}: {workload.workflow_count} workflows, {n} invocations; C={args.concurrency}, "
           f"{args.profile}, host {host} tok")
     first = None
     rows = []
-    for policy in args.policies.split(","):
+    for policy in policies:
         predictor = make_predictor(args.predictor, 3, records)
         c0 = time.process_time()
         result = simulate(workload, ReplayConfig(policy, profile, device_tokens=device, host_tokens=host),
@@ -113,15 +130,26 @@ def replay_trace(args: argparse.Namespace) -> None:
                      "order_runs": runs, "hit_rate": result.summary["hit_rate"],
                      "mean_latency_s": result.summary["mean_latency_s"],
                      "order_run_mean_latency_s": result.summary.get("order_run_mean_latency_s")})
-    if args.json:
-        path = Path(args.json)
-        data = json.loads(path.read_text()) if path.exists() else {}
+    if args.json is not None:
         key = f"{Path(args.trace).name} {args.profile} C={args.concurrency} device={device} host={host}"
         data[key] = {"trace": Path(args.trace).name, "invocations": n, "workflows": workload.workflow_count,
                      "profile": args.profile, "concurrency": args.concurrency, "device_tokens": device,
                      "host_tokens": host, "predictor": args.predictor, "load_average": os.getloadavg()[0],
                      "commit": _commit(), "rows": rows}
-        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        write_json(args.json, data)
+
+
+def _read_json(path: Path) -> dict:
+    """What ``--json`` holds already (other settings are kept); refused unless a JSON object."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"--json {path}: not JSON ({exc}); move it away or name another file") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--json {path}: not a JSON object of this script; move it away or name another file")
+    return data
 
 
 def _commit() -> str:
@@ -135,4 +163,4 @@ def _commit() -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

@@ -1,0 +1,64 @@
+"""``benchmarks/sim_speed.py --trace`` at its command line: bad input is one line and exit status 2,
+refused before the first replay (minutes of CPU on a real trace); ``--json`` keeps other settings,
+makes missing folders, and records the device size the replay used."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pbkv_server.hardware.profiles import get_profile
+from pbkv_server.sim.synth.agents import write_trace
+
+from .sim_fixtures import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def speed():
+    return load_benchmark("sim_speed")
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("speed") / "t.jsonl"
+    write_trace(str(path), graph="codegen", workflows=4, seed=3)
+    return path
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--policies", "lru,nope"], "unknown policy 'nope'"),
+    (["--profile", "nope"], "unknown hardware profile 'nope'"),
+    (["--predictor", "nope"], "unknown predictor 'nope'"),
+    (["--device-tokens", "0"], "--device-tokens must be >= 1"),
+])
+def test_bad_input_is_one_line_before_any_replay(speed, trace, capsys, monkeypatch, args, message):
+    def no_replay(*a, **k):
+        raise AssertionError("replayed before refusing the input")
+
+    monkeypatch.setattr(speed, "simulate", no_replay)
+    assert speed.run_script(speed.main, ["--trace", str(trace), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_a_corrupt_json_is_refused_before_any_replay_and_left_as_it_was(speed, trace, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "cost.json"
+    out.write_text("{bad")
+    monkeypatch.setattr(speed, "simulate", lambda *a, **k: pytest.fail("replayed before refusing --json"))
+    assert speed.run_script(speed.main, ["--trace", str(trace), "--json", str(out)]) == 2
+    assert "not JSON" in capsys.readouterr().err and out.read_text() == "{bad"
+
+
+def test_json_keeps_other_settings_makes_folders_and_names_the_device_used(speed, trace, tmp_path):
+    out = tmp_path / "new" / "cost.json"
+    profile = "a6000x8-qwen3-32b-tp8"
+    assert speed.main(["--trace", str(trace), "--policies", "lru", "--profile", profile, "--json", str(out)]) == 0
+    out.write_text(json.dumps({"other": {"kept": True}, **json.loads(out.read_text())}))
+    assert speed.main(["--trace", str(trace), "--policies", "lru", "--profile", profile, "--host-ratio", "0",
+                       "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    device = get_profile(profile).device_kv_tokens  # no --device-tokens: the profile's, as the replay used
+    assert data["other"] == {"kept": True}
+    assert f"t.jsonl {profile} C=32 device={device} host=0" in data
+    row = data[f"t.jsonl {profile} C=32 device={device} host=0"]["rows"][0]
+    assert row["policy"] == "lru" and row["cpu_vs_first"] == 1.0 and row["order_runs"] == 1
