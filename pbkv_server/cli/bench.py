@@ -151,15 +151,16 @@ class _ReplayPlan:
 
 def _replay_plan(s: ReplaySettings) -> _ReplayPlan:
     """The checks of ``replay``'s options, in order; each failure is one line and exit 2."""
-    from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
+    from pbkv_server.engine.policies import (BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies,
+                                             parse_policy_list, policy_info)
     from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile, host_tokens_for
     from pbkv_server.sim.cluster import ROUTERS
 
     known = available_policies(REPLAY)
-    policies = known if s.policy is None else [p.strip() for p in s.policy.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in known]
-    if not policies or unknown:
-        raise _fail(f"unknown policy {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
+    try:  # an empty item or a repeat is refused, as in study and the benchmark scripts
+        policies = known if s.policy is None else parse_policy_list(s.policy, REPLAY)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     if s.concurrency < 1:
         raise _fail("--concurrency must be >= 1")
     try:
