@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from pbkv_contract.files import output_problem
+from pbkv_contract.files import output_problem, replace_file
 from pbkv_contract.trace import TraceFormatError
 from pbkv_server.sim.simulator import SimulationError
 
@@ -55,8 +55,5 @@ def check_output(parser: argparse.ArgumentParser, json_out: Optional[Path], inpu
 
 def write_json(path: Path, data) -> None:
     """Replace ``path`` with ``data`` as JSON at once (its folders made, written aside, then
-    renamed): a run stopped mid-write keeps the last file whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    renamed, as every pbkv-bench output): a run stopped mid-write keeps the last file whole."""
+    replace_file(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8"))

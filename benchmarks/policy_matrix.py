@@ -34,7 +34,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, available_policies, policy_info
+from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, available_policies, parse_policy_list, policy_info
 from pbkv_server.predictors import DEFAULT_ONLINE_PREDICTOR, make_predictor
 from pbkv_server.sim.measures import latency_speedup
 from pbkv_server.hardware.profiles import MAX_HOST_RATIO, PAPER_HOST_RATIO, get_profile
@@ -81,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, ImportError) as exc:
             p.error(f"--predictor: {exc}")
     profile = get_profile(args.profile)
-    policies = args.policy.split(",")
+    try:  # an empty item or a repeat is refused, as in pbkv-bench replay
+        policies = parse_policy_list(args.policy, REPLAY)
+    except ValueError as exc:
+        p.error(str(exc))
     results: dict[str, dict] = _read_matrix(p, args.json, "--resume") if args.resume and args.json.exists() else {}
     before = _read_matrix(p, args.compare, "--compare") if args.compare else None  # before hours of replay
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from pbkv_server.engine.policies import REPLAY, available_policies, policy_info
+from pbkv_server.engine.policies import REPLAY, available_policies, parse_policy_list, policy_info
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
@@ -99,9 +99,8 @@ def replay_trace(args: argparse.Namespace) -> None:
     from pbkv_server.hardware.profiles import host_tokens_for
 
     # everything that can be refused is refused before the first replay (minutes of CPU each)
-    policies = (args.policies or "lru,opt").split(",")
-    for policy in policies:
-        policy_info(policy)  # an unknown name raises, listing the known ones
+    # an unknown name, an empty item or a repeat raises, as in pbkv-bench replay
+    policies = parse_policy_list("lru,opt" if args.policies is None else args.policies, REPLAY, "--policies")
     data = _read_json(args.json) if args.json is not None else {}
     records = read_trace(args.trace)
     workload = load_workload(records)

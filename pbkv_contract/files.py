@@ -11,9 +11,9 @@ import errno
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
-__all__ = ["output_problem", "folder_problem", "shared_output", "make_parents"]
+__all__ = ["output_problem", "folder_problem", "shared_output", "make_parents", "replace_file"]
 
 
 def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.PathLike[str] | str] = (),
@@ -68,6 +68,26 @@ def make_parents(path: os.PathLike[str] | str) -> None:
     if not ancestor.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, f"{ancestor} is a file, not a directory")
     parent.mkdir(parents=True, exist_ok=True)
+
+
+def replace_file(path: os.PathLike[str] | str, write: Callable[[Path], object]) -> None:
+    """Write output file ``path`` whole or not at all: its missing folders are made
+    (:func:`make_parents`), ``write(tmp)`` writes a file beside it, which is then renamed over
+    ``path``. A write that fails or is stopped leaves the previous ``path`` as it was and removes
+    ``tmp``, so a results file is never half a file.
+
+    ``tmp`` (``.partial-NAME``, in the same folder: a rename across file systems is not atomic)
+    keeps ``path``'s suffix and only it, since writers such as matplotlib's ``savefig`` pick the
+    format from the suffix.
+    """
+    out = Path(path)
+    make_parents(out)
+    tmp = out.with_name(f".partial-{out.name}")
+    try:
+        write(tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def folder_problem(folder: os.PathLike[str] | str) -> str | None:

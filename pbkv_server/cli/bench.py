@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pbkv_contract.extras import missing_module_line
-from pbkv_contract.files import output_problem, shared_output
+from pbkv_contract.files import output_problem, replace_file, shared_output
 from pbkv_server.cli.bench_settings import MAX_HORIZON, MAX_REPLICAS, AdviseSettings, ReplaySettings
 from pbkv_server.cli.settings import command
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE
@@ -44,11 +44,12 @@ console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
 
 def _check_outputs(trace: Path, json_out: Path | None, plot: Path | None) -> None:
-    """Refuse (one line, exit 2) a ``--json`` / ``--plot`` path that cannot be written, whose folder
-    does not exist (``--plot /nonexistent/dir/x.png`` made the folders silently), that is the input
-    ``trace``, or that both options name, before any replay starts."""
+    """Refuse (one line, exit 2) a ``--json`` / ``--plot`` path that cannot be written (a directory,
+    an unwritable place), that is the input ``trace``, or that both options name, before any replay
+    starts. Missing folders are fine: :func:`_write_outputs` makes them, as ``synth --out`` and
+    ``pbkv-sdk import --out`` do."""
     for option, path in (("--json", json_out), ("--plot", plot)):
-        problem = output_problem(path, [trace], folder_must_exist=True)
+        problem = output_problem(path, [trace])
         if problem:
             raise _fail(f"{option} {path}: {problem}")
     if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:
@@ -151,15 +152,16 @@ class _ReplayPlan:
 
 def _replay_plan(s: ReplaySettings) -> _ReplayPlan:
     """The checks of ``replay``'s options, in order; each failure is one line and exit 2."""
-    from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
+    from pbkv_server.engine.policies import (BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies,
+                                             parse_policy_list, policy_info)
     from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile, host_tokens_for
     from pbkv_server.sim.cluster import ROUTERS
 
     known = available_policies(REPLAY)
-    policies = known if s.policy is None else [p.strip() for p in s.policy.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in known]
-    if not policies or unknown:
-        raise _fail(f"unknown policy {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
+    try:  # an empty item or a repeat is refused, as in study and the benchmark scripts
+        policies = known if s.policy is None else parse_policy_list(s.policy, REPLAY)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     if s.concurrency < 1:
         raise _fail("--concurrency must be >= 1")
     try:
@@ -360,13 +362,16 @@ def engine_model_lines(results: dict[str, dict]) -> list[str]:
 
 def _write_outputs(json_out: Path | None, plot: Path | None, write_json_to: Callable[[Path], None],
                    plot_to: Callable[[Path], None]) -> None:
-    """Write the ``--json`` and ``--plot`` files that were asked for, saying so; an OS error is one line."""
+    """Write the ``--json`` and ``--plot`` files that were asked for, saying so; an OS error is one line.
+
+    Each is written aside and renamed (:func:`~pbkv_contract.files.replace_file`, its folders
+    made): a run stopped while writing keeps the previous results file whole."""
     try:
         if json_out is not None:
-            write_json_to(json_out)
+            replace_file(json_out, write_json_to)
             console.print(f"wrote {json_out}")
         if plot is not None:
-            plot_to(plot)
+            replace_file(plot, plot_to)
             console.print(f"wrote {plot}")
     except OSError as exc:
         raise _fail(f"cannot write the results: {exc}") from None
@@ -396,7 +401,7 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
         raise _fail(missing_module_line("pbkv-bench", exc, "server") or _trace_problem(s.trace, exc)) from None
     for line in advice_lines(advice):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    _write_outputs(s.json_out, s.plot, lambda path: _write_text(path, _json.dumps(advice.to_json(), indent=2) + "\n"),
+    _write_outputs(s.json_out, s.plot, lambda path: path.write_text(_json.dumps(advice.to_json(), indent=2) + "\n"),
                    lambda path: plot_advice(str(path), advice))
 
 
@@ -433,10 +438,6 @@ def _advise_hardware(s: AdviseSettings) -> Any:
         except ImportError as exc:
             raise _fail(missing_module_line("pbkv-bench", exc, "server") or str(exc)) from None
     return hw
-
-
-def _write_text(path: Path, text: str) -> None:
-    path.write_text(text)  # its folder exists: _check_outputs refused a missing one
 
 
 def _rate(value: float | None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import socket
 import threading
 import time
@@ -81,13 +82,8 @@ def run_in_thread(
         RuntimeError: the server did not start within ``startup_timeout_s``.
     """
     config = config or ServerConfig(port=0)
-    sock = _bind(config.host, config.port)
+    app, sock = _checked_app_and_socket(config, make_engine_config)
     config = replace(config, port=sock.getsockname()[1])
-    try:
-        app = create_app(config, make_engine_config)
-    except BaseException:
-        sock.close()
-        raise
     server = uvicorn.Server(_uvicorn_config(app, config))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="pbkv-server", daemon=True)
     thread.start()
@@ -110,16 +106,34 @@ def serve_forever(config: ServerConfig, announce: Callable[[str], None] | None =
     Raises:
         ValueError: invalid configuration. OSError: the address cannot be bound.
     """
-    sock = _bind(config.host, config.port)
+    app, sock = _checked_app_and_socket(config)
     config = replace(config, port=sock.getsockname()[1])
-    try:
-        app = create_app(config)
-    except BaseException:
-        sock.close()
-        raise
     if announce is not None:
         announce(f"http://{_url_host(config.host)}:{config.port}")
     uvicorn.Server(_uvicorn_config(app, config)).run(sockets=[sock])
+
+
+def _checked_app_and_socket(config: ServerConfig, make_engine_config: Callable[[], EngineConfig] | None = None,
+                            ) -> tuple[Any, socket.socket]:
+    """The app, then the bound socket: every setting (policy, profile, predictor, scenario, trace) is
+    checked before the address, so a bad setting is told first even when the port is busy too (as
+    SGLang and vLLM check their arguments before they listen). The app does not read the port.
+
+    Raises:
+        ValueError: invalid configuration. OSError: the address cannot be bound (a trace file this
+            start created is removed again: nothing was served into it).
+    """
+    trace = config.trace_out
+    new_trace = trace is not None and not os.path.exists(trace)
+    app = create_app(config, make_engine_config)
+    try:
+        return app, _bind(config.host, config.port)
+    except BaseException:
+        if app.state.service.trace is not None:
+            app.state.service.trace.close()
+            if new_trace and os.path.isfile(trace) and os.path.getsize(trace) == 0:
+                os.remove(trace)
+        raise
 
 
 def _uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:

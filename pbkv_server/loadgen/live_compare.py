@@ -47,7 +47,7 @@ from pbkv_contract.trace import (
     group_workflows,
     read_trace,
 )
-from pbkv_contract.files import output_problem
+from pbkv_contract.files import output_problem, replace_file
 from pbkv_server.engine.cost import HardwareProfile
 from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, sglang_policy_names
 from pbkv_server.loadgen.live_replay import PromptBook, ReplaySummary, check_arguments, replay
@@ -275,11 +275,10 @@ def command(
     sim["prompt_tokens"] = sum(r.prompt_tokens for r in matched if isinstance(r, InvocationRecord))
     _print(trace, settings, concurrency, live, sim, hw)
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
         payload = {"settings": settings.__dict__, "concurrency": concurrency, "profile": hw.name,
                    "live": {k: v for k, v in live.to_json().items() if k != "results"},
                    "sim": {k: v for k, v in sim.items() if k != "timeline"}}
-        json_out.write_text(json.dumps(payload, indent=1, default=str))
+        replace_file(json_out, lambda tmp: tmp.write_text(json.dumps(payload, indent=1, default=str)))
 
 
 def _print(trace: Path, s: ServerSettings, concurrency: int, live: ReplaySummary, sim: dict, hw) -> None:

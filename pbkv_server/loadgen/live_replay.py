@@ -41,7 +41,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pbkv_contract.files import output_problem
+from pbkv_contract.files import output_problem, replace_file
 from pbkv_contract.hints import BODY_KEY, END_PATH, Hints
 from pbkv_contract.trace import (
     InvocationRecord,
@@ -482,8 +482,7 @@ def command(
         raise typer.Exit(code=2) from None
     _print_summary(summary)
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(summary.to_json(), indent=1))
+        replace_file(json_out, lambda tmp: tmp.write_text(json.dumps(summary.to_json(), indent=1)))
     if summary.errors:
         # the first failure's reason on the console (a dead target, a wrong --api, a 4xx) so the
         # user need not open --json to learn why

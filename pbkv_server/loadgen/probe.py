@@ -38,6 +38,7 @@ from typing import Sequence
 import httpx
 import typer
 
+from pbkv_contract.files import output_problem, replace_file
 from pbkv_contract.trace import InvocationRecord
 from pbkv_server.loadgen.live_replay import TOKEN_ID_LOW, _send, detect_vocab_size
 from pbkv_server.loadgen.probe_fit import DecodeProbe, PrefillProbe, fit_probes
@@ -173,6 +174,9 @@ def command(
     json_out: Path = typer.Option(None, "--json", help="write the probes, the fit and the profile here"),
 ) -> None:
     """Probe an idle SGLang server (cold and cached single requests, decode steps) and fit its cost model."""
+    if (problem := output_problem(json_out)) is not None:  # before minutes of probing, not after them
+        typer.echo(f"probe-profile: error: --json {json_out}: {problem}", err=True)
+        raise typer.Exit(2)
     try:
         prefill, decode = asyncio.run(run_probes(target, _ints(sizes, "--sizes"), repeats, _ints(batches, "--batches"),
                                                  _ints(contexts, "--contexts"), decode_tokens, vocab_size, warmup,
@@ -194,7 +198,6 @@ def command(
                f"prompt still costs {', '.join(f'{s:.0%}' for s in fit.cached_share) or '-'} of a cold one (raw TTFT "
                f"ratios {', '.join(f'{r:.2f}' for r in fit.cached_ratio) or '-'})")
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps({"target": target, "prefill": [vars(p) for p in prefill],
-                                        "decode": [vars(d) for d in decode], "fit": vars(fit),
-                                        "device_tokens": device_tokens}, indent=1))
+        text = json.dumps({"target": target, "prefill": [vars(p) for p in prefill], "decode": [vars(d) for d in decode],
+                           "fit": vars(fit), "device_tokens": device_tokens}, indent=1)
+        replace_file(json_out, lambda tmp: tmp.write_text(text))

@@ -25,12 +25,14 @@ _ROLE_COLOUR = {"ours": "#1f77b4", "alternative": "#ff7f0e", "reference": "#7f7f
 
 
 def plot_advice(path: str, a: Any) -> None:
-    """Write :func:`advice_figure` of the advice ``a`` as PNG at ``path`` (its folders are made)."""
+    """Write :func:`advice_figure` of the advice ``a`` at ``path`` (PNG unless its suffix names another format; its folders are made)."""
     import matplotlib.pyplot as plt
+
+    from pbkv_server.sim.report import save_figure
 
     fig = advice_figure(a)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
     plt.close(fig)
 
 

@@ -5,9 +5,18 @@ up to :data:`~pbkv_server.sim.simulator.MAX_ORDER_RUNS` times (it iterates to it
 order). Its bar counts every run's units, so its time left is an upper bound (all runs); it ends
 at once when the order is stable early. Used by ``pbkv-bench replay`` / ``advise`` and
 ``benchmarks/policy_matrix.py``.
+
+Rich draws no bar on a console that is not an interactive terminal (stderr piped to a log,
+``2> log``) until the end, so there a bar prints plain lines instead, for whoever tails the log:
+one when its policy starts, at most one every :data:`PLAIN_EVERY_S` seconds of wall time while it
+runs (units done of all, time elapsed and left) and one when it ends.
 """
 
 from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Callable
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
@@ -16,7 +25,11 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
 from pbkv_server.engine.policies import policy_info
 from pbkv_server.sim.simulator import MAX_ORDER_RUNS
 
-__all__ = ["replay_progress", "ReplayBar"]
+__all__ = ["replay_progress", "ReplayBar", "PLAIN_EVERY_S"]
+
+#: Most frequent plain progress line of one bar, seconds of wall time (a log stays short: a
+#: day-long replay writes about 3,000 lines, and a tail still moves twice a minute).
+PLAIN_EVERY_S = 30.0
 
 
 def replay_progress(console: Console) -> Progress:
@@ -35,14 +48,25 @@ class ReplayBar:
         policy: the replayed policy: an order-iterating one (``opt``) counts up to
             ``MAX_ORDER_RUNS`` replays of ``units`` each.
         units: replay units of the workload (``len(workload.units)``).
+        clock: wall-clock seconds of the plain lines (tests pass their own).
     """
 
-    def __init__(self, progress: Progress, label: str, policy: str, units: int) -> None:
+    def __init__(self, progress: Progress, label: str, policy: str, units: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._progress, self._label, self._units = progress, label, max(1, units)
         self._runs = MAX_ORDER_RUNS if policy_info(policy).iterates_order else 1
         self._run = 0  # order runs finished
         self._last = 0  # units finished in the current run
         self.task: TaskID = progress.add_task(self._describe(), total=self._units * self._runs)
+        # is_interactive, not is_terminal: a dumb terminal (TERM=dumb) gets no live bar either
+        self._plain = not progress.console.is_interactive
+        self._clock = clock
+        self._start = self._next_line = clock()
+        if self._plain:
+            total = self._units * self._runs
+            self._say(f"started, {total:,} units" if self._runs == 1 else
+                      f"started, up to {total:,} units ({self._runs} order runs of {self._units:,})")
+            self._next_line += PLAIN_EVERY_S
 
     def __call__(self, done: int) -> None:
         """``done`` units of the current replay have finished; a count that does not grow is the
@@ -51,13 +75,42 @@ class ReplayBar:
             self._run = min(self._run + 1, self._runs - 1)
             self._progress.update(self.task, description=self._describe())
         self._last = done
-        self._progress.update(self.task, completed=self._run * self._units + min(done, self._units))
+        completed = self._run * self._units + min(done, self._units)
+        self._progress.update(self.task, completed=completed)
+        if self._plain and self._clock() >= self._next_line:
+            self._plain_progress(completed)
 
     def finish(self) -> None:
         """The replay returned: fill the bar (an order that was stable early needs no more runs)."""
         self._progress.update(self.task, completed=self._units * self._runs)
+        if self._plain:
+            took = _duration(self._clock() - self._start)
+            self._say(f"done, {self._units:,} units in {took}" if self._runs == 1 else
+                      f"done, {self._run + 1} order runs of {self._units:,} units in {took}")
+
+    def _plain_progress(self, completed: int) -> None:
+        """One line: units done of all, time elapsed, time left at the rate so far (for an
+        order-iterating policy an upper bound: its order may be stable before the last run)."""
+        now = self._clock()
+        elapsed, total = now - self._start, self._units * self._runs
+        left = elapsed / completed * (total - completed) if completed else None
+        text = f"{completed:,}/{total:,} units, {_duration(elapsed)} elapsed, "
+        text += "-:--:-- left" if left is None else f"{'at most ' if self._runs > 1 else ''}{_duration(left)} left"
+        if self._runs > 1:
+            text += f" (run {self._run + 1} of <= {self._runs})"
+        self._say(text)
+        self._next_line = now + PLAIN_EVERY_S
+
+    def _say(self, text: str) -> None:
+        self._progress.console.print(f"{self._label.strip()}: {text}", highlight=False, markup=False,
+                                     soft_wrap=True)
 
     def _describe(self) -> str:
         if self._runs == 1:
             return f"{self._label:16s}"
         return f"{self._label:16s} run {self._run + 1} of <= {self._runs}"
+
+
+def _duration(seconds: float) -> str:
+    """``H:MM:SS``, as rich's elapsed and remaining columns write a time."""
+    return str(timedelta(seconds=int(seconds)))

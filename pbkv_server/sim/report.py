@@ -14,7 +14,7 @@ from rich.table import Table
 from pbkv_server.engine.policies import BASELINE_POLICY
 from pbkv_server.sim.measures import CAPTURE_NOTE, MIN_DIFFERENCE, latency_speedup
 
-__all__ = ["results_table", "latency_table", "breakdown_table", "gap_closed", "add_gap_closed", "write_json",
+__all__ = ["save_figure", "results_table", "latency_table", "breakdown_table", "gap_closed", "add_gap_closed", "write_json",
            "plot_timelines", "jsonable"]
 
 
@@ -193,11 +193,17 @@ def plot_timelines(path: str | os.PathLike[str], results: Mapping[str, Mapping[s
     if parent:
         os.makedirs(parent, exist_ok=True)
     fig.tight_layout()
-    # An explicit format writes exactly ``path`` (matplotlib would append ".png" to a bare name).
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str]) -> None:
+    """``fig.savefig`` to exactly ``path``: the format of its suffix, PNG for a bare or unknown one
+    (matplotlib would append ".png" to a bare name, so a file written aside and renamed,
+    :func:`pbkv_contract.files.replace_file`, would not be found)."""
     suffix = os.path.splitext(os.fspath(path))[1].lstrip(".").lower()
     fmt = suffix if suffix in fig.canvas.get_supported_filetypes() else "png"
     fig.savefig(path, dpi=120, format=fmt)
-    plt.close(fig)
 
 
 #: Colours and labels of the latency parts in the chart's bars (order of ``BREAKDOWN_COLUMNS``).

@@ -45,7 +45,7 @@ __all__ = [
     "Policy", "PolicyInfo", "PolicyContext", "NodeView", "EvictionOrder", "OrderGuard", "UNGUARDED", "Pins", "QueueOrder",
     "Prefetching", "Lifecycle", "NO_HOOKS", "CAPABILITIES", "capability_methods", "has_capability",
     "register_policy", "unregister_policy", "available_policies", "policy_info",
-    "make_policy", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
+    "make_policy", "parse_policy_list", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
     "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES", "REAL_TRAFFIC_POLICIES",
     "ENTRY_POINT_GROUP",
 ]
@@ -151,6 +151,33 @@ def resolve_policy_name(name: str) -> str:
     if name in _REGISTRY:
         return name
     return sglang_policy_names().get(name, name)
+
+
+def parse_policy_list(text: str, backend: str | None = REPLAY, flag: str = "--policy") -> list[str]:
+    """The names of a comma-separated policy option (``--policy lru,pbkv``), in the order given.
+
+    The one reading of such a list for every command line (``pbkv-bench replay``, ``study``,
+    ``benchmarks/policy_matrix.py``, ``sim_speed.py``), so a typo is refused alike everywhere
+    and before any replay: ``lru,,pbkv`` silently replayed two policies where three were meant,
+    and a name listed twice replayed it twice.
+
+    Raises:
+        ValueError: an empty list or item (a doubled or trailing comma), a name given twice, or a
+            name that does not run on ``backend`` (the message names ``flag`` and the known ones).
+    """
+    names = [name.strip() for name in text.split(",")]
+    if not any(names):
+        raise ValueError(f"{flag} names no policy")
+    if "" in names:
+        raise ValueError(f"{flag} {text!r}: item {names.index('') + 1} is empty (a doubled or trailing comma?)")
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        raise ValueError(f"{flag} {text!r}: policy {twice!r} is listed twice")
+    known = available_policies(backend)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"unknown policy {', '.join(map(repr, unknown))} in {flag}; known: {', '.join(known)}")
+    return names
 
 
 def make_policy(name: str, context: "PolicyContext") -> "Policy":

@@ -75,7 +75,7 @@ def study(
     try:
         settings = StudySettings(
             profile=profile, device_tokens=device_tokens, host_ratio=host_ratio, concurrency=concurrency,
-            concurrencies=_ints(concurrencies, "--concurrencies"), sweep_policies=_names(policies),
+            concurrencies=_ints(concurrencies, "--concurrencies"), sweep_policies=_policies(policies),
             studies=_names(studies) or [], seeds=seeds, epochs=epochs)
         get_profile(profile)
         settings.check()
@@ -187,6 +187,14 @@ def _names(text: str | None) -> list[str] | None:
     return [v.strip() for v in text.split(",") if v.strip()] if text else None
 
 
+def _policies(text: str | None) -> list[str] | None:
+    """``--policies`` read as every command line reads a policy list (an empty item or a repeat
+    is refused); ``None`` when not given."""
+    from pbkv_server.engine.policies import REPLAY, parse_policy_list
+
+    return None if text is None else parse_policy_list(text, REPLAY, "--policies")
+
+
 def file_slug(label: str) -> str:
     """``label`` as a file name stem (runs of other characters than ``A-Za-z0-9._-`` become ``-``;
     ``run`` if nothing is left): the figures of a study are named after their run's label."""
@@ -261,7 +269,7 @@ def regime(
                    (("device_fractions", device_fractions), ("host_ratios", host_ratios),
                     ("concurrency_factors", concurrency_factors)) if v is not None}
         if policies is not None:
-            changes["policies"] = tuple(_names(policies) or ())
+            changes["policies"] = tuple(_policies(policies) or ())
         settings = dataclasses.replace(settings, **changes)
         settings.check()
         if concurrency < 1:

@@ -122,6 +122,34 @@ def test_port_in_use_is_one_line_naming_the_address():
     assert f"cannot listen on 127.0.0.1:{port}" in line and "in use" in line
 
 
+@pytest.mark.parametrize("bad, message", [(["--profile", "nope"], "unknown hardware profile 'nope'"),
+                                          (["--predictor", "magic"], "unknown predictor"),
+                                          (["--trace-out", "/proc/nope/x"], "cannot write the trace")])
+def test_a_bad_setting_is_told_before_a_busy_port(bad, message, tmp_path):
+    # every setting is checked before the bind: fixing the port first only to learn of the
+    # setting next is two round trips where one would do
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        line = _startup_error(["--host", "127.0.0.1", "--port", str(port), "--policy", "pbkv", *bad])
+    assert message in line and "cannot listen" not in line
+
+
+def test_a_busy_port_leaves_no_trace_file(tmp_path):
+    import socket
+
+    trace = tmp_path / "t.jsonl"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        line = _startup_error(["--port", str(port), "--policy", "lru", "--trace-out", str(trace)])
+    assert "cannot listen" in line and not trace.exists()
+
+
 def test_host_not_on_this_machine_is_one_line():
     line = _startup_error(["--host", "192.0.2.1", "--port", "0", "--policy", "lru"])  # TEST-NET-1
     assert "cannot listen on 192.0.2.1:0" in line

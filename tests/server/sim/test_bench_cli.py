@@ -98,7 +98,7 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--policy", "fifo"], "unknown policy fifo"),
+    (["--policy", "fifo"], "unknown policy 'fifo' in --policy; known: lru,"),
     (["--profile", "tpu"], "unknown hardware profile"),
     (["--predictor", "noise:x"], "noise lambda"),
     (["--predictor", "magic"], "unknown predictor"),

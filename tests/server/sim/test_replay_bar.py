@@ -57,3 +57,63 @@ def test_a_real_opt_replay_reports_its_order_runs(tmp_path):
         assert seen == list(range(1, len(workload.units) + 1)) * runs
         assert task.completed == runs * len(workload.units)
         assert f"run {runs} of <= {MAX_ORDER_RUNS}" in task.description
+
+
+class _Clock:
+    """A wall clock the test moves by hand (no sleeps)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _plain_lines(out: io.StringIO) -> list[str]:
+    return [line.strip() for line in out.getvalue().splitlines() if "units" in line]
+
+
+def test_a_console_that_is_not_a_terminal_gets_plain_lines_at_most_every_30_s():
+    # stderr piped to a log: rich draws no bar there, so a policy's start, its progress at most
+    # every 30 s of wall time (done/total, elapsed, left) and its end are printed as lines
+    out, clock = io.StringIO(), _Clock()
+    with replay_progress(Console(file=out, width=120)) as progress:
+        bar = ReplayBar(progress, "lru", "lru", 10, clock=clock)
+        for step, done in ((10, 1), (31, 2), (40, 3), (60, 4), (61, 5)):
+            clock.now = 100.0 + step
+            bar(done)
+        clock.now = 170.0
+        bar.finish()
+    assert _plain_lines(out) == [
+        "lru: started, 10 units",
+        "lru: 2/10 units, 0:00:31 elapsed, 0:02:04 left",  # 31 s for 2 units: 8 more take 124 s
+        "lru: 5/10 units, 0:01:01 elapsed, 0:01:01 left",  # 40 and 60 s: within 30 s of the last line
+        "lru: done, 10 units in 0:01:10",
+    ]
+
+
+def test_an_order_iterating_policy_says_which_run_and_that_its_time_left_is_an_upper_bound():
+    out, clock = io.StringIO(), _Clock()
+    with replay_progress(Console(file=out, width=120)) as progress:
+        bar = ReplayBar(progress, "opt", "opt", 3, clock=clock)
+        for done in (1, 2, 3, 1):
+            bar(done)
+        clock.now += 40
+        bar(2)
+        bar.finish()
+    total = 3 * MAX_ORDER_RUNS
+    lines = _plain_lines(out)
+    assert lines[0] == f"opt: started, up to {total} units ({MAX_ORDER_RUNS} order runs of 3)"
+    assert MAX_ORDER_RUNS == 8  # 24 units; 5 done in 40 s: 19 more take at most 152 s
+    assert lines[1] == "opt: 5/24 units, 0:00:40 elapsed, at most 0:02:32 left (run 2 of <= 8)"
+    assert lines[2] == "opt: done, 2 order runs of 3 units in 0:00:40"  # stable after two: no more runs
+
+
+def test_a_terminal_gets_only_the_bar():
+    out, clock = io.StringIO(), _Clock()
+    with replay_progress(Console(file=out, width=120, force_terminal=True)) as progress:
+        bar = ReplayBar(progress, "lru", "lru", 10, clock=clock)
+        clock.now += 100
+        bar(5)
+        bar.finish()
+    assert _plain_lines(out) == [] and "10/10" in out.getvalue()

@@ -1,0 +1,80 @@
+"""A comma-separated policy list reads alike in every command line (``parse_policy_list``): an
+empty item or a name listed twice is one ``error:`` line and exit status 2, before any replay
+(``--policy lru,,pbkv`` used to replay two policies where three were meant)."""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from pbkv_server.cli.bench import app
+from pbkv_server.engine.policies import REPLAY, SERVER, parse_policy_list
+
+from .sim_fixtures import load_benchmark
+
+runner = CliRunner()
+BAD = [("lru,,pbkv", "item 2 is empty"), ("lru,pbkv,", "item 3 is empty"), (" , ", "names no policy"),
+       ("lru,pbkv,lru", "policy 'lru' is listed twice"), ("lru, lru", "policy 'lru' is listed twice")]
+
+
+def _no_replay(*args, **kwargs):
+    raise AssertionError("replayed before refusing the policy list")
+
+
+def test_the_parser_keeps_order_and_strips_spaces():
+    assert parse_policy_list(" pbkv ,lru") == ["pbkv", "lru"]
+    with pytest.raises(ValueError, match=r"unknown policy 'fifo' in --policies; known: lru, "):
+        parse_policy_list("lru,fifo", flag="--policies")
+    with pytest.raises(ValueError, match="unknown policy 'opt'"):  # offline: replay only
+        parse_policy_list("lru,opt", backend=SERVER)
+    assert parse_policy_list("opt", backend=REPLAY) == ["opt"]
+
+
+@pytest.mark.parametrize("text, message", BAD)
+def test_the_parser_refuses_empty_items_and_repeats(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_policy_list(text)
+
+
+@pytest.mark.parametrize("text, message", BAD)
+def test_replay_refuses_the_list_in_one_line(text, message, tmp_path, monkeypatch):
+    import pbkv_server.sim.simulator as simulator
+
+    monkeypatch.setattr(simulator, "simulate", _no_replay)
+    result = runner.invoke(app, ["replay", str(tmp_path / "none.jsonl"), "--policy", text])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --policy") and message in lines[0], result.output
+
+
+@pytest.mark.parametrize("argv", [["study", "regime", "synth:codegen", "--policies", "lru,,pbkv"],
+                                  ["study", "no-such-run", "--policies", "lru,,pbkv"]])
+def test_study_refuses_the_list_in_one_line(argv, tmp_path):
+    result = runner.invoke(app, [*argv, "--out-dir", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "error: --policies 'lru,,pbkv': item 2 is empty" in lines[0], result.output
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("text, message", BAD[:1] + BAD[3:4])
+def test_policy_matrix_refuses_the_list_in_one_line(text, message, monkeypatch, capsys):
+    matrix = load_benchmark("policy_matrix")
+    monkeypatch.setattr(matrix, "simulate", _no_replay)
+    with pytest.raises(SystemExit) as stop:
+        matrix.main(["--graph", "codegen", "--workflows", "2", "--policy", text])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error: --policy" in err[0] and message in err[0]
+
+
+@pytest.mark.parametrize("text, message", BAD[:1] + BAD[3:4])
+def test_sim_speed_refuses_the_list_in_one_line(text, message, tmp_path, monkeypatch, capsys):
+    from pbkv_server.sim.synth.agents import write_trace
+
+    speed = load_benchmark("sim_speed")
+    trace = tmp_path / "t.jsonl"
+    write_trace(str(trace), graph="codegen", workflows=2, seed=1)
+    monkeypatch.setattr(speed, "simulate", _no_replay)
+    assert speed.run_script(speed.main, ["--trace", str(trace), "--policies", text]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error: --policies" in err[0] and message in err[0]
