@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import Callable
+from typing import Callable, Mapping
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
@@ -25,7 +25,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
 from pbkv_server.engine.policies import policy_info
 from pbkv_server.sim.simulator import MAX_ORDER_RUNS
 
-__all__ = ["replay_progress", "ReplayBar", "PLAIN_EVERY_S"]
+__all__ = ["replay_progress", "ReplayBar", "StepLines", "PLAIN_EVERY_S"]
 
 #: Most frequent plain progress line of one bar, seconds of wall time (a log stays short: a
 #: day-long replay writes about 3,000 lines, and a tail still moves twice a minute).
@@ -109,6 +109,50 @@ class ReplayBar:
         if self._runs == 1:
             return f"{self._label:16s}"
         return f"{self._label:16s} run {self._run + 1} of <= {self._runs}"
+
+
+class StepLines:
+    """Plain lines for bars of a rich :class:`Progress` that count steps (``pbkv-bench study``:
+    replays per study), on a console that is not interactive; nothing on a terminal.
+
+    Call :meth:`advance` instead of ``progress.advance``: at most every :data:`PLAIN_EVERY_S`
+    seconds of wall time it prints one line with each of its bars' steps done of all and the
+    time elapsed since it was made (a study's steps differ in length, so no time left is guessed).
+
+    Args:
+        progress: the started progress.
+        label: the line's prefix (the run's label).
+        tasks: the bars it reports, by the name the line gives them.
+        clock: wall-clock seconds (tests pass their own).
+    """
+
+    def __init__(self, progress: Progress, label: str, tasks: Mapping[str, TaskID],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._progress, self._label, self._tasks, self._clock = progress, label, dict(tasks), clock
+        self._plain = not progress.console.is_interactive  # as ReplayBar's
+        self._start = clock()
+        self._next_line = self._start + PLAIN_EVERY_S
+
+    def advance(self, name: str) -> None:
+        """One step of bar ``name`` is done (an unknown name is ignored, as a step no bar counts)."""
+        task = self._tasks.get(name)
+        if task is None:
+            return
+        self._progress.advance(task)
+        if self._plain and self._clock() >= self._next_line:
+            self.say()
+
+    def say(self) -> None:
+        """Print the line now (plain consoles only), e.g. when the run ends."""
+        if not self._plain:
+            return
+        now = self._clock()
+        done = {task.id: task for task in self._progress.tasks}
+        bars = ", ".join(f"{name} {int(done[t].completed):,}/{int(done[t].total or 0):,}"
+                         for name, t in self._tasks.items())
+        self._progress.console.print(f"{self._label}: {bars}; {_duration(now - self._start)} elapsed",
+                                     highlight=False, markup=False, soft_wrap=True)
+        self._next_line = now + PLAIN_EVERY_S
 
 
 def _duration(seconds: float) -> str:

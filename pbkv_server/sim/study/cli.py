@@ -27,7 +27,7 @@ import math
 import typer
 import typer.core
 
-from pbkv_contract.files import folder_problem
+from pbkv_contract.files import folder_problem, replace_file
 from pbkv_server.engine.policies import DEFAULT_POLICY, REFERENCE_POLICY
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, PAPER_HOST_RATIO
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
@@ -65,6 +65,7 @@ def study(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pbkv_server.hardware.profiles import get_profile
+    from pbkv_server.sim.progress import StepLines
     from pbkv_server.sim.study.paper import StudySettings, load_records, run_study, study_steps
     from pbkv_server.sim.study.plots import FIGURES, plot_study
     from pbkv_server.sim.study.report import report_markdown
@@ -109,12 +110,13 @@ def study(
                      for s, n in study_steps(settings, seeds_here,
                                              [s for s in settings.studies
                                               if train is not None or s not in ("backbone", "horizon")]).items()}
+            lines = StepLines(progress, label, tasks)  # a log (stderr not a terminal) gets lines
             try:
-                result = run_study(records, model_path, settings, train_records=train,
-                                   on_replay=lambda s, tasks=tasks: progress.advance(tasks[s]) if s in tasks else None,
+                result = run_study(records, model_path, settings, train_records=train, on_replay=lines.advance,
                                    on_note=lambda note, label=label: progress.console.print(f"{label}: {note}"))
             except (ValueError, RuntimeError) as exc:
                 raise fail(f"{label}: {exc}") from None
+            lines.say()
             results.append((label, result))
             figures[label] = {}
             points = result.points
@@ -126,9 +128,9 @@ def study(
     command = "pbkv-bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "pbkv-bench study"
     report = report_markdown(results, command, figures, time.perf_counter() - t0)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "report.md").write_text(report, encoding="utf-8")
-    (out_dir / "study.json").write_text(json.dumps({label: _finite(r.to_json()) for label, r in results}, indent=1),
-                                        encoding="utf-8")
+    payload = json.dumps({label: _finite(r.to_json()) for label, r in results}, indent=1)
+    _write_text(out_dir / "report.md", report)
+    _write_text(out_dir / "study.json", payload)
     Console().print(f"wrote {out_dir / 'report.md'}, {out_dir / 'study.json'} and "
                     f"{sum(len(f) for f in figures.values())} figures")
 
@@ -308,10 +310,15 @@ def regime(
             figures[spec.label] = name
             # written after every workload, so a stopped study keeps the workloads it finished
             payload = _finite({"settings": dataclasses.asdict(settings), "workloads": results})
-            (out_dir / "study.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-            (out_dir / "report.md").write_text(regime_markdown(payload, command, figures, time.perf_counter() - t0),
-                                               encoding="utf-8")
+            _write_text(out_dir / "study.json", json.dumps(payload, indent=1) + "\n")
+            _write_text(out_dir / "report.md", regime_markdown(payload, command, figures, time.perf_counter() - t0))
     Console().print(f"wrote {out_dir / 'report.md'}, {out_dir / 'study.json'} and {len(figures)} figures")
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` whole or not at all (a study stopped while it writes keeps
+    the last complete file; :func:`~pbkv_contract.files.replace_file`)."""
+    replace_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def _regime_workload(text: str, tmp: Path, quick: bool, predictor: str, concurrency: int, profile: str):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
+from rich.progress import Progress
 
 from pbkv_contract.trace import read_trace
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.progress import ReplayBar, replay_progress
+from pbkv_server.sim.progress import ReplayBar, StepLines, replay_progress
 from pbkv_server.sim.simulator import MAX_ORDER_RUNS, ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import write_trace
 
@@ -117,3 +118,32 @@ def test_a_terminal_gets_only_the_bar():
         bar(5)
         bar.finish()
     assert _plain_lines(out) == [] and "10/10" in out.getvalue()
+
+
+def test_step_bars_get_one_plain_line_at_most_every_30_s_and_one_at_the_end():
+    # pbkv-bench study: bars count replays per study; a log gets each bar's steps done of all
+    out, clock = io.StringIO(), _Clock()
+    with Progress(console=Console(file=out, width=120)) as progress:
+        tasks = {"gamma": progress.add_task("HoVer: gamma", total=4), "rho": progress.add_task("HoVer: rho", total=2)}
+        lines = StepLines(progress, "HoVer", tasks, clock=clock)
+        for step, name in ((10, "gamma"), (30, "gamma"), (45, "gamma"), (59, "gamma"), (60, "rho"), (70, "unknown")):
+            clock.now = 100.0 + step
+            lines.advance(name)
+        clock.now = 200.0
+        lines.say()
+        assert [int(t.completed) for t in progress.tasks] == [4, 1]  # the unknown step counted nowhere
+    assert [line.strip() for line in out.getvalue().splitlines() if "elapsed" in line] == [
+        "HoVer: gamma 2/4, rho 0/2; 0:00:30 elapsed",  # the first step at or after 30 s
+        "HoVer: gamma 4/4, rho 1/2; 0:01:00 elapsed",  # 45 and 59 s: within 30 s of the last line
+        "HoVer: gamma 4/4, rho 1/2; 0:01:40 elapsed",  # the end
+    ]
+
+
+def test_step_bars_on_a_terminal_print_no_lines():
+    out, clock = io.StringIO(), _Clock()
+    with Progress(console=Console(file=out, width=120, force_terminal=True)) as progress:
+        lines = StepLines(progress, "HoVer", {"gamma": progress.add_task("HoVer: gamma", total=2)}, clock=clock)
+        clock.now += 100
+        lines.advance("gamma")
+        lines.say()
+    assert "elapsed" not in out.getvalue()
