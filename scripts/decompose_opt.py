@@ -57,6 +57,12 @@ CELLS = {
     # the regime study's synthetic cells (C=16, f=0.25, no host tier: device = A + 0.25 W)
     "codegen40-199k-h0": ("synth:codegen:40:1", "h100-qwen2.5-32b", 16, 198_536, 0.0),
     "research60-99k-h0": ("synth:research:60:1", "h100-qwen2.5-32b", 16, 99_074, 0.0),
+    # device below the in-flight working set (about 4 of the 16 running ~10k-token prompts), 1x host
+    "codegen60s1-40k-h1": ("synth:codegen:60:1", "h100-qwen2.5-32b", 16, 40_000, 1.0),
+    "codegen60s2-40k-h1": ("synth:codegen:60:2", "h100-qwen2.5-32b", 16, 40_000, 1.0),
+    "codegen60s3-40k-h1": ("synth:codegen:60:3", "h100-qwen2.5-32b", 16, 40_000, 1.0),
+    "codegen120s1-40k-h1": ("synth:codegen:120:1", "h100-qwen2.5-32b", 16, 40_000, 1.0),
+    "codegen60s1-40k-h0": ("synth:codegen:60:1", "h100-qwen2.5-32b", 16, 40_000, 0.0),
     # issue 33: 40 real Claude Code conversations on the PBKV paper's testbed, the profile's device
     "cc40-h1": ("kvct:40", "a6000x8-qwen3-32b-tp8", 32, None, 1.0),
     "cc40-h0": ("kvct:40", "a6000x8-qwen3-32b-tp8", 32, None, 0.0),
