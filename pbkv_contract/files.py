@@ -17,7 +17,7 @@ __all__ = ["output_problem", "folder_problem", "shared_output", "make_parents", 
 
 
 def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.PathLike[str] | str] = (),
-                   folder_must_exist: bool = False) -> str | None:
+                   folder_must_exist: bool = False, writes_trace: bool = False) -> str | None:
     """Why ``path`` cannot be written as an output file, or ``None`` when it looks writable.
 
     Missing parent folders are fine (writers create them) as long as the nearest existing
@@ -31,6 +31,10 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
             after resolving links and relative paths, and by inode when both exist).
         folder_must_exist: a missing parent folder is a problem too (a typo in a folder name
             must not create a new tree of folders; the caller does not make them).
+        writes_trace: the output is a PBKV trace itself (an import's ``--out``), so an existing
+            trace may be replaced; any other output (a summary, a plot, a model) refuses an
+            existing non-empty trace, which is someone's recorded traffic: ``replay a.jsonl
+            --json b.jsonl`` must not turn the trace ``b.jsonl`` into a 20 KB summary.
 
     Returns:
         A short reason ("is a directory", "is the input trace t.jsonl", ...) to print after the
@@ -45,12 +49,27 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
     if out.is_dir():
         return "is a directory"
     if out.exists():
-        return None if os.access(out, os.W_OK) else "is not writable"
+        if not os.access(out, os.W_OK):
+            return "is not writable"
+        if not writes_trace and _holds_trace(out):
+            return "is a PBKV trace; writing it would destroy it (give another path)"
+        return None
     parent = out.absolute().parent
     problem = _creatable(parent)
     if problem is None and folder_must_exist and not parent.is_dir():
         return f"folder {parent} does not exist; create it first"
     return problem
+
+
+def _holds_trace(path: Path) -> bool:
+    """Whether the existing file ``path`` holds PBKV trace records (an empty or unreadable file
+    does not: nothing recorded would be lost, or the write fails with its own message)."""
+    from .trace import looks_like_trace  # trace reads no module of this one: no import cycle
+
+    try:
+        return path.is_file() and path.stat().st_size > 0 and looks_like_trace(path)
+    except OSError:
+        return False
 
 
 def make_parents(path: os.PathLike[str] | str) -> None:

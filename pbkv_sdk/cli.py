@@ -487,7 +487,7 @@ def _check_import_out(out: Path, src: Path, suffixes: tuple[str, ...]) -> None:
     ``suffixes``), and any other existing file that is not a PBKV trace (as ``record`` refuses it):
     a typo in ``--out`` must not destroy a user's file. An existing trace may be replaced.
     """
-    problem = output_problem(out, [src])
+    problem = output_problem(out, [src], writes_trace=True)
     if problem is None and src.is_dir() and out.is_file() and out.name.endswith(suffixes) \
             and out.resolve().is_relative_to(src.resolve()):
         problem = f"is one of the input files in {src}; writing it would destroy it"

@@ -83,3 +83,38 @@ def test_probe_profile_refuses_a_directory_json_before_probing(tmp_path, monkeyp
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert lines == [f"probe-profile: error: --json {tmp_path}: is a directory"], result.output
+
+
+@pytest.mark.parametrize("command, option", [("replay", "--json"), ("replay", "--plot"), ("advise", "--json")])
+def test_an_output_that_names_another_trace_is_refused_and_the_trace_kept(command, option, trace, tmp_path,
+                                                                          monkeypatch):
+    # a user's recorded traffic is not a summary's scratch file: found by a new-user check, where
+    # `replay two.jsonl --json cc5.jsonl` turned a 35 MB trace into 19 KB of JSON
+    import pbkv_server.sim.simulator as simulator
+
+    monkeypatch.setattr(simulator, "simulate", lambda *a, **k: pytest.fail("replayed before refusing the output"))
+    other = tmp_path / "other.jsonl"
+    write_trace(str(other), graph="codegen", workflows=2, seed=2)
+    before = other.read_bytes()
+    result = runner.invoke(app, [command, str(trace), option, str(other)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"error: {option} {other}: is a PBKV trace; writing it would destroy it (give another path)"]
+    assert other.read_bytes() == before
+
+
+def test_an_empty_file_or_an_earlier_summary_may_be_replaced(trace, tmp_path):
+    for name, content in (("empty.json", ""), ("old.json", '{"lru": {}}\n')):
+        out = tmp_path / name
+        out.write_text(content)
+        result = runner.invoke(app, ["replay", str(trace), "--policy", "lru", "--no-gap", "--device-tokens", "30000",
+                                     "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        assert set(json.loads(out.read_text())) == {"lru"}
+
+
+def test_an_import_may_replace_a_trace_but_a_summary_may_not(trace):
+    from pbkv_contract.files import output_problem
+
+    assert output_problem(trace) == "is a PBKV trace; writing it would destroy it (give another path)"
+    assert output_problem(trace, writes_trace=True) is None  # pbkv-sdk import --out re-imports over it
