@@ -310,6 +310,7 @@ def _replay_policies(s: ReplaySettings, plan: _ReplayPlan) -> tuple[dict[str, di
 def _print_replay(s: ReplaySettings, plan: _ReplayPlan, results: dict[str, dict], replayed: dict[str, dict]) -> None:
     """The three tables, the no-difference line and the cluster lines; sets ``plan.title`` (the plot's)."""
     from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY
+    from pbkv_server.sim.capacity import largest_request
     from pbkv_server.sim.cluster import cluster_line
     from pbkv_server.sim.measures import CAPTURE_NOTE, no_difference_verdict, trace_block_tokens
     from pbkv_server.sim.report import breakdown_table, latency_table, results_table
@@ -337,7 +338,7 @@ def _print_replay(s: ReplaySettings, plan: _ReplayPlan, results: dict[str, dict]
     for table in serving_tables(results, tier):
         console.print(table)
     verdict = no_difference_verdict(replayed, BASELINE_POLICY, trace_block_tokens(plan.records),
-                                    first["device_tokens"], first["host_tokens"])
+                                    first["device_tokens"], first["host_tokens"], largest_request(plan.records)[1])
     if verdict is not None:
         console.print(f"[bold]{escape(verdict)}[/]", highlight=False, soft_wrap=True)
     for name in results if s.replicas > 1 else ():

@@ -108,7 +108,7 @@ def trace_block_tokens(records: Iterable[Any]) -> int:
 
 
 def no_difference_verdict(summaries: Mapping[str, Mapping[str, Any]], baseline: str, working_set_tokens: int,
-                          device_tokens: int, host_tokens: int) -> str | None:
+                          device_tokens: int, host_tokens: int, largest_request_tokens: int = 1) -> str | None:
     """One line saying why a replay cannot show a difference between policies, or ``None`` if it can.
 
     Args:
@@ -117,6 +117,9 @@ def no_difference_verdict(summaries: Mapping[str, Mapping[str, Any]], baseline: 
         baseline: the baseline policy's name (its summary must be in ``summaries`` for a verdict).
         working_set_tokens: ``F`` of :func:`trace_block_tokens` (the trace's distinct prompt blocks).
         device_tokens, host_tokens: the capacities replayed.
+        largest_request_tokens: the trace's largest request, prompt + output
+            (:func:`~pbkv_server.sim.capacity.largest_request`): a smaller device it suggests
+            still serves it (a replay refuses a device below it), or it suggests none.
 
     A line is given only when no replayed policy differs from the baseline by
     :data:`MIN_DIFFERENCE` or more in device hit rate (points) or mean latency (relative): a
@@ -135,17 +138,28 @@ def no_difference_verdict(summaries: Mapping[str, Mapping[str, Any]], baseline: 
         if abs(s["hit_rate"] - base["hit_rate"]) >= MIN_DIFFERENCE or (
                 speedup is not None and abs(speedup - 1) >= MIN_DIFFERENCE):
             return None
-    w, half = working_set_tokens, max(1, working_set_tokens // 2)
+    w, half = working_set_tokens, _smaller_device(working_set_tokens // 2, device_tokens, largest_request_tokens)
     if base.get("evictions") == 0:
         return (f"the trace fits in device memory (distinct prompt blocks F = {w} tok, device {device_tokens} tok; "
-                f"{baseline} evicted nothing): no eviction order can differ; try --device-tokens {half}")
+                f"{baseline} evicted nothing): no eviction order can differ"
+                + (f"; try --device-tokens {half}" if half else
+                   f", and no smaller device holds its largest request ({largest_request_tokens} tok)"))
     if len(summaries) < 2:
         return None
     same = (f"no replayed policy differs from {baseline} by {100 * MIN_DIFFERENCE:g}% or more in device hit rate "
             "or mean latency")
     if host_tokens > 0 and w <= device_tokens + host_tokens:
         # a device size whose device + host (same ratio) holds half of F
-        smaller = max(1, round(w / (2 * (1 + host_tokens / device_tokens))))
+        smaller = _smaller_device(round(w / (2 * (1 + host_tokens / device_tokens))), device_tokens,
+                                  largest_request_tokens)
         return (f"the trace fits in device + host memory (distinct prompt blocks F = {w} tok <= device {device_tokens} "
-                f"+ host {host_tokens} tok): {same}; try --host-ratio 0 or --device-tokens {smaller}")
+                f"+ host {host_tokens} tok): {same}; try --host-ratio 0"
+                + (f" or --device-tokens {smaller}" if smaller else ""))
     return f"{same} on this setup (distinct prompt blocks F = {w} tok, device {device_tokens} tok, host {host_tokens} tok)"
+
+
+def _smaller_device(wanted: int, device_tokens: int, largest_request_tokens: int) -> int | None:
+    """A device size to suggest: ``wanted``, raised to the largest request (a replay refuses a
+    device that cannot hold it); ``None`` when that is not smaller than the device replayed."""
+    size = max(1, wanted, largest_request_tokens)
+    return size if size < device_tokens else None

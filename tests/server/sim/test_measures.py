@@ -87,6 +87,22 @@ def test_verdict_says_why_no_policy_can_differ_and_nothing_when_one_does():
     assert no_difference_verdict({"pbkv": evicting}, "lru", 50_000, 30_000, 30_000) is None  # no baseline
 
 
+def test_a_suggested_device_still_holds_the_largest_request():
+    # found by a new-user check: the line said "try --device-tokens 9052" and the replay of that
+    # refused a request of 18,208 tokens; a suggestion is never below the largest request
+    base = {"hit_rate": 0.40, "mean_latency_s": 100.0, "evictions": 0}
+    fits = {"lru": base, "pbkv": dict(base)}
+    assert no_difference_verdict(fits, "lru", 5000, 30_000, 30_000, 4000).endswith("try --device-tokens 4000")
+    assert no_difference_verdict(fits, "lru", 5000, 30_000, 30_000, 30_000).endswith(
+        "no eviction order can differ, and no smaller device holds its largest request (30000 tok)")
+    evicting = dict(base, evictions=10)
+    same = {"lru": evicting, "pbkv": dict(evicting, hit_rate=0.404)}
+    # F/2 over (1 + host ratio) is 12,500: raised to the 18,208-token request
+    assert no_difference_verdict(same, "lru", 50_000, 30_000, 30_000, 18_208).endswith(
+        "try --host-ratio 0 or --device-tokens 18208")
+    assert no_difference_verdict(same, "lru", 50_000, 30_000, 30_000, 30_000).endswith("try --host-ratio 0")
+
+
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("measures") / "t.jsonl"
