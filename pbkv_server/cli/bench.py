@@ -129,9 +129,11 @@ def replay(ctx: typer.Context, s: ReplaySettings) -> None:
         ctx.call_on_close(lambda: limit_torch_threads(saved_threads))
     _load_replay_inputs(s, plan)
     results, replayed = _replay_policies(s, plan)
-    _print_replay(s, plan, results, replayed)
-    _write_outputs(s.json_out, s.plot, lambda path: write_json(path, results),
-                   lambda path: plot_timelines(path, results, plan.title))
+    try:
+        _print_replay(s, plan, results, replayed)
+    finally:  # minutes of replays are not lost to a closed stdout (`| head`) or a table's bug
+        _write_outputs(s.json_out, s.plot, lambda path: write_json(path, results),
+                       lambda path: plot_timelines(path, results, plan.title))
 
 
 @dataclass
@@ -367,15 +369,16 @@ def _write_outputs(json_out: Path | None, plot: Path | None, write_json_to: Call
 
     Each is written aside and renamed (:func:`~pbkv_contract.files.replace_file`, its folders
     made): a run stopped while writing keeps the previous results file whole."""
+    written = []
     try:
-        if json_out is not None:
-            replace_file(json_out, write_json_to)
-            console.print(f"wrote {json_out}")
-        if plot is not None:
-            replace_file(plot, plot_to)
-            console.print(f"wrote {plot}")
+        for path, write in ((json_out, write_json_to), (plot, plot_to)):
+            if path is not None:
+                replace_file(path, write)
+                written.append(path)
     except OSError as exc:
         raise _fail(f"cannot write the results: {exc}") from None
+    for path in written:  # after the writes: a closed stdout is not "cannot write the results"
+        console.print(f"wrote {path}")
 
 
 @command(app, AdviseSettings)
@@ -400,10 +403,13 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
                             progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))
     except (TraceFormatError, OSError, ValueError, ImportError, SimulationError) as exc:
         raise _fail(missing_module_line("pbkv-bench", exc, "server") or _trace_problem(s.trace, exc)) from None
-    for line in advice_lines(advice):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
-    _write_outputs(s.json_out, s.plot, lambda path: path.write_text(_json.dumps(advice.to_json(), indent=2) + "\n"),
-                   lambda path: plot_advice(str(path), advice))
+    try:
+        for line in advice_lines(advice):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    finally:  # as replay's: a closed stdout loses no result file
+        _write_outputs(s.json_out, s.plot,
+                       lambda path: path.write_text(_json.dumps(advice.to_json(), indent=2) + "\n"),
+                       lambda path: plot_advice(str(path), advice))
 
 
 def _advise_hardware(s: AdviseSettings) -> Any:

@@ -118,3 +118,18 @@ def test_an_import_may_replace_a_trace_but_a_summary_may_not(trace):
 
     assert output_problem(trace) == "is a PBKV trace; writing it would destroy it (give another path)"
     assert output_problem(trace, writes_trace=True) is None  # pbkv-sdk import --out re-imports over it
+
+
+def test_a_closed_stdout_loses_no_result_file(trace, tmp_path, monkeypatch):
+    # `replay ... --json r.json | head -1`: the tables hit a closed pipe, the replays are done
+    import pbkv_server.cli.bench as bench
+
+    def closed_pipe(*a, **k):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(bench, "_print_replay", closed_pipe)
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["replay", str(trace), "--policy", "lru", "--no-gap", "--device-tokens", "30000",
+                                 "--json", str(out)])
+    assert result.exit_code != 0
+    assert set(json.loads(out.read_text())) == {"lru"}
