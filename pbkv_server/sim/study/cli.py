@@ -174,14 +174,35 @@ def _failer(err) -> Callable[[str], typer.Exit]:
 
 def _ints(text: str, flag: str) -> list[int]:
     """``text`` as sorted distinct concurrencies (each 1.. :data:`MAX_CONCURRENCY`)."""
-    try:
-        values = sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise ValueError(f"{flag} must be comma-separated whole numbers, got {text!r}") from None
-    if not values:
-        raise ValueError(f"{flag} names no value")
+    values = sorted(_number_list(text, flag, int, "whole numbers"))
     if not 1 <= values[0] <= values[-1] <= MAX_CONCURRENCY:
         raise ValueError(f"{flag} must be in 1..{MAX_CONCURRENCY:,}, got {text!r}")
+    return values
+
+
+def _number_list(text: str, flag: str, kind: Callable[[str], float], what: str) -> list:
+    """The items of a comma-separated number option, read as every list option is read (a
+    policy list too): an empty item (a doubled or trailing comma) or a value given twice is
+    refused, as are values that are not finite numbers.
+
+    Raises:
+        ValueError: one line naming ``flag``.
+    """
+    items = [v.strip() for v in text.split(",")]
+    if not any(items):
+        raise ValueError(f"{flag} names no value")
+    if "" in items:
+        raise ValueError(f"{flag} {text!r}: item {items.index('') + 1} is empty (a doubled or trailing comma?)")
+    try:
+        values = [kind(v) for v in items]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated {what}, got {text!r}") from None
+    bad = next((v for v in values if not math.isfinite(v)), None)
+    if bad is not None:
+        raise ValueError(f"{flag} must be finite numbers, got {bad!r}")
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise ValueError(f"{flag} {text!r}: {twice:g} is listed twice")
     return values
 
 
@@ -359,12 +380,8 @@ def _regime_workload(text: str, tmp: Path, quick: bool, predictor: str, concurre
 
 
 def _floats(text: str, flag: str) -> list[float]:
-    try:
-        values = sorted({float(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise ValueError(f"{flag} names no value")
+    """``text`` as sorted distinct numbers (:func:`_number_list`), at most :data:`MAX_CONCURRENCY`."""
+    values = sorted(_number_list(text, flag, float, "numbers"))
     if values[-1] > MAX_CONCURRENCY:  # fractions and 0 are valid; RegimeSettings.check() bounds them below
         raise ValueError(f"{flag} must be at most {MAX_CONCURRENCY:,}, got {text!r}")
     return values

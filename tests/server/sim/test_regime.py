@@ -155,6 +155,20 @@ def test_bad_workload_is_one_line(tmp_path):
     assert result.exit_code == 2 and "no such file or folder" in result.output, result.output
 
 
+@pytest.mark.parametrize("option, value, line", [
+    ("--device-fractions", "0.5,,1", "--device-fractions '0.5,,1': item 2 is empty (a doubled or trailing comma?)"),
+    ("--device-fractions", "0.5,1,", "--device-fractions '0.5,1,': item 3 is empty (a doubled or trailing comma?)"),
+    ("--device-fractions", "0.5,0.50", "--device-fractions '0.5,0.50': 0.5 is listed twice"),
+    ("--host-ratios", "nan", "--host-ratios must be finite numbers, got nan"),
+    ("--concurrency-factors", "1,inf", "--concurrency-factors must be finite numbers, got inf"),
+])
+def test_a_number_list_is_read_as_a_policy_list_is(option, value, line, tmp_path):
+    # found by a new-user check: `0.5,,1` and `0.5,0.5` were accepted where `--policies` refuses both
+    result = runner.invoke(app, ["study", "regime", "synth:codegen", option, value, "--out-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"error: {line}"], result.output
+
+
 @pytest.mark.slow
 def test_docs_script_tables_come_from_the_json(quick_runs, tmp_path):
     import importlib.util
