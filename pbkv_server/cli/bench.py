@@ -56,6 +56,21 @@ def _check_outputs(trace: Path, json_out: Path | None, plot: Path | None) -> Non
         raise _fail(problem)
 
 
+#: A trace at least this large is announced before it is read (bytes): a day of coding-agent
+#: traffic is gigabytes, read for a minute or more before the first replay's bar appears.
+ANNOUNCE_READ_BYTES = 100_000_000
+
+
+def _say_reading(trace: Path) -> None:
+    """One stderr line before a large trace is read, so that a minute of reading is not silence."""
+    try:
+        size = trace.stat().st_size
+    except OSError:
+        return  # the read itself says what is wrong
+    if size >= ANNOUNCE_READ_BYTES:
+        err_console.print(f"reading {trace} ({size / 1e9:.1f} GB) ...", highlight=False, markup=False)
+
+
 def _as_option(message: str) -> str:
     """An engine setting's message (``gamma must be ...``) in the option's name (``--gamma must be ...``)."""
     return re.sub(r"^([a-z_]+)(?= must )", lambda m: "--" + m.group(1).replace("_", "-"), message)
@@ -249,6 +264,7 @@ def _load_replay_inputs(s: ReplaySettings, plan: _ReplayPlan) -> None:
     try:
         if s.plot is not None:  # before the runs: a missing plotting extra fails at once, not after them
             importlib.import_module("matplotlib")
+        _say_reading(s.trace)
         plan.records = read_trace(s.trace)
         plan.workload = load_workload(plan.records)
         # A trained model must belong to the trace's app (when it holds one): a model for another
@@ -394,6 +410,7 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
     hw = _advise_hardware(s)  # every check before the first replay: one line and exit 2 each
     slo = _slo(s.slo_ttft, s.slo_tpot)
     try:
+        _say_reading(s.trace)
         records = read_trace(s.trace)
         meta = trace_meta(s.trace)
         if meta is not None and meta.note:

@@ -353,3 +353,22 @@ def test_a_folder_a_missing_file_and_another_tools_log_are_named_as_such(tmp_pat
         assert result.exit_code == 2, result.output
         assert line in " ".join(result.output.split()), result.output
         assert "Errno" not in result.output
+
+
+@pytest.mark.parametrize("command", ["replay", "advise"])
+def test_a_large_trace_is_announced_before_it_is_read(command, trace, monkeypatch):
+    # a day of coding-agent traffic is gigabytes: a minute of reading must not be silence
+    import pbkv_contract.trace
+    import pbkv_server.cli.bench as bench
+
+    def stop(path):
+        raise OSError("stopped where the reading starts")
+
+    monkeypatch.setattr(pbkv_contract.trace, "read_trace", stop)
+    size = trace.stat().st_size
+    monkeypatch.setattr(bench, "ANNOUNCE_READ_BYTES", size)  # this trace counts as large
+    said = runner.invoke(app, [command, str(trace)]).output
+    assert said.index(f"reading {trace} ({size / 1e9:.1f} GB) ...") < said.index("stopped where the reading starts")
+    monkeypatch.setattr(bench, "ANNOUNCE_READ_BYTES", size + 1)
+    said = runner.invoke(app, [command, str(trace)]).output
+    assert "stopped where the reading starts" in said and "reading" not in said.replace("the reading", "")
