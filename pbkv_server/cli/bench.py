@@ -404,7 +404,8 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
     import json as _json
 
     from pbkv_contract.trace import TraceFormatError, read_trace, trace_meta
-    from pbkv_server.sim.advise import advice_lines, advise as run_advise, plot_advice
+    from pbkv_server.engine.policies import REFERENCE_POLICY
+    from pbkv_server.sim.advise import advice_lines, advise as run_advise, advised_policies, plot_advice
     from pbkv_server.sim.simulator import SimulationError
 
     hw = _advise_hardware(s)  # every check before the first replay: one line and exit 2 each
@@ -415,8 +416,9 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
         meta = trace_meta(s.trace)
         if meta is not None and meta.note:
             console.print(f"trace written by {meta.writer}: {meta.note}", highlight=False, markup=False, soft_wrap=True)
+        policies = None if s.reference else [p for p in advised_policies(s.engine) if p != REFERENCE_POLICY]
         advice = run_advise(records, hw, concurrency=s.concurrency, host_ratio=s.host_ratio, predictor=s.predictor,
-                            engine=s.engine, trace=s.trace.name, slo=slo,
+                            engine=s.engine, trace=s.trace.name, slo=slo, policies=policies,
                             progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))
     except (TraceFormatError, OSError, ValueError, ImportError, SimulationError) as exc:
         raise _fail(missing_module_line("pbkv-bench", exc, "server") or _trace_problem(s.trace, exc)) from None

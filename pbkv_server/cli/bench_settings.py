@@ -125,6 +125,9 @@ class AdviseSettings:
     predictor: str = _predictor()
     engine: str = option(DEFAULT_ENGINE, f"the inference engine you serve with ({' | '.join(ENGINES)}): the verdict "
                                           "compares PBKV with the best policy it ships")
+    reference: bool = option(True, "also replay the offline reference (opt), which replays the trace up to 8 times: "
+                                   "most of advise's time on a day of traffic; --no-reference skips it, and the "
+                                   "verdict then cannot say that even opt gains nothing")
     plot: Optional[Path] = option(None, "write the figure here (PNG)")
     json_out: Optional[Path] = _json_out("the figures")
     slo_ttft: Optional[float] = _slo_ttft()

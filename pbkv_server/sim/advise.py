@@ -248,7 +248,7 @@ def verdict_of(a: Advice) -> str:
     bound, pbkv = s.get(REFERENCE_POLICY), s.get(DEFAULT_POLICY)
     if pbkv is None or BASELINE_POLICY not in s:
         return f"undecided: replay {BASELINE_POLICY} and {DEFAULT_POLICY} to decide"
-    ref = "-" if bound is None else f"{bound:.2f}"
+    ref = "not replayed" if bound is None else f"{bound:.2f}x"
     if bound is not None and bound < MIN_SPEEDUP:
         why = ("the reusable working set fits in the device, so LRU never evicts anything reused"
                if a.regime == "fits in device" else "LRU already gets what the offline reference gets")
@@ -259,7 +259,7 @@ def verdict_of(a: Advice) -> str:
     if pbkv >= MIN_SPEEDUP:
         if alt == BASELINE_POLICY:
             return (f"deploy PBKV: {pbkv:.2f}x faster than LRU, the best of what {engine} ships here (regime "
-                    f"{a.regime}; offline reference {ref}x)")
+                    f"{a.regime}; offline reference {ref})")
         over_alt = pbkv / alt_speedup  # L_alt / L_pbkv
         if abs(over_alt - 1) < MIN_DIFFERENCE:
             return (f"ties {label}: no reason to switch (both {pbkv:.2f}x faster than LRU; they differ by "
@@ -269,13 +269,13 @@ def verdict_of(a: Advice) -> str:
             return (f"keep {label}: {alt_speedup:.2f}x faster than LRU, PBKV {pbkv:.2f}x ({1 / over_alt:.2f}x "
                     f"slower than it)")
         return (f"deploy PBKV: {pbkv:.2f}x faster than LRU and {over_alt:.2f}x faster than {label} (regime "
-                f"{a.regime}; offline reference {ref}x)")
+                f"{a.regime}; offline reference {ref})")
     if alt != BASELINE_POLICY and alt_speedup >= MIN_SPEEDUP:
         return f"no gain from PBKV: {pbkv:.2f}x LRU; keep {label} ({alt_speedup:.2f}x faster than LRU)"
     online = [p for p in s if p not in (REFERENCE_POLICY, BASELINE_POLICY)]
     best = max(online, key=lambda p: s[p], default=DEFAULT_POLICY)
-    return (f"no gain from PBKV: {pbkv:.2f}x LRU although the offline reference is {ref}x; best online "
-            f"policy {best} {s[best]:.2f}x")
+    reference = f"although the offline reference is {ref}" if bound is not None else "(offline reference not replayed)"
+    return f"no gain from PBKV: {pbkv:.2f}x LRU {reference}; best online policy {best} {s[best]:.2f}x"
 
 
 #: What :func:`advice_lines` says about a trace recorded against the simulator.

@@ -47,6 +47,29 @@ def test_chat_trace_says_no_gain(tmp_path):
     assert data["speedup"]["opt"] < 1.03 and plot.stat().st_size > 0
 
 
+def test_no_reference_skips_opt_and_keeps_every_other_figure(tmp_path, monkeypatch):
+    # on a day of traffic opt (up to 8 replays) is most of advise's time: --no-reference skips it
+    import pbkv_server.sim.simulator as simulator
+
+    trace = _trace(tmp_path, "chat", 12, 1)
+    replayed, simulate = [], simulator.simulate
+    monkeypatch.setattr(simulator, "simulate", lambda w, c, o, **k: replayed.append(c.policy) or simulate(w, c, o, **k))
+    runs = {}
+    for flags in ((), ("--no-reference",)):
+        out = tmp_path / f"advise{len(flags)}.json"
+        result = runner.invoke(app, ["advise", str(trace), "--profile", "h100-qwen2.5-32b", "--concurrency", "4",
+                                     "--json", str(out), *flags])
+        assert result.exit_code == 0, result.output
+        runs[flags] = (json.loads(out.read_text()), result.output)
+    (full, _), (short, said) = runs[()], runs[("--no-reference",)]
+    assert replayed.count("opt") == 1 and len(replayed) == 2 * len(advised_policies("sglang")) - 1
+    assert list(short["speedup"]) == [p for p in advised_policies("sglang") if p != "opt"]
+    assert short["speedup"] == {p: v for p, v in full["speedup"].items() if p != "opt"}  # replays are deterministic
+    verdict = [line for line in said.splitlines() if line.startswith("verdict:")]
+    assert verdict == ["verdict: no gain from PBKV: 1.00x LRU (offline reference not replayed); best online policy "
+                       + verdict[0].split("best online policy ")[1]]
+
+
 def test_memory_short_codegen_names_the_short_regime(tmp_path):
     records = read_trace(_trace(tmp_path, "codegen", 12, 2))
     a = advise(records, get_profile("h100-qwen2.5-32b"), concurrency=8, policies=("lru", "pbkv"))
