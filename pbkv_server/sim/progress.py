@@ -34,9 +34,13 @@ PLAIN_EVERY_S = 30.0
 
 def replay_progress(console: Console) -> Progress:
     """A rich :class:`Progress` (use as a context manager) that shows each bar's units, time
-    elapsed and time left, on ``console`` (the error console: stdout stays the results)."""
+    elapsed and time left, on ``console`` (the error console: stdout stays the results).
+
+    On a console that is not interactive it draws nothing (``disable``): the bars' plain lines
+    (:class:`ReplayBar`) say the same, and rich would repeat every bar once more at the end."""
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("left"), TimeRemainingColumn(), console=console, transient=False)
+                    TextColumn("left"), TimeRemainingColumn(), console=console, transient=False,
+                    disable=not console.is_interactive)
 
 
 class ReplayBar:
