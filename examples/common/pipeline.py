@@ -262,7 +262,7 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
         console.print(f"embedded pbkv-server at {url}")
         for split_name, tasks in (("train", train), ("test", test)):
             t = time.perf_counter()
-            outcomes[split_name] = _run_with_progress(spec, tasks, url, traces[split_name], opts, console, split_name)
+            outcomes[split_name] = _run_with_progress(spec, tasks, url, traces[split_name], opts, split_name)
             timings[f"app_{split_name}_s"] = time.perf_counter() - t
     for path in traces.values():
         # Workflows finish in scheduling order; training and replay must not depend on it.
@@ -298,7 +298,7 @@ def _run_stages(spec: ExampleSpec, opts: RunOptions, console: Console, train: li
     t = time.perf_counter()
     results = integ.replay(
         traces["test"], policies, model_path=model_path, concurrency=concurrency, profile=opts.profile,
-        device_tokens=device, host_tokens=host, static_graph=spec.static_graph, app=spec.app, console=console,
+        device_tokens=device, host_tokens=host, static_graph=spec.static_graph, app=spec.app, console=_bars(),
         slo=Slo(opts.slo_ttft_ms, opts.slo_tpot_ms),
     )
     timings["replay_s"] = time.perf_counter() - t
@@ -397,12 +397,18 @@ def _write_json_atomic(path: Path, summary: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _bars() -> Console:
+    """The console of the progress bars: stderr, as SGLang's bench_serving puts its bar, so that
+    stdout (``> report.txt``) holds the stages and tables and ``2> log`` shows the progress."""
+    return Console(stderr=True)
+
+
 def _run_with_progress(spec: ExampleSpec, tasks: list[Any], url: str, trace: Path, opts: RunOptions,
-                       console: Console, label: str) -> list[dict[str, Any]]:
+                       label: str) -> list[dict[str, Any]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn(f"app run ({label})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
+                  console=_bars(), transient=False) as progress:
         bar = progress.add_task(label, total=len(tasks))
         options = {"messages": opts.messages or spec.message_conventions[0]} if spec.message_conventions else {}
         return asyncio.run(spec.run_tasks(tasks, url, str(trace), opts.app_concurrency,
