@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -17,7 +18,7 @@ from examples.common.capacity import DEFAULT_SETUP
 from examples.common.pipeline import ExampleSpec, RunOptions, run_example
 from pbkv_server.sim.serving_metrics import Slo
 
-__all__ = ["make_app"]
+__all__ = ["make_app", "main"]
 
 
 def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.Typer:
@@ -38,9 +39,10 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
         setup: str = typer.Option(DEFAULT_SETUP, "--setup", help="replay capacities: paper (device from the profile's GPU "
                                   "memory, host tier = device, the PBKV paper's) or trace (device A + pressure x W "
                                   "from the test trace, host tier 2x)"),
-        pressure: float = typer.Option(0.5, "--pressure", min=0.01, max=1.0, help="device capacity / live working set (--setup trace)"),
-        host_ratio: Optional[float] = typer.Option(None, "--host-ratio", min=0.0, max=64.0,
-                                                   help="host KV tier / device (default: 1 with --setup paper, "
+        # float bounds are checked below, not by click: its range check says "<= 64" of a nan
+        pressure: float = typer.Option(0.5, "--pressure", help="device capacity / live working set, 0.01..1 (--setup trace)"),
+        host_ratio: Optional[float] = typer.Option(None, "--host-ratio",
+                                                   help="host KV tier / device, 0..64 (default: 1 with --setup paper, "
                                                         "2 = HiCache's default with --setup trace; 0 = none)"),
         messages: Optional[str] = typer.Option(None, "--messages", help="prompt convention of the app, where it offers "
                                                "several (HoVer: shared, the default, or per-agent)"),
@@ -52,9 +54,9 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
         no_belady: bool = typer.Option(False, "--no-opt", "--no-belady",
                                        help="skip the offline reference opt, the reference every gap is measured "
                                             "against (--no-belady is its former name)"),
-        slo_ttft: Optional[float] = typer.Option(None, "--slo-ttft", min=0, help="goodput's TTFT objective, ms "
+        slo_ttft: Optional[float] = typer.Option(None, "--slo-ttft", help="goodput's TTFT objective, ms "
                                                  "(request_goodput in the JSON; bench_serving --goodput ttft:MS)"),
-        slo_tpot: Optional[float] = typer.Option(None, "--slo-tpot", min=0, help="goodput's TPOT objective, ms "
+        slo_tpot: Optional[float] = typer.Option(None, "--slo-tpot", help="goodput's TPOT objective, ms "
                                                  "(bench_serving --goodput tpot:MS)"),
     ) -> None:
         """Run the example end to end: app -> traces -> predictor -> replay under every policy -> table, plots."""
@@ -63,18 +65,32 @@ def make_app(spec_factory: Callable[[], ExampleSpec], help_text: str) -> typer.T
         logging.getLogger("crewai.llms.base_llm").setLevel(logging.ERROR)
         # Piped output (CI logs, README capture) keeps the full table width instead of 80 columns.
         console = Console() if sys.stdout.isatty() else Console(width=160)
-        opts = RunOptions(quick=quick, n_train=train, n_test=test, app_concurrency=app_concurrency,
-                          replay_concurrency=concurrency, profile=profile, setup=setup, pressure=pressure,
-                          host_ratio=host_ratio, messages=messages, seed=seed,
-                          out_dir=out_dir, json_out=json_out, belady=not no_belady, epochs=epochs,
-                          timing=timing, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot)
         try:
+            for flag, value, low, high in (("--pressure", pressure, 0.01, 1.0), ("--host-ratio", host_ratio, 0.0, 64.0),
+                                           ("--slo-ttft", slo_ttft, 0.0, math.inf),
+                                           ("--slo-tpot", slo_tpot, 0.0, math.inf)):
+                if value is not None and not (math.isfinite(value) and low <= value <= high):
+                    bounds = f"at least {low:g}" if high == math.inf else f"in {low:g}..{high:g}"
+                    raise ValueError(f"{flag} must be a finite number {bounds}, got {value:g}")
+            opts = RunOptions(quick=quick, n_train=train, n_test=test, app_concurrency=app_concurrency,
+                              replay_concurrency=concurrency, profile=profile, setup=setup, pressure=pressure,
+                              host_ratio=host_ratio, messages=messages, seed=seed,
+                              out_dir=out_dir, json_out=json_out, belady=not no_belady, epochs=epochs,
+                              timing=timing, slo_ttft_ms=slo_ttft, slo_tpot_ms=slo_tpot)
             Slo(slo_ttft, slo_tpot)  # a bad objective fails now, not after the app run
             run_example(spec_factory(), opts, console)
         except (DataError, ValueError, KeyError) as exc:
             # str(KeyError) wraps its message in quotes; args[0] is the message itself.
             message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-            console.print("[red]error:[/red] " + escape(str(message)))
+            Console(stderr=True, soft_wrap=True).print("[red]error:[/red] " + escape(str(message)))
             raise typer.Exit(2) from None
 
     return app
+
+
+def main(app: typer.Typer, prog: str) -> None:
+    """Run an example's ``app`` as ``pbkv-bench`` runs: a usage error (a bad number, an unknown
+    option) is one line naming ``prog``, not a boxed usage text; exits with the command's status."""
+    from pbkv_contract.extras import run
+
+    sys.exit(run(prog, lambda: app, "all"))

@@ -57,6 +57,32 @@ def test_json_pointing_at_a_directory_exits_2_before_any_work(tmp_path: Path, mo
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("args, line", [
+    (("--host-ratio", "nan"), "error: --host-ratio must be a finite number in 0..64, got nan"),
+    (("--host-ratio", "65"), "error: --host-ratio must be a finite number in 0..64, got 65"),
+    (("--pressure", "0"), "error: --pressure must be a finite number in 0.01..1, got 0"),
+    (("--slo-tpot", "inf"), "error: --slo-tpot must be a finite number at least 0, got inf"),
+])
+def test_a_bad_number_is_one_line_that_says_what_is_allowed(args, line, tmp_path, monkeypatch):
+    # found by a new-user check: --host-ratio nan was refused as "should be <= 64"
+    monkeypatch.setenv("PBKV_DATA_DIR", str(tmp_path / "no-data"))
+    code, out = _invoke("hover_langchain", "--quick", *args, "--out-dir", str(tmp_path / "runs"))
+    assert code == 2 and out.strip().splitlines() == [line], out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_usage_error_of_the_module_is_one_line():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "examples.hover_langchain", "--concurrency", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "python -m examples.hover_langchain: Invalid value for '--concurrency': Input should be greater than or "
+        "equal to 1 (see: python -m examples.hover_langchain --help)"], result.stderr
+
+
 def test_out_dir_that_is_a_file_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PBKV_DATA_DIR", str(tmp_path / "no-data"))
     (tmp_path / "runs").write_text("not a folder")
