@@ -365,8 +365,9 @@ def block_import_lines(summary, options, src: Path, out: Path) -> List[str]:
     (imported, skipped per reason), shape, options."""
     skipped = sum(summary.skipped.values())
     lines = [
-        f"{summary.files} file(s), {len(summary.bad_files)} bad: {summary.conversations} conversations "
-        f"({summary.subagents} subagents), {summary.workflows} workflows -> {out}"
+        f"{summary.files} file(s), {len(summary.bad_files)} bad: {summary.conversations} "
+        f"conversation{'' if summary.conversations == 1 else 's'} ({summary.subagents} subagents), "
+        f"{summary.workflows} workflow{'' if summary.workflows == 1 else 's'} -> {out}"
         + (f"; {summary.empty} conversation(s) with no call left" if summary.empty else "")
         + (f"; PARTIAL IMPORT: {_damage_note(src, summary.damaged)}" if summary.damaged else ""),
         f"calls: {summary.calls_seen:,} seen = {summary.calls:,} imported"

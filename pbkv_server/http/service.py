@@ -70,7 +70,7 @@ def engine_config_from(config: ServerConfig, info: PolicyInfo | None = None) -> 
     from pbkv_server.hardware.profiles import DEFAULT_PROFILE, get_profile
 
     if info is None:
-        info = policy_info(config.policy)  # raises for an unknown name, listing the known ones
+        info = server_policy_info(config.policy)
     if SERVER not in info.backends:
         why = "it needs the whole future and exists in the simulator only" if info.offline else "not a server policy"
         raise ValueError(f"policy {config.policy!r}: {why}; the server runs {', '.join(available_policies(SERVER))}")
@@ -112,12 +112,11 @@ class PbkvService:
     """
 
     def __init__(self, config: ServerConfig, make_engine_config: Callable[[], EngineConfig] | None = None):
-        from pbkv_server.engine.policies import policy_info
-
         self.config = config
         # the server's one registry lookup of its policy (raises for an unknown name, listing the
-        # known ones); the engine config (at start and at every reset) and the request path reuse it
-        info = policy_info(config.policy)
+        # ones the server runs); the engine config (at start and at every reset) and the request
+        # path reuse it
+        info = server_policy_info(config.policy)
         self.driver = SimDriver(make_engine_config or (lambda: engine_config_from(config, info)), pace=config.pace,
                                 on_workflow_end=self._workflow_ended)
         self.fallback_scenario: Scenario = load_scenario(config.scenario) if config.scenario else DefaultScenario()
@@ -531,6 +530,21 @@ class PbkvService:
         while True:
             await asyncio.sleep(period)
             self.driver.retire_idle()
+
+
+def server_policy_info(name: str) -> PolicyInfo:
+    """The registry entry of policy ``name``.
+
+    Raises:
+        ValueError: an unknown name, listing the policies the server runs (the registry's own
+            message lists the simulator's offline references too, which the server refuses).
+    """
+    from pbkv_server.engine.policies import SERVER, available_policies, policy_info
+
+    try:
+        return policy_info(name)
+    except ValueError:
+        raise ValueError(f"unknown policy {name!r}; the server runs {', '.join(available_policies(SERVER))}") from None
 
 
 def _check_app_name(app: str) -> None:

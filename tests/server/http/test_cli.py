@@ -41,6 +41,11 @@ def test_unknown_policy_exits_2_with_a_clear_message():
     result = CliRunner().invoke(app, ["--policy", "nope", "--port", "0"])
     assert result.exit_code == 2
     assert "unknown policy 'nope'" in result.output
+    # the list is what the server runs: not the simulator's offline references, which it refuses
+    from pbkv_server.engine.policies import SERVER, available_policies
+
+    assert f"the server runs {', '.join(available_policies(SERVER))}" in result.output
+    assert "opt" not in available_policies(SERVER) and ", opt," not in result.output
 
 
 def test_sglang_engine_hands_over_policy_and_extra_args(monkeypatch):
