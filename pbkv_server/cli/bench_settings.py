@@ -51,12 +51,12 @@ def _json_out(what: str) -> Any:
 
 def _slo_ttft() -> Any:
     return option(None, "goodput's TTFT objective, ms: request_goodput counts requests whose first token came within "
-                        "it (bench_serving --goodput ttft:MS)", min=0)
+                        "it (bench_serving --goodput ttft:MS)")
 
 
 def _slo_tpot() -> Any:
     return option(None, "goodput's TPOT objective, ms: mean time per output token after the first (bench_serving "
-                        "--goodput tpot:MS)", min=0)
+                        "--goodput tpot:MS)")
 
 
 @dataclass

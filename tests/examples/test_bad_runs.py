@@ -61,7 +61,7 @@ def test_json_pointing_at_a_directory_exits_2_before_any_work(tmp_path: Path, mo
     (("--host-ratio", "nan"), "error: --host-ratio must be a finite number in 0..64, got nan"),
     (("--host-ratio", "65"), "error: --host-ratio must be a finite number in 0..64, got 65"),
     (("--pressure", "0"), "error: --pressure must be a finite number in 0.01..1, got 0"),
-    (("--slo-tpot", "inf"), "error: --slo-tpot must be a finite number at least 0, got inf"),
+    (("--slo-tpot", "inf"), "error: --slo-tpot must be a positive number of milliseconds, got inf"),
 ])
 def test_a_bad_number_is_one_line_that_says_what_is_allowed(args, line, tmp_path, monkeypatch):
     # found by a new-user check: --host-ratio nan was refused as "should be <= 64"
