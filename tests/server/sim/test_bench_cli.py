@@ -335,9 +335,11 @@ def test_replay_prints_and_writes_the_bench_serving_figures(trace, tmp_path):
     assert "TTFT" in result.output and "goodput" in result.output and "ceil-" in result.output
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
 @pytest.mark.parametrize("flag", ["--slo-ttft", "--slo-tpot"])
-def test_a_zero_slo_is_a_clear_error(trace, flag):
-    assert f"{flag} must be a positive number of milliseconds" in _bad(["replay", str(trace), flag, "0"])
+def test_a_zero_or_not_finite_slo_is_a_clear_error(trace, flag, value):
+    # nan was refused by click's range check as "greater than or equal to 0", and 0 passed it
+    assert f"{flag} must be a positive number of milliseconds" in _bad(["replay", str(trace), flag, value])
 
 
 @pytest.mark.parametrize("command", ["replay", "advise"])
