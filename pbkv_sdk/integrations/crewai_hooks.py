@@ -172,8 +172,15 @@ class CrewAIInstrumentation:
             entry = self._active.pop(id(crew), None)
             if entry is not None:  # forget it: ids of ended workflows get reused by new objects
                 self._kickoff_of.pop(id(entry[0]), None)
-            for task in getattr(crew, "tasks", None) or ():  # a failed task never reached post_step
-                self._task_agent.pop(id(task), None)
+            # a failed task never reached post_step: its agent is undone here, or the caller's
+            # context would keep the role, and its next LLM call outside any crew would carry it
+            left = [t for t in (self._task_agent.pop(id(task), None) for task in getattr(crew, "tasks", None) or ())
+                    if t is not None]
+        for token in reversed(left):  # the newest first, so the oldest restores the value before the kickoff
+            try:
+                reset_agent(token)
+            except ValueError:  # set in another context (an async task's thread): not this one's to undo
+                pass
         if entry is None:
             return None
         wf, token = entry

@@ -109,6 +109,18 @@ def test_a_failing_llm_ends_the_kickoff_failed_once(fake_llm, free_port):
     assert INSTRUMENTOR.handle._task_agent == {}  # the failed task's agent is forgotten too
 
 
+def test_a_failed_kickoff_leaves_the_callers_agent_as_it_was(fake_llm, free_port):
+    # the failed task never reaches post_step: its agent stayed the caller's, and a later LLM call
+    # outside any crew in the same thread was stamped with the crew's role (found as a leak between
+    # tests: a vLLM test later in the process saw 'Financial Analyst' as its agent)
+    from pbkv_sdk.context import current_agent, current_workflow
+
+    crew = build_crewai_crew(f"http://127.0.0.1:{free_port}/v1", server_url=fake_llm.url)
+    with pytest.raises(Exception):
+        crew.kickoff(inputs={"question": "question-6"})
+    assert (current_agent(), current_workflow()) == (None, None)
+
+
 def test_crew_completes_with_one_warning_when_pbkv_server_is_down(fake_llm, free_port, caplog):
     crew = build_crewai_crew(fake_llm.base_url, server_url=f"http://127.0.0.1:{free_port}")
     with caplog.at_level(logging.WARNING, logger="pbkv_sdk"):
