@@ -162,13 +162,35 @@ class PBKVPolicy(PBKVPaperPolicy):
         if not self.context.host_capacity:
             return self._priority_no_host(node)
         sc = node.sc
-        if self._wconv and sc is not None and sc.access:  # active cache, readers of growing apps possible
-            # each reader's score part (rule 7), computed once: rules 8, 2 and the score all read it
-            parts = self._parts(node, sc)
-            score = self._score_of(sc, parts)
-            if score >= LOW_SCORE and self._growing_only(parts):  # rule 8
+        wconv = self._wconv
+        if wconv and sc is not None and sc.access:  # active cache, readers of growing apps possible
+            # each reader's score part (rule 7), computed once: rules 8, 2 and the score all read
+            # it. This is _parts, _score_of and _growing_only in one pass (the hottest call of a
+            # replay with a host tier: every re-filing of a device victim), with the same sums in
+            # the same order.
+            conversations = self._conv
+            growing, live = conversations.growing_apps, conversations.live_of.get(node)
+            contrib = sc.contrib
+            score = sc.score
+            parts = {}
+            changed = False
+            only = True  # every part replaced (rule 8's readers)
+            for w in sc.access:
+                conv = wconv.get(w)
+                if conv is None or conv[1] not in growing:
+                    parts[w] = None
+                    only = False
+                    continue
+                part = self.context.board.total_weight(w) if live is not None and conv[0] in live else 0.0
+                parts[w] = part
+                score += part - contrib[w][0]
+                changed = True
+            if changed and not score > 0.0:
+                score = 0.0
+            fallback = self.order_guard.fallback
+            if only and score >= LOW_SCORE and not fallback:  # rule 8
                 return self._due_rank(node, parts)
-            if self.order_guard.fallback:  # rules 5 and 7 rank inactive cache only
+            if fallback:  # rules 5 and 7 rank inactive cache only
                 return self._shared_rank(node)
         else:
             parts = None
@@ -300,9 +322,26 @@ class PBKVPolicy(PBKVPaperPolicy):
         guard's fallback rank as in ``lru``."""
         sc = node.sc
         if self._wconv and sc is not None and sc.access and not self.order_guard.fallback:
-            # active cache, predicted order (what the checks below come to, in fewer steps)
-            parts = self._parts(node, sc)
-            return (1, -self._next.estimate(sc, parts.__getitem__), self._score_of(sc, parts), node.last_access)
+            # active cache, predicted order (what the checks below come to, in fewer steps);
+            # _parts and _score_of in one pass, as in priority()
+            wconv, conversations = self._wconv, self._conv
+            growing, live = conversations.growing_apps, conversations.live_of.get(node)
+            contrib = sc.contrib
+            score = sc.score
+            parts = {}
+            changed = False
+            for w in sc.access:
+                conv = wconv.get(w)
+                if conv is None or conv[1] not in growing:
+                    parts[w] = None
+                    continue
+                part = self.context.board.total_weight(w) if live is not None and conv[0] in live else 0.0
+                parts[w] = part
+                score += part - contrib[w][0]
+                changed = True
+            if changed and not score > 0.0:
+                score = 0.0
+            return (1, -self._next.estimate(sc, parts.__getitem__), score, node.last_access)
         if self._held_session(node) is not None:  # rule 7: used by the session's next turn, when unknown
             return (1, -math.inf, HELD_USES, node.last_access)
         shared = self._shared_rank(node)
