@@ -188,8 +188,14 @@ class PBKVPolicy(PBKVPaperPolicy):
             if changed and not score > 0.0:
                 score = 0.0
             fallback = self.order_guard.fallback
-            if only and score >= LOW_SCORE and not fallback:  # rule 8
-                return self._due_rank(node, parts)
+            if only and score >= LOW_SCORE and not fallback:  # rule 8 (_due_rank, inline)
+                due = self._due_estimate().estimate_parts(sc, parts)
+                wait = self._wait
+                if wait:  # rule 2 (_waiting_of: every part is replaced here)
+                    for w, part in parts.items():
+                        if part > 0.0 and w in wait:
+                            return (2, GROWING_KEY, -due, node.last_access)
+                return (1, GROWING_KEY, -due, node.last_access)
             if fallback:  # rules 5 and 7 rank inactive cache only
                 return self._shared_rank(node)
         else:
@@ -341,7 +347,7 @@ class PBKVPolicy(PBKVPaperPolicy):
                 changed = True
             if changed and not score > 0.0:
                 score = 0.0
-            return (1, -self._next.estimate(sc, parts.__getitem__), score, node.last_access)
+            return (1, -self._next.estimate_parts(sc, parts), score, node.last_access)
         if self._held_session(node) is not None:  # rule 7: used by the session's next turn, when unknown
             return (1, -math.inf, HELD_USES, node.last_access)
         shared = self._shared_rank(node)
@@ -350,7 +356,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         if not self._wconv:
             return (1, -self._next.estimate(sc), sc.score, node.last_access)
         parts = self._parts(node, sc)
-        return (1, -self._next.estimate(sc, parts.__getitem__), self._score_of(sc, parts), node.last_access)
+        return (1, -self._next.estimate_parts(sc, parts), self._score_of(sc, parts), node.last_access)
 
     # ----------------------------------------------------------------- rule 8
     def _growing_only(self, parts) -> bool:
@@ -368,7 +374,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         all other cache of its band, whose second key (``-age``, ``-inf`` for low scores) is at
         most 0, and by due among itself."""
         sc = node.sc
-        due = self._due_estimate().estimate(sc, parts.__getitem__)
+        due = self._due_estimate().estimate_parts(sc, parts)
         band = 2 if self._wait and self._waiting_of(sc, parts) else 1
         return (band, GROWING_KEY, -due, node.last_access)
 
