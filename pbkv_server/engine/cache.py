@@ -301,7 +301,7 @@ class PrefixCache(Eviction):
         if not keys or sum(toks) > self.device_free():
             return None
         parent = end if end is not None and end.attached and end.tier == DEVICE else self.tree.root
-        node = self.tree.insert(parent, keys, toks, DEVICE, now)
+        node = self.tree.insert(parent, list(keys), list(toks), DEVICE, now)  # the tree's own lists
         node.sc = NodeScore(node)
         if workflow is not None and active:
             self.board.touch(node.sc, workflow.workflow_id, agent)
