@@ -99,7 +99,7 @@ import math
 from ..radix import DEVICE, HOST, Node
 from .base import register_policy
 from .conversation import Conversations
-from .host_order import NextUse
+from .host_order import MIN_Q, NextUse
 from .pbkv_paper import PBKVPaperPolicy
 from .plan import HeapPlan
 
@@ -170,12 +170,19 @@ class PBKVPolicy(PBKVPaperPolicy):
             # the same order.
             conversations = self._conv
             growing, live = conversations.growing_apps, conversations.live_of.get(node)
+            access = sc.access
+            if len(access) == 1:  # one reader (most nodes of a coding agent's conversation)
+                for w in access:
+                    pass
+                conv = wconv.get(w)
+                if conv is not None and conv[1] in growing:  # rule 7's part replaces Eq. 2's
+                    return self._priority_one(node, sc, w, conv, live)
             contrib = sc.contrib
             score = sc.score
             parts = {}
             changed = False
             only = True  # every part replaced (rule 8's readers)
-            for w in sc.access:
+            for w in access:
                 conv = wconv.get(w)
                 if conv is None or conv[1] not in growing:
                     parts[w] = None
@@ -223,6 +230,45 @@ class PBKVPolicy(PBKVPaperPolicy):
             if age < keeper:
                 keeper = age
         return (band, -keeper, score, node.last_access)
+
+    def _priority_one(self, node, sc, w, conv, live) -> tuple:
+        """:meth:`priority` of an active node whose one reader ``w`` (its conversation and app
+        ``conv``) is a workflow of a growing app (``live``: the node's live paths): the same
+        rank, with the same sums, without a dict of parts (the loops of :meth:`priority`,
+        :meth:`NextUse.estimate_parts` and :meth:`_waiting_of` over one workflow)."""
+        part = self.context.board.total_weight(w) if live is not None and conv[0] in live else 0.0
+        score = sc.score
+        score += part - sc.contrib[w][0]
+        if not score > 0.0:
+            score = 0.0
+        fallback = self.order_guard.fallback
+        if score >= LOW_SCORE and not fallback:  # rule 8
+            est = self._due_estimate()
+            due = math.inf
+            t0 = est.next_t.get(w)
+            if t0 is not None and not part <= 0.0:
+                waits = est.submit_t.get(w)
+                if waits:
+                    t = min(waits.values())
+                else:
+                    q = MIN_Q if part < MIN_Q else (1.0 if part > 1.0 else part)
+                    t = t0 + (1.0 / q - 1.0) * est.cycle.get(w, 0.0)
+                if t < due:
+                    due = t
+            wait = self._wait
+            if wait and part > 0.0 and w in wait:  # rule 2
+                return (2, GROWING_KEY, -due, node.last_access)
+            return (1, GROWING_KEY, -due, node.last_access)
+        if fallback:  # rules 5 and 7 rank inactive cache only
+            return self._shared_rank(node)
+        wait = self._wait
+        if wait and part > 0.0 and w in wait:  # rule 2 (_waiting_of with the part replaced)
+            band = 2
+        elif score < LOW_SCORE:
+            return (1, -math.inf, score, node.last_access)
+        else:
+            band = 1
+        return (band, -self._age.get(w, math.inf), score, node.last_access)
 
     def _priority_no_host(self, node) -> tuple:
         """Device order without a host tier (rule 6): every device victim is lost, so active cache
