@@ -48,6 +48,7 @@ class Eviction:
     _unit_runs: bool
     _selective_host: bool
     _condemned: dict[Node, None]
+    _cutting: Node | None
     _refile: Callable[[Node], None]
     peek_victim: Callable[[], Node | None]
 
@@ -280,7 +281,9 @@ class Eviction:
         whole."""
         m = self._tail_units(node, need)
         if m < len(node.toks):
+            self._cutting = node
             top = self.tree.split(node, len(node.toks) - m)
+            self._cutting = None
             if node.tier == DEVICE and not node.frag:  # a frag node's units were nodes already
                 self._condemned[top] = None
         return node
