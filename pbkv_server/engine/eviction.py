@@ -281,9 +281,11 @@ class Eviction:
         whole."""
         m = self._tail_units(node, need)
         if m < len(node.toks):
-            self._cutting = node
-            top = self.tree.split(node, len(node.toks) - m)
-            self._cutting = None
+            self._cutting = node  # the cut files neither part: the caller files both (cache._on_split)
+            try:
+                top = self.tree.split(node, len(node.toks) - m)
+            finally:
+                self._cutting = None
             if node.tier == DEVICE and not node.frag:  # a frag node's units were nodes already
                 self._condemned[top] = None
         return node
