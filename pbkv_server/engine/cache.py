@@ -113,6 +113,9 @@ class PrefixCache(Eviction):
         self._locked_dev = 0
         # upper parts of device nodes whose tail an eviction took (see condemned())
         self._condemned: dict[Node, None] = {}
+        # the tail an eviction is cutting off to take it at once (Eviction._split_tail): the cut
+        # files neither part again, the eviction files both
+        self._cutting: Node | None = None
         self._observers: list[AcquireObserver] = []
         self._guard_feed: GuardFeed | None = None
         # what the policy may read of this cache, and its one way to say an order changed
@@ -301,7 +304,7 @@ class PrefixCache(Eviction):
         if not keys or sum(toks) > self.device_free():
             return None
         parent = end if end is not None and end.attached and end.tier == DEVICE else self.tree.root
-        node = self.tree.insert(parent, keys, toks, DEVICE, now)
+        node = self.tree.insert(parent, list(keys), list(toks), DEVICE, now)  # the tree's own lists
         node.sc = NodeScore(node)
         if workflow is not None and active:
             self.board.touch(node.sc, workflow.workflow_id, agent)
@@ -566,6 +569,10 @@ class PrefixCache(Eviction):
         # locked/tier token totals are unchanged: the tokens only moved between the two halves
         self.hooks.on_split(top, bottom)
         if bottom.frag:  # a cut between one-unit nodes (radix.Node.frag): no entry changes
+            return
+        if bottom is self._cutting:
+            # an eviction takes bottom now and files top after it (Eviction._split_tail), before
+            # any heap is read: entries filed here would only go stale unread
             return
         self._refile(bottom)  # its first key changed (belady) and its entry must stay current
         self._refile(top)  # a host-tier top is the new prefetch frontier in place of bottom

@@ -15,7 +15,8 @@ The mixin keeps no state of its own; it works on the cache's: ``tree``, ``heaps`
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import accumulate
+from itertools import accumulate, compress, count, repeat
+from operator import ge
 from typing import TYPE_CHECKING, Callable
 
 from .radix import DEVICE, HOST, Node
@@ -47,6 +48,7 @@ class Eviction:
     _unit_runs: bool
     _selective_host: bool
     _condemned: dict[Node, None]
+    _cutting: Node | None
     _refile: Callable[[Node], None]
     peek_victim: Callable[[], Node | None]
 
@@ -279,7 +281,11 @@ class Eviction:
         whole."""
         m = self._tail_units(node, need)
         if m < len(node.toks):
-            top = self.tree.split(node, len(node.toks) - m)
+            self._cutting = node  # the cut files neither part: the caller files both (cache._on_split)
+            try:
+                top = self.tree.split(node, len(node.toks) - m)
+            finally:
+                self._cutting = None
             if node.tier == DEVICE and not node.frag:  # a frag node's units were nodes already
                 self._condemned[top] = None
         return node
@@ -298,9 +304,24 @@ class Eviction:
             return n
         if need <= 0:
             return 0
-        # the first k whose last k units hold need, on running sums made in C (nodes of real
-        # traces are hundreds of units long)
-        return min(bisect_left(list(accumulate(reversed(toks))), need) + 1, n)
+        # the sums of the last k units never fall as k grows (a unit holds >= 0 tokens), so k
+        # is the answer when the last k units hold need and the last k - 1 do not. First a
+        # guess, checked with two sums made in C: the units of a trace's prompt are blocks of
+        # one size but the last, so the tail is the last unit and enough of the size above it
+        last = toks[-1]
+        if need <= last:
+            return 1
+        size = toks[-2]  # n >= 2 here: a one-unit node is needed whole
+        if size > 0:
+            k = 1 + (need - last + size - 1) // size
+            if k < n:
+                held = sum(toks[n - k:])
+                if held >= need and held - toks[n - k] < need:
+                    return k
+        # else the first k whose last k units hold need, on running sums made in C (nodes of
+        # real traces are hundreds of units long) that stop there: a victim is often much
+        # longer than the tail taken
+        return next(compress(count(1), map(ge, accumulate(reversed(toks)), repeat(need))), n)
 
     def _pinned_below(self, node: Node) -> bool:
         """A node below ``node`` is locked, or kept by the policy (then ``node`` cannot be dropped)."""

@@ -61,8 +61,25 @@ def _unlink(run: _Run) -> None:
 
 def _first_reaching(toks: list, need: int) -> int:
     """How many units, taken from the end of ``toks``, first add up to ``need`` tokens or more
-    (``len(toks) + 1`` if all do not); the scan stops there and runs in C."""
-    return next(compress(count(1), map(ge, accumulate(reversed(toks)), repeat(need))), len(toks) + 1)
+    (``len(toks) + 1`` if all do not); the scan stops there and runs in C.
+
+    First a guess, checked with two sums made in C (the sums of the last k units never fall as k
+    grows, so k is the answer when the last k units hold ``need`` and the last k - 1 do not): a
+    prompt's units are blocks of one size but the last, so the answer is often the last unit and
+    enough of the size above it."""
+    n = len(toks)
+    if n >= 2:
+        last = toks[-1]
+        if need <= last:
+            return 1
+        size = toks[-2]
+        if size > 0:
+            k = 1 + (need - last + size - 1) // size
+            if k <= n:
+                held = sum(toks[n - k:])
+                if held >= need and held - toks[n - k] < need:
+                    return k
+    return next(compress(count(1), map(ge, accumulate(reversed(toks)), repeat(need))), n + 1)
 
 
 class ShadowLRU:

@@ -57,11 +57,12 @@ class Node:
     __slots__ = ("id", "keys", "toks", "tokens", "parent", "children", "tier", "lock", "last_access",
                  "n_dev_children", "ver", "pver", "sc", "attached", "frag")
 
-    def __init__(self, keys: list, toks: list, parent: "Node | None", tier: int, now: float) -> None:
+    def __init__(self, keys: list, toks: list, parent: "Node | None", tier: int, now: float,
+                 tokens: int | None = None) -> None:
         self.id = next(_ids)
         self.keys = keys
         self.toks = toks
-        self.tokens = sum(toks)
+        self.tokens = sum(toks) if tokens is None else tokens  # tokens: their sum, when known
         self.parent = parent
         self.children: dict[Hashable, Node] = {}
         self.tier = tier
@@ -136,7 +137,8 @@ class RadixTree:
 
     def insert(self, parent: Node, keys: list, toks: list, tier: int, now: float) -> Node:
         """Add a new leaf under ``parent`` holding ``keys`` (no child of ``parent`` may start with
-        ``keys[0]``). Returns the node.
+        ``keys[0]``). Returns the node. The node keeps ``keys`` and ``toks`` as they are, its own
+        from then on (:meth:`split` cuts them in place): pass lists the caller does not keep.
 
         Raises:
             ValueError: ``keys`` is empty, already present, or a device leaf under a host parent.
@@ -159,11 +161,23 @@ class RadixTree:
 
     def split(self, node: Node, j: int) -> Node:
         """Cut ``node`` after its first ``j`` blocks (0 < j < len). Returns the new upper node (a
-        cut of a :attr:`Node.frag` node leaves both parts ``frag``)."""
-        top = Node(node.keys[:j], node.toks[:j], node.parent, node.tier, node.last_access)
-        node.keys = node.keys[j:]
-        node.toks = node.toks[j:]
-        node.tokens -= top.tokens
+        cut of a :attr:`Node.frag` node leaves both parts ``frag``).
+
+        O(the shorter part): the longer part keeps ``node``'s lists, cut in place (the tree owns
+        a node's ``keys`` and ``toks``: :meth:`insert` takes lists nobody else changes or reads
+        later). An eviction cuts a short tail off a node thousands of units long, again and
+        again as it frees room a little at a time."""
+        keys, toks = node.keys, node.toks
+        if 2 * j > len(keys):  # the top is the longer part: it takes the lists, cut at j
+            node.keys, node.toks = keys[j:], toks[j:]
+            tail = sum(node.toks)
+            del keys[j:], toks[j:]
+            top = Node(keys, toks, node.parent, node.tier, node.last_access, node.tokens - tail)
+            node.tokens = tail
+        else:
+            top = Node(keys[:j], toks[:j], node.parent, node.tier, node.last_access)
+            node.keys, node.toks = keys[j:], toks[j:]
+            node.tokens -= top.tokens
         top.lock = node.lock
         top.frag = node.frag
         top.children = {node.keys[0]: node}

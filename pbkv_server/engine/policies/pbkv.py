@@ -99,7 +99,7 @@ import math
 from ..radix import DEVICE, HOST, Node
 from .base import register_policy
 from .conversation import Conversations
-from .host_order import NextUse
+from .host_order import MIN_Q, NextUse
 from .pbkv_paper import PBKVPaperPolicy
 from .plan import HeapPlan
 
@@ -162,13 +162,48 @@ class PBKVPolicy(PBKVPaperPolicy):
         if not self.context.host_capacity:
             return self._priority_no_host(node)
         sc = node.sc
-        if self._wconv and sc is not None and sc.access:  # active cache, readers of growing apps possible
-            # each reader's score part (rule 7), computed once: rules 8, 2 and the score all read it
-            parts = self._parts(node, sc)
-            score = self._score_of(sc, parts)
-            if score >= LOW_SCORE and self._growing_only(parts):  # rule 8
-                return self._due_rank(node, parts)
-            if self.order_guard.fallback:  # rules 5 and 7 rank inactive cache only
+        wconv = self._wconv
+        if wconv and sc is not None and sc.access:  # active cache, readers of growing apps possible
+            # each reader's score part (rule 7), computed once: rules 8, 2 and the score all read
+            # it. This is _parts, _score_of and _growing_only in one pass (the hottest call of a
+            # replay with a host tier: every re-filing of a device victim), with the same sums in
+            # the same order.
+            conversations = self._conv
+            growing, live = conversations.growing_apps, conversations.live_of.get(node)
+            access = sc.access
+            if len(access) == 1:  # one reader (most nodes of a coding agent's conversation)
+                for w in access:
+                    pass
+                conv = wconv.get(w)
+                if conv is not None and conv[1] in growing:  # rule 7's part replaces Eq. 2's
+                    return self._priority_one(node, sc, w, conv, live)
+            contrib = sc.contrib
+            score = sc.score
+            parts = {}
+            changed = False
+            only = True  # every part replaced (rule 8's readers)
+            for w in access:
+                conv = wconv.get(w)
+                if conv is None or conv[1] not in growing:
+                    parts[w] = None
+                    only = False
+                    continue
+                part = self.context.board.total_weight(w) if live is not None and conv[0] in live else 0.0
+                parts[w] = part
+                score += part - contrib[w][0]
+                changed = True
+            if changed and not score > 0.0:
+                score = 0.0
+            fallback = self.order_guard.fallback
+            if only and score >= LOW_SCORE and not fallback:  # rule 8 (_due_rank, inline)
+                due = self._due_estimate().estimate_parts(sc, parts)
+                wait = self._wait
+                if wait:  # rule 2 (_waiting_of: every part is replaced here)
+                    for w, part in parts.items():
+                        if part > 0.0 and w in wait:
+                            return (2, GROWING_KEY, -due, node.last_access)
+                return (1, GROWING_KEY, -due, node.last_access)
+            if fallback:  # rules 5 and 7 rank inactive cache only
                 return self._shared_rank(node)
         else:
             parts = None
@@ -195,6 +230,45 @@ class PBKVPolicy(PBKVPaperPolicy):
             if age < keeper:
                 keeper = age
         return (band, -keeper, score, node.last_access)
+
+    def _priority_one(self, node, sc, w, conv, live) -> tuple:
+        """:meth:`priority` of an active node whose one reader ``w`` (its conversation and app
+        ``conv``) is a workflow of a growing app (``live``: the node's live paths): the same
+        rank, with the same sums, without a dict of parts (the loops of :meth:`priority`,
+        :meth:`NextUse.estimate_parts` and :meth:`_waiting_of` over one workflow)."""
+        part = self.context.board.total_weight(w) if live is not None and conv[0] in live else 0.0
+        score = sc.score
+        score += part - sc.contrib[w][0]
+        if not score > 0.0:
+            score = 0.0
+        fallback = self.order_guard.fallback
+        if score >= LOW_SCORE and not fallback:  # rule 8
+            est = self._due_estimate()
+            due = math.inf
+            t0 = est.next_t.get(w)
+            if t0 is not None and not part <= 0.0:
+                waits = est.submit_t.get(w)
+                if waits:
+                    t = min(waits.values())
+                else:
+                    q = MIN_Q if part < MIN_Q else (1.0 if part > 1.0 else part)
+                    t = t0 + (1.0 / q - 1.0) * est.cycle.get(w, 0.0)
+                if t < due:
+                    due = t
+            wait = self._wait
+            if wait and part > 0.0 and w in wait:  # rule 2
+                return (2, GROWING_KEY, -due, node.last_access)
+            return (1, GROWING_KEY, -due, node.last_access)
+        if fallback:  # rules 5 and 7 rank inactive cache only
+            return self._shared_rank(node)
+        wait = self._wait
+        if wait and part > 0.0 and w in wait:  # rule 2 (_waiting_of with the part replaced)
+            band = 2
+        elif score < LOW_SCORE:
+            return (1, -math.inf, score, node.last_access)
+        else:
+            band = 1
+        return (band, -self._age.get(w, math.inf), score, node.last_access)
 
     def _priority_no_host(self, node) -> tuple:
         """Device order without a host tier (rule 6): every device victim is lost, so active cache
@@ -300,9 +374,26 @@ class PBKVPolicy(PBKVPaperPolicy):
         guard's fallback rank as in ``lru``."""
         sc = node.sc
         if self._wconv and sc is not None and sc.access and not self.order_guard.fallback:
-            # active cache, predicted order (what the checks below come to, in fewer steps)
-            parts = self._parts(node, sc)
-            return (1, -self._next.estimate(sc, parts.__getitem__), self._score_of(sc, parts), node.last_access)
+            # active cache, predicted order (what the checks below come to, in fewer steps);
+            # _parts and _score_of in one pass, as in priority()
+            wconv, conversations = self._wconv, self._conv
+            growing, live = conversations.growing_apps, conversations.live_of.get(node)
+            contrib = sc.contrib
+            score = sc.score
+            parts = {}
+            changed = False
+            for w in sc.access:
+                conv = wconv.get(w)
+                if conv is None or conv[1] not in growing:
+                    parts[w] = None
+                    continue
+                part = self.context.board.total_weight(w) if live is not None and conv[0] in live else 0.0
+                parts[w] = part
+                score += part - contrib[w][0]
+                changed = True
+            if changed and not score > 0.0:
+                score = 0.0
+            return (1, -self._next.estimate_parts(sc, parts), score, node.last_access)
         if self._held_session(node) is not None:  # rule 7: used by the session's next turn, when unknown
             return (1, -math.inf, HELD_USES, node.last_access)
         shared = self._shared_rank(node)
@@ -311,7 +402,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         if not self._wconv:
             return (1, -self._next.estimate(sc), sc.score, node.last_access)
         parts = self._parts(node, sc)
-        return (1, -self._next.estimate(sc, parts.__getitem__), self._score_of(sc, parts), node.last_access)
+        return (1, -self._next.estimate_parts(sc, parts), self._score_of(sc, parts), node.last_access)
 
     # ----------------------------------------------------------------- rule 8
     def _growing_only(self, parts) -> bool:
@@ -329,7 +420,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         all other cache of its band, whose second key (``-age``, ``-inf`` for low scores) is at
         most 0, and by due among itself."""
         sc = node.sc
-        due = self._due_estimate().estimate(sc, parts.__getitem__)
+        due = self._due_estimate().estimate_parts(sc, parts)
         band = 2 if self._wait and self._waiting_of(sc, parts) else 1
         return (band, GROWING_KEY, -due, node.last_access)
 

@@ -138,3 +138,9 @@ def test_tail_units_take_the_fewest_last_units_that_hold_the_need():
     assert [units([4, 3, 2], need) for need in (1, 2, 3, 5, 6, 9, 100)] == [1, 1, 2, 2, 3, 3, 3]
     # zero-token units at the top: the 5-token tail alone holds 5; 6 needs (and gets) the whole node
     assert units([0, 0, 5], 5) == 1 and units([0, 0, 5], 6) == 3
+    # blocks of one size but the last (a trace's prompt): 5, 5+16=21, 5+32=37, 5+48=53 from the end
+    assert [units([16, 16, 16, 16, 5], need) for need in (5, 6, 21, 22, 37, 38, 53)] == [1, 2, 2, 3, 3, 4, 4]
+    # sizes that vary: 3, 3+1=4, 4+40=44 from the end (the guess from the unit above the last is wrong)
+    assert [units([9, 1, 40, 1, 3], need) for need in (3, 4, 5, 10, 44)] == [1, 2, 3, 3, 3]
+    # a zero-token unit above the last: 2, 2, 32 from the end
+    assert [units([7, 30, 0, 2], need) for need in (2, 3, 32)] == [1, 3, 3]

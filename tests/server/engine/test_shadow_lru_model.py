@@ -204,3 +204,15 @@ def test_a_guard_like_chained_replay_keeps_its_runs():
             model.shrink(room - 6)
         _same(ghost, model)
     assert ghost._fast and model.host_hit_tokens > 0 and model.parked
+
+
+def test_first_reaching_counts_the_fewest_last_units_that_hold_the_need():
+    from pbkv_server.engine.ghost import _first_reaching
+
+    # blocks of one size but the last: 5, 21, 37, 53 tokens from the end; 54 is never reached
+    assert [_first_reaching([16, 16, 16, 5], need) for need in (5, 6, 21, 22, 53, 54)] == [1, 2, 2, 3, 4, 5]
+    # sizes that vary: 3, 4, 44, 45, 54 from the end
+    assert [_first_reaching([9, 1, 40, 1, 3], need) for need in (3, 4, 5, 44, 45, 54, 55)] == [1, 2, 3, 3, 4, 5, 6]
+    # a zero-token unit above the last: 2, 2, 32 from the end
+    assert [_first_reaching([30, 0, 2], need) for need in (2, 3, 32)] == [1, 3, 3]
+    assert _first_reaching([], 1) == 1
