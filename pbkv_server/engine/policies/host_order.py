@@ -140,80 +140,57 @@ class NextUse:
         self._finish_t.pop(wid, None)
 
     # ------------------------------------------------------------------ estimate
-    def estimate_parts(self, sc, parts: dict) -> float:
-        """:meth:`estimate` with ``part`` read from the dict ``parts`` (workflow -> its part, one
-        per workflow of ``sc.access``): the same result, without a call per workflow (the
-        ``pbkv`` orders ask it at every re-filing of an active node)."""
-        best = math.inf
-        next_t, submit_t, cycle = self.next_t, self.submit_t, self.cycle
-        for w, agents in sc.access.items():
-            t0 = next_t.get(w)
-            if t0 is None:
-                continue
-            q = parts[w]
-            if q is not None and q <= 0.0:
-                continue
-            waits = submit_t.get(w)
-            if waits:  # the oldest waiting request it is used by (loops: no list built per node)
-                if q is None:
-                    t = None
-                    for a in agents:
-                        if a in waits:
-                            s = waits[a]
-                            if t is None or s < t:
-                                t = s
-                else:
-                    t = min(waits.values())
-                if t is not None:
-                    if t < best:
-                        best = t
-                    continue
-            if q is None:
-                contrib = sc.contrib.get(w)
-                q = contrib[0] if contrib is not None else 0.0
-            q = MIN_Q if q < MIN_Q else (1.0 if q > 1.0 else q)
-            t = t0 + (1.0 / q - 1.0) * cycle.get(w, 0.0)
-            if t < best:
-                best = t
-        return best
-
-    def estimate(self, sc, part=None) -> float:
+    def estimate(self, sc, parts: dict | None = None) -> float:
         """Estimated engine time of the next use of the node with score record ``sc`` (seconds;
         ``inf``: no active workflow is known to use it).
 
-        ``part(w)``, if given, overrides workflow ``w``'s part: ``None`` keeps Eq. 2's (by the
-        agents that touched the node); a number ``q > 0`` means the node is used by ``w``'s next
-        call of any agent with that score part (a growing conversation's live path), ``q <= 0``
-        that ``w`` does not use it (history its conversation no longer sends)."""
+        ``parts`` (workflow -> part, one per workflow of ``sc.access``), if given, overrides the
+        parts: ``None`` keeps Eq. 2's (by the agents that touched the node); a number ``q > 0``
+        means the node is used by ``w``'s next call of any agent with that score part (a growing
+        conversation's live path), ``q <= 0`` that ``w`` does not use it (history its
+        conversation no longer sends). A dict, not a function: the ``pbkv`` orders ask it at
+        every re-filing of an active node."""
         best = math.inf
         next_t, submit_t, cycle = self.next_t, self.submit_t, self.cycle
         for w, agents in sc.access.items():
             t0 = next_t.get(w)
             if t0 is None:
                 continue
-            q = part(w) if part is not None else None
-            if q is not None and q <= 0.0:
+            q = parts[w] if parts is not None else None
+            if q is not None:
+                if q > 0.0:
+                    t = self.replaced(w, t0, q)
+                    if t < best:
+                        best = t
                 continue
             waits = submit_t.get(w)
-            if waits:  # the oldest waiting request it is used by (loops: no list built per node)
-                if q is None:
-                    t = None
-                    for a in agents:
-                        if a in waits:
-                            s = waits[a]
-                            if t is None or s < t:
-                                t = s
-                else:
-                    t = min(waits.values())
+            if waits:  # the oldest waiting request of an agent that touched it (a loop: no list per node)
+                t = None
+                for a in agents:
+                    if a in waits:
+                        s = waits[a]
+                        if t is None or s < t:
+                            t = s
                 if t is not None:
                     if t < best:
                         best = t
                     continue
-            if q is None:
-                contrib = sc.contrib.get(w)
-                q = contrib[0] if contrib is not None else 0.0
+            contrib = sc.contrib.get(w)
+            q = contrib[0] if contrib is not None else 0.0
             q = MIN_Q if q < MIN_Q else (1.0 if q > 1.0 else q)
             t = t0 + (1.0 / q - 1.0) * cycle.get(w, 0.0)
             if t < best:
                 best = t
         return best
+
+    def replaced(self, w, t0: float, q: float) -> float:
+        """Next use (engine seconds) by workflow ``w`` (its next call expected at ``t0``) of a
+        node whose part for ``w`` is replaced by ``q > 0``: the oldest of ``w``'s waiting
+        requests, of any agent, else ``t0`` plus the calls ``q`` says lie ahead times ``w``'s
+        cycle. (:meth:`estimate`'s rule for one workflow, which ``pbkv`` also asks of a node
+        with one reader.)"""
+        waits = self.submit_t.get(w)
+        if waits:
+            return min(waits.values())
+        q = MIN_Q if q < MIN_Q else (1.0 if q > 1.0 else q)
+        return t0 + (1.0 / q - 1.0) * self.cycle.get(w, 0.0)

@@ -99,7 +99,7 @@ import math
 from ..radix import DEVICE, HOST, Node
 from .base import register_policy
 from .conversation import Conversations
-from .host_order import MIN_Q, NextUse
+from .host_order import NextUse
 from .pbkv_paper import PBKVPaperPolicy
 from .plan import HeapPlan
 
@@ -165,38 +165,18 @@ class PBKVPolicy(PBKVPaperPolicy):
         wconv = self._wconv
         if wconv and sc is not None and sc.access:  # active cache, readers of growing apps possible
             # each reader's score part (rule 7), computed once: rules 8, 2 and the score all read
-            # it. This is _parts, _score_of and _growing_only in one pass (the hottest call of a
-            # replay with a host tier: every re-filing of a device victim), with the same sums in
-            # the same order.
-            conversations = self._conv
-            growing, live = conversations.growing_apps, conversations.live_of.get(node)
+            # it (the hottest call of a replay with a host tier: every re-filing of a device victim)
             access = sc.access
             if len(access) == 1:  # one reader (most nodes of a coding agent's conversation)
                 for w in access:
                     pass
                 conv = wconv.get(w)
-                if conv is not None and conv[1] in growing:  # rule 7's part replaces Eq. 2's
-                    return self._priority_one(node, sc, w, conv, live)
-            contrib = sc.contrib
-            score = sc.score
-            parts = {}
-            changed = False
-            only = True  # every part replaced (rule 8's readers)
-            for w in access:
-                conv = wconv.get(w)
-                if conv is None or conv[1] not in growing:
-                    parts[w] = None
-                    only = False
-                    continue
-                part = self.context.board.total_weight(w) if live is not None and conv[0] in live else 0.0
-                parts[w] = part
-                score += part - contrib[w][0]
-                changed = True
-            if changed and not score > 0.0:
-                score = 0.0
+                if conv is not None and conv[1] in self._conv.growing_apps:  # rule 7's part replaces Eq. 2's
+                    return self._priority_one(node, sc, w, conv, self._conv.live_of.get(node))
+            parts, score = self._parts_score(node, sc)
             fallback = self.order_guard.fallback
-            if only and score >= LOW_SCORE and not fallback:  # rule 8 (_due_rank, inline)
-                due = self._due_estimate().estimate_parts(sc, parts)
+            if score >= LOW_SCORE and not fallback and None not in parts.values():  # rule 8 (_due_rank, inline)
+                due = self._due_estimate().estimate(sc, parts)
                 wait = self._wait
                 if wait:  # rule 2 (_waiting_of: every part is replaced here)
                     for w, part in parts.items():
@@ -235,7 +215,8 @@ class PBKVPolicy(PBKVPaperPolicy):
         """:meth:`priority` of an active node whose one reader ``w`` (its conversation and app
         ``conv``) is a workflow of a growing app (``live``: the node's live paths): the same
         rank, with the same sums, without a dict of parts (the loops of :meth:`priority`,
-        :meth:`NextUse.estimate_parts` and :meth:`_waiting_of` over one workflow)."""
+        :meth:`NextUse.estimate` (its :meth:`~NextUse.replaced`) and :meth:`_waiting_of` over one
+        workflow)."""
         part = self.context.board.total_weight(w) if live is not None and conv[0] in live else 0.0
         score = sc.score
         score += part - sc.contrib[w][0]
@@ -244,17 +225,8 @@ class PBKVPolicy(PBKVPaperPolicy):
         fallback = self.order_guard.fallback
         if score >= LOW_SCORE and not fallback:  # rule 8
             est = self._due_estimate()
-            due = math.inf
             t0 = est.next_t.get(w)
-            if t0 is not None and not part <= 0.0:
-                waits = est.submit_t.get(w)
-                if waits:
-                    t = min(waits.values())
-                else:
-                    q = MIN_Q if part < MIN_Q else (1.0 if part > 1.0 else part)
-                    t = t0 + (1.0 / q - 1.0) * est.cycle.get(w, 0.0)
-                if t < due:
-                    due = t
+            due = est.replaced(w, t0, part) if t0 is not None and part > 0.0 else math.inf  # estimate()'s rule
             wait = self._wait
             if wait and part > 0.0 and w in wait:  # rule 2
                 return (2, GROWING_KEY, -due, node.last_access)
@@ -283,8 +255,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         shared = self._shared_rank(node)
         if shared is not None:
             return shared
-        parts = self._parts(node, sc) if self._wconv else None  # once for the score and rule 2
-        score = sc.score if parts is None else self._score_of(sc, parts)
+        parts, score = self._parts_score(node, sc) if self._wconv else (None, sc.score)  # once for both
         if self._wait and self._waiting_of(sc, parts):
             return (2, 0.0, score, node.last_access)
         return (1, 0.0, score, node.last_access)
@@ -314,40 +285,38 @@ class PBKVPolicy(PBKVPaperPolicy):
         """Each workflow ``w`` that touched the node (``sc``'s record), in ``sc.access`` order ->
         its score part under rule 7: ``None`` when Eq. 2's holds (``w`` is not of a growing app);
         else its total weight if the node is on its conversation's live path (the next call of
-        any agent extends it), 0 if not (history it no longer sends). One pass per priority,
-        whose rules read each part up to four times."""
-        wconv, conversations = self._wconv, self._conv
-        growing, live = conversations.growing_apps, conversations.live_of.get(node)
-        parts = {}
-        for w in sc.access:
-            conv = wconv.get(w)
-            if conv is None or conv[1] not in growing:
-                parts[w] = None
-            elif live is not None and conv[0] in live:
-                parts[w] = self.context.board.total_weight(w)
-            else:
-                parts[w] = 0.0
-        return parts
+        any agent extends it), 0 if not (history it no longer sends)."""
+        return self._parts_score(node, sc)[0]
 
     def _score(self, node, sc) -> float:
         """The node's score, Eq. 2 with each growing workflow's part replaced (:meth:`_parts`)."""
         if not self._wconv:
             return sc.score
-        return self._score_of(sc, self._parts(node, sc))
+        return self._parts_score(node, sc)[1]
 
-    @staticmethod
-    def _score_of(sc, parts) -> float:
-        """:meth:`_score` given the node's :meth:`_parts`."""
+    def _parts_score(self, node, sc) -> tuple[dict, float]:
+        """``(parts, score)``: :meth:`_parts` and the score they give (Eq. 2 with each part
+        ``w`` replaced: ``sc.score + part - contrib[w]``, in ``sc.access`` order, at least 0
+        once a part is replaced), in one pass: every rule of a priority reads them, and a
+        priority is asked at every re-filing of an active node."""
+        wconv, conversations = self._wconv, self._conv
+        growing, live = conversations.growing_apps, conversations.live_of.get(node)
+        total_weight, contrib = self.context.board.total_weight, sc.contrib
         score = sc.score
+        parts = {}
         changed = False
-        contrib = sc.contrib
-        for w, part in parts.items():
-            if part is not None:
-                score += part - contrib[w][0]
-                changed = True
-        if not changed:
-            return score
-        return score if score > 0.0 else 0.0
+        for w in sc.access:
+            conv = wconv.get(w)
+            if conv is None or conv[1] not in growing:
+                parts[w] = None
+                continue
+            part = total_weight(w) if live is not None and conv[0] in live else 0.0
+            parts[w] = part
+            score += part - contrib[w][0]
+            changed = True
+        if changed and not score > 0.0:
+            score = 0.0
+        return parts, score
 
     def _held_session(self, node):
         """The session whose next turn extends ``node`` (rule 7): the node is on the live path of
@@ -374,26 +343,9 @@ class PBKVPolicy(PBKVPaperPolicy):
         guard's fallback rank as in ``lru``."""
         sc = node.sc
         if self._wconv and sc is not None and sc.access and not self.order_guard.fallback:
-            # active cache, predicted order (what the checks below come to, in fewer steps);
-            # _parts and _score_of in one pass, as in priority()
-            wconv, conversations = self._wconv, self._conv
-            growing, live = conversations.growing_apps, conversations.live_of.get(node)
-            contrib = sc.contrib
-            score = sc.score
-            parts = {}
-            changed = False
-            for w in sc.access:
-                conv = wconv.get(w)
-                if conv is None or conv[1] not in growing:
-                    parts[w] = None
-                    continue
-                part = self.context.board.total_weight(w) if live is not None and conv[0] in live else 0.0
-                parts[w] = part
-                score += part - contrib[w][0]
-                changed = True
-            if changed and not score > 0.0:
-                score = 0.0
-            return (1, -self._next.estimate_parts(sc, parts), score, node.last_access)
+            # active cache, predicted order (what the checks below come to, in fewer steps)
+            parts, score = self._parts_score(node, sc)
+            return (1, -self._next.estimate(sc, parts), score, node.last_access)
         if self._held_session(node) is not None:  # rule 7: used by the session's next turn, when unknown
             return (1, -math.inf, HELD_USES, node.last_access)
         shared = self._shared_rank(node)
@@ -401,8 +353,8 @@ class PBKVPolicy(PBKVPaperPolicy):
             return shared
         if not self._wconv:
             return (1, -self._next.estimate(sc), sc.score, node.last_access)
-        parts = self._parts(node, sc)
-        return (1, -self._next.estimate_parts(sc, parts), self._score_of(sc, parts), node.last_access)
+        parts, score = self._parts_score(node, sc)
+        return (1, -self._next.estimate(sc, parts), score, node.last_access)
 
     # ----------------------------------------------------------------- rule 8
     def _growing_only(self, parts) -> bool:
@@ -420,7 +372,7 @@ class PBKVPolicy(PBKVPaperPolicy):
         all other cache of its band, whose second key (``-age``, ``-inf`` for low scores) is at
         most 0, and by due among itself."""
         sc = node.sc
-        due = self._due_estimate().estimate_parts(sc, parts)
+        due = self._due_estimate().estimate(sc, parts)
         band = 2 if self._wait and self._waiting_of(sc, parts) else 1
         return (band, GROWING_KEY, -due, node.last_access)
 
