@@ -69,3 +69,24 @@ def argument(help: str) -> Any:
 def cli_spec(field: dataclasses.Field) -> CliSpec | None:
     """The command-line facts of ``field``, or ``None`` for a field that is no option."""
     return field.metadata.get(CLI_KEY)
+
+
+def list_items(text: str, flag: str, what: str = "value") -> list[str]:
+    """The stripped items of a comma-separated option (``--policy lru,pbkv``), read alike by
+    every command line: an empty list or an empty item (a doubled or trailing comma) is refused,
+    as it would silently drop a value the user meant to give.
+
+    Raises:
+        ValueError: one line naming ``flag`` (and ``what`` an item is, for an empty list).
+    """
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
+        raise ValueError(f"{flag} names no {what}")
+    if "" in items:
+        raise ValueError(f"{flag} {text!r}: item {items.index('') + 1} is empty (a doubled or trailing comma?)")
+    return items
+
+
+def first_repeat(values: list) -> Any:
+    """The first value of ``values`` that an earlier one equals, or ``None`` (lists are short)."""
+    return next((v for i, v in enumerate(values) if v in values[:i]), None)

@@ -165,12 +165,10 @@ def parse_policy_list(text: str, backend: str | None = REPLAY, flag: str = "--po
         ValueError: an empty list or item (a doubled or trailing comma), a name given twice, or a
             name that does not run on ``backend`` (the message names ``flag`` and the known ones).
     """
-    names = [name.strip() for name in text.split(",")]
-    if not any(names):
-        raise ValueError(f"{flag} names no policy")
-    if "" in names:
-        raise ValueError(f"{flag} {text!r}: item {names.index('') + 1} is empty (a doubled or trailing comma?)")
-    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    from pbkv_contract.settings import first_repeat, list_items
+
+    names = list_items(text, flag, "policy")
+    twice = first_repeat(names)
     if twice is not None:
         raise ValueError(f"{flag} {text!r}: policy {twice!r} is listed twice")
     known = available_policies(backend)

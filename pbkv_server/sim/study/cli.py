@@ -28,6 +28,7 @@ import typer
 import typer.core
 
 from pbkv_contract.files import folder_problem, replace_file
+from pbkv_contract.settings import first_repeat, list_items
 from pbkv_server.engine.policies import DEFAULT_POLICY, REFERENCE_POLICY
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, PAPER_HOST_RATIO
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
@@ -188,11 +189,7 @@ def _number_list(text: str, flag: str, kind: Callable[[str], float], what: str) 
     Raises:
         ValueError: one line naming ``flag``.
     """
-    items = [v.strip() for v in text.split(",")]
-    if not any(items):
-        raise ValueError(f"{flag} names no value")
-    if "" in items:
-        raise ValueError(f"{flag} {text!r}: item {items.index('') + 1} is empty (a doubled or trailing comma?)")
+    items = list_items(text, flag)
     try:
         values = [kind(v) for v in items]
     except ValueError:
@@ -200,7 +197,7 @@ def _number_list(text: str, flag: str, kind: Callable[[str], float], what: str) 
     bad = next((v for v in values if not math.isfinite(v)), None)
     if bad is not None:
         raise ValueError(f"{flag} must be finite numbers, got {bad!r}")
-    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    twice = first_repeat(values)
     if twice is not None:
         raise ValueError(f"{flag} {text!r}: {twice:g} is listed twice")
     return values
