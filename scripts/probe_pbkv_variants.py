@@ -90,7 +90,7 @@ class WaitNextUse(NextUse):
     """:class:`NextUse` whose cycle adds the app's mean admission wait (submission to admission)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(queue_wait=False)  # the probe adds its own wait (the latest submission per workflow)
         self._sub: dict = {}  # workflow id -> submission time of its latest request
         self._wait: dict = {None: _Mean()}
 

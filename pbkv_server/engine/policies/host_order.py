@@ -18,11 +18,16 @@ invocation, updated on the workflow's events:
 
 with ``D`` the typical admission-to-finish time of a request and ``G`` the typical gap from a
 finish to the workflow's next invocation, both running means of what the engine observed for the
-workflow's app (all apps pooled before the app has any observation). The node is then used
+workflow's app (all apps pooled before the app has any observation). Each later invocation also
+waits for admission: the cycle of the steps-ahead term below is ``W + D + G``, ``W`` the app's
+running mean of submission-to-admission waits (``queue_wait``; where the device holds a few of
+the running prompts, ``W`` was twice ``D + G`` on synthetic codegen, and a cycle without it
+ranked a workflow two steps ahead as if it came back in a third of the time it does:
+``scripts/probe_pbkv_variants.py``, ``pbkv-qwait``). Without queueing ``W`` is about 0. The node is then used
 with a probability ``q`` per invocation, taken as ``w``'s part of its lookahead score (PBKV Eq. 2,
 the expected discounted uses of ``A_w(c)`` in the next K invocations, capped at 1, floored at
 :data:`MIN_Q`), so after a geometric number of invocations:
-``T_w(c) = T0_w + (1/q - 1) * (D + G)``. The score, not the one-step probability, because cache
+``T_w(c) = T0_w + (1/q - 1) * (W + D + G)``. The score, not the one-step probability, because cache
 that the invocation after next uses must not rank as if it were never used (measured: the
 one-step probability kept fewer host hits on every memory-short cell,
 ``docs/design/memory-short-policy.md``). The node's estimate is the minimum over the workflows
@@ -67,13 +72,17 @@ class NextUse:
     Attributes:
         next_t: workflow id -> estimated engine time of its next invocation, seconds.
         submit_t: workflow id -> {agent: submission time of its oldest waiting request}.
-        cycle: workflow id -> ``D + G`` of its app when its estimate was set, seconds.
+        cycle: workflow id -> ``W + D + G`` of its app when its estimate was set, seconds.
+        queue_wait: whether the cycle counts ``W`` (``False``: ``D + G``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, queue_wait: bool = True) -> None:
         self.next_t: dict = {}
         self.submit_t: dict = {}
         self.cycle: dict = {}
+        self.queue_wait = queue_wait
+        self._queued: dict = {}  # (workflow id, agent) -> submission times of its waiting requests, oldest first
+        self._wait: dict = {None: _Mean()}  # app -> submission-to-admission wait mean
         self._admit_t: dict = {}  # request id -> admission time
         self._finish_t: dict = {}  # workflow id -> time its latest request finished
         self._dur: dict = {None: _Mean()}  # app -> request duration mean (None: all apps)
@@ -94,6 +103,10 @@ class NextUse:
     def _d_g(self, app) -> tuple[float, float]:
         return self._typical(self._dur, app), self._typical(self._gap, app)
 
+    def _cycle(self, app, d: float, g: float) -> float:
+        """One invocation's cycle: the admission wait (``queue_wait``), the request, the gap."""
+        return d + g + (self._typical(self._wait, app) if self.queue_wait else 0.0)
+
     # ------------------------------------------------------------------ events
     def invocation(self, wid, app, agent: str, now: float) -> None:
         """A request of ``agent`` was submitted at ``now``."""
@@ -102,8 +115,10 @@ class NextUse:
             self._observe(self._gap, app, now - fin)
         waits = self.submit_t.setdefault(wid, {})
         waits.setdefault(agent, now)
+        if self.queue_wait:
+            self._queued.setdefault((wid, agent), []).append(now)
         d, g = self._d_g(app)
-        self.cycle[wid] = d + g
+        self.cycle[wid] = self._cycle(app, d, g)
         t = now + d + g
         old = self.next_t.get(wid)  # a sooner estimate of another request in flight stays
         self.next_t[wid] = t if old is None or old <= now else min(old, t)
@@ -112,13 +127,18 @@ class NextUse:
         """A request was admitted at ``now`` (``still_waiting``: another of ``agent`` waits)."""
         if request_id is not None:
             self._admit_t[request_id] = now
+        queued = self._queued.get((wid, agent))
+        if queued:  # admission is FIFO: the agent's oldest waiting request is the one admitted
+            self._observe(self._wait, app, now - queued.pop(0))
+            if not queued:
+                del self._queued[(wid, agent)]
         waits = self.submit_t.get(wid)
         if waits is not None and agent in waits and not still_waiting:
             del waits[agent]
             if not waits:
                 del self.submit_t[wid]
         d, g = self._d_g(app)
-        self.cycle[wid] = d + g
+        self.cycle[wid] = self._cycle(app, d, g)
         self.next_t[wid] = now + d + g
 
     def finished(self, wid, app, request_id, now: float) -> None:
@@ -128,7 +148,7 @@ class NextUse:
             self._observe(self._dur, app, now - t0)
         self._finish_t[wid] = now
         d, g = self._d_g(app)
-        self.cycle[wid] = d + g
+        self.cycle[wid] = self._cycle(app, d, g)
         if wid not in self.submit_t:
             self.next_t[wid] = now + g
 
@@ -138,6 +158,9 @@ class NextUse:
         self.submit_t.pop(wid, None)
         self.cycle.pop(wid, None)
         self._finish_t.pop(wid, None)
+        if self._queued:
+            for key in [k for k in self._queued if k[0] == wid]:
+                del self._queued[key]
 
     # ------------------------------------------------------------------ estimate
     def estimate(self, sc, parts: dict | None = None) -> float:

@@ -138,18 +138,46 @@ class PBKVPolicy(PBKVPaperPolicy):
     # rule 4; the cache applies it only while the predicted order runs (in the guard's fallback
     # every victim is written to the host, as ``lru`` writes it)
     selective_host = True
+    #: Rule 3's cycle counts the app's mean admission wait (:class:`~.host_order.NextUse`).
+    queue_wait_cycle = True
+    #: Prefetch while requests of hinted workflows wait for admission and none of them is a
+    #: growing conversation (``False``: skip the round then, see :meth:`prefetch_plan`).
+    prefetch_while_queued = False
 
     def prefetch_plan(self, seconds: float) -> HeapPlan | None:
         """``pbkv-paper``'s conservative prefetch, except in the guard's fallback (``lru`` does not
-        prefetch)."""
-        return None if self.fallback else super().prefetch_plan(seconds)
+        prefetch) and while requests wait for admission none of which is a growing
+        conversation's. The free device room a conservative round fills is then what the next
+        admission needs, and the round's best candidates by one-step value are cache of
+        workflows in their tool gaps, which is evicted again before they call (the waiting
+        requests' own prefixes are not known before admission in a multi-agent app). A growing
+        conversation's waiting call sends its live path, which carries its workflow's whole
+        weight (rule 7), so with one in the queue the round loads it first and runs as before.
+        Measured where the device holds a few of the running prompts (synthetic codegen, 40k
+        tokens, C = 16: a request waits ~43 s, twice its run and gap), the round cost latency
+        (``scripts/probe_pbkv_variants.py``, ``pbkv-nopf``); skipping it whenever a request
+        waits, or loading only the waiting conversations' paths, cost some on Claude Code
+        (C = 32, host 1x)."""
+        if self.fallback:
+            return None
+        if self._wait and not self.prefetch_while_queued and not self._growing_waits():
+            return None
+        return super().prefetch_plan(seconds)
+
+    def _growing_waits(self) -> bool:
+        """True if a waiting request is a growing conversation's with a cached live path."""
+        for wid in self._wait:
+            conv = self._wconv.get(wid)
+            if conv is not None and self._conv.growing(conv[1]) and self._conv.path(conv[0]):
+                return True
+        return False
 
     def __init__(self, context) -> None:
         super().__init__(context)
         self._seq = itertools.count()
         self._age: dict = {}  # active workflow id -> sequence number of its first invocation
         self._wait: dict = {}  # workflow id -> {agent: requests submitted and not yet admitted}
-        self._next = NextUse()  # next-use estimates of active workflows (host order)
+        self._next = NextUse(self.queue_wait_cycle)  # next-use estimates of active workflows (host order)
         self._ages: list = []  # min-heap of (age, workflow id), ended workflows popped lazily
         self._session_age: dict = {}  # session id -> sequence number of its first turn (see _turn_age)
         self._turn_session: dict = {}  # active turn's workflow id -> its session id

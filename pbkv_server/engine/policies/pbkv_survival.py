@@ -28,8 +28,8 @@ class SurvivalNextUse(NextUse):
     """:class:`~.host_order.NextUse` whose typical gap is the app's median gap with ends (see
     module docstring); the mean while the app (and the pool) has no outcome."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, queue_wait: bool = True) -> None:
+        super().__init__(queue_wait)
         self.survival = GapSurvival()
         self._app: dict = {}  # workflow id -> app, while its latest call's gap is open
 
@@ -67,7 +67,7 @@ class PBKVSurvivalPolicy(PBKVPolicy):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self._surv = SurvivalNextUse()  # beside pbkv's own NextUse, which rules 3 and 7 keep reading
+        self._surv = SurvivalNextUse(self.queue_wait_cycle)  # beside pbkv's own NextUse, which rules 3 and 7 keep reading
 
     def _due_estimate(self) -> NextUse:
         return self._surv

@@ -117,3 +117,22 @@ def test_a_prompt_cached_after_admission_becomes_live_only_for_the_latest_call()
     conv.cached("c1", "r2", ["n1", "n2", "n3"])
     assert conv.path("c1") == ["n1", "n2", "n3"]
     assert conv.growing("code") and refreshed == []  # one extension counted; no node left the path
+
+
+def test_queued_prefetch_round_runs_while_a_growing_conversation_waits():
+    """pbkv skips its conservative prefetch round while requests wait for admission, unless one
+    of them is a growing conversation's (its live path is the prefix it sends): t1 of app "code"
+    grew ([S A B] then [S A B C]) and its next call waits: the round runs; w3 of app "other"
+    (one call, not growing) waiting alone: no round."""
+    from pbkv_server.engine.policies.pbkv_paper import CONSERVATIVE
+
+    engine = make_engine("pbkv", device=90, host=1000, predictor=TablePredictor(TABLE))
+    _call(engine, "t1", "user", 0, ["S", "A", "B"])
+    _call(engine, "t1", "agent", 1, ["S", "A", "B", "C"])
+    _call(engine, "w3", "a", 0, ["P", "Q"], app="other", session=None)
+    policy = engine.cache.policy
+    engine.submit(request("w3#1", ["P", "Q", "R"], hints=Hints("w3", "a", 1, app="other")))
+    assert policy.prefetch_plan(1.0) is None
+    engine.submit(replace(request("t1#2", ["S", "A", "B", "C", "D"], hints=Hints("t1", "agent", 2, app="code")),
+                          session_id="s"))
+    assert policy.prefetch_plan(1.0) is CONSERVATIVE

@@ -205,3 +205,23 @@ def test_without_a_host_tier_shared_retired_cache_counts_as_one_use():
     assert _shared_retired("pbkv", 0, certain) == (0, 0)
     assert _shared_retired("pbkv", 0, unlikely) == (20, 0)
     assert _shared_retired("he", 0, unlikely) == (0, 0)
+
+
+def test_no_conservative_prefetch_round_while_a_request_waits_for_admission():
+    """Nothing waits: pbkv plans pbkv-paper's conservative round. w2's request submitted and not
+    yet admitted: no round (w2's app is not a growing conversation, so no waiting prefix is
+    known); with ``prefetch_while_queued`` the round stays. Admitted: the round again."""
+    from pbkv_server.engine.policies.pbkv_paper import CONSERVATIVE
+
+    eng = make_engine("pbkv", device=60, host=1000, predictor=TablePredictor(TABLE))
+    eng.submit(request("w1.0", ["A1", "A2"], hints=Hints("w1", "a", 0, "app")))
+    run(eng)
+    policy = eng.cache.policy
+    assert policy.prefetch_plan(1.0) is CONSERVATIVE
+    eng.submit(request("w2.0", ["B1", "B2"], hints=Hints("w2", "a", 0, "app")))
+    assert policy.prefetch_plan(1.0) is None
+    policy.prefetch_while_queued = True
+    assert policy.prefetch_plan(1.0) is CONSERVATIVE
+    policy.prefetch_while_queued = False
+    run(eng)
+    assert policy.prefetch_plan(1.0) is CONSERVATIVE
