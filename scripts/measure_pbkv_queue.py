@@ -1,29 +1,24 @@
-"""Measurement harness: ``pbkv`` with each of its three queue-aware changes on or off (replay only).
+"""Measurement harness: ``pbkv`` with each of its two queue-aware changes on or off (replay only).
 
-The changes (this branch): the LRU guard's window of at least ``WINDOW_PROMPTS`` prompts
-(:mod:`pbkv_server.engine.guard`), rule 3's cycle with the app's mean admission wait
-(``PBKVPolicy.queue_wait_cycle``) and no prefetch round while requests wait for admission (unless a
-growing conversation's does)
+The changes: rule 3's cycle with the app's mean admission wait (``PBKVPolicy.queue_wait_cycle``)
+and no prefetch round while requests wait for admission (unless a growing conversation's does)
 (``PBKVPolicy.prefetch_while_queued``). Registers in this process:
 
-- ``pbkv-noq``: ``pbkv`` with neither policy change (only the guard's window, if any);
+- ``pbkv-noq``: ``pbkv`` with neither change (``pbkv`` as before them);
 - ``pbkv-qwonly``: the admission wait in the cycle, prefetch as before;
 - ``pbkv-pfonly``: no prefetch while queued, cycle as before;
 
-then runs ``pbkv-bench replay`` with the remaining arguments. ``--guard-prompts N`` (first
-argument) sets the guard's least window in prompts for every policy of the run (1: the window
-before this change, one device capacity of prompt tokens).
+then runs ``pbkv-bench replay`` with the arguments.
 
 Usage::
 
-    PYTHONPATH=. python scripts/measure_pbkv_queue.py --guard-prompts 1 TRACE --policy pbkv-qwonly ...
+    PYTHONPATH=. python scripts/measure_pbkv_queue.py TRACE --policy pbkv-qwonly ...
 
 Not product code: the variants exist only while this script runs.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 
 from pbkv_server.engine.policies.base import register_policy
@@ -54,10 +49,5 @@ class PrefetchOnly(PBKVPolicy):
 
 if __name__ == "__main__":
     from pbkv_server.cli.bench import app
-    from pbkv_server.engine import cache, guard
 
-    args = sys.argv[1:]
-    if args[:1] == ["--guard-prompts"]:
-        cache.LRUGuard = functools.partial(guard.LRUGuard, window_prompts=int(args[1]))
-        args = args[2:]
-    sys.exit(app(["replay", *args], standalone_mode=True))
+    sys.exit(app(["replay", *sys.argv[1:]], standalone_mode=True))
