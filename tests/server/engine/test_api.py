@@ -62,6 +62,21 @@ def test_malformed_requests_are_rejected_and_leave_the_engine_unchanged():
     assert run(eng)[0].device_cached_tokens == 10
 
 
+def test_block_token_counts_of_any_numeric_sequence_are_read_as_ints():
+    """A list of ints is read as it is; a tuple, floats or bools are converted with int() (3.9
+    counts 3), as every request's counts were: the same prompt tokens and hits each way."""
+    prompts = []
+    for rid, toks in (("ints", [4, 3]), ("tuple", (4, 3)), ("floats", [4.0, 3.9]), ("mixed", [4, True])):
+        eng = make_engine("lru", device=100)
+        eng.submit(EngineRequest(rid, chain("ab"), toks, 1))
+        eng.submit(EngineRequest(rid + "2", chain("ab"), [4, 3 if rid != "mixed" else 1], 1))
+        run(eng)
+        prompts.append(eng.stats.prompt_tokens)
+        units = eng.cache.tree.root.children[chain("a")[0]].toks
+        assert all(type(t) is int for t in units), rid
+    assert prompts == [14, 14, 14, 10]
+
+
 def test_empty_prompt_and_zero_output_are_served():
     """A request without blocks still produces its first (and only) token after a 0 s prefill."""
     eng = make_engine("lru")

@@ -1,0 +1,43 @@
+"""The collector's settings while a replay runs (``simulator._heap_frozen``): a larger young
+generation inside, the caller's thresholds back after, collection left off when it was off."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from pbkv_server.sim.simulator import REPLAY_GC_YOUNG, _heap_frozen
+
+
+@pytest.fixture
+def thresholds():
+    saved = gc.get_threshold()
+    yield
+    gc.set_threshold(*saved)
+
+
+def test_young_generation_raised_inside_and_restored_after(thresholds):
+    gc.set_threshold(700, 7, 9)
+    with _heap_frozen():
+        assert gc.get_threshold() == (REPLAY_GC_YOUNG, 7, 9)
+    assert gc.get_threshold() == (700, 7, 9)
+
+
+def test_larger_threshold_kept(thresholds):
+    gc.set_threshold(REPLAY_GC_YOUNG + 5, 10, 10)
+    with _heap_frozen():
+        assert gc.get_threshold() == (REPLAY_GC_YOUNG + 5, 10, 10)
+
+
+def test_collection_turned_off_stays_off(thresholds):
+    gc.set_threshold(0, 10, 10)
+    with _heap_frozen():
+        assert gc.get_threshold()[0] == 0
+
+
+def test_restored_when_the_replay_raises(thresholds):
+    gc.set_threshold(700, 10, 10)
+    with pytest.raises(RuntimeError), _heap_frozen():
+        raise RuntimeError("replay failed")
+    assert gc.get_threshold() == (700, 10, 10)
