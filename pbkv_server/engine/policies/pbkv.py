@@ -140,6 +140,10 @@ class PBKVPolicy(PBKVPaperPolicy):
     selective_host = True
     #: Rule 3's cycle counts the app's mean admission wait (:class:`~.host_order.NextUse`).
     queue_wait_cycle = True
+    #: :meth:`priority` ranks an active node with one reader of a growing app by
+    #: :meth:`_priority_one` (the same rank without a dict of parts); ``False`` takes the general
+    #: path, so a test can check that both rank every node alike.
+    one_reader_fast_path = True
     #: Prefetch while requests of hinted workflows wait for admission and none of them is a
     #: growing conversation (``False``: skip the round then, see :meth:`prefetch_plan`).
     prefetch_while_queued = False
@@ -195,7 +199,7 @@ class PBKVPolicy(PBKVPaperPolicy):
             # each reader's score part (rule 7), computed once: rules 8, 2 and the score all read
             # it (the hottest call of a replay with a host tier: every re-filing of a device victim)
             access = sc.access
-            if len(access) == 1:  # one reader (most nodes of a coding agent's conversation)
+            if len(access) == 1 and self.one_reader_fast_path:  # one reader (most nodes of a coding agent's conversation)
                 for w in access:
                     pass
                 conv = wconv.get(w)
