@@ -292,14 +292,10 @@ class PhaseGuard(LRUGuard):
     - z is 2. The test is repeated after every admission, so its false-alarm rate is above the
       nominal one-sided 2.3%; 3 was tried: it caught ChatDev's real deficit later (and ended below
       LRU there), and elsewhere on chat-mix moved ``pbkv`` both ways by less than its gain.
-    - What it gives up: at one device size of chat-mix without a host tier (seed 1), ``pbkv`` is
-      just below LRU although it saves more tokens than the ghost, where the window trigger sat in
-      fallback. That point is noise: on chat-mix, moving the device by a few blocks moves ``lru``'s
-      own latency by up to 0.6%, and over eleven sizes around it ``pbkv`` under this trigger is
-      ahead of LRU on average, for each class, in every chat-mix cell (host 0, 1x, 2x; seeds 1-3).
-      A guard is judged over such a sweep, not at one point. ``he`` keeps the window trigger: its
-      predictions lose often, and with this one it fell further below LRU on chat-mix and Claude
-      Code.
+    - What it gives up: chat-mix without a host tier (seed 1), where ``pbkv`` unguarded is just
+      below LRU although it saves more tokens than the ghost; the window trigger sat in fallback
+      there. ``he`` keeps the window trigger: its predictions lose often, and with this one it
+      fell further below LRU on chat-mix and Claude Code.
 
     Args: as :class:`LRUGuard`, plus ``z_score`` (:data:`Z_SCORE`); ``min_class_share`` and
     ``credit_share`` are not used.
