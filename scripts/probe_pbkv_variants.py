@@ -21,8 +21,7 @@ Usage::
 
 ``--trace-guard`` (first argument) prints each switch of the LRU guard to stderr: the prompt
 tokens admitted so far, the window's size in prompts and tokens, its saved tokens against the
-ghost's, the credit left and the hold (``pbkv``'s phase guard: the phase's size, its deficit of
-saved tokens against the ghost's and that deficit's z, and the hold).
+ghost's, the credit left and the hold.
 
 Not product code: the variants exist only while this script runs.
 """
@@ -149,15 +148,7 @@ def trace_guard() -> None:
 
     def logged(self, fallback: bool) -> None:
         seen = getattr(self, "_probe_seen", 0)
-        if fallback and isinstance(self, guard.PhaseGuard):
-            n, d, sq = self._n, self._deficit, self._deficit_sq
-            sd = math.sqrt(max(0.0, sq - d * d / n) / (n - 1)) if n > 1 else 0.0
-            z = d / (math.sqrt(n) * sd) if sd > 0 else math.inf
-            print(f"guard: LRU fallback after {seen} prompt tokens; phase {n} prompts, {self._seen} tokens, "
-                  f"deficit {d:.0f} saved tokens ({d / max(1, self._seen):.2%}), z {z:.2f}, hold "
-                  f"{self._hold_windows} windows ({self._hold_windows * self.window_tokens} prompt tokens)",
-                  file=sys.stderr)
-        elif fallback:
+        if fallback:
             real = sum(s[1] for s in self._sums.values())
             ghost = sum(s[2] for s in self._sums.values())
             print(f"guard: LRU fallback after {seen} prompt tokens; window {len(self._window)} prompts, "

@@ -32,7 +32,7 @@ from .acquire import Acquired, AcquireObserver, AcquireRequest
 from .context import EngineContext
 from .cost import HardwareProfile
 from .eviction import Eviction
-from .guard import LRUGuard, host_value, make_guard
+from .guard import LRUGuard, host_value
 from .guard_feed import GuardFeed
 from .heaps import EvictionHeaps
 from .policies import make_policy
@@ -141,8 +141,7 @@ class PrefixCache(Eviction):
         # robustness guard (guard.py): a ghost LRU at the same capacity, fed every admission; while
         # the policy is behind it, the policy ranks in LRU order and the heaps are re-filed
         if config.lru_guard and policy.guardable:
-            self.guard = make_guard(policy.guard_trigger, self.device_capacity, self.host_capacity,
-                                    host_value(self.profile))
+            self.guard = LRUGuard(self.device_capacity, self.host_capacity, host_value(self.profile))
 
     # ================================================================ accounting
     @property

@@ -44,9 +44,6 @@ Modelling choices (each a module constant, see ``docs/architecture.md``, "Robust
   :data:`CREDIT_SHARE` x window tokens. The combining algorithms switch on costs accumulated over
   the phase; the cap keeps an old surplus from hiding a new regime for long, while a policy well
   ahead of LRU does not trip on one unlucky window of a handful of long prompts.
-- ``pbkv`` (and the policies built on it) use :class:`PhaseGuard` instead, whose trigger is a
-  one-sided test on the phase since the last switch, all traffic together (its docstring says
-  why); the policy names its guard in ``Policy.guard_trigger`` (:data:`TRIGGERS`).
 - Hysteresis: the window restarts at every switch, so each mode is judged on a full window of
   its own traffic; in fallback the policy cannot show it would be ahead (it follows LRU), so it
   resumes the predicted order after a hold of :data:`HOLD_WINDOWS` windows (a probe). A probe
@@ -63,8 +60,8 @@ from typing import Hashable, Sequence
 
 from .ghost import ShadowLRU
 
-__all__ = ["ShadowLRU", "LRUGuard", "PhaseGuard", "TRIGGERS", "make_guard", "host_value", "WINDOW_CAPACITIES", "MARGIN",
-           "MIN_CLASS_SHARE", "CREDIT_SHARE", "Z_SCORE", "HOLD_WINDOWS", "MAX_HOLD_WINDOWS"]
+__all__ = ["ShadowLRU", "LRUGuard", "host_value", "WINDOW_CAPACITIES", "MARGIN", "MIN_CLASS_SHARE", "CREDIT_SHARE",
+           "HOLD_WINDOWS", "MAX_HOLD_WINDOWS"]
 
 #: Window of the comparison, in device capacities of prompt tokens: a longer window notices a
 #: losing order later; the credit below keeps the short window from tripping a policy that is well
@@ -82,9 +79,6 @@ _ALL = object()
 #: enough that a policy well ahead of the ghost does not trip on one losing window (figures:
 #: ``docs/design/engine.md``, "How the guard's constants were chosen").
 CREDIT_SHARE = 0.5
-#: :class:`PhaseGuard`'s one-sided significance of the phase's deficit, in standard errors of its
-#: sum (its docstring says why 2 and not 3).
-Z_SCORE = 2.0
 #: First fallback hold, in windows of prompt tokens. Each probe of the predicted order costs
 #: about a window of LRU's hits while predictions are still wrong (and the chat class pays most of
 #: it), so holds are long (figures: ``docs/design/engine.md``, "How the guard's constants were chosen").
@@ -175,12 +169,7 @@ class LRUGuard:
         if not count or prompt <= 0:
             return False
         v = self.host_value
-        self._add(cls, prompt, device_hit + v * host_hit, ghost_dev + v * ghost_host)  # prefill saved
-        self._seen += prompt
-        return self._decide()
-
-    def _add(self, cls: object, prompt: int, device_hit: float, ghost_hit: float) -> None:
-        """Add one counted admission (prompt tokens, policy's and ghost's saved tokens) to the window."""
+        device_hit, ghost_hit = device_hit + v * host_hit, ghost_dev + v * ghost_host  # prefill saved
         self._window.append((cls, prompt, device_hit, ghost_hit))
         s = self._sums.get(cls)
         if s is None:
@@ -192,6 +181,7 @@ class LRUGuard:
         credit[cls] = min(cap, credit.get(cls, 0.0) + gain)
         credit[_ALL] = min(cap, credit.get(_ALL, 0.0) + gain)
         self._total += prompt
+        self._seen += prompt
         while self._total - self._window[0][1] >= self.window_tokens:
             old_cls, p, r, g = self._window.popleft()
             s = self._sums[old_cls]
@@ -201,14 +191,13 @@ class LRUGuard:
             if s[0] == 0:
                 del self._sums[old_cls]
             self._total -= p
-
-    def _decide(self) -> bool:
-        """End a hold that is over, or switch to LRU order while :meth:`behind`; True on a switch."""
         if self.fallback:
             if self._seen >= self._hold_until:
                 self._switch(False)
                 self._probing = True
                 return True
+            return False
+        if self._total < self.window_tokens:
             return False
         if self.behind():
             # a probe that did not last as long as the hold before it doubles the next hold
@@ -234,10 +223,9 @@ class LRUGuard:
         at least ``min_class_share`` of the window's prompt tokens (or for all traffic), the saved
         tokens (device hits + ``host_value`` x host hits) in the window are below the ghost's by more than ``margin`` of that class's
         prompt tokens, and the class's credit (its saved tokens minus the ghost's since the last
-        switch, a surplus counted up to ``credit_share`` x window tokens) is negative; never before
-        the window holds ``window_tokens``."""
+        switch, a surplus counted up to ``credit_share`` x window tokens) is negative."""
         total = self._total
-        if total < self.window_tokens:  # judged on a full window
+        if total <= 0:
             return False
         margin, credit = self.margin, self._credit
         real = ghost = 0
@@ -251,101 +239,9 @@ class LRUGuard:
     def _switch(self, fallback: bool) -> None:
         self.fallback = fallback
         self.switches += 1
-        self._seen = 0
-        self._hold_until = self._hold_windows * self.window_tokens
-        self._reset()
-
-    def _reset(self) -> None:
-        """Forget the comparison (at a switch)."""
         self._window.clear()
         self._sums.clear()
         self._credit.clear()
         self._total = 0
-
-
-class PhaseGuard(LRUGuard):
-    """:class:`LRUGuard` whose trigger is a one-sided test on the phase since the last switch, all
-    traffic together: ``pbkv``'s guard (``Policy.guard_trigger = "phase"``).
-
-    Each counted admission is a sample, its deficit ``d = ghost saved - policy saved`` (device
-    hits + ``host_value`` x host hits, prompt tokens). The policy is behind when the phase holds at
-    least ``window_tokens`` prompt tokens, its summed deficit ``S`` is above ``margin`` of them, and
-    ``S`` is significant: ``S > z_score x sqrt(n) x sd(d)`` over its ``n`` samples (``sd`` the sample
-    standard deviation; a positive deficit with no spread counts as significant). The ghost, the
-    holds and the probes are :class:`LRUGuard`'s. Why (measured with
-    ``scripts/probe_pbkv_variants.py --trace-guard``; ``docs/design/engine.md``, "How the guard's
-    constants were chosen"):
-
-    - The window trigger compares a sliding window of one device capacity per class. Such a window
-      holds a handful of long agent prompts, and at its trips under ``pbkv`` one or two prompts
-      carried the deficit (z about 1; one losing prompt among even ones has z = 1 exactly): ``pbkv``
-      fell back for most of its evictions and lost most of its gain where, unguarded, it is well
-      ahead of LRU. A z-test on that window cannot tell a real deficit from noise: it never trips.
-    - A phase's sums grow: a deficit that persists becomes significant (ChatDev, where ``pbkv``
-      without a guard is below LRU), while a policy that invests early (keeping agent history that
-      pays later) is not judged on the one window before it pays. This is the combining algorithms'
-      rule, costs accumulated over the phase, with the test in place of their constant factor.
-    - All traffic, not per class: a class's saved tokens are the wrong measure of its latency where
-      classes share the engine. On chat-mix with a host tier the chat class saves far fewer tokens
-      than under LRU, very significantly, yet gets a better TTFT, because the agents' savings
-      shorten its queue; a per-class test trips there for any threshold.
-    - z is 2. The test is repeated after every admission, so its false-alarm rate is above the
-      nominal one-sided 2.3%; 3 was tried: it caught ChatDev's real deficit later (and ended below
-      LRU there), and elsewhere on chat-mix moved ``pbkv`` both ways by less than its gain.
-    - What it gives up: chat-mix without a host tier (seed 1), where ``pbkv`` unguarded is just
-      below LRU although it saves more tokens than the ghost; the window trigger sat in fallback
-      there. ``he`` keeps the window trigger: its predictions lose often, and with this one it
-      fell further below LRU on chat-mix and Claude Code.
-
-    Args: as :class:`LRUGuard`, plus ``z_score`` (:data:`Z_SCORE`); ``min_class_share`` and
-    ``credit_share`` are not used.
-
-    Raises:
-        ValueError: as :class:`LRUGuard`, or z < 0.
-    """
-
-    def __init__(self, capacity: int, host_capacity: int = 0, host_value: float = 1.0, window_capacities: float = WINDOW_CAPACITIES,
-                 margin: float = MARGIN, z_score: float = Z_SCORE, hold_windows: int = HOLD_WINDOWS,
-                 max_hold_windows: int = MAX_HOLD_WINDOWS) -> None:
-        if z_score < 0:
-            raise ValueError("guard needs z >= 0")
-        super().__init__(capacity, host_capacity, host_value, window_capacities, margin, hold_windows=hold_windows,
-                         max_hold_windows=max_hold_windows)
-        self.z_score = z_score
-        # the phase: samples, sum and sum of squares of the deficits (prompt tokens are _seen)
-        self._n = 0
-        self._deficit = 0.0
-        self._deficit_sq = 0.0
-
-    def _add(self, cls: object, prompt: int, device_hit: float, ghost_hit: float) -> None:
-        d = ghost_hit - device_hit
-        self._n += 1
-        self._deficit += d
-        self._deficit_sq += d * d
-
-    def behind(self) -> bool:
-        """True if the phase since the last switch (at least ``window_tokens`` prompt tokens) shows
-        a deficit above ``margin`` of its prompt tokens and above ``z_score`` standard errors of
-        its sum (class docstring)."""
-        n, s, seen = self._n, self._deficit, self._seen
-        if seen < self.window_tokens or n < 2 or s <= self.margin * seen:
-            return False
-        var_n = self._deficit_sq - s * s / n  # (n - 1) x sample variance; the sum's variance is n x var
-        return var_n <= 0 or s * s * (n - 1) > self.z_score ** 2 * n * var_n
-
-    def _reset(self) -> None:
-        self._n = 0
-        self._deficit = self._deficit_sq = 0.0
-
-
-#: ``Policy.guard_trigger`` -> the guard class the cache builds for it.
-TRIGGERS: dict[str, type[LRUGuard]] = {"window": LRUGuard, "phase": PhaseGuard}
-
-
-def make_guard(trigger: str, capacity: int, host_capacity: int = 0, host_value: float = 1.0) -> LRUGuard:
-    """The guard a policy whose ``guard_trigger`` is ``trigger`` runs under (:data:`TRIGGERS`).
-
-    Raises:
-        KeyError: an unknown trigger.
-    """
-    return TRIGGERS[trigger](capacity, host_capacity, host_value)
+        self._seen = 0
+        self._hold_until = self._hold_windows * self.window_tokens

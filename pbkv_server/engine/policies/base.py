@@ -450,10 +450,6 @@ class Policy(Lifecycle, abc.ABC):
             this policy when ``EngineConfig.lru_guard`` is on and attaches it as
             :attr:`order_guard`; the policy ranks in LRU order (retired-first allowed) while
             ``order_guard.fallback`` is True.
-        guard_trigger: which guard a guardable policy runs under (``guard.TRIGGERS``):
-            ``"window"``, a sliding window of one device capacity per traffic class
-            (:class:`~pbkv_server.engine.guard.LRUGuard`), or ``"phase"``, a significance test on
-            the phase since the last switch (:class:`~pbkv_server.engine.guard.PhaseGuard`).
         selective_host: a device victim is written to a full host tier only if it ranks above the
             host's next victim in :meth:`host_priority` (otherwise it is dropped, and the host
             keeps what it holds), while ``order_guard.fallback`` is False (in the fallback every
@@ -482,7 +478,6 @@ class Policy(Lifecycle, abc.ABC):
     shipped_by: frozenset[str] = frozenset()
     shipped_as = ""
     guardable = False
-    guard_trigger = "window"
     selective_host = False
 
     def __init__(self, context: PolicyContext) -> None:

@@ -138,9 +138,6 @@ class PBKVPolicy(PBKVPaperPolicy):
     # rule 4; the cache applies it only while the predicted order runs (in the guard's fallback
     # every victim is written to the host, as ``lru`` writes it)
     selective_host = True
-    #: The guard's trigger: a significance test on the phase since the last switch, all traffic
-    #: (:class:`~pbkv_server.engine.guard.PhaseGuard`, whose docstring says why).
-    guard_trigger = "phase"
     #: Rule 3's cycle counts the app's mean admission wait (:class:`~.host_order.NextUse`).
     queue_wait_cycle = True
     #: :meth:`priority` ranks an active node with one reader of a growing app by

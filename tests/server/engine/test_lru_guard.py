@@ -7,7 +7,7 @@ import pytest
 from pbkv_contract.trace import read_trace
 from pbkv_server.engine.acquire import AcquireRequest
 from pbkv_server.engine.cache import PrefixCache
-from pbkv_server.engine.guard import Z_SCORE, LRUGuard, PhaseGuard, ShadowLRU, make_guard
+from pbkv_server.engine.guard import LRUGuard, ShadowLRU
 from pbkv_server.engine.policies import register_policy, unregister_policy
 from pbkv_server.engine.policies.he import HierarchicalPolicy
 from pbkv_server.engine.radix import DEVICE
@@ -92,92 +92,6 @@ def test_guard_switched_off_keeps_the_adversarial_order(keep_x_cache):
     hits = [_serve(cache, key, t) for t, key in enumerate("xabababab", start=1)]
     assert hits == [0] * 9
     assert _device(cache) == {"x", "b"}
-
-
-def test_phase_guard_trips_on_a_persistent_adversarial_deficit_then_resumes(keep_x_cache):
-    cache = keep_x_cache
-    cache.guard = PhaseGuard(2, window_capacities=1.0, margin=0.01, z_score=3.0, hold_windows=1, max_hold_windows=4)
-    # As above, but the phase trigger: per admission the deficit d (ghost - policy saved tokens) is
-    # 0, 0, 0, then 1 each. The phase is judged from 2 prompt tokens on; with k ones after the
-    # three zeros, n = k + 3, S = k and (n - 1) x variance = k - k^2 / n; behind when
-    # S^2 (n - 1) > 9 n (k - k^2 / n), i.e. k (k + 2) > 27: k = 4 (24) is not, k = 5 (35) is, so
-    # the guard trips after request 8 (a), not after request 4 as the window trigger does. In LRU
-    # order request 9 (b) evicts x (oldest), and a, b hit from then on. The hold (1 window = 2
-    # tokens) ends at request 10: the predicted order resumes, and with x gone it equals LRU.
-    hits, contents = [], []
-    for t, key in enumerate("xababababab", start=1):
-        hits.append(_serve(cache, key, t))
-        contents.append(_device(cache))
-    assert hits == [0] * 9 + [1, 1]
-    assert contents[2] == {"x", "b"}  # predicted order: a evicted, x kept
-    assert contents[7] == {"x", "a"}  # b evicted; the guard trips after this admission
-    assert contents[8] == {"a", "b"}  # LRU order: x evicted
-    assert cache.guard.ghost.hit_tokens == 8  # requests 4..11
-    assert cache.stats.guard_switches == 2  # to LRU at request 8, back at request 10
-    assert not cache.policy.fallback
-    assert cache.stats.evictions == 7 and cache.stats.guard_fallback_evictions == 1
-
-
-def _feed(guard: LRUGuard, device_hits: list[int], tokens: int = 10) -> list[bool]:
-    """Admit one ``tokens``-token prompt (key ``k``) per entry; the ghost misses the first and hits
-    the rest, the policy finds the given device hits. Returns what each admission returned."""
-    out = []
-    for hit in device_hits:
-        out.append(guard.observe(None, ["k"], [tokens], guard.ghost.capacity, tokens, hit))
-        guard.release("k")
-    return out
-
-
-def test_phase_guard_does_not_trip_on_one_losing_prompt_where_the_window_trigger_does():
-    # 11 prompts of 10 tokens, window 100: d = 0 (both miss the first), then 0 except one prompt
-    # the policy misses (d = 10). S = 10 > 1% of 110 tokens, but one non-zero sample has z = 1
-    # exactly: S^2 (n - 1) = 100 x 10 = 1,000 against 9 n (n - 1) var = 9 x 11 x (100 - 100 / 11)
-    # = 9,000. The window trigger trips at the 10th prompt: its window of 100 tokens holds the
-    # miss (10 > 1% of 100) and the credit is -10.
-    hits = [0, 10, 10, 10, 10, 0, 10, 10, 10, 10, 10]
-    phase = PhaseGuard(100, margin=0.01, z_score=3.0, hold_windows=1, max_hold_windows=4)
-    assert _feed(phase, hits) == [False] * 11
-    assert not phase.fallback and not phase.behind()
-    window = LRUGuard(100, margin=0.01, hold_windows=1, max_hold_windows=4)
-    assert _feed(window, hits) == [False] * 9 + [True, False]
-    assert window.fallback
-
-
-def test_phase_guard_trips_on_a_persistent_deficit_once_a_window_is_seen():
-    # The policy trails by 1 token on every prompt after the first: d = 0, 1, 1, ... With k ones,
-    # n = k + 1, S = k, (n - 1) var = k / (k + 1): behind when k^3 > 9 k, i.e. k >= 4, and S = k
-    # is above 1% of the 10 (k + 1) tokens. But the phase is judged only from 100 tokens (one
-    # window) on: the 10th admission (k = 9) trips, none before.
-    guard = PhaseGuard(100, margin=0.01, z_score=3.0, hold_windows=1, max_hold_windows=4)
-    assert _feed(guard, [0] + [9] * 9) == [False] * 9 + [True]
-    assert guard.fallback and guard.switches == 1
-
-
-def test_phase_guard_default_z_of_2_trips_a_prompt_before_z_3():
-    # Window 10 tokens (one prompt): judged from the second admission on. d = 0, 1, 2, 1, 2.
-    # S^2 (n - 1) against z^2 n (sum d^2 - S^2 / n): n = 3: 18 vs 4 x 3 x 2 = 24 (not);
-    # n = 4: 48 vs 4 x 4 x 2 = 32 (Z_SCORE = 2 trips) but 9 x 4 x 2 = 72 (z = 3 does not);
-    # n = 5: 144 vs 9 x 5 x 14/5 = 126 (z = 3 trips). With z = 2 the fifth admission ends the
-    # one-window hold (10 tokens): a switch back, also reported.
-    assert Z_SCORE == 2.0
-    assert _feed(PhaseGuard(10, hold_windows=1, max_hold_windows=4), [0, 9, 8, 9, 8]) == [False] * 3 + [True, True]
-    assert _feed(PhaseGuard(10, z_score=3.0, hold_windows=1, max_hold_windows=4), [0, 9, 8, 9, 8]) == [False] * 4 + [True]
-
-
-def test_phase_guard_ignores_a_significant_deficit_under_the_margin():
-    # Prompts of 1,000 tokens, the policy trails by 1 token each: every d = 1 after the first, so
-    # significant, but S = k < 1% of the 1,000 (k + 1) tokens: never behind.
-    guard = PhaseGuard(1000, margin=0.01, z_score=3.0, hold_windows=1, max_hold_windows=4)
-    assert _feed(guard, [0] + [999] * 20, tokens=1000) == [False] * 21
-    assert not guard.fallback
-
-
-def test_pbkv_runs_the_phase_guard_and_he_the_window_guard():
-    for policy, kind in (("pbkv", PhaseGuard), ("he", LRUGuard), ("pbkv-aggressive", LRUGuard)):
-        config = EngineConfig(profile=PROFILE, policy=policy, device_tokens=100, host_tokens=0)
-        assert type(PrefixCache(config, ScoreBoard(0.7, 3), EngineStats()).guard) is kind
-    with pytest.raises(KeyError):
-        make_guard("nope", 10)
 
 
 def test_shadow_lru_evicts_tails_before_their_prefixes():
