@@ -215,7 +215,7 @@ class ShadowLRU:
             dev_end = i + n
         fresh, clash = None, False
         if end < len(keys):  # the new units, as a run, indexed where no run holds the key already
-            new_toks = list(toks[end:])
+            new_toks = toks[end:] if type(toks) is list else list(toks[end:])
             fresh = _Run(keys[end:], new_toks, sum(new_toks), 0, _DEV, end)
             before = len(where)
             deque(map(where.setdefault, fresh.keys, repeat(fresh)), maxlen=0)
@@ -297,7 +297,9 @@ class ShadowLRU:
             if not 0 <= pos < len(rkeys) or rkeys[pos] != key:
                 pos = rkeys.index(key)
             n = min(total - i, len(rkeys) - pos)
-            if n > 1 and keys[i:i + n] != rkeys[pos:pos + n]:
+            # (a whole list is compared as it is: a slice would copy it)
+            if n > 1 and ((keys if n == total else keys[i:i + n])
+                          != (rkeys if n == len(rkeys) else rkeys[pos:pos + n])):
                 # the first key that differs, by bisection on slices compared in C: the keys
                 # before lo are equal, one from lo to hi differs
                 lo, hi = 1, n
@@ -451,12 +453,12 @@ class ShadowLRU:
         are dropped. Returns whether any unit moved."""
         if room_host < self._maxtok:
             if room_host < self._mintok:  # none fits
-                deque(map(self._where.__delitem__, run.keys), maxlen=0)
+                deque(map(self._where.pop, run.keys), maxlen=0)
                 return False
             if max(run.toks) <= room_host:
                 return self._to_host(run)
             fits = list(map(le, run.toks, repeat(room_host)))
-            deque(map(self._where.__delitem__, compress(run.keys, map(not_, fits))), maxlen=0)
+            deque(map(self._where.pop, compress(run.keys, map(not_, fits))), maxlen=0)
             run.keys = list(compress(run.keys, fits))
             run.toks = list(compress(run.toks, fits))
             run.size = sum(run.toks)
@@ -490,7 +492,7 @@ class ShadowLRU:
                 run.size -= size
                 if not run.keys:
                     _unlink(run)
-            deque(map(where.__delitem__, dropped), maxlen=0)
+            deque(map(where.pop, dropped), maxlen=0)
             need -= size
             self.host_used -= size
 
