@@ -20,6 +20,7 @@ status 2.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -34,6 +35,7 @@ from pbkv_contract.trace import read_trace  # noqa: E402
 from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, parse_policy_list  # noqa: E402
 from pbkv_server.hardware.profiles import MAX_HOST_RATIO, get_profile  # noqa: E402
 from pbkv_server.predictors import DEFAULT_ONLINE_PREDICTOR, make_predictor  # noqa: E402
+from pbkv_server.sim.driver import SimulationError  # noqa: E402
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate  # noqa: E402
 
 #: Offsets, in steps: eleven sizes, denser near the cell (the sizes of the guard's sweep,
@@ -79,44 +81,56 @@ def summary_line(policy: str, rows: list[dict]) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = OneLineParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--trace", required=True, help="PBKV trace (pbkv-bench synth / pbkv-sdk record or import)")
     p.add_argument("--policies", default="pbkv", help="comma-separated policies, each against lru")
-    p.add_argument("--profile", default="h100-qwen2.5-32b")
-    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--profile", default="h100-qwen2.5-32b", help="hardware profile (pbkv-bench profiles)")
+    p.add_argument("--concurrency", type=int, default=16, help="workflows in flight")
     p.add_argument("--device", type=int, required=True, help="device KV tokens of the cell")
     p.add_argument("--host-ratio", type=float, default=1.0, help="host tier / device")
-    p.add_argument("--predictor", default=DEFAULT_ONLINE_PREDICTOR)
-    p.add_argument("--offsets", default=",".join(map(str, OFFSETS)), help="comma-separated offsets, in steps (write --offsets=-8,0,8: a leading minus reads as an option)")
+    p.add_argument("--predictor", default=DEFAULT_ONLINE_PREDICTOR, help="next-agent predictor")
+    p.add_argument("--offsets", default=",".join(map(str, OFFSETS)),
+                   help="comma-separated offsets, in steps (write --offsets=-8,0,8: a leading minus reads as an option)")
     p.add_argument("--step", type=int, default=1, help="tokens per offset")
-    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=None, help="write every size's figures here")
     args = p.parse_args(argv)
     try:
         policies = parse_policy_list(args.policies, REPLAY, "--policies")
-        offsets = [int(x) for x in list_items(args.offsets, "--offsets", "offset")]
+        offsets = [_offset(item, args.offsets) for item in list_items(args.offsets, "--offsets", "offset")]
         profile = get_profile(args.profile)
     except (ValueError, KeyError) as exc:
         p.error(str(exc).strip("'\""))
     if BASELINE_POLICY in policies:
         p.error(f"--policies: {BASELINE_POLICY} is the baseline every policy is compared with")
-    if args.concurrency < 1 or not 0 <= args.host_ratio <= MAX_HOST_RATIO:
-        p.error(f"--concurrency must be >= 1 and --host-ratio in [0, {MAX_HOST_RATIO:g}]")
-    step = args.step
-    if step < 1 or args.device + min(offsets) * step < 1:
-        p.error("--step must be >= 1 and every swept device at least 1 token")
+    if args.concurrency < 1:
+        p.error(f"--concurrency {args.concurrency}: must be >= 1")
+    if not 0 <= args.host_ratio <= MAX_HOST_RATIO:  # nan fails both
+        p.error(f"--host-ratio {args.host_ratio}: must be in [0, {MAX_HOST_RATIO:g}]")
+    if args.step < 1:
+        p.error(f"--step {args.step}: must be >= 1")
+    if args.device + min(offsets) * args.step < 1:
+        p.error(f"--device {args.device} with offset {min(offsets)} x step {args.step}: every swept device "
+                f"must be at least 1 token")
     check_output(p, args.json, [args.trace])
     try:
         records = read_trace(args.trace)
         make_predictor(args.predictor, 3, [])
-    except (OSError, ValueError, ImportError) as exc:
+        result = sweep(records, policies, profile, args.concurrency, args.device, args.host_ratio, args.predictor,
+                       offsets, args.step)
+    except (OSError, ValueError, ImportError, SimulationError) as exc:
         p.error(str(exc))
-    result = sweep(records, policies, profile, args.concurrency, args.device, args.host_ratio, args.predictor,
-                   offsets, step)
     for policy, rows in result.items():
         print(summary_line(policy, rows))
     if args.json:
         write_json(args.json, result)
     return 0
+
+
+def _offset(item: str, text: str) -> int:
+    try:
+        return int(item)
+    except ValueError:
+        raise ValueError(f"--offsets {text!r}: {item!r} is not a whole number of steps") from None
 
 
 if __name__ == "__main__":

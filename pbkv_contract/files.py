@@ -17,7 +17,7 @@ __all__ = ["output_problem", "folder_problem", "shared_output", "make_parents", 
 
 
 def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.PathLike[str] | str] = (),
-                   folder_must_exist: bool = False, writes_trace: bool = False) -> str | None:
+                   folder_must_exist: bool = False, writes_trace: bool = False, image: bool = False) -> str | None:
     """Why ``path`` cannot be written as an output file, or ``None`` when it looks writable.
 
     Missing parent folders are fine (writers create them) as long as the nearest existing
@@ -35,6 +35,9 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
             trace may be replaced; any other output (a summary, a plot, a model) refuses an
             existing non-empty trace, which is someone's recorded traffic: ``replay a.jsonl
             --json b.jsonl`` must not turn the trace ``b.jsonl`` into a 20 KB summary.
+        image: the output is a PNG plot, so an existing non-empty file may be replaced only if
+            it is a PNG: ``--plot one.json`` must not turn a JSON file (a raw trace another
+            format records, a summary) into a picture.
 
     Returns:
         A short reason ("is a directory", "is the input trace t.jsonl", ...) to print after the
@@ -53,6 +56,8 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
             return "is not writable"
         if not writes_trace and _holds_trace(out):
             return "is a PBKV trace; writing it would destroy it (give another path)"
+        if image and not _holds_png(out):
+            return "is a file that is not a PNG image; writing the plot would destroy it (give another path)"
         return None
     parent = out.absolute().parent
     problem = _creatable(parent)
@@ -70,6 +75,20 @@ def _holds_trace(path: Path) -> bool:
         return path.is_file() and path.stat().st_size > 0 and looks_like_trace(path)
     except OSError:
         return False
+
+
+#: The first bytes of every PNG file (PNG specification, section 5.2).
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _holds_png(path: Path) -> bool:
+    """Whether the existing file ``path`` may be replaced by a plot: it is empty or a PNG."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(PNG_SIGNATURE))
+    except OSError:
+        return True  # unreadable: the write fails with its own message
+    return not head or head == PNG_SIGNATURE
 
 
 def make_parents(path: os.PathLike[str] | str) -> None:

@@ -49,7 +49,7 @@ def _check_outputs(trace: Path, json_out: Path | None, plot: Path | None) -> Non
     starts. Missing folders are fine: :func:`_write_outputs` makes them, as ``synth --out`` and
     ``pbkv-sdk import --out`` do."""
     for option, path in (("--json", json_out), ("--plot", plot)):
-        problem = output_problem(path, [trace])
+        problem = output_problem(path, [trace], image=option == "--plot")
         if problem:
             raise _fail(f"{option} {path}: {problem}")
     if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:

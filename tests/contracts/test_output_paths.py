@@ -80,3 +80,22 @@ def test_output_problem_probes_the_folder_rather_than_trusting_os_access(tmp_pat
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".pbkv-probe")]  # the probe is gone
     (tmp_path / "file.txt").write_text("x")
     assert "is not a directory" in output_problem(tmp_path / "file.txt" / "a.json")
+
+
+def test_a_plot_replaces_only_an_empty_file_or_a_png(tmp_path):
+    """``--plot one.json`` turned a raw kv-cache-tester trace into a PNG (a new-user check): a plot
+    may replace only an empty file or a PNG (its 8-byte signature), and the refusal comes before
+    the replay."""
+    raw = tmp_path / "trace_0590.json"
+    raw.write_text('{"id": "trace_0590", "requests": []}')
+    png = tmp_path / "old.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 8)
+    empty = tmp_path / "empty.png"
+    empty.write_bytes(b"")
+    assert "not a PNG image" in output_problem(raw, image=True)
+    assert output_problem(raw) is None  # a JSON output may still replace it (the caller's choice)
+    assert output_problem(png, image=True) is None and output_problem(empty, image=True) is None
+    trace, _ = _trace(tmp_path)
+    result = runner.invoke(bench_app, ["replay", str(trace), "--policy", "lru", "--plot", str(raw)])
+    assert result.exit_code == 2 and "not a PNG image" in result.output, result.output
+    assert raw.read_text() == '{"id": "trace_0590", "requests": []}'

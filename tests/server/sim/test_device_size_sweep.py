@@ -56,7 +56,11 @@ def test_each_size_is_lru_over_the_policy_replayed_there(sweep_module, chat_mix)
 @pytest.mark.parametrize("args,message", [
     (["--policies", "lru"], "lru is the baseline"),
     (["--offsets", "1,,2"], "item 2 is empty"),
-    (["--step", "0"], "--step must be >= 1"),
+    (["--step", "0"], "--step 0: must be >= 1"),
+    (["--offsets=a"], "'a' is not a whole number of steps"),
+    (["--offsets=-40000"], "every swept device must be at least 1 token"),
+    (["--host-ratio", "nan"], "--host-ratio nan: must be in [0, "),
+    (["--concurrency", "0"], "--concurrency 0: must be >= 1"),
 ])
 def test_bad_options_are_one_line(chat_mix, args, message):
     run = subprocess.run([sys.executable, str(SCRIPT), "--trace", str(chat_mix), "--device", "30000", *args],
