@@ -32,7 +32,7 @@ from _cli import OneLineParser, check_output, run_script, write_json  # noqa: E4
 
 from pbkv_contract.settings import list_items  # noqa: E402
 from pbkv_contract.trace import read_trace  # noqa: E402
-from pbkv_server.engine.policies import BASELINE_POLICY, REPLAY, parse_policy_list  # noqa: E402
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, parse_policy_list  # noqa: E402
 from pbkv_server.hardware.profiles import MAX_HOST_RATIO, get_profile  # noqa: E402
 from pbkv_server.predictors import DEFAULT_ONLINE_PREDICTOR, make_predictor  # noqa: E402
 from pbkv_server.sim.driver import SimulationError  # noqa: E402
@@ -83,7 +83,7 @@ def summary_line(policy: str, rows: list[dict]) -> str:
 def main(argv: Optional[list[str]] = None) -> int:
     p = OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--trace", required=True, help="PBKV trace (pbkv-bench synth / pbkv-sdk record or import)")
-    p.add_argument("--policies", default="pbkv", help="comma-separated policies, each against lru")
+    p.add_argument("--policies", default=DEFAULT_POLICY, help="comma-separated policies, each against lru")
     p.add_argument("--profile", default="h100-qwen2.5-32b", help="hardware profile (pbkv-bench profiles)")
     p.add_argument("--concurrency", type=int, default=16, help="workflows in flight")
     p.add_argument("--device", type=int, required=True, help="device KV tokens of the cell")
