@@ -42,9 +42,15 @@ class AgentVocabulary:
 
     def add_query(self, query: PredictionQuery) -> None:
         """Record the current agent and every history agent of ``query``."""
-        for agent in query.history:
-            self.add(query.app, agent)
-        self.add(query.app, query.agent)
+        # one C-level update per query (a coding agent's history is hundreds of calls, and every
+        # query repeats it): new agents join in first-seen order, as add() one at a time would
+        # record them; END, never stored, is taken out again
+        agents = self._agents.get(app_key(query.app))
+        if agents is None:
+            agents = self._agents[app_key(query.app)] = {}
+        agents.update(dict.fromkeys(query.history))
+        agents[query.agent] = None
+        agents.pop(END_AGENT, None)
 
     def agents(self, app: str | None) -> list[str]:
         """Agents of ``app`` seen so far, first-seen order (empty list if none)."""
