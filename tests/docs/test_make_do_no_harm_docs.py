@@ -23,6 +23,11 @@ def _data() -> dict:
         {"traffic": "chat", "graph": "chat", "hints": True, "host_ratio": 1.0, "device": 40_000,
          "policies": {"tlru": _rows([1.0, 0.996, 0.995]),
                       "pbkv": _rows([1.002, 1.004, 0.999], [{"chat": 1.01}, {"chat": 1.03}, {"chat": 1.02}], 0.5)}},
+        {"traffic": "chat-mix", "graph": "chat-mix", "hints": True, "host_ratio": 0.0, "device": 80_000,
+         "policies": {"tlru": _rows([1.0, 1.0, 1.0]),
+                      "pbkv": _rows([1.003, 1.003, 1.003],
+                                    [{"chat": 0.97, "codegen": 1.02}, {"chat": 0.98, "codegen": 1.0}, {"codegen": 1.01}],
+                                    0.25)}},
         {"traffic": "codegen, no hints", "graph": "codegen", "hints": False, "host_ratio": 0.0, "device": 80_000,
          "policies": {"tlru": _rows([1.0, 1.0, 1.0]),
                       "pbkv": _rows([1.0, 1.0, 1.0], [{"codegen": 1.0}, {"codegen": 1.0}, {}], None)}},
@@ -35,15 +40,21 @@ def _data() -> dict:
 def test_cells_classes_and_verdicts(docs):
     body = docs.block(_data())
     # means by hand: tlru (1.0 + 0.996 + 0.995) / 3 = 0.997, pbkv (1.002 + 1.004 + 0.999) / 3 = 1.0016...
-    assert "| chat | 1x | 40,000 | 0.9970x (0.9950x) | 1.0017x (0.9990x) |" in body
+    assert "| traffic | host | device tok | pbkv | tlru |" in body  # pbkv first, whatever the JSON's order
+    assert "| chat | 1x | 40,000 | 1.0017x (0.9990x) | 0.9970x (0.9950x) |" in body
     assert "| codegen, no hints | 0x | 80,000 | 1.0000x (1.0000x) | 1.0000x (1.0000x) |" in body
+    assert body.index("- pbkv:") < body.index("- tlru:")
     assert "the cell's device -4 to +4 tokens" in body
     # pbkv's chat TTFT (1.01 + 1.03 + 1.02) / 3 = 1.02; an unguarded cell shows "-"
     assert "| chat | 1x | 40,000 | chat 1.0200x | 0.50 |" in body
     assert "| codegen, no hints | 0x | 80,000 | codegen 1.0000x | - |" in body
     assert "- pbkv: lowest cell mean 1.0000x (codegen, no hints, host 0x, device 80,000; meets 0.999x); lowest " \
            "single size 0.9990x (chat, host 1x, device 40,000)." in body
-    assert "- tlru: mean below 0.999x in 1 of 2 cells: chat, host 1x, device 40,000 0.9970x." in body
+    assert "- tlru: mean below 0.999x in 1 of 3 cells: chat, host 1x, device 40,000 0.9970x." in body
+    # chat's TTFT over the two sizes that have it: (0.97 + 0.98) / 2 = 0.975; codegen's (1.02 + 1.0 + 1.01) / 3
+    assert "| chat-mix | 0x | 80,000 | chat 0.9750x, codegen 1.0100x | 0.25 |" in body
+    assert "- pbkv by class: mean TTFT below 0.999x for 1 class(es): chat in chat-mix, host 0x, device 80,000 " \
+           "0.9750x." in body
     assert "commit abc1234" in body and docs.COMMAND in body
     page = "intro\n<!-- do-no-harm:begin -->\nold\n<!-- do-no-harm:end -->\ntail\n"
     out = docs.render(page, body)
