@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -17,7 +18,7 @@ from pbkv_contract.files import output_problem, replace_file
 from pbkv_contract.trace import TraceFormatError
 from pbkv_server.sim.simulator import SimulationError
 
-__all__ = ["OneLineParser", "run_script", "check_output", "write_json"]
+__all__ = ["OneLineParser", "run_script", "check_output", "write_json", "git_commit"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -57,3 +58,13 @@ def write_json(path: Path, data) -> None:
     """Replace ``path`` with ``data`` as JSON at once (its folders made, written aside, then
     renamed, as every pbkv-bench output): a run stopped mid-write keeps the last file whole."""
     replace_file(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8"))
+
+
+def git_commit() -> str:
+    """The checkout's short commit (a benchmark's figures belong to it), or "unknown" outside git."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

@@ -36,6 +36,7 @@ from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY,
 from pbkv_server.hardware.profiles import MAX_HOST_RATIO, get_profile  # noqa: E402
 from pbkv_server.predictors import DEFAULT_ONLINE_PREDICTOR, make_predictor  # noqa: E402
 from pbkv_server.sim.driver import SimulationError  # noqa: E402
+from pbkv_server.sim.plain_client import without_hints  # noqa: E402
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate  # noqa: E402
 
 #: Offsets, in steps: eleven sizes, denser near the cell (the sizes of the guard's sweep,
@@ -44,13 +45,17 @@ OFFSETS = (-48, -32, -16, -8, -4, 0, 4, 8, 16, 32, 48)
 
 
 def sweep(records, policies: list[str], profile, concurrency: int, device: int, host_ratio: float,
-          predictor: str, offsets=OFFSETS, step: int = 1) -> dict:
+          predictor: str, offsets=OFFSETS, step: int = 1, hints: bool = True) -> dict:
     """``{policy: [{"device", "speedup", "per_app", "fallback"}, ...]}`` over ``device + k x step``.
 
     ``speedup`` is L_lru / L (mean workflow latency), ``per_app`` {app: TTFT_lru / TTFT} (apps with
     a TTFT under both), ``fallback`` the guard's fallback share of evictions (``None``: unguarded).
+    ``hints=False`` replays the trace as a client without the SDK sends it
+    (:func:`~pbkv_server.sim.plain_client.without_hints`).
     """
     workload = load_workload(records)
+    if not hints:
+        workload = without_hints(workload)
     out: dict[str, list] = {p: [] for p in policies}
     for k in offsets:
         size = device + k * step
@@ -92,6 +97,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--offsets", default=",".join(map(str, OFFSETS)),
                    help="comma-separated offsets, in steps (write --offsets=-8,0,8: a leading minus reads as an option)")
     p.add_argument("--step", type=int, default=1, help="tokens per offset")
+    p.add_argument("--hints", action=argparse.BooleanOptionalAction, default=True,
+                   help="--no-hints: replay as a client without the SDK sends the trace (no hints, session, "
+                        "priority or TTL)")
     p.add_argument("--json", type=Path, default=None, help="write every size's figures here")
     args = p.parse_args(argv)
     try:
@@ -116,7 +124,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         records = read_trace(args.trace)
         make_predictor(args.predictor, 3, [])
         result = sweep(records, policies, profile, args.concurrency, args.device, args.host_ratio, args.predictor,
-                       offsets, args.step)
+                       offsets, args.step, args.hints)
     except (OSError, ValueError, ImportError, SimulationError) as exc:
         p.error(str(exc))
     for policy, rows in result.items():

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import generate
 
-from _cli import OneLineParser, check_output, run_script, write_json
+from _cli import OneLineParser, check_output, git_commit, run_script, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,7 +133,7 @@ def replay_trace(args: argparse.Namespace) -> None:
         data[key] = {"trace": Path(args.trace).name, "invocations": n, "workflows": workload.workflow_count,
                      "profile": args.profile, "concurrency": args.concurrency, "device_tokens": device,
                      "host_tokens": host, "predictor": args.predictor, "load_average": os.getloadavg()[0],
-                     "commit": _commit(), "rows": rows}
+                     "commit": git_commit(), "rows": rows}
         write_json(args.json, data)
 
 
@@ -149,16 +148,6 @@ def _read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"--json {path}: not a JSON object of this script; move it away or name another file")
     return data
-
-
-def _commit() -> str:
-    """The checkout's commit (the figures belong to it), or "unknown" outside git."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 if __name__ == "__main__":

@@ -106,6 +106,8 @@ class ReplaySettings:
     chunked_prefill_size: Optional[int] = option(None, "with --engine-model sglang: most new tokens per prefill batch "
                                                        "(SGLang --chunked-prefill-size; default: the profile's, 0 = "
                                                        "no chunking)")
+    hints: bool = option(True, "--no-hints: replay the trace as a client without the SDK sends it (no PBKV hints, "
+                               "session id, priority or cache TTL; docs/do-no-harm.md)")
 
 
 @dataclass

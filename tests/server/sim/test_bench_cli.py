@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pbkv_server.cli.bench import app
-from pbkv_server.engine.policies import REPLAY, available_policies
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies
 from .sim_fixtures import write_model
 
 runner = CliRunner()
@@ -307,6 +307,24 @@ def test_replay_reports_the_lru_guard_and_no_lru_guard_turns_it_off(trace, tmp_p
     assert 0.0 <= guard["fallback_eviction_share"] <= 1.0 and 0.0 < guard["ghost_hit_rate"] <= 1.0
     assert "guard" not in off["pbkv"] and "guard" not in on["lru"]  # lru is not guarded
     assert on["lru"]["hit_rate"] == off["lru"]["hit_rate"]
+
+
+def test_replay_no_hints_serves_the_trace_as_a_plain_client_sends_it(trace, tmp_path):
+    """--no-hints: pbkv has nothing of ours to act on and replays exactly as lru does (its order for
+    cache without hints); with hints the same trace replays differently, so the check can fail."""
+    figures = {}
+    for flag in ("--hints", "--no-hints"):
+        out = tmp_path / f"{flag}.json"
+        result = runner.invoke(app, ["replay", str(trace), "--policy", f"{BASELINE_POLICY},{DEFAULT_POLICY}",
+                                     "--predictor", "oracle", "--device-tokens", "30000", "--no-gap", flag,
+                                     "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        figures[flag] = json.loads(out.read_text())
+    plain, hinted = figures["--no-hints"], figures["--hints"]
+    for key in ("mean_latency_s", "hit_rate", "evictions"):
+        assert plain[DEFAULT_POLICY][key] == plain[BASELINE_POLICY][key], key
+    assert hinted[DEFAULT_POLICY]["mean_latency_s"] != hinted[BASELINE_POLICY]["mean_latency_s"]
+    assert plain[BASELINE_POLICY]["requests"] == hinted[BASELINE_POLICY]["requests"]
 
 
 @pytest.mark.parametrize("args,message", [
