@@ -14,6 +14,10 @@ from pbkv_server.hardware.profiles import MAX_KV_TOKENS
 from pbkv_server.engine.types import DEFAULT_ENGINE_MODEL, DEFAULT_PREFILL_COST, ENGINE_MODELS, PREFILL_COSTS
 from pbkv_server.engine.policies import DEFAULT_POLICY, policy_info
 
+#: Largest ``--pace``: each simulated second then takes 1000 wall seconds. A larger pace makes a
+#: request wait hours (``1e308`` overflowed the sleep and held every request for ever).
+MAX_PACE = 1000.0
+
 __all__ = ["ServerConfig", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_HEADER_BYTES", "DEFAULT_MAX_HEADERS",
            "DEFAULT_MAX_JSON_DEPTH", "DEFAULT_READ_TIMEOUT_S"]
 
@@ -157,8 +161,8 @@ class ServerConfig:
             raise ValueError(f"port must be in 0..65535 (0 = any free port), got {self.port}")
         if self.hint_token is not None and not self.hint_token.strip():
             raise ValueError("hint_token must not be empty (leave it unset to accept hints without a token)")
-        if self.pace < 0:
-            raise ValueError("pace must be >= 0")
+        if not 0 <= self.pace <= MAX_PACE:  # also refuses nan
+            raise ValueError(f"pace must be a number from 0 to {MAX_PACE:g}, got {self.pace:g}")
         if self.idle_retire_s is not None and self.idle_retire_s <= 0:
             raise ValueError("idle_retire_s must be > 0 (or 0 or None to disable)")
         for name in ("max_body_bytes", "max_active_workflows", "max_ended_ids", "block_chars", "max_batch",
