@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace  # noqa: E402
-from _cli import OneLineParser  # noqa: E402
+from _cli import OneLineParser, check_output  # noqa: E402
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, SERVER, parse_policy_list  # noqa: E402
 from pbkv_server.testing.local_cluster import free_port, local_cluster  # noqa: E402
 
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         args.policies = parse_policy_list(args.policies, SERVER, "--policies")
     except ValueError as exc:
         parser.error(str(exc))
+    check_output(parser, Path(args.json) if args.json else None, [])  # before an hour of runs
     os.environ.update(CREWAI_DISABLE_TELEMETRY="true", OTEL_SDK_DISABLED="true")
 
     from examples.hover_langchain.data import load_hover

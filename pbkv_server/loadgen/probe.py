@@ -33,7 +33,7 @@ import json
 import random
 import statistics
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import httpx
 import typer
@@ -174,7 +174,7 @@ def command(
     json_out: Path = typer.Option(None, "--json", help="write the probes, the fit and the profile here"),
 ) -> None:
     """Probe an idle SGLang server (cold and cached single requests, decode steps) and fit its cost model."""
-    if (problem := output_problem(json_out)) is not None:  # before minutes of probing, not after them
+    if (problem := output_problem(json_out, json_doc=_is_probe_result)) is not None:  # before minutes of probing, not after them
         typer.echo(f"probe-profile: error: --json {json_out}: {problem}", err=True)
         raise typer.Exit(2)
     try:
@@ -201,3 +201,8 @@ def command(
         text = json.dumps({"target": target, "prefill": [vars(p) for p in prefill], "decode": [vars(d) for d in decode],
                            "fit": vars(fit), "device_tokens": device_tokens}, indent=1)
         replace_file(json_out, lambda tmp: tmp.write_text(text))
+
+
+def _is_probe_result(document: Any) -> bool:
+    """Whether a JSON document is an earlier ``probe-profile --json`` result (it may be replaced)."""
+    return isinstance(document, dict) and {"target", "prefill", "decode", "fit"} <= document.keys()
