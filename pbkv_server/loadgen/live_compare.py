@@ -37,6 +37,7 @@ from typing import Any, Optional, Sequence
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pbkv_contract.trace import (
@@ -229,7 +230,7 @@ def command(
 ) -> None:
     """Replay a trace on a live SGLang server and in the simulator at its capacity; print both hit rates."""
     def fail(message: str) -> typer.Exit:
-        err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         return typer.Exit(code=2)
 
     try:

@@ -514,7 +514,7 @@ def test_an_unreadable_archive_is_one_line_saying_so(importer, name, content, tm
     result = runner.invoke(app, ["import", importer, str(archive), "--out", str(out)])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert lines == [f"{archive} is not a readable tar archive (damaged, truncated, or not a tar file); give a "
+    assert lines == [f"error: {archive} is not a readable tar archive (damaged, truncated, or not a tar file); give a "
                      f".tar.gz of the files, a folder of them or one file"], result.output
     assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "o.jsonl"])
 
