@@ -21,12 +21,12 @@ __all__ = ["OneLineParser", "run_script", "check_output", "write_json"]
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line (``PROG: error: ...``, exit status 2), without
-    the usage block argparse prints first: the scripts' other bad input reads the same way, and
-    ``--help`` still shows the usage."""
+    """An ``ArgumentParser`` whose errors are one line (``error: ...``, exit status 2), without the
+    usage block argparse prints first: the scripts' other bad input (:func:`run_script`) and
+    ``pbkv-bench``'s read the same way, and ``--help`` still shows the usage."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"error: {message}\n")
 
 
 def run_script(main: Callable[[Optional[list[str]]], int], argv: Optional[list[str]] = None) -> int:

@@ -116,7 +116,7 @@ def test_the_live_sglang_benchmarks_refuse_the_list_in_one_line(script, text, me
     else:
         monkeypatch.setattr(module, "live", _no_replay)
         line = _one_error_line(lambda: module.main(["--live", "t.jsonl", "--policies", text]), capsys)
-    assert ": error: " in line and "--policies" in line and message in line, line
+    assert line.startswith("error: ") and "--policies" in line and message in line, line
     if message.startswith("unknown"):
         assert "pbkv-he" in line  # the known names are listed
 
@@ -129,4 +129,4 @@ def test_live_paired_reads_the_list_in_order():
 def test_router_live_refuses_the_list_in_one_line(text, message, monkeypatch, capsys):
     module = load_benchmark("router_live")
     line = _one_error_line(lambda: module.main(["--policies", text]), capsys)
-    assert ": error: " in line and "--policies" in line and message in line, line
+    assert line.startswith("error: ") and "--policies" in line and message in line, line
