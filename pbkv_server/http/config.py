@@ -108,7 +108,8 @@ class ServerConfig:
     scenario: str | None = option(None, "module:ClassName answering apps without a registered scenario.")
     host: str = option("127.0.0.1", "Bind address (loopback by default).")
     port: int = option(8000, "TCP port (0 = any free port).")
-    pace: float = option(0.0, "0 = as fast as possible; p = sleep p x simulated time.", min=0.0)
+    # no click bound: nan passed one as "greater than or equal to 0"; ServeSettings says the range
+    pace: float = option(0.0, f"0 = as fast as possible; p = sleep p x simulated time (at most {MAX_PACE:g}).")
     trace_out: str | None = option(None, "Write a server-side v1 trace (JSONL, with block_tokens).")
     hint_token: str | None = option(None, "Shared secret for the hint endpoints.", envvar="PBKV_HINT_TOKEN")
     device_tokens: int | None = option(None, "Device KV capacity in tokens (overrides the profile).", min=1,
