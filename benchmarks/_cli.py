@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from pbkv_contract.files import output_problem, replace_file
+from pbkv_contract.files import ANY_JSON, output_problem, replace_file
 from pbkv_contract.trace import TraceFormatError
 from pbkv_server.sim.simulator import SimulationError
 
@@ -22,12 +22,12 @@ __all__ = ["OneLineParser", "run_script", "check_output", "write_json", "git_com
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line (``PROG: error: ...``, exit status 2), without
-    the usage block argparse prints first: the scripts' other bad input reads the same way, and
-    ``--help`` still shows the usage."""
+    """An ``ArgumentParser`` whose errors are one line (``error: ...``, exit status 2), without the
+    usage block argparse prints first: the scripts' other bad input (:func:`run_script`) and
+    ``pbkv-bench``'s read the same way, and ``--help`` still shows the usage."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"error: {message}\n")
 
 
 def run_script(main: Callable[[Optional[list[str]]], int], argv: Optional[list[str]] = None) -> int:
@@ -46,10 +46,11 @@ def run_script(main: Callable[[Optional[list[str]]], int], argv: Optional[list[s
 
 def check_output(parser: argparse.ArgumentParser, json_out: Optional[Path], inputs: Iterable[str]) -> None:
     """Stop (``parser.error``, exit 2) before any replay when ``--json`` names one of the input
-    traces (writing it would destroy the trace) or a directory."""
+    traces (writing it would destroy the trace), a directory, or a file that is not JSON (a raw
+    trace, a log)."""
     if json_out is None:
         return
-    problem = output_problem(json_out, list(inputs))
+    problem = output_problem(json_out, list(inputs), json_doc=ANY_JSON)
     if problem:
         parser.error(f"--json {json_out}: {problem}")
 

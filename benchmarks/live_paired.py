@@ -38,14 +38,19 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cli import OneLineParser  # noqa: E402
+from pbkv_server.engine.policies import parse_sglang_policy_list  # noqa: E402
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; one at a time is the default mode, ``--side-by-side`` the other."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", type=Path, default=None, help="v1 trace (default: a prompt-heavy one)")
     parser.add_argument("--workflows", type=int, default=12, help="workflows of the default trace")
     parser.add_argument("--seed", type=int, default=0)
@@ -68,6 +73,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--render", type=Path, default=None, metavar="JSON",
                         help="run nothing: write --docs from a --json file of an earlier run")
     args = parser.parse_args(argv)
+    try:  # the plugin's names and SGLang's lru; a typo must not cost a server start
+        args.policies = parse_sglang_policy_list(args.policies)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.render is not None and args.docs is None:
         parser.error("--render needs --docs")
     if args.render is None and args.rounds < 3:
@@ -92,7 +101,7 @@ def main() -> None:
 
     import httpx
 
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = args.policies
     base = policies[0]
     records = read_trace(args.trace) if args.trace else prompt_heavy_records(args.workflows, args.seed)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="pbkv-paired-"))

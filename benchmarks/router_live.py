@@ -44,9 +44,11 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace  # noqa: E402
-from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY  # noqa: E402
+from _cli import OneLineParser, check_output  # noqa: E402
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, SERVER, parse_policy_list  # noqa: E402
 from pbkv_server.testing.local_cluster import free_port, local_cluster  # noqa: E402
 
 SCENARIO = "examples.hover_langchain.scenario:HoverScenario"
@@ -54,8 +56,8 @@ ROUTERS = ("consistent_hashing", "cache_aware", "round_robin")
 POLICIES = (BASELINE_POLICY, DEFAULT_POLICY)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--claims", type=int, default=128, help="HoVer claims (workflows) per run")
     parser.add_argument("--concurrency", type=int, default=64, help="workflows in flight in the app")
     parser.add_argument("--replicas", type=int, default=4)
@@ -65,7 +67,12 @@ def main() -> None:
     parser.add_argument("--failure", action="store_true", help="add the replica-failure run")
     parser.add_argument("--kill-at", type=float, default=0.4, help="share of claims done when replica 1 is killed")
     parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:  # the sim engine's policies, refused before the data is read or a replica starts
+        args.policies = parse_policy_list(args.policies, SERVER, "--policies")
+    except ValueError as exc:
+        parser.error(str(exc))
+    check_output(parser, Path(args.json) if args.json else None, [])  # before an hour of runs
     os.environ.update(CREWAI_DISABLE_TELEMETRY="true", OTEL_SDK_DISABLED="true")
 
     from examples.hover_langchain.data import load_hover
@@ -82,7 +89,7 @@ def main() -> None:
           f"tokens each (capacity rule at C={per_replica_c}); files under {work}", flush=True)
     results: dict[str, Any] = {}
     for router in args.routers.split(","):
-        for policy in args.policies.split(","):
+        for policy in args.policies:
             name = f"{router}/{policy}"
             results[name] = run(router, policy, claims, args, device, work / name.replace("/", "-"))
             print(_line(name, results[name]), flush=True)

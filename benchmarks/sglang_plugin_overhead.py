@@ -30,13 +30,18 @@ CUDA kernels) is not involved, and a tiny model's latency on a CPU says nothing 
 
 from __future__ import annotations
 
-import argparse
 import random
+import sys
 import time
 from array import array
+from pathlib import Path
 
-from pbkv_contract.hints import BODY_KEY
-from pbkv_server.engine.policies import BASELINE_POLICY, policy_info, sglang_policy_names
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cli import OneLineParser  # noqa: E402
+from pbkv_contract.hints import BODY_KEY  # noqa: E402
+from pbkv_server.engine.policies import (  # noqa: E402
+    BASELINE_POLICY, parse_sglang_policy_list, policy_info, sglang_policy_names,
+)
 
 
 def workload(n_workflows: int, seed: int):
@@ -135,7 +140,7 @@ def live(args) -> None:
     from pbkv_server.loadgen.live_replay import PromptBook, replay
     from pbkv_server.loadgen.live_compare import matched_records, measured_profile, server_settings, simulate_matched
 
-    policies = args.policies.split(",")
+    policies = args.policies
     records = read_trace(args.live)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="pbkv-live-"))
     model = build_tiny_model(work / "tiny-model")
@@ -192,8 +197,8 @@ def _server_info(url: str) -> dict:
     return httpx.get(f"{url}/server_info", timeout=30).json()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workflows", type=int, default=120)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--kv-tokens", type=int, default=6000)
@@ -204,7 +209,11 @@ def main() -> None:
     parser.add_argument("--policies", default="lru,pbkv-lae,pbkv-he,pbkv", help="live: comma-separated")
     parser.add_argument("--max-output-tokens", type=int, default=None, help="live: cap each output (both sides)")
     parser.add_argument("--work-dir", default=None, help="live: model and logs go here (default: a temp dir)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    try:  # the plugin's names and SGLang's lru, refused before a model is built or a server starts
+        args.policies = parse_sglang_policy_list(args.policies)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.live:
         live(args)
         return

@@ -8,16 +8,29 @@ with a summary or a model file.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
-__all__ = ["output_problem", "folder_problem", "shared_output", "make_parents", "replace_file"]
+__all__ = ["output_problem", "folder_problem", "shared_output", "make_parents", "replace_file", "ANY_JSON",
+           "MAX_RESULT_BYTES"]
+
+
+def ANY_JSON(document: Any) -> bool:  # noqa: N802 (a constant of output_problem's json_doc)
+    """``output_problem(..., json_doc=ANY_JSON)``: any existing JSON document may be replaced."""
+    return True
+
+
+#: An existing file larger than this is never replaced by a JSON results file (it is not read to
+#: find out: a results file is kilobytes to a few megabytes, a raw trace can be gigabytes).
+MAX_RESULT_BYTES = 256 * 2**20
 
 
 def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.PathLike[str] | str] = (),
-                   folder_must_exist: bool = False, writes_trace: bool = False, image: bool = False) -> str | None:
+                   folder_must_exist: bool = False, writes_trace: bool = False, image: bool = False,
+                   json_doc: Optional[Callable[[Any], bool]] = None) -> str | None:
     """Why ``path`` cannot be written as an output file, or ``None`` when it looks writable.
 
     Missing parent folders are fine (writers create them) as long as the nearest existing
@@ -38,6 +51,10 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
         image: the output is a PNG plot, so an existing non-empty file may be replaced only if
             it is a PNG: ``--plot one.json`` must not turn a JSON file (a raw trace another
             format records, a summary) into a picture.
+        json_doc: the output is a JSON results file, so an existing non-empty file may be
+            replaced only if it holds one JSON document that ``json_doc`` accepts (an earlier
+            result of the same command; :data:`ANY_JSON`: any): ``replay --json trace_0590.json``
+            must not turn a raw kv-cache-tester trace, a ChatDev log or a CSV into a summary.
 
     Returns:
         A short reason ("is a directory", "is the input trace t.jsonl", ...) to print after the
@@ -58,6 +75,13 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
             return "is a PBKV trace; writing it would destroy it (give another path)"
         if image and not _holds_png(out):
             return "is a file that is not a PNG image; writing the plot would destroy it (give another path)"
+        if json_doc is not None:
+            held = _json_held(out)
+            if held is _NOT_JSON:
+                return "is a file that is not JSON; writing the results would destroy it (give another path)"
+            if held is not _NO_DOCUMENT and not json_doc(held):
+                return ("holds JSON that is not an earlier result of this command; writing the results would destroy "
+                        "it (give another path)")
         return None
     parent = out.absolute().parent
     problem = _creatable(parent)
@@ -89,6 +113,33 @@ def _holds_png(path: Path) -> bool:
     except OSError:
         return True  # unreadable: the write fails with its own message
     return not head or head == PNG_SIGNATURE
+
+
+_NOT_JSON = object()
+_NO_DOCUMENT = object()
+
+
+def _json_held(path: Path) -> Any:
+    """The JSON document in the existing file ``path``; ``_NO_DOCUMENT`` when it is empty or
+    unreadable (nothing to lose, or the write fails with its own message); ``_NOT_JSON`` when it is
+    anything else (not one JSON object or array, not UTF-8, larger than :data:`MAX_RESULT_BYTES`)."""
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return _NO_DOCUMENT
+        if size > MAX_RESULT_BYTES:
+            return _NOT_JSON
+        with open(path, "rb") as fh:
+            head = fh.read(4096).lstrip()
+            if head[:1] not in (b"{", b"["):  # a log, a CSV, a gzip shard: not read any further
+                return _NOT_JSON
+            data = head + fh.read()
+    except OSError:
+        return _NO_DOCUMENT
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONL (a trace) is "extra data"
+        return _NOT_JSON
 
 
 def make_parents(path: os.PathLike[str] | str) -> None:

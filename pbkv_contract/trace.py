@@ -465,7 +465,8 @@ _META: dict[str, tuple[bool, Callable[[Any], Any]]] = {
 
 
 def iter_trace(
-    path: str | os.PathLike[str], *, strict: bool = False, report: TraceFileReport | None = None
+    path: str | os.PathLike[str], *, strict: bool = False, report: TraceFileReport | None = None,
+    warn: bool = True,
 ) -> Iterator[TraceRecord]:
     """Yield the records of one trace file in file order.
 
@@ -479,6 +480,8 @@ def iter_trace(
         strict: raise ``ValueError`` (with file and line number) at the first problem of any kind
             instead: for checking that a writer produces exact v1.
         report: filled with what was read and skipped, if given.
+        warn: log the file's warnings when it is done (``False``: the caller logs
+            ``report.warnings()`` itself, or says the same in its error).
 
     Raises:
         TraceFormatError: a line declares a version other than 1.
@@ -522,8 +525,9 @@ def iter_trace(
                 continue
             report.records += 1
             yield record
-    for message in report.warnings():
-        log.warning("%s", message)
+    if warn:
+        for message in report.warnings():
+            log.warning("%s", message)
 
 
 def read_trace(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[TraceRecord]:
@@ -533,6 +537,10 @@ def read_trace(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]])
         TraceFormatError: unknown version, or the files hold no usable invocation at all (the
             message then says how many lines were skipped, and why the first one was).
         OSError: a file cannot be opened.
+
+    The files' warnings are logged once all are read, and only when the error is not raised: a
+    file of garbage is then one line (the error names the skipped lines), not a warning and an
+    error saying the same.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -540,8 +548,12 @@ def read_trace(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]])
     reports = []
     for path in paths:
         reports.append(TraceFileReport(os.fspath(path)))
-        records.extend(iter_trace(path, report=reports[-1]))
-    if not any(isinstance(r, InvocationRecord) for r in records):
+        records.extend(iter_trace(path, report=reports[-1], warn=False))
+    if any(isinstance(r, InvocationRecord) for r in records):
+        for report in reports:
+            for message in report.warnings():
+                log.warning("%s", message)
+    else:
         skipped = [r for r in reports if r.skipped]
         why = ""
         if skipped:

@@ -91,7 +91,7 @@ def record(
         with open(out, "a", encoding="utf-8"):  # fail here, not inside the app, if it cannot be written
             pass
     except OSError as exc:
-        err_console.print(f"[red]cannot write the trace file {out}: {_os_reason(exc)}[/red]", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] cannot write the trace file {out}: {_os_reason(exc)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     env = dict(os.environ, **TELEMETRY_OFF)
     env[ENV_TRACE_PATH] = str(out)
@@ -102,17 +102,17 @@ def record(
         status = _run_app(command, env)
     except FileNotFoundError:
         removed = _remove_if_ours(out, created) + _put_back(previous, out)
-        err_console.print(f"[red]command not found: {escape(command[0])}{removed}[/red]", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] command not found: {escape(command[0])}{removed}", highlight=False, soft_wrap=True)
         raise typer.Exit(127)
     except OSError as exc:  # not executable, bad interpreter line, ...
         removed = _remove_if_ours(out, created) + _put_back(previous, out)
-        err_console.print(f"[red]cannot run {escape(command[0])}: {escape(_os_reason(exc))}{removed}[/red]",
+        err_console.print(f"[bold red]error:[/] cannot run {escape(command[0])}: {escape(_os_reason(exc))}{removed}",
                           highlight=False, soft_wrap=True)
         raise typer.Exit(126)
     if status is None:
         kept = f"; the previous trace is in {escape(str(previous))}" if previous is not None else ""
-        err_console.print(f"[red]interrupted; the app is still running and may still record into {escape(str(out))} "
-                          f"(kept){kept}[/red]", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] interrupted; the app is still running and may still record into {escape(str(out))} "
+                          f"(kept){kept}", highlight=False, soft_wrap=True)
         raise typer.Exit(130)
     report = validate_file(out) if out.exists() else ValidationReport()
     if not any(isinstance(r, InvocationRecord) for r in report.records):
@@ -122,9 +122,9 @@ def record(
         what = f"only {ends} workflow end(s)" if ends else "nothing"
         fate = _put_back(previous, out).removeprefix("; ") or f"{'removed' if created else 'kept'} {escape(str(out))}"
         err_console.print(
-            f"[red]no LLM invocation was recorded ({what}; {fate}): "
+            f"[bold red]error:[/] no LLM invocation was recorded ({what}; {fate}): "
             f"the app ran with {escape(_interpreter(command))}; is pbkv installed there, does the app call a PBKV "
-            f"instrument(...) function, and do its LLM calls reach the server?[/red]",
+            f"instrument(...) function, and do its LLM calls reach the server?",
             highlight=False, soft_wrap=True,
         )
         raise typer.Exit(status or 1)
@@ -167,7 +167,7 @@ def validate(file: Path = typer.Argument(..., exists=True, dir_okay=False, help=
         # not one trace record: another tool's file (a ChatDev log, chat-completions JSONL...), so
         # one line saying so beats one error per line
         lineno, reason = report.invalid[0]
-        err_console.print(f"{escape(str(file))} is not a PBKV trace (v1): none of its {len(report.invalid)} line(s) is "
+        err_console.print(f"[bold red]error:[/] {escape(str(file))} is not a PBKV trace (v1): none of its {len(report.invalid)} line(s) is "
                           f"a trace record (line {lineno}: {escape(reason)}). {_importers_line()}",
                           highlight=False, soft_wrap=True)
         raise typer.Exit(1)
@@ -200,7 +200,7 @@ def import_chatdev_cmd(
         from pbkv_sdk.importers.chatdev import LOG_SUFFIX, import_chatdev
     except ImportError as exc:
         line = missing_module_line("pbkv-sdk", exc, "")
-        err_console.print(escape(line) if line else f"[red]the ChatDev importer is not available ({escape(str(exc))})[/red]",
+        err_console.print(escape(line) if line else f"[bold red]error:[/] the ChatDev importer is not available ({escape(str(exc))})",
                           highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     _check_import_out(out, src, (LOG_SUFFIX,))
@@ -208,10 +208,10 @@ def import_chatdev_cmd(
         summary = import_chatdev(src, out, agent_key=agent_key)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        err_console.print(f"[red]cannot import: {escape(where + (exc.strerror or str(exc)))}[/red]", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] cannot import: {escape(where + (exc.strerror or str(exc)))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     except ValueError as exc:
-        err_console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     for name, reason in summary.skipped:
         err_console.print(f"skipped {escape(os.path.basename(name))}: {escape(reason)}", highlight=False, soft_wrap=True)
@@ -221,7 +221,7 @@ def import_chatdev_cmd(
         if summary.damaged:
             why += f"; {_damage_note(src, summary.damaged)}"
         err_console.print(
-            f"[red]{escape(str(src))}: no ChatDev workflow imported: {escape(why)}; nothing written to {escape(str(out))}[/red]",
+            f"[bold red]error:[/] {escape(str(src))}: no ChatDev workflow imported: {escape(why)}; nothing written to {escape(str(out))}",
             highlight=False, soft_wrap=True,
         )
         raise typer.Exit(1)
@@ -256,11 +256,11 @@ def import_ghcp_cmd(
         summary = import_ghcp(src, out, block_tokens=block_tokens, max_sessions=max_sessions)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        err_console.print(f"[red]cannot import: {escape(where + (exc.strerror or str(exc)))}[/red]", highlight=False,
+        err_console.print(f"[bold red]error:[/] cannot import: {escape(where + (exc.strerror or str(exc)))}", highlight=False,
                           soft_wrap=True)
         raise typer.Exit(2)
     except ValueError as exc:
-        err_console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     skipped = sum(summary.skipped.values())
     note = ""
@@ -269,8 +269,8 @@ def import_ghcp_cmd(
         note = f"; skipped {skipped} item(s) (first: {where}: {reason})"
     if summary.sessions == 0:
         why = note.removeprefix("; ") or "no session found"
-        err_console.print(f"[red]{escape(str(src))}: {summary.files} shard file(s), no session imported ({escape(why)}); "
-                          f"nothing written to {escape(str(out))}[/red]", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(src))}: {summary.files} shard file(s), no session imported ({escape(why)}); "
+                          f"nothing written to {escape(str(out))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     recorded = summary.recorded_cached_share
     console.print(
@@ -321,16 +321,16 @@ def import_kv_cache_tester_cmd(
     if src is None:
         data_dir = os.environ.get("PBKV_DATA_DIR")
         if not data_dir:
-            err_console.print("[red]give the traces (SRC) or set PBKV_DATA_DIR to the folder that holds "
-                              "claude-code/traces.tar.gz[/red]", highlight=False, soft_wrap=True)
+            err_console.print("[bold red]error:[/] give the traces (SRC) or set PBKV_DATA_DIR to the folder that holds "
+                              "claude-code/traces.tar.gz", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
         src = Path(data_dir) / "claude-code" / "traces.tar.gz"
         if not src.exists():
-            err_console.print(f"[red]PBKV_DATA_DIR={escape(data_dir)} does not hold claude-code/traces.tar.gz; "
-                              f"give SRC[/red]", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] PBKV_DATA_DIR={escape(data_dir)} does not hold claude-code/traces.tar.gz; "
+                              f"give SRC", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
     elif not src.exists():
-        err_console.print(f"[red]{escape(str(src))}: no such file or directory[/red]", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(src))}: no such file or directory", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     _check_import_out(out, src, (FILE_SUFFIX,))
     options = ImportOptions(app=app_name, workflow=workflow, max_gap_s=max_gap, context_limit=context_limit,
@@ -339,19 +339,19 @@ def import_kv_cache_tester_cmd(
         summary = import_kv_cache_tester(src, out, options)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        err_console.print(f"[red]cannot import: {escape(where + (exc.strerror or str(exc)))}[/red]", highlight=False,
+        err_console.print(f"[bold red]error:[/] cannot import: {escape(where + (exc.strerror or str(exc)))}", highlight=False,
                           soft_wrap=True)
         raise typer.Exit(2)
     except ValueError as exc:
-        err_console.print(f"[red]{escape(str(exc))}[/red]", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     for name, reason in summary.bad_files:
         err_console.print(f"bad file {escape(name)}: {escape(reason)}", highlight=False, soft_wrap=True)
     if summary.conversations == 0:
         calls = f", all {summary.calls_seen:,} call(s) skipped" if summary.calls_seen else ""
         damaged = f"; {_damage_note(src, summary.damaged)}" if summary.damaged else ""
-        err_console.print(f"[red]{escape(str(src))}: {summary.files} file(s), {len(summary.bad_files)} bad{calls}, "
-                          f"no conversation imported{escape(damaged)}; nothing written to {escape(str(out))}[/red]",
+        err_console.print(f"[bold red]error:[/] {escape(str(src))}: {summary.files} file(s), {len(summary.bad_files)} bad{calls}, "
+                          f"no conversation imported{escape(damaged)}; nothing written to {escape(str(out))}",
                           highlight=False, soft_wrap=True)
         for line in skip_lines(summary.skipped):
             err_console.print(escape(line), highlight=False, soft_wrap=True)
@@ -476,7 +476,7 @@ def _put_back(previous: Path | None, out: Path) -> str:
 
 def _not_a_trace_line(out: Path) -> str:
     """The one line of a command that refuses to replace ``out``, an existing file that is not a trace."""
-    return f"[red]refusing to overwrite {escape(str(out))}: it is not a PBKV trace[/red]"
+    return f"[bold red]error:[/] refusing to overwrite {escape(str(out))}: it is not a PBKV trace"
 
 
 def _check_import_out(out: Path, src: Path, suffixes: tuple[str, ...]) -> None:
@@ -493,13 +493,13 @@ def _check_import_out(out: Path, src: Path, suffixes: tuple[str, ...]) -> None:
             and out.resolve().is_relative_to(src.resolve()):
         problem = f"is one of the input files in {src}; writing it would destroy it"
     if problem is not None:
-        err_console.print(f"[red]cannot import: --out {escape(str(out))} {escape(problem)}[/red]", highlight=False,
+        err_console.print(f"[bold red]error:[/] cannot import: --out {escape(str(out))} {escape(problem)}", highlight=False,
                           soft_wrap=True)
         raise typer.Exit(2)
     try:
         trace = not out.exists() or looks_like_trace(out)
     except OSError as exc:
-        err_console.print(f"[red]cannot import: --out {escape(str(out))} cannot be read: {escape(_os_reason(exc))}[/red]",
+        err_console.print(f"[bold red]error:[/] cannot import: --out {escape(str(out))} cannot be read: {escape(_os_reason(exc))}",
                           highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     if not trace:
@@ -519,7 +519,7 @@ def _read_report(file: Path) -> ValidationReport:
     try:
         return validate_file(file)
     except OSError as exc:
-        err_console.print(f"[red]cannot read {file}: {_os_reason(exc)}[/red]", highlight=False)
+        err_console.print(f"[bold red]error:[/] cannot read {file}: {_os_reason(exc)}", highlight=False)
         raise typer.Exit(2)
 
 
@@ -536,11 +536,11 @@ def _has_invocation(report: ValidationReport) -> bool:
 
 def _no_records_message(file: Path, report: ValidationReport) -> str:
     if report.invalid and not report.records:
-        return f"[red]{file}: no valid trace record ({len(report.invalid)} invalid line(s); run `pbkv-sdk validate`)[/red]"
+        return f"[bold red]error:[/] {file}: no valid trace record ({len(report.invalid)} invalid line(s); run `pbkv-sdk validate`)"
     if report.records:
-        return (f"[red]{file}: no invocation record, only {len(report.records)} workflow end(s): the app's LLM "
-                f"requests were not stamped (does it call a PBKV instrument(...) function?)[/red]")
-    return f"[red]{file}: empty trace (no records)[/red]"
+        return (f"[bold red]error:[/] {file}: no invocation record, only {len(report.records)} workflow end(s): the app's LLM "
+                f"requests were not stamped (does it call a PBKV instrument(...) function?)")
+    return f"[bold red]error:[/] {file}: empty trace (no records)"
 
 
 def _interpreter(command: List[str]) -> str:

@@ -57,6 +57,7 @@ from typing import Callable, Hashable, Iterator, Sequence
 from pbkv_contract.blocks import chain_hash
 from pbkv_contract.hints import workflow_id_from
 from pbkv_contract.trace import InvocationRecord, TraceMeta, TraceWriter, WorkflowEndRecord
+from pbkv_sdk.importers import archive_problem
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,8 @@ def import_block_hash(src_path: str | os.PathLike[str], out_path: str | os.PathL
         suffix: file names to read.
 
     Raises:
-        ValueError: a bad option.
+        ValueError: a bad option, or ``src_path`` is named or compressed like a tar archive but
+            is not a readable one.
         FileNotFoundError: ``src_path`` does not exist.
         IsADirectoryError: ``out_path`` is a directory.
         OSError: the output cannot be written.
@@ -248,6 +250,8 @@ def import_block_hash(src_path: str | os.PathLike[str], out_path: str | os.PathL
     options.check()
     if not os.path.exists(src_path):
         raise FileNotFoundError(errno.ENOENT, "no such file or directory", os.fspath(src_path))
+    if (problem := archive_problem(src_path)) is not None:
+        raise ValueError(problem)
     out = os.fspath(out_path)
     tmp = out + ".partial"
     for path in (out, tmp):

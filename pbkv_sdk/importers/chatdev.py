@@ -44,6 +44,7 @@ from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
 from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, prefix_hashes
 from pbkv_contract.features import request_features
 from pbkv_contract.hints import workflow_id_from
+from pbkv_sdk.importers import archive_problem
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,8 @@ def import_chatdev(
         level); a damaged archive's reason is in ``damaged``.
 
     Raises:
-        ValueError: unknown ``agent_key``.
+        ValueError: unknown ``agent_key``, or ``src_path`` is named or compressed like a tar
+            archive but is not a readable one.
         FileNotFoundError: ``src_path`` does not exist.
         IsADirectoryError: ``out_path`` (or its ``.partial`` file) is a directory.
         OSError: the output cannot be written, or a single ``.log`` source cannot be read.
@@ -120,6 +122,8 @@ def import_chatdev(
         raise ValueError(f"agent_key must be one of {AGENT_KEYS}, got {agent_key!r}")
     if not os.path.exists(src_path):
         raise FileNotFoundError(errno.ENOENT, "no such file or directory", os.fspath(src_path))
+    if (problem := archive_problem(src_path)) is not None:
+        raise ValueError(problem)
     out = os.fspath(out_path)
     tmp = out + ".partial"
     for path in (out, tmp):

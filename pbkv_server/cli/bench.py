@@ -43,17 +43,31 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="PBKV trace-d
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # one-line messages stay one line
 
-def _check_outputs(trace: Path, json_out: Path | None, plot: Path | None) -> None:
+def _check_outputs(trace: Path, json_out: Path | None, plot: Path | None, result: Callable[[Any], bool]) -> None:
     """Refuse (one line, exit 2) a ``--json`` / ``--plot`` path that cannot be written (a directory,
-    an unwritable place), that is the input ``trace``, or that both options name, before any replay
-    starts. Missing folders are fine: :func:`_write_outputs` makes them, as ``synth --out`` and
-    ``pbkv-sdk import --out`` do."""
+    an unwritable place), that is the input ``trace``, that both options name, or that is a file
+    the output would destroy (a ``--json`` file that is not an earlier result, one that
+    ``result`` accepts; a ``--plot`` file that is not a PNG), before any replay starts. Missing
+    folders are fine: :func:`_write_outputs` makes them, as ``synth --out`` and ``pbkv-sdk import
+    --out`` do."""
     for option, path in (("--json", json_out), ("--plot", plot)):
-        problem = output_problem(path, [trace], image=option == "--plot")
+        problem = output_problem(path, [trace], image=option == "--plot",
+                                 json_doc=result if option == "--json" else None)
         if problem:
             raise _fail(f"{option} {path}: {problem}")
     if (problem := shared_output([("--json", json_out), ("--plot", plot)])) is not None:
         raise _fail(problem)
+
+
+def _replay_result(document: Any) -> bool:
+    """Whether a JSON document is a ``replay --json`` result: ``{policy: {summary}}``, an object of
+    objects (a raw kv-cache-tester trace, ``{"id": ..., "requests": [...]}``, is not)."""
+    return isinstance(document, dict) and all(isinstance(v, dict) for v in document.values())
+
+
+def _advise_result(document: Any) -> bool:
+    """Whether a JSON document is an ``advise --json`` result (``Advice.to_json()``)."""
+    return isinstance(document, dict) and {"profile", "regime", "verdict"} <= document.keys()
 
 
 #: A trace at least this large is announced before it is read (bytes): a day of coding-agent
@@ -210,7 +224,7 @@ def _replay_plan(s: ReplaySettings) -> _ReplayPlan:
     # gap closed needs both ends of the scale: replay the missing ones too, after the listed ones
     scale_only = [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if gap and p not in policies and p in known]
     # Check outputs before the runs: a bad path must not cost a whole study.
-    _check_outputs(s.trace, s.json_out, s.plot)
+    _check_outputs(s.trace, s.json_out, s.plot, _replay_result)
     try:
         # one default host tier for replay and study (PAPER_HOST_RATIO), with or without --device-tokens
         ratio = PAPER_HOST_RATIO if s.host_ratio is None and s.host_tokens is None else s.host_ratio
@@ -451,7 +465,7 @@ def _advise_hardware(s: AdviseSettings) -> Any:
             raise _fail(f"{flag} must be >= 1, got {value}")
     if s.tp > MAX_TP:
         raise _fail(f"--tp must be at most {MAX_TP} GPUs (GB200 NVL72, the largest NVLink domain), got {s.tp}")
-    _check_outputs(s.trace, s.json_out, s.plot)
+    _check_outputs(s.trace, s.json_out, s.plot, _advise_result)
     try:
         hw = (custom_profile(s.gpu_memory, s.model, s.tp, s.gpu) if s.gpu_memory is not None
               else get_profile(s.profile or DEFAULT_PROFILE))

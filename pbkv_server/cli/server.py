@@ -19,7 +19,7 @@ import typer
 from pbkv_contract.extras import missing_module_line
 from pbkv_contract.settings import option
 from pbkv_server.cli.settings import command
-from pbkv_server.http.config import ServerConfig
+from pbkv_server.http.config import MAX_PACE, ServerConfig
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS, limit_torch_threads
 
 __all__ = ["app", "main", "ServeSettings"]
@@ -45,8 +45,9 @@ class ServeSettings(ServerConfig):
         if self.engine != "sim":
             raise ValueError(f"unknown engine {self.engine!r}: expected sim, sglang or vllm")
         # The command line's own wording first (these values never reach ServerConfig's checks).
-        if not math.isfinite(self.pace):
-            raise ValueError(f"--pace must be a finite number >= 0 (0 = as fast as possible), got {self.pace:g}")
+        if not (math.isfinite(self.pace) and 0 <= self.pace <= MAX_PACE):
+            raise ValueError(f"--pace must be a finite number from 0 to {MAX_PACE:g} (0 = as fast as possible), "
+                             f"got {self.pace:g}")
         idle = self.idle_retire_s
         if idle is not None and (not math.isfinite(idle) or idle < 0):
             raise ValueError(f"--idle-retire-s must be a finite number >= 0 (0 = never retire), got {idle:g}")

@@ -14,6 +14,10 @@ from pbkv_server.hardware.profiles import MAX_KV_TOKENS
 from pbkv_server.engine.types import DEFAULT_ENGINE_MODEL, DEFAULT_PREFILL_COST, ENGINE_MODELS, PREFILL_COSTS
 from pbkv_server.engine.policies import DEFAULT_POLICY, policy_info
 
+#: Largest ``--pace``: each simulated second then takes 1000 wall seconds. A larger pace makes a
+#: request wait hours (``1e308`` overflowed the sleep and held every request for ever).
+MAX_PACE = 1000.0
+
 __all__ = ["ServerConfig", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_HEADER_BYTES", "DEFAULT_MAX_HEADERS",
            "DEFAULT_MAX_JSON_DEPTH", "DEFAULT_READ_TIMEOUT_S"]
 
@@ -104,7 +108,8 @@ class ServerConfig:
     scenario: str | None = option(None, "module:ClassName answering apps without a registered scenario.")
     host: str = option("127.0.0.1", "Bind address (loopback by default).")
     port: int = option(8000, "TCP port (0 = any free port).")
-    pace: float = option(0.0, "0 = as fast as possible; p = sleep p x simulated time.", min=0.0)
+    # no click bound: nan passed one as "greater than or equal to 0"; ServeSettings says the range
+    pace: float = option(0.0, f"0 = as fast as possible; p = sleep p x simulated time (at most {MAX_PACE:g}).")
     trace_out: str | None = option(None, "Write a server-side v1 trace (JSONL, with block_tokens).")
     hint_token: str | None = option(None, "Shared secret for the hint endpoints.", envvar="PBKV_HINT_TOKEN")
     device_tokens: int | None = option(None, "Device KV capacity in tokens (overrides the profile).", min=1,
@@ -157,8 +162,8 @@ class ServerConfig:
             raise ValueError(f"port must be in 0..65535 (0 = any free port), got {self.port}")
         if self.hint_token is not None and not self.hint_token.strip():
             raise ValueError("hint_token must not be empty (leave it unset to accept hints without a token)")
-        if self.pace < 0:
-            raise ValueError("pace must be >= 0")
+        if not 0 <= self.pace <= MAX_PACE:  # also refuses nan
+            raise ValueError(f"pace must be a number from 0 to {MAX_PACE:g}, got {self.pace:g}")
         if self.idle_retire_s is not None and self.idle_retire_s <= 0:
             raise ValueError("idle_retire_s must be > 0 (or 0 or None to disable)")
         for name in ("max_body_bytes", "max_active_workflows", "max_ended_ids", "block_chars", "max_batch",

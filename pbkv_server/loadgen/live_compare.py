@@ -37,6 +37,7 @@ from typing import Any, Optional, Sequence
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pbkv_contract.trace import (
@@ -229,7 +230,7 @@ def command(
 ) -> None:
     """Replay a trace on a live SGLang server and in the simulator at its capacity; print both hit rates."""
     def fail(message: str) -> typer.Exit:
-        err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         return typer.Exit(code=2)
 
     try:
@@ -245,7 +246,7 @@ def command(
             from pbkv_server.hardware.profiles import get_profile
 
             get_profile(profile)
-        if (problem := output_problem(json_out, [trace])) is not None:
+        if (problem := output_problem(json_out, [trace], json_doc=_is_live_compare_result)) is not None:
             raise ValueError(f"--json {json_out}: {problem}")
     except (ValueError, KeyError, OSError, TraceFormatError) as exc:
         raise fail(exc.args[0] if isinstance(exc, KeyError) else str(exc)) from None
@@ -309,3 +310,8 @@ SERVING_ROWS = ("median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", 
 
 def _fmt(value: Any) -> str:
     return "-" if not isinstance(value, (int, float)) or value != value else f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def _is_live_compare_result(document: Any) -> bool:
+    """Whether a JSON document is an earlier ``--json`` result of this command (it may be replaced)."""
+    return isinstance(document, dict) and {"settings", "live", "sim"} <= document.keys()

@@ -459,15 +459,16 @@ def command(
         slo = Slo(slo_ttft, slo_tpot)  # a bad objective: a ValueError naming its flag
         check_arguments(target=target, concurrency=concurrency, api=api, gap_scale=gap_scale, timeout_s=timeout_s,
                         max_output_tokens=max_output_tokens, limit=limit, vocab_size=vocab_size)
-        if (problem := output_problem(json_out, trace)) is not None:  # before a long replay, not after it
+        # before a long replay, not after it
+        if (problem := output_problem(json_out, trace, json_doc=_is_replay_summary)) is not None:
             raise ValueError(f"--json {json_out}: {problem}")
     except ValueError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
     try:
         records = read_trace([str(p) for p in trace])
     except (OSError, TraceFormatError) as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
     if limit is not None:
         keep = set(list(group_workflows(records))[:limit])
@@ -478,7 +479,7 @@ def command(
             summary = asyncio.run(replay(records, target, concurrency, api, vocab_size, gap_scale, model,
                                          timeout_s, progress, max_output_tokens, slo))
     except ValueError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
     _print_summary(summary)
     if json_out is not None:
@@ -531,3 +532,8 @@ def _serving_rows(m: dict[str, float]) -> list[tuple[str, str]]:
         if v is not None:
             rows.append((key, f"{v:.3f} {unit}".rstrip() if math.isfinite(v) else "-"))
     return rows
+
+
+def _is_replay_summary(document: Any) -> bool:
+    """Whether a JSON document is an earlier ``--json`` result of a live replay (it may be replaced)."""
+    return isinstance(document, dict) and {"api", "target", "requests", "hit_rate"} <= document.keys()

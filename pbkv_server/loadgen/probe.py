@@ -33,7 +33,7 @@ import json
 import random
 import statistics
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import httpx
 import typer
@@ -174,8 +174,9 @@ def command(
     json_out: Path = typer.Option(None, "--json", help="write the probes, the fit and the profile here"),
 ) -> None:
     """Probe an idle SGLang server (cold and cached single requests, decode steps) and fit its cost model."""
-    if (problem := output_problem(json_out)) is not None:  # before minutes of probing, not after them
-        typer.echo(f"probe-profile: error: --json {json_out}: {problem}", err=True)
+    # before minutes of probing, not after them; errors read as every pbkv-bench command's ("error: ...")
+    if (problem := output_problem(json_out, json_doc=_is_probe_result)) is not None:
+        typer.echo(f"error: --json {json_out}: {problem}", err=True)
         raise typer.Exit(2)
     try:
         prefill, decode = asyncio.run(run_probes(target, _ints(sizes, "--sizes"), repeats, _ints(batches, "--batches"),
@@ -183,7 +184,7 @@ def command(
                                                  _pairs(mixed)))
         fit = fit_probes(prefill, decode)
     except (ValueError, httpx.HTTPError) as exc:
-        typer.echo(f"probe-profile: {exc}", err=True)
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     for p in prefill:
         typer.echo(f"prefill  new {p.new_tokens:>6}  cached {p.cached_tokens:>6}  {1e3 * p.seconds:9.2f} ms  fit "
@@ -201,3 +202,8 @@ def command(
         text = json.dumps({"target": target, "prefill": [vars(p) for p in prefill], "decode": [vars(d) for d in decode],
                            "fit": vars(fit), "device_tokens": device_tokens}, indent=1)
         replace_file(json_out, lambda tmp: tmp.write_text(text))
+
+
+def _is_probe_result(document: Any) -> bool:
+    """Whether a JSON document is an earlier ``probe-profile --json`` result (it may be replaced)."""
+    return isinstance(document, dict) and {"target", "prefill", "decode", "fit"} <= document.keys()

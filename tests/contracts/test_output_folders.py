@@ -82,7 +82,7 @@ def test_probe_profile_refuses_a_directory_json_before_probing(tmp_path, monkeyp
     result = runner.invoke(app, ["probe-profile", "--target", "http://127.0.0.1:9", "--json", str(tmp_path)])
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
-    assert lines == [f"probe-profile: error: --json {tmp_path}: is a directory"], result.output
+    assert lines == [f"error: --json {tmp_path}: is a directory"], result.output
 
 
 @pytest.mark.parametrize("command, option", [("replay", "--json"), ("replay", "--plot"), ("advise", "--json")])

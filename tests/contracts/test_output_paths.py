@@ -2,6 +2,7 @@
 (a ``--json`` or ``--out`` equal to the trace would replace the user's data): the shared check and
 the commands that read traces."""
 
+import json
 import os
 
 from typer.testing import CliRunner
@@ -99,3 +100,50 @@ def test_a_plot_replaces_only_an_empty_file_or_a_png(tmp_path):
     result = runner.invoke(bench_app, ["replay", str(trace), "--policy", "lru", "--plot", str(raw)])
     assert result.exit_code == 2 and "not a PNG image" in result.output, result.output
     assert raw.read_text() == '{"id": "trace_0590", "requests": []}'
+
+
+def test_a_json_result_replaces_only_an_empty_file_or_an_accepted_document(tmp_path):
+    """``replay --json trace_0590.json`` turned a raw kv-cache-tester trace (or a ChatDev log) into a
+    summary (a new-user check): a JSON results file may replace only an empty file or one JSON
+    document that the command accepts as an earlier result of its own."""
+    from pbkv_contract.files import ANY_JSON
+
+    raw = tmp_path / "trace_0590.json"
+    raw.write_text('{"id": "trace_0590", "requests": []}')
+    log = tmp_path / "run.log"
+    log.write_text("[2024-01-01] ChatDev log\n")
+    jsonl = tmp_path / "lines.json"
+    jsonl.write_text('{"a": 1}\n{"a": 2}\n')
+    bad_utf8 = tmp_path / "bytes.json"
+    bad_utf8.write_bytes(b'{"a": "\xff"}')
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    for path in (log, jsonl, bad_utf8):
+        assert "is a file that is not JSON;" in output_problem(path, json_doc=ANY_JSON), path
+    assert output_problem(raw, json_doc=ANY_JSON) is None and output_problem(empty, json_doc=ANY_JSON) is None
+    assert "holds JSON that is not an earlier result" in output_problem(raw, json_doc=lambda d: "hit_rate" in d)
+    assert output_problem(raw, json_doc=lambda d: d["id"] == "trace_0590") is None
+
+
+def test_replay_and_advise_json_refuse_a_raw_trace_a_log_and_each_others_result(tmp_path):
+    trace, _ = _trace(tmp_path)
+    raw = tmp_path / "trace_0590.json"
+    raw.write_text('{"id": "trace_0590", "requests": []}')
+    log = tmp_path / "run.log"
+    log.write_text("[2024-01-01] ChatDev log\n")
+    replayed, advised = tmp_path / "replay.json", tmp_path / "advise.json"
+    replayed.write_text('{"lru": {"hit_rate": 0.5}}')
+    advised.write_text('{"profile": "p", "regime": "r", "verdict": "v"}')
+    cases = [("replay", raw, "holds JSON that is not an earlier result"), ("replay", log, "is a file that is not JSON;"),
+             ("replay", advised, "holds JSON that is not an earlier result"),
+             ("advise", raw, "holds JSON that is not an earlier result"), ("advise", log, "is a file that is not JSON;"),
+             ("advise", replayed, "holds JSON that is not an earlier result")]
+    for command, path, message in cases:
+        before = path.read_bytes()
+        result = runner.invoke(bench_app, [command, str(trace), "--json", str(path)])
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().startswith(f"error: --json {path}: ") and message in result.output
+        assert "\n" not in result.output.strip() and path.read_bytes() == before
+    result = runner.invoke(bench_app, ["replay", str(trace), "--policy", "lru", "--json", str(replayed)])
+    assert result.exit_code == 0, result.output  # an earlier result of its own is replaced
+    assert list(json.loads(replayed.read_text())) == ["lru"]

@@ -37,3 +37,39 @@ def test_help_and_no_arguments_keep_their_exit_status(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["prog"])
     assert pbkv_bench() == 2  # click's no_args_is_help: the help, exit 2 as before
     assert "replay" in capsys.readouterr().out
+
+
+def test_the_commands_own_errors_are_one_error_line_in_both_clis(monkeypatch, capsys, tmp_path):
+    """pbkv-bench's and pbkv-sdk's own refusals start alike, ``error: ...``, on one line: pbkv-sdk's
+    had no prefix at all and ``pbkv-bench probe-profile`` said ``probe-profile: error:`` or
+    ``probe-profile:`` (the usage errors above keep click's ``cli: message (see: ...)``)."""
+    from pbkv_contract.trace import TraceWriter, WorkflowEndRecord
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    ends = tmp_path / "ends.jsonl"
+    with TraceWriter(ends) as w:
+        w.write(WorkflowEndRecord(app="a", workflow_id="w", t=1.0))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    import pbkv_server.loadgen.probe as probe
+
+    async def failed_probe(*args, **kwargs):  # no server is asked
+        raise ValueError("probe cold-64 failed: no token")
+
+    monkeypatch.setattr(probe, "run_probes", failed_probe)
+    cases = [(pbkv_sdk, ["stats", str(empty)], f"{empty}: empty trace (no records)"),
+             (pbkv_sdk, ["validate", str(ends)], f"{ends}: no invocation record, only 1 workflow end(s)"),
+             (pbkv_sdk, ["import", "chatdev", str(empty), "--out", str(notes)],
+              f"refusing to overwrite {notes}: it is not a PBKV trace"),
+             (pbkv_bench, ["probe-profile", "--target", "http://127.0.0.1:9", "--json", str(tmp_path)],
+              f"--json {tmp_path}: is a directory"),
+             (pbkv_bench, ["probe-profile", "--target", "http://127.0.0.1:9"], "probe cold-64 failed: no token"),
+             (pbkv_bench, ["replay", str(tmp_path / "none.jsonl")], "cannot read")]
+    for entry, args, said in cases:
+        monkeypatch.setattr(sys, "argv", ["prog", *args])
+        assert entry() != 0, args
+        out, err = capsys.readouterr()
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and said in lines[0], (args, err)
+    assert notes.read_text() == "my notes\n"

@@ -496,3 +496,36 @@ def test_validate_and_stats_reject_a_trace_with_ends_but_no_invocations(tmp_path
         result = runner.invoke(app, [cmd, str(path)])
         assert result.exit_code == 1
         assert "no invocation record, only 2 workflow end(s)" in _one_line(result.output)
+
+
+@pytest.mark.parametrize("importer", ["chatdev", "kv-cache-tester"])
+@pytest.mark.parametrize("name, content", [("logs.tar.gz", bytes(range(256)) * 20),  # random bytes
+                                           ("logs.tar.gz", b"\x1f\x8b\x08\x00" + b"cut" * 50),  # a cut gzip
+                                           ("logs.tgz", b"a gzip-less text file\n"),
+                                           ("logs.bin", __import__("gzip").compress(b'{"id": "not a tar"}'))])
+def test_an_unreadable_archive_is_one_line_saying_so(importer, name, content, tmp_path):
+    # it was read as one log ("no LLM calls") or one JSON file ("not JSON"), over two lines
+    archive = tmp_path / name
+    archive.write_bytes(content)
+    out = tmp_path / "o.jsonl"
+    with TraceWriter(out) as w:  # an earlier import, which a failed one must leave as it was
+        w.write(WorkflowEndRecord(app="a", workflow_id="w1", t=1.0))
+    before = out.read_bytes()
+    result = runner.invoke(app, ["import", importer, str(archive), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines == [f"error: {archive} is not a readable tar archive (damaged, truncated, or not a tar file); give a "
+                     f".tar.gz of the files, a folder of them or one file"], result.output
+    assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "o.jsonl"])
+
+
+def test_a_plain_file_a_folder_and_a_tar_are_not_archive_problems(tmp_path):
+    import tarfile
+
+    from pbkv_sdk.importers import archive_problem
+
+    (tmp_path / "run.log").write_text(CHATDEV_LOG)
+    with tarfile.open(tmp_path / "logs.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "run.log", arcname="run.log")
+    for path in (tmp_path / "run.log", tmp_path, tmp_path / "logs.tar.gz"):
+        assert archive_problem(path) is None, path

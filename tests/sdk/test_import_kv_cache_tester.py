@@ -281,7 +281,7 @@ def test_when_every_call_is_skipped_the_reasons_are_printed_too(tmp_path):
     result = runner.invoke(app, ["import", "kv-cache-tester", str(src), "--out", str(out), "--context-limit", "10"])
     assert result.exit_code == 1, result.output
     lines = [" ".join(line.split()) for line in result.output.splitlines() if line.strip()]
-    assert lines[0] == (f"{src}: 2 file(s), 0 bad, all 3 call(s) skipped, no conversation imported; "
+    assert lines[0] == (f"error: {src}: 2 file(s), 0 bad, all 3 call(s) skipped, no conversation imported; "
                         f"nothing written to {out}")
     assert sorted(lines[1:]) == ["skipped 1: prompt above the context limit (10 tokens), dropped",
                                  "skipped 1: request without a usable 't'",

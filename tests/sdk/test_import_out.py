@@ -55,7 +55,7 @@ def test_import_refuses_to_overwrite_a_file_that_is_not_a_trace_before_reading_i
         out.write_text(text)
         result = runner.invoke(app, ["import", command, str(src), "-o", str(out)])
         assert result.exit_code == 2, result.output
-        assert _one_line(result.output) == f"refusing to overwrite {out}: it is not a PBKV trace"
+        assert _one_line(result.output) == f"error: refusing to overwrite {out}: it is not a PBKV trace"
         assert out.read_text() == text
 
 
@@ -79,7 +79,7 @@ def test_import_refuses_an_out_that_is_one_of_its_input_files_in_src(tmp_path, c
     for out in (src / name, src / "sub" / name, src / "sub" / ".." / name):
         result = runner.invoke(app, ["import", command, str(src), "-o", str(out)])
         assert result.exit_code == 2, result.output
-        assert _one_line(result.output) == (f"cannot import: --out {out} is one of the input files in {src}; "
+        assert _one_line(result.output) == (f"error: cannot import: --out {out} is one of the input files in {src}; "
                                             f"writing it would destroy it")
         assert out.read_bytes() == data
     # the single input file itself (the guard that was already there)

@@ -10,7 +10,7 @@ import pkgutil
 
 from .base import (
     BASELINE_POLICY, DEFAULT_POLICY, ENTRY_POINT_GROUP, HEADLINE_POLICIES, REAL_TRAFFIC_POLICIES, REFERENCE_POLICY,
-    REPLAY, SERVER, SGLANG, Policy,    PolicyInfo, available_policies, make_policy, parse_policy_list, policy_info, register_policy, resolve_policy_name,
+    REPLAY, SERVER, SGLANG, Policy,    PolicyInfo, available_policies, make_policy, parse_policy_list, parse_sglang_policy_list, policy_info, register_policy, resolve_policy_name,
     sglang_policy_names, unregister_policy,
 )
 # PBKV and its baselines, then what users run today (docs/architecture.md, "Compared policies"),
@@ -24,7 +24,7 @@ for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
 
 __all__ = [
     "Policy", "PolicyInfo", "available_policies", "make_policy", "register_policy", "unregister_policy",
-    "parse_policy_list", "policy_info", "resolve_policy_name", "sglang_policy_names", "REPLAY", "SERVER", "SGLANG",
+    "parse_policy_list", "parse_sglang_policy_list", "policy_info", "resolve_policy_name", "sglang_policy_names", "REPLAY", "SERVER", "SGLANG",
     "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES", "REAL_TRAFFIC_POLICIES",
     "ENTRY_POINT_GROUP",
 ]

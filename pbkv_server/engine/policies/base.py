@@ -45,7 +45,7 @@ __all__ = [
     "Policy", "PolicyInfo", "PolicyContext", "NodeView", "EvictionOrder", "OrderGuard", "UNGUARDED", "Pins", "QueueOrder",
     "Prefetching", "Lifecycle", "NO_HOOKS", "CAPABILITIES", "capability_methods", "has_capability",
     "register_policy", "unregister_policy", "available_policies", "policy_info",
-    "make_policy", "parse_policy_list", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
+    "make_policy", "parse_policy_list", "parse_sglang_policy_list", "sglang_policy_names", "resolve_policy_name", "REPLAY", "SERVER", "SGLANG",
     "BASELINE_POLICY", "DEFAULT_POLICY", "REFERENCE_POLICY", "HEADLINE_POLICIES", "REAL_TRAFFIC_POLICIES",
     "ENTRY_POINT_GROUP",
 ]
@@ -165,13 +165,29 @@ def parse_policy_list(text: str, backend: str | None = REPLAY, flag: str = "--po
         ValueError: an empty list or item (a doubled or trailing comma), a name given twice, or a
             name that does not run on ``backend`` (the message names ``flag`` and the known ones).
     """
+    return _parse_names(text, available_policies(backend), flag)
+
+
+def parse_sglang_policy_list(text: str, flag: str = "--policies") -> list[str]:
+    """The names of a comma-separated list of policies for live SGLang servers (the live
+    benchmarks' ``--policies lru,pbkv,pbkv-he``), read as :func:`parse_policy_list` reads one: the
+    known names are the plugin's (:func:`sglang_policy_names`) and ``BASELINE_POLICY`` (SGLang's
+    own lru).
+
+    Raises:
+        ValueError: an empty list or item, a name given twice, or another name (the message
+            names ``flag`` and the known ones).
+    """
+    return _parse_names(text, [BASELINE_POLICY, *sglang_policy_names()], flag)
+
+
+def _parse_names(text: str, known: list[str], flag: str) -> list[str]:
     from pbkv_contract.settings import first_repeat, list_items
 
     names = list_items(text, flag, "policy")
     twice = first_repeat(names)
     if twice is not None:
         raise ValueError(f"{flag} {text!r}: policy {twice!r} is listed twice")
-    known = available_policies(backend)
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"unknown policy {', '.join(map(repr, unknown))} in {flag}; known: {', '.join(known)}")

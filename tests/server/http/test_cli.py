@@ -248,8 +248,19 @@ def test_idle_retire_must_be_finite(value):
     assert "--idle-retire-s must be a finite number" in _startup_error(["--idle-retire-s", value, "--port", "0"])
 
 
-def test_pace_must_be_finite():  # an infinite pace held every request for ever
-    assert "--pace must be a finite number" in _startup_error(["--pace", "inf", "--port", "0"])
+@pytest.mark.parametrize("value", ["inf", "1e308", "1001", "nan", "-1", "-inf"])
+def test_pace_must_be_finite_and_bounded(value):  # an infinite or huge pace held every request for ever
+    line = _startup_error(["--pace", value, "--port", "0"])
+    assert line == (f"pbkv-server: --pace must be a finite number from 0 to 1000 (0 = as fast as possible), "
+                    f"got {float(value):g}")
+
+
+def test_server_config_refuses_a_huge_pace():
+    with pytest.raises(ValueError, match="pace must be a number from 0 to 1000, got 1e"):
+        ServerConfig(policy="lru", pace=1e9)
+    with pytest.raises(ValueError, match="pace must be a number from 0 to 1000, got nan"):
+        ServerConfig(policy="lru", pace=float("nan"))
+    assert ServerConfig(policy="lru", pace=1000.0).pace == 1000.0
 
 
 def test_host_ratio_that_overflows_the_host_size_is_a_clear_error():

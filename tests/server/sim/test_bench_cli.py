@@ -392,3 +392,31 @@ def test_a_large_trace_is_announced_before_it_is_read(command, trace, monkeypatc
     monkeypatch.setattr(bench, "ANNOUNCE_READ_BYTES", size + 1)
     said = runner.invoke(app, [command, str(trace)]).output
     assert "stopped where the reading starts" in said and "reading" not in said.replace("the reading", "")
+
+
+@pytest.mark.parametrize("command", ["replay", "advise"])
+def test_a_file_of_random_bytes_is_one_line(command, tmp_path):
+    # it printed the reader's "skipped N of N lines" warning, then the error saying the same
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(bytes(range(256)) * 8 + b"\nnot a trace\n")
+    proc = subprocess.run([sys.executable, "-m", "pbkv_server.cli.bench", command, str(garbage)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: trace holds no invocation records (") and f"first: {garbage}:1:" in lines[0]
+
+
+def test_skipped_lines_are_still_a_warning_when_the_trace_has_records(tmp_path, caplog):
+    import logging
+
+    from pbkv_contract.trace import read_trace
+
+    good = tmp_path / "good.jsonl"
+    runner.invoke(app, ["synth", "--workflows", "1", "--out", str(good)])
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("garbage\n" + good.read_text())
+    with caplog.at_level(logging.WARNING):
+        assert read_trace(mixed)
+    assert [r.getMessage().split(";")[0] for r in caplog.records] == [
+        f"{mixed}:1: skipped 1 of {len(good.read_text().splitlines()) + 1} lines that cannot be used"]

@@ -78,3 +78,55 @@ def test_sim_speed_refuses_the_list_in_one_line(text, message, tmp_path, monkeyp
     assert speed.run_script(speed.main, ["--trace", str(trace), "--policies", text]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "error: --policies" in err[0] and message in err[0]
+
+
+def test_the_sglang_parser_knows_the_plugins_names_and_sglangs_lru():
+    from pbkv_server.engine.policies import BASELINE_POLICY, parse_sglang_policy_list, sglang_policy_names
+
+    plugin = list(sglang_policy_names())
+    assert parse_sglang_policy_list(f"{plugin[0]}, {BASELINE_POLICY}") == [plugin[0], BASELINE_POLICY]
+    engine_only = next(name for name in sglang_policy_names().values() if name not in sglang_policy_names())
+    with pytest.raises(ValueError, match=f"unknown policy '{engine_only}' in --policies; known: "
+                                         f"{BASELINE_POLICY}, {', '.join(plugin)}$"):
+        parse_sglang_policy_list(f"{BASELINE_POLICY},{engine_only}")  # an engine name, not the plugin's
+
+
+LIVE_BAD = [("lru,,pbkv", "item 2 is empty"), ("lru,pbkv,lru", "policy 'lru' is listed twice"),
+            ("lru,fifo", "unknown policy 'fifo' in --policies; known: lru, ")]
+
+
+def _one_error_line(run, capsys) -> str:
+    with pytest.raises(SystemExit) as stop:
+        run()
+    assert stop.value.code == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert out == "" and len(lines) == 1 and "usage:" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("text, message", LIVE_BAD)
+@pytest.mark.parametrize("script", ["live_paired", "sglang_plugin_overhead"])
+def test_the_live_sglang_benchmarks_refuse_the_list_in_one_line(script, text, message, monkeypatch, capsys):
+    # they built a model and started a server per name (a typo failed minutes later; a repeat or
+    # an empty item ran fewer servers than asked for without a word)
+    module = load_benchmark(script)
+    if script == "live_paired":
+        line = _one_error_line(lambda: module.parse_args(["--policies", text]), capsys)
+    else:
+        monkeypatch.setattr(module, "live", _no_replay)
+        line = _one_error_line(lambda: module.main(["--live", "t.jsonl", "--policies", text]), capsys)
+    assert line.startswith("error: ") and "--policies" in line and message in line, line
+    if message.startswith("unknown"):
+        assert "pbkv-he" in line  # the known names are listed
+
+
+def test_live_paired_reads_the_list_in_order():
+    assert load_benchmark("live_paired").parse_args(["--policies", "pbkv-he, lru"]).policies == ["pbkv-he", "lru"]
+
+
+@pytest.mark.parametrize("text, message", LIVE_BAD[:2] + [("lru,opt", "unknown policy 'opt' in --policies")])
+def test_router_live_refuses_the_list_in_one_line(text, message, monkeypatch, capsys):
+    module = load_benchmark("router_live")
+    line = _one_error_line(lambda: module.main(["--policies", text]), capsys)
+    assert line.startswith("error: ") and "--policies" in line and message in line, line

@@ -45,8 +45,11 @@ def test_a_corrupt_json_is_refused_before_any_replay_and_left_as_it_was(speed, t
     out = tmp_path / "cost.json"
     out.write_text("{bad")
     monkeypatch.setattr(speed, "simulate", lambda *a, **k: pytest.fail("replayed before refusing --json"))
-    assert speed.run_script(speed.main, ["--trace", str(trace), "--json", str(out)]) == 2
-    assert "not JSON" in capsys.readouterr().err and out.read_text() == "{bad"
+    with pytest.raises(SystemExit) as stop:  # check_output: refused with the other output checks
+        speed.run_script(speed.main, ["--trace", str(trace), "--json", str(out)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--json" in err and "not JSON" in err and err.count("\n") == 1 and out.read_text() == "{bad"
 
 
 def test_json_keeps_other_settings_makes_folders_and_names_the_device_used(speed, trace, tmp_path):
