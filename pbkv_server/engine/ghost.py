@@ -4,8 +4,9 @@
 compares the prefill the real cache saves with what this ghost LRU would have saved (the
 modelling choices are in :mod:`~pbkv_server.engine.guard`'s docstring). It is its own module
 because it is most of the guard's code: it keeps LRU's orders as runs of consecutive unit keys,
-which is what prompts move as, with the plain per-key model kept beside it for keys that are not
-chained (:class:`ShadowLRU`).
+which is what prompts move as, found by the first key of each run while the keys it is given are
+chained, by every key once they are not, with the plain per-key model kept beside it for orders
+that runs cannot follow (:class:`ShadowLRU`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ __all__ = ["ShadowLRU"]
 
 #: Tiers of a run of the ghost (:class:`_Run`).
 _DEV, _HOST, _PARK = 0, 1, 2
+#: What stands before a prompt's first key (:attr:`ShadowLRU._seen`): no key equals it.
+_FIRST = object()
 #: Keys of a piece of a prompt that the ghost keeps as a run of its own rather than join to its
 #: neighbours (it would re-point them): a long prompt is a few runs, not one per turn that made it.
 _JOIN_KEYS = 256
@@ -108,10 +111,24 @@ class ShadowLRU:
     runs cannot follow cheaply (a key present twice, one after a key that is missing, a pin of a
     key not on the device); before such a step the ghost turns into the model and stays in it,
     so its results are the model's for every sequence of calls.
+
+    Finding a prompt's runs by a dict of every unit key cost as much again (a replay adds each
+    unit's key, re-points it when runs split or join, and deletes it when the unit leaves), so
+    while the keys it is given are chained the ghost indexes only the first key of each run
+    (``_starts``): then every run is a piece of one chain whose ``off`` is the depth of its first
+    key, and a held key whose predecessor is held stands just after it in the same run, so a
+    prompt's next run, if any, starts at the key where its last one stopped matching, and a key
+    that is no run's first is not held. What makes this hold is checked, not assumed: a dict of
+    every key ever admitted and the key before it (``_seen``: added to, never re-pointed or
+    deleted) shows a key met after another key, or at another depth, than before. Before the
+    first call that shows keys are not chained (or an eviction that leaves a run with a hole:
+    units dropped for lack of host room), the ghost indexes every key of its runs
+    (``_where``, :meth:`_to_index`) and goes on as above, for good; its results are the same
+    either way.
     """
 
     __slots__ = ("capacity", "host_capacity", "used", "host_used", "hit_tokens", "host_hit_tokens", "_fast",
-                 "_where", "_dev", "_hosts", "_parked_runs", "_maxtok", "_mintok",
+                 "_chain", "_starts", "_seen", "_where", "_dev", "_hosts", "_parked_runs", "_maxtok", "_mintok",
                  "_units", "_host", "_pins", "_parked")
 
     def __init__(self, capacity: int, host_capacity: int = 0) -> None:
@@ -120,7 +137,10 @@ class ShadowLRU:
         self.used = self.host_used = 0
         self.hit_tokens = self.host_hit_tokens = 0
         self._fast = True  # runs; False: the per-key model, for good
-        self._where: dict[Hashable, _Run] = {}  # unit key -> its run (device, host or parked)
+        self._chain = True  # runs found by their first keys; False: by every key, for good
+        self._starts: dict[Hashable, _Run] = {}  # first key of each run -> the run (chained keys)
+        self._seen: dict[Hashable, Hashable] = {}  # every key admitted -> the key before it (or _FIRST)
+        self._where: dict[Hashable, _Run] = {}  # unit key -> its run (device, host or parked; not chained)
         self._dev = _Run([], [], 0, 0, -1, 0)  # sentinels of the device and host lists of runs
         self._hosts = _Run([], [], 0, 0, -1, 0)
         self._parked_runs: set[_Run] = set()
@@ -144,7 +164,7 @@ class ShadowLRU:
         if self._fast:
             if type(keys) is not list:
                 keys = list(keys)
-            plan, end = self._walk(keys, False)
+            plan, end = self._find(keys, False)
             # a key pinned while it is not a device unit keeps its count where runs have none
             if end == len(keys) and self._distinct(plan) and all(r.tier != _HOST for _, r, _, _ in plan):
                 for _, run, pos, n in plan:
@@ -160,7 +180,7 @@ class ShadowLRU:
         if self._fast:
             if type(keys) is not list:
                 keys = list(keys)
-            plan, _ = self._walk(keys, True)  # a key no run holds is not pinned: nothing to do
+            plan, _ = self._find(keys, True)  # a key no run holds is not pinned: nothing to do
             if self._distinct(plan):
                 dev = self._dev
                 for _, run, pos, n in plan:
@@ -204,8 +224,10 @@ class ShadowLRU:
             return self._admit_keys(keys, toks, room, count)
         if type(keys) is not list:
             keys = list(keys)
-        where = self._where
-        plan, end = self._walk(keys, False)
+        plan, end = self._find(keys, False)
+        if self._chain and end < len(keys) and not self._chained_fresh(keys, end):
+            self._to_index()
+            plan, end = self._walk(keys, False)
         # the model's device prefix (parked units included: they are device units again first),
         # then, if the host tier holds units, the prefix goes on through units of either tier
         dev_end = 0
@@ -217,9 +239,13 @@ class ShadowLRU:
         if end < len(keys):  # the new units, as a run, indexed where no run holds the key already
             new_toks = toks[end:] if type(toks) is list else list(toks[end:])
             fresh = _Run(keys[end:], new_toks, sum(new_toks), 0, _DEV, end)
-            before = len(where)
-            deque(map(where.setdefault, fresh.keys, repeat(fresh)), maxlen=0)
-            clash = len(where) - before < len(fresh.keys)  # one was held, or is new twice
+            if self._chain:  # (no run holds a new key: _chained_fresh)
+                self._starts[keys[end]] = fresh
+            else:
+                where = self._where
+                before = len(where)
+                deque(map(where.setdefault, fresh.keys, repeat(fresh)), maxlen=0)
+                clash = len(where) - before < len(fresh.keys)  # one was held, or is new twice
         if clash or not self._distinct(plan):
             # a key present twice, or present after a missing one: the model updates it in place
             self._to_keys()  # (it drops the key index, fresh keys and all)
@@ -277,6 +303,83 @@ class ShadowLRU:
             self._evict_keys(room, 0, 0)
 
     # -- runs -----------------------------------------------------------------------------------
+
+    def _find(self, keys: list, skip_missing: bool) -> tuple[list, int]:
+        """:meth:`_walk`, by the runs' first keys while keys are chained (:meth:`_walk_chain`);
+        when ``keys`` show they are not, the ghost indexes every key first (:meth:`_to_index`)."""
+        if self._chain:
+            plan = self._walk_chain(keys, skip_missing)
+            if plan is not None:
+                return plan
+            self._to_index()
+        return self._walk(keys, skip_missing)
+
+    def _walk_chain(self, keys: list, skip_missing: bool) -> tuple[list, int] | None:
+        """:meth:`_walk` by the runs' first keys (``_starts``), or None where ``keys`` are not
+        chained as far as the ghost has seen (or the walk would go on past a missing key, which
+        only the key index finds) and that walk could differ.
+
+        With chained keys, every stretch starts at a run's first key at the run's depth: the key
+        after a stretch is either the next of the stretch's run, which did not match it, or
+        past the run's end, and its predecessor (the stretch's last key) is held by that run, so
+        no other run holds it after its predecessor. A key that is no run's first, met after the
+        key it was first admitted after (or never admitted), is not held."""
+        starts, seen = self._starts, self._seen
+        plan = []
+        i, total = 0, len(keys)
+        while i < total:
+            key = keys[i]
+            pred = keys[i - 1] if i else _FIRST
+            run = starts.get(key)
+            if run is None:
+                if seen.get(key, pred) != pred or (skip_missing and i + 1 < total):
+                    return None
+                break
+            if run.off != i or seen[key] != pred:
+                return None
+            rkeys = run.keys
+            n = min(total - i, len(rkeys))
+            # (a whole list is compared as it is: a slice would copy it)
+            if n > 1 and ((keys if n == total else keys[i:i + n]) != (rkeys if n == len(rkeys) else rkeys[:n])):
+                lo, hi = 1, n  # the first key that differs, by bisection as in _walk
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if keys[i + lo:i + mid] == rkeys[lo:mid]:
+                        lo = mid
+                    else:
+                        hi = mid
+                n = lo
+            plan.append((i, run, 0, n))
+            i += n
+        return plan, i
+
+    def _chained_fresh(self, keys: list, end: int) -> bool:
+        """Whether the keys of ``keys`` from ``end`` on (past the walk: not held) are new units as
+        chained keys make them: each met after the key it was first admitted after, and no
+        run's first key (with chained keys, the first held key past a missing one would be).
+        Records them in ``_seen``; False: the key index must decide (the ghost's copy of
+        ``_seen`` is dropped then)."""
+        fresh = keys[end:]
+        preds = keys[end - 1:-1] if end else [_FIRST] + keys[:-1]
+        seen = self._seen
+        if seen.keys().isdisjoint(fresh):  # all new (the common case): no key-by-key calls
+            before = len(seen)
+            seen.update(zip(fresh, preds))
+            if len(seen) - before < len(fresh):  # a key twice in the prompt
+                return False
+        elif list(map(seen.setdefault, fresh, preds)) != preds:
+            return False
+        return self._starts.keys().isdisjoint(fresh)
+
+    def _to_index(self, *extra: _Run) -> None:
+        """Index every key of the runs (and of the unlinked runs ``extra``), for good: keys met
+        that are not chained, or a run about to lose units in its middle."""
+        where: dict[Hashable, _Run] = {}
+        for run in (*self._runs(self._dev), *self._runs(self._hosts), *self._parked_runs, *extra):
+            where.update(zip(run.keys, repeat(run)))
+        self._where = where
+        self._chain = False
+        self._starts, self._seen = {}, {}
 
     def _walk(self, keys: list, skip_missing: bool) -> tuple[list, int]:
         """``keys`` as stretches ``(index in keys, run, index in run, length)`` of consecutive keys
@@ -366,12 +469,20 @@ class ShadowLRU:
         del rkeys[pos:end], rtoks[pos:end]
         if 2 * n <= total:
             piece = _Run(keys, toks, size, run.pins, run.tier, off)
-            self._where.update(zip(keys, repeat(piece)))
+            if self._chain:  # the first keys of both parts (each part keeps its other keys)
+                self._starts[keys[0]] = piece
+                self._starts[rkeys[0]] = run
+            else:
+                self._where.update(zip(keys, repeat(piece)))
             run.size -= size
             run.off = rest_off
             return piece, run
         rest = _Run(rkeys, rtoks, run.size - size, run.pins, run.tier, rest_off)
-        self._where.update(zip(rkeys, repeat(rest)))
+        if self._chain:
+            self._starts[rkeys[0]] = rest
+            self._starts[keys[0]] = run
+        else:
+            self._where.update(zip(rkeys, repeat(rest)))
         self._place_before(run, rest)
         self._detach(run)
         run.keys, run.toks, run.size, run.off = keys, toks, size, off
@@ -398,19 +509,24 @@ class ShadowLRU:
     def _join(self, keys: list, group: list, fresh: _Run | None) -> _Run:
         """One run of consecutive pieces of the prompt ``keys`` (prompt order, same pins); the
         longest piece holds the rest. ``fresh`` is the prompt's run of new units."""
-        where = self._where
         if len(group) == 1:
             return group[0]
         big = group[0]
         for piece in group:
             if len(piece.keys) > len(big.keys):
                 big = piece
+        chain, where, starts = self._chain, self._where, self._starts
         toks, size = [], 0
         for piece in group:
             toks += piece.toks
             size += piece.size
-            if piece is not big:
+            if chain:  # one first key for all
+                if piece is not group[0]:
+                    del starts[piece.keys[0]]
+            elif piece is not big:
                 where.update(zip(piece.keys, repeat(big)))
+        if chain:
+            starts[group[0].keys[0]] = big
         first, last = group[0], group[-1]
         big.keys, big.toks, big.size, big.off = keys[first.off:last.off + len(last.keys)], toks, size, first.off
         return big
@@ -453,10 +569,15 @@ class ShadowLRU:
         are dropped. Returns whether any unit moved."""
         if room_host < self._maxtok:
             if room_host < self._mintok:  # none fits
-                deque(map(self._where.pop, run.keys), maxlen=0)
+                if self._chain:
+                    del self._starts[run.keys[0]]
+                else:
+                    deque(map(self._where.pop, run.keys), maxlen=0)
                 return False
             if max(run.toks) <= room_host:
                 return self._to_host(run)
+            if self._chain:  # the run would hold a hole: not a piece of a chain any more
+                self._to_index(run)
             fits = list(map(le, run.toks, repeat(room_host)))
             deque(map(self._where.pop, compress(run.keys, map(not_, fits))), maxlen=0)
             run.keys = list(compress(run.keys, fits))
@@ -484,15 +605,20 @@ class ShadowLRU:
             if run.size < need:
                 _unlink(run)
                 dropped, size = run.keys, run.size
+                gone = True
             else:
                 n = _first_reaching(run.toks, need)
                 cut = len(run.keys) - n
                 dropped, size = run.keys[cut:], sum(run.toks[cut:])
                 del run.keys[cut:], run.toks[cut:]
                 run.size -= size
-                if not run.keys:
+                gone = not run.keys
+                if gone:
                     _unlink(run)
-            deque(map(where.pop, dropped), maxlen=0)
+            if not self._chain:
+                deque(map(where.pop, dropped), maxlen=0)
+            elif gone:  # (a run that keeps its first key keeps its entry)
+                del self._starts[dropped[0]]
             need -= size
             self.host_used -= size
 
@@ -517,7 +643,8 @@ class ShadowLRU:
         """Turn into the per-key model (a step runs cannot follow comes next), for good."""
         self._units, self._host, self._parked, self._pins = self._state()
         self._fast = False
-        self._where = {}
+        self._chain = False
+        self._where, self._starts, self._seen = {}, {}, {}
         self._dev.prev = self._dev.next = self._dev
         self._hosts.prev = self._hosts.next = self._hosts
         self._parked_runs = set()

@@ -1,6 +1,7 @@
 """The guard's ghost (``ShadowLRU``, which keeps its orders as runs of units) against the per-key
 model it stands for, written plainly below: random admit / pin / unpin / shrink sequences over
-chained and non-chained keys, with and without a host tier, compared after every step."""
+chained and non-chained keys, with and without a host tier, compared after every step; and the
+steps where chained keys alone would mislead the index of runs' first keys."""
 
 from __future__ import annotations
 
@@ -116,6 +117,18 @@ def _loose(data, prompts):
     return keys, data.draw(st.lists(st.integers(0, 3), min_size=len(keys), max_size=len(keys)))
 
 
+def _shifted(data, prompts):
+    """Chained blocks of which each prompt leaves some out (as a replay leaves out a 0-token
+    block): a key may come after another key, or at another depth, than it did before."""
+    keys, toks = _chained(data, prompts)
+    keep = data.draw(st.lists(st.integers(0, 3), min_size=len(keys), max_size=len(keys)))
+    return [k for k, c in zip(keys, keep) if c], [t for t, c in zip(toks, keep) if c]
+
+
+def _mode(ghost: ShadowLRU) -> str:
+    return "first keys" if ghost._chain else "every key" if ghost._fast else "per-key model"
+
+
 def _any(data, make, prompts):
     """Keys to pin or unpin out of turn: a new prompt, or any slice of an earlier one, mostly
     of the last (still on the device: a slice splits its run, in the middle too)."""
@@ -138,14 +151,15 @@ def _same(ghost: ShadowLRU, model: KeyModel) -> None:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), chained=st.booleans(), guard_like=st.booleans(), capacity=st.integers(1, 24),
+@given(data=st.data(), kind=st.sampled_from(["chained", "chained", "shifted", "loose"]), guard_like=st.booleans(),
+       capacity=st.integers(1, 24),
        host=st.sampled_from([0, 0, 1, 4, 12, 30]))
-def test_ghost_runs_equal_the_per_key_model(data, chained, guard_like, capacity, host):
+def test_ghost_runs_equal_the_per_key_model(data, kind, guard_like, capacity, host):
     """Every return, every counter and the whole state (both orders, parked units, pins) equal the
     model's after every step. ``guard_like``: pins as the guard makes them (an admitted prompt is
     pinned at once and unpinned once later); otherwise any prompt is pinned or unpinned any time."""
     ghost, model = ShadowLRU(capacity, host), KeyModel(capacity, host)
-    make = _chained if chained else _loose
+    make = {"chained": _chained, "shifted": _shifted, "loose": _loose}[kind]
     prompts, running = [], []
     for _ in range(data.draw(st.integers(1, 40))):
         op = data.draw(st.sampled_from(["admit", "admit", "admit", "unpin", "shrink"]
@@ -178,7 +192,7 @@ def test_ghost_runs_equal_the_per_key_model(data, chained, guard_like, capacity,
             ghost.shrink(room)
             model.shrink(room)
         _same(ghost, model)
-    event(f"{'chained' if chained else 'loose'} keys, runs kept to the end: {ghost._fast}")
+    event(f"{kind} keys, runs found at the end by: {_mode(ghost)}")
 
 
 def test_a_guard_like_chained_replay_keeps_its_runs():
@@ -203,7 +217,50 @@ def test_a_guard_like_chained_replay_keeps_its_runs():
             ghost.shrink(room - 6)
             model.shrink(room - 6)
         _same(ghost, model)
-    assert ghost._fast and model.host_hit_tokens > 0 and model.parked
+    assert ghost._chain and model.host_hit_tokens > 0 and model.parked
+
+
+def _replay(ghost: ShadowLRU, model: KeyModel, steps) -> None:
+    for op, *args in steps:
+        if op == "admit":
+            keys, room = args
+            assert ghost.admit_tiers(list(keys), [1] * len(keys), room) == \
+                model.admit_tiers(keys, [1] * len(keys), room)
+        else:
+            getattr(ghost, op)(*args)
+            getattr(model, op)(*args)
+        _same(ghost, model)
+
+
+def test_a_chained_key_held_past_a_missing_one_is_found():
+    """Chained keys, yet a key is held while the key before it is not: two requests pinned
+    ``a b c`` and ``a b``; eviction passed over all three; the first finished (``c`` back as the
+    least recent device unit), then the second (``a b`` back before it), so eviction takes ``b``
+    before ``c``. ``a b c d`` then meets ``c`` after a missing key: held, though no run's first
+    key is ``b``, and a new run of it would hold ``c`` twice (the model keeps one)."""
+    a, b, c, d, e = (0,), (0, 1), (0, 1, 2), (0, 1, 2, 3), (5,)
+    ghost, model = ShadowLRU(3), KeyModel(3, 0)
+    _replay(ghost, model, [("admit", [a, b, c], 3), ("pin", [a, b, c]), ("admit", [a, b], 3), ("pin", [a, b]),
+                           ("admit", [e], 1), ("unpin", [a, b, c]), ("unpin", [a, b]), ("shrink", 2)])
+    assert list(ghost._state()[0]) == [c, e] and ghost._chain  # c is held, b is not
+    _replay(ghost, model, [("admit", [a, b, c, d], 4)])
+    assert not ghost._fast  # c twice: the model's step
+    assert model.used == ghost.used == 4
+
+
+def test_a_key_after_another_key_than_before_is_not_taken_for_new():
+    """``b`` first came after ``z``, then after ``y`` (a replay that left a 0-token block out):
+    the index of first keys stops trusting chains there. Were it to go on, ``x z b`` would
+    find ``x`` (run ``x y b``), then ``z``, then take ``b``, the third key of ``x y b``, for new
+    and hold it twice."""
+    x, y, z, b = "x", "y", "z", "b"
+    ghost, model = ShadowLRU(10, 10), KeyModel(10, 10)
+    _replay(ghost, model, [("admit", [x, z, b], 10), ("shrink", 2), ("admit", [x, y], 10)])
+    assert ghost._chain and list(ghost._state()[1]) == [b]  # b alone, on the host
+    _replay(ghost, model, [("admit", [x, y, b], 10)])
+    assert ghost._fast and not ghost._chain  # every key indexed from here
+    _replay(ghost, model, [("admit", [x, z, b], 10)])
+    assert ghost.used == model.used == 4
 
 
 def test_first_reaching_counts_the_fewest_last_units_that_hold_the_need():
@@ -216,3 +273,14 @@ def test_first_reaching_counts_the_fewest_last_units_that_hold_the_need():
     # a zero-token unit above the last: 2, 2, 32 from the end
     assert [_first_reaching([30, 0, 2], need) for need in (2, 3, 32)] == [1, 3, 3]
     assert _first_reaching([], 1) == 1
+
+
+def test_pins_of_keys_that_are_not_a_chain_reach_every_held_key():
+    """Unpinning keys the index of first keys cannot follow: ``a c`` (``c`` is held, third in the
+    run of ``a b c``, after another key than ``a``), and ``q a`` (``a`` is held past ``q``, never
+    admitted). The pins of every held key among them drop, as the model's do."""
+    a, b, c, q = "a", "b", "c", "q"
+    for keys in ([a, c], [q, a]):
+        ghost, model = ShadowLRU(10), KeyModel(10, 0)
+        _replay(ghost, model, [("admit", [a, b, c], 10), ("pin", [a, b, c]), ("unpin", keys)])
+        assert ghost._state()[3] == {k: 1 for k in (a, b, c) if k not in keys}
