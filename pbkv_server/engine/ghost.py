@@ -19,10 +19,11 @@ from typing import Hashable, Sequence
 __all__ = ["ShadowLRU"]
 
 
-#: Tiers of a run of the ghost (:class:`_Run`).
-_DEV, _HOST, _PARK = 0, 1, 2
-#: What stands before a prompt's first key (:attr:`ShadowLRU._seen`): no key equals it.
-_FIRST = object()
+#: Tiers of a run of the ghost (:class:`_Run`): ``_GONE``, units no tier holds, kept as runs while
+#: runs are found by their first keys (:class:`ShadowLRU`).
+_DEV, _HOST, _PARK, _GONE = 0, 1, 2, 3
+#: Keys of gone runs the ghost keeps at least before it forgets them (then: twice the keys it holds).
+_GONE_KEYS = 1 << 20
 #: Keys of a piece of a prompt that the ghost keeps as a run of its own rather than join to its
 #: neighbours (it would re-point them): a long prompt is a few runs, not one per turn that made it.
 _JOIN_KEYS = 256
@@ -36,7 +37,7 @@ class _Run:
     where ``keys[0]`` stood in the prompt that made the run: with chained keys a key stands at the
     same index in every prompt, so the index of a prompt's key in the run is found without a scan
     (only a hint: it is checked). ``prev``/``next`` link the runs of the device or the host tier,
-    least recent first (parked runs are not linked: nothing reads their order)."""
+    least recent first (parked and gone runs are not linked: nothing reads their order)."""
 
     __slots__ = ("keys", "toks", "size", "pins", "tier", "off", "prev", "next")
 
@@ -104,31 +105,34 @@ class ShadowLRU:
     are that model, as written. A prompt's units enter, move and leave in runs, though (a prompt
     is a run of consecutive keys of one chain; LRU moves it to the device's recent end whole; the
     device evicts its oldest prompts' tails whole; a running request pins its prompt whole), so
-    the ghost keeps the same orders as runs of units (:class:`_Run`) and a dict key -> run, and
-    does per run what the model does per key, each run's keys copied or compared in C: a replay
+    the ghost keeps the same orders as runs of units (:class:`_Run`), found by their keys (below),
+    and does per run what the model does per key, each run's keys copied or compared in C: a replay
     of Claude Code traces (1,000+ units a prompt) spent more time in the per-key model than in
     the policy it guards. Keys that are not chained (tests, foreign traces) can make an order that
     runs cannot follow cheaply (a key present twice, one after a key that is missing, a pin of a
     key not on the device); before such a step the ghost turns into the model and stays in it,
     so its results are the model's for every sequence of calls.
 
-    Finding a prompt's runs by a dict of every unit key cost as much again (a replay adds each
-    unit's key, re-points it when runs split or join, and deletes it when the unit leaves), so
-    while the keys it is given are chained the ghost indexes only the first key of each run
-    (``_starts``): then every run is a piece of one chain whose ``off`` is the depth of its first
-    key, and a held key whose predecessor is held stands just after it in the same run, so a
-    prompt's next run, if any, starts at the key where its last one stopped matching, and a key
-    that is no run's first is not held. What makes this hold is checked, not assumed: a dict of
-    every key ever admitted and the key before it (``_seen``: added to, never re-pointed or
-    deleted) shows a key met after another key, or at another depth, than before. Before the
-    first call that shows keys are not chained (or an eviction that leaves a run with a hole:
-    units dropped for lack of host room), the ghost indexes every key of its runs
-    (``_where``, :meth:`_to_index`) and goes on as above, for good; its results are the same
-    either way.
+    Finding runs by a dict of every unit key -> its run was a third of the ghost's time in a
+    replay: most of a long prompt's units are new to the ghost (LRU missed them), each admission
+    added their keys and each drop from the host deleted them. So the ghost first indexes only the first key of each run (``_starts``)
+    and keeps the units that leave the host as runs too (tier ``_GONE``, held by no tier), with a
+    set of the keys of all runs (``_seen``, added to for keys never met before only): a key that
+    is a run's first finds its run; one in no run is new; one in a run but not its first stops
+    the walk. With chained keys the last never happens (a run is a piece of one chain, so the
+    key a prompt meets after a run's last or after a key that differs from the run's is a run's
+    first, or new), and a prompt's keys past its longest held prefix are pieces of gone runs and
+    new keys, found and moved by runs, as the held ones are. A step that finds a key held past a
+    missing one, a key of a run not at its start, a key twice, or that would leave a hole in a
+    run (units dropped for lack of host room) first indexes every held key (``_where``,
+    :meth:`_to_index`) and forgets gone runs, for good; the results are the same either way.
+    Gone runs are forgotten when they hold more than twice the keys the ghost holds (and at
+    least :data:`_GONE_KEYS`), so a live server's ghost does not grow with its history.
     """
 
     __slots__ = ("capacity", "host_capacity", "used", "host_used", "hit_tokens", "host_hit_tokens", "_fast",
-                 "_chain", "_starts", "_seen", "_where", "_dev", "_hosts", "_parked_runs", "_maxtok", "_mintok",
+                 "_chain", "_starts", "_seen", "_gone", "_gone_cap", "_gone_floor",
+                 "_where", "_dev", "_hosts", "_parked_runs", "_maxtok", "_mintok",
                  "_units", "_host", "_pins", "_parked")
 
     def __init__(self, capacity: int, host_capacity: int = 0) -> None:
@@ -138,8 +142,10 @@ class ShadowLRU:
         self.hit_tokens = self.host_hit_tokens = 0
         self._fast = True  # runs; False: the per-key model, for good
         self._chain = True  # runs found by their first keys; False: by every key, for good
-        self._starts: dict[Hashable, _Run] = {}  # first key of each run -> the run (chained keys)
-        self._seen: dict[Hashable, Hashable] = {}  # every key admitted -> the key before it (or _FIRST)
+        self._starts: dict[Hashable, _Run] = {}  # first key of each run, gone ones too -> the run
+        self._seen: set = set()  # keys of all runs, gone ones too
+        self._gone = 0  # keys of gone runs
+        self._gone_cap = self._gone_floor = _GONE_KEYS  # forget gone runs past this many keys
         self._where: dict[Hashable, _Run] = {}  # unit key -> its run (device, host or parked; not chained)
         self._dev = _Run([], [], 0, 0, -1, 0)  # sentinels of the device and host lists of runs
         self._hosts = _Run([], [], 0, 0, -1, 0)
@@ -225,9 +231,12 @@ class ShadowLRU:
         if type(keys) is not list:
             keys = list(keys)
         plan, end = self._find(keys, False)
-        if self._chain and end < len(keys) and not self._chained_fresh(keys, end):
-            self._to_index()
-            plan, end = self._walk(keys, False)
+        gone = None
+        if self._chain and end < len(keys):
+            gone = self._walk_gone(keys, end)
+            if gone is None:
+                self._to_index()
+                plan, end = self._walk(keys, False)
         # the model's device prefix (parked units included: they are device units again first),
         # then, if the host tier holds units, the prefix goes on through units of either tier
         dev_end = 0
@@ -239,8 +248,12 @@ class ShadowLRU:
         if end < len(keys):  # the new units, as a run, indexed where no run holds the key already
             new_toks = toks[end:] if type(toks) is list else list(toks[end:])
             fresh = _Run(keys[end:], new_toks, sum(new_toks), 0, _DEV, end)
-            if self._chain:  # (no run holds a new key: _chained_fresh)
-                self._starts[keys[end]] = fresh
+            if self._chain:  # the pieces of gone runs it holds are no runs' now
+                starts = self._starts
+                for _, run, n in gone:
+                    del starts[self._take(run, 0, n)[0].keys[0]]
+                    self._gone -= n
+                starts[keys[end]] = fresh
             else:
                 where = self._where
                 before = len(where)
@@ -315,71 +328,92 @@ class ShadowLRU:
         return self._walk(keys, skip_missing)
 
     def _walk_chain(self, keys: list, skip_missing: bool) -> tuple[list, int] | None:
-        """:meth:`_walk` by the runs' first keys (``_starts``), or None where ``keys`` are not
-        chained as far as the ghost has seen (or the walk would go on past a missing key, which
-        only the key index finds) and that walk could differ.
+        """:meth:`_walk` by the runs' first keys (``_starts``), or None where that could differ: a
+        key in a run but not its first (only the key index finds it), or (``skip_missing``) a
+        missing key before the last (only the key index finds what is held past it).
 
-        With chained keys, every stretch starts at a run's first key at the run's depth: the key
-        after a stretch is either the next of the stretch's run, which did not match it, or
-        past the run's end, and its predecessor (the stretch's last key) is held by that run, so
-        no other run holds it after its predecessor. A key that is no run's first, met after the
-        key it was first admitted after (or never admitted), is not held."""
+        A run's first key finds its run (a key is in one run at most); a key in no run
+        (``_seen``) is not held, nor is one of a gone run: both end the walk, as in :meth:`_walk`."""
         starts, seen = self._starts, self._seen
         plan = []
         i, total = 0, len(keys)
         while i < total:
             key = keys[i]
-            pred = keys[i - 1] if i else _FIRST
             run = starts.get(key)
-            if run is None:
-                if seen.get(key, pred) != pred or (skip_missing and i + 1 < total):
+            if run is None or run.tier == _GONE:
+                if run is None and key in seen or skip_missing and i + 1 < total:
                     return None
                 break
-            if run.off != i or seen[key] != pred:
-                return None
-            rkeys = run.keys
-            n = min(total - i, len(rkeys))
-            # (a whole list is compared as it is: a slice would copy it)
-            if n > 1 and ((keys if n == total else keys[i:i + n]) != (rkeys if n == len(rkeys) else rkeys[:n])):
-                lo, hi = 1, n  # the first key that differs, by bisection as in _walk
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    if keys[i + lo:i + mid] == rkeys[lo:mid]:
-                        lo = mid
-                    else:
-                        hi = mid
-                n = lo
-            plan.append((i, run, 0, n))
-            i += n
+            i += self._stretch(keys, i, run, plan)
         return plan, i
 
-    def _chained_fresh(self, keys: list, end: int) -> bool:
-        """Whether the keys of ``keys`` from ``end`` on (past the walk: not held) are new units as
-        chained keys make them: each met after the key it was first admitted after, and no
-        run's first key (with chained keys, the first held key past a missing one would be).
-        Records them in ``_seen``; False: the key index must decide (the ghost's copy of
-        ``_seen`` is dropped then)."""
-        fresh = keys[end:]
-        preds = keys[end - 1:-1] if end else [_FIRST] + keys[:-1]
-        seen = self._seen
-        if seen.keys().isdisjoint(fresh):  # all new (the common case): no key-by-key calls
-            before = len(seen)
-            seen.update(zip(fresh, preds))
-            if len(seen) - before < len(fresh):  # a key twice in the prompt
-                return False
-        elif list(map(seen.setdefault, fresh, preds)) != preds:
-            return False
-        return self._starts.keys().isdisjoint(fresh)
+    @staticmethod
+    def _stretch(keys: list, i: int, run: _Run, plan: list) -> int:
+        """Add to ``plan`` the stretch of ``keys`` from ``i`` that ``run`` holds from its first key
+        on, ``(i, run, 0, length)``; returns the length."""
+        rkeys = run.keys
+        total = len(keys)
+        n = min(total - i, len(rkeys))
+        # (a whole list is compared as it is: a slice would copy it)
+        if n > 1 and ((keys if n == total else keys[i:i + n]) != (rkeys if n == len(rkeys) else rkeys[:n])):
+            lo, hi = 1, n  # the first key that differs, by bisection as in _walk
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if keys[i + lo:i + mid] == rkeys[lo:mid]:
+                    lo = mid
+                else:
+                    hi = mid
+            n = lo
+        plan.append((i, run, 0, n))
+        return n
+
+    def _walk_gone(self, keys: list, end: int) -> list | None:
+        """The keys of ``keys`` from ``end`` on (past its held prefix) as stretches ``(index in
+        keys, gone run, length)`` of gone runs, then keys in no run, which it adds to ``_seen``;
+        or None where they are not so (a held key, a key of a run not at its start, a run or a
+        key met twice): the key index must decide, and ``_seen`` is dropped then."""
+        starts, seen = self._starts, self._seen
+        plan = []
+        i, total = end, len(keys)
+        while i < total:
+            run = starts.get(keys[i])
+            if run is None:  # new keys from here, each once (else one was met before or is twice)
+                new = keys[i:]
+                before = len(seen)
+                seen.update(new)
+                if len(seen) - before < len(new):
+                    return None
+                break
+            if run.tier != _GONE:
+                return None
+            i += self._stretch(keys, i, run, plan)
+        if not self._distinct(plan):
+            return None
+        return [(i, run, n) for i, run, _, n in plan]
 
     def _to_index(self, *extra: _Run) -> None:
-        """Index every key of the runs (and of the unlinked runs ``extra``), for good: keys met
-        that are not chained, or a run about to lose units in its middle."""
+        """Index every held key (and those of the unlinked runs ``extra``), for good: a step the
+        index of first keys cannot follow, or a run about to lose units in its middle. Gone runs
+        are forgotten."""
         where: dict[Hashable, _Run] = {}
         for run in (*self._runs(self._dev), *self._runs(self._hosts), *self._parked_runs, *extra):
             where.update(zip(run.keys, repeat(run)))
         self._where = where
         self._chain = False
-        self._starts, self._seen = {}, {}
+        self._starts, self._seen, self._gone = {}, set(), 0
+
+    def _to_gone(self, run: _Run) -> None:
+        """``run`` (unlinked) is held by no tier now; forget gone runs if they hold too many keys."""
+        run.tier = _GONE
+        self._gone += len(run.keys)
+        if self._gone > self._gone_cap:
+            live = [*self._runs(self._dev), *self._runs(self._hosts), *self._parked_runs]
+            self._starts = {run.keys[0]: run for run in live}
+            seen = self._seen = set()
+            for run in live:
+                seen.update(run.keys)
+            self._gone = 0
+            self._gone_cap = max(self._gone_floor, 2 * len(seen))
 
     def _walk(self, keys: list, skip_missing: bool) -> tuple[list, int]:
         """``keys`` as stretches ``(index in keys, run, index in run, length)`` of consecutive keys
@@ -431,11 +465,11 @@ class ShadowLRU:
             run = run.next
 
     def _place_before(self, node: _Run, run: _Run) -> None:
-        """Put ``run`` in ``node``'s tier, just before it in LRU order."""
+        """Put ``run`` in ``node``'s tier, just before it in LRU order (gone runs have none)."""
         run.tier = node.tier
         if node.tier == _PARK:
             self._parked_runs.add(run)
-        else:
+        elif node.tier != _GONE:
             _link_before(node, run)
 
     def _place_after(self, node: _Run, run: _Run) -> None:
@@ -443,13 +477,13 @@ class ShadowLRU:
         run.tier = node.tier
         if node.tier == _PARK:
             self._parked_runs.add(run)
-        else:
+        elif node.tier != _GONE:
             _link_before(node.next, run)
 
     def _detach(self, run: _Run) -> None:
         if run.tier == _PARK:
             self._parked_runs.discard(run)
-        else:
+        elif run.tier != _GONE:
             _unlink(run)
 
     def _take(self, run: _Run, pos: int, n: int) -> tuple[_Run, _Run | None]:
@@ -570,7 +604,7 @@ class ShadowLRU:
         if room_host < self._maxtok:
             if room_host < self._mintok:  # none fits
                 if self._chain:
-                    del self._starts[run.keys[0]]
+                    self._to_gone(run)
                 else:
                     deque(map(self._where.pop, run.keys), maxlen=0)
                 return False
@@ -602,23 +636,26 @@ class ShadowLRU:
             run = hosts.next
             if run is hosts:
                 break
-            if run.size < need:
+            n = len(run.keys) if run.size < need else _first_reaching(run.toks, need)
+            if n >= len(run.keys):  # the whole run
                 _unlink(run)
-                dropped, size = run.keys, run.size
-                gone = True
-            else:
-                n = _first_reaching(run.toks, need)
+                size = run.size
+                if self._chain:
+                    self._to_gone(run)
+                else:
+                    deque(map(where.pop, run.keys), maxlen=0)
+            else:  # its deepest units
                 cut = len(run.keys) - n
-                dropped, size = run.keys[cut:], sum(run.toks[cut:])
+                keys, toks = run.keys[cut:], run.toks[cut:]
+                size = sum(toks)
                 del run.keys[cut:], run.toks[cut:]
                 run.size -= size
-                gone = not run.keys
-                if gone:
-                    _unlink(run)
-            if not self._chain:
-                deque(map(where.pop, dropped), maxlen=0)
-            elif gone:  # (a run that keeps its first key keeps its entry)
-                del self._starts[dropped[0]]
+                if self._chain:
+                    piece = _Run(keys, toks, size, 0, _GONE, run.off + cut)
+                    self._starts[keys[0]] = piece
+                    self._to_gone(piece)
+                else:
+                    deque(map(where.pop, keys), maxlen=0)
             need -= size
             self.host_used -= size
 
@@ -644,7 +681,7 @@ class ShadowLRU:
         self._units, self._host, self._parked, self._pins = self._state()
         self._fast = False
         self._chain = False
-        self._where, self._starts, self._seen = {}, {}, {}
+        self._where, self._starts, self._seen, self._gone = {}, {}, set(), 0
         self._dev.prev = self._dev.next = self._dev
         self._hosts.prev = self._hosts.next = self._hosts
         self._parked_runs = set()
