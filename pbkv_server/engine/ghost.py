@@ -4,8 +4,9 @@
 compares the prefill the real cache saves with what this ghost LRU would have saved (the
 modelling choices are in :mod:`~pbkv_server.engine.guard`'s docstring). It is its own module
 because it is most of the guard's code: it keeps LRU's orders as runs of consecutive unit keys,
-which is what prompts move as, with the plain per-key model kept beside it for keys that are not
-chained (:class:`ShadowLRU`).
+which is what prompts move as, found by the first key of each run while the keys it is given are
+chained, by every key once they are not, with the plain per-key model kept beside it for orders
+that runs cannot follow (:class:`ShadowLRU`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from typing import Hashable, Sequence
 __all__ = ["ShadowLRU"]
 
 
-#: Tiers of a run of the ghost (:class:`_Run`).
-_DEV, _HOST, _PARK = 0, 1, 2
+#: Tiers of a run of the ghost (:class:`_Run`): ``_GONE``, units no tier holds, kept as runs while
+#: runs are found by their first keys (:class:`ShadowLRU`).
+_DEV, _HOST, _PARK, _GONE = 0, 1, 2, 3
+#: Keys of gone runs the ghost keeps at least before it forgets them (then: twice the keys it holds).
+_GONE_KEYS = 1 << 20
 #: Keys of a piece of a prompt that the ghost keeps as a run of its own rather than join to its
 #: neighbours (it would re-point them): a long prompt is a few runs, not one per turn that made it.
 _JOIN_KEYS = 256
@@ -33,7 +37,7 @@ class _Run:
     where ``keys[0]`` stood in the prompt that made the run: with chained keys a key stands at the
     same index in every prompt, so the index of a prompt's key in the run is found without a scan
     (only a hint: it is checked). ``prev``/``next`` link the runs of the device or the host tier,
-    least recent first (parked runs are not linked: nothing reads their order)."""
+    least recent first (parked and gone runs are not linked: nothing reads their order)."""
 
     __slots__ = ("keys", "toks", "size", "pins", "tier", "off", "prev", "next")
 
@@ -101,16 +105,33 @@ class ShadowLRU:
     are that model, as written. A prompt's units enter, move and leave in runs, though (a prompt
     is a run of consecutive keys of one chain; LRU moves it to the device's recent end whole; the
     device evicts its oldest prompts' tails whole; a running request pins its prompt whole), so
-    the ghost keeps the same orders as runs of units (:class:`_Run`) and a dict key -> run, and
-    does per run what the model does per key, each run's keys copied or compared in C: a replay
+    the ghost keeps the same orders as runs of units (:class:`_Run`), found by their keys (below),
+    and does per run what the model does per key, each run's keys copied or compared in C: a replay
     of Claude Code traces (1,000+ units a prompt) spent more time in the per-key model than in
     the policy it guards. Keys that are not chained (tests, foreign traces) can make an order that
     runs cannot follow cheaply (a key present twice, one after a key that is missing, a pin of a
     key not on the device); before such a step the ghost turns into the model and stays in it,
     so its results are the model's for every sequence of calls.
+
+    Finding runs by a dict of every unit key -> its run was a third of the ghost's time in a
+    replay: most of a long prompt's units are new to the ghost (LRU missed them), each admission
+    added their keys and each drop from the host deleted them. So the ghost first indexes only the first key of each run (``_starts``)
+    and keeps the units that leave the host as runs too (tier ``_GONE``, held by no tier), with a
+    set of the keys of all runs (``_seen``, added to for keys never met before only): a key that
+    is a run's first finds its run; one in no run is new; one in a run but not its first stops
+    the walk. With chained keys the last never happens (a run is a piece of one chain, so the
+    key a prompt meets after a run's last or after a key that differs from the run's is a run's
+    first, or new), and a prompt's keys past its longest held prefix are pieces of gone runs and
+    new keys, found and moved by runs, as the held ones are. A step that finds a key held past a
+    missing one, a key of a run not at its start, a key twice, or that would leave a hole in a
+    run (units dropped for lack of host room) first indexes every held key (``_where``,
+    :meth:`_to_index`) and forgets gone runs, for good; the results are the same either way.
+    Gone runs are forgotten when they hold more than twice the keys the ghost holds (and at
+    least :data:`_GONE_KEYS`), so a live server's ghost does not grow with its history.
     """
 
     __slots__ = ("capacity", "host_capacity", "used", "host_used", "hit_tokens", "host_hit_tokens", "_fast",
+                 "_chain", "_starts", "_seen", "_gone", "_gone_cap", "_gone_floor",
                  "_where", "_dev", "_hosts", "_parked_runs", "_maxtok", "_mintok",
                  "_units", "_host", "_pins", "_parked")
 
@@ -120,7 +141,12 @@ class ShadowLRU:
         self.used = self.host_used = 0
         self.hit_tokens = self.host_hit_tokens = 0
         self._fast = True  # runs; False: the per-key model, for good
-        self._where: dict[Hashable, _Run] = {}  # unit key -> its run (device, host or parked)
+        self._chain = True  # runs found by their first keys; False: by every key, for good
+        self._starts: dict[Hashable, _Run] = {}  # first key of each run, gone ones too -> the run
+        self._seen: set = set()  # keys of all runs, gone ones too
+        self._gone = 0  # keys of gone runs
+        self._gone_cap = self._gone_floor = _GONE_KEYS  # forget gone runs past this many keys
+        self._where: dict[Hashable, _Run] = {}  # unit key -> its run (device, host or parked; not chained)
         self._dev = _Run([], [], 0, 0, -1, 0)  # sentinels of the device and host lists of runs
         self._hosts = _Run([], [], 0, 0, -1, 0)
         self._parked_runs: set[_Run] = set()
@@ -144,7 +170,7 @@ class ShadowLRU:
         if self._fast:
             if type(keys) is not list:
                 keys = list(keys)
-            plan, end = self._walk(keys, False)
+            plan, end = self._find(keys, False)
             # a key pinned while it is not a device unit keeps its count where runs have none
             if end == len(keys) and self._distinct(plan) and all(r.tier != _HOST for _, r, _, _ in plan):
                 for _, run, pos, n in plan:
@@ -160,7 +186,7 @@ class ShadowLRU:
         if self._fast:
             if type(keys) is not list:
                 keys = list(keys)
-            plan, _ = self._walk(keys, True)  # a key no run holds is not pinned: nothing to do
+            plan, _ = self._find(keys, True)  # a key no run holds is not pinned: nothing to do
             if self._distinct(plan):
                 dev = self._dev
                 for _, run, pos, n in plan:
@@ -204,8 +230,13 @@ class ShadowLRU:
             return self._admit_keys(keys, toks, room, count)
         if type(keys) is not list:
             keys = list(keys)
-        where = self._where
-        plan, end = self._walk(keys, False)
+        plan, end = self._find(keys, False)
+        gone = None
+        if self._chain and end < len(keys):
+            gone = self._walk_gone(keys, end)
+            if gone is None:
+                self._to_index()
+                plan, end = self._walk(keys, False)
         # the model's device prefix (parked units included: they are device units again first),
         # then, if the host tier holds units, the prefix goes on through units of either tier
         dev_end = 0
@@ -217,9 +248,17 @@ class ShadowLRU:
         if end < len(keys):  # the new units, as a run, indexed where no run holds the key already
             new_toks = toks[end:] if type(toks) is list else list(toks[end:])
             fresh = _Run(keys[end:], new_toks, sum(new_toks), 0, _DEV, end)
-            before = len(where)
-            deque(map(where.setdefault, fresh.keys, repeat(fresh)), maxlen=0)
-            clash = len(where) - before < len(fresh.keys)  # one was held, or is new twice
+            if self._chain:  # the pieces of gone runs it holds are no runs' now
+                starts = self._starts
+                for _, run, n in gone:
+                    del starts[self._take(run, 0, n)[0].keys[0]]
+                    self._gone -= n
+                starts[keys[end]] = fresh
+            else:
+                where = self._where
+                before = len(where)
+                deque(map(where.setdefault, fresh.keys, repeat(fresh)), maxlen=0)
+                clash = len(where) - before < len(fresh.keys)  # one was held, or is new twice
         if clash or not self._distinct(plan):
             # a key present twice, or present after a missing one: the model updates it in place
             self._to_keys()  # (it drops the key index, fresh keys and all)
@@ -278,6 +317,104 @@ class ShadowLRU:
 
     # -- runs -----------------------------------------------------------------------------------
 
+    def _find(self, keys: list, skip_missing: bool) -> tuple[list, int]:
+        """:meth:`_walk`, by the runs' first keys while keys are chained (:meth:`_walk_chain`);
+        when ``keys`` show they are not, the ghost indexes every key first (:meth:`_to_index`)."""
+        if self._chain:
+            plan = self._walk_chain(keys, skip_missing)
+            if plan is not None:
+                return plan
+            self._to_index()
+        return self._walk(keys, skip_missing)
+
+    def _walk_chain(self, keys: list, skip_missing: bool) -> tuple[list, int] | None:
+        """:meth:`_walk` by the runs' first keys (``_starts``), or None where that could differ: a
+        key in a run but not its first (only the key index finds it), or (``skip_missing``) a
+        missing key before the last (only the key index finds what is held past it).
+
+        A run's first key finds its run (a key is in one run at most); a key in no run
+        (``_seen``) is not held, nor is one of a gone run: both end the walk, as in :meth:`_walk`."""
+        starts, seen = self._starts, self._seen
+        plan = []
+        i, total = 0, len(keys)
+        while i < total:
+            key = keys[i]
+            run = starts.get(key)
+            if run is None or run.tier == _GONE:
+                if run is None and key in seen or skip_missing and i + 1 < total:
+                    return None
+                break
+            i += self._stretch(keys, i, run, plan)
+        return plan, i
+
+    @staticmethod
+    def _stretch(keys: list, i: int, run: _Run, plan: list) -> int:
+        """Add to ``plan`` the stretch of ``keys`` from ``i`` that ``run`` holds from its first key
+        on, ``(i, run, 0, length)``; returns the length."""
+        rkeys = run.keys
+        total = len(keys)
+        n = min(total - i, len(rkeys))
+        # (a whole list is compared as it is: a slice would copy it)
+        if n > 1 and ((keys if n == total else keys[i:i + n]) != (rkeys if n == len(rkeys) else rkeys[:n])):
+            lo, hi = 1, n  # the first key that differs, by bisection as in _walk
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if keys[i + lo:i + mid] == rkeys[lo:mid]:
+                    lo = mid
+                else:
+                    hi = mid
+            n = lo
+        plan.append((i, run, 0, n))
+        return n
+
+    def _walk_gone(self, keys: list, end: int) -> list | None:
+        """The keys of ``keys`` from ``end`` on (past its held prefix) as stretches ``(index in
+        keys, gone run, length)`` of gone runs, then keys in no run, which it adds to ``_seen``;
+        or None where they are not so (a held key, a key of a run not at its start, a run or a
+        key met twice): the key index must decide, and ``_seen`` is dropped then."""
+        starts, seen = self._starts, self._seen
+        plan = []
+        i, total = end, len(keys)
+        while i < total:
+            run = starts.get(keys[i])
+            if run is None:  # new keys from here, each once (else one was met before or is twice)
+                new = keys[i:]
+                before = len(seen)
+                seen.update(new)
+                if len(seen) - before < len(new):
+                    return None
+                break
+            if run.tier != _GONE:
+                return None
+            i += self._stretch(keys, i, run, plan)
+        if not self._distinct(plan):
+            return None
+        return [(i, run, n) for i, run, _, n in plan]
+
+    def _to_index(self, *extra: _Run) -> None:
+        """Index every held key (and those of the unlinked runs ``extra``), for good: a step the
+        index of first keys cannot follow, or a run about to lose units in its middle. Gone runs
+        are forgotten."""
+        where: dict[Hashable, _Run] = {}
+        for run in (*self._runs(self._dev), *self._runs(self._hosts), *self._parked_runs, *extra):
+            where.update(zip(run.keys, repeat(run)))
+        self._where = where
+        self._chain = False
+        self._starts, self._seen, self._gone = {}, set(), 0
+
+    def _to_gone(self, run: _Run) -> None:
+        """``run`` (unlinked) is held by no tier now; forget gone runs if they hold too many keys."""
+        run.tier = _GONE
+        self._gone += len(run.keys)
+        if self._gone > self._gone_cap:
+            live = [*self._runs(self._dev), *self._runs(self._hosts), *self._parked_runs]
+            self._starts = {run.keys[0]: run for run in live}
+            seen = self._seen = set()
+            for run in live:
+                seen.update(run.keys)
+            self._gone = 0
+            self._gone_cap = max(self._gone_floor, 2 * len(seen))
+
     def _walk(self, keys: list, skip_missing: bool) -> tuple[list, int]:
         """``keys`` as stretches ``(index in keys, run, index in run, length)`` of consecutive keys
         held by one run in the same order, from the first key up to the first key no run holds
@@ -328,11 +465,11 @@ class ShadowLRU:
             run = run.next
 
     def _place_before(self, node: _Run, run: _Run) -> None:
-        """Put ``run`` in ``node``'s tier, just before it in LRU order."""
+        """Put ``run`` in ``node``'s tier, just before it in LRU order (gone runs have none)."""
         run.tier = node.tier
         if node.tier == _PARK:
             self._parked_runs.add(run)
-        else:
+        elif node.tier != _GONE:
             _link_before(node, run)
 
     def _place_after(self, node: _Run, run: _Run) -> None:
@@ -340,13 +477,13 @@ class ShadowLRU:
         run.tier = node.tier
         if node.tier == _PARK:
             self._parked_runs.add(run)
-        else:
+        elif node.tier != _GONE:
             _link_before(node.next, run)
 
     def _detach(self, run: _Run) -> None:
         if run.tier == _PARK:
             self._parked_runs.discard(run)
-        else:
+        elif run.tier != _GONE:
             _unlink(run)
 
     def _take(self, run: _Run, pos: int, n: int) -> tuple[_Run, _Run | None]:
@@ -366,12 +503,20 @@ class ShadowLRU:
         del rkeys[pos:end], rtoks[pos:end]
         if 2 * n <= total:
             piece = _Run(keys, toks, size, run.pins, run.tier, off)
-            self._where.update(zip(keys, repeat(piece)))
+            if self._chain:  # the first keys of both parts (each part keeps its other keys)
+                self._starts[keys[0]] = piece
+                self._starts[rkeys[0]] = run
+            else:
+                self._where.update(zip(keys, repeat(piece)))
             run.size -= size
             run.off = rest_off
             return piece, run
         rest = _Run(rkeys, rtoks, run.size - size, run.pins, run.tier, rest_off)
-        self._where.update(zip(rkeys, repeat(rest)))
+        if self._chain:
+            self._starts[rkeys[0]] = rest
+            self._starts[keys[0]] = run
+        else:
+            self._where.update(zip(rkeys, repeat(rest)))
         self._place_before(run, rest)
         self._detach(run)
         run.keys, run.toks, run.size, run.off = keys, toks, size, off
@@ -398,19 +543,24 @@ class ShadowLRU:
     def _join(self, keys: list, group: list, fresh: _Run | None) -> _Run:
         """One run of consecutive pieces of the prompt ``keys`` (prompt order, same pins); the
         longest piece holds the rest. ``fresh`` is the prompt's run of new units."""
-        where = self._where
         if len(group) == 1:
             return group[0]
         big = group[0]
         for piece in group:
             if len(piece.keys) > len(big.keys):
                 big = piece
+        chain, where, starts = self._chain, self._where, self._starts
         toks, size = [], 0
         for piece in group:
             toks += piece.toks
             size += piece.size
-            if piece is not big:
+            if chain:  # one first key for all
+                if piece is not group[0]:
+                    del starts[piece.keys[0]]
+            elif piece is not big:
                 where.update(zip(piece.keys, repeat(big)))
+        if chain:
+            starts[group[0].keys[0]] = big
         first, last = group[0], group[-1]
         big.keys, big.toks, big.size, big.off = keys[first.off:last.off + len(last.keys)], toks, size, first.off
         return big
@@ -453,10 +603,15 @@ class ShadowLRU:
         are dropped. Returns whether any unit moved."""
         if room_host < self._maxtok:
             if room_host < self._mintok:  # none fits
-                deque(map(self._where.pop, run.keys), maxlen=0)
+                if self._chain:
+                    self._to_gone(run)
+                else:
+                    deque(map(self._where.pop, run.keys), maxlen=0)
                 return False
             if max(run.toks) <= room_host:
                 return self._to_host(run)
+            if self._chain:  # the run would hold a hole: not a piece of a chain any more
+                self._to_index(run)
             fits = list(map(le, run.toks, repeat(room_host)))
             deque(map(self._where.pop, compress(run.keys, map(not_, fits))), maxlen=0)
             run.keys = list(compress(run.keys, fits))
@@ -481,18 +636,26 @@ class ShadowLRU:
             run = hosts.next
             if run is hosts:
                 break
-            if run.size < need:
+            n = len(run.keys) if run.size < need else _first_reaching(run.toks, need)
+            if n >= len(run.keys):  # the whole run
                 _unlink(run)
-                dropped, size = run.keys, run.size
-            else:
-                n = _first_reaching(run.toks, need)
+                size = run.size
+                if self._chain:
+                    self._to_gone(run)
+                else:
+                    deque(map(where.pop, run.keys), maxlen=0)
+            else:  # its deepest units
                 cut = len(run.keys) - n
-                dropped, size = run.keys[cut:], sum(run.toks[cut:])
+                keys, toks = run.keys[cut:], run.toks[cut:]
+                size = sum(toks)
                 del run.keys[cut:], run.toks[cut:]
                 run.size -= size
-                if not run.keys:
-                    _unlink(run)
-            deque(map(where.pop, dropped), maxlen=0)
+                if self._chain:
+                    piece = _Run(keys, toks, size, 0, _GONE, run.off + cut)
+                    self._starts[keys[0]] = piece
+                    self._to_gone(piece)
+                else:
+                    deque(map(where.pop, keys), maxlen=0)
             need -= size
             self.host_used -= size
 
@@ -517,7 +680,8 @@ class ShadowLRU:
         """Turn into the per-key model (a step runs cannot follow comes next), for good."""
         self._units, self._host, self._parked, self._pins = self._state()
         self._fast = False
-        self._where = {}
+        self._chain = False
+        self._where, self._starts, self._seen, self._gone = {}, {}, set(), 0
         self._dev.prev = self._dev.next = self._dev
         self._hosts.prev = self._hosts.next = self._hosts
         self._parked_runs = set()

@@ -1,6 +1,7 @@
 """The guard's ghost (``ShadowLRU``, which keeps its orders as runs of units) against the per-key
 model it stands for, written plainly below: random admit / pin / unpin / shrink sequences over
-chained and non-chained keys, with and without a host tier, compared after every step."""
+chained and non-chained keys, with and without a host tier, compared after every step; and the
+steps where chained keys alone would mislead the index of runs' first keys."""
 
 from __future__ import annotations
 
@@ -116,6 +117,40 @@ def _loose(data, prompts):
     return keys, data.draw(st.lists(st.integers(0, 3), min_size=len(keys), max_size=len(keys)))
 
 
+def _shifted(data, prompts):
+    """Chained blocks of which each prompt leaves some out (as a replay leaves out a 0-token
+    block): a key may come after another key, or at another depth, than it did before."""
+    keys, toks = _chained(data, prompts)
+    keep = data.draw(st.lists(st.integers(0, 3), min_size=len(keys), max_size=len(keys)))
+    return [k for k, c in zip(keys, keep) if c], [t for t, c in zip(toks, keep) if c]
+
+
+def _mode(ghost: ShadowLRU) -> str:
+    return "first keys" if ghost._chain else "every key" if ghost._fast else "per-key model"
+
+
+def test_units_dropped_from_the_host_come_back_as_runs():
+    """A chained replay whose host drops units: the keys a prompt brings back after LRU dropped
+    them are found as gone runs (no key is added to the set of keys met twice), and forgetting
+    gone runs leaves the results the same."""
+    runs = []
+    for floor in (1 << 20, 5):
+        ghost, model = ShadowLRU(12, 6), KeyModel(12, 6)
+        ghost._gone_cap = ghost._gone_floor = floor
+        for t in range(120):
+            conv = t % 5
+            keys = [(conv,) + tuple(range(d + 1)) for d in range(4 + t // 5 % 6)]
+            toks = [1 + d % 3 for d in range(len(keys))]
+            assert ghost.admit_tiers(keys, toks, 12) == model.admit_tiers(keys, toks, 12)
+            _same(ghost, model)
+        assert ghost._chain
+        distinct = {k for c in range(5) for k in [(c,) + tuple(range(d + 1)) for d in range(9)]}
+        runs.append((ghost._seen, ghost._gone))
+    (seen, gone), (seen_small, gone_small) = runs
+    assert seen == distinct and gone > 0  # every key met, once; some held by no tier
+    assert len(seen_small) < len(distinct) and gone_small <= 2 * len(seen_small) + 9
+
+
 def _any(data, make, prompts):
     """Keys to pin or unpin out of turn: a new prompt, or any slice of an earlier one, mostly
     of the last (still on the device: a slice splits its run, in the middle too)."""
@@ -138,14 +173,17 @@ def _same(ghost: ShadowLRU, model: KeyModel) -> None:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), chained=st.booleans(), guard_like=st.booleans(), capacity=st.integers(1, 24),
+@given(data=st.data(), kind=st.sampled_from(["chained", "chained", "shifted", "loose"]), guard_like=st.booleans(),
+       capacity=st.integers(1, 24),
        host=st.sampled_from([0, 0, 1, 4, 12, 30]))
-def test_ghost_runs_equal_the_per_key_model(data, chained, guard_like, capacity, host):
+def test_ghost_runs_equal_the_per_key_model(data, kind, guard_like, capacity, host):
     """Every return, every counter and the whole state (both orders, parked units, pins) equal the
     model's after every step. ``guard_like``: pins as the guard makes them (an admitted prompt is
     pinned at once and unpinned once later); otherwise any prompt is pinned or unpinned any time."""
     ghost, model = ShadowLRU(capacity, host), KeyModel(capacity, host)
-    make = _chained if chained else _loose
+    # gone runs forgotten at once, after a few keys, or (a replay) kept
+    ghost._gone_cap = ghost._gone_floor = data.draw(st.sampled_from([0, 3, 1 << 20]))
+    make = {"chained": _chained, "shifted": _shifted, "loose": _loose}[kind]
     prompts, running = [], []
     for _ in range(data.draw(st.integers(1, 40))):
         op = data.draw(st.sampled_from(["admit", "admit", "admit", "unpin", "shrink"]
@@ -178,7 +216,7 @@ def test_ghost_runs_equal_the_per_key_model(data, chained, guard_like, capacity,
             ghost.shrink(room)
             model.shrink(room)
         _same(ghost, model)
-    event(f"{'chained' if chained else 'loose'} keys, runs kept to the end: {ghost._fast}")
+    event(f"{kind} keys, runs found at the end by: {_mode(ghost)}")
 
 
 def test_a_guard_like_chained_replay_keeps_its_runs():
@@ -203,16 +241,82 @@ def test_a_guard_like_chained_replay_keeps_its_runs():
             ghost.shrink(room - 6)
             model.shrink(room - 6)
         _same(ghost, model)
-    assert ghost._fast and model.host_hit_tokens > 0 and model.parked
+    assert ghost._chain and model.host_hit_tokens > 0 and model.parked
 
 
-def test_first_reaching_counts_the_fewest_last_units_that_hold_the_need():
-    from pbkv_server.engine.ghost import _first_reaching
+def _replay(ghost: ShadowLRU, model: KeyModel, steps) -> None:
+    for op, *args in steps:
+        if op == "admit":
+            keys, room = args
+            assert ghost.admit_tiers(list(keys), [1] * len(keys), room) == \
+                model.admit_tiers(keys, [1] * len(keys), room)
+        else:
+            getattr(ghost, op)(*args)
+            getattr(model, op)(*args)
+        _same(ghost, model)
 
-    # blocks of one size but the last: 5, 21, 37, 53 tokens from the end; 54 is never reached
-    assert [_first_reaching([16, 16, 16, 5], need) for need in (5, 6, 21, 22, 53, 54)] == [1, 2, 2, 3, 4, 5]
-    # sizes that vary: 3, 4, 44, 45, 54 from the end
-    assert [_first_reaching([9, 1, 40, 1, 3], need) for need in (3, 4, 5, 44, 45, 54, 55)] == [1, 2, 3, 3, 4, 5, 6]
-    # a zero-token unit above the last: 2, 2, 32 from the end
-    assert [_first_reaching([30, 0, 2], need) for need in (2, 3, 32)] == [1, 3, 3]
-    assert _first_reaching([], 1) == 1
+
+def test_a_chained_key_held_past_a_missing_one_is_found():
+    """Chained keys, yet a key is held while the key before it is not: two requests pinned
+    ``a b c`` and ``a b``; eviction passed over all three; the first finished (``c`` back as the
+    least recent device unit), then the second (``a b`` back before it), so eviction takes ``b``
+    before ``c``. ``a b c d`` then meets ``c`` after a missing key: held, though no run's first
+    key is ``b``, and a new run of it would hold ``c`` twice (the model keeps one)."""
+    a, b, c, d, e = (0,), (0, 1), (0, 1, 2), (0, 1, 2, 3), (5,)
+    ghost, model = ShadowLRU(3), KeyModel(3, 0)
+    _replay(ghost, model, [("admit", [a, b, c], 3), ("pin", [a, b, c]), ("admit", [a, b], 3), ("pin", [a, b]),
+                           ("admit", [e], 1), ("unpin", [a, b, c]), ("unpin", [a, b]), ("shrink", 2)])
+    assert list(ghost._state()[0]) == [c, e] and ghost._chain  # c is held, b is not
+    _replay(ghost, model, [("admit", [a, b, c, d], 4)])
+    assert not ghost._fast  # c twice: the model's step
+    assert model.used == ghost.used == 4
+
+
+def test_a_key_after_another_key_than_before_is_not_taken_for_new():
+    """``b`` first came after ``z``, then after ``y`` (a replay that left a 0-token block out).
+    ``x z b`` then finds ``x`` (run ``x y b``), then ``z``, then ``b``, the third key of ``x y b``:
+    no run's first key, yet not new; taken for new, it would be held twice (the model: once)."""
+    x, y, z, b = "x", "y", "z", "b"
+    ghost, model = ShadowLRU(10, 10), KeyModel(10, 10)
+    _replay(ghost, model, [("admit", [x, z, b], 10), ("shrink", 2), ("admit", [x, y], 10)])
+    assert ghost._chain and list(ghost._state()[1]) == [b]  # b alone, on the host
+    _replay(ghost, model, [("admit", [x, y, b], 10)])
+    assert ghost._chain  # b loaded back, after y now
+    _replay(ghost, model, [("admit", [x, z, b], 10)])
+    assert not ghost._fast  # the model's step: b is met twice on the walk (x y b, then b)
+    assert ghost.used == model.used == 4
+
+
+def test_pins_of_keys_that_are_not_a_chain_reach_every_held_key():
+    """Unpinning keys the index of first keys cannot follow: ``a c`` (``c`` is held, third in the
+    run of ``a b c``, after another key than ``a``), and ``q a`` (``a`` is held past ``q``, never
+    admitted). The pins of every held key among them drop, as the model's do."""
+    a, b, c, q = "a", "b", "c", "q"
+    for keys in ([a, c], [q, a]):
+        ghost, model = ShadowLRU(10), KeyModel(10, 0)
+        _replay(ghost, model, [("admit", [a, b, c], 10), ("pin", [a, b, c]), ("unpin", keys)])
+        assert ghost._state()[3] == {k: 1 for k in (a, b, c) if k not in keys}
+
+
+def test_steps_past_gone_runs_that_only_the_key_index_follows():
+    """Each is a step the index of first keys must hand to the key index, compared with the
+    model: a prompt that meets one gone run twice (``p q p q``); a key held second in its run
+    after gone runs were forgotten (``y`` of ``x y``); a key that was the first of the second
+    gone run a prompt brought back, now inside the prompt's run (``k3``)."""
+    p, q = "p", "q"
+    ghost, model = ShadowLRU(4, 0), KeyModel(4, 0)
+    _replay(ghost, model, [("admit", [p, q], 4), ("shrink", 0), ("admit", [p, q, p, q], 4)])
+
+    a, b, c, x, y = "a", "b", "c", "x", "y"
+    ghost, model = ShadowLRU(4, 0), KeyModel(4, 0)
+    ghost._gone_cap = ghost._gone_floor = 0  # forget gone runs at once
+    _replay(ghost, model, [("admit", [a, b, c], 4), ("admit", [x, y], 2)])
+    assert ghost._chain and ghost._seen == {x, y}
+    _replay(ghost, model, [("admit", [y], 4)])
+
+    k0, k1, k2, k3 = [tuple(range(d + 1)) for d in range(4)]
+    ghost, model = ShadowLRU(4, 3), KeyModel(4, 3)
+    _replay(ghost, model, [("admit", [k0, k1, k2, k3], 4), ("shrink", 0), ("admit", ["z1", "z2"], 2), ("shrink", 0)])
+    gone = {run.keys[0]: run.keys for run in ghost._starts.values() if run.tier == 3}
+    assert gone == {k3: [k3], k1: [k1, k2]} and list(ghost._state()[1]) == [k0, "z2", "z1"]
+    _replay(ghost, model, [("admit", [k0, k1, k2, k3], 4), ("admit", [k3], 4)])
