@@ -125,12 +125,21 @@ class Eviction:
         chain = next(iter(top.children.values()))
         if chain.tier != HOST:
             return 0
-        after = self.heaps.next_after(top, True)
         toks = top.toks
+        free = self.host_capacity - self.tree.host_tokens
+        if free < toks[-1] and len(chain.toks) == 1:
+            # a full host whose next victim is the chain's only unit takes none of the run: the
+            # host's room stops at that unit (_evict_host's keep) and not even the run's last
+            # unit fits, so the caller moves one unit (which drops that one). Asked first: a
+            # memory-short replay passes most of a long victim through the host this way, unit
+            # by unit, and the run's count and sums below cost O(units of top) each time
+            self.policy.settle()  # as _evict_host does before it reads the host heap
+            if self.heaps.peek_host() is chain:
+                return 0
+        after = self.heaps.next_after(top, True)
         n = len(toks)
         m = _rest_first(toks, n, tokens, self.policy.priority_at, top, after)
         got = sum(toks[n - m:])
-        free = self.host_capacity - self.tree.host_tokens
         if got > free:
             # the chain competes in the host order as it would unit by unit (its deepest units
             # go first, the run's join its top), up to its last unit: dropping it all would start
