@@ -135,7 +135,7 @@ class Eviction:
             # by unit, and the run's count and sums below cost O(units of top) each time
             self.policy.settle()  # as _evict_host does before it reads the host heap
             if self.heaps.peek_host() is chain:
-                return 0
+                return self._pass_run(top, chain, tokens, free)
         after = self.heaps.next_after(top, True)
         n = len(toks)
         m = _rest_first(toks, n, tokens, self.policy.priority_at, top, after)
@@ -169,6 +169,67 @@ class Eviction:
         if not top.frag:  # cut for real, as in _split_tail
             self._condemned[top] = None
         self._refile(top)
+        return got
+
+    def _pass_run(self, top: Node, chain: Node, tokens: int, free: int) -> int:
+        """Take, at once, the units of device victim ``top`` that a full host passes through one
+        at a time, up to ``tokens``: ``chain``, ``top``'s only child, is a one-unit host leaf and
+        the host's next victim, and the host's room (``free``) is short of ``top``'s last unit.
+        Returns tokens freed (0: fewer than two such steps, the caller takes one unit).
+
+        One step (:meth:`evict_device`'s one-unit path, :meth:`_evict_run` taking nothing): the
+        last unit of ``top`` is cut off, the host drops its next victim (the one-unit leaf) to
+        make room, the unit moves to the host in its place and the rest is filed again. The
+        steps go on while the rest ranks strictly first on the device and the unit just moved
+        strictly first on the host (fresh entries: an equal key filed earlier goes first), and
+        the dropped unit makes room for the next one. Here the steps are counted first, then done
+        at once: the first ``k - 1`` units are dropped, the ``k``-th stays on the host above the
+        rest, with the same tiers, drops, counts, next uses and order of entries, without a
+        split, a drop and four re-filings per unit (an ``opt`` replay with a host tier passed
+        ~190k units of long prompts through a full host this way)."""
+        toks = top.toks
+        n = len(toks)
+        if n < 3 or top.frag or self._selective_host:
+            return 0
+        cap = self.host_capacity
+        unit = toks[-1]
+        if cap < unit or free + chain.tokens < unit:
+            return 0
+        policy, heaps = self.policy, self.heaps
+        at, host_at = policy.priority_at, policy.host_priority_at
+        dev_after = heaps.next_after(top, True)  # the other victims do not change in the steps
+        host_after = heaps.next_after(chain, False)
+        left = tokens - unit
+        free += chain.tokens - unit
+        host_key = policy.host_priority(top)  # top, cut to its last unit, is the first one moved
+        k = 1  # steps counted; the rest holds n - k units, the host leaf unit n - k + 1 of top
+        while k < n - 1 and left > 0:
+            unit, moved = toks[n - k - 1], toks[n - k]
+            if ((dev_after is not None and not at(top, n - k) < dev_after)
+                    or (host_after is not None and not host_key < host_after)
+                    or free >= unit or cap < unit or free + moved < unit):
+                break
+            left -= unit
+            free += moved - unit
+            k += 1
+            host_key = host_at(top, n - k + 1)
+        if k < 2:
+            return 0
+        got = sum(toks[n - k:])
+        self._drop(chain)
+        self._cutting = top  # the cuts file neither part: both are filed below, as the steps do
+        try:
+            rest = self.tree.split(top, n - k)
+            self._condemned[rest] = None  # a cut for real, as in _split_tail
+            kept = self.tree.split(top, 1)  # the k-th unit; top keeps the k - 1 dropped ones
+        finally:
+            self._cutting = None
+        self._drop(top)
+        self._count_units(k, got)  # one eviction per unit, as one-unit eviction counts them
+        self._condemned.pop(kept, None)
+        self.tree.set_tier(kept, HOST)
+        self._refile(kept)
+        self._refile(rest)
         return got
 
     def _drop_run(self, top: Node, tokens: int) -> int:
