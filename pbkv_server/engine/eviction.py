@@ -189,7 +189,7 @@ class Eviction:
         ~190k units of long prompts through a full host this way)."""
         toks = top.toks
         n = len(toks)
-        if n < 3 or top.frag or self._selective_host:
+        if n < 3 or self._selective_host:
             return 0
         cap = self.host_capacity
         unit = toks[-1]
@@ -220,7 +220,8 @@ class Eviction:
         self._cutting = top  # the cuts file neither part: both are filed below, as the steps do
         try:
             rest = self.tree.split(top, n - k)
-            self._condemned[rest] = None  # a cut for real, as in _split_tail
+            if not top.frag:  # a cut for real, as in _split_tail
+                self._condemned[rest] = None
             kept = self.tree.split(top, 1)  # the k-th unit; top keeps the k - 1 dropped ones
         finally:
             self._cutting = None
