@@ -195,26 +195,47 @@ class Eviction:
         unit = toks[-1]
         if cap < unit or free + chain.tokens < unit:
             return 0
-        policy, heaps = self.policy, self.heaps
-        at, host_at = policy.priority_at, policy.host_priority_at
-        dev_after = heaps.next_after(top, True)  # the other victims do not change in the steps
-        host_after = heaps.next_after(chain, False)
         left = tokens - unit
         free += chain.tokens - unit
-        host_key = policy.host_priority(top)  # top, cut to its last unit, is the first one moved
-        k = 1  # steps counted; the rest holds n - k units, the host leaf unit n - k + 1 of top
+        k = 1  # steps the tokens allow: the rest holds n - k units, the host leaf unit n - k + 1
         while k < n - 1 and left > 0:
             unit, moved = toks[n - k - 1], toks[n - k]
-            if ((dev_after is not None and not at(top, n - k) < dev_after)
-                    or (host_after is not None and not host_key < host_after)
-                    or free >= unit or cap < unit or free + moved < unit):
+            if free >= unit or cap < unit or free + moved < unit:
                 break
             left -= unit
             free += moved - unit
             k += 1
-            host_key = host_at(top, n - k + 1)
         if k < 2:
             return 0
+        policy, heaps = self.policy, self.heaps
+        at, host_at = policy.priority_at, policy.host_priority_at
+        dev_after = heaps.next_after(top, True)  # the other victims do not change in the steps
+        host_after = heaps.next_after(chain, False)
+
+        def first(j: int) -> bool:
+            """After ``j`` steps the rest ranks first on the device and the unit moved last on
+            the host (top, cut to its last unit, is the first one moved)."""
+            host_key = policy.host_priority(top) if j == 1 else host_at(top, n - j + 1)
+            return ((dev_after is None or at(top, n - j) < dev_after)
+                    and (host_after is None or host_key < host_after))
+
+        # a shorter rest never ranks earlier, and a unit higher up never later on the host
+        # (Policy.priority_at): first(j) holds up to some j and for none past it, so the steps
+        # are found as _rest_first finds a run, O(log steps) priorities, not two per unit
+        if not first(k - 1):
+            lo, j = 1, 1  # first(j) for every j < lo; not first(k - 1)
+            while j < k - 1 and first(j):
+                lo, j = j + 1, 2 * j + 1
+            hi = min(j, k - 1)  # not first(hi)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if first(mid):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            k = lo  # steps 2..lo follow first(1..lo - 1); step lo + 1 does not
+            if k < 2:
+                return 0
         got = sum(toks[n - k:])
         self._drop(chain)
         self._cutting = top  # the cuts file neither part: both are filed below, as the steps do
