@@ -459,8 +459,8 @@ def _rest_first(toks: list, most: int, need: int, at: Callable[[Node, int], tupl
     ``k < most`` and the rest ranks strictly before ``after`` (``at(node, n - k)``, the priority of
     the rest; ``None``: nothing else to rank against).
 
-    The count ``need`` allows is found on running sums made in C (``accumulate``, ``bisect``): a
-    run is often cut far short of it by the host's room (:meth:`Eviction._evict_run`), and a
+    The count ``need`` allows is found by a checked guess or on running sums made in C
+    (:func:`_units_holding`): a run is often cut far short of it by the host's room (:meth:`Eviction._evict_run`), and a
     memory-short ``opt`` replay of ~80k-token prompts spent a third of its CPU counting units
     one by one in Python here. A shorter rest never ranks earlier (``Policy.priority_at``), so
     "the rest after ``k`` units ranks first" holds up to some ``k`` and for none past it: one
@@ -469,8 +469,7 @@ def _rest_first(toks: list, most: int, need: int, at: Callable[[Node, int], tupl
     n = len(toks)
     if most <= 1 or toks[-1] >= need:
         return 1
-    sums = list(accumulate(reversed(toks[n - most:])))  # sums[k - 1]: tokens of the last k units
-    m = min(bisect_left(sums, need) + 1, most)
+    m = _units_holding(toks, n, most, need)
     if after is None or at(node, n - m + 1) < after:
         return m
     lo, k = 1, 1  # the rest after lo - 1 units ranks first; after m - 1 it does not
@@ -484,3 +483,26 @@ def _rest_first(toks: list, most: int, need: int, at: Callable[[Node, int], tupl
         else:
             hi = mid
     return lo
+
+
+def _units_holding(toks: list, n: int, most: int, need: int) -> int:
+    """The fewest last units of ``toks`` (``n`` of them) that hold ``need`` tokens, at most
+    ``most`` (``most``: none hold it); ``most >= 2`` and the last unit holds less than ``need``.
+
+    First a guess, checked with one sum made in C, as :meth:`Eviction._tail_units` guesses: the
+    units of a trace's prompt are blocks of one size but the last. Else the count is found on
+    running sums made in C (``accumulate``, ``bisect``); those cost O(``most``) in new integers,
+    where the guess costs one pass over the units it counts, and a run is often far shorter
+    than its node."""
+    size = toks[-2]
+    if size > 0:
+        k = 1 + (need - toks[-1] + size - 1) // size  # >= 2
+        if k >= most:
+            if sum(toks[n - most:]) < need:
+                return most
+        else:
+            held = sum(toks[n - k:])
+            if held >= need and held - toks[n - k] < need:
+                return k
+    sums = list(accumulate(reversed(toks[n - most:])))  # sums[k - 1]: tokens of the last k units
+    return min(bisect_left(sums, need) + 1, most)
