@@ -460,12 +460,12 @@ def _rest_first(toks: list, most: int, need: int, at: Callable[[Node, int], tupl
     the rest; ``None``: nothing else to rank against).
 
     The count ``need`` allows is found by a checked guess or on running sums made in C
-    (:func:`_units_holding`): a run is often cut far short of it by the host's room (:meth:`Eviction._evict_run`), and a
-    memory-short ``opt`` replay of ~80k-token prompts spent a third of its CPU counting units
-    one by one in Python here. A shorter rest never ranks earlier (``Policy.priority_at``), so
-    "the rest after ``k`` units ranks first" holds up to some ``k`` and for none past it: one
-    priority checks the whole count, else galloping from the start and bisection find the bound,
-    O(log units taken) priorities."""
+    (:func:`_units_holding`): a run is often cut far short of it by the host's room
+    (:meth:`Eviction._evict_run`), and a memory-short ``opt`` replay of ~80k-token prompts spent
+    a third of its CPU counting units one by one in Python here. A shorter rest never ranks
+    earlier (``Policy.priority_at``), so "the rest after ``k`` units ranks first" holds up to
+    some ``k`` and for none past it: one priority checks the whole count, else galloping from
+    the start and bisection find the bound, O(log units taken) priorities."""
     n = len(toks)
     if most <= 1 or toks[-1] >= need:
         return 1
