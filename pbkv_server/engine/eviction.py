@@ -125,12 +125,21 @@ class Eviction:
         chain = next(iter(top.children.values()))
         if chain.tier != HOST:
             return 0
-        after = self.heaps.next_after(top, True)
         toks = top.toks
+        free = self.host_capacity - self.tree.host_tokens
+        if free < toks[-1] and len(chain.toks) == 1:
+            # a full host whose next victim is the chain's only unit takes none of the run: the
+            # host's room stops at that unit (_evict_host's keep) and not even the run's last
+            # unit fits, so the caller moves one unit (which drops that one). Asked first: a
+            # memory-short replay passes most of a long victim through the host this way, unit
+            # by unit, and the run's count and sums below cost O(units of top) each time
+            self.policy.settle()  # as _evict_host does before it reads the host heap
+            if self.heaps.peek_host() is chain:
+                return self._pass_run(top, chain, tokens, free)
+        after = self.heaps.next_after(top, True)
         n = len(toks)
         m = _rest_first(toks, n, tokens, self.policy.priority_at, top, after)
         got = sum(toks[n - m:])
-        free = self.host_capacity - self.tree.host_tokens
         if got > free:
             # the chain competes in the host order as it would unit by unit (its deepest units
             # go first, the run's join its top), up to its last unit: dropping it all would start
@@ -160,6 +169,89 @@ class Eviction:
         if not top.frag:  # cut for real, as in _split_tail
             self._condemned[top] = None
         self._refile(top)
+        return got
+
+    def _pass_run(self, top: Node, chain: Node, tokens: int, free: int) -> int:
+        """Take, at once, the units of device victim ``top`` that a full host passes through one
+        at a time, up to ``tokens``: ``chain``, ``top``'s only child, is a one-unit host leaf and
+        the host's next victim, and the host's room (``free``) is short of ``top``'s last unit.
+        Returns tokens freed (0: fewer than two such steps, the caller takes one unit).
+
+        One step (:meth:`evict_device`'s one-unit path, :meth:`_evict_run` taking nothing): the
+        last unit of ``top`` is cut off, the host drops its next victim (the one-unit leaf) to
+        make room, the unit moves to the host in its place and the rest is filed again. The
+        steps go on while the rest ranks strictly first on the device and the unit just moved
+        strictly first on the host (fresh entries: an equal key filed earlier goes first), and
+        the dropped unit makes room for the next one. Here the steps are counted first, then done
+        at once: the first ``k - 1`` units are dropped, the ``k``-th stays on the host above the
+        rest, with the same tiers, drops, counts, next uses and order of entries, without a
+        split, a drop and four re-filings per unit (an ``opt`` replay with a host tier passed
+        ~190k units of long prompts through a full host this way)."""
+        toks = top.toks
+        n = len(toks)
+        if n < 3 or self._selective_host:
+            return 0
+        cap = self.host_capacity
+        unit = toks[-1]
+        if cap < unit or free + chain.tokens < unit:
+            return 0
+        left = tokens - unit
+        free += chain.tokens - unit
+        k = 1  # steps the tokens allow: the rest holds n - k units, the host leaf unit n - k + 1
+        while k < n - 1 and left > 0:
+            unit, moved = toks[n - k - 1], toks[n - k]
+            if free >= unit or cap < unit or free + moved < unit:
+                break
+            left -= unit
+            free += moved - unit
+            k += 1
+        if k < 2:
+            return 0
+        policy, heaps = self.policy, self.heaps
+        at, host_at = policy.priority_at, policy.host_priority_at
+        dev_after = heaps.next_after(top, True)  # the other victims do not change in the steps
+        host_after = heaps.next_after(chain, False)
+
+        def first(j: int) -> bool:
+            """After ``j`` steps the rest ranks first on the device and the unit moved last on
+            the host (top, cut to its last unit, is the first one moved)."""
+            host_key = policy.host_priority(top) if j == 1 else host_at(top, n - j + 1)
+            return ((dev_after is None or at(top, n - j) < dev_after)
+                    and (host_after is None or host_key < host_after))
+
+        # a shorter rest never ranks earlier, and a unit higher up never later on the host
+        # (Policy.priority_at): first(j) holds up to some j and for none past it, so the steps
+        # are found as _rest_first finds a run, O(log steps) priorities, not two per unit
+        if not first(k - 1):
+            lo, j = 1, 1  # first(j) for every j < lo; not first(k - 1)
+            while j < k - 1 and first(j):
+                lo, j = j + 1, 2 * j + 1
+            hi = min(j, k - 1)  # not first(hi)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if first(mid):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            k = lo  # steps 2..lo follow first(1..lo - 1); step lo + 1 does not
+            if k < 2:
+                return 0
+        got = sum(toks[n - k:])
+        self._drop(chain)
+        self._cutting = top  # the cuts file neither part: both are filed below, as the steps do
+        try:
+            rest = self.tree.split(top, n - k)
+            if not top.frag:  # a cut for real, as in _split_tail
+                self._condemned[rest] = None
+            kept = self.tree.split(top, 1)  # the k-th unit; top keeps the k - 1 dropped ones
+        finally:
+            self._cutting = None
+        self._drop(top)
+        self._count_units(k, got)  # one eviction per unit, as one-unit eviction counts them
+        self._condemned.pop(kept, None)
+        self.tree.set_tier(kept, HOST)
+        self._refile(kept)
+        self._refile(rest)
         return got
 
     def _drop_run(self, top: Node, tokens: int) -> int:
@@ -367,18 +459,17 @@ def _rest_first(toks: list, most: int, need: int, at: Callable[[Node, int], tupl
     ``k < most`` and the rest ranks strictly before ``after`` (``at(node, n - k)``, the priority of
     the rest; ``None``: nothing else to rank against).
 
-    The count ``need`` allows is found on running sums made in C (``accumulate``, ``bisect``): a
-    run is often cut far short of it by the host's room (:meth:`Eviction._evict_run`), and a
-    memory-short ``opt`` replay of ~80k-token prompts spent a third of its CPU counting units
-    one by one in Python here. A shorter rest never ranks earlier (``Policy.priority_at``), so
-    "the rest after ``k`` units ranks first" holds up to some ``k`` and for none past it: one
-    priority checks the whole count, else galloping from the start and bisection find the bound,
-    O(log units taken) priorities."""
+    The count ``need`` allows is found by a checked guess or on running sums made in C
+    (:func:`_units_holding`): a run is often cut far short of it by the host's room
+    (:meth:`Eviction._evict_run`), and a memory-short ``opt`` replay of ~80k-token prompts spent
+    a third of its CPU counting units one by one in Python here. A shorter rest never ranks
+    earlier (``Policy.priority_at``), so "the rest after ``k`` units ranks first" holds up to
+    some ``k`` and for none past it: one priority checks the whole count, else galloping from
+    the start and bisection find the bound, O(log units taken) priorities."""
     n = len(toks)
     if most <= 1 or toks[-1] >= need:
         return 1
-    sums = list(accumulate(reversed(toks[n - most:])))  # sums[k - 1]: tokens of the last k units
-    m = min(bisect_left(sums, need) + 1, most)
+    m = _units_holding(toks, n, most, need)
     if after is None or at(node, n - m + 1) < after:
         return m
     lo, k = 1, 1  # the rest after lo - 1 units ranks first; after m - 1 it does not
@@ -392,3 +483,26 @@ def _rest_first(toks: list, most: int, need: int, at: Callable[[Node, int], tupl
         else:
             hi = mid
     return lo
+
+
+def _units_holding(toks: list, n: int, most: int, need: int) -> int:
+    """The fewest last units of ``toks`` (``n`` of them) that hold ``need`` tokens, at most
+    ``most`` (``most``: none hold it); ``most >= 2`` and the last unit holds less than ``need``.
+
+    First a guess, checked with one sum made in C, as :meth:`Eviction._tail_units` guesses: the
+    units of a trace's prompt are blocks of one size but the last. Else the count is found on
+    running sums made in C (``accumulate``, ``bisect``); those cost O(``most``) in new integers,
+    where the guess costs one pass over the units it counts, and a run is often far shorter
+    than its node."""
+    size = toks[-2]
+    if size > 0:
+        k = 1 + (need - toks[-1] + size - 1) // size  # >= 2
+        if k >= most:
+            if sum(toks[n - most:]) < need:
+                return most
+        else:
+            held = sum(toks[n - k:])
+            if held >= need and held - toks[n - k] < need:
+                return k
+    sums = list(accumulate(reversed(toks[n - most:])))  # sums[k - 1]: tokens of the last k units
+    return min(bisect_left(sums, need) + 1, most)

@@ -10,7 +10,8 @@ order. Two details make it exact here:
   the last unit of a node is its farthest, and the farthest unit of the whole device sits in a
   leaf, where eviction can take it; eviction takes one unit at a time (``unit_priority``), so
   the rest of the node is ranked again by its new last unit (the cache takes a run of units that
-  would go in a row at once, with the same outcome: ``engine/eviction.py``, ``_evict_run``);
+  would go in a row at once, with the same outcome: ``engine/eviction.py``, ``_evict_run`` and
+  ``_pass_run``);
 - "the future" is the order in which *this* replay submits requests: the simulator replays with
   the future of its previous run until the submission order stops changing
   (:func:`pbkv_server.sim.simulator.simulate`), so the bound is MIN over the replay's own order

@@ -144,3 +144,22 @@ def test_tail_units_take_the_fewest_last_units_that_hold_the_need():
     assert [units([9, 1, 40, 1, 3], need) for need in (3, 4, 5, 10, 44)] == [1, 2, 3, 3, 3]
     # a zero-token unit above the last: 2, 2, 32 from the end
     assert [units([7, 30, 0, 2], need) for need in (2, 3, 32)] == [1, 3, 3]
+
+
+def test_units_holding_counts_the_fewest_last_units_up_to_most():
+    from pbkv_server.engine.eviction import _units_holding
+
+    def units(toks, most, need):
+        return _units_holding(toks, len(toks), most, need)
+
+    # blocks of one size but the last: 5, 21, 37, 53 from the end (the guess is right)
+    assert [units([16, 16, 16, 16, 5], 5, need) for need in (6, 21, 22, 37, 38, 53, 54)] == [2, 2, 3, 3, 4, 4, 5]
+    # at most `most`: 37 is held by 3 units, 38 and anything past the last 3 units' 37 gives 3
+    assert [units([16, 16, 16, 16, 5], 3, need) for need in (22, 37, 38, 1000)] == [3, 3, 3, 3]
+    # sizes that vary (the guess from the unit above the last is wrong): 3, 4, 44, 53 from the end
+    assert [units([9, 40, 1, 3], 4, need) for need in (4, 5, 44, 45, 53, 54)] == [2, 3, 3, 4, 4, 4]
+    # a zero-token unit above the last (no guess): 2, 2, 32, 39 from the end
+    assert [units([7, 30, 0, 2], 4, need) for need in (3, 32, 33, 39)] == [3, 3, 4, 4]
+    # the guess says more than `most`, yet `most` units hold the need: 1, 1+1=2, 2+50=52
+    assert units([50, 1, 1], 3, 40) == 3 and units([50, 50, 1, 1], 3, 40) == 3
+    assert units([1, 50, 1, 1], 3, 40) == 3 and units([1, 50, 1, 1], 4, 53) == 4

@@ -2,8 +2,9 @@
 
 ``opt`` ranks a node by its last unit and evicts one unit per step. The cache takes the units that
 those steps would take next at once and keeps them as one host node (``Node.frag``), or, without a
-host tier, drops them as one node (``Eviction._drop_run``); switching that off (``_evict_run``
-taking nothing) leaves the one-unit steps. Every replay figure must be
+host tier, drops them as one node (``Eviction._drop_run``), or, through a full host, moves them in
+one step (``Eviction._pass_run``); switching that off (``_evict_run`` taking nothing) leaves the
+one-unit steps. Every replay figure must be
 the same either way, on tight and loose tiers, with and without a host tier, for both tiers'
 orders (``opt``; ``opt-device``, LRU on the host).
 """
@@ -40,3 +41,28 @@ def test_runs_of_units_replay_as_one_unit_at_a_time(monkeypatch, policy, device,
     one_by_one = _replay(workload, records, policy, device, host, concurrency)
     assert runs["evictions"] > 0
     assert runs == one_by_one
+
+
+@pytest.mark.parametrize("policy", ["opt", "opt-device"])
+@pytest.mark.parametrize("device,host,concurrency", [(40_000, 40_000, 8), (60_000, 4_000, 16)])
+def test_units_passed_through_a_full_host_replay_as_one_unit_at_a_time(monkeypatch, policy, device, host,
+                                                                        concurrency):
+    """``Eviction._pass_run`` (a full host whose next victim is the one-unit leaf below the device
+    victim: each unit moves up and drops the one before) against its steps one unit at a time, the
+    other runs kept; the replays must take it, and report the same figures without it."""
+    records = list(generate("codegen", 24, seed=device + host))
+    workload = load_workload(records)
+    taken = []
+    pass_run = Eviction._pass_run
+
+    def counted(self, *args):
+        got = pass_run(self, *args)
+        taken.append(got)
+        return got
+
+    monkeypatch.setattr(Eviction, "_pass_run", counted)
+    passed = _replay(workload, records, policy, device, host, concurrency)
+    assert sum(1 for got in taken if got) > 50
+    monkeypatch.setattr(Eviction, "_pass_run", lambda self, top, chain, tokens, free: 0)
+    stepped = _replay(workload, records, policy, device, host, concurrency)
+    assert passed == stepped
