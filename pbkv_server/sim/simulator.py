@@ -22,15 +22,14 @@ radix cache and the eviction policy; this module only drives it:
 
 from __future__ import annotations
 
-import gc
 import logging
 from bisect import bisect_right
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Sequence
 
+from pbkv_contract.collector import BULK_GC_YOUNG, quiet_collector
 from pbkv_contract.hints import Hints
 from pbkv_contract.trace import InvocationRecord, TraceFormatError, TraceRecord, WorkflowEndRecord
 from pbkv_contract.prediction import Predictor
@@ -178,6 +177,11 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
     Raises:
         TraceFormatError: the records hold no invocation.
     """
+    with quiet_collector(REPLAY_GC_YOUNG):  # millions of keys and lists, none in a cycle
+        return _load_workload(records)
+
+
+def _load_workload(records: Iterable[TraceRecord]) -> Workload:
     invs: dict[str, list[InvocationRecord]] = {}
     ends: dict[str, WorkflowEndRecord] = {}
     sessions: dict[str, list[str]] = {}  # unit id -> its workflow ids in first-appearance order
@@ -536,33 +540,17 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
         return result
 
 
-#: The collector's young-generation threshold while a replay runs (CPython's default is 700
-#: allocations). A replay makes and drops many containers (a prompt's unit lists of ~1,300 keys,
-#: heap entries), and at 700 its young generation was collected ~1,000 times in one replay of the
-#: Claude Code traces, each pass walking the large lists alive at that moment and promoting them
-#: to be walked again by the older generations' passes: ~10% of ``pbkv``'s CPU with a host tier.
-#: At this threshold most of them are dropped (by reference counting) before a pass sees them,
-#: and the passes are ~100x fewer; cycles are still collected (that replay's peak memory grew ~1%).
-REPLAY_GC_YOUNG = 100_000
+#: The collector's young-generation threshold while a replay runs (:mod:`pbkv_contract.collector`
+#: says why: at CPython's 700, a replay of the Claude Code traces spent ~10% of ``pbkv``'s CPU with
+#: a host tier in ~1,000 young collections over its prompts' unit lists).
+REPLAY_GC_YOUNG = BULK_GC_YOUNG
 
 
-@contextmanager
-def _heap_frozen() -> Iterator[None]:
-    """Everything the collector tracks now is left out of its collections until the block ends
-    (``gc.freeze``), then back in its oldest generation (``gc.unfreeze``): nothing is kept alive
-    longer, and objects made inside are collected as usual, with a larger young generation
-    (:data:`REPLAY_GC_YOUNG`; the thresholds are restored after, and a threshold of 0, collection
-    turned off, is left alone). Neither changes a result: the replay never reads when the
-    collector runs."""
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    if thresholds[0]:
-        gc.set_threshold(max(thresholds[0], REPLAY_GC_YOUNG), *thresholds[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
+def _heap_frozen() -> ContextManager[None]:
+    """The replay's collector settings: :func:`~pbkv_contract.collector.quiet_collector` at
+    :data:`REPLAY_GC_YOUNG` (what the collector tracks now is out of its passes until the block
+    ends; a larger young generation inside). Neither changes a result."""
+    return quiet_collector(REPLAY_GC_YOUNG)
 
 
 #: Counters a cluster summary sums over its replicas.
