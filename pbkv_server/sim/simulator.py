@@ -231,12 +231,12 @@ class _PathKeys:
         A key depends only on the hashes up to it (a pair once keyed keeps its key), so the
         prefix a prompt shares with the last one keyed has the last one's keys: load order puts a
         conversation's turns one after the other, and a turn repeats the last one's ~1,000 hashes,
-        each looked up by its pair here before. That prefix is found by comparing lists in C; the
-        hashes after it are keyed one by one."""
+        each looked up by its pair here before. That prefix is found by comparing lists in C
+        (:func:`_common_prefix`); the hashes after it are keyed one by one."""
         if type(hashes) is not list:
             hashes = list(hashes)
         last_hashes, last_keys = self._last
-        m = _common_prefix_len(hashes, last_hashes)
+        m = _common_prefix(hashes, last_hashes)
         out: list[str] = last_keys[:m]
         parent: str | None = out[-1] if m else None
         key_of, parents = self._key, self._parents
@@ -254,24 +254,6 @@ class _PathKeys:
             parent = key
         self._last = (hashes, out)
         return out
-
-
-def _common_prefix_len(a: list, b: list) -> int:
-    """How many leading items ``a`` and ``b`` share: the whole shorter length checked first, then
-    bisection on slices (each comparison in C)."""
-    n = min(len(a), len(b))
-    if n == 0 or a[0] != b[0]:
-        return 0
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 1, n  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def _next_prefix(req: EngineRequest, following: EngineRequest | None) -> tuple[list, list]:

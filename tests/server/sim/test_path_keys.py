@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pbkv_server.sim.simulator import _PathKeys, _common_prefix_len
+from pbkv_server.sim.simulator import _PathKeys, _common_prefix
 
 
 class _Reference:
@@ -55,8 +55,8 @@ def test_keys_equal_the_rule_applied_hash_by_hash(prompts):
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from("ab"), max_size=40), st.lists(st.sampled_from("ab"), max_size=40))
-def test_common_prefix_len_counts_the_leading_items_both_share(a, b):
+def test_common_prefix_counts_the_leading_items_both_share(a, b):
     expected = 0
     while expected < min(len(a), len(b)) and a[expected] == b[expected]:
         expected += 1
-    assert _common_prefix_len(a, b) == expected
+    assert _common_prefix(a, b) == expected
