@@ -89,6 +89,7 @@ from functools import partial
 from typing import Any, Callable, Iterable, Iterator
 
 from .blocks import block_token_counts
+from .collector import quiet_collector
 from .features import FEATURE_DIM
 from .trace_writer import TraceWriter
 
@@ -546,9 +547,10 @@ def read_trace(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]])
         paths = [paths]
     records: list[TraceRecord] = []
     reports = []
-    for path in paths:
-        reports.append(TraceFileReport(os.fspath(path)))
-        records.extend(iter_trace(path, report=reports[-1], warn=False))
+    with quiet_collector():  # a record per line, each with its lists of block hashes: no cycles
+        for path in paths:
+            reports.append(TraceFileReport(os.fspath(path)))
+            records.extend(iter_trace(path, report=reports[-1], warn=False))
     if any(isinstance(r, InvocationRecord) for r in records):
         for report in reports:
             for message in report.warnings():

@@ -22,15 +22,14 @@ radix cache and the eviction policy; this module only drives it:
 
 from __future__ import annotations
 
-import gc
 import logging
 from bisect import bisect_right
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Sequence
 
+from pbkv_contract.collector import BULK_GC_YOUNG, quiet_collector
 from pbkv_contract.hints import Hints
 from pbkv_contract.trace import InvocationRecord, TraceFormatError, TraceRecord, WorkflowEndRecord
 from pbkv_contract.prediction import Predictor
@@ -178,6 +177,11 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
     Raises:
         TraceFormatError: the records hold no invocation.
     """
+    with quiet_collector(REPLAY_GC_YOUNG):  # millions of keys and lists, none in a cycle
+        return _load_workload(records)
+
+
+def _load_workload(records: Iterable[TraceRecord]) -> Workload:
     invs: dict[str, list[InvocationRecord]] = {}
     ends: dict[str, WorkflowEndRecord] = {}
     sessions: dict[str, list[str]] = {}  # unit id -> its workflow ids in first-appearance order
@@ -218,13 +222,25 @@ class _PathKeys:
     def __init__(self) -> None:
         self._key: dict[tuple[str | None, str], str] = {}  # (parent's key, hash) -> key
         self._parents: dict[str, int] = {}  # hash -> parents it was met under
+        self._last: tuple[list, list] = ([], [])  # the last prompt's hashes and keys
         self.collisions = 0
 
     def keys(self, hashes: Sequence[str]) -> list[str]:
-        out: list[str] = []
-        parent: str | None = None
+        """The replay keys of one prompt's ``hashes`` (shallowest first).
+
+        A key depends only on the hashes up to it (a pair once keyed keeps its key), so the
+        prefix a prompt shares with the last one keyed has the last one's keys: load order puts a
+        conversation's turns one after the other, and a turn repeats the last one's ~1,000 hashes,
+        each looked up by its pair here before. That prefix is found by comparing lists in C
+        (:func:`_common_prefix`); the hashes after it are keyed one by one."""
+        if type(hashes) is not list:
+            hashes = list(hashes)
+        last_hashes, last_keys = self._last
+        m = _common_prefix(hashes, last_hashes)
+        out: list[str] = last_keys[:m]
+        parent: str | None = out[-1] if m else None
         key_of, parents = self._key, self._parents
-        for h in hashes:
+        for h in hashes[m:] if m else hashes:
             key = key_of.get((parent, h))
             if key is None:
                 n = parents.get(h, 0)
@@ -236,6 +252,7 @@ class _PathKeys:
                 key_of[(parent, h)] = key
             out.append(key)
             parent = key
+        self._last = (hashes, out)
         return out
 
 
@@ -536,33 +553,17 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
         return result
 
 
-#: The collector's young-generation threshold while a replay runs (CPython's default is 700
-#: allocations). A replay makes and drops many containers (a prompt's unit lists of ~1,300 keys,
-#: heap entries), and at 700 its young generation was collected ~1,000 times in one replay of the
-#: Claude Code traces, each pass walking the large lists alive at that moment and promoting them
-#: to be walked again by the older generations' passes: ~10% of ``pbkv``'s CPU with a host tier.
-#: At this threshold most of them are dropped (by reference counting) before a pass sees them,
-#: and the passes are ~100x fewer; cycles are still collected (that replay's peak memory grew ~1%).
-REPLAY_GC_YOUNG = 100_000
+#: The collector's young-generation threshold while a replay runs (:mod:`pbkv_contract.collector`
+#: says why: at CPython's 700, a replay of the Claude Code traces spent ~10% of ``pbkv``'s CPU with
+#: a host tier in ~1,000 young collections over its prompts' unit lists).
+REPLAY_GC_YOUNG = BULK_GC_YOUNG
 
 
-@contextmanager
-def _heap_frozen() -> Iterator[None]:
-    """Everything the collector tracks now is left out of its collections until the block ends
-    (``gc.freeze``), then back in its oldest generation (``gc.unfreeze``): nothing is kept alive
-    longer, and objects made inside are collected as usual, with a larger young generation
-    (:data:`REPLAY_GC_YOUNG`; the thresholds are restored after, and a threshold of 0, collection
-    turned off, is left alone). Neither changes a result: the replay never reads when the
-    collector runs."""
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    if thresholds[0]:
-        gc.set_threshold(max(thresholds[0], REPLAY_GC_YOUNG), *thresholds[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
+def _heap_frozen() -> ContextManager[None]:
+    """The replay's collector settings: :func:`~pbkv_contract.collector.quiet_collector` at
+    :data:`REPLAY_GC_YOUNG` (what the collector tracks now is out of its passes until the block
+    ends; a larger young generation inside). Neither changes a result."""
+    return quiet_collector(REPLAY_GC_YOUNG)
 
 
 #: Counters a cluster summary sums over its replicas.

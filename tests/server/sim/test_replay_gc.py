@@ -41,3 +41,19 @@ def test_restored_when_the_replay_raises(thresholds):
     with pytest.raises(RuntimeError), _heap_frozen():
         raise RuntimeError("replay failed")
     assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_nested_blocks_unfreeze_once_the_outermost_ends(thresholds):
+    """A replay inside a load: the inner block must not hand the outer block's frozen objects
+    back to the collector, and the outer one must (nothing stays frozen for good)."""
+    from pbkv_contract.collector import quiet_collector
+
+    assert gc.get_freeze_count() == 0
+    keep = [[i] for i in range(100)]  # tracked containers, frozen by the outer block
+    with quiet_collector():
+        frozen = gc.get_freeze_count()
+        assert frozen >= len(keep)
+        with _heap_frozen():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == 0
