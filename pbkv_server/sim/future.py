@@ -39,8 +39,8 @@ class UseIndex:
         ids: the request ids, in the order given.
         holders: ``key -> ranges of indices into ids`` (ascending, disjoint) of the requests that
             hold it: the requests of a conversation come in a row and hold most of the previous
-            one's keys, so a key is held by runs of consecutive requests (a Claude Code trace:
-            ~7.7M (request, key) pairs, ~335k runs).
+            one's keys, so a key is held by runs of consecutive requests (on a Claude Code trace,
+            runs are a small fraction of the (request, key) pairs).
     """
 
     def __init__(self, requests: Mapping[str, Sequence[Hashable]]):
