@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from pbkv_contract.files import ANY_JSON, output_problem, replace_file
 from pbkv_contract.trace import TraceFormatError
@@ -44,13 +44,15 @@ def run_script(main: Callable[[Optional[list[str]]], int], argv: Optional[list[s
     return 2
 
 
-def check_output(parser: argparse.ArgumentParser, json_out: Optional[Path], inputs: Iterable[str]) -> None:
+def check_output(parser: argparse.ArgumentParser, json_out: Optional[Path], inputs: Iterable[str],
+                 json_doc: Callable[[Any], bool] = ANY_JSON) -> None:
     """Stop (``parser.error``, exit 2) before any replay when ``--json`` names one of the input
-    traces (writing it would destroy the trace), a directory, or a file that is not JSON (a raw
-    trace, a log)."""
+    traces (writing it would destroy the trace), a directory, a device or fifo, or a file that is
+    not JSON (a raw trace, a log) or, with ``json_doc`` (a script's recogniser of its own earlier
+    result), JSON that ``json_doc`` does not accept (another command's result)."""
     if json_out is None:
         return
-    problem = output_problem(json_out, list(inputs), json_doc=ANY_JSON)
+    problem = output_problem(json_out, list(inputs), json_doc=json_doc)
     if problem:
         parser.error(f"--json {json_out}: {problem}")
 

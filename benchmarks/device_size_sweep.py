@@ -24,7 +24,7 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -119,7 +119,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.device + min(offsets) * args.step < 1:
         p.error(f"--device {args.device} with offset {min(offsets)} x step {args.step}: every swept device "
                 f"must be at least 1 token")
-    check_output(p, args.json, [args.trace])
+    check_output(p, args.json, [args.trace], json_doc=is_sweep_result)
     try:
         records = read_trace(args.trace)
         make_predictor(args.predictor, 3, [])
@@ -132,6 +132,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.json:
         write_json(args.json, result)
     return 0
+
+
+def is_sweep_result(document: Any) -> bool:
+    """Whether a JSON document is an earlier ``--json`` of this script (:func:`sweep`'s
+    ``{policy: [{"device", "speedup", "per_app", "fallback"}, ...]}``): ``--json`` replaces only
+    that, not a ``pbkv-bench advise`` or ``replay`` result."""
+    return isinstance(document, dict) and all(
+        isinstance(rows, list) and all(isinstance(r, dict) and SWEEP_ROW_KEYS <= r.keys() for r in rows)
+        for rows in document.values())
+
+
+#: The keys of every row :func:`sweep` writes.
+SWEEP_ROW_KEYS = frozenset({"device", "speedup", "per_app", "fallback"})
 
 
 def _offset(item: str, text: str) -> int:

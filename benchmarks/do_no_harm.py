@@ -27,7 +27,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -73,11 +73,18 @@ def run_grid(tmp: Path, progress=print) -> dict:
             "commit": git_commit(), "cells": cells}
 
 
+def is_grid_result(document: Any) -> bool:
+    """Whether a JSON document is an earlier ``--json`` of this script (:func:`run_grid`'s
+    ``{"settings", "commit", "cells"}``): ``--json`` replaces only that, not a replay or sweep result."""
+    return (isinstance(document, dict) and {"settings", "commit", "cells"} <= document.keys()
+            and isinstance(document["cells"], list))
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", type=Path, required=True, help="write the grid's figures here")
     args = p.parse_args(argv)
-    check_output(p, args.json, [])
+    check_output(p, args.json, [], json_doc=is_grid_result)  # before minutes of replays
     with tempfile.TemporaryDirectory() as tmp:
         data = run_grid(Path(tmp))
     write_json(args.json, data)

@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from pbkv_server.engine.policies import REPLAY, available_policies, parse_policy_list, policy_info
 from pbkv_server.predictors import make_predictor
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.policies is not None or args.json is not None or args.host_ratio is not None:
             parser.error("--policies, --host-ratio and --json need --trace")
     else:
-        check_output(parser, args.json, [args.trace])
+        check_output(parser, args.json, [args.trace], json_doc=is_speed_result)
         replay_trace(args)
         return 0
 
@@ -137,16 +138,29 @@ def replay_trace(args: argparse.Namespace) -> None:
         write_json(args.json, data)
 
 
+#: The keys of every setting :func:`replay_trace` writes under its key.
+SETTING_KEYS = frozenset({"trace", "profile", "concurrency", "device_tokens", "host_tokens", "rows"})
+
+
+def is_speed_result(document: Any) -> bool:
+    """Whether a JSON document is an earlier ``--trace ... --json`` of this script: ``{setting key:
+    {"trace", "profile", ..., "rows": [...]}}``. ``--json`` adds its setting to that and to nothing
+    else (a ``pbkv-bench replay`` result, ``{"x": 1}``, ``"hi"``)."""
+    return isinstance(document, dict) and all(
+        isinstance(v, dict) and SETTING_KEYS <= v.keys() and isinstance(v["rows"], list) for v in document.values())
+
+
 def _read_json(path: Path) -> dict:
-    """What ``--json`` holds already (other settings are kept); refused unless a JSON object."""
-    if not path.exists():
+    """What ``--json`` holds already (other settings are kept); refused unless an earlier result of
+    this script (:func:`is_speed_result`, checked before any replay by ``check_output`` too)."""
+    if not path.exists() or path.stat().st_size == 0:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise ValueError(f"--json {path}: not JSON ({exc}); move it away or name another file") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"--json {path}: not a JSON object of this script; move it away or name another file")
+    if not is_speed_result(data):
+        raise ValueError(f"--json {path}: not JSON of this script; move it away or name another file")
     return data
 
 

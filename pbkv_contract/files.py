@@ -10,12 +10,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-__all__ = ["output_problem", "folder_problem", "shared_output", "make_parents", "replace_file", "ANY_JSON",
-           "MAX_RESULT_BYTES"]
+__all__ = ["output_problem", "folder_problem", "shared_output", "make_parents", "replace_file", "write_target",
+           "special_file", "ANY_JSON", "MAX_RESULT_BYTES"]
 
 
 def ANY_JSON(document: Any) -> bool:  # noqa: N802 (a constant of output_problem's json_doc)
@@ -32,6 +33,12 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
                    folder_must_exist: bool = False, writes_trace: bool = False, image: bool = False,
                    json_doc: Optional[Callable[[Any], bool]] = None) -> str | None:
     """Why ``path`` cannot be written as an output file, or ``None`` when it looks writable.
+
+    An existing ``path`` that is not a regular file (a character or block device, a named pipe, a
+    socket: :func:`special_file`) is refused, since writing it would replace the node with an
+    ordinary file (``--json /dev/full``); so is a symbolic link whose target is missing. A link to a
+    regular file is checked as its target, which is what :func:`replace_file` writes (see
+    :func:`write_target`).
 
     Missing parent folders are fine (writers create them) as long as the nearest existing
     ancestor is a folder where a file can be created: probed by creating and removing a temporary
@@ -68,6 +75,10 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
             return f"is the input file {source}; writing it would destroy it"
     if out.is_dir():
         return "is a directory"
+    if out.is_symlink() and not out.exists():
+        return f"is a symbolic link to a missing file ({os.readlink(out)}); give the file itself"
+    if (kind := special_file(out)) is not None:
+        return f"is {kind}, not a regular file; writing it would replace it (give a regular file path)"
     if out.exists():
         if not os.access(out, os.W_OK):
             return "is not writable"
@@ -88,6 +99,34 @@ def output_problem(path: Optional[os.PathLike[str] | str], inputs: Iterable[os.P
     if problem is None and folder_must_exist and not parent.is_dir():
         return f"folder {parent} does not exist; create it first"
     return problem
+
+
+def special_file(path: os.PathLike[str] | str) -> str | None:
+    """What the existing ``path`` (links followed) is when it is neither a regular file nor a
+    folder ("a character device", "a block device", "a named pipe (fifo)", "a socket"); ``None``
+    for a regular file, a folder, or nothing there."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a named pipe (fifo)"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
+
+
+def write_target(path: os.PathLike[str] | str) -> Path:
+    """The file that writing output ``path`` replaces: ``path`` itself, or, when ``path`` is a
+    symbolic link (or a chain of them), the file it finally points to.
+
+    Writes go THROUGH links, as ``cp`` and editors do: ``--json link.json`` where ``link.json ->
+    results/target.json`` replaces ``results/target.json`` and leaves the link in place (renaming
+    a new file over ``link.json`` itself would turn the link into a copy and leave the target stale).
+    The temporary file is made beside the target, so the rename stays on one file system.
+    """
+    out = Path(path)
+    return Path(os.path.realpath(out)) if out.is_symlink() else out
 
 
 def _holds_trace(path: Path) -> bool:
@@ -122,7 +161,9 @@ _NO_DOCUMENT = object()
 def _json_held(path: Path) -> Any:
     """The JSON document in the existing file ``path``; ``_NO_DOCUMENT`` when it is empty or
     unreadable (nothing to lose, or the write fails with its own message); ``_NOT_JSON`` when it is
-    anything else (not one JSON object or array, not UTF-8, larger than :data:`MAX_RESULT_BYTES`)."""
+    anything else (not one JSON document, not UTF-8, larger than :data:`MAX_RESULT_BYTES`). A file
+    that does not start with ``{`` or ``[`` is read no further than its first 4 KiB: a short one
+    may hold a JSON string or number (``"hi"``: JSON, though no command's result)."""
     try:
         size = path.stat().st_size
         if size == 0:
@@ -130,10 +171,13 @@ def _json_held(path: Path) -> Any:
         if size > MAX_RESULT_BYTES:
             return _NOT_JSON
         with open(path, "rb") as fh:
-            head = fh.read(4096).lstrip()
-            if head[:1] not in (b"{", b"["):  # a log, a CSV, a gzip shard: not read any further
+            head = fh.read(4096)
+            if head.lstrip()[:1] in (b"{", b"["):
+                data = head + fh.read()
+            elif size <= len(head):  # a short file: a JSON string, number, true/false/null, or not JSON
+                data = head
+            else:  # a log, a CSV, a gzip shard: not read any further
                 return _NOT_JSON
-            data = head + fh.read()
     except OSError:
         return _NO_DOCUMENT
     try:
@@ -168,8 +212,14 @@ def replace_file(path: os.PathLike[str] | str, write: Callable[[Path], object]) 
     ``tmp`` (``.partial-NAME``, in the same folder: a rename across file systems is not atomic)
     keeps ``path``'s suffix and only it, since writers such as matplotlib's ``savefig`` pick the
     format from the suffix.
+
+    A symbolic link is written through (:func:`write_target`): its target gets the new content and
+    the link stays. A device, named pipe or socket is never replaced by an ordinary file: it raises
+    ``OSError`` before ``write`` runs (:func:`output_problem` refuses it before any work starts).
     """
-    out = Path(path)
+    out = write_target(path)
+    if (kind := special_file(out)) is not None:
+        raise OSError(errno.EINVAL, f"is {kind}, not a regular file; not replaced", str(out))
     make_parents(out)
     tmp = out.with_name(f".partial-{out.name}")
     try:

@@ -29,7 +29,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pbkv_contract.extras import missing_module_line
-from pbkv_contract.files import make_parents, output_problem
+from pbkv_contract.files import make_parents, output_problem, special_file
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, looks_like_trace
 from pbkv_sdk.context import ENV_APP, ENV_BODY_HINTS, ENV_SERVER_URL, ENV_TRACE_PATH
 from pbkv_sdk.stats import TraceSummary, ValidationReport, summarize, validate_file
@@ -78,6 +78,10 @@ def record(
     try:
         if out.is_dir():
             raise IsADirectoryError(f"{out} is a directory")
+        if (kind := special_file(out)) is not None:  # reading a fifo would block; a device is not a trace
+            err_console.print(f"[bold red]error:[/] cannot write the trace file {escape(str(out))}: it is {kind}, "
+                              "not a regular file", highlight=False, soft_wrap=True)
+            raise typer.Exit(2)
         if out.exists() and not looks_like_trace(out):
             err_console.print(_not_a_trace_line(out), highlight=False, soft_wrap=True)
             raise typer.Exit(2)

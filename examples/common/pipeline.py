@@ -36,7 +36,7 @@ from examples.common import integration as integ
 from examples.common.data import DataError, describe_tasks
 from examples.common.report import plot_bars, plot_hit_rate_over_time, print_results
 from examples.common.results import PolicyResult, compare, to_json
-from pbkv_contract.files import shared_output
+from pbkv_contract.files import shared_output, special_file, write_target
 from pbkv_server.engine.policies import (
     BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info,
 )
@@ -178,6 +178,8 @@ def check_outputs(spec: ExampleSpec, opts: RunOptions) -> None:
         path = Path(opts.json_out)
         if path.is_dir():
             raise OutputPathError(f"--json: {path} is a directory; give a file path such as {path / (spec.name + '.json')}")
+        if (kind := special_file(path)) is not None:  # a device or fifo would be replaced by a file
+            raise OutputPathError(f"--json: {path} is {kind}, not a regular file; give a file path")
         if path.exists() and not os.access(path, os.W_OK):
             raise OutputPathError(f"--json: {path} is not writable")
         _check_creatable(path.parent, "--json")
@@ -390,7 +392,10 @@ def _check_creatable(folder: Path, flag: str) -> None:
 
 
 def _write_json_atomic(path: Path, summary: dict[str, Any]) -> None:
-    """Write the summary to ``path`` through a temporary file, so a reader never sees half of it."""
+    """Write the summary to ``path`` through a temporary file, so a reader never sees half of it; a
+    symbolic link is written through (its target replaced, the link kept:
+    :func:`pbkv_contract.files.write_target`)."""
+    path = write_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(_finite(summary), indent=2), encoding="utf-8")

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterator, Sequence
 
 from pbkv_contract.blocks import chain_hash
+from pbkv_contract.files import special_file, write_target
 from pbkv_contract.hints import workflow_id_from
 from pbkv_contract.trace import InvocationRecord, TraceMeta, TraceWriter, WorkflowEndRecord
 from pbkv_sdk.importers import archive_problem
@@ -252,7 +253,9 @@ def import_block_hash(src_path: str | os.PathLike[str], out_path: str | os.PathL
         raise FileNotFoundError(errno.ENOENT, "no such file or directory", os.fspath(src_path))
     if (problem := archive_problem(src_path)) is not None:
         raise ValueError(problem)
-    out = os.fspath(out_path)
+    out = os.fspath(write_target(out_path))  # a link is written through; a device or fifo refused below
+    if (kind := special_file(out)) is not None:
+        raise OSError(errno.EINVAL, f"is {kind}, not a regular file; give a trace file path", out)
     tmp = out + ".partial"
     for path in (out, tmp):
         if os.path.isdir(path):

@@ -40,6 +40,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO, Iterator
 
+from pbkv_contract.files import special_file, write_target
 from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord
 from pbkv_contract.blocks import DEFAULT_BLOCK_CHARS, prefix_hashes
 from pbkv_contract.features import request_features
@@ -124,7 +125,9 @@ def import_chatdev(
         raise FileNotFoundError(errno.ENOENT, "no such file or directory", os.fspath(src_path))
     if (problem := archive_problem(src_path)) is not None:
         raise ValueError(problem)
-    out = os.fspath(out_path)
+    out = os.fspath(write_target(out_path))  # a link is written through; a device or fifo refused below
+    if (kind := special_file(out)) is not None:
+        raise OSError(errno.EINVAL, f"is {kind}, not a regular file; give a trace file path", out)
     tmp = out + ".partial"
     for path in (out, tmp):
         # Checked before reading anything: a directory here would only fail after the whole import.

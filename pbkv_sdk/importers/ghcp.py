@@ -45,6 +45,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator
 
 from pbkv_contract.blocks import segment_prefix_hashes
+from pbkv_contract.files import special_file, write_target
 from pbkv_contract.hints import workflow_id_from
 from pbkv_contract.marginals import trace_marginals
 from pbkv_contract.trace import InvocationRecord, TraceWriter, WorkflowEndRecord, iter_trace
@@ -128,7 +129,9 @@ def import_ghcp(src_path: str | os.PathLike[str], out_path: str | os.PathLike[st
         raise ValueError("max_sessions must be >= 1")
     if not os.path.exists(src_path):
         raise FileNotFoundError(errno.ENOENT, "no such file or directory", os.fspath(src_path))
-    out = os.fspath(out_path)
+    out = os.fspath(write_target(out_path))  # a link is written through; a device or fifo refused below
+    if (kind := special_file(out)) is not None:
+        raise OSError(errno.EINVAL, f"is {kind}, not a regular file; give a trace file path", out)
     tmp = out + ".partial"
     for path in (out, tmp):
         if os.path.isdir(path):

@@ -4,7 +4,9 @@ the commands that read traces."""
 
 import json
 import os
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from pbkv_contract.files import output_problem, shared_output
@@ -147,3 +149,92 @@ def test_replay_and_advise_json_refuse_a_raw_trace_a_log_and_each_others_result(
     result = runner.invoke(bench_app, ["replay", str(trace), "--policy", "lru", "--json", str(replayed)])
     assert result.exit_code == 0, result.output  # an earlier result of its own is replaced
     assert list(json.loads(replayed.read_text())) == ["lru"]
+
+
+def _null_device(path):
+    """A private character device like /dev/null (major 1, minor 3) at ``path``: never a real /dev file."""
+    import stat
+
+    os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    return path
+
+
+_needs_root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mknod needs root")
+
+
+def test_a_fifo_is_neither_accepted_nor_replaced_by_an_ordinary_file(tmp_path):
+    """``--json`` on a named pipe (or ``/dev/full``) replaced the node with a regular file (a
+    new-user check): the shared check refuses it, and the shared writer never replaces it."""
+    import stat
+
+    from pbkv_contract.files import ANY_JSON, replace_file
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for kwargs in ({}, {"writes_trace": True}, {"image": True}, {"json_doc": ANY_JSON}):
+        assert output_problem(fifo, **kwargs) == ("is a named pipe (fifo), not a regular file; writing it would "
+                                                  "replace it (give a regular file path)"), kwargs
+    with pytest.raises(OSError, match="named pipe"):
+        replace_file(fifo, lambda tmp: tmp.write_text("{}"))
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+@_needs_root
+def test_a_device_node_is_refused_before_replay_advise_or_import(tmp_path):
+    import stat
+
+    from pbkv_sdk.cli import app as sdk_app
+
+    trace, _ = _trace(tmp_path)
+    node = _null_device(tmp_path / "mynull")
+    assert output_problem(node).startswith("is a character device, not a regular file")
+    (tmp_path / "a.log").write_text("[2024-01-01 10:00:00 INFO] not much\n")
+    for app, args in ((bench_app, ["replay", str(trace), "--policy", "lru", "--json", str(node)]),
+                      (bench_app, ["advise", str(trace), "--json", str(node)]),
+                      (bench_app, ["replay", str(trace), "--policy", "lru", "--plot", str(node)]),
+                      (sdk_app, ["import", "chatdev", str(tmp_path / "a.log"), "--out", str(node)])):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        line = " ".join(result.output.split())
+        assert "is a character device, not a regular file" in line and "Traceback" not in result.output, args
+        assert stat.S_ISCHR(os.lstat(node).st_mode), args
+
+
+def test_a_link_to_a_result_is_written_through_and_stays_a_link(tmp_path):
+    """``--json link.json`` (``link.json -> results/target.json``) replaced the link with a regular
+    file and left the target stale: the target gets the results (as ``cp`` writes through a link)."""
+    from pbkv_contract.files import replace_file
+
+    trace, _ = _trace(tmp_path)
+    (tmp_path / "results").mkdir()
+    target = tmp_path / "results" / "target.json"
+    target.write_text('{"lru": {"hit_rate": 0.5}}')
+    link = tmp_path / "link.json"
+    link.symlink_to(Path("results") / "target.json")
+    result = runner.invoke(bench_app, ["replay", str(trace), "--policy", "lru", "--json", str(link)])
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and os.readlink(link) == os.path.join("results", "target.json")
+    assert json.loads(target.read_text())["lru"]["hit_rate"] != 0.5  # the replay's figures, through the link
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "results", "t.jsonl"]
+    chain = tmp_path / "chain.json"
+    chain.symlink_to(link)
+    replace_file(chain, lambda tmp: tmp.write_text("{}"))
+    assert chain.is_symlink() and link.is_symlink() and target.read_text() == "{}"
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["target.json"]  # no .partial left
+
+
+def test_a_link_to_nothing_is_refused(tmp_path):
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "missing.json")
+    assert output_problem(dangling).startswith("is a symbolic link to a missing file")
+    assert dangling.is_symlink() and not (tmp_path / "missing.json").exists()
+
+
+def test_a_short_json_scalar_is_json_though_not_a_result(tmp_path):
+    """A file holding ``"hi"`` was "not JSON"; it is JSON that no command's result is."""
+    path = tmp_path / "hi.json"
+    path.write_text('"hi"\n')
+    assert output_problem(path, json_doc=lambda d: isinstance(d, dict)).startswith(
+        "holds JSON that is not an earlier result of this command")
+    path.write_text("a,b\n1,2\n")
+    assert output_problem(path, json_doc=lambda d: True).startswith("is a file that is not JSON")

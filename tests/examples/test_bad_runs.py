@@ -57,6 +57,18 @@ def test_json_pointing_at_a_directory_exits_2_before_any_work(tmp_path: Path, mo
     assert not (tmp_path / "runs").exists()
 
 
+def test_json_on_a_fifo_exits_2_and_leaves_the_fifo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a new-user check: an output on a named pipe or a device node was replaced by a regular file
+    import os
+    import stat
+
+    monkeypatch.setenv("PBKV_DATA_DIR", str(tmp_path / "no-data"))
+    os.mkfifo(tmp_path / "pipe")
+    code, out = _invoke("hover_langchain", "--quick", "--json", str(tmp_path / "pipe"), "--out-dir", str(tmp_path / "runs"))
+    assert code == 2 and "--json" in out and "is a named pipe (fifo), not a regular file" in out, out
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "pipe").st_mode) and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("args, line", [
     (("--host-ratio", "nan"), "error: --host-ratio must be a finite number in 0..64, got nan"),
     (("--host-ratio", "65"), "error: --host-ratio must be a finite number in 0..64, got 65"),

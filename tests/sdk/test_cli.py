@@ -529,3 +529,24 @@ def test_a_plain_file_a_folder_and_a_tar_are_not_archive_problems(tmp_path):
         tar.add(tmp_path / "run.log", arcname="run.log")
     for path in (tmp_path / "run.log", tmp_path, tmp_path / "logs.tar.gz"):
         assert archive_problem(path) is None, path
+
+
+def test_import_chatdev_writes_through_a_link_and_refuses_a_fifo(tmp_path):
+    """``import chatdev ... --out link.jsonl`` replaced the link with a regular file (a new-user
+    check): the trace goes to the link's target and the link stays; a named pipe is refused."""
+    (tmp_path / "a.log").write_text(CHATDEV_LOG)
+    target = tmp_path / "target.jsonl"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target.name)
+    assert runner.invoke(app, ["import", "chatdev", str(tmp_path / "a.log"), "--out", str(target)]).exit_code == 0
+    first = os.stat(target).st_ino
+    result = runner.invoke(app, ["import", "chatdev", str(tmp_path / "a.log"), "--out", str(link)])
+    assert result.exit_code == 0, result.output
+    assert os.stat(target).st_ino != first  # a new trace renamed over the target
+    assert link.is_symlink() and os.readlink(link) == "target.jsonl"
+    assert [r.agent for r in iter_trace(target) if isinstance(r, InvocationRecord)] == ["Programmer"]
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    result = runner.invoke(app, ["import", "chatdev", str(tmp_path / "a.log"), "--out", str(fifo)])
+    assert result.exit_code == 2 and "is a named pipe (fifo), not a regular file" in _one_line(result.output)
+    assert fifo.exists() and not fifo.is_file() and not (tmp_path / "pipe.jsonl.partial").exists()

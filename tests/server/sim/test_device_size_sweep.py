@@ -4,6 +4,7 @@ policy's, replayed at that size (checked against direct replays), and bad option
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,24 @@ def test_bad_options_are_one_line(chat_mix, args, message):
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2
     assert message in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_json_replaces_only_an_earlier_sweep(sweep_module, chat_mix, tmp_path):
+    """``--json`` overwrote any JSON file, e.g. an earlier ``advise`` result (a new-user check): it is
+    refused in one line before any replay; an earlier sweep (what :func:`sweep` returns) is not."""
+    advised = tmp_path / "advise.json"
+    advised.write_text('{"profile": "p", "regime": "r", "verdict": "v"}')
+    replayed = tmp_path / "replay.json"
+    replayed.write_text('{"lru": {"hit_rate": 0.5}}')
+    for path in (advised, replayed):
+        before = path.read_bytes()
+        run = subprocess.run([sys.executable, str(SCRIPT), "--trace", str(tmp_path / "missing.jsonl"), "--device", "30000",
+                              "--json", str(path)], capture_output=True, text=True, cwd=ROOT)
+        assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert run.stderr.startswith(f"error: --json {path}: holds JSON that is not an earlier result")  # not the trace
+        assert path.read_bytes() == before
+    records = read_trace(str(chat_mix))
+    earlier = sweep_module.sweep(records, ["pbkv"], get_profile("h100-qwen2.5-32b"), 8, 30_000, 1.0, "markov",
+                                 offsets=(0,), step=1)
+    assert sweep_module.is_sweep_result(json.loads(json.dumps(earlier)))
+    assert not sweep_module.is_sweep_result({"pbkv": [{"device": 1, "speedup": 1.0}]})

@@ -56,12 +56,36 @@ def test_json_keeps_other_settings_makes_folders_and_names_the_device_used(speed
     out = tmp_path / "new" / "cost.json"
     profile = "a6000x8-qwen3-32b-tp8"
     assert speed.main(["--trace", str(trace), "--policies", "lru", "--profile", profile, "--json", str(out)]) == 0
-    out.write_text(json.dumps({"other": {"kept": True}, **json.loads(out.read_text())}))
+    first = json.loads(out.read_text())
+    other = {**next(iter(first.values())), "trace": "other.jsonl"}  # another setting of this script's
+    out.write_text(json.dumps({"other": other, **first}))
     assert speed.main(["--trace", str(trace), "--policies", "lru", "--profile", profile, "--host-ratio", "0",
                        "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     device = get_profile(profile).device_kv_tokens  # no --device-tokens: the profile's, as the replay used
-    assert data["other"] == {"kept": True}
+    assert data["other"] == other
     assert f"t.jsonl {profile} C=32 device={device} host=0" in data
     row = data[f"t.jsonl {profile} C=32 device={device} host=0"]["rows"][0]
     assert row["policy"] == "lru" and row["cpu_vs_first"] == 1.0 and row["order_runs"] == 1
+
+
+@pytest.mark.parametrize("held", [
+    {"lru": {"hit_rate": 0.5, "mean_latency_s": 1.0}},  # a pbkv-bench replay result
+    {"x": 1},
+    {"t.jsonl p C=32 device=1 host=0": {"trace": "t.jsonl", "rows": []}},  # no profile, sizes, ...
+    "hi",  # valid JSON, not "not JSON"
+    [1, 2],
+])
+def test_json_merges_only_into_an_earlier_result_of_this_script(speed, trace, tmp_path, capsys, monkeypatch, held):
+    """``--json`` merged its setting into ANY JSON object (a replay result, ``{"x": 1}``), and called
+    the JSON string ``"hi"`` "not JSON" (a new-user check): refused before any replay, file as it was."""
+    out = tmp_path / "cost.json"
+    out.write_text(json.dumps(held))
+    before = out.read_bytes()
+    monkeypatch.setattr(speed, "simulate", lambda *a, **k: pytest.fail("replayed before refusing --json"))
+    with pytest.raises(SystemExit) as stop:
+        speed.run_script(speed.main, ["--trace", str(trace), "--json", str(out)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --json {out}: holds JSON that is not an earlier result of this command")
+    assert err.count("\n") == 1 and "not JSON" not in err and out.read_bytes() == before
