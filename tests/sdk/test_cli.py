@@ -177,7 +177,7 @@ def test_import_chatdev_runs_the_importer_and_prints_its_summary(tmp_path):
     assert [(r.agent, r.prompt_tokens) for r in iter_trace(out) if isinstance(r, InvocationRecord)] == [("Programmer", 40)]
 
 
-def test_import_chatdev_without_any_usable_log_exits_1_and_writes_nothing(tmp_path):
+def test_import_chatdev_without_any_usable_log_exits_2_in_one_line_and_writes_nothing(tmp_path):
     (tmp_path / "random.bin").write_bytes(bytes(range(256)) * 8)
     (tmp_path / "empty.log").write_text("")
     (tmp_path / "nologs").mkdir()
@@ -185,9 +185,17 @@ def test_import_chatdev_without_any_usable_log_exits_1_and_writes_nothing(tmp_pa
     for src, why in (("random.bin", "none usable"), ("empty.log", "none usable"), ("nologs", "no .log file found")):
         out = tmp_path / f"{src}.jsonl"
         result = runner.invoke(app, ["import", "chatdev", str(tmp_path / src), "--out", str(out)])
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
         assert "no ChatDev workflow imported" in _one_line(result.output) and why in _one_line(result.output)
         assert not out.exists() and not Path(f"{out}.partial").exists()
+
+
+def test_import_of_a_missing_source_is_one_error_line_for_every_importer(tmp_path):
+    for importer in ("chatdev", "kv-cache-tester", "ghcp"):
+        result = runner.invoke(app, ["import", importer, str(tmp_path / "nonexist"), "--out", str(tmp_path / "o.jsonl")])
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines() == [f"error: {tmp_path / 'nonexist'}: no such file or directory"]
+    assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_import_chatdev_into_a_directory_is_a_clear_error_and_leaves_no_partial_file(tmp_path):
