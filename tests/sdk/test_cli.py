@@ -182,7 +182,16 @@ def test_import_chatdev_without_any_usable_log_exits_2_in_one_line_and_writes_no
     (tmp_path / "empty.log").write_text("")
     (tmp_path / "nologs").mkdir()
     (tmp_path / "nologs" / "readme.txt").write_text("x")
-    for src, why in (("random.bin", "none usable"), ("empty.log", "none usable"), ("nologs", "no .log file found")):
+    (tmp_path / "emptydir").mkdir()
+    import io
+    import tarfile
+    with tarfile.open(tmp_path / "nologs.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("readme.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    for src, why in (("random.bin", "none usable"), ("empty.log", "none usable (first: empty.log: "),
+                     ("nologs", "no .log file found"), ("emptydir", "no .log file found"),
+                     ("nologs.tar.gz", "no .log file found")):
         out = tmp_path / f"{src}.jsonl"
         result = runner.invoke(app, ["import", "chatdev", str(tmp_path / src), "--out", str(out)])
         assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
