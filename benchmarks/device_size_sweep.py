@@ -104,7 +104,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = p.parse_args(argv)
     try:
         policies = parse_policy_list(args.policies, REPLAY, "--policies")
-        offsets = [_offset(item, args.offsets) for item in list_items(args.offsets, "--offsets", "offset")]
+        offsets = _offsets(args.offsets)
         profile = get_profile(args.profile)
     except (ValueError, KeyError) as exc:
         p.error(str(exc).strip("'\""))
@@ -145,6 +145,15 @@ def is_sweep_result(document: Any) -> bool:
 
 #: The keys of every row :func:`sweep` writes.
 SWEEP_ROW_KEYS = frozenset({"device", "speedup", "per_app", "fallback"})
+
+
+def _offsets(text: str) -> list[int]:
+    """``--offsets``' whole numbers of steps; a repeat (``0,0``, ``8,+8``) is refused, not swept twice."""
+    offsets = [_offset(item, text) for item in list_items(text, "--offsets", "offset")]
+    repeated = sorted({k for k in offsets if offsets.count(k) > 1})
+    if repeated:
+        raise ValueError(f"--offsets {text!r}: {', '.join(map(str, repeated))} given more than once")
+    return offsets
 
 
 def _offset(item: str, text: str) -> int:

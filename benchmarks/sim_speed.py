@@ -43,7 +43,8 @@ from _cli import OneLineParser, check_output, git_commit, run_script, write_json
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; bad input raises (``run_script`` prints it as one line)."""
     parser = OneLineParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workflows", type=int, default=1000)
+    parser.add_argument("--workflows", type=int, default=None,
+                        help="synthetic workflows (default 1000; not with --trace, which replays its own)")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--profile", default="h100-qwen2.5-32b")
     parser.add_argument("--device-tokens", type=int, default=None,
@@ -57,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="with --trace: add this setting's figures to this JSON file "
                         "(scripts/make_replay_cost_docs.py tables it)")
     args = parser.parse_args(argv)
+    if args.device_tokens is not None and args.device_tokens < 1:
+        raise ValueError(f"--device-tokens must be >= 1, got {args.device_tokens}")
+    if args.trace is not None and args.workflows is not None:
+        raise ValueError("--workflows sizes the synthetic workload; with --trace the trace's own workflows are replayed")
+    if args.workflows is None:
+        args.workflows = 1000
+    elif args.workflows < 1:
+        raise ValueError(f"--workflows must be >= 1, got {args.workflows}")
     if args.trace is None:
         if args.policies is not None or args.json is not None or args.host_ratio is not None:
             parser.error("--policies, --host-ratio and --json need --trace")

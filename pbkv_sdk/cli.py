@@ -189,16 +189,16 @@ def validate(file: Path = typer.Argument(..., exists=True, dir_okay=False, help=
 
 @import_app.command("chatdev")
 def import_chatdev_cmd(
-    src: Path = typer.Argument(..., exists=True, help="ChatDev logs: .tar.gz, directory or .log file."),
+    src: Path = typer.Argument(..., help="ChatDev logs: .tar.gz, directory or .log file."),
     out: Path = typer.Option(..., "--out", "-o", help="Trace file to write."),
     agent_key: str = typer.Option("role", "--agent-key", help="Agent naming: role, phase or phase_role."),
 ) -> None:
     """Import ChatDev execution logs as a trace (one workflow per log file).
 
-    Exits 2 when the logs cannot be read or OUT cannot be written (no ``.partial`` file is left),
-    or OUT exists and is not a PBKV trace or is one of the logs, and 1 when no log held a usable
-    workflow (then nothing is written, as ``stats`` and ``validate`` refuse an empty trace). Each
-    skipped log is one line; a truncated archive is a partial import (exit 0, said so).
+    Exits 2 with one line when the logs cannot be read or OUT cannot be written (no ``.partial``
+    file is left), OUT exists and is not a PBKV trace or is one of the logs, or no log held a
+    usable workflow (then nothing is written, as ``stats`` and ``validate`` refuse an empty trace).
+    Each skipped log is one line; a truncated archive is a partial import (exit 0, said so).
     """
     try:
         from pbkv_sdk.importers.chatdev import LOG_SUFFIX, import_chatdev
@@ -207,6 +207,7 @@ def import_chatdev_cmd(
         err_console.print(escape(line) if line else f"[bold red]error:[/] the ChatDev importer is not available ({escape(str(exc))})",
                           highlight=False, soft_wrap=True)
         raise typer.Exit(2)
+    _check_src_exists(src)
     _check_import_out(out, src, (LOG_SUFFIX,))
     try:
         summary = import_chatdev(src, out, agent_key=agent_key)
@@ -217,18 +218,21 @@ def import_chatdev_cmd(
     except ValueError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
-    for name, reason in summary.skipped:
-        err_console.print(f"skipped {escape(os.path.basename(name))}: {escape(reason)}", highlight=False, soft_wrap=True)
     if summary.workflows == 0:
         why = (f"{summary.files} log file(s), none usable" if summary.files
                else "no .log file read" if summary.damaged else "no .log file found")
+        if summary.skipped:
+            name, reason = summary.skipped[0]
+            why += f" (first: {os.path.basename(name)}: {reason})"
         if summary.damaged:
             why += f"; {_damage_note(src, summary.damaged)}"
         err_console.print(
             f"[bold red]error:[/] {escape(str(src))}: no ChatDev workflow imported: {escape(why)}; nothing written to {escape(str(out))}",
             highlight=False, soft_wrap=True,
         )
-        raise typer.Exit(1)
+        raise typer.Exit(2)
+    for name, reason in summary.skipped:
+        err_console.print(f"skipped {escape(os.path.basename(name))}: {escape(reason)}", highlight=False, soft_wrap=True)
     console.print(
         f"{summary.files} log file(s): {summary.workflows} workflows, {summary.invocations} invocations, "
         f"{len(summary.skipped)} skipped -> {escape(str(out))}"
@@ -239,7 +243,7 @@ def import_chatdev_cmd(
 
 @import_app.command("ghcp")
 def import_ghcp_cmd(
-    src: Path = typer.Argument(..., exists=True, help="GitHub Copilot coding-agent release: a directory of "
+    src: Path = typer.Argument(..., help="GitHub Copilot coding-agent release: a directory of "
                                                      "date=*/shard-*.jsonl.gz, or one shard."),
     out: Path = typer.Option(..., "--out", "-o", help="Trace file to write."),
     block_tokens: int = typer.Option(1024, "--block-tokens", min=1, help="tokens per hashed block"),
@@ -251,10 +255,11 @@ def import_ghcp_cmd(
     its real token counts; block identity comes from the calls' message_metadata segments. Prints
     the trace's own repeated-prefix share next to the release's cached share. Exits 2 when the
     input cannot be read or OUT cannot be written, or exists and is not a PBKV trace or is one of
-    the shards, and 1 when no session was usable (nothing is written then).
+    the shards, or no session was usable (nothing is written then).
     """
     from pbkv_sdk.importers.ghcp import SHARD_SUFFIXES, import_ghcp
 
+    _check_src_exists(src)
     _check_import_out(out, src, SHARD_SUFFIXES)
     try:
         summary = import_ghcp(src, out, block_tokens=block_tokens, max_sessions=max_sessions)
@@ -275,7 +280,7 @@ def import_ghcp_cmd(
         why = note.removeprefix("; ") or "no session found"
         err_console.print(f"[bold red]error:[/] {escape(str(src))}: {summary.files} shard file(s), no session imported ({escape(why)}); "
                           f"nothing written to {escape(str(out))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(2)
     recorded = summary.recorded_cached_share
     console.print(
         f"{summary.files} shard file(s): {summary.sessions} sessions, {summary.workflows} turns, "
@@ -316,8 +321,9 @@ def import_kv_cache_tester_cmd(
     agents of their conversation. Prints what was imported and skipped (per reason), the shape
     and the options; the options are also the trace's first (meta) line. Exits 2 when the input
     cannot be read, an option is bad or OUT cannot be written, or exists and is not a PBKV trace
-    or is one of the input files, and 1 when no conversation was usable (nothing is written then;
-    the skip reasons are listed). A truncated archive is a partial import (exit 0, said so).
+    or is one of the input files, or no conversation was usable (nothing is written then; the
+    first bad file is named and the skip reasons are listed). A truncated archive is a partial
+    import (exit 0, said so).
     """
     from pbkv_sdk.importers.blockhash import ImportOptions
     from pbkv_sdk.importers.kv_cache_tester import FILE_SUFFIX, import_kv_cache_tester
@@ -333,9 +339,8 @@ def import_kv_cache_tester_cmd(
             err_console.print(f"[bold red]error:[/] PBKV_DATA_DIR={escape(data_dir)} does not hold claude-code/traces.tar.gz; "
                               f"give SRC", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
-    elif not src.exists():
-        err_console.print(f"[bold red]error:[/] {escape(str(src))}: no such file or directory", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+    else:
+        _check_src_exists(src)
     _check_import_out(out, src, (FILE_SUFFIX,))
     options = ImportOptions(app=app_name, workflow=workflow, max_gap_s=max_gap, context_limit=context_limit,
                             over_limit=over_limit, shared_prefix=shared_prefix, max_conversations=max_conversations)
@@ -349,17 +354,18 @@ def import_kv_cache_tester_cmd(
     except ValueError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
-    for name, reason in summary.bad_files:
-        err_console.print(f"bad file {escape(name)}: {escape(reason)}", highlight=False, soft_wrap=True)
     if summary.conversations == 0:
+        first = (f" (first: {summary.bad_files[0][0]}: {summary.bad_files[0][1]})" if summary.bad_files else "")
         calls = f", all {summary.calls_seen:,} call(s) skipped" if summary.calls_seen else ""
         damaged = f"; {_damage_note(src, summary.damaged)}" if summary.damaged else ""
-        err_console.print(f"[bold red]error:[/] {escape(str(src))}: {summary.files} file(s), {len(summary.bad_files)} bad{calls}, "
-                          f"no conversation imported{escape(damaged)}; nothing written to {escape(str(out))}",
-                          highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(src))}: {summary.files} file(s), {len(summary.bad_files)} bad"
+                          f"{escape(first)}{calls}, no conversation imported{escape(damaged)}; "
+                          f"nothing written to {escape(str(out))}", highlight=False, soft_wrap=True)
         for line in skip_lines(summary.skipped):
             err_console.print(escape(line), highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(2)
+    for name, reason in summary.bad_files:
+        err_console.print(f"bad file {escape(name)}: {escape(reason)}", highlight=False, soft_wrap=True)
     for line in block_import_lines(summary, options, src, out):
         console.print(escape(line), highlight=False, soft_wrap=True)
 
@@ -481,6 +487,13 @@ def _put_back(previous: Path | None, out: Path) -> str:
 def _not_a_trace_line(out: Path) -> str:
     """The one line of a command that refuses to replace ``out``, an existing file that is not a trace."""
     return f"[bold red]error:[/] refusing to overwrite {escape(str(out))}: it is not a PBKV trace"
+
+
+def _check_src_exists(src: Path) -> None:
+    """Exit 2 with one line (not click's boxed usage error) when an import's SRC does not exist."""
+    if not src.exists():
+        err_console.print(f"[bold red]error:[/] {escape(str(src))}: no such file or directory", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
 
 
 def _check_import_out(out: Path, src: Path, suffixes: tuple[str, ...]) -> None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["BlockError", "markers", "replace_block", "write_or_check", "load_json", "json_block_main"]
+__all__ = ["BlockError", "markers", "replace_block", "write_or_check", "stale_line", "load_json", "json_block_main"]
 
 
 class BlockError(ValueError):
@@ -43,7 +43,8 @@ def write_or_check(script: str, page: Path, render: Callable[[str], str], descri
                    argv: list[str] | None = None) -> int:
     """The command line of a script that rewrites ``page`` as ``render(page text)``.
 
-    ``--check`` writes nothing and exits 1 when the page differs from its rendering. A page whose
+    ``--check`` writes nothing and exits 1, with one line naming the page and the command that
+    rewrites it (:func:`stale_line`), when the page differs from its rendering. A page whose
     markers are wrong prints one line, prefixed with ``script``, and exits 2.
     """
     p = argparse.ArgumentParser(description=description)
@@ -56,9 +57,22 @@ def write_or_check(script: str, page: Path, render: Callable[[str], str], descri
         print(f"{script}: {exc}", file=sys.stderr)
         return 2
     if args.check:
-        return int(new != text)
+        if new != text:
+            print(stale_line(script, page), file=sys.stderr)
+            return 1
+        return 0
     page.write_text(new, encoding="utf-8")
     return 0
+
+
+def stale_line(script: str, page: Path) -> str:
+    """The one line ``--check`` prints for a stale ``page``: which page, and the command that rewrites it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        shown = page.resolve().relative_to(root)
+    except ValueError:
+        shown = page
+    return f"{script}: {shown} is stale; rewrite it with: python scripts/{script}.py"
 
 
 def load_json(path: Path, error: type[Exception] = BlockError) -> Any:

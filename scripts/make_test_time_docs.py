@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from generated_blocks import BlockError, replace_block  # noqa: E402
+from generated_blocks import BlockError, replace_block, stale_line  # noqa: E402
 
 PAGE = ROOT / "README.md"
 RECORDS = ROOT / "docs" / "test-command-times.json"
@@ -118,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make_test_time_docs: {exc}", file=sys.stderr)
         return 2
     if args.check:
-        return int(new != page)
+        if new != page:
+            print(stale_line("make_test_time_docs", PAGE), file=sys.stderr)
+            return 1
+        return 0
     if args.add is not None:
         RECORDS.write_text(json.dumps(records, indent=1) + "\n", encoding="utf-8")
     PAGE.write_text(new, encoding="utf-8")

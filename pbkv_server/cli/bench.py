@@ -35,6 +35,7 @@ from pbkv_contract.extras import missing_module_line
 from pbkv_contract.files import output_problem, replace_file, shared_output
 from pbkv_server.cli.bench_settings import MAX_HORIZON, MAX_REPLICAS, AdviseSettings, ReplaySettings
 from pbkv_server.cli.settings import command
+from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE
 from pbkv_server.sim.study.cli import study_app
 from pbkv_server.predictors.torch_threads import limit_torch_threads
@@ -136,23 +137,36 @@ def synth(
     console.print(f"wrote {n_wf} workflows, {n_inv} invocations to {out}")
 
 
-@command(app, ReplaySettings)
-def replay(ctx: typer.Context, s: ReplaySettings) -> None:
-    """Replay a trace under each policy; print tables, optionally write JSON and a plot.
+def _help(*paragraphs: str) -> Callable[[Callable], Callable]:
+    """Set a command's ``--help`` text: ``paragraphs`` as plain prose, each joined onto one line
+    (Typer's rich help keeps a docstring's line breaks and shows reST markup raw)."""
+    def set_doc(body: Callable) -> Callable:
+        body.__doc__ = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+        return body
+    return set_doc
 
-    Per policy (:mod:`pbkv_server.sim.measures`): device hit rate, "device-hit gap closed" =
-    (h - h_base) / (h_ref - h_base) with h_base the baseline's (``BASELINE_POLICY``) and h_ref
-    the offline reference's (``REFERENCE_POLICY``) device hit rate, the device + host hit rate,
-    prefill saved, speedup vs LRU and latency capture. A baseline or reference that is not listed
-    is replayed too (unless ``--no-gap``), for the scales only. A replay that cannot show a
-    difference between policies says so in one line. Then the serving figures in SGLang
-    ``bench_serving``'s names (:mod:`pbkv_server.sim.serving_metrics`): TTFT, TPOT, ITL and
-    end-to-end latency at mean, median, p90 and p99, workflow (and session) latency, throughput,
-    goodput under ``--slo-ttft`` / ``--slo-tpot``, and the hit rate against the trace's ceiling.
-    """
+
+@command(app, ReplaySettings)
+@_help(
+    "Replay a trace under each policy; print tables, optionally write JSON and a plot.",
+    f"""Per policy: device hit rate, "device-hit gap closed" = (h - h_base) / (h_ref - h_base) with
+    h_base the baseline's ({BASELINE_POLICY}) and h_ref the offline reference's ({REFERENCE_POLICY})
+    device hit rate, the device + host hit rate, prefill saved, speedup vs {BASELINE_POLICY} and
+    latency capture. A baseline or reference that is not listed is replayed too (unless --no-gap),
+    for the scales only. A replay that cannot show a difference between policies says so in one
+    line.""",
+    """Then the serving figures in SGLang bench_serving's names: TTFT, TPOT, ITL and end-to-end
+    latency at mean, median, p90 and p99, workflow (and session) latency, throughput, goodput under
+    --slo-ttft / --slo-tpot, and the hit rate against the trace's ceiling.""",
+)
+def replay(ctx: typer.Context, s: ReplaySettings) -> None:
+    # The help text above is the command's doc; the measures are pbkv_server.sim.measures' and the
+    # serving figures pbkv_server.sim.serving_metrics'.
     from pbkv_server.sim.report import plot_timelines, write_json
 
-    plan = _replay_plan(s)  # every check before the first replay: one line and exit 2 each
+    # typed on the command line (by name: typer carries its own copy of click's ParameterSource)
+    router_given = getattr(ctx.get_parameter_source("router"), "name", None) == "COMMANDLINE"
+    plan = _replay_plan(s, router_given)  # every check before the first replay: one line and exit 2 each
     saved_threads = limit_torch_threads(s.threads, [s.predictor])  # before a trained model loads
     if saved_threads is not None:  # in-process callers (tests, notebooks) get their setting back
         ctx.call_on_close(lambda: limit_torch_threads(saved_threads))
@@ -181,8 +195,9 @@ class _ReplayPlan:
     title: str = ""
 
 
-def _replay_plan(s: ReplaySettings) -> _ReplayPlan:
-    """The checks of ``replay``'s options, in order; each failure is one line and exit 2."""
+def _replay_plan(s: ReplaySettings, router_given: bool = False) -> _ReplayPlan:
+    """The checks of ``replay``'s options, in order; each failure is one line and exit 2.
+    ``router_given``: ``--router`` was typed (any value, the default included): it needs a cluster."""
     from pbkv_server.engine.policies import (BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies,
                                              parse_policy_list, policy_info)
     from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile, host_tokens_for
@@ -215,6 +230,8 @@ def _replay_plan(s: ReplaySettings) -> _ReplayPlan:
     if not 1 <= s.replicas <= MAX_REPLICAS or s.router not in ROUTERS:
         raise _fail(f"--replicas must be in 1..{MAX_REPLICAS} (each is a whole engine) and --router one of "
                     f"{', '.join(ROUTERS)}")
+    if router_given and s.replicas == 1:  # one replica replays on one engine: no router would run
+        raise _fail("--router needs --replicas > 1 (one replica replays on one engine, without a router)")
     gap = s.gap
     if s.replicas > 1:  # offline references need one engine's future: no gap closed on a cluster
         offline = [p for p in policies if policy_info(p).offline]

@@ -29,6 +29,8 @@ def test_write_or_check(blocks, tmp_path, capsys):
 
     assert blocks.write_or_check("make_t", page, render, "t", ["--check"]) == 1  # stale, nothing written
     assert "old" in page.read_text()
+    # one line naming the page and the command that rewrites it (it used to say nothing)
+    assert capsys.readouterr().err == f"make_t: {page} is stale; rewrite it with: python scripts/make_t.py\n"
     assert blocks.write_or_check("make_t", page, render, "t", []) == 0
     assert page.read_text() == "a\n<!-- t:begin -->\nnew\n<!-- t:end -->\n"
     assert blocks.write_or_check("make_t", page, render, "t", ["--check"]) == 0
@@ -36,3 +38,11 @@ def test_write_or_check(blocks, tmp_path, capsys):
     assert blocks.write_or_check("make_t", page, render, "t", []) == 2
     assert capsys.readouterr().err.strip() == "make_t: page.md needs one <!-- t:begin --> ... <!-- t:end --> block"
     assert page.read_text() == "no markers\n"
+
+
+def test_a_stale_page_in_the_repository_is_named_from_its_root(blocks):
+    from pathlib import Path
+
+    root = Path(blocks.__file__).resolve().parent.parent
+    assert blocks.stale_line("make_profile_docs", root / "docs" / "hardware-profiles.md") == (
+        "make_profile_docs: docs/hardware-profiles.md is stale; rewrite it with: python scripts/make_profile_docs.py")

@@ -53,3 +53,14 @@ def test_a_log_line_becomes_a_record_and_a_sentence():
 def test_a_log_without_a_whole_timing_line_is_refused(text, reason):
     with pytest.raises(ValueError, match=reason):
         _script().parse_log(text)
+
+
+def test_check_of_a_stale_readme_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    script = _script()
+    page = tmp_path / "README.md"
+    page.write_text("old\n", encoding="utf-8")
+    monkeypatch.setattr(script, "PAGE", page)
+    monkeypatch.setattr(script, "render", lambda text, records: "new\n")
+    assert script.main(["--check"]) == 1
+    assert capsys.readouterr().err == f"make_test_time_docs: {page} is stale; rewrite it with: python scripts/make_test_time_docs.py\n"
+    assert page.read_text(encoding="utf-8") == "old\n"

@@ -177,17 +177,34 @@ def test_import_chatdev_runs_the_importer_and_prints_its_summary(tmp_path):
     assert [(r.agent, r.prompt_tokens) for r in iter_trace(out) if isinstance(r, InvocationRecord)] == [("Programmer", 40)]
 
 
-def test_import_chatdev_without_any_usable_log_exits_1_and_writes_nothing(tmp_path):
+def test_import_chatdev_without_any_usable_log_exits_2_in_one_line_and_writes_nothing(tmp_path):
     (tmp_path / "random.bin").write_bytes(bytes(range(256)) * 8)
     (tmp_path / "empty.log").write_text("")
     (tmp_path / "nologs").mkdir()
     (tmp_path / "nologs" / "readme.txt").write_text("x")
-    for src, why in (("random.bin", "none usable"), ("empty.log", "none usable"), ("nologs", "no .log file found")):
+    (tmp_path / "emptydir").mkdir()
+    import io
+    import tarfile
+    with tarfile.open(tmp_path / "nologs.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("readme.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    for src, why in (("random.bin", "none usable"), ("empty.log", "none usable (first: empty.log: "),
+                     ("nologs", "no .log file found"), ("emptydir", "no .log file found"),
+                     ("nologs.tar.gz", "no .log file found")):
         out = tmp_path / f"{src}.jsonl"
         result = runner.invoke(app, ["import", "chatdev", str(tmp_path / src), "--out", str(out)])
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
         assert "no ChatDev workflow imported" in _one_line(result.output) and why in _one_line(result.output)
         assert not out.exists() and not Path(f"{out}.partial").exists()
+
+
+def test_import_of_a_missing_source_is_one_error_line_for_every_importer(tmp_path):
+    for importer in ("chatdev", "kv-cache-tester", "ghcp"):
+        result = runner.invoke(app, ["import", importer, str(tmp_path / "nonexist"), "--out", str(tmp_path / "o.jsonl")])
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines() == [f"error: {tmp_path / 'nonexist'}: no such file or directory"]
+    assert not (tmp_path / "o.jsonl").exists()
 
 
 def test_import_chatdev_into_a_directory_is_a_clear_error_and_leaves_no_partial_file(tmp_path):

@@ -154,7 +154,7 @@ def test_nothing_usable_writes_nothing(tmp_path):
     keep = json.dumps({"type": "meta", "v": 1, "writer": "x"}) + "\n"  # an earlier trace
     out.write_text(keep)
     result = runner.invoke(app, ["import", "ghcp", str(tmp_path / "d"), "--out", str(out)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no session imported" in result.output and "line is not JSON" in result.output
     assert out.read_text() == keep and not (tmp_path / "o.jsonl.partial").exists()
 

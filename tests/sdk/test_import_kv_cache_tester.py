@@ -221,13 +221,13 @@ def test_reads_a_tar_gz_in_place_and_stops_after_max_conversations(tmp_path):
     assert trace_meta(out).source == "traces.tar.gz"
 
 
-def test_nothing_usable_writes_nothing_and_exits_1(tmp_path):
+def test_nothing_usable_writes_nothing_and_exits_2(tmp_path):
     src = write_dir(tmp_path / "t", {"b.json": "[]"})
     out = tmp_path / "o.jsonl"
     keep = json.dumps({"type": "meta", "v": 1, "writer": "x"}) + "\n"  # an earlier trace
     out.write_text(keep)
     result = runner.invoke(app, ["import", "kv-cache-tester", str(src), "--out", str(out)])
-    assert result.exit_code == 1 and "no conversation imported" in result.output
+    assert result.exit_code == 2 and "no conversation imported" in result.output
     assert out.read_text() == keep and not (tmp_path / "o.jsonl.partial").exists()
     result = runner.invoke(app, ["import", "kv-cache-tester", str(src), "--out", str(out), "--workflow", "day"])
     assert result.exit_code == 2 and "workflow must be one of conversation, turn" in result.output
@@ -279,7 +279,7 @@ def test_when_every_call_is_skipped_the_reasons_are_printed_too(tmp_path):
                                      "b.json": conversation("b", [req(0.0, 40, 1, list(range(10)))])})
     out = tmp_path / "o.jsonl"
     result = runner.invoke(app, ["import", "kv-cache-tester", str(src), "--out", str(out), "--context-limit", "10"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     lines = [" ".join(line.split()) for line in result.output.splitlines() if line.strip()]
     assert lines[0] == (f"error: {src}: 2 file(s), 0 bad, all 3 call(s) skipped, no conversation imported; "
                         f"nothing written to {out}")
@@ -330,5 +330,25 @@ def test_a_truncated_archive_is_a_partial_import_said_plainly_on_the_summary_lin
     # cut before its first file is whole: nothing imported, and the line says why
     cut.write_bytes(whole[:2000])
     result = runner.invoke(app, ["import", "kv-cache-tester", str(cut), "--out", str(out)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
     assert "no conversation imported; the archive traces.tar.gz is damaged or truncated" in " ".join(result.output.split())
+
+
+def test_input_with_nothing_to_import_is_one_error_line_and_exit_2(tmp_path):
+    """An empty file, an empty folder, a tar without a trace_*.json: bad input, one ``error:`` line
+    (naming the first bad file where there is one), exit 2, nothing written."""
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "nothing").mkdir()
+    with tarfile.open(tmp_path / "other.tar.gz", "w:gz") as tar:
+        data = b"hello"
+        info = tarfile.TarInfo("readme.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    for name, says in (("empty.json", "1 file(s), 1 bad (first: empty.json: "), ("nothing", "0 file(s), 0 bad, "),
+                       ("other.tar.gz", "0 file(s), 0 bad, ")):
+        out = tmp_path / f"{name}.jsonl"
+        result = runner.invoke(app, ["import", "kv-cache-tester", str(tmp_path / name), "--out", str(out)])
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert lines[0].startswith("error: ") and says in lines[0] and "nothing written" in lines[0], lines
+        assert not out.exists() and not Path(f"{out}.partial").exists()

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pbkv_server.cli.bench import app
-from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REFERENCE_POLICY, REPLAY, available_policies
 from .sim_fixtures import write_model
 
 runner = CliRunner()
@@ -420,3 +420,22 @@ def test_skipped_lines_are_still_a_warning_when_the_trace_has_records(tmp_path, 
         assert read_trace(mixed)
     assert [r.getMessage().split(";")[0] for r in caplog.records] == [
         f"{mixed}:1: skipped 1 of {len(good.read_text().splitlines()) + 1} lines that cannot be used"]
+
+
+@pytest.mark.parametrize("args", [["--router", "round-robin"], ["--router", "cache-aware"], ["--router", "affinity"],
+                                  ["--replicas", "1", "--router", "round-robin"]])
+def test_a_router_without_replicas_is_refused_in_one_line(trace, args):
+    """``--router`` on one replica was silently accepted (one engine replays, no router runs); the
+    default value typed out is refused too: it is as much a forgotten ``--replicas``."""
+    _bad(["replay", str(trace), *args])
+    result = runner.invoke(app, ["replay", str(trace), *args])
+    assert result.output == "error: --router needs --replicas > 1 (one replica replays on one engine, without a router)\n"
+
+
+def test_replay_help_names_the_policies_and_shows_no_markup():
+    result = runner.invoke(app, ["replay", "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"})
+    assert result.exit_code == 0, result.output
+    words = " ".join(result.output.replace("│", " ").split())
+    assert "``" not in result.output and ":mod:" not in result.output and "_POLICY" not in result.output
+    assert f"baseline's ({BASELINE_POLICY}) and h_ref the offline reference's ({REFERENCE_POLICY})" in words
+    assert f"speedup vs {BASELINE_POLICY} and latency capture" in words

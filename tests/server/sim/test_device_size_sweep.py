@@ -59,6 +59,8 @@ def test_each_size_is_lru_over_the_policy_replayed_there(sweep_module, chat_mix)
     (["--offsets", "1,,2"], "item 2 is empty"),
     (["--step", "0"], "--step 0: must be >= 1"),
     (["--offsets=a"], "'a' is not a whole number of steps"),
+    (["--offsets=0,0,0"], "--offsets '0,0,0': 0 given more than once"),  # counted as "3 sizes" before
+    (["--offsets=-8,8,+8"], "--offsets '-8,8,+8': 8 given more than once"),
     (["--offsets=-40000"], "every swept device must be at least 1 token"),
     (["--host-ratio", "nan"], "--host-ratio nan: must be in [0, "),
     (["--concurrency", "0"], "--concurrency 0: must be >= 1"),

@@ -41,6 +41,27 @@ def test_bad_input_is_one_line_before_any_replay(speed, trace, capsys, monkeypat
     assert err.count("\n") == 1 and message in err
 
 
+def test_workflows_with_a_trace_is_refused_in_one_line(speed, trace, capsys, monkeypatch):
+    monkeypatch.setattr(speed, "simulate", lambda *a, **k: pytest.fail("replayed before refusing the input"))
+    assert speed.run_script(speed.main, ["--trace", str(trace), "--workflows", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --workflows") and "--trace" in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--device-tokens", "0"], "--device-tokens must be >= 1, got 0"),
+    (["--device-tokens", "-5"], "--device-tokens must be >= 1, got -5"),
+    (["--workflows", "0"], "--workflows must be >= 1, got 0"),
+])
+def test_synthetic_mode_refuses_bad_sizes_in_one_line_before_generating(speed, capsys, monkeypatch, args, message):
+    """Synthetic mode ran ``--device-tokens 0`` at the 500,000 default (``0 or 500_000``)."""
+    monkeypatch.setattr(speed, "generate", lambda *a, **k: pytest.fail("generated before refusing the input"))
+    monkeypatch.setattr(speed, "simulate", lambda *a, **k: pytest.fail("replayed before refusing the input"))
+    assert speed.run_script(speed.main, ["--workflows", "5", *args] if "--workflows" not in args else args) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {message}\n"
+
+
 def test_a_corrupt_json_is_refused_before_any_replay_and_left_as_it_was(speed, trace, tmp_path, capsys, monkeypatch):
     out = tmp_path / "cost.json"
     out.write_text("{bad")
