@@ -569,7 +569,11 @@ def _run(server: Any, only: list[str] | None, rows: list, report: Callable[[tupl
             _WATCH.current = Observed()
             fn()
             ending.flush(10.0)
-            deadline = time.monotonic() + 5  # CrewAI's fallback listener may end a kickoff late
+            # CrewAI's fallback listener may end a kickoff late, and so may any path on a loaded
+            # machine (CI beside two CPU-bound jobs once saw the sixth end of "4 ainvoke + 2
+            # invoke threads" reach the server after a 5 s wait); a path whose ends all came
+            # leaves the loop at once
+            deadline = time.monotonic() + 20
             while sum(want.values()) > len(_WATCH.current.ends) and time.monotonic() < deadline:
                 time.sleep(0.05)
                 ending.flush(1.0)
