@@ -9,10 +9,11 @@ arguments (so every ``replay`` option works; ``--policy`` may name the variants)
   unit, as ``opt`` ranks the host; offline, iterated to its own order as ``opt``): what the host
   order can give with ``pbkv``'s device order, prefetch and rule 4 left as they are;
 - ``pbkv-minhost-nosel``: the same without rule 4;
-- ``pbkv-qwait``: rule 3's cycle ``D + G`` plus the app's mean admission wait ``W`` (submission to
-  admission), so that the steps-ahead term ``(1/q - 1)`` is scaled by the real time of a step
-  when requests queue for memory;
-- ``pbkv-qwait-nopf``: ``pbkv-qwait`` without prefetch.
+- ``pbkv-noq``: ``pbkv`` without its two queue-aware rules: rule 3's cycle without the app's mean
+  admission wait ``W`` (``PBKVPolicy.queue_wait_cycle``), and a prefetch round while requests wait
+  for admission (``PBKVPolicy.prefetch_while_queued``): ``pbkv`` as before them;
+- ``pbkv-qwonly``: the admission wait in the cycle, prefetching while queued;
+- ``pbkv-pfonly``: no prefetch round while queued, the cycle without the wait.
 
 Usage::
 
@@ -32,7 +33,6 @@ import math
 import sys
 
 from pbkv_server.engine.policies.base import register_policy
-from pbkv_server.engine.policies.host_order import NextUse, _Mean
 from pbkv_server.engine.policies.pbkv import PBKVPolicy
 
 
@@ -86,54 +86,26 @@ class MinHostNoSel(_MinHost):
     selective_host = False
 
 
-class WaitNextUse(NextUse):
-    """:class:`NextUse` whose cycle adds the app's mean admission wait (submission to admission)."""
-
-    def __init__(self) -> None:
-        super().__init__(queue_wait=False)  # the probe adds its own wait (the latest submission per workflow)
-        self._sub: dict = {}  # workflow id -> submission time of its latest request
-        self._wait: dict = {None: _Mean()}
-
-    def _add_wait(self, wid, app) -> None:
-        self.cycle[wid] = self.cycle.get(wid, 0.0) + self._typical(self._wait, app)
-
-    def invocation(self, wid, app, agent, now) -> None:
-        super().invocation(wid, app, agent, now)
-        self._sub[wid] = now
-        self._add_wait(wid, app)
-
-    def admitted(self, wid, app, agent, request_id, now, still_waiting) -> None:
-        sub = self._sub.pop(wid, None)
-        if sub is not None:
-            self._observe(self._wait, app, now - sub)
-        super().admitted(wid, app, agent, request_id, now, still_waiting)
-        self._add_wait(wid, app)
-
-    def finished(self, wid, app, request_id, now) -> None:
-        super().finished(wid, app, request_id, now)
-        self._add_wait(wid, app)
-
-    def ended(self, wid) -> None:
-        super().ended(wid)
-        self._sub.pop(wid, None)
-
-
-@register_policy("pbkv-qwait")
-class QueueWait(PBKVPolicy):
-    summary = "probe: pbkv whose next-use cycle counts the admission wait"
+@register_policy("pbkv-noq")
+class NoQueue(PBKVPolicy):
+    summary = "probe: pbkv without the admission wait in its cycle, prefetching while queued"
     sglang_name = None
-
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self._next = WaitNextUse()
+    queue_wait_cycle = False
+    prefetch_while_queued = True
 
 
-@register_policy("pbkv-qwait-nopf")
-class QueueWaitNoPrefetch(QueueWait):
-    summary = "probe: pbkv-qwait without prefetch"
+@register_policy("pbkv-qwonly")
+class WaitOnly(PBKVPolicy):
+    summary = "probe: pbkv with the admission wait in its cycle, prefetching while queued"
+    sglang_name = None
+    prefetch_while_queued = True
 
-    def prefetch_plan(self, seconds: float):
-        return None
+
+@register_policy("pbkv-pfonly")
+class PrefetchOnly(PBKVPolicy):
+    summary = "probe: pbkv without the admission wait in its cycle, no prefetch while queued"
+    sglang_name = None
+    queue_wait_cycle = False
 
 
 def trace_guard() -> None:

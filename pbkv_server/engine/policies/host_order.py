@@ -23,7 +23,7 @@ waits for admission: the cycle of the steps-ahead term below is ``W + D + G``, `
 running mean of submission-to-admission waits (``queue_wait``; where the device holds a few of
 the running prompts, ``W`` was twice ``D + G`` on synthetic codegen, and a cycle without it
 ranked a workflow two steps ahead as if it came back in a third of the time it does:
-``scripts/probe_pbkv_variants.py``, ``pbkv-qwait``). Without queueing ``W`` is about 0. The node is then used
+``scripts/probe_pbkv_variants.py``, ``pbkv-noq`` against ``pbkv-qwonly``). Without queueing ``W`` is about 0. The node is then used
 with a probability ``q`` per invocation, taken as ``w``'s part of its lookahead score (PBKV Eq. 2,
 the expected discounted uses of ``A_w(c)`` in the next K invocations, capped at 1, floored at
 :data:`MIN_Q`), so after a geometric number of invocations:
