@@ -16,8 +16,9 @@ offline policy's figure covers all of its order runs), and each policy's CPU ove
     .venv/bin/python benchmarks/sim_speed.py --trace cc40.jsonl --policies lru,opt \\
         --profile a6000x8-qwen3-32b-tp8 --host-ratio 1 --predictor markov
 
-``--json FILE`` adds the setting's figures (and, for ``opt``, the mean latency after each order
-run) to FILE under a key naming the trace and setting; ``scripts/make_replay_cost_docs.py`` tables
+``--order-runs 3,8`` replays ``opt`` once per count (default: ``pbkv-bench advise``'s
+``ADVISE_ORDER_RUNS``), each a row of its own (``order_runs_limit``). ``--json FILE`` adds the
+setting's figures (and, for ``opt``, the mean latency after each order run) to FILE under a key naming the trace and setting; ``scripts/make_replay_cost_docs.py`` tables
 docs/replay-cost.md from it.
 """
 
@@ -31,10 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pbkv_contract.settings import list_items
 from pbkv_server.engine.policies import REPLAY, available_policies, parse_policy_list, policy_info
 from pbkv_server.predictors import make_predictor
 from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.advise import ADVISE_ORDER_RUNS
+from pbkv_server.sim.simulator import ORDER_RUNS_LIMIT, ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import generate
 
 from _cli import OneLineParser, check_output, git_commit, run_script, write_json
@@ -55,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default=None, help="with --trace: comma-separated policies (default lru,opt)")
     parser.add_argument("--host-ratio", type=float, default=None,
                         help="with --trace: host tier = RATIO x device (default: the profile's host size)")
+    parser.add_argument("--order-runs", default=None,
+                        help=f"with --trace: comma-separated most order runs of opt, one replay each (default "
+                             f"{ADVISE_ORDER_RUNS}, pbkv-bench advise's; 1..{ORDER_RUNS_LIMIT})")
     parser.add_argument("--json", type=Path, default=None, help="with --trace: add this setting's figures to this JSON file "
                         "(scripts/make_replay_cost_docs.py tables it)")
     args = parser.parse_args(argv)
@@ -67,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.workflows < 1:
         raise ValueError(f"--workflows must be >= 1, got {args.workflows}")
     if args.trace is None:
-        if args.policies is not None or args.json is not None or args.host_ratio is not None:
-            parser.error("--policies, --host-ratio and --json need --trace")
+        if (args.policies is not None or args.json is not None or args.host_ratio is not None
+                or args.order_runs is not None):
+            parser.error("--policies, --host-ratio, --order-runs and --json need --trace")
     else:
         check_output(parser, args.json, [args.trace], json_doc=is_speed_result)
         replay_trace(args)
@@ -110,6 +117,7 @@ def replay_trace(args: argparse.Namespace) -> None:
     # everything that can be refused is refused before the first replay (minutes of CPU each)
     # an unknown name, an empty item or a repeat raises, as in pbkv-bench replay
     policies = parse_policy_list("lru,opt" if args.policies is None else args.policies, REPLAY, "--policies")
+    counts = order_run_counts(args.order_runs)
     data = _read_json(args.json) if args.json is not None else {}
     records = read_trace(args.trace)
     workload = load_workload(records)
@@ -124,18 +132,18 @@ def replay_trace(args: argparse.Namespace) -> None:
           f"{args.profile}, host {host} tok")
     first = None
     rows = []
-    for policy in policies:
+    for policy, limit in [(p, c) for p in policies for c in (counts if policy_info(p).iterates_order else [1])]:
         predictor = make_predictor(args.predictor, 3, records)
         c0 = time.process_time()
         result = simulate(workload, ReplayConfig(policy, profile, device_tokens=device, host_tokens=host),
-                          ReplayOptions(concurrency=args.concurrency, predictor=predictor))
+                          ReplayOptions(concurrency=args.concurrency, predictor=predictor, order_runs=limit))
         dc = time.process_time() - c0
         first = first or dc
         runs = result.summary.get("order_runs", 1)
-        print(f"{policy:16s} {dc:7.1f} s CPU {n / dc:8.1f} inv/s ({runs} run(s))  x{dc / first:5.1f}   "
+        print(f"{policy:16s} {dc:7.1f} s CPU {n / dc:8.1f} inv/s ({runs} run(s) of <= {limit})  x{dc / first:5.1f}   "
               f"hit rate {result.summary['hit_rate']:.4f}   evictions {result.summary['evictions']}", flush=True)
         rows.append({"policy": policy, "cpu_s": dc, "invocations_per_cpu_s": n / dc, "cpu_vs_first": dc / first,
-                     "order_runs": runs, "hit_rate": result.summary["hit_rate"],
+                     "order_runs": runs, "order_runs_limit": limit, "hit_rate": result.summary["hit_rate"],
                      "mean_latency_s": result.summary["mean_latency_s"],
                      "order_run_mean_latency_s": result.summary.get("order_run_mean_latency_s")})
     if args.json is not None:
@@ -145,6 +153,29 @@ def replay_trace(args: argparse.Namespace) -> None:
                      "host_tokens": host, "predictor": args.predictor, "load_average": os.getloadavg()[0],
                      "commit": git_commit(), "rows": rows}
         write_json(args.json, data)
+
+
+def order_run_counts(text: str | None) -> list[int]:
+    """``--order-runs``: the distinct counts, in order (default ``[ADVISE_ORDER_RUNS]``).
+
+    Raises:
+        ValueError: one line for an empty or repeated item, a non-integer or a count outside
+            1..ORDER_RUNS_LIMIT.
+    """
+    if text is None:
+        return [ADVISE_ORDER_RUNS]
+    counts = []
+    for item in list_items(text, "--order-runs", "count"):
+        try:
+            count = int(item)
+        except ValueError:
+            raise ValueError(f"--order-runs {item!r}: not a whole number") from None
+        if not 1 <= count <= ORDER_RUNS_LIMIT:
+            raise ValueError(f"--order-runs {count}: must be in 1..{ORDER_RUNS_LIMIT}")
+        if count in counts:
+            raise ValueError(f"--order-runs {count} is given twice")
+        counts.append(count)
+    return counts
 
 
 #: The keys of every setting :func:`replay_trace` writes under its key.

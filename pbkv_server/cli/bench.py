@@ -335,9 +335,9 @@ def _replay_policies(s: ReplaySettings, plan: _ReplayPlan) -> tuple[dict[str, di
     with replay_progress(err_console) as progress:
         for name in plan.policies + plan.scale_only:
             label = f"{name} (gap)" if name in plan.scale_only else name
-            bar = ReplayBar(progress, label, name, len(plan.workload.units))
+            bar = ReplayBar(progress, label, name, len(plan.workload.units), order_runs=s.order_runs)
             options = ReplayOptions(
-                concurrency=s.concurrency, timeline_bins=s.timeline_bins, slo=plan.slo,
+                concurrency=s.concurrency, timeline_bins=s.timeline_bins, slo=plan.slo, order_runs=s.order_runs,
                 predictor_factory=lambda: make_predictor(s.predictor, s.horizon, plan.records, app=plan.trace_app),
                 on_workflow_end=bar)
             try:
@@ -440,6 +440,7 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
     from pbkv_contract.trace import TraceFormatError, read_trace, trace_meta
     from pbkv_server.engine.policies import REFERENCE_POLICY
     from pbkv_server.sim.advise import advice_lines, advise as run_advise, advised_policies, plot_advice
+    from pbkv_server.sim.progress import ReplayBar, replay_progress
     from pbkv_server.sim.simulator import SimulationError
 
     hw = _advise_hardware(s)  # every check before the first replay: one line and exit 2 each
@@ -451,9 +452,11 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
         if meta is not None and meta.note:
             console.print(f"trace written by {meta.writer}: {meta.note}", highlight=False, markup=False, soft_wrap=True)
         policies = None if s.reference else [p for p in advised_policies(s.engine) if p != REFERENCE_POLICY]
-        advice = run_advise(records, hw, concurrency=s.concurrency, host_ratio=s.host_ratio, predictor=s.predictor,
-                            engine=s.engine, trace=s.trace.name, slo=slo, policies=policies,
-                            progress=lambda name: err_console.print(f"replaying {name} ...", highlight=False))
+        with replay_progress(err_console) as progress:  # a bar with time left per replay (stderr)
+            advice = run_advise(records, hw, concurrency=s.concurrency, host_ratio=s.host_ratio,
+                                predictor=s.predictor, engine=s.engine, trace=s.trace.name, slo=slo,
+                                policies=policies, order_runs=s.order_runs,
+                                bar=lambda name, units, runs: ReplayBar(progress, name, name, units, order_runs=runs))
     except (TraceFormatError, OSError, ValueError, ImportError, SimulationError) as exc:
         raise _fail(missing_module_line("pbkv-bench", exc, "server") or _trace_problem(s.trace, exc)) from None
     try:

@@ -16,10 +16,10 @@ from pbkv_contract.settings import argument, option
 from pbkv_server.engine.types import DEFAULT_ENGINE_MODEL, DEFAULT_PREFILL_COST, ENGINE_MODELS, PREFILL_COSTS
 from pbkv_server.hardware.profiles import DEFAULT_PROFILE, GPU_SPECS, MODEL_SPECS
 from pbkv_server.predictors.torch_threads import DEFAULT_TORCH_THREADS
-from pbkv_server.sim.advise import MAX_GPU_MEMORY_GIB, MAX_TP
+from pbkv_server.sim.advise import ADVISE_ORDER_RUNS, MAX_GPU_MEMORY_GIB, MAX_TP
 from pbkv_contract.prediction import MAX_HORIZON  # re-exported: one bound for every tool
 from pbkv_server.hardware.profiles import MAX_KV_TOKENS
-from pbkv_server.sim.simulator import MAX_CONCURRENCY
+from pbkv_server.sim.simulator import MAX_CONCURRENCY, MAX_ORDER_RUNS, ORDER_RUNS_LIMIT
 from pbkv_server.sim.shipped import DEFAULT_ENGINE, ENGINES
 from pbkv_server.predictors.factory import DEFAULT_ONLINE_PREDICTOR
 
@@ -43,6 +43,11 @@ def _predictor() -> Any:
 def _concurrency() -> Any:
     return option(32, f"most workflows (sessions) in flight (closed loop; 1..{MAX_CONCURRENCY:,})", min=1,
                   max=MAX_CONCURRENCY)
+
+
+def _order_runs(default: int, why: str) -> Any:
+    return option(default, f"most replays of the offline reference (opt: MIN over the replay's own order, replayed "
+                           f"until the order is stable; 1..{ORDER_RUNS_LIMIT}); {why}", min=1, max=ORDER_RUNS_LIMIT)
 
 
 def _json_out(what: str) -> Any:
@@ -106,6 +111,7 @@ class ReplaySettings:
     chunked_prefill_size: Optional[int] = option(None, "with --engine-model sglang: most new tokens per prefill batch "
                                                        "(SGLang --chunked-prefill-size; default: the profile's, 0 = "
                                                        "no chunking)")
+    order_runs: int = _order_runs(MAX_ORDER_RUNS, "the default is the studies' and published tables' reference")
     hints: bool = option(True, "--no-hints: replay the trace as a client without the SDK sends it (no PBKV hints, "
                                "session id, priority or cache TTL; docs/do-no-harm.md)")
 
@@ -127,9 +133,11 @@ class AdviseSettings:
     predictor: str = _predictor()
     engine: str = option(DEFAULT_ENGINE, f"the inference engine you serve with ({' | '.join(ENGINES)}): the verdict "
                                           "compares PBKV with the best policy it ships")
-    reference: bool = option(True, "also replay the offline reference (opt), which replays the trace up to 8 times: "
-                                   "most of advise's time on a day of traffic; --no-reference skips it, and the "
-                                   "verdict then cannot say that even opt gains nothing")
+    reference: bool = option(True, "also replay the offline reference (opt), which replays the trace up to "
+                                   "--order-runs times: most of advise's time on a day of traffic; --no-reference "
+                                   "skips it, and the verdict then cannot say that even opt gains nothing")
+    order_runs: int = _order_runs(ADVISE_ORDER_RUNS, f"the studies' reference runs {MAX_ORDER_RUNS} "
+                                                     "(docs/replay-cost.md)")
     plot: Optional[Path] = option(None, "write the figure here (PNG)")
     json_out: Optional[Path] = _json_out("the figures")
     slo_ttft: Optional[float] = _slo_ttft()

@@ -1,8 +1,8 @@
 """Progress bars of long replays: units done, time elapsed and time left (rich).
 
 A replay of a day of coding-agent traffic takes minutes per policy, and ``opt`` replays the trace
-up to :data:`~pbkv_server.sim.simulator.MAX_ORDER_RUNS` times (it iterates to its own submission
-order). Its bar counts every run's units, so its time left is an upper bound (all runs); it ends
+up to ``ReplayOptions.order_runs`` times (it iterates to its own submission order; default
+:data:`~pbkv_server.sim.simulator.MAX_ORDER_RUNS`). Its bar counts every run's units, so its time left is an upper bound (all runs); it ends
 at once when the order is stable early. Used by ``pbkv-bench replay`` / ``advise`` and
 ``benchmarks/policy_matrix.py``.
 
@@ -50,15 +50,16 @@ class ReplayBar:
         progress: from :func:`replay_progress`, started.
         label: the bar's text (the policy's name, say).
         policy: the replayed policy: an order-iterating one (``opt``) counts up to
-            ``MAX_ORDER_RUNS`` replays of ``units`` each.
+            ``order_runs`` replays of ``units`` each.
         units: replay units of the workload (``len(workload.units)``).
         clock: wall-clock seconds of the plain lines (tests pass their own).
+        order_runs: ``ReplayOptions.order_runs`` of the replay (the most it may run).
     """
 
     def __init__(self, progress: Progress, label: str, policy: str, units: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, order_runs: int = MAX_ORDER_RUNS) -> None:
         self._progress, self._label, self._units = progress, label, max(1, units)
-        self._runs = MAX_ORDER_RUNS if policy_info(policy).iterates_order else 1
+        self._runs = order_runs if policy_info(policy).iterates_order else 1
         self._run = 0  # order runs finished
         self._last = 0  # units finished in the current run
         self.task: TaskID = progress.add_task(self._describe(), total=self._units * self._runs)

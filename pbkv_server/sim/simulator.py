@@ -47,8 +47,8 @@ from pbkv_server.sim.serving_metrics import Slo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_CONCURRENCY", "Workload", "ReplayUnit", "ReplayConfig", "ReplayOptions", "SimResult",
-           "SimulationError", "load_workload", "simulate"]
+__all__ = ["MAX_CONCURRENCY", "MAX_ORDER_RUNS", "ORDER_RUNS_LIMIT", "Workload", "ReplayUnit", "ReplayConfig",
+           "ReplayOptions", "SimResult", "SimulationError", "load_workload", "simulate"]
 
 #: Most replay units in flight (``--concurrency``). A closed loop never has more in flight than the
 #: trace has units, so any larger value replays alike; the bound only turns a typo (1e23) into one
@@ -57,8 +57,13 @@ __all__ = ["MAX_CONCURRENCY", "Workload", "ReplayUnit", "ReplayConfig", "ReplayO
 MAX_CONCURRENCY = 1_000_000
 
 
-#: Most replays of an order-iterating offline policy (``opt``) before its order must be stable.
+#: Most replays of an order-iterating offline policy (``opt``) before its order must be stable, by
+#: default (``ReplayOptions.order_runs``): the reference of every study and published table.
+#: ``pbkv-bench advise`` runs fewer by default (``ADVISE_ORDER_RUNS``, docs/replay-cost.md says why).
 MAX_ORDER_RUNS = 8
+#: Most order runs a caller may ask for: each is a whole replay, and a trace whose order never
+#: settles runs all of them (the bound moves up and down run to run, not steadily).
+ORDER_RUNS_LIMIT = 64
 #: Priority of an agent app's requests when the trace records none: the example value of Dynamo's
 #: "SGLang for Agentic Workloads" guide (``nvext.agent_hints.priority: 10``); other traffic keeps
 #: SGLang's default 0. An agent app is one whose workflows make two or more LLM calls.
@@ -438,6 +443,9 @@ class ReplayOptions:
             ``speculative_prefill`` (Dynamo's speculative prefill). ``None`` (default): on for one
             engine, off behind a router (cluster replays were recorded without it; the prefix goes
             to the replica serving the current turn); ``True`` / ``False``: on / off in both.
+        order_runs: most replays of an order-iterating offline policy (``opt``), 1..
+            :data:`ORDER_RUNS_LIMIT`; it stops earlier once its order is stable. Default
+            :data:`MAX_ORDER_RUNS`, the published reference's; 1 is MIN on the timing-only order.
     """
 
     concurrency: int = 32
@@ -448,6 +456,7 @@ class ReplayOptions:
     on_workflow_end: Callable[[int], None] | None = None
     speculative_prefill: bool | None = None
     slo: Slo | None = None
+    order_runs: int = MAX_ORDER_RUNS
 
 
 def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = ReplayOptions(),
@@ -474,13 +483,16 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
         ``speculative_prefill_tokens`` (and ``guard`` over their summed counters).
 
     Raises:
-        ValueError: ``concurrency`` outside 1.. :data:`MAX_CONCURRENCY` or ``replicas`` < 1, an unknown policy or router, an offline
+        ValueError: ``concurrency`` outside 1.. :data:`MAX_CONCURRENCY`, ``order_runs`` outside
+            1.. :data:`ORDER_RUNS_LIMIT` or ``replicas`` < 1, an unknown policy or router, an offline
             policy behind a router (its future is the whole trace's order on one engine), or a
             single ``predictor`` for several replicas.
         SimulationError: an engine stops making progress.
     """
     if not 1 <= options.concurrency <= MAX_CONCURRENCY:
         raise ValueError(f"concurrency must be in 1..{MAX_CONCURRENCY:,}, got {options.concurrency:,}")
+    if not 1 <= options.order_runs <= ORDER_RUNS_LIMIT:
+        raise ValueError(f"order runs must be in 1..{ORDER_RUNS_LIMIT}, got {options.order_runs:,}")
     info = policy_info(config.policy)
     clustered = replicas > 1 or router is not None
     if clustered and info.offline:
@@ -540,7 +552,7 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
             # submission order stops changing (a fixed point: the policy knew its own future)
             previous: list[str] | None = None
             latencies = [result.summary["mean_latency_s"]]
-            while order != previous and runs < MAX_ORDER_RUNS:
+            while order != previous and runs < options.order_runs:
                 previous = order
                 result, order = run(build_future(workload, options.concurrency, page_size, order=previous, index=index))
                 latencies.append(result.summary["mean_latency_s"])

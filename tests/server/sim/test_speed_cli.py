@@ -30,6 +30,10 @@ def trace(tmp_path_factory):
     (["--profile", "nope"], "unknown hardware profile 'nope'"),
     (["--predictor", "nope"], "unknown predictor 'nope'"),
     (["--device-tokens", "0"], "--device-tokens must be >= 1"),
+    (["--order-runs", "3,0"], "--order-runs 0: must be in 1..64"),
+    (["--order-runs", "3,3"], "--order-runs 3 is given twice"),
+    (["--order-runs", "x"], "--order-runs 'x': not a whole number"),
+    (["--order-runs", "3,"], "item 2 is empty"),
 ])
 def test_bad_input_is_one_line_before_any_replay(speed, trace, capsys, monkeypatch, args, message):
     def no_replay(*a, **k):
@@ -110,3 +114,15 @@ def test_json_merges_only_into_an_earlier_result_of_this_script(speed, trace, tm
     err = capsys.readouterr().err
     assert err.startswith(f"error: --json {out}: holds JSON that is not an earlier result of this command")
     assert err.count("\n") == 1 and "not JSON" not in err and out.read_bytes() == before
+
+
+def test_each_order_run_count_is_a_row_of_opt_and_online_policies_replay_once(speed, trace, tmp_path):
+    out = tmp_path / "cost.json"
+    assert speed.main(["--trace", str(trace), "--policies", "lru,opt", "--order-runs", "1,2", "--concurrency", "2",
+                       "--device-tokens", "30000", "--host-ratio", "1", "--json", str(out)]) == 0
+    rows = next(iter(json.loads(out.read_text()).values()))["rows"]
+    assert [(r["policy"], r["order_runs_limit"]) for r in rows] == [("lru", 1), ("opt", 1), ("opt", 2)]
+    one, two = rows[1], rows[2]
+    assert one["order_runs"] == 1 and 1 <= two["order_runs"] <= 2
+    # run 1 is the same replay whatever the limit
+    assert two["order_run_mean_latency_s"][0] == one["order_run_mean_latency_s"][0] == one["mean_latency_s"]
