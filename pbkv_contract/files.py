@@ -216,6 +216,10 @@ def replace_file(path: os.PathLike[str] | str, write: Callable[[Path], object]) 
     A symbolic link is written through (:func:`write_target`): its target gets the new content and
     the link stays. A device, named pipe or socket is never replaced by an ordinary file: it raises
     ``OSError`` before ``write`` runs (:func:`output_problem` refuses it before any work starts).
+
+    The file keeps the permissions an in-place ``open(path, "w")`` would leave: an existing file
+    its own mode (a results file made ``0600`` or ``0644`` by its owner stays so), a new one
+    ``0o666`` less the umask, whatever mode ``write`` (or a stale ``tmp``) gave ``tmp``.
     """
     out = write_target(path)
     if (kind := special_file(out)) is not None:
@@ -223,10 +227,23 @@ def replace_file(path: os.PathLike[str] | str, write: Callable[[Path], object]) 
     make_parents(out)
     tmp = out.with_name(f".partial-{out.name}")
     try:
+        mode = stat.S_IMODE(os.stat(out).st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    try:
+        tmp.unlink(missing_ok=True)  # a stale one (a link would be written through) is not reused
         write(tmp)
+        os.chmod(tmp, mode)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back: there is no other portable way)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def folder_problem(folder: os.PathLike[str] | str) -> str | None:
