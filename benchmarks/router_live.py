@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace  # noqa: E402
-from _cli import OneLineParser, check_output  # noqa: E402
+from _cli import OneLineParser, check_output, write_text  # noqa: E402
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, SERVER, parse_policy_list  # noqa: E402
 from pbkv_contract.settings import first_repeat, list_items  # noqa: E402
 from pbkv_server.testing.local_cluster import SMG_POLICIES, free_port, local_cluster  # noqa: E402
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         base = results.get(f"consistent_hashing/{DEFAULT_POLICY}")
         print(_failure_report(results[name], base), flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        write_text(Path(args.json), json.dumps(results, indent=1))
         print(f"wrote {args.json}")
 
 
