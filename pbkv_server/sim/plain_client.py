@@ -22,7 +22,28 @@ from dataclasses import replace
 
 from pbkv_server.sim.simulator import Workload
 
-__all__ = ["without_hints"]
+__all__ = ["without_hints", "CLIENT_SIGNAL_POLICIES", "client_signal_note"]
+
+#: Policies whose whole rule reads a signal that only the client sends, by name, with that signal:
+#: on :func:`without_hints` traffic they have nothing to act on and replay exactly as ``lru``
+#: (``tests/server/sim/test_plain_client.py`` checks it). PBKV's own policies are not listed: acting
+#: as ``lru`` on traffic without hints is what ``--no-hints`` measures (docs/do-no-harm.md).
+CLIENT_SIGNAL_POLICIES = {
+    "sglang-session": "SGLang session id",
+    "sglang-priority": "request priority",
+    "ttl-pin": "cache TTL",
+    "continuum": "workflow and last-step mark",
+}
+
+
+def client_signal_note(policies: list[str]) -> str | None:
+    """The note for a replay of ``policies`` without hints when some of them act only on client
+    signals (:data:`CLIENT_SIGNAL_POLICIES`), so that they replay as ``lru``; ``None`` otherwise."""
+    named = [f"{p} ({CLIENT_SIGNAL_POLICIES[p]})" for p in policies if p in CLIENT_SIGNAL_POLICIES]
+    if not named:
+        return None
+    verb, it = ("acts", "it replays") if len(named) == 1 else ("act", "they replay")
+    return f"--no-hints: {', '.join(named)} {verb} on what the client sends, which --no-hints removes; {it} as lru here"
 
 
 def without_hints(workload: Workload) -> Workload:
