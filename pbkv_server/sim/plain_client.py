@@ -20,26 +20,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from pbkv_server.engine.policies import policy_info
 from pbkv_server.sim.simulator import Workload
 
-__all__ = ["without_hints", "CLIENT_SIGNAL_POLICIES", "client_signal_note"]
-
-#: Policies whose whole rule reads a signal that only the client sends, by name, with that signal:
-#: on :func:`without_hints` traffic they have nothing to act on and replay exactly as ``lru``
-#: (``tests/server/sim/test_plain_client.py`` checks it). PBKV's own policies are not listed: acting
-#: as ``lru`` on traffic without hints is what ``--no-hints`` measures (docs/do-no-harm.md).
-CLIENT_SIGNAL_POLICIES = {
-    "sglang-session": "SGLang session id",
-    "sglang-priority": "request priority",
-    "ttl-pin": "cache TTL",
-    "continuum": "workflow and last-step mark",
-}
-
+__all__ = ["without_hints", "client_signal_note"]
 
 def client_signal_note(policies: list[str]) -> str | None:
-    """The note for a replay of ``policies`` without hints when some of them act only on client
-    signals (:data:`CLIENT_SIGNAL_POLICIES`), so that they replay as ``lru``; ``None`` otherwise."""
-    named = [f"{p} ({CLIENT_SIGNAL_POLICIES[p]})" for p in policies if p in CLIENT_SIGNAL_POLICIES]
+    """The note for a replay of ``policies`` without hints when some of them act only on what the
+    client sends (``PolicyInfo.client_signal``), so that they replay as ``lru``; ``None`` otherwise.
+    PBKV's own policies declare none: acting as ``lru`` on traffic without hints is what
+    ``--no-hints`` measures (docs/do-no-harm.md)."""
+    named = [f"{p} ({policy_info(p).client_signal})" for p in policies if policy_info(p).client_signal]
     if not named:
         return None
     verb, it = ("acts", "it replays") if len(named) == 1 else ("act", "they replay")
