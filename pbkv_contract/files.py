@@ -227,23 +227,17 @@ def replace_file(path: os.PathLike[str] | str, write: Callable[[Path], object]) 
     make_parents(out)
     tmp = out.with_name(f".partial-{out.name}")
     try:
-        mode = stat.S_IMODE(os.stat(out).st_mode)
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    try:
         tmp.unlink(missing_ok=True)  # a stale one (a link would be written through) is not reused
+        try:
+            mode = stat.S_IMODE(os.stat(out).st_mode)
+        except FileNotFoundError:  # the mode open(path, "w") gives: 0o666 less the umask, applied by the
+            os.close(os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o666))  # kernel (no umask() race)
+            mode = stat.S_IMODE(os.stat(tmp).st_mode)
         write(tmp)
         os.chmod(tmp, mode)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _umask() -> int:
-    """The process's umask (read by setting it and setting it back: there is no other portable way)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def folder_problem(folder: os.PathLike[str] | str) -> str | None:
