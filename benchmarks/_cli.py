@@ -18,7 +18,7 @@ from pbkv_contract.files import ANY_JSON, output_problem, replace_file
 from pbkv_contract.trace import TraceFormatError
 from pbkv_server.sim.simulator import SimulationError
 
-__all__ = ["OneLineParser", "run_script", "check_output", "write_json", "git_commit"]
+__all__ = ["OneLineParser", "run_script", "check_output", "write_json", "write_text", "git_commit"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -61,6 +61,12 @@ def write_json(path: Path, data) -> None:
     """Replace ``path`` with ``data`` as JSON at once (its folders made, written aside, then
     renamed, as every pbkv-bench output): a run stopped mid-write keeps the last file whole."""
     replace_file(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8"))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) as :func:`write_json` does, for a script whose file
+    keeps its own layout (key order, no trailing newline) that ``write_json`` would change."""
+    replace_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def git_commit() -> str:

@@ -36,7 +36,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from _cli import OneLineParser, check_output, run_script
+from _cli import OneLineParser, check_output, run_script, write_text
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace
 from pbkv_server.engine.policies import BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies, policy_info
 from pbkv_server.predictors import make_predictor
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                   "of prompt tokens.")
             out[title] = rows
     if args.json:
-        args.json.write_text(json.dumps(jsonable(out), indent=1))
+        write_text(args.json, json.dumps(jsonable(out), indent=1))
     return 0
 
 

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cli import OneLineParser, check_output, run_script  # noqa: E402
+from _cli import OneLineParser, check_output, run_script, write_text  # noqa: E402
 
 from pbkv_contract.prediction import END_AGENT, PredictionQuery  # noqa: E402
 from pbkv_contract.trace import TraceFormatError, TraceRecord, group_workflows, read_trace  # noqa: E402
@@ -174,8 +174,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.json is not None:
         doc = {"horizon": HORIZON, "log_loss_floor": FLOOR, "predictors": specs,
                "traces": [_json_ready(r) for r in results]}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        write_text(args.json, json.dumps(doc, indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0
 

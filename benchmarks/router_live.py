@@ -47,9 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace  # noqa: E402
-from _cli import OneLineParser, check_output  # noqa: E402
+from _cli import OneLineParser, check_output, write_text  # noqa: E402
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, SERVER, parse_policy_list  # noqa: E402
-from pbkv_server.testing.local_cluster import free_port, local_cluster  # noqa: E402
+from pbkv_contract.settings import first_repeat, list_items  # noqa: E402
+from pbkv_server.testing.local_cluster import SMG_POLICIES, free_port, local_cluster  # noqa: E402
 
 SCENARIO = "examples.hover_langchain.scenario:HoverScenario"
 ROUTERS = ("consistent_hashing", "cache_aware", "round_robin")
@@ -61,15 +62,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--claims", type=int, default=128, help="HoVer claims (workflows) per run")
     parser.add_argument("--concurrency", type=int, default=64, help="workflows in flight in the app")
     parser.add_argument("--replicas", type=int, default=4)
-    parser.add_argument("--routers", default=",".join(ROUTERS))
+    parser.add_argument("--routers", default=",".join(ROUTERS),
+                        help=f"SMG routing policies, comma-separated (known: {', '.join(SMG_POLICIES)})")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--device-tokens", type=int, default=None, help="per replica (default: capacity rule)")
     parser.add_argument("--failure", action="store_true", help="add the replica-failure run")
     parser.add_argument("--kill-at", type=float, default=0.4, help="share of claims done when replica 1 is killed")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    try:  # the sim engine's policies, refused before the data is read or a replica starts
+    try:  # the sim engine's policies and SMG's, refused before the data is read or a replica starts
         args.policies = parse_policy_list(args.policies, SERVER, "--policies")
+        args.routers = parse_routers(args.routers)
     except ValueError as exc:
         parser.error(str(exc))
     check_output(parser, Path(args.json) if args.json else None, [])  # before an hour of runs
@@ -88,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(claims)} HoVer claims, {args.concurrency} in flight, {args.replicas} replicas of {device} device "
           f"tokens each (capacity rule at C={per_replica_c}); files under {work}", flush=True)
     results: dict[str, Any] = {}
-    for router in args.routers.split(","):
+    for router in args.routers:
         for policy in args.policies:
             name = f"{router}/{policy}"
             results[name] = run(router, policy, claims, args, device, work / name.replace("/", "-"))
@@ -100,8 +103,22 @@ def main(argv: list[str] | None = None) -> None:
         base = results.get(f"consistent_hashing/{DEFAULT_POLICY}")
         print(_failure_report(results[name], base), flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        write_text(Path(args.json), json.dumps(results, indent=1))
         print(f"wrote {args.json}")
+
+
+def parse_routers(text: str, flag: str = "--routers") -> list[str]:
+    """The SMG routing policies of ``--routers``, in order; an empty item, a name given twice or a
+    name SMG does not know (:data:`SMG_POLICIES`) raises ``ValueError`` naming ``flag`` (a typo
+    failed only when its run's router started, after the pilot and the earlier runs)."""
+    names = list_items(text, flag, "router")
+    twice = first_repeat(names)
+    if twice is not None:
+        raise ValueError(f"{flag} {text!r}: router {twice!r} is listed twice")
+    unknown = [name for name in names if name not in SMG_POLICIES]
+    if unknown:
+        raise ValueError(f"unknown router {', '.join(map(repr, unknown))} in {flag}; known: {', '.join(SMG_POLICIES)}")
+    return names
 
 
 def run(router: str, policy: str, claims: list, args: argparse.Namespace, device: int, out: Path,

@@ -216,6 +216,10 @@ def replace_file(path: os.PathLike[str] | str, write: Callable[[Path], object]) 
     A symbolic link is written through (:func:`write_target`): its target gets the new content and
     the link stays. A device, named pipe or socket is never replaced by an ordinary file: it raises
     ``OSError`` before ``write`` runs (:func:`output_problem` refuses it before any work starts).
+
+    The file keeps the permissions an in-place ``open(path, "w")`` would leave: an existing file
+    its own mode (a results file made ``0600`` or ``0644`` by its owner stays so), a new one
+    ``0o666`` less the umask, whatever mode ``write`` (or a stale ``tmp``) gave ``tmp``.
     """
     out = write_target(path)
     if (kind := special_file(out)) is not None:
@@ -223,7 +227,14 @@ def replace_file(path: os.PathLike[str] | str, write: Callable[[Path], object]) 
     make_parents(out)
     tmp = out.with_name(f".partial-{out.name}")
     try:
+        tmp.unlink(missing_ok=True)  # a stale one (a link would be written through) is not reused
+        try:
+            mode = stat.S_IMODE(os.stat(out).st_mode)
+        except FileNotFoundError:  # the mode open(path, "w") gives: 0o666 less the umask, applied by the
+            os.close(os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o666))  # kernel (no umask() race)
+            mode = stat.S_IMODE(os.stat(tmp).st_mode)
         write(tmp)
+        os.chmod(tmp, mode)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pbkv_contract.files import output_problem
+from pbkv_contract.files import ANY_JSON, output_problem, replace_file
 from pbkv_contract.prediction import MAX_HORIZON
 from pbkv_contract.trace import read_trace
 from pbkv_train.backbones import fit_workflows
@@ -131,8 +131,9 @@ def _check_writable(path: Path, flag: str, inputs: Sequence[Path] = ()) -> None:
     """Exit 2 now, before any training, if ``path`` cannot be written later or is one of ``inputs``
     (:func:`pbkv_contract.files.output_problem`: the nearest existing folder is probed with a
     temporary file, which catches read-only file systems and places where ``os.access`` says yes
-    to root; nothing is left behind)."""
-    problem = output_problem(path, inputs)
+    to root; nothing is left behind). A ``--json`` may replace only an existing JSON document (not
+    a log, a CSV), as every other command's ``--json``."""
+    problem = output_problem(path, inputs, json_doc=ANY_JSON if flag == "--json" else None)
     if problem is not None:
         _fail(f"{flag} {path} {problem}")
 
@@ -310,9 +311,8 @@ def _print_table(title: str, results: dict[str, list[np.ndarray]], k: int) -> No
 
 
 def _write_json(path: Path, data: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=1))
+    try:  # written aside and renamed: a stopped run keeps the previous file whole
+        replace_file(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1), encoding="utf-8"))
     except OSError as exc:  # checked before the run; this is the rare race (disk full, removed dir)
         _fail(f"cannot write {path}: {exc.strerror or exc}")
     console.print(f"wrote {path}")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pbkv_contract.files import replace_file
 from pbkv_train.data import Vocab
 from pbkv_train.model import GraphSagePredictorNet, ModelConfig
 
@@ -35,10 +36,9 @@ class LoadedModel:
 
 
 def save_model(path: str | os.PathLike[str], net: GraphSagePredictorNet, vocab: Vocab, info: dict | None = None) -> None:
-    """Write ``net`` + metadata to ``path`` (one file; parent directories are created)."""
-    parent = os.path.dirname(os.fspath(path))
-    if parent:
-        os.makedirs(parent, exist_ok=True)
+    """Write ``net`` + metadata to ``path`` (one file; parent directories are created), whole or
+    not at all (:func:`pbkv_contract.files.replace_file`: written aside, then renamed over ``path``,
+    so a stopped or failed save keeps the previous model file)."""
     payload = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -48,7 +48,7 @@ def save_model(path: str | os.PathLike[str], net: GraphSagePredictorNet, vocab: 
         "state_dict": {k: v.detach().clone() for k, v in net.state_dict().items()},
         "info": dict(info or {}),
     }
-    torch.save(payload, os.fspath(path))
+    replace_file(path, lambda tmp: torch.save(payload, os.fspath(tmp)))
 
 
 def load_model(path: str | os.PathLike[str], app: str | None = None) -> LoadedModel:

@@ -36,6 +36,10 @@ workflow latency, mean/p99 TTFT, request and workflow counts, per-agent TTFT and
 timeline. Wall-clock decision latencies are left out (they are measurements of this machine).
 ``compare`` requires exact equality (floats compared as written by JSON), and reports each
 difference with its path.
+
+Bad input (a missing or unreadable file, a file that is not a fingerprint's JSON, an unknown
+option, a ``pbkv-bench`` run that fails) ends with one ``error: ...`` line on stderr and exit status
+2, as the ``pbkv-bench`` commands and the benchmark scripts report it.
 """
 
 from __future__ import annotations
@@ -61,10 +65,21 @@ SYNTH_CAPACITIES = ((120_000, 240_000), (200_000, 400_000))
 SYNTH_PREDICTORS = ("oracle", "markov", "context")
 
 
+class Failure(Exception):
+    """Bad input or a failed run: :func:`main` prints it as one ``error:`` line and returns 2."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one ``error: ...`` line (exit 2), without argparse's usage block first."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"error: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (0 ok, 1 differences, 2 usage/run error)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    parser = _OneLineParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_OneLineParser)
     rec = sub.add_parser("record", help="replay every case and write the fingerprint JSON")
     rec.add_argument("out", type=Path)
     rec.add_argument("--example", type=Path, action="append", default=[],
@@ -83,11 +98,29 @@ def main(argv: list[str] | None = None) -> int:
     cmp_.add_argument("before", type=Path)
     cmp_.add_argument("after", type=Path)
     args = parser.parse_args(argv)
-    if args.cmd == "record":
-        return record(args.out, args.example, args.policies, args.workflows)
-    if args.cmd == "add":
-        return add_policies(args.fixture, args.policies.split(","), args.workflows, args.replace)
-    return compare(args.before, args.after)
+    try:
+        if args.cmd == "record":
+            return record(args.out, args.example, args.policies, args.workflows)
+        if args.cmd == "add":
+            return add_policies(args.fixture, args.policies.split(","), args.workflows, args.replace)
+        return compare(args.before, args.after)
+    except Failure as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _load(path: Path, what: str = "fingerprint") -> dict[str, Any]:
+    """The JSON object in ``path``; :class:`Failure` naming the file when it cannot be read or
+    does not hold one JSON object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise Failure(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Failure(f"{what} {path} is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise Failure(f"{what} {path} holds JSON that is not an object ({type(data).__name__})")
+    return data
 
 
 def record(out: Path, examples: list[Path], policies: str | None, workflows: int = SYNTH["workflows"]) -> int:
@@ -100,6 +133,7 @@ def record(out: Path, examples: list[Path], policies: str | None, workflows: int
         workflows: workflows of the synthetic trace.
     """
     policy_list = policies or ",".join(_registered_policies())
+    summaries = [_example_summary(path) for path in examples]  # bad input stops before any replay
     cases: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="pbkv-fingerprint-") as tmp:
         trace = Path(tmp) / "synth.jsonl"
@@ -111,8 +145,7 @@ def record(out: Path, examples: list[Path], policies: str | None, workflows: int
                 cases[name] = _replay(trace, policy_list, pred, SYNTH_REPLAY["concurrency"],
                                       SYNTH_REPLAY["profile"], device, host, Path(tmp))
                 print(f"recorded {name}", file=sys.stderr)
-        for summary_path in examples:
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        for summary in summaries:
             ex_policies = ",".join(p for p in summary["policies"])
             name = f"example-{summary['example']}"
             cases[name] = _replay(Path(summary["traces"]["test"]), ex_policies, summary["model"],
@@ -123,6 +156,17 @@ def record(out: Path, examples: list[Path], policies: str | None, workflows: int
     out.write_text(json.dumps(cases, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {out}: {len(cases)} cases")
     return 0
+
+
+def _example_summary(path: Path) -> dict[str, Any]:
+    """An example run's ``--json`` summary, with the keys :func:`record` replays it by."""
+    summary = _load(path, "example summary")
+    missing = [key for key in ("policies", "example", "traces", "model", "replay_concurrency", "profile",
+                               "device_tokens", "host_tokens") if key not in summary]
+    if missing or not isinstance(summary["traces"], dict) or "test" not in summary["traces"]:
+        raise Failure(f"example summary {path} is not an example run's --json summary "
+                      f"(no {', '.join(missing) or 'traces.test'})")
+    return summary
 
 
 def recorded_policies(fingerprint: dict[str, Any]) -> list[str]:
@@ -140,21 +184,21 @@ def add_policies(fixture: Path, policies: list[str], workflows: int = SYNTH["wor
     policy's stay as recorded). Re-recording ``lru`` itself is refused (it is the check that the
     cases are the fixture's). Returns 0, or 2 with one line on stderr.
     """
-    data = json.loads(fixture.read_text(encoding="utf-8"))
+    data = _load(fixture)
     have = set(recorded_policies(data))
     policies = [p for p in (q.strip() for q in policies) if p]
     again = sorted(set(policies) & have)
     if replace and _baseline() in policies:
-        print(f"replay_fingerprint: --replace cannot re-record {_baseline()} (use record)", file=sys.stderr)
+        print(f"error: --replace cannot re-record {_baseline()} (use record)", file=sys.stderr)
         return 2
     if replace:
         again = []
     if not policies or again:
-        print(f"replay_fingerprint: {', '.join(again) or 'no policy'} already in {fixture}" if again
-              else "replay_fingerprint: --policies names no policy", file=sys.stderr)
+        print(f"error: {', '.join(again) or 'no policy'} already in {fixture}" if again
+              else "error: --policies names no policy", file=sys.stderr)
         return 2
     if any(not case.startswith("synth-") for case in data):
-        print("replay_fingerprint: add supports fingerprints of synthetic cases only", file=sys.stderr)
+        print("error: add supports fingerprints of synthetic cases only", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="pbkv-fingerprint-") as tmp:
         new = Path(tmp) / "new.json"
@@ -164,7 +208,7 @@ def add_policies(fixture: Path, policies: list[str], workflows: int = SYNTH["wor
         fresh = json.loads(new.read_text(encoding="utf-8"))
     for case, runs in data.items():
         if fresh[case][_baseline()] != runs[_baseline()]:
-            print(f"replay_fingerprint: {_baseline()} on {case} differs from {fixture}'s (another --workflows, or the engine "
+            print(f"error: {_baseline()} on {case} differs from {fixture}'s (another --workflows, or the engine "
                   "changed); nothing written", file=sys.stderr)
             return 2
         for policy in policies:
@@ -176,8 +220,7 @@ def add_policies(fixture: Path, policies: list[str], workflows: int = SYNTH["wor
 
 def compare(before: Path, after: Path) -> int:
     """Print every difference between two fingerprints; 0 if identical, 1 otherwise."""
-    a = json.loads(before.read_text(encoding="utf-8"))
-    b = json.loads(after.read_text(encoding="utf-8"))
+    a, b = _load(before), _load(after)
     diffs = list(_diff(a, b, ""))
     for line in diffs[:200]:
         print(line)
@@ -221,7 +264,7 @@ def _bench(*args: str) -> None:
     proc = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
-        raise SystemExit(f"pbkv-bench {' '.join(args[:2])} failed with exit status {proc.returncode}")
+        raise Failure(f"pbkv-bench {' '.join(args[:2])} failed with exit status {proc.returncode}")
 
 
 def _baseline() -> str:

@@ -290,7 +290,7 @@ def _load_replay_inputs(s: ReplaySettings, plan: _ReplayPlan) -> None:
     from pbkv_contract.trace import InvocationRecord, TraceFormatError, read_trace, trace_meta
     from pbkv_server.predictors import make_predictor
     from pbkv_server.sim.capacity import largest_request
-    from pbkv_server.sim.plain_client import without_hints
+    from pbkv_server.sim.plain_client import client_signal_note, without_hints
     from pbkv_server.sim.simulator import load_workload
 
     try:
@@ -301,6 +301,8 @@ def _load_replay_inputs(s: ReplaySettings, plan: _ReplayPlan) -> None:
         plan.workload = load_workload(plan.records)
         if not s.hints:
             plan.workload = without_hints(plan.workload)
+            if (note := client_signal_note(plan.policies)) is not None:  # not refused: a do-no-harm check may want it
+                err_console.print(f"note: {note}", highlight=False, markup=False)
         # A trained model must belong to the trace's app (when it holds one): a model for another
         # app would silently predict uniform distributions for every query.
         apps = {rec.app for rec in plan.records if isinstance(rec, InvocationRecord)}

@@ -20,9 +20,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from pbkv_server.engine.policies import policy_info
 from pbkv_server.sim.simulator import Workload
 
-__all__ = ["without_hints"]
+__all__ = ["without_hints", "client_signal_note"]
+
+def client_signal_note(policies: list[str]) -> str | None:
+    """The note for a replay of ``policies`` without hints when some of them act only on what the
+    client sends (``PolicyInfo.client_signal``), so that they replay as ``lru``; ``None`` otherwise.
+    PBKV's own policies declare none: acting as ``lru`` on traffic without hints is what
+    ``--no-hints`` measures (docs/do-no-harm.md)."""
+    named = [f"{p} ({policy_info(p).client_signal})" for p in policies if policy_info(p).client_signal]
+    if not named:
+        return None
+    verb, it = ("acts", "it replays") if len(named) == 1 else ("act", "they replay")
+    return f"--no-hints: {', '.join(named)} {verb} on what the client sends, which --no-hints removes; {it} as lru here"
 
 
 def without_hints(workload: Workload) -> Workload:

@@ -238,3 +238,44 @@ def test_a_short_json_scalar_is_json_though_not_a_result(tmp_path):
         "holds JSON that is not an earlier result of this command")
     path.write_text("a,b\n1,2\n")
     assert output_problem(path, json_doc=lambda d: True).startswith("is a file that is not JSON")
+
+
+def test_a_replaced_file_keeps_its_mode_and_a_new_one_gets_the_umask_default(tmp_path):
+    """A results file written aside and renamed took the temporary file's mode (0600 where the
+    writer made it with ``mkstemp``): an existing file keeps its own mode, a new one gets
+    ``0o666 & ~umask``, as ``open(path, "w")`` would give."""
+    import stat
+
+    from pbkv_contract.files import replace_file
+
+    def private_tmp(tmp):  # a writer that leaves its file 0600, as mkstemp makes it
+        tmp.write_text("{}")
+        os.chmod(tmp, 0o600)
+
+    old = os.umask(0o027)
+    try:
+        kept = tmp_path / "kept.json"
+        kept.write_text("{}")
+        os.chmod(kept, 0o664)
+        replace_file(kept, private_tmp)
+        assert stat.S_IMODE(os.stat(kept).st_mode) == 0o664 and kept.read_text() == "{}"
+        os.chmod(kept, 0o600)
+        replace_file(kept, lambda tmp: tmp.write_text("[]"))
+        assert stat.S_IMODE(os.stat(kept).st_mode) == 0o600 and kept.read_text() == "[]"
+        new = tmp_path / "sub" / "new.json"
+        replace_file(new, private_tmp)
+        assert stat.S_IMODE(os.stat(new).st_mode) == 0o640  # 0o666 & ~0o027
+        os.umask(0o002)
+        newer = tmp_path / "newer.json"
+        replace_file(newer, private_tmp)
+        assert stat.S_IMODE(os.stat(newer).st_mode) == 0o664
+    finally:
+        os.umask(old)
+    trace, _ = _trace(tmp_path)
+    out = tmp_path / "r.json"
+    out.write_text("")
+    os.chmod(out, 0o640)
+    result = runner.invoke(bench_app, ["replay", str(trace), "--policy", "lru", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o640 and "lru" in json.loads(out.read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.json", "newer.json", "r.json", "sub", "t.jsonl"]

@@ -171,3 +171,67 @@ def test_curve_size_above_the_training_split_is_refused(trace, no_training):
     # 12 workflows -> round(0.7 * 12) = 8 in the training split; a row "@ 9" would train on 8.
     line = _error_line(runner.invoke(app, ["curve", str(trace), "--models", "markov1", "--sizes", "4,9"]))
     assert line == "error: --sizes 9 is more than the 8 training workflows of this trace (12 workflows, 70% train)"
+
+
+def test_a_fifo_out_or_json_and_a_non_json_json_are_refused_before_training(trace, tmp_path, no_training):
+    import os
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    log = tmp_path / "run.log"
+    log.write_text("epoch 1 loss 0.5\n")
+    fifo_problem = "is a named pipe (fifo), not a regular file; writing it would replace it (give a regular file path)"
+    assert _error_line(runner.invoke(app, ["train", str(trace), "--out", str(fifo)])) == (
+        f"error: --out {fifo} {fifo_problem}")
+    for command in ("eval", "curve"):
+        args = [command, str(trace), "--models", "markov1", "--sizes", "4"][: 4 if command == "eval" else 6]
+        assert _error_line(runner.invoke(app, [*args, "--json", str(fifo)])) == f"error: --json {fifo} {fifo_problem}"
+        assert _error_line(runner.invoke(app, [*args, "--json", str(log)])) == (
+            f"error: --json {log} is a file that is not JSON; writing the results would destroy it (give another path)")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and log.read_text() == "epoch 1 loss 0.5\n"
+
+
+def test_a_save_that_fails_midway_keeps_the_previous_model_file_whole(trace, tmp_path, monkeypatch):
+    """The model file was written in place by ``torch.save``: a save stopped midway (disk full,
+    Ctrl-C) left half a file where the previous model was. It is written aside and renamed."""
+    import os
+    import stat
+
+    import torch
+
+    from pbkv_train.store import load_model
+
+    model = tmp_path / "m.pt"
+    assert runner.invoke(app, ["train", str(trace), "--out", str(model), "--epochs", "1"]).exit_code == 0
+    os.chmod(model, 0o640)
+    before = model.read_bytes()
+    real_save = torch.save
+
+    def half_save(obj, path, *args, **kwargs):
+        with open(path, "wb") as fh:
+            fh.write(b"PK\x03\x04 half a model")
+        raise RuntimeError(f"File {path} cannot be written: disk full")
+
+    monkeypatch.setattr(torch, "save", half_save)
+    line = runner.invoke(app, ["train", str(trace), "--out", str(model), "--epochs", "1"]).output.strip().splitlines()[-1]
+    assert line.startswith(f"error: cannot write the model to {model}: File ") and line.endswith("disk full")
+    assert model.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "t.jsonl"]
+    monkeypatch.setattr(torch, "save", real_save)
+    inode = os.stat(model).st_ino
+    assert runner.invoke(app, ["train", str(trace), "--out", str(model), "--epochs", "1", "--seed", "1"]).exit_code == 0
+    assert os.stat(model).st_ino != inode and stat.S_IMODE(os.stat(model).st_mode) == 0o640
+    assert load_model(model, app="loopy").vocab.app == "loopy"
+
+
+def test_eval_json_is_written_aside_and_renamed(trace, tmp_path):
+    import json
+    import os
+
+    out = tmp_path / "r.json"
+    out.write_text('{"earlier": 1}')
+    inode = os.stat(out).st_ino
+    result = runner.invoke(app, ["eval", str(trace), "--models", "markov1", "--seeds", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert os.stat(out).st_ino != inode and set(json.loads(out.read_text())["results"]) == {"markov1"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "t.jsonl"]

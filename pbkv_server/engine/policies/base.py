@@ -79,6 +79,8 @@ class PolicyInfo:
         shipped_by: inference engines that ship this rule to their users today (``"sglang"``,
             ``"vllm"``, ``"dynamo"``); ``pbkv-bench advise`` compares PBKV with the best of them.
         shipped_as: what those engines call it ("session cache"); empty: the registry name.
+        client_signal: what the client must send for the rule to act ("SGLang session id"); empty:
+            nothing beyond the prompt. Without it the rule replays as ``lru`` (``--no-hints`` notes it).
     """
 
     name: str
@@ -93,6 +95,7 @@ class PolicyInfo:
     speculative_prefill: bool = False
     shipped_by: frozenset[str] = frozenset()
     shipped_as: str = ""
+    client_signal: str = ""
 
 
 def register_policy(name: str) -> Callable[[type], type]:
@@ -624,7 +627,7 @@ def _info(cls: type[Policy]) -> PolicyInfo:
     return PolicyInfo(cls.name, summary, bool(cls.uses_predictions), has_capability(cls, Prefetching), bool(cls.offline),
                       backends, cls.sglang_name, bool(cls.uses_app_graph), bool(cls.iterates_order),
                       bool(cls.speculative_prefill), frozenset(vars(cls).get("shipped_by", ())),
-                      vars(cls).get("shipped_as", ""))
+                      vars(cls).get("shipped_as", ""), vars(cls).get("client_signal", ""))
 
 
 def _load_entry_points() -> None:

@@ -49,6 +49,8 @@ class ContinuumPolicy(Policy):
     """
 
     summary = "Continuum: pin a job's KV across its tool call (2 s if the tool's learned mean is <= 2 s)"
+    #: what the client sends that this rule reads (--no-hints removes it: the rule replays as lru)
+    client_signal = "workflow and last-step mark"
 
     def __init__(self, context) -> None:
         super().__init__(context)

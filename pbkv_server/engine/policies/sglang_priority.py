@@ -32,6 +32,8 @@ class SGLangPriorityPolicy(Policy):
     """
 
     summary = "SGLang priority eviction: lowest request priority first (max over users), LRU among equals"
+    #: what the client sends that this rule reads (--no-hints removes it: the rule replays as lru)
+    client_signal = "request priority"
     shipped_by, shipped_as = frozenset({"sglang", "dynamo"}), "priority eviction"  # Dynamo forwards agent_hints.priority
 
     def __init__(self, context) -> None:

@@ -47,6 +47,8 @@ class SGLangSessionPolicy(Policy):
     """
 
     summary = "SGLang session radix cache: nodes of open sessions after all others, LRU within each"
+    #: what the client sends that this rule reads (--no-hints removes it: the rule replays as lru)
+    client_signal = "SGLang session id"
     shipped_by, shipped_as = frozenset({"sglang"}), "session cache"
 
     def __init__(self, context) -> None:

@@ -53,6 +53,8 @@ class TTLPinPolicy(Policy):
     """
 
     summary = "TTL pins (SGLang #18941, Dynamo cache_control): pinned prefixes never leave host memory until expiry"
+    #: what the client sends that this rule reads (--no-hints removes it: the rule replays as lru)
+    client_signal = "cache TTL"
     shipped_by, shipped_as = frozenset({"dynamo"}), "TTL prefix pins"  # SGLang reverted #18941
 
     def __init__(self, context) -> None:

@@ -327,6 +327,21 @@ def test_replay_no_hints_serves_the_trace_as_a_plain_client_sends_it(trace, tmp_
     assert plain[BASELINE_POLICY]["requests"] == hinted[BASELINE_POLICY]["requests"]
 
 
+def test_replay_no_hints_notes_the_policies_that_act_only_on_client_signals(trace):
+    """--no-hints with sglang-session or ttl-pin ran silently though both then replay as lru (the
+    signals they act on are gone): one note on stderr, the replay still runs."""
+    note = ("note: --no-hints: sglang-session (SGLang session id), ttl-pin (cache TTL) act on what the client "
+            "sends, which --no-hints removes; they replay as lru here")
+    for policies, flag, expected in (("lru,sglang-session,ttl-pin", "--no-hints", [note]),
+                                     ("lru,sglang-session,ttl-pin", "--hints", []),
+                                     (f"{BASELINE_POLICY},{DEFAULT_POLICY}", "--no-hints", [])):
+        result = runner.invoke(app, ["replay", str(trace), "--policy", policies, "--device-tokens", "30000",
+                                     "--no-gap", flag])
+        assert result.exit_code == 0, result.output
+        assert [line for line in result.stderr.splitlines() if line.startswith("note:")] == expected, flag
+        assert "note:" not in result.stdout
+
+
 @pytest.mark.parametrize("args,message", [
     (["--horizon", "1000000000"], "--horizon must be in 1..64"),
     (["--replicas", "1000000"], "--replicas must be in 1..1024"),

@@ -144,3 +144,37 @@ def test_replace_re_records_only_the_named_policy(tmp_path):
     for case, runs in got.items():
         assert runs["lae"] == want[case]["lae"]
         assert runs["he"]["hit_rate"] == -2.0
+
+
+def test_bad_input_is_one_error_line_and_exit_status_2(tmp_path):
+    """A missing file, a file that is not JSON, a fingerprint that is not a JSON object or a bad
+    option ended in a traceback or argparse's usage block: one ``error:`` line, exit status 2."""
+    import subprocess
+
+    missing = tmp_path / "missing.json"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json\n")
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]\n")
+    (tmp_path / "partial.json").write_text('{"example": "hover"}')
+    script = str(ROOT / "scripts" / "replay_fingerprint.py")
+    cases = (
+        (["compare", str(missing), str(FIXTURE)],
+         f"error: cannot read fingerprint {missing}: No such file or directory"),
+        (["compare", str(FIXTURE), str(bad)],
+         f"error: fingerprint {bad} is not JSON (Expecting property name enclosed in double quotes: "
+         "line 1 column 2 (char 1))"),
+        (["add", str(listed), "--policies", "lru"], f"error: fingerprint {listed} holds JSON that is not an object (list)"),
+        (["add", str(bad), "--policies", "lru"], f"error: fingerprint {bad} is not JSON (Expecting property name "
+                                                  "enclosed in double quotes: line 1 column 2 (char 1))"),
+        (["record", str(tmp_path / "out.json"), "--example", str(missing)],
+         f"error: cannot read example summary {missing}: No such file or directory"),
+        (["record", str(tmp_path / "out.json"), "--example", str(listed.with_name("partial.json"))],
+         f"error: example summary {tmp_path / 'partial.json'} is not an example run's --json summary (no policies, "
+         "traces, model, replay_concurrency, profile, device_tokens, host_tokens)"),
+        (["compare", str(FIXTURE)], "error: the following arguments are required: after"),
+    )
+    for args, line in cases:
+        proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line + "\n"), args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "list.json", "partial.json"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from pbkv_contract.trace import read_trace
-from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY
+from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, REPLAY, available_policies, policy_info
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.plain_client import without_hints
+from pbkv_server.sim.plain_client import client_signal_note, without_hints
 from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import write_trace
 
@@ -55,3 +55,30 @@ def test_hinted_policies_replay_plain_traffic_as_lru(records, policy):
         assert other[key] == lru[key], key
     hinted = load_workload(records)  # with hints the policy has something to act on: not lru
     assert _summary(hinted, records, policy)["mean_latency_s"] != _summary(hinted, records, BASELINE_POLICY)["mean_latency_s"]
+
+
+#: The policies whose rule reads only what the client sends (by hand: each one's docstring)
+CLIENT_SIGNAL = ["continuum", "sglang-priority", "sglang-session", "ttl-pin"]
+
+
+def test_the_registry_declares_the_client_signal_policies():
+    assert sorted(p for p in available_policies() if policy_info(p).client_signal) == CLIENT_SIGNAL
+
+
+@pytest.mark.parametrize("policy", CLIENT_SIGNAL)
+def test_client_signal_policies_replay_plain_traffic_as_lru(records, policy):
+    """What ``pbkv-bench replay --no-hints``'s note says of them (``client_signal_note``)."""
+    assert policy in available_policies(REPLAY)
+    plain = without_hints(load_workload(records))
+    lru, other = _summary(plain, records, BASELINE_POLICY), _summary(plain, records, policy)
+    for key in ("mean_latency_s", "hit_rate", "evictions", "mean_ttft_s"):
+        assert other[key] == lru[key], key
+
+
+def test_the_note_names_the_client_signal_policies_only():
+    assert client_signal_note(["lru", DEFAULT_POLICY, "he", "tlru"]) is None
+    assert client_signal_note(["lru", "ttl-pin"]) == (
+        "--no-hints: ttl-pin (cache TTL) acts on what the client sends, which --no-hints removes; it replays as lru here")
+    assert client_signal_note(["sglang-session", DEFAULT_POLICY, "sglang-priority"]) == (
+        "--no-hints: sglang-session (SGLang session id), sglang-priority (request priority) act on what the client "
+        "sends, which --no-hints removes; they replay as lru here")

@@ -130,3 +130,20 @@ def test_router_live_refuses_the_list_in_one_line(text, message, monkeypatch, ca
     module = load_benchmark("router_live")
     line = _one_error_line(lambda: module.main(["--policies", text]), capsys)
     assert line.startswith("error: ") and "--policies" in line and message in line, line
+
+
+@pytest.mark.parametrize("text, message", [
+    ("consistent_hashing,cache-aware", "unknown router 'cache-aware' in --routers; known: consistent_hashing, "
+                                       "cache_aware, round_robin, manual, prefix_hash, power_of_two, random"),
+    ("round_robin,,cache_aware", "--routers 'round_robin,,cache_aware': item 2 is empty (a doubled or trailing comma?)"),
+    ("random, random", "--routers 'random, random': router 'random' is listed twice"),
+])
+def test_router_live_refuses_an_unknown_router_in_one_line_before_any_run(text, message, monkeypatch, capsys):
+    # an unknown name reached local_cluster only when its run started, after the pilot run and
+    # every earlier router's runs
+    module = load_benchmark("router_live")
+    monkeypatch.setattr(module, "run", _no_replay)
+    monkeypatch.setattr(module, "_pilot_capacity", _no_replay)
+    monkeypatch.setattr(module, "check_output", _no_replay)  # checked after the lists: not reached
+    assert _one_error_line(lambda: module.main(["--routers", text]), capsys) == f"error: {message}"
+    assert module.parse_routers(" round_robin,consistent_hashing") == ["round_robin", "consistent_hashing"]
