@@ -118,6 +118,8 @@ def replay_trace(args: argparse.Namespace) -> None:
     # an unknown name, an empty item or a repeat raises, as in pbkv-bench replay
     policies = parse_policy_list("lru,opt" if args.policies is None else args.policies, REPLAY, "--policies")
     counts = order_run_counts(args.order_runs)
+    if args.order_runs is not None and not any(policy_info(p).iterates_order for p in policies):
+        raise ValueError("--order-runs: no policy of --policies iterates its order")
     data = _read_json(args.json) if args.json is not None else {}
     records = read_trace(args.trace)
     workload = load_workload(records)

@@ -165,8 +165,9 @@ def replay(ctx: typer.Context, s: ReplaySettings) -> None:
     from pbkv_server.sim.report import plot_timelines, write_json
 
     # typed on the command line (by name: typer carries its own copy of click's ParameterSource)
-    router_given = getattr(ctx.get_parameter_source("router"), "name", None) == "COMMANDLINE"
-    plan = _replay_plan(s, router_given)  # every check before the first replay: one line and exit 2 each
+    router_given, order_runs_given = (getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
+                                      for name in ("router", "order_runs"))
+    plan = _replay_plan(s, router_given, order_runs_given)  # every check before the first replay: one line and exit 2 each
     saved_threads = limit_torch_threads(s.threads, [s.predictor])  # before a trained model loads
     if saved_threads is not None:  # in-process callers (tests, notebooks) get their setting back
         ctx.call_on_close(lambda: limit_torch_threads(saved_threads))
@@ -195,9 +196,10 @@ class _ReplayPlan:
     title: str = ""
 
 
-def _replay_plan(s: ReplaySettings, router_given: bool = False) -> _ReplayPlan:
+def _replay_plan(s: ReplaySettings, router_given: bool = False, order_runs_given: bool = False) -> _ReplayPlan:
     """The checks of ``replay``'s options, in order; each failure is one line and exit 2.
-    ``router_given``: ``--router`` was typed (any value, the default included): it needs a cluster."""
+    ``router_given``: ``--router`` was typed (any value, the default included): it needs a cluster.
+    ``order_runs_given``: ``--order-runs`` was typed: some replayed policy must iterate its order."""
     from pbkv_server.engine.policies import (BASELINE_POLICY, REFERENCE_POLICY, REPLAY, available_policies,
                                              parse_policy_list, policy_info)
     from pbkv_server.hardware.profiles import PAPER_HOST_RATIO, get_profile, host_tokens_for
@@ -240,6 +242,9 @@ def _replay_plan(s: ReplaySettings, router_given: bool = False) -> _ReplayPlan:
         gap = False
     # gap closed needs both ends of the scale: replay the missing ones too, after the listed ones
     scale_only = [p for p in (BASELINE_POLICY, REFERENCE_POLICY) if gap and p not in policies and p in known]
+    if order_runs_given and not any(policy_info(p).iterates_order for p in policies + scale_only):
+        raise _fail(f"--order-runs: no policy replayed iterates its order ({REFERENCE_POLICY} does; --no-gap "
+                    f"leaves it out unless listed)")
     # Check outputs before the runs: a bad path must not cost a whole study.
     _check_outputs(s.trace, s.json_out, s.plot, _replay_result)
     try:
@@ -352,7 +357,7 @@ def _replay_policies(s: ReplaySettings, plan: _ReplayPlan) -> tuple[dict[str, di
             device, host_size = result.engine.cache.device_capacity, result.engine.cache.host_capacity
             result.summary.update(predictor=s.predictor, profile=plan.hw.name, concurrency=s.concurrency,
                                   device_tokens=device, host_tokens=host_size, host_ratio=host_size / device,
-                                  page_size=s.page_size)
+                                  page_size=s.page_size, hints=s.hints)  # hints: False under --no-hints
             (scale if name in plan.scale_only else results)[name] = result.summary
     replayed = {**results, **scale}
     ends = {p: (replayed.get(p) or {}).get("hit_rate") for p in (BASELINE_POLICY, REFERENCE_POLICY)}
@@ -445,6 +450,8 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
     from pbkv_server.sim.progress import ReplayBar, replay_progress
     from pbkv_server.sim.simulator import SimulationError
 
+    if not s.reference and getattr(ctx.get_parameter_source("order_runs"), "name", None) == "COMMANDLINE":
+        raise _fail("--order-runs sets the offline reference's runs and --no-reference skips it: give one of them")
     hw = _advise_hardware(s)  # every check before the first replay: one line and exit 2 each
     slo = _slo(s.slo_ttft, s.slo_tpot)
     try:

@@ -325,6 +325,8 @@ def test_replay_no_hints_serves_the_trace_as_a_plain_client_sends_it(trace, tmp_
         assert plain[DEFAULT_POLICY][key] == plain[BASELINE_POLICY][key], key
     assert hinted[DEFAULT_POLICY]["mean_latency_s"] != hinted[BASELINE_POLICY]["mean_latency_s"]
     assert plain[BASELINE_POLICY]["requests"] == hinted[BASELINE_POLICY]["requests"]
+    # the results say how the trace was sent
+    assert [plain[p]["hints"] for p in plain] == [False, False] and hinted[DEFAULT_POLICY]["hints"] is True
 
 
 def test_replay_no_hints_notes_the_policies_that_act_only_on_client_signals(trace):

@@ -59,11 +59,20 @@ def test_advise_runs_its_own_default_and_says_so(records):
     quick = advise(records, profile, concurrency=4, policies=("lru", REFERENCE_POLICY))
     assert ADVISE_ORDER_RUNS == 3 and quick.order_runs == 3 and quick.reference_runs == 3
     assert quick.latency_s[REFERENCE_POLICY] == lat[2]
-    assert any(line.endswith("(3 order runs; the studies run --order-runs 8)") for line in advice_lines(quick))
+    assert quick.reference_stable is False
+    assert any(line.endswith("(3 order runs; its order was not yet stable; the studies run --order-runs 8)")
+               for line in advice_lines(quick))
     full = advise(records, profile, concurrency=4, policies=("lru", REFERENCE_POLICY), order_runs=8)
     assert full.reference_runs == 4 and full.latency_s[REFERENCE_POLICY] == lat[3]
     assert any(line.endswith("(4 order runs; its order was stable)") for line in advice_lines(full))
-    assert full.to_json()["reference_runs"] == 4
+    assert full.to_json()["reference_runs"] == 4 and full.to_json()["reference_stable"] is True
+    # stable on the last run allowed: the line says so (it does not infer stability from runs < limit)
+    last = advise(records, profile, concurrency=4, policies=("lru", REFERENCE_POLICY), order_runs=4)
+    assert (last.reference_runs, last.reference_stable) == (4, True)
+    assert any(line.endswith("(4 order runs; its order was stable)") for line in advice_lines(last))
+    # not stable at the studies' count: no pointer to the studies
+    capped = dataclasses.replace(quick, order_runs=MAX_ORDER_RUNS, reference_runs=MAX_ORDER_RUNS)
+    assert any(line.endswith("(8 order runs; its order was not yet stable)") for line in advice_lines(capped))
 
 
 @pytest.mark.parametrize("command", ["replay", "advise"])
@@ -73,6 +82,22 @@ def test_the_cli_bound_is_one_usage_line(monkeypatch, capsys, command, runs):
     assert pbkv_bench() == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Invalid value for '--order-runs'" in err, err
+
+
+@pytest.mark.parametrize("args", [["--no-reference", "--order-runs", "2"], ["--order-runs", "3", "--no-reference"]])
+def test_order_runs_without_the_reference_is_refused(monkeypatch, capsys, tmp_path, args):
+    monkeypatch.setattr(sys, "argv", ["prog", "advise", str(tmp_path / "t.jsonl"), *args])
+    assert pbkv_bench() == 2
+    assert capsys.readouterr().err == ("error: --order-runs sets the offline reference's runs and --no-reference "
+                                       "skips it: give one of them\n")
+
+
+def test_replay_refuses_order_runs_when_no_policy_iterates(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(sys, "argv", ["prog", "replay", str(tmp_path / "t.jsonl"), "--policy", "lru", "--no-gap",
+                                      "--order-runs", "2"])
+    assert pbkv_bench() == 2
+    assert capsys.readouterr().err == (f"error: --order-runs: no policy replayed iterates its order "
+                                       f"({REFERENCE_POLICY} does; --no-gap leaves it out unless listed)\n")
 
 
 def test_replay_passes_its_limit_to_opt(records, tmp_path, monkeypatch):

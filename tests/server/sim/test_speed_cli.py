@@ -34,6 +34,7 @@ def trace(tmp_path_factory):
     (["--order-runs", "3,3"], "--order-runs 3 is given twice"),
     (["--order-runs", "x"], "--order-runs 'x': not a whole number"),
     (["--order-runs", "3,"], "item 2 is empty"),
+    (["--order-runs", "3", "--policies", "lru,pbkv"], "--order-runs: no policy of --policies iterates its order"),
 ])
 def test_bad_input_is_one_line_before_any_replay(speed, trace, capsys, monkeypatch, args, message):
     def no_replay(*a, **k):
