@@ -90,7 +90,8 @@ class Eviction:
                     freed += got
                     continue
             # the victim's entry goes stale below (tier move, drop, or withdraw): no pop needed
-            node = self._split_tail(node, need)
+            if need <= node.tokens - node.toks[0]:  # else needed whole (_tail_units): no cut, no call
+                node = self._split_tail(node, need)
             if self._evict(node):
                 freed += node.tokens
             else:  # a pinned host node hangs below and the host tier is full: it stays for now
@@ -282,18 +283,26 @@ class Eviction:
         host cannot make room. Returns False (nothing changed on the device) when it could only be
         dropped and a pinned host node hangs below it."""
         parent = node.parent
-        if self.host_capacity >= node.tokens:
-            short = node.tokens - (self.host_capacity - self.tree.host_tokens)
+        tokens = node.tokens
+        cap = self.host_capacity
+        if cap >= tokens:
+            tree = self.tree
+            short = tokens - (cap - tree.host_tokens)
             # selective host only while the predicted order runs: in the guard's fallback the
             # policy follows LRU, which writes every victim to the host
             if short > 0 and (not self._selective_host or self.policy.order_guard.fallback or self._worth_host(node)):
                 self._evict_host(short)
-            if self.host_capacity - self.tree.host_tokens >= node.tokens:
-                self._count_eviction(node)
+            if cap - tree.host_tokens >= tokens:
+                s = self.stats  # _count_eviction, inline: once per victim
+                s.evictions += 1
+                s.evicted_tokens += tokens
+                if self.policy.order_guard.fallback:
+                    s.guard_fallback_evictions += 1
                 self._condemned.pop(node, None)
-                self.tree.set_tier(node, HOST)
-                self._refile(node)
-                self._refile(parent)
+                tree.set_tier(node, HOST)
+                refile = self._refile
+                refile(node)
+                refile(parent)
                 return True
         if self._pinned_below(node) or self._kept(node):
             return False
@@ -346,7 +355,7 @@ class Eviction:
                 node = self._host_run(node, tokens - freed, len(node.toks) - kept)
                 if kept:
                     keep = node.parent  # the rest of keep (a cut leaves node the dropped tail)
-            else:
+            elif tokens - freed <= node.tokens - node.toks[0]:  # else needed whole: no cut (_tail_units)
                 node = self._split_tail(node, tokens - freed)
             parent = node.parent
             freed += node.tokens
