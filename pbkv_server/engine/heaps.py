@@ -61,6 +61,7 @@ KEY, SEQ, VER, NODE = 0, 1, 2, 3
 
 _push = heapq.heappush
 _pop = heapq.heappop
+_replace = heapq.heapreplace
 
 #: A heap is rebuilt once it may hold more stale entries than this fraction of the valid entries
 #: it held at its last rebuild, plus :data:`STALE_SLACK` (module docstring: why it is bounded).
@@ -193,10 +194,23 @@ class EvictionHeaps:
             return
         if node.tier == DEVICE:
             if node.lock == 0 and node.n_dev_children == 0:
-                node.ver += 1
+                node.ver = ver = node.ver + 1
                 heap = self.device
-                _push(heap, (self._policy.priority(node), next(self._seq), node.ver, node))
-                top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                entry = (self._policy.priority(node), next(self._seq), ver, node)
+                if heap:
+                    # an invalid top takes the new entry's place in one sift, instead of a push
+                    # now and a pop by the next peek (an invalid entry stays invalid: the module
+                    # docstring). The usual case: the victim an eviction just moved, whose
+                    # parent, a device leaf now, is re-filed next (device_valid, inline)
+                    top = heap[0][NODE]
+                    if (heap[0][VER] != top.ver or not top.attached or top.tier != DEVICE or top.lock
+                            or top.n_dev_children):
+                        _replace(heap, entry)
+                    else:
+                        _push(heap, entry)
+                else:
+                    _push(heap, entry)
+                top = heap[0]  # the entry just filed is current: the loop stops there at the latest
                 while top[VER] != top[NODE].ver or not top[NODE].attached:
                     _pop(heap)
                     top = heap[0]
