@@ -66,6 +66,19 @@ class Eviction:
             than what is still needed gives only its tail, in whole units.
         """
         t0 = self.latency_clock()
+        # nothing reads the prefetch heap during an eviction: the entries it files wait (the
+        # entry of a victim moved to the host goes invalid once its parent follows it)
+        holds = self.heaps.hold_prefetch()
+        try:
+            freed = self._evict_loop(tokens, limit)
+        finally:
+            if holds:
+                self.heaps.release_prefetch()
+        self.stats.eviction_decision_s.append(self.latency_clock() - t0)
+        return freed
+
+    def _evict_loop(self, tokens: int, limit: Callable[[Node, int], bool] | None) -> int:
+        """:meth:`evict_device`'s victims, taken in order."""
         freed = 0
         blocked: list[Node] = []
         # a policy whose priority differs between the units of one node (its last unit decides)
@@ -99,7 +112,6 @@ class Eviction:
                 blocked.append(node)
         for node in blocked:
             self._refile(node)
-        self.stats.eviction_decision_s.append(self.latency_clock() - t0)
         return freed
 
     def _evict_run(self, top: Node, tokens: int) -> int:
