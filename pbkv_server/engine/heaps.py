@@ -206,7 +206,11 @@ class EvictionHeaps:
                     top = heap[0][NODE]
                     if (heap[0][VER] != top.ver or not top.attached or top.tier != DEVICE or top.lock
                             or top.n_dev_children):
-                        _replace(heap, entry)
+                        n = len(heap)
+                        if (n < 2 or entry < heap[1]) and (n < 3 or entry < heap[2]):
+                            heap[0] = entry  # before both children: in place, the heap holds (the parent is the next victim)
+                        else:
+                            _replace(heap, entry)
                     else:
                         _push(heap, entry)
                 else:
