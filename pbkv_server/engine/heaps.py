@@ -271,11 +271,13 @@ class EvictionHeaps:
         """Push the entries held since :meth:`hold_prefetch` that are still valid; stop holding."""
         held, self._pf_held = self._pf_held, None
         heap = self.prefetch
+        pushed = False
         for entry in held:
             if prefetch_valid(entry):
                 _push(heap, entry)
-        if held and heap:
-            top = heap[0]  # as refile: outdated entries on top go now
+                pushed = True
+        if pushed:
+            top = heap[0]  # as refile: outdated entries on top go now (a current one stops the loop)
             while top[VER] != top[NODE].pver or not top[NODE].attached:
                 _pop(heap)
                 top = heap[0]
