@@ -86,8 +86,9 @@ class Eviction:
         per_unit = self._per_unit
         runs = self._unit_runs and limit is None
         pins = self._pins
+        peek, evict = self.peek_victim, self._evict
         while freed < tokens:
-            node = self.peek_victim()
+            node = peek()
             if pins is not None and node is not None:
                 expired = pins.expire()
                 if pins.holds(node):
@@ -105,7 +106,7 @@ class Eviction:
             # the victim's entry goes stale below (tier move, drop, or withdraw): no pop needed
             if need <= node.tokens - node.toks[0]:  # else needed whole (_tail_units): no cut, no call
                 node = self._split_tail(node, need)
-            if self._evict(node):
+            if evict(node):
                 freed += node.tokens
             else:  # a pinned host node hangs below and the host tier is full: it stays for now
                 self.heaps.withdraw(node)  # out of the heap until re-filed below

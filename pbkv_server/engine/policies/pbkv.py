@@ -203,8 +203,10 @@ class PBKVPolicy(PBKVPaperPolicy):
                 for w in access:
                     pass
                 conv = wconv.get(w)
-                if conv is not None and conv[1] in self._conv.growing_apps:  # rule 7's part replaces Eq. 2's
-                    return self._priority_one(node, sc, w, conv, self._conv.live_of.get(node))
+                if conv is not None:
+                    conversations = self._conv
+                    if conv[1] in conversations.growing_apps:  # rule 7's part replaces Eq. 2's
+                        return self._priority_one(node, sc, w, conv, conversations.live_of.get(node))
             parts, score = self._parts_score(node, sc)
             fallback = self.order_guard.fallback
             if score >= LOW_SCORE and not fallback and None not in parts.values():  # rule 8 (_due_rank, inline)
