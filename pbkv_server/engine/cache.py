@@ -138,6 +138,10 @@ class PrefixCache(Eviction):
         # bound once, shadowing the refresh() method: re-filing is on every policy's hot path
         self.refresh = self._refile = context.reorder = heaps.refile_grouped if grouped else heaps.refile
         context.regroup = self.heaps.regroup
+        if type(policy).settle is Policy.settle:
+            # bound once, shadowing peek_victim(): with the default settle (nothing ever pending)
+            # the device's next victim is the heap's, asked with no call between (once a victim)
+            self.peek_victim = heaps.peek_device
         # robustness guard (guard.py): a ghost LRU at the same capacity, fed every admission; while
         # the policy is behind it, the policy ranks in LRU order and the heaps are re-filed
         if config.lru_guard and policy.guardable:

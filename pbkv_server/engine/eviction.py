@@ -66,6 +66,19 @@ class Eviction:
             than what is still needed gives only its tail, in whole units.
         """
         t0 = self.latency_clock()
+        # nothing reads the prefetch heap during an eviction: the entries it files wait (the
+        # entry of a victim moved to the host goes invalid once its parent follows it)
+        holds = self.heaps.hold_prefetch()
+        try:
+            freed = self._evict_loop(tokens, limit)
+        finally:
+            if holds:
+                self.heaps.release_prefetch()
+        self.stats.eviction_decision_s.append(self.latency_clock() - t0)
+        return freed
+
+    def _evict_loop(self, tokens: int, limit: Callable[[Node, int], bool] | None) -> int:
+        """:meth:`evict_device`'s victims, taken in order."""
         freed = 0
         blocked: list[Node] = []
         # a policy whose priority differs between the units of one node (its last unit decides)
@@ -73,8 +86,9 @@ class Eviction:
         per_unit = self._per_unit
         runs = self._unit_runs and limit is None
         pins = self._pins
+        peek, evict = self.peek_victim, self._evict
         while freed < tokens:
-            node = self.peek_victim()
+            node = peek()
             if pins is not None and node is not None:
                 expired = pins.expire()
                 if pins.holds(node):
@@ -90,15 +104,15 @@ class Eviction:
                     freed += got
                     continue
             # the victim's entry goes stale below (tier move, drop, or withdraw): no pop needed
-            node = self._split_tail(node, need)
-            if self._evict(node):
+            if need <= node.tokens - node.toks[0]:  # else needed whole (_tail_units): no cut, no call
+                node = self._split_tail(node, need)
+            if evict(node):
                 freed += node.tokens
             else:  # a pinned host node hangs below and the host tier is full: it stays for now
                 self.heaps.withdraw(node)  # out of the heap until re-filed below
                 blocked.append(node)
         for node in blocked:
             self._refile(node)
-        self.stats.eviction_decision_s.append(self.latency_clock() - t0)
         return freed
 
     def _evict_run(self, top: Node, tokens: int) -> int:
@@ -282,18 +296,26 @@ class Eviction:
         host cannot make room. Returns False (nothing changed on the device) when it could only be
         dropped and a pinned host node hangs below it."""
         parent = node.parent
-        if self.host_capacity >= node.tokens:
-            short = node.tokens - (self.host_capacity - self.tree.host_tokens)
+        tokens = node.tokens
+        cap = self.host_capacity
+        if cap >= tokens:
+            tree = self.tree
+            short = tokens - (cap - tree.host_tokens)
             # selective host only while the predicted order runs: in the guard's fallback the
             # policy follows LRU, which writes every victim to the host
             if short > 0 and (not self._selective_host or self.policy.order_guard.fallback or self._worth_host(node)):
                 self._evict_host(short)
-            if self.host_capacity - self.tree.host_tokens >= node.tokens:
-                self._count_eviction(node)
+            if cap - tree.host_tokens >= tokens:
+                s = self.stats  # _count_eviction, inline: once per victim
+                s.evictions += 1
+                s.evicted_tokens += tokens
+                if self.policy.order_guard.fallback:
+                    s.guard_fallback_evictions += 1
                 self._condemned.pop(node, None)
-                self.tree.set_tier(node, HOST)
-                self._refile(node)
-                self._refile(parent)
+                tree.set_tier(node, HOST)
+                refile = self._refile
+                refile(node)
+                refile(parent)
                 return True
         if self._pinned_below(node) or self._kept(node):
             return False
@@ -346,7 +368,7 @@ class Eviction:
                 node = self._host_run(node, tokens - freed, len(node.toks) - kept)
                 if kept:
                     keep = node.parent  # the rest of keep (a cut leaves node the dropped tail)
-            else:
+            elif tokens - freed <= node.tokens - node.toks[0]:  # else needed whole: no cut (_tail_units)
                 node = self._split_tail(node, tokens - freed)
             parent = node.parent
             freed += node.tokens

@@ -61,6 +61,7 @@ KEY, SEQ, VER, NODE = 0, 1, 2, 3
 
 _push = heapq.heappush
 _pop = heapq.heappop
+_replace = heapq.heapreplace
 
 #: A heap is rebuilt once it may hold more stale entries than this fraction of the valid entries
 #: it held at its last rebuild, plus :data:`STALE_SLACK` (module docstring: why it is bounded).
@@ -162,7 +163,7 @@ class EvictionHeaps:
             stale (its tier moves, it is dropped, or :meth:`withdraw`).
     """
 
-    __slots__ = ("device", "host", "prefetch", "_seq", "_policy", "_prefetches", "_taken",
+    __slots__ = ("device", "host", "prefetch", "_seq", "_policy", "_prefetches", "_taken", "_pf_held",
                  "_dev_limit", "_host_limit", "_pf_limit", "_grouped", "_dev_groups", "_host_groups")
 
     def __init__(self, policy: "Policy", prefetches: bool, grouped: bool = False) -> None:
@@ -173,6 +174,7 @@ class EvictionHeaps:
         self._policy = policy
         self._prefetches = prefetches
         self._taken: list[tuple] = []  # entries of the candidates a prefetch round holds, in order
+        self._pf_held: list[tuple] | None = None  # prefetch entries filed while held (hold_prefetch)
         # each heap's length that triggers its next rebuild (_rebuild_at of its last valid count)
         self._dev_limit = self._host_limit = self._pf_limit = _rebuild_at(0)
         self._grouped = grouped
@@ -193,10 +195,27 @@ class EvictionHeaps:
             return
         if node.tier == DEVICE:
             if node.lock == 0 and node.n_dev_children == 0:
-                node.ver += 1
+                node.ver = ver = node.ver + 1
                 heap = self.device
-                _push(heap, (self._policy.priority(node), next(self._seq), node.ver, node))
-                top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
+                entry = (self._policy.priority(node), next(self._seq), ver, node)
+                if heap:
+                    # an invalid top takes the new entry's place in one sift, instead of a push
+                    # now and a pop by the next peek (an invalid entry stays invalid: the module
+                    # docstring). The usual case: the victim an eviction just moved, whose
+                    # parent, a device leaf now, is re-filed next (device_valid, inline)
+                    top = heap[0][NODE]
+                    if (heap[0][VER] != top.ver or not top.attached or top.tier != DEVICE or top.lock
+                            or top.n_dev_children):
+                        n = len(heap)
+                        if (n < 2 or entry < heap[1]) and (n < 3 or entry < heap[2]):
+                            heap[0] = entry  # before both children: in place, the heap holds (the parent is the next victim)
+                        else:
+                            _replace(heap, entry)
+                    else:
+                        _push(heap, entry)
+                else:
+                    _push(heap, entry)
+                top = heap[0]  # the entry just filed is current: the loop stops there at the latest
                 while top[VER] != top[NODE].ver or not top[NODE].attached:
                     _pop(heap)
                     top = heap[0]
@@ -219,6 +238,10 @@ class EvictionHeaps:
                 value = self._policy.prefetch_value(node)
                 node.pver += 1  # invalidates an entry holding an outdated (maybe now zero) value
                 if value > 0:
+                    held = self._pf_held
+                    if held is not None:  # pushed by release_prefetch if still valid
+                        held.append((-value, next(self._seq), node.pver, node))
+                        return
                     heap = self.prefetch
                     _push(heap, (-value, next(self._seq), node.pver, node))
                     top = heap[0]  # the entry just pushed is current: the loop stops there at the latest
@@ -228,6 +251,39 @@ class EvictionHeaps:
                     if len(heap) > self._pf_limit:
                         self.prefetch = heap = _compact(heap, prefetch_valid)
                         self._pf_limit = _rebuild_at(len(heap))
+
+    def hold_prefetch(self) -> bool:
+        """Hold the prefetch entries :meth:`refile` files from now on, unpushed, until
+        :meth:`release_prefetch`; False (nothing changes) if they are held already.
+
+        For a caller that reads no prefetch entry meanwhile (a device eviction,
+        ``Eviction.evict_device``): an entry's place is its ``(key, seq)``, drawn when it is
+        filed, so pushed later it ranks as it would have; and one that went invalid meanwhile
+        stays invalid (module docstring), so it is never pushed. On a conversation's path walked
+        up by eviction, each moved victim's entry goes invalid when its parent, the next victim,
+        leaves the device: pushed, it would only have been popped unread."""
+        if self._pf_held is not None:
+            return False
+        self._pf_held = []
+        return True
+
+    def release_prefetch(self) -> None:
+        """Push the entries held since :meth:`hold_prefetch` that are still valid; stop holding."""
+        held, self._pf_held = self._pf_held, None
+        heap = self.prefetch
+        pushed = False
+        for entry in held:
+            if prefetch_valid(entry):
+                _push(heap, entry)
+                pushed = True
+        if pushed:
+            top = heap[0]  # as refile: outdated entries on top go now (a current one stops the loop)
+            while top[VER] != top[NODE].pver or not top[NODE].attached:
+                _pop(heap)
+                top = heap[0]
+            if len(heap) > self._pf_limit:
+                self.prefetch = _compact(heap, prefetch_valid)
+                self._pf_limit = _rebuild_at(len(self.prefetch))
 
     def refile_grouped(self, node: Node) -> None:
         """:meth:`refile` for a policy that groups its victims (module docstring, "Groups"; the

@@ -203,8 +203,10 @@ class PBKVPolicy(PBKVPaperPolicy):
                 for w in access:
                     pass
                 conv = wconv.get(w)
-                if conv is not None and conv[1] in self._conv.growing_apps:  # rule 7's part replaces Eq. 2's
-                    return self._priority_one(node, sc, w, conv, self._conv.live_of.get(node))
+                if conv is not None:
+                    conversations = self._conv
+                    if conv[1] in conversations.growing_apps:  # rule 7's part replaces Eq. 2's
+                        return self._priority_one(node, sc, w, conv, conversations.live_of.get(node))
             parts, score = self._parts_score(node, sc)
             fallback = self.order_guard.fallback
             if score >= LOW_SCORE and not fallback and None not in parts.values():  # rule 8 (_due_rank, inline)
@@ -374,8 +376,33 @@ class PBKVPolicy(PBKVPaperPolicy):
         (:meth:`.host_order.NextUse.estimate`, engine seconds) is farthest; unhinted cache and the
         guard's fallback rank as in ``lru``."""
         sc = node.sc
-        if self._wconv and sc is not None and sc.access and not self.order_guard.fallback:
+        wconv = self._wconv
+        if wconv and sc is not None and sc.access and not self.order_guard.fallback:
             # active cache, predicted order (what the checks below come to, in fewer steps)
+            access = sc.access
+            if len(access) == 1 and self.one_reader_fast_path:
+                # one reader of a growing app (a coding agent's conversation, as in priority):
+                # _parts_score and NextUse.estimate over one workflow, the same sums without a
+                # dict of parts (every re-filing of a host leaf asks it)
+                for w in access:
+                    pass
+                conv = wconv.get(w)
+                conversations = self._conv
+                if conv is not None and conv[1] in conversations.growing_apps:
+                    live = conversations.live_of.get(node)
+                    part = self.context.board.total_weight(w) if live is not None and conv[0] in live else 0.0
+                    score = sc.score
+                    score += part - sc.contrib[w][0]
+                    if not score > 0.0:
+                        score = 0.0
+                    est = self._next
+                    t0 = est.next_t.get(w)
+                    due = math.inf
+                    if t0 is not None and part > 0.0:
+                        t = est.replaced(w, t0, part)
+                        if t < due:  # estimate()'s test, kept as is
+                            due = t
+                    return (1, -due, score, node.last_access)
             parts, score = self._parts_score(node, sc)
             return (1, -self._next.estimate(sc, parts), score, node.last_access)
         if self._held_session(node) is not None:  # rule 7: used by the session's next turn, when unknown

@@ -59,3 +59,33 @@ def test_the_one_reader_fast_path_ranks_every_node_as_the_general_path(coding_se
     # the fast path ran, and was compared with the general path every time
     assert len(fast_calls) > 100, len(fast_calls)
     assert len(checked) >= len(fast_calls)
+
+
+def test_the_one_reader_host_order_ranks_every_node_as_the_general_path(coding_sessions, monkeypatch):
+    """:meth:`PBKVPolicy.host_priority`'s one-reader path (the same sums as ``_parts_score`` and
+    ``NextUse.estimate`` over one workflow) gives every host rank the general path gives."""
+    general = PBKVPolicy.host_priority
+    one_reader = []
+    checked = []
+
+    def both_ways(self, node):
+        fast = general(self, node)
+        self.one_reader_fast_path = False
+        try:
+            slow = general(self, node)
+        finally:
+            del self.one_reader_fast_path
+        assert fast == slow, f"fast path {fast} != general path {slow}"
+        checked.append(1)
+        sc = node.sc
+        if sc is not None and len(sc.access) == 1 and fast[0] == 1 and fast[1] != -float("inf"):
+            one_reader.append(1)  # an active node of one reader with a finite next use
+        return fast
+
+    monkeypatch.setattr(PBKVPolicy, "host_priority", both_ways)
+    workload = load_workload(coding_sessions)
+    profile = get_profile("h100-qwen2.5-32b")
+    simulate(workload, ReplayConfig("pbkv", profile, device_tokens=300_000, host_tokens=300_000),
+             ReplayOptions(concurrency=8, predictor=make_predictor("context", 3, coding_sessions)))
+    assert len(one_reader) > 100, len(one_reader)
+    assert len(checked) >= len(one_reader)
