@@ -25,7 +25,11 @@ The device size per replica comes from the capacity rule of the examples
 run without the failure.
 
 Usage: ``python benchmarks/router_live.py [--claims 128] [--concurrency 64] [--replicas 4] [--failure]
-[--json OUT]``; needs the HoVer data (``PBKV_DATA_DIR``) and ``smg`` (the test extra).
+[--json OUT]``; needs the HoVer data (``PBKV_DATA_DIR``) and ``smg`` (the test extra). A bad option
+(a count below 1, a ``--kill-at`` outside (0, 1], ``--failure`` with one replica) is one ``error:``
+line and exit status 2 before anything starts. SIGTERM (``timeout``) or Ctrl-C stops the replicas
+and the router, and removes the run's partial files under ``/tmp/pbkv-router-live-*`` (exit status
+143 on SIGTERM); a finished run keeps its files there.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -58,6 +64,19 @@ POLICIES = (BASELINE_POLICY, DEFAULT_POLICY)
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    # SIGTERM (``timeout``, a job scheduler) stops the run as Ctrl-C does: local_cluster's exit stops
+    # the replicas and the router (they run in their own sessions, so the signal does not reach them)
+    previous = _exit_on_sigterm()
+    try:
+        _run_all(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, every bad one refused in one ``error:`` line (exit 2) before the data is read
+    or a replica starts."""
     parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--claims", type=int, default=128, help="HoVer claims (workflows) per run")
     parser.add_argument("--concurrency", type=int, default=64, help="workflows in flight in the app")
@@ -67,26 +86,74 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--device-tokens", type=int, default=None, help="per replica (default: capacity rule)")
     parser.add_argument("--failure", action="store_true", help="add the replica-failure run")
-    parser.add_argument("--kill-at", type=float, default=0.4, help="share of claims done when replica 1 is killed")
+    parser.add_argument("--kill-at", type=float, default=0.4,
+                        help="share of claims done (above 0, at most 1) when replica 1 is killed; every run's "
+                             "before/after figures split there")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    # --replicas 0 divided by zero, --concurrency 0 hung, a --kill-at never reached failed with a
+    # KeyError after every replica had started: all refused here
+    for flag, value in (("--claims", args.claims), ("--concurrency", args.concurrency),
+                        ("--replicas", args.replicas), ("--device-tokens", args.device_tokens)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
+    if not 0 < args.kill_at <= 1:  # also NaN
+        parser.error(f"--kill-at must be a share of the claims above 0 and at most 1, got {args.kill_at}")
+    if args.failure and args.replicas < 2:
+        parser.error(f"--failure kills replica 1 (the second): needs --replicas >= 2, got {args.replicas}")
     try:  # the sim engine's policies and SMG's, refused before the data is read or a replica starts
         args.policies = parse_policy_list(args.policies, SERVER, "--policies")
         args.routers = parse_routers(args.routers)
     except ValueError as exc:
         parser.error(str(exc))
     check_output(parser, Path(args.json) if args.json else None, [])  # before an hour of runs
-    os.environ.update(CREWAI_DISABLE_TELEMETRY="true", OTEL_SDK_DISABLED="true")
+    return args
 
+
+class Terminated(SystemExit):
+    """Raised in the main thread on SIGTERM: it unwinds like Ctrl-C (every ``finally`` and context
+    manager runs) and exits with status 143 (128 + SIGTERM), as a process the signal killed."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+    raise Terminated(128 + signal.SIGTERM)
+
+
+def _exit_on_sigterm() -> Any:
+    """Make SIGTERM raise :class:`Terminated`; returns the previous handler."""
+    return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _load_claims(n: int) -> list:
+    """The first ``n`` HoVer claims that are not worked examples."""
     from examples.hover_langchain.data import load_hover
     from examples.hover_langchain.run import N_EXAMPLES
 
-    claims = list(load_hover())[:-N_EXAMPLES][: args.claims]
+    return list(load_hover())[:-N_EXAMPLES][:n]
+
+
+def _run_all(args: argparse.Namespace) -> None:
+    os.environ.update(CREWAI_DISABLE_TELEMETRY="true", OTEL_SDK_DISABLED="true")
+    claims = _load_claims(args.claims)
+    if not claims:
+        print("error: no HoVer claims to run (PBKV_DATA_DIR)", file=sys.stderr)
+        raise SystemExit(2)
     per_replica_c = max(1, args.concurrency // args.replicas)
     # The same replica URLs in every run: SMG's ring hashes them, so consistent_hashing maps each
     # workflow to the same replica index in every run (lru vs pbkv, with and without the failure).
     args.ports = sorted({free_port() for _ in range(8 * args.replicas)})[: args.replicas]
     work = Path(tempfile.mkdtemp(prefix="pbkv-router-live-"))
+    try:
+        _runs(args, claims, per_replica_c, work)
+    except (KeyboardInterrupt, Terminated):
+        # the processes are stopped (local_cluster's exit ran); a stopped run's files are partial
+        shutil.rmtree(work, ignore_errors=True)
+        print(f"stopped; removed {work}", file=sys.stderr, flush=True)
+        raise
+
+
+def _runs(args: argparse.Namespace, claims: list, per_replica_c: int, work: Path) -> None:
     device = args.device_tokens or _pilot_capacity(claims, per_replica_c, work / "pilot")
     print(f"{len(claims)} HoVer claims, {args.concurrency} in flight, {args.replicas} replicas of {device} device "
           f"tokens each (capacity rule at C={per_replica_c}); files under {work}", flush=True)

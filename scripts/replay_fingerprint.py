@@ -37,9 +37,12 @@ timeline. Wall-clock decision latencies are left out (they are measurements of t
 ``compare`` requires exact equality (floats compared as written by JSON), and reports each
 difference with its path.
 
-Bad input (a missing or unreadable file, a file that is not a fingerprint's JSON, an unknown
-option, a ``pbkv-bench`` run that fails) ends with one ``error: ...`` line on stderr and exit status
-2, as the ``pbkv-bench`` commands and the benchmark scripts report it.
+Bad input (a missing or unreadable file, a file that is not a fingerprint, an unknown option, a
+``pbkv-bench`` run that fails) ends with one ``error: ...`` line on stderr and exit status 2, as the
+``pbkv-bench`` commands and the benchmark scripts report it. ``record OUT`` refuses, before any
+replay, an OUT it must not replace (a directory, a fifo or device, a dangling link, a path under a
+file, an existing non-empty file that is not an earlier fingerprint: a trace, a plot, another
+command's result); ``record`` and ``add`` write their file whole or not at all.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from pbkv_contract.files import output_problem, replace_file
 
 #: Figures of one replay that a behaviour-preserving change keeps exactly.
 KEPT = ("hit_rate", "host_hit_rate", "evictions", "evicted_tokens", "prefetched_tokens", "mean_latency_s",
@@ -123,6 +128,46 @@ def _load(path: Path, what: str = "fingerprint") -> dict[str, Any]:
     return data
 
 
+def fingerprint_problem(data: Any) -> str | None:
+    """Why the JSON document ``data`` is not a fingerprint ``{case: {policy: {figure: value}}}``
+    (as :func:`record` writes it), or ``None``: a non-empty object whose every case is a non-empty
+    object of policies, each an object of figures holding at least ``hit_rate``."""
+    if not isinstance(data, dict):
+        return f"holds {type(data).__name__}, not an object of cases"
+    if not data:
+        return "holds no case"
+    for case, runs in data.items():
+        if not isinstance(runs, dict) or not runs:
+            return f"case {case!r} is not an object of policies"
+        for policy, figures in runs.items():
+            if not isinstance(figures, dict) or "hit_rate" not in figures:
+                return f"case {case!r} policy {policy!r} is not an object of figures"
+    return None
+
+
+def _is_fingerprint(data: Any) -> bool:
+    """Whether ``data`` is a fingerprint (``output_problem``'s recogniser of an earlier record)."""
+    return fingerprint_problem(data) is None
+
+
+def _load_fingerprint(path: Path) -> dict[str, Any]:
+    """The fingerprint in ``path``; :class:`Failure` naming the file when it is not one."""
+    data = _load(path)
+    if (problem := fingerprint_problem(data)) is not None:
+        raise Failure(f"fingerprint {path} is not a replay fingerprint ({problem})")
+    return data
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` with ``data`` at once (written aside, then renamed: a run stopped
+    mid-write keeps the previous file whole); :class:`Failure` when it cannot be written."""
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    try:
+        replace_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    except OSError as exc:
+        raise Failure(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def record(out: Path, examples: list[Path], policies: str | None, workflows: int = SYNTH["workflows"]) -> int:
     """Replay every case and write ``{case: {policy: figures}}`` to ``out``.
 
@@ -134,6 +179,9 @@ def record(out: Path, examples: list[Path], policies: str | None, workflows: int
     """
     policy_list = policies or ",".join(_registered_policies())
     summaries = [_example_summary(path) for path in examples]  # bad input stops before any replay
+    inputs = [*examples, *(Path(summary["traces"]["test"]) for summary in summaries)]
+    if (problem := output_problem(out, inputs, json_doc=_is_fingerprint)) is not None:
+        raise Failure(f"{out}: {problem}")  # a trace, a plot, another result: refused before any replay
     cases: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="pbkv-fingerprint-") as tmp:
         trace = Path(tmp) / "synth.jsonl"
@@ -141,7 +189,7 @@ def record(out: Path, examples: list[Path], policies: str | None, workflows: int
                "--seed", str(SYNTH["seed"]), "--out", str(trace))
         for device, host in SYNTH_CAPACITIES:
             for pred in SYNTH_PREDICTORS:
-                name = f"synth-{SYNTH['graph']}/{pred}/device{device}"
+                name = _synth_case(pred, device)
                 cases[name] = _replay(trace, policy_list, pred, SYNTH_REPLAY["concurrency"],
                                       SYNTH_REPLAY["profile"], device, host, Path(tmp))
                 print(f"recorded {name}", file=sys.stderr)
@@ -152,10 +200,19 @@ def record(out: Path, examples: list[Path], policies: str | None, workflows: int
                                   summary["replay_concurrency"], summary["profile"], summary["device_tokens"],
                                   summary["host_tokens"], Path(tmp))
             print(f"recorded {name}", file=sys.stderr)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(cases, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    _write(out, cases)
     print(f"wrote {out}: {len(cases)} cases")
     return 0
+
+
+def _synth_case(predictor: str, device: int) -> str:
+    """The name of the synthetic case replayed with ``predictor`` at ``device`` tokens."""
+    return f"synth-{SYNTH['graph']}/{predictor}/device{device}"
+
+
+def _synth_cases() -> list[str]:
+    """Every synthetic case :func:`record` makes."""
+    return [_synth_case(pred, device) for device, _ in SYNTH_CAPACITIES for pred in SYNTH_PREDICTORS]
 
 
 def _example_summary(path: Path) -> dict[str, Any]:
@@ -184,7 +241,11 @@ def add_policies(fixture: Path, policies: list[str], workflows: int = SYNTH["wor
     policy's stay as recorded). Re-recording ``lru`` itself is refused (it is the check that the
     cases are the fixture's). Returns 0, or 2 with one line on stderr.
     """
-    data = _load(fixture)
+    if not fixture.is_file() and (problem := output_problem(fixture)) is not None:
+        raise Failure(f"{fixture}: {problem}")  # a fifo or device would block the read or be replaced
+    data = _load_fingerprint(fixture)
+    if (problem := output_problem(fixture, json_doc=_is_fingerprint)) is not None:
+        raise Failure(f"{fixture}: {problem}")  # not writable: refused before any replay
     have = set(recorded_policies(data))
     policies = [p for p in (q.strip() for q in policies) if p]
     again = sorted(set(policies) & have)
@@ -200,6 +261,13 @@ def add_policies(fixture: Path, policies: list[str], workflows: int = SYNTH["wor
     if any(not case.startswith("synth-") for case in data):
         print("error: add supports fingerprints of synthetic cases only", file=sys.stderr)
         return 2
+    unknown = sorted(set(data) - set(_synth_cases()))
+    if unknown:
+        raise Failure(f"{fixture} holds case {unknown[0]}, which record does not make; nothing written")
+    lacking = sorted(case for case, runs in data.items() if _baseline() not in runs)
+    if lacking:
+        raise Failure(f"{fixture} holds no {_baseline()} on case {lacking[0]} (add checks the cases against it); "
+                      "nothing written")
     with tempfile.TemporaryDirectory(prefix="pbkv-fingerprint-") as tmp:
         new = Path(tmp) / "new.json"
         status = record(new, [], ",".join([_baseline(), *policies]), workflows)
@@ -213,14 +281,14 @@ def add_policies(fixture: Path, policies: list[str], workflows: int = SYNTH["wor
             return 2
         for policy in policies:
             runs[policy] = fresh[case][policy]
-    fixture.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    _write(fixture, data)
     print(f"{'re-recorded' if replace else 'added'} {', '.join(policies)} in {fixture} ({len(data)} cases)")
     return 0
 
 
 def compare(before: Path, after: Path) -> int:
     """Print every difference between two fingerprints; 0 if identical, 1 otherwise."""
-    a, b = _load(before), _load(after)
+    a, b = _load_fingerprint(before), _load_fingerprint(after)
     diffs = list(_diff(a, b, ""))
     for line in diffs[:200]:
         print(line)
