@@ -29,7 +29,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from .acquire import AcquireRequest
 from .cache import PrefixCache
@@ -109,6 +109,12 @@ class _SglangModel:
     def estimate(self, tokens_left: int) -> int:
         """Tokens the admission check sets aside for ``tokens_left`` more output tokens."""
         return math.ceil(min(tokens_left, CLIP_MAX_NEW_TOKENS) * self.ratio)
+
+    def running_estimate(self, running: Iterable["_Request"], iters: int) -> int:
+        """Sum of :meth:`estimate` over the ``running`` requests' outputs left after iteration
+        ``iters`` (one call rather than one per request: it runs at every step)."""
+        ratio, ceil, clip = self.ratio, math.ceil, CLIP_MAX_NEW_TOKENS
+        return sum([ceil(min(r.done_at - iters, clip) * ratio) for r in running])
 
 
 class Engine:
@@ -288,7 +294,7 @@ class Engine:
         if sg is not None:
             if not self._running and not self._waiting:
                 sg.ratio = INIT_NEW_TOKEN_RATIO  # idle: SGLang resets its estimate
-            headroom = sum(sg.estimate(r.done_at - self._iters) for r in self._running.values())
+            headroom = sg.running_estimate(self._running.values(), self._iters)
             budget = sg.chunk or math.inf
         while self._waiting and len(self._running) + len(admitted) < max_batch:
             # FIFO, unless the policy schedules some waiting request first (Continuum: jobs whose
@@ -412,19 +418,31 @@ class Engine:
             toks = list(map(int, toks))
         if len(req.blocks) != len(toks):
             raise ValueError(f"request {req.request_id}: {len(req.blocks)} blocks but {len(toks)} token counts")
-        if toks and min(toks) < 0:
+        least = min(toks, default=1)  # read once: to_units needs it too
+        if least < 0:
             raise ValueError(f"request {req.request_id}: negative block token count")
         if req.request_id in self._known_ids:
             raise ValueError(f"request id {req.request_id!r} is already waiting or running")
-        prompt = sum(toks)
+        page_size = self.config.page_size
+        if page_size is None and least > 0:
+            # one unit per block, its count as given (to_units): the prompt is the last of the
+            # units' running sums, which the request keeps anyway (no separate pass to sum them)
+            units = to_units(req.blocks, toks, None, least)
+            cum = [0, *itertools.accumulate(units.toks)]
+            prompt = cum[-1]
+        else:
+            units = cum = None
+            prompt = sum(toks)
         out = max(1, int(req.output_tokens))
         if prompt + out > self.cache.device_capacity:
             raise ValueError(f"request {req.request_id} needs {prompt + out} tokens of KV cache; "
                              f"the device holds {self.cache.device_capacity}")
-        units = to_units(req.blocks, toks, self.config.page_size)
+        if units is None:
+            units = to_units(req.blocks, toks, page_size, least)
+            cum = [0, *itertools.accumulate(units.toks)]
         # the uncached tail (less than a page) holds KV while the request runs, like its output
         return _Request(req, units.keys, units.toks, prompt, out, index, self.clock, None, None,
-                        reserve=out + units.tail, tail=units.tail, cum=[0, *itertools.accumulate(units.toks)])
+                        reserve=out + units.tail, tail=units.tail, cum=cum)
 
     def _speculative_prefill(self, r: _Request) -> None:
         """Queue the one-token prefill of ``r``'s next-turn prefix (Dynamo ``speculative_prefill``:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Sequence
 
 from .radix import DEVICE, HOST, Node
 
@@ -518,6 +518,27 @@ class EvictionHeaps:
                 return entry[NODE]
             heapq.heappop(heap)
         return None
+
+    def take_prefetches(self) -> Iterator[Node]:
+        """:meth:`take_prefetch` as an iterator, until no valid candidate is left: a prefetch
+        round's candidates. (A generator, with the validity check inline: a round takes every
+        candidate in turn, most of them to skip and hand back, and resuming a generator costs
+        less than a method call.)"""
+        keep = self._taken.append
+        while True:
+            heap = self.prefetch  # read afresh: a load's re-filing may have rebuilt it
+            while heap:
+                entry = heap[0]
+                node = entry[NODE]
+                if (entry[VER] == node.pver and node.attached and node.tier == HOST and node.lock == 0
+                        and node.parent.tier == DEVICE):  # prefetch_valid(entry)
+                    break
+                _pop(heap)
+            else:
+                return
+            _pop(heap)
+            keep(entry)
+            yield node
 
     def return_prefetch(self, unused: Sequence[Node]) -> None:
         """End a round of :meth:`take_prefetch`: put back the entries of the ``unused`` nodes (a

@@ -40,14 +40,21 @@ class Units(NamedTuple):
     tail: int
 
 
-def to_units(blocks: Sequence[Hashable], toks: Sequence[int], page_size: int | None) -> Units:
+def to_units(blocks: Sequence[Hashable], toks: Sequence[int], page_size: int | None,
+             least: int | None = None) -> Units:
     """The cache units of a prompt given as block keys with tokens per block.
+
+    Args:
+        least: ``min(toks, default=1)`` if the caller has it already (the engine checks the counts
+            for a negative one: a second pass over a prompt's ~1,300 counts is saved).
 
     Raises:
         ValueError: ``page_size`` < 1.
     """
     if page_size is None:
-        if len(blocks) == len(toks) and min(toks, default=1) > 0:  # no 0-token block: copies made in C
+        if least is None:
+            least = min(toks, default=1)
+        if len(blocks) == len(toks) and least > 0:  # no 0-token block: copies made in C
             return Units(list(blocks), list(toks), 0)
         kept = [(k, n) for k, n in zip(blocks, toks) if n > 0]
         return Units([k for k, _ in kept], [n for _, n in kept], 0)

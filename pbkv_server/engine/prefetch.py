@@ -26,6 +26,8 @@ A policy never runs a round: it hands the cache a plan (:mod:`.policies.plan`), 
 
 from __future__ import annotations
 
+import sys
+from operator import attrgetter
 from dataclasses import dataclass
 from typing import Callable, Generic, Iterator, NamedTuple, Protocol, Sequence, TypeVar
 
@@ -46,6 +48,8 @@ class PrefetchCandidates(Protocol):
     """The prefetch heap of the cache (:class:`~pbkv_server.engine.heaps.EvictionHeaps`)."""
 
     def take_prefetch(self) -> Node | None: ...
+
+    def take_prefetches(self) -> Iterator[Node]: ...
 
     def return_prefetch(self, unused: Sequence[Node]) -> None: ...
 
@@ -119,22 +123,32 @@ def run_round(candidates: Iterator[C], *, size: Callable[[C], int], bandwidth_to
     budget = bandwidth_tokens
     loads = loaded = examined = 0
     skipped: list = []
+    skip = skipped.append
     exhausted = False
+    if max_loads is None:
+        max_loads = sys.maxsize
+    # The room changes only by a load or by making room, so ``free`` is read again only after
+    # those: once room is exhausted most candidates of a round are skipped, and each costs only
+    # this loop's few steps.
+    free = room.free()
     for cand in candidates:
         examined += 1
         n = size(cand)
         if n > budget:
-            skipped.append(cand)
-        elif n > room.free() and (exhausted or _make_room(room, n, cand) < n):
+            skip(cand)
+        elif n > free and (exhausted or (free := _make_room(room, n, cand)) < n):
             exhausted = True
-            skipped.append(cand)
-        elif load(cand):
-            loads += 1
-            loaded += n
-            budget -= n
+            skip(cand)
         else:
-            skipped.append(cand)
-        if examined >= max_examined or budget <= 0 or (max_loads is not None and loads >= max_loads):
+            ok = load(cand)
+            free = room.free()
+            if ok:
+                loads += 1
+                loaded += n
+                budget -= n
+            else:
+                skip(cand)
+        if examined >= max_examined or budget <= 0 or loads >= max_loads:
             break
     return RoundResult(loads, loaded, examined, skipped)
 
@@ -288,10 +302,9 @@ def _engine_round(cache: LoadingCache, budget: int, room: _EvictingRoom,
         return True
 
     heaps = cache.heaps
-    result = run_round(iter(heaps.take_prefetch, None), size=_tokens, bandwidth_tokens=budget, room=room, load=load)
+    result = run_round(heaps.take_prefetches(), size=_tokens, bandwidth_tokens=budget, room=room, load=load)
     heaps.return_prefetch(result.skipped)
     return PrefetchOutcome(result.loaded_tokens, room.displaced)
 
 
-def _tokens(node: Node) -> int:
-    return node.tokens
+_tokens = attrgetter("tokens")  # a node's tokens (in C: read for every candidate of a round)

@@ -124,6 +124,9 @@ class ContextPredictor(Predictor):
         for query in queries:
             self.vocab.add_query(query)
             alive: dict[_State, float] = {_state(query.history + (query.agent,)): 1.0}
+            # a state reached again at a later step has the same next distribution (counts and
+            # vocabulary do not change within a query): computed once (~30% of the calls, cc120)
+            known: dict[_State, dict[str, float]] = {}
             dists = []
             for k in range(self.horizon):
                 if not alive:  # END was certain: later steps are END by convention
@@ -133,7 +136,10 @@ class ContextPredictor(Predictor):
                 states: dict[_State, float] = {}
                 last = k == self.horizon - 1  # the states after the last step are never read
                 for state, p in alive.items():
-                    for b, q in self.next_dist(query.app, state).items():
+                    dist = known.get(state)
+                    if dist is None:
+                        dist = known[state] = self.next_dist(query.app, state)
+                    for b, q in dist.items():
                         if q <= 0.0:
                             continue
                         nxt[b] = nxt.get(b, 0.0) + p * q

@@ -128,6 +128,57 @@ def test_run_round_stops_at_its_limits():
     assert _run(sizes, 3, _Room(1000))[1].loads == 3  # bandwidth used up
 
 
+
+def _reference_round(sizes: dict, bandwidth: int, room: _Room, refuse: set, max_examined: int, max_loads):
+    """The greedy rule as the module docstring states it, reading the room at every candidate."""
+    loaded, skipped, examined, budget, exhausted = [], [], 0, bandwidth, False
+    for c in sizes:
+        examined += 1
+        n = sizes[c]
+        if n > budget:
+            skipped.append(c)
+        elif n > room.free() and (exhausted or (room.make_room(n - room.free(), c), room.free())[1] < n):
+            exhausted = True
+            skipped.append(c)
+        elif c in refuse:
+            skipped.append(c)
+        else:
+            loaded.append(c)
+            room.left -= n
+            budget -= n
+        if examined >= max_examined or budget <= 0 or (max_loads is not None and len(loaded) >= max_loads):
+            break
+    return loaded, skipped, examined
+
+
+def test_run_round_matches_the_rule_read_candidate_by_candidate():
+    # run_round reads the room again only after a load or after making room: every decision must
+    # be the one a round reading it at each candidate makes (random rounds, refused loads included)
+    import random
+
+    rng = random.Random(7)
+    for _ in range(500):
+        sizes = {i: rng.randint(0, 40) for i in range(rng.randint(0, 30))}
+        refuse = {c for c in sizes if rng.random() < 0.15}
+        bandwidth, free, extra = rng.randint(0, 300), rng.randint(0, 120), rng.randint(0, 80)
+        max_examined, max_loads = rng.randint(1, 40), rng.choice([None, 0, 1, 3, 10])
+        want_room = _Room(free, extra)
+        want = _reference_round(sizes, bandwidth, want_room, refuse, max_examined, max_loads)
+        room, loaded = _Room(free, extra), []
+
+        def load(c) -> bool:
+            if c in refuse:
+                return False
+            loaded.append(c)
+            room.left -= sizes[c]
+            return True
+
+        got = run_round(iter(sizes), size=sizes.get, bandwidth_tokens=bandwidth, room=room, load=load,
+                        max_examined=max_examined, max_loads=max_loads)
+        assert (loaded, got.skipped, got.examined) == want
+        assert got.loads == len(loaded) and got.loaded_tokens == sum(sizes[c] for c in loaded)
+        assert room.asked == want_room.asked and room.left == want_room.left
+
 def test_tail_units_take_the_fewest_last_units_that_hold_the_need():
     from types import SimpleNamespace
 
