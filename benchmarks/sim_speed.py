@@ -16,9 +16,11 @@ offline policy's figure covers all of its order runs), and each policy's CPU ove
     .venv/bin/python benchmarks/sim_speed.py --trace cc40.jsonl --policies lru,opt \\
         --profile a6000x8-qwen3-32b-tp8 --host-ratio 1 --predictor markov
 
-``--order-runs 3,8`` replays ``opt`` once per count (default: ``pbkv-bench advise``'s
-``ADVISE_ORDER_RUNS``), each a row of its own (``order_runs_limit``). ``--json FILE`` adds the
-setting's figures (and, for ``opt``, the mean latency after each order run) to FILE under a key naming the trace and setting; ``scripts/make_replay_cost_docs.py`` tables
+``--repeat N`` replays each policy N times and reports its least CPU (the figure least stretched
+by other processes). ``--order-runs 3,8`` replays ``opt`` once per count (default: ``pbkv-bench
+advise``'s ``ADVISE_ORDER_RUNS``), each a row of its own (``order_runs_limit``). ``--json FILE``
+adds the setting's figures (and, for ``opt``, the mean latency after each order run) to FILE
+under a key naming the trace and setting; ``scripts/make_replay_cost_docs.py`` tables
 docs/replay-cost.md from it.
 """
 
@@ -61,9 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--order-runs", default=None,
                         help=f"with --trace: comma-separated most order runs of opt, one replay each (default "
                              f"{ADVISE_ORDER_RUNS}, pbkv-bench advise's; 1..{ORDER_RUNS_LIMIT})")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="with --trace: replay each policy this many times and report its least CPU (the "
+                             "figure least stretched by other processes on a shared machine; default 1)")
     parser.add_argument("--json", type=Path, default=None, help="with --trace: add this setting's figures to this JSON file "
                         "(scripts/make_replay_cost_docs.py tables it)")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
     if args.device_tokens is not None and args.device_tokens < 1:
         raise ValueError(f"--device-tokens must be >= 1, got {args.device_tokens}")
     if args.trace is not None and args.workflows is not None:
@@ -74,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--workflows must be >= 1, got {args.workflows}")
     if args.trace is None:
         if (args.policies is not None or args.json is not None or args.host_ratio is not None
-                or args.order_runs is not None):
-            parser.error("--policies, --host-ratio, --order-runs and --json need --trace")
+                or args.order_runs is not None or args.repeat != 1):
+            parser.error("--policies, --host-ratio, --order-runs, --repeat and --json need --trace")
     else:
         check_output(parser, args.json, [args.trace], json_doc=is_speed_result)
         replay_trace(args)
@@ -135,16 +142,20 @@ def replay_trace(args: argparse.Namespace) -> None:
     first = None
     rows = []
     for policy, limit in [(p, c) for p in policies for c in (counts if policy_info(p).iterates_order else [1])]:
-        predictor = make_predictor(args.predictor, 3, records)
-        c0 = time.process_time()
-        result = simulate(workload, ReplayConfig(policy, profile, device_tokens=device, host_tokens=host),
-                          ReplayOptions(concurrency=args.concurrency, predictor=predictor, order_runs=limit))
-        dc = time.process_time() - c0
+        cpu = []
+        for _ in range(args.repeat):  # a replay is deterministic: every repeat reports the same figures
+            predictor = make_predictor(args.predictor, 3, records)
+            c0 = time.process_time()
+            result = simulate(workload, ReplayConfig(policy, profile, device_tokens=device, host_tokens=host),
+                              ReplayOptions(concurrency=args.concurrency, predictor=predictor, order_runs=limit))
+            cpu.append(time.process_time() - c0)
+        dc = min(cpu)
         first = first or dc
         runs = result.summary.get("order_runs", 1)
         print(f"{policy:16s} {dc:7.1f} s CPU {n / dc:8.1f} inv/s ({runs} run(s) of <= {limit})  x{dc / first:5.1f}   "
               f"hit rate {result.summary['hit_rate']:.4f}   evictions {result.summary['evictions']}", flush=True)
-        rows.append({"policy": policy, "cpu_s": dc, "invocations_per_cpu_s": n / dc, "cpu_vs_first": dc / first,
+        rows.append({"policy": policy, "cpu_s": dc, "cpu_s_each": cpu, "invocations_per_cpu_s": n / dc,
+                     "cpu_vs_first": dc / first,
                      "order_runs": runs, "order_runs_limit": limit, "hit_rate": result.summary["hit_rate"],
                      "mean_latency_s": result.summary["mean_latency_s"],
                      "order_run_mean_latency_s": result.summary.get("order_run_mean_latency_s")})

@@ -21,7 +21,7 @@ from __future__ import annotations
 from itertools import compress
 from typing import Hashable, Iterable, Sequence
 
-__all__ = ["infinite_cache_hit_rate", "workload_ceiling"]
+__all__ = ["infinite_cache_hit_rate", "path_hit_rate", "workload_ceiling"]
 
 
 def infinite_cache_hit_rate(prompts: Iterable[tuple[Sequence[Hashable], Sequence[int]]]) -> float:
@@ -65,7 +65,38 @@ def infinite_cache_hit_rate(prompts: Iterable[tuple[Sequence[Hashable], Sequence
     return hit / total if total else 0.0
 
 
+def path_hit_rate(prompts: Iterable[tuple[Sequence[Hashable], Sequence[int]]]) -> float:
+    """:func:`infinite_cache_hit_rate` of prompts whose keys are paths: a key fixes every key
+    before it in its prompt, so no prompt repeats a key and the keys earlier prompts held are a
+    prefix of each prompt (what a radix cache matches). That prefix is found by bisection and only
+    the keys after it are added, instead of looking every key up and adding it again (a Claude
+    Code prompt is ~1,300 blocks, of which the last turn's ~1,200 are its prefix).
+
+    Args:
+        prompts: per request, its block keys (path keys, as :func:`~pbkv_server.sim.simulator.load_workload`
+            makes them) and the tokens of each block; a prompt with more keys than token counts
+            (or fewer) counts the pairs, as :func:`infinite_cache_hit_rate` does.
+    """
+    seen: set[Hashable] = set()
+    hit = total = 0
+    for blocks, tokens in prompts:
+        n = min(len(blocks), len(tokens))
+        lo, hi = 0, n
+        while lo < hi:  # the first key no earlier prompt held
+            mid = (lo + hi) // 2
+            if blocks[mid] in seen:
+                lo = mid + 1
+            else:
+                hi = mid
+        whole = sum(tokens) if n == len(tokens) else sum(tokens[:n])
+        total += whole
+        hit += whole - sum(tokens[lo:n])  # the new keys are the misses (a short slice: no copy of the prefix)
+        seen.update(blocks[lo:n])
+    return hit / total if total else 0.0
+
+
 def workload_ceiling(workload) -> float:
-    """:func:`infinite_cache_hit_rate` of a :class:`~pbkv_server.sim.simulator.Workload`."""
-    return infinite_cache_hit_rate((req.blocks, req.block_tokens) for unit in workload.units
-                                   for req in unit.requests)
+    """:func:`infinite_cache_hit_rate` of a :class:`~pbkv_server.sim.simulator.Workload`
+    (:func:`path_hit_rate` when its keys are paths, ``Workload.path_keys``)."""
+    prompts = ((req.blocks, req.block_tokens) for unit in workload.units for req in unit.requests)
+    return path_hit_rate(prompts) if workload.path_keys else infinite_cache_hit_rate(prompts)

@@ -43,5 +43,5 @@ def without_hints(workload: Workload) -> Workload:
     units = [replace(unit, requests=[replace(r, hints=None, session_id=None, priority=None, cache_ttl_s=None,
                                              last_step=False) for r in unit.requests])
              for unit in workload.units]
-    return Workload(units, workload.hash_collisions)
+    return Workload(units, workload.hash_collisions, path_keys=workload.path_keys)  # the same blocks
 

@@ -116,10 +116,15 @@ class Workload:
         units: the replay units (workflows, or sessions of workflows).
         hash_collisions: block hashes met under two or more different parents (the block before
             differs): collisions, or hashes that are not chained (see :func:`load_workload`).
+        path_keys: every block key fixes the keys before it in its prompt (:func:`load_workload`
+            keys blocks by path), so the blocks some earlier prompt held are a prefix of each
+            prompt; the hit-rate ceiling uses it (:func:`~pbkv_server.sim.ceiling.workload_ceiling`).
+            A caller that builds units with other keys leaves it ``False``.
     """
 
     units: list[ReplayUnit]
     hash_collisions: int = 0
+    path_keys: bool = False
 
     @property
     def invocations(self) -> int:
@@ -218,7 +223,7 @@ def _load_workload(records: Iterable[TraceRecord]) -> Workload:
         log.warning("%d block hash(es) of the trace follow two or more different blocks (hash collisions, or hashes "
                     "that are not chained); each (previous block, hash) pair is replayed as a block of its own",
                     keys.collisions)
-    return Workload(units, keys.collisions)
+    return Workload(units, keys.collisions, path_keys=True)  # _PathKeys: a key is its (parent key, hash)
 
 
 class _PathKeys:

@@ -35,6 +35,7 @@ def trace(tmp_path_factory):
     (["--order-runs", "x"], "--order-runs 'x': not a whole number"),
     (["--order-runs", "3,"], "item 2 is empty"),
     (["--order-runs", "3", "--policies", "lru,pbkv"], "--order-runs: no policy of --policies iterates its order"),
+    (["--repeat", "0"], "--repeat must be >= 1, got 0"),
 ])
 def test_bad_input_is_one_line_before_any_replay(speed, trace, capsys, monkeypatch, args, message):
     def no_replay(*a, **k):
@@ -127,3 +128,10 @@ def test_each_order_run_count_is_a_row_of_opt_and_online_policies_replay_once(sp
     assert one["order_runs"] == 1 and 1 <= two["order_runs"] <= 2
     # run 1 is the same replay whatever the limit
     assert two["order_run_mean_latency_s"][0] == one["order_run_mean_latency_s"][0] == one["mean_latency_s"]
+
+
+def test_repeat_reports_the_least_cpu_of_identical_replays(speed, trace, tmp_path):
+    out = tmp_path / "cost.json"
+    assert speed.main(["--trace", str(trace), "--policies", "lru", "--repeat", "3", "--json", str(out)]) == 0
+    row = next(iter(json.loads(out.read_text()).values()))["rows"][0]
+    assert len(row["cpu_s_each"]) == 3 and row["cpu_s"] == min(row["cpu_s_each"])
