@@ -385,6 +385,16 @@ class MetricsCollector:
                 sums.setdefault(r.agent, []).append(r.first_token - r.arrival)
         return {a: sum(v) / len(v) for a, v in sorted(sums.items())}
 
+    def mean_latency_s(self) -> float:
+        """Mean workflow latency, seconds (the summary's ``mean_latency_s``; NaN for none): what an
+        offline reference's earlier order runs report, without a whole summary each."""
+        lat = self._latencies()
+        return sum(lat) / len(lat) if lat else math.nan
+
+    def _latencies(self) -> list[float]:
+        """Each finished workflow's latency, seconds, in the order workflows finished."""
+        return [end - self._wf_start[w] for w, end in self._wf_end.items()]
+
     def summary(self, engine_stats: Any = None, slo: Slo | None = None) -> dict[str, Any]:
         """All metrics as a JSON-ready dict.
 
@@ -399,12 +409,12 @@ class MetricsCollector:
         (per kind: n, mean_ms, p99_ms).
         """
         ttfts = [r.first_token - r.arrival for r in self._requests.values() if not math.isnan(r.first_token)]
-        lat = [end - self._wf_start[w] for w, end in self._wf_end.items()]
+        lat = self._latencies()
         hit, host = self.hit_rates()
         out: dict[str, Any] = {
             "hit_rate": hit,
             "host_hit_rate": host,
-            "mean_latency_s": sum(lat) / len(lat) if lat else math.nan,
+            "mean_latency_s": sum(lat) / len(lat) if lat else math.nan,  # as mean_latency_s()
             "p50_latency_s": percentile(lat, 50),
             "p99_latency_s": percentile(lat, 99),
             "mean_ttft_s": sum(ttfts) / len(ttfts) if ttfts else math.nan,

@@ -525,7 +525,7 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
     with _heap_frozen():
         ceiling = workload_ceiling(workload)  # the trace's, whatever the policy (pbkv_server.sim.ceiling)
 
-        def run(future: TraceFuture | None) -> tuple[SimResult, list[str]]:
+        def run(future: TraceFuture | None) -> tuple[list[Engine], MetricsCollector, ReplayDriver]:
             engines = []
             for predictor in predictors:
                 engine = Engine(config.engine_config(predictor, future))
@@ -536,6 +536,9 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
             driver = ReplayDriver(engines, workload, options.concurrency, metrics, router=chooser, future=future,
                                   on_unit_end=options.on_workflow_end, speculative=speculative)
             driver.run()
+            return engines, metrics, driver
+
+        def result_of(engines: list[Engine], metrics: MetricsCollector, driver: ReplayDriver) -> SimResult:
             if clustered:
                 summary = _cluster_summary(metrics, driver, engines, router, workload.hash_collisions, options.slo)
             else:
@@ -544,30 +547,35 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
                     summary["guard"] = guard_summary(engines[0].stats)
                 summary["hash_collisions"] = workload.hash_collisions
             summary["hit_rate_ceiling"] = ceiling
-            return SimResult(config.policy, summary, engines, metrics), driver.submitted_ids
+            return SimResult(config.policy, summary, engines, metrics)
 
         if not info.offline:
-            return run(None)[0]
+            return result_of(*run(None))
         page_size = config.page_size
         index = use_index(workload, page_size)  # the same for every order
-        result, order = run(build_future(workload, options.concurrency, page_size, index=index))
+        replay = run(build_future(workload, options.concurrency, page_size, index=index))
+        order = replay[2].submitted_ids
         runs = 1
         if info.iterates_order:
             # MIN over the replay's own order: replay with the future of the previous run until the
-            # submission order stops changing (a fixed point: the policy knew its own future)
+            # submission order stops changing (a fixed point: the policy knew its own future). Only
+            # the last run is summarized: an earlier one gives its order and its mean latency
             previous: list[str] | None = None
-            latencies = [result.summary["mean_latency_s"]]
+            latencies = [replay[1].mean_latency_s()]
             while order != previous and runs < options.order_runs:
                 previous = order
-                result, order = run(build_future(workload, options.concurrency, page_size, order=previous, index=index))
-                latencies.append(result.summary["mean_latency_s"])
+                replay = run(build_future(workload, options.concurrency, page_size, order=previous, index=index))
+                order = replay[2].submitted_ids
+                latencies.append(replay[1].mean_latency_s())
                 runs += 1
+            result = result_of(*replay)
             result.summary["order_runs"] = runs
             result.summary["order_stable"] = order == previous
             # how the bound moved run by run (each run knows the previous run's order better): what
             # fewer runs would have reported (docs/replay-cost.md)
             result.summary["order_run_mean_latency_s"] = latencies
-        return result
+            return result
+        return result_of(*replay)
 
 
 #: The collector's young-generation threshold while a replay runs (:mod:`pbkv_contract.collector`
