@@ -107,7 +107,7 @@ class PrefixCache(Eviction):
         self.board = board
         self.stats = stats
         self.latency_clock = latency_clock
-        self.tree = RadixTree(on_split=self._on_split)
+        self.tree = RadixTree(on_split=self._on_split, path_keys=config.path_keys)
         self.app_graphs: dict[str, dict[str, tuple[str, ...]]] = {}
         self._reserved = 0
         self._locked_dev = 0

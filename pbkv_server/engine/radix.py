@@ -96,15 +96,18 @@ class RadixTree:
         on_split: called as ``on_split(top, bottom)`` after a node is cut in two; ``top`` is the
             new node holding the first part, ``bottom`` the existing node keeping the rest (so
             references to the deeper end of a path stay valid).
+        path_keys: a key fixes every key before it in its prompt (``EngineConfig.path_keys``):
+            :meth:`match` compares a node's last key, and bisects where a node diverges.
     """
 
-    def __init__(self, on_split: Callable[[Node, Node], None] | None = None) -> None:
+    def __init__(self, on_split: Callable[[Node, Node], None] | None = None, path_keys: bool = False) -> None:
         self.root = Node([], [], None, DEVICE, 0.0)
         self.root.lock = 1  # the root is never evicted
         self.device_tokens = 0
         self.host_tokens = 0
         self.n_nodes = 0
         self._on_split = on_split
+        self.path_keys = path_keys
 
     def match(self, blocks: Sequence[Hashable]) -> Match:
         """Longest cached prefix of ``blocks`` (either tier), splitting a node where it diverges.
@@ -122,14 +125,31 @@ class RadixTree:
                 break
             keys = child.keys
             width = len(keys)
-            if keys == blocks[i:i + width]:
-                path.append(child)
-                node = child
-                i += width
-                continue
-            j, limit = 1, min(width, n - i)
-            while j < limit and keys[j] == blocks[i + j]:
-                j += 1
+            if self.path_keys:
+                # path keys: the node matches whole if its last key does, and the keys that match
+                # are a prefix of it (its first does: the child was found by it)
+                end = i + width
+                if end <= n and keys[-1] == blocks[end - 1]:
+                    path.append(child)
+                    node = child
+                    i = end
+                    continue
+                j, hi = 1, min(width, n - i)
+                while j < hi:  # the first key that differs
+                    mid = (j + hi) // 2
+                    if keys[mid] == blocks[i + mid]:
+                        j = mid + 1
+                    else:
+                        hi = mid
+            else:
+                if keys == blocks[i:i + width]:
+                    path.append(child)
+                    node = child
+                    i += width
+                    continue
+                j, limit = 1, min(width, n - i)
+                while j < limit and keys[j] == blocks[i + j]:
+                    j += 1
             path.append(self.split(child, j))
             i += j
             break

@@ -266,6 +266,11 @@ class EngineConfig:
         ValueError: a setting out of its range (one line naming the field, e.g. ``gamma must be in
             (0, 1], got 0``), at construction: a setting read only later (``rho`` at the first
             prefetch) must not fail a run half-way.
+        path_keys: every block key fixes the keys before it in its prompt (a replay's keys,
+            ``Workload.path_keys``), so a node's keys match a prompt's whole when their last ones
+            are equal, and where they diverge is found by bisection: the radix tree compares one
+            or a few keys per node instead of each (a Claude Code prompt is ~1,300 keys). ``False``
+            (a live server's): key by key.
     """
 
     profile: HardwareProfile
@@ -289,6 +294,7 @@ class EngineConfig:
     prefill_cost: str = DEFAULT_PREFILL_COST
     engine_model: str = DEFAULT_ENGINE_MODEL
     chunked_prefill_size: int | None = None
+    path_keys: bool = False
 
     def __post_init__(self) -> None:
         problems = _config_problems(self)

@@ -416,14 +416,16 @@ class ReplayConfig:
     engine_model: str = DEFAULT_ENGINE_MODEL
     chunked_prefill_size: int | None = None
 
-    def engine_config(self, predictor: Predictor | None = None, future: TraceFuture | None = None) -> EngineConfig:
-        """The :class:`EngineConfig` of one replica (raises ``ValueError`` on a bad setting)."""
+    def engine_config(self, predictor: Predictor | None = None, future: TraceFuture | None = None,
+                      path_keys: bool = False) -> EngineConfig:
+        """The :class:`EngineConfig` of one replica (raises ``ValueError`` on a bad setting);
+        ``path_keys``: the workload's (``Workload.path_keys``)."""
         return EngineConfig(
             profile=self.profile, policy=self.policy, device_tokens=self.device_tokens, host_tokens=self.host_tokens,
             horizon=self.horizon, gamma=self.gamma, rho=self.rho, predictor=predictor, max_batch=self.max_batch,
             future=future, page_size=self.page_size, batch_predictions=self.batch_predictions,
             cache_outputs=self.cache_outputs, lru_guard=self.lru_guard, prefill_cost=self.prefill_cost,
-            engine_model=self.engine_model, chunked_prefill_size=self.chunked_prefill_size,
+            engine_model=self.engine_model, chunked_prefill_size=self.chunked_prefill_size, path_keys=path_keys,
         )
 
 
@@ -528,7 +530,7 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
         def run(future: TraceFuture | None) -> tuple[list[Engine], MetricsCollector, ReplayDriver]:
             engines = []
             for predictor in predictors:
-                engine = Engine(config.engine_config(predictor, future))
+                engine = Engine(config.engine_config(predictor, future, workload.path_keys))
                 for app, edges in graphs.items():
                     engine.set_app_graph(app, edges)
                 engines.append(engine)
