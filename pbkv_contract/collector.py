@@ -29,8 +29,8 @@ _depth = 0  # quiet_collector blocks open (an outer one's freeze covers the inne
 def quiet_collector(young: int = BULK_GC_YOUNG) -> Iterator[None]:
     """Everything the collector tracks when the outermost block opens is left out of its
     collections until that block ends (``gc.freeze``), then back in its oldest generation
-    (``gc.unfreeze``), with what the block made and kept: nothing is kept alive longer. Objects
-    made inside are collected as usual, with a young generation of at least ``young`` allocations. The caller's thresholds come back
+    (``gc.unfreeze``), with what the block made and kept: nothing is kept alive longer. Objects made inside are collected as usual,
+    with a young generation of at least ``young`` allocations. The caller's thresholds come back
     when each block ends, even on an exception; a threshold of 0 (collection turned off) is left
     alone. Blocks nest (a replay inside a load)."""
     global _depth
