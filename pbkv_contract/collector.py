@@ -29,7 +29,7 @@ _depth = 0  # quiet_collector blocks open (an outer one's freeze covers the inne
 def quiet_collector(young: int = BULK_GC_YOUNG) -> Iterator[None]:
     """Everything the collector tracks when the outermost block opens is left out of its
     collections until that block ends (``gc.freeze``), then back in its oldest generation
-    (``gc.unfreeze``), with what the block made and kept: nothing is kept alive longer. Objects made inside are collected as usual,
+    (``gc.unfreeze``): nothing is kept alive longer. Objects made inside are collected as usual,
     with a young generation of at least ``young`` allocations. The caller's thresholds come back
     when each block ends, even on an exception; a threshold of 0 (collection turned off) is left
     alone. Blocks nest (a replay inside a load)."""
@@ -43,12 +43,7 @@ def quiet_collector(young: int = BULK_GC_YOUNG) -> Iterator[None]:
     try:
         yield
     finally:
-        _depth -= 1
-        if _depth == 0:
-            # what the block made and kept joins the oldest generation with the rest, unwalked:
-            # else the first young pass at the restored threshold walks all of it at once (0.39 s
-            # after a replay of cc120, whose engines the result keeps)
-            gc.freeze()
         gc.set_threshold(*thresholds)
+        _depth -= 1
         if _depth == 0:
             gc.unfreeze()

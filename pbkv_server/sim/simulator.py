@@ -187,7 +187,7 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
     Raises:
         TraceFormatError: the records hold no invocation.
     """
-    with quiet_collector(BULK_GC_YOUNG):  # millions of keys and lists, none in a cycle
+    with quiet_collector(REPLAY_GC_YOUNG):  # millions of keys and lists, none in a cycle
         return _load_workload(records)
 
 
@@ -582,12 +582,8 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
 
 #: The collector's young-generation threshold while a replay runs (:mod:`pbkv_contract.collector`
 #: says why: at CPython's 700, a replay of the Claude Code traces spent ~10% of ``pbkv``'s CPU with
-#: a host tier in ~1,000 young collections over its prompts' unit lists). Young passes in a replay
-#: find no garbage (what it drops in cycles, radix nodes and their score records, has grown old
-#: first) and walk what it keeps once each: a ``pbkv`` replay of cc120 (~450,000 net allocations)
-#: spent 0.43 s (6%) in seven passes at 100,000 that collected nothing. At 1,000,000 it runs none;
-#: cyclic garbage waits for the replay's end or a pass every million (peak RSS 1,445 -> 1,553 MB).
-REPLAY_GC_YOUNG = 1_000_000
+#: a host tier in ~1,000 young collections over its prompts' unit lists).
+REPLAY_GC_YOUNG = BULK_GC_YOUNG
 
 
 def _heap_frozen() -> ContextManager[None]:
