@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pbkv_contract.trace import InvocationRecord, WorkflowEndRecord, read_trace  # noqa: E402
 from _cli import OneLineParser, check_output, write_text  # noqa: E402
 from pbkv_server.engine.policies import BASELINE_POLICY, DEFAULT_POLICY, SERVER, parse_policy_list  # noqa: E402
-from pbkv_contract.settings import first_repeat, list_items  # noqa: E402
+from pbkv_contract.settings import known_items  # noqa: E402
 from pbkv_server.testing.local_cluster import SMG_POLICIES, free_port, local_cluster  # noqa: E402
 
 SCENARIO = "examples.hover_langchain.scenario:HoverScenario"
@@ -178,14 +178,7 @@ def parse_routers(text: str, flag: str = "--routers") -> list[str]:
     """The SMG routing policies of ``--routers``, in order; an empty item, a name given twice or a
     name SMG does not know (:data:`SMG_POLICIES`) raises ``ValueError`` naming ``flag`` (a typo
     failed only when its run's router started, after the pilot and the earlier runs)."""
-    names = list_items(text, flag, "router")
-    twice = first_repeat(names)
-    if twice is not None:
-        raise ValueError(f"{flag} {text!r}: router {twice!r} is listed twice")
-    unknown = [name for name in names if name not in SMG_POLICIES]
-    if unknown:
-        raise ValueError(f"unknown router {', '.join(map(repr, unknown))} in {flag}; known: {', '.join(SMG_POLICIES)}")
-    return names
+    return known_items(text, SMG_POLICIES, flag, "router")
 
 
 def run(router: str, policy: str, claims: list, args: argparse.Namespace, device: int, out: Path,

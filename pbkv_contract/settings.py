@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import MISSING, dataclass
-from typing import Any
+from typing import Any, Sequence
 
 __all__ = ["CliSpec", "option", "argument", "cli_spec", "CLI_KEY"]
 
@@ -90,3 +90,21 @@ def list_items(text: str, flag: str, what: str = "value") -> list[str]:
 def first_repeat(values: list) -> Any:
     """The first value of ``values`` that an earlier one equals, or ``None`` (lists are short)."""
     return next((v for i, v in enumerate(values) if v in values[:i]), None)
+
+
+def known_items(text: str, known: Sequence[str], flag: str, what: str) -> list[str]:
+    """The items of a comma-separated list of names (:func:`list_items`), each one of ``known``
+    and none twice (``--policy lru,pbkv``, ``--routers ...``).
+
+    Raises:
+        ValueError: one line naming ``flag``: an empty item, a name given twice, or unknown names
+            (with the known ones).
+    """
+    names = list_items(text, flag, what)
+    twice = first_repeat(names)
+    if twice is not None:
+        raise ValueError(f"{flag} {text!r}: {what} {twice!r} is listed twice")
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"unknown {what} {', '.join(map(repr, unknown))} in {flag}; known: {', '.join(known)}")
+    return names

@@ -185,16 +185,9 @@ def parse_sglang_policy_list(text: str, flag: str = "--policies") -> list[str]:
 
 
 def _parse_names(text: str, known: list[str], flag: str) -> list[str]:
-    from pbkv_contract.settings import first_repeat, list_items
+    from pbkv_contract.settings import known_items
 
-    names = list_items(text, flag, "policy")
-    twice = first_repeat(names)
-    if twice is not None:
-        raise ValueError(f"{flag} {text!r}: policy {twice!r} is listed twice")
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise ValueError(f"unknown policy {', '.join(map(repr, unknown))} in {flag}; known: {', '.join(known)}")
-    return names
+    return known_items(text, known, flag, "policy")
 
 
 def make_policy(name: str, context: "PolicyContext") -> "Policy":
