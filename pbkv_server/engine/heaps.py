@@ -208,7 +208,7 @@ class EvictionHeaps:
                             or top.n_dev_children):
                         n = len(heap)
                         if (n < 2 or entry < heap[1]) and (n < 3 or entry < heap[2]):
-                            heap[0] = entry  # before both children: in place, the heap holds (the parent is the next victim)
+                            heap[0] = entry  # before both children: the heap holds (the next victim)
                         else:
                             _replace(heap, entry)
                     else:

@@ -44,7 +44,8 @@ from pbkv_server.predictors.factory import DEFAULT_ONLINE_PREDICTOR
 if TYPE_CHECKING:
     from pbkv_server.sim.progress import ReplayBar
 
-__all__ = ["POLICIES", "MIN_SPEEDUP", "ADVISE_ORDER_RUNS", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "MAX_GPU_MEMORY_GIB", "MAX_TP", "Advice",
+__all__ = ["POLICIES", "MIN_SPEEDUP", "ADVISE_ORDER_RUNS", "DEFAULT_HOST_RATIO", "MODELS", "GPUS", "MAX_GPU_MEMORY_GIB",
+           "MAX_TP", "Advice",
            "custom_profile", "advise", "advice_lines", "plot_advice", "regime_of", "verdict_of", "trace_origin",
            "advised_policies"]
 

@@ -2,8 +2,8 @@
 
 A replay of a day of coding-agent traffic takes minutes per policy, and ``opt`` replays the trace
 up to ``ReplayOptions.order_runs`` times (it iterates to its own submission order; default
-:data:`~pbkv_server.sim.simulator.MAX_ORDER_RUNS`). Its bar counts every run's units, so its time left is an upper bound (all runs); it ends
-at once when the order is stable early. Used by ``pbkv-bench replay`` / ``advise`` and
+:data:`~pbkv_server.sim.simulator.MAX_ORDER_RUNS`). Its bar counts every run's units, so its
+time left is an upper bound (all runs); it ends at once when the order is stable early. Used by ``pbkv-bench replay`` / ``advise`` and
 ``benchmarks/policy_matrix.py``.
 
 Rich draws no bar on a console that is not an interactive terminal (stderr piped to a log,
