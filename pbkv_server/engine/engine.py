@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from .acquire import AcquireRequest
+from .acquire import AcquireRequest, UniformSums
 from .cache import PrefixCache
 from .pages import to_units
 from .policies.base import NO_HOOKS, Lifecycle, Pins, Prefetching, QueueOrder
@@ -67,7 +67,7 @@ class _Request:
     load: int = 0
     done_at: int = 0
     context: int = 0  # KV tokens it adds to the decode batch's context once running
-    cum: list = field(default_factory=list)
+    cum: "list | UniformSums" = field(default_factory=list)  # AcquireRequest.cum
     internal: bool = False  # a speculative prefill the engine submitted itself: no events, not counted
     generated: int = 0  # engine model sglang: output tokens made before a retraction (prefilled again)
     started: bool = False  # its first token was reported (a retracted request does not report it again)
@@ -437,7 +437,8 @@ class Engine:
         """Check ``req`` and turn it into the scheduler's record (see :meth:`submit` for errors)."""
         toks = req.block_tokens
         least = _uniform_least(toks)
-        if least is None:
+        uniform = least is not None
+        if not uniform:
             # a list of counts that are all ints already is read as it is, a type check in C at
             # half the cost of int() of each; anything else is converted. (Nothing keeps this
             # list: to_units copies it.)
@@ -455,7 +456,7 @@ class Engine:
             # one unit per block, its count as given (to_units): the prompt is the last of the
             # units' running sums, which the request keeps anyway (no separate pass to sum them)
             units = to_units(req.blocks, toks, None, least)
-            cum = [0, *itertools.accumulate(units.toks)]
+            cum = UniformSums(len(toks), toks[0], toks[-1]) if uniform else [0, *itertools.accumulate(units.toks)]
             prompt = cum[-1]
         else:
             units = cum = None
