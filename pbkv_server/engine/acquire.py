@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .types import EngineRequest
     from .workflows import Workflow
 
-__all__ = ["AcquireRequest", "Acquired", "AcquireObserver"]
+__all__ = ["AcquireRequest", "Acquired", "AcquireObserver", "UniformSums"]
 
 
 @dataclass(slots=True)
@@ -28,7 +28,8 @@ class AcquireRequest:
     Attributes:
         blocks: the prompt's unit keys (a ``list``, see :mod:`~pbkv_server.engine.pages`).
         toks: tokens per unit.
-        cum: prefix sums of ``toks`` (``cum[0] = 0``, ``len(toks) + 1`` entries).
+        cum: prefix sums of ``toks`` (``cum[0] = 0``, ``len(toks) + 1`` entries): a list, or
+            :class:`UniformSums` for units of one size but the last.
         reserve: device tokens to reserve while the request runs (output, uncached tail).
         now: engine time, seconds (the nodes' last access).
         workflow, agent: who made the request (``None`` for an anonymous request).
@@ -44,7 +45,7 @@ class AcquireRequest:
 
     blocks: list
     toks: list
-    cum: list
+    cum: "list | UniformSums"
     reserve: int
     now: float
     workflow: "Workflow | None" = None
@@ -101,3 +102,45 @@ class AcquireObserver(Protocol):
     def held(self, room: int) -> None:
         """Running requests' decoded KV grew (engine model ``sglang``): cached units may take
         ``room`` device tokens now (capacity minus what running requests hold)."""
+
+
+class UniformSums:
+    """The prefix sums of ``n`` unit token counts that are all ``size`` but the last, ``last``:
+    ``cum[k] = k * size`` for ``k < n`` and ``cum[n] = (n - 1) * size + last`` (``n + 1`` entries,
+    read as a list's: an int index, negative from the end).
+
+    A block-hash trace's prompt has this shape (64-token blocks, a partial last one). Its ~1,300
+    sums as a list cost ~30 us to build, one int object each, for a cache that reads a few dozen
+    (one per matched node, :meth:`PrefixCache._match <pbkv_server.engine.cache.PrefixCache._match>`,
+    which computes them inline from :attr:`size` and :attr:`short`).
+
+    Attributes:
+        n: units (>= 1); size: tokens of each but the last; short: ``size - last`` (tokens the
+        last unit lacks; negative if it holds more); total: ``cum[n]``, the prompt's tokens.
+    """
+
+    __slots__ = ("n", "size", "short", "total")
+
+    def __init__(self, n: int, size: int, last: int) -> None:
+        self.n, self.size, self.short = n, size, size - last
+        self.total = n * size - self.short
+
+    def __len__(self) -> int:
+        return self.n + 1
+
+    def __getitem__(self, k: int) -> int:
+        if k < 0:
+            k += self.n + 1
+        if not 0 <= k <= self.n:
+            raise IndexError("prefix sum index out of range")
+        return self.total if k == self.n else k * self.size
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a list of the same sums (and to sums of the same counts)."""
+        if isinstance(other, UniformSums):
+            return (self.n, self.size, self.short) == (other.n, other.size, other.short)
+        if isinstance(other, list):
+            return len(other) == self.n + 1 and all(other[k] == self[k] for k in range(self.n + 1))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which do not hash

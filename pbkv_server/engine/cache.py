@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Mapping, NamedTuple, Sequence
 
-from .acquire import Acquired, AcquireObserver, AcquireRequest
+from .acquire import Acquired, AcquireObserver, AcquireRequest, UniformSums
 from .context import EngineContext
 from .cost import HardwareProfile
 from .eviction import Eviction
@@ -357,15 +357,22 @@ class PrefixCache(Eviction):
         # Hits are counted with the request's own per-block token counts (a replayed trace may
         # spread tokens over a shared block differently in two prompts); space with the nodes'.
         device_hit = host_hit = load = newly_locked = 0
+        # units of one size but the last (UniformSums): each node's span of the sums is computed
+        # here, not read (a list, or the sums' __getitem__ at a Python call each, would cost more)
+        size = cum.size if cum.__class__ is UniformSums else 0
         i = 0
         for node in path:
             j = i + len(node.keys)
+            if size:
+                span = (j - i) * size - (cum.short if j == cum.n else 0)
+            else:
+                span = cum[j] - cum[i]
             if node.tier == DEVICE:
-                device_hit += cum[j] - cum[i]
+                device_hit += span
                 if node.lock == 0:
                     newly_locked += node.tokens
             else:
-                host_hit += cum[j] - cum[i]
+                host_hit += span
                 load += node.tokens
             i = j
         return _Match(path, n, device_hit, host_hit, load, newly_locked)

@@ -325,7 +325,7 @@ class MetricsCollector:
             if n_gaps > 0:
                 starts, ends, _, _ = per_source.get(r.source, empty)
                 lo, hi = bisect.bisect_left(starts, r.first_token), bisect.bisect_right(ends, r.finish)
-                interrupts = [ends[i] - starts[i] for i in range(lo, hi)][:n_gaps]
+                interrupts = [ends[i] - starts[i] for i in range(lo, min(hi, lo + n_gaps))]  # the first n_gaps
                 gaps = [(g, 1) for g in interrupts]
                 rest = n_gaps - len(interrupts)
                 if rest:

@@ -187,7 +187,7 @@ def load_workload(records: Iterable[TraceRecord]) -> Workload:
     Raises:
         TraceFormatError: the records hold no invocation.
     """
-    with quiet_collector(REPLAY_GC_YOUNG):  # millions of keys and lists, none in a cycle
+    with quiet_collector(BULK_GC_YOUNG):  # millions of keys and lists, none in a cycle
         return _load_workload(records)
 
 
@@ -582,8 +582,12 @@ def simulate(workload: Workload, config: ReplayConfig, options: ReplayOptions = 
 
 #: The collector's young-generation threshold while a replay runs (:mod:`pbkv_contract.collector`
 #: says why: at CPython's 700, a replay of the Claude Code traces spent ~10% of ``pbkv``'s CPU with
-#: a host tier in ~1,000 young collections over its prompts' unit lists).
-REPLAY_GC_YOUNG = BULK_GC_YOUNG
+#: a host tier in ~1,000 young collections over its prompts' unit lists). At loading's 100,000 a
+#: ``pbkv`` replay of cc120 still ran ~40 young passes of ~20 ms, each walking the heap entries,
+#: units and score records the replay keeps; at 1,000,000 it runs a few, for ~12% less CPU (paired
+#: runs) and ~100 MB more peak memory (1,445 -> 1,553 MB). Repeated replays in one process grow no
+#: faster than at 100,000: the collector still runs, only less often.
+REPLAY_GC_YOUNG = 1_000_000
 
 
 def _heap_frozen() -> ContextManager[None]:

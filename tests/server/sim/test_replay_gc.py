@@ -57,3 +57,25 @@ def test_nested_blocks_unfreeze_once_the_outermost_ends(thresholds):
             assert gc.get_freeze_count() == frozen
         assert gc.get_freeze_count() == frozen
     assert gc.get_freeze_count() == 0
+
+
+def test_a_dropped_replay_leaves_no_node_behind(thresholds):
+    """A replay's radix nodes are in cycles (parent and children): with the young generation
+    raised, they still go once the result is dropped and the collector runs (an earlier setting
+    froze them for good, and each replay of a long trace kept ~130 MB)."""
+    from pbkv_server.engine.radix import Node
+    from pbkv_server.hardware.profiles import get_profile
+    from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+    from pbkv_server.sim.synth.agents import generate
+
+    def nodes() -> int:
+        gc.collect()
+        return sum(type(o) is Node for o in gc.get_objects())
+
+    workload = load_workload(list(generate("codegen", workflows=20, seed=3)))
+    before = nodes()
+    result = simulate(workload, ReplayConfig("pbkv", get_profile("h100-qwen2.5-32b"), device_tokens=40_000,
+                                             host_tokens=40_000), ReplayOptions(concurrency=8))
+    assert sum(type(o) is Node for o in gc.get_objects()) > before  # the result holds its engine's tree
+    del result
+    assert nodes() == before
