@@ -49,7 +49,8 @@ MAX_STATES = 32
 #: conversation (hundreds of calls) would otherwise add a context per call that is never seen again,
 #: and a server's memory would grow with its traffic rather than with its apps' shapes.
 MAX_STEP_CONTEXT = 32
-#: Blends kept per app (:meth:`ContextPredictor.next_dist`); beyond it they are dropped and recomputed.
+#: Blends kept per app (:meth:`ContextPredictor.next_dist`) and states whose successors are kept (the
+#: k-step chain); beyond it they are all dropped and recomputed on demand: a bound on memory only.
 MAX_MEMO = 1 << 14
 
 _EMPTY: dict = {}
