@@ -148,10 +148,14 @@ class ScoreBoard:
         self.horizon = horizon
         self._weights: dict[Hashable, tuple[dict[str, float], dict[str, float]]] = {}
         self._totals: dict[Hashable, float] = {}  # workflow -> sum of its weights (total_weight)
-        # workflow -> its records, insertion-ordered (a dict used as an ordered set; see module doc)
-        self._nodes: dict[Hashable, dict[NodeScore, None]] = {}
+        # workflow -> its records, insertion-ordered (see module doc) -> the record's agent set of the
+        # workflow (the object in ``rec.access``): set_prediction reads it without a lookup per record
+        self._nodes: dict[Hashable, dict[NodeScore, frozenset[str]]] = {}
         # open session -> records its ended workflows touched (held: not retired), insertion-ordered
         self._held: dict[Hashable, dict[NodeScore, None]] = {}
+        # agent -> {agent}, one shared set: a workflow's nodes mostly have one agent each, and
+        # set_prediction's memo then finds their set by identity, not by comparing sets
+        self._single: dict[str, frozenset[str]] = {}
 
     def total_weight(self, wf: Hashable) -> float:
         """Expected discounted number of ``wf``'s next invocations within the horizon, any agent
@@ -189,8 +193,10 @@ class ScoreBoard:
         weights = self._weights.get(wf)
         memo: dict[frozenset, tuple[float, float]] = {}  # nodes of one workflow share agent sets
         contribution = self._contribution
-        for rec in self._nodes.get(wf, ()):
-            agents = rec.access[wf]
+        nodes = self._nodes.get(wf)
+        if nodes is None:
+            return changed
+        for rec, agents in nodes.items():
             new = memo.get(agents)
             if new is None:
                 new = memo[agents] = contribution(weights, agents)
@@ -209,19 +215,24 @@ class ScoreBoard:
         """Record that ``agent`` of active workflow ``wf`` used the node; True if its state changed."""
         agents = rec.access.get(wf)
         if agents is None:
-            rec.access[wf] = frozenset((agent,))
+            agents = self._single.get(agent)
+            if agents is None:
+                if len(self._single) >= 4096:  # a bound on memory (agent names come from requests)
+                    self._single.clear()
+                agents = self._single[agent] = frozenset((agent,))
+            rec.access[wf] = agents
             rec.contrib[wf] = (0.0, 0.0)
             rec.n_ever += 1
             rec.finished_private = False
             nodes = self._nodes.get(wf)
             if nodes is None:
                 nodes = self._nodes[wf] = {}
-            nodes[rec] = None
+            nodes[rec] = agents
             self._rescore(rec, wf)
             return True
         if agent in agents:
             return False
-        rec.access[wf] = agents | {agent}
+        rec.access[wf] = self._nodes[wf][rec] = agents | {agent}  # the record keeps its place
         self._rescore(rec, wf)
         return True
 
@@ -304,8 +315,8 @@ class ScoreBoard:
         rec.contrib = dict(src.contrib)
         rec.score, rec.value, rec.n_ever = src.score, src.value, src.n_ever
         rec.multi_step, rec.finished_private = src.multi_step, src.finished_private
-        for wf in rec.access:
-            self._nodes[wf][rec] = None
+        for wf, agents in rec.access.items():
+            self._nodes[wf][rec] = agents
         if src.sessions:
             rec.sessions = dict(src.sessions)
             for session in rec.sessions:

@@ -49,6 +49,11 @@ MAX_STATES = 32
 #: conversation (hundreds of calls) would otherwise add a context per call that is never seen again,
 #: and a server's memory would grow with its traffic rather than with its apps' shapes.
 MAX_STEP_CONTEXT = 32
+#: Blends kept per app (:meth:`ContextPredictor.next_dist`) and states whose successors are kept (the
+#: k-step chain); beyond it they are all dropped and recomputed on demand: a bound on memory only.
+MAX_MEMO = 1 << 14
+
+_EMPTY: dict = {}
 
 # A workflow's state: (last three agents, agents visited, calls so far capped); oldest first.
 _State = tuple[tuple[str, ...], frozenset, int]
@@ -72,7 +77,20 @@ class ContextPredictor(Predictor):
         self.horizon = horizon
         self.vocab = AgentVocabulary()
         self._counts: dict[str, dict[tuple, Counter]] = {}
+        # app -> context -> its row's total: the row's version (a row only ever gains a count)
+        self._sizes: dict[str, dict[tuple, int]] = {}
+        # app -> (vocabulary size, its sorted support with END, the uniform distribution over it)
+        self._bases: dict[str, tuple[int, tuple[str, ...], dict[str, float]]] = {}
+        # app -> state -> (contexts, vocabulary size, row totals, next_dist): a blend is kept until
+        # one of its inputs (the vocabulary or a row it reads) grows, then recomputed
+        self._memo: dict[str, dict[_State, tuple[tuple, int, list, dict[str, float]]]] = {}
         self._workflows: dict[str, tuple[str | None, int, _State]] = {}  # id -> (app, step, state)
+        # state -> agent -> the state after it (_advance, a pure function), kept for the k-step chain
+        self._steps: dict[_State, dict[str, _State]] = {}
+        # the latest observed query and the state after it (None: observe ignored it): predict()
+        # right after observe() of the same (frozen) query need not add its agents again nor
+        # rebuild that state, both O(history)
+        self._observed: tuple[PredictionQuery | None, _State | None] = (None, None)
 
     # ------------------------------------------------------------------ learning
 
@@ -80,6 +98,7 @@ class ContextPredictor(Predictor):
         """Count ``query.agent`` after the workflow's previous state (its last observed call, else
         ``query.history``). A query whose step is not after the last observed one is ignored."""
         self.vocab.add_query(query)
+        self._observed = (query, None)
         known = self._workflows.get(query.workflow_id)
         if known is not None and query.step <= known[1]:
             return
@@ -87,7 +106,9 @@ class ContextPredictor(Predictor):
             self._count(query.app, known[2], query.agent)
         elif query.history:
             self._count(query.app, _state(query.history), query.agent)
-        self._workflows[query.workflow_id] = (query.app, query.step, _state(query.history + (query.agent,)))
+        state = _state(query.history + (query.agent,))
+        self._workflows[query.workflow_id] = (query.app, query.step, state)
+        self._observed = (query, state)
 
     def workflow_ended(self, app: str | None, workflow_id: str, status: str = "completed") -> None:
         """Count END after the workflow's last state once; unknown or ended workflows are ignored."""
@@ -96,34 +117,74 @@ class ContextPredictor(Predictor):
             self._count(known[0] if known[0] is not None else app, known[2], END_AGENT)
 
     def _count(self, app: str | None, state: _State, nxt: str) -> None:
-        table = self._counts.setdefault(app_key(app), {})
+        key = app_key(app)
+        table = self._counts.setdefault(key, {})
+        sizes = self._sizes.setdefault(key, {})
         for ctx in _contexts(state):
             row = table.get(ctx)
             if row is None:
                 table[ctx] = row = Counter()
             row[nxt] += 1
+            sizes[ctx] = sizes.get(ctx, 0) + 1
 
     # ------------------------------------------------------------------ prediction
 
     def next_dist(self, app: str | None, state: _State) -> dict[str, float]:
-        """Distribution of the next agent (or END) after ``state`` (module docstring's blend)."""
-        dist = uniform_dist(self.vocab.agents(app))
-        table = self._counts.get(app_key(app), {})
-        for ctx in reversed(_contexts(state)):
-            row = table.get(ctx)
-            if not row:
+        """Distribution of the next agent (or END) after ``state`` (module docstring's blend).
+
+        The result is shared with later calls: read it, do not change it."""
+        key = app_key(app)
+        size = self.vocab.size(app)
+        sizes = self._sizes.get(key, _EMPTY)
+        memo = self._memo.get(key)
+        if memo is None:
+            memo = self._memo[key] = {}
+        entry = memo.get(state)
+        contexts = _contexts(state) if entry is None else entry[0]
+        totals = list(map(sizes.get, contexts))  # None: a context never seen
+        # the blend reads only the vocabulary and these rows, and they only grow: unchanged sizes
+        # mean unchanged inputs, so the kept result is the one a new blend would compute
+        if entry is not None and entry[1] == size and entry[2] == totals:
+            return entry[3]
+        base = self._bases.get(key)
+        if base is None or base[0] != size:
+            uniform = uniform_dist(self.vocab.agents(app))
+            base = self._bases[key] = (size, tuple(uniform), uniform)
+        _, support, uniform = base
+        dist = uniform.copy()
+        table = self._counts.get(key, _EMPTY)
+        # Every follower counted for the app is one of its agents or END (observe() adds the agent to
+        # the vocabulary before it counts it), so the support, sorted (the same float sums under any
+        # PYTHONHASHSEED), holds every row's keys: the blend updates it in place, key by key.
+        for i in range(len(contexts) - 1, -1, -1):  # shortest context first
+            n = totals[i]
+            if not n:
                 continue
-            n, t = sum(row.values()), len(row)
-            # sorted: the same order (so the same float sums) under any PYTHONHASHSEED
-            dist = {b: (row.get(b, 0) + t * dist.get(b, 0.0)) / (n + t) for b in sorted(dist.keys() | row.keys())}
+            row = table[contexts[i]]
+            t = len(row)
+            d = n + t
+            get = row.get
+            for b in support:
+                dist[b] = (get(b, 0) + t * dist[b]) / d
+        if len(memo) >= MAX_MEMO:  # a bound on memory; the cleared blends are recomputed on demand
+            memo.clear()
+        memo[state] = (contexts, size, totals, dist)
         return dist
 
     def predict(self, queries: Sequence[PredictionQuery]) -> list[Prediction]:
         """K distributions per query, each conditional on the workflow still running."""
         out = []
+        steps = self._steps
+        if len(steps) >= MAX_MEMO:  # a bound on memory, as next_dist's
+            steps.clear()
         for query in queries:
-            self.vocab.add_query(query)
-            alive: dict[_State, float] = {_state(query.history + (query.agent,)): 1.0}
+            observed, state = self._observed
+            if query is not observed:  # else observe() added its agents (adding them again changes nothing)
+                self.vocab.add_query(query)
+                state = None
+            if state is None:
+                state = _state(query.history + (query.agent,))
+            alive: dict[_State, float] = {state: 1.0}
             # a state reached again at a later step has the same next distribution (counts and
             # vocabulary do not change within a query): computed once (~30% of the calls, cc120)
             known: dict[_State, dict[str, float]] = {}
@@ -139,12 +200,18 @@ class ContextPredictor(Predictor):
                     dist = known.get(state)
                     if dist is None:
                         dist = known[state] = self.next_dist(query.app, state)
+                    if not last:
+                        after = steps.get(state)
+                        if after is None:
+                            after = steps[state] = {}
                     for b, q in dist.items():
                         if q <= 0.0:
                             continue
                         nxt[b] = nxt.get(b, 0.0) + p * q
                         if b != END_AGENT and not last:
-                            s = _advance(state, b)
+                            s = after.get(b)
+                            if s is None:
+                                s = after[b] = _advance(state, b)
                             states[s] = states.get(s, 0.0) + p * q
                 dists.append(nxt)
                 alive = _top(states, MAX_STATES)

@@ -52,6 +52,11 @@ class AgentVocabulary:
         agents[query.agent] = None
         agents.pop(END_AGENT, None)
 
+    def size(self, app: str | None) -> int:
+        """Number of agents of ``app`` seen so far; it grows whenever the agent set does (agents are
+        never removed), so it versions :meth:`agents`."""
+        return len(self._agents.get(app_key(app), ()))
+
     def agents(self, app: str | None) -> list[str]:
         """Agents of ``app`` seen so far, first-seen order (empty list if none)."""
         return list(self._agents.get(app_key(app), ()))

@@ -8,10 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pbkv_contract.prediction import END_AGENT, PredictionQuery
 from pbkv_server.predictors import ContextPredictor, MarkovPredictor, make_predictor
-from pbkv_server.predictors.context import MAX_STEP_CONTEXT, _advance, _state
+from pbkv_server.predictors.context import MAX_STATES, MAX_STEP_CONTEXT, _advance, _contexts, _state, _top
+from pbkv_server.predictors.vocab import uniform_dist
 
 
 def q(wid: str, agents: list[str], app: str = "app") -> PredictionQuery:
@@ -146,3 +149,95 @@ def test_predictions_are_the_same_under_any_hash_seed():
         out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, check=True)
         runs.append(json.loads(out.stdout))
     assert runs[0] == runs[1] == runs[2]
+
+
+# ---------------------------------------------------------------- kept blends against fresh ones
+# next_dist keeps each state's blend until the vocabulary or a row it reads grows, predict reuses
+# the state observe() built and the k-step chain's successor states. The reference below is the
+# blend and chain without any of that (a sorted union of keys, every row summed, every state
+# rebuilt), so a kept result that a count or a new agent should have dropped shows up as a
+# difference: the floats must be the same bits, in the same key order.
+
+
+def _reference_next_dist(pred: ContextPredictor, app, state) -> dict[str, float]:
+    dist = uniform_dist(pred.vocab.agents(app))
+    table = pred._counts.get(app or "", {})
+    for ctx in reversed(_contexts(state)):
+        row = table.get(ctx)
+        if not row:
+            continue
+        n, t = sum(row.values()), len(row)
+        dist = {b: (row.get(b, 0) + t * dist.get(b, 0.0)) / (n + t) for b in sorted(dist.keys() | row.keys())}
+    return dist
+
+
+def _reference_predict(pred: ContextPredictor, query: PredictionQuery) -> list[list[tuple[str, float]]]:
+    alive = {_state(query.history + (query.agent,)): 1.0}
+    dists = []
+    for k in range(pred.horizon):
+        if not alive:
+            dists.append({END_AGENT: 1.0})
+            continue
+        nxt, states = {}, {}
+        for state, p in alive.items():
+            for b, x in _reference_next_dist(pred, query.app, state).items():
+                if x <= 0.0:
+                    continue
+                nxt[b] = nxt.get(b, 0.0) + p * x
+                if b != END_AGENT and k < pred.horizon - 1:
+                    s = _advance(state, b)
+                    states[s] = states.get(s, 0.0) + p * x
+        dists.append(nxt)
+        alive = _top(states, MAX_STATES)
+    return [list(d.items()) for d in dists]
+
+
+_OPS = st.lists(
+    st.tuples(st.sampled_from(["call", "call", "call", "again", "end", "batch", "stranger"]),
+              st.integers(0, 3),  # workflow
+              st.sampled_from(["o", "o", "a", "b", "c"]),  # agent: few, so states recur
+              st.sampled_from(["x", "y", None])),  # app
+    min_size=20, max_size=80)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=_OPS, horizon=st.integers(1, 3), memo_bound=st.sampled_from([2, 5, 1 << 14]))
+def test_kept_blends_and_states_match_a_fresh_computation(ops, horizon, memo_bound):
+    import pbkv_server.predictors.context as context_module
+
+    saved = context_module.MAX_MEMO
+    context_module.MAX_MEMO = memo_bound  # small bounds: blends and states dropped and rebuilt
+    try:
+        pred = ContextPredictor(horizon=horizon)
+        history: dict[int, list[str]] = {}
+        app_of: dict[int, str | None] = {}
+        last: dict[int, PredictionQuery] = {}
+        for op, w, agent, app in ops:
+            hist = history.setdefault(w, [])
+            app = app_of.setdefault(w, app)
+            if op == "end":
+                pred.workflow_ended(app, f"w{w}")
+                history.pop(w)
+                app_of.pop(w)
+                continue
+            if op == "again" and w in last:  # the same step again: observe ignores it
+                query = last[w]
+                pred.observe(query)
+                queries = [query]
+            elif op == "stranger":  # never observed: predict must add its agents itself
+                queries = [PredictionQuery(app, f"s{w}", len(hist), tuple(hist), agent)]
+            else:
+                query = last[w] = PredictionQuery(app, f"w{w}", len(hist), tuple(hist), agent)
+                pred.observe(query)
+                hist.append(agent)
+                queries = [query]
+                if op == "batch":  # two queries at once, the first not the latest observed
+                    queries = [PredictionQuery(app, f"b{w}", 0, (), agent)] + queries
+            got = [[list(d.items()) for d in p.dists] for p in pred.predict(queries)]
+            assert got == [_reference_predict(pred, q_) for q_ in queries]
+            for key, memo in pred._memo.items():  # every kept blend, read again now
+                for state in list(memo):
+                    want = _reference_next_dist(pred, key, state)
+                    assert list(pred.next_dist(key, state).items()) == list(want.items())
+    finally:
+        context_module.MAX_MEMO = saved
