@@ -86,6 +86,25 @@ def _first_reaching(toks: list, need: int) -> int:
     return next(compress(count(1), map(ge, accumulate(reversed(toks)), repeat(need))), n + 1)
 
 
+def _span(toks: list) -> tuple:
+    """``(sum, min, max)`` of the token counts ``toks`` (not empty).
+
+    A prompt's units are blocks of one size but the last, so one count of the first unit's
+    value (in C, and equal small ints are one object, which the count matches without a
+    comparison) usually gives all three: three scans of the ~1,000 counts a replay's prompt brings
+    cost more than the rest of an admission's bookkeeping of them. Other lists (and counts that
+    are not ints, whose sum could round otherwise) are scanned."""
+    first, n = toks[0], len(toks)
+    if type(first) is int:
+        same = toks.count(first)
+        if same == n:
+            return first * n, first, first
+        last = toks[-1]
+        if same == n - 1 and type(last) is int and last != first:  # all but the last are ``first``
+            return first * same + last, min(first, last), max(first, last)
+    return sum(toks), min(toks), max(toks)
+
+
 class ShadowLRU:
     """Ghost directory of a two-tier LRU prefix cache: unit key -> tokens, least recently used
     first, on the device and (behind it) on the host tier.
@@ -206,7 +225,7 @@ class ShadowLRU:
         return self.admit_tiers(keys, toks, room, count)[0]
 
     def admit_tiers(self, keys: Sequence[Hashable], toks: Sequence[int], room: int,
-                    count: bool = True) -> tuple[int, int]:
+                    count: bool = True, pin: bool = False) -> tuple[int, int]:
         """Look ``keys`` up, then cache them on the device as LRU would, evicting to ``room``
         tokens; evicted units move to the host tier (LRU there too) while it has room.
 
@@ -216,6 +235,8 @@ class ShadowLRU:
                 tokens reserved for running outputs, this request's included).
             count: add the hits to :attr:`hit_tokens` / :attr:`host_hit_tokens` (``False`` for
                 speculative prefills and outputs).
+            pin: then :meth:`pin` ``keys`` (the guard's running request), without walking them
+                again: after the admission they are the most recent device runs, whole.
 
         Returns:
             ``(device hit, host hit)`` prompt tokens of the longest prefix of ``keys`` the ghost
@@ -227,7 +248,7 @@ class ShadowLRU:
         never evicted.
         """
         if not self._fast:
-            return self._admit_keys(keys, toks, room, count)
+            return self._admit_model(keys, toks, room, count, pin)
         if type(keys) is not list:
             keys = list(keys)
         plan, end = self._find(keys, False)
@@ -247,7 +268,8 @@ class ShadowLRU:
         fresh, clash = None, False
         if end < len(keys):  # the new units, as a run, indexed where no run holds the key already
             new_toks = toks[end:] if type(toks) is list else list(toks[end:])
-            fresh = _Run(keys[end:], new_toks, sum(new_toks), 0, _DEV, end)
+            size, least, most = _span(new_toks)
+            fresh = _Run(keys[end:], new_toks, size, 0, _DEV, end)
             if self._chain:  # the pieces of gone runs it holds are no runs' now
                 starts = self._starts
                 for _, run, n in gone:
@@ -262,7 +284,7 @@ class ShadowLRU:
         if clash or not self._distinct(plan):
             # a key present twice, or present after a missing one: the model updates it in place
             self._to_keys()  # (it drops the key index, fresh keys and all)
-            return self._admit_keys(keys, toks, room, count)
+            return self._admit_model(keys, toks, room, count, pin)
         hit, loading = sum(toks[:dev_end]), 0
         pieces = []
         for i, run, pos, n in plan:
@@ -277,8 +299,10 @@ class ShadowLRU:
         self.used += loading
         if fresh is not None:
             self.used += fresh.size
-            self._maxtok = max(self._maxtok, max(new_toks))
-            self._mintok = min(self._mintok, min(new_toks))
+            if most > self._maxtok:
+                self._maxtok = most
+            if least < self._mintok:
+                self._mintok = least
         # the prompt's runs, in prompt order: neighbours with the same pins are joined, so that
         # the chain's next prompts walk few runs, but two long pieces are not (re-pointing the
         # keys of the shorter would cost more than walking one more run): a prompt has at most
@@ -300,6 +324,9 @@ class ShadowLRU:
             run.tier = _DEV
             _link_before(dev, run)
         self._evict(room, runs[-1] if runs else None, loading)
+        if pin:  # (eviction stopped at the prompt's runs: they hold its keys, each once)
+            for run in runs:
+                run.pins += 1
         self.host_used -= loading
         if count:
             self.hit_tokens += hit
@@ -705,6 +732,13 @@ class ShadowLRU:
             if tok is not None:
                 units[key] = tok
                 units.move_to_end(key, last=False)
+
+    def _admit_model(self, keys: Sequence[Hashable], toks: Sequence[int], room: int, count: bool,
+                     pin: bool) -> tuple[int, int]:
+        got = self._admit_keys(keys, toks, room, count)
+        if pin:
+            self._pin_keys(keys)
+        return got
 
     def _admit_keys(self, keys: Sequence[Hashable], toks: Sequence[int], room: int,
                     count: bool) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pbkv_server.engine.ghost import ShadowLRU
+from pbkv_server.engine.ghost import ShadowLRU, _span
 
 
 class KeyModel:
@@ -94,6 +94,29 @@ class KeyModel:
                 self.host_used += tok
                 while self.host_used > self.host_capacity:
                     self.host_used -= self.host.popitem(last=False)[1]
+
+
+def _blocks(data):
+    """Token counts of a prompt's units: blocks of one size (small ints and others), a last block
+    of any size, sometimes one more block of another size anywhere, or any counts."""
+    if data.draw(st.booleans()):
+        return data.draw(st.lists(st.integers(-3, 600), min_size=1, max_size=8))
+    size = data.draw(st.sampled_from([0, 1, 64, 256, 257, 4096]))
+    toks = [int(str(size)) for _ in range(data.draw(st.integers(0, 6)))]  # equal ints, not one object
+    toks.append(data.draw(st.sampled_from([size, size - 1, size + 1, 0, 1, 5000])))
+    if data.draw(st.booleans()):
+        toks.insert(data.draw(st.integers(0, len(toks))), data.draw(st.integers(-1, 5000)))
+    return toks
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_span_is_sum_min_and_max(data):
+    """The one-count shortcut for a prompt's token counts gives what three scans give."""
+    toks = _blocks(data)
+    got = _span(toks)
+    assert got == (sum(toks), min(toks), max(toks))
+    assert all(type(v) is int for v in got)
 
 
 def _chained(data, prompts):
@@ -192,11 +215,15 @@ def test_ghost_runs_equal_the_per_key_model(data, kind, guard_like, capacity, ho
         if op == "admit":
             keys, toks = make(data, prompts)
             count = data.draw(st.booleans())
-            assert ghost.admit_tiers(list(keys), list(toks), room, count) == \
+            # guard-like: the prompt's request runs; pinned by the admission (as the guard does),
+            # or by a pin after it
+            pin = guard_like and data.draw(st.sampled_from([None, "admit", "after"]))
+            assert ghost.admit_tiers(list(keys), list(toks), room, count, pin=pin == "admit") == \
                 model.admit_tiers(keys, toks, room, count)
             prompts.append(keys)
-            if guard_like and data.draw(st.booleans()):
-                ghost.pin(list(keys))
+            if pin:
+                if pin == "after":
+                    ghost.pin(list(keys))
                 model.pin(keys)
                 running.append(keys)
         elif op == "pin":
@@ -229,8 +256,7 @@ def test_a_guard_like_chained_replay_keeps_its_runs():
         keys = [(conv,) + tuple(range(d + 1)) for d in range(3 + t // 7 % 9)]  # a conversation grows
         toks = [1 + d % 4 for d in range(len(keys))]
         room = 40 - (t * 5) % 13
-        assert ghost.admit_tiers(keys, toks, room) == model.admit_tiers(keys, toks, room)
-        ghost.pin(keys)
+        assert ghost.admit_tiers(keys, toks, room, pin=True) == model.admit_tiers(keys, toks, room)
         model.pin(keys)
         running.append(keys)
         if len(running) > 3:
