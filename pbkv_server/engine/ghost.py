@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from itertools import accumulate, compress, count, repeat, takewhile
-from operator import ge, le, not_
+from operator import ge, itemgetter, le, not_
 from typing import Hashable, Sequence
 
 __all__ = ["ShadowLRU"]
@@ -63,27 +63,69 @@ def _unlink(run: _Run) -> None:
     run.prev = run.next = run
 
 
-def _first_reaching(toks: list, need: int) -> int:
-    """How many units, taken from the end of ``toks``, first add up to ``need`` tokens or more
-    (``len(toks) + 1`` if all do not); the scan stops there and runs in C.
+def _same(keys: list, i: int, rkeys: list, pos: int, n: int) -> bool:
+    """``keys[i:i + n] == rkeys[pos:pos + n]``, compared in C; a whole list is compared as it is
+    (a slice would copy it)."""
+    return ((keys if n == len(keys) else keys[i:i + n])
+            == (rkeys if n == len(rkeys) else rkeys[pos:pos + n]))
+
+
+def _agree(keys: list, i: int, rkeys: list, pos: int, n: int) -> int:
+    """How many pairs of ``keys[i:i + n]`` and ``rkeys[pos:pos + n]`` are equal before the first
+    pair that differs (``n`` if none does); the first pair is known equal (the walk found the run
+    by it).
+
+    The pairs are compared in C, on slices. Where a prompt leaves a run, it does so near the run's
+    end (the next prompt of a conversation has a full block where the run ends in the previous
+    prompt's last, partial one), so single pairs are tried first from the end, at doubling steps,
+    down to one that is equal; the slice up to it, compared, is then all equal (the first pair
+    that differs is after it, one of a few) or is not (the first that differs is in it). Either
+    way a bisection on slices ends the search: pairs before ``lo`` are equal, and the first that
+    differs is at ``hi`` or before (``hi == n``: or none)."""
+    if n <= 1:
+        return n
+    hi, j, step = n, n - 1, 1
+    while j > 0 and keys[i + j] != rkeys[pos + j]:
+        hi, j, step = j, j - step, 2 * step
+    lo = 1
+    if j > 0:  # the pair at j is equal
+        if _same(keys, i, rkeys, pos, j + 1):
+            lo = j + 1
+        else:
+            hi = j
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if keys[i + lo:i + mid + 1] == rkeys[pos + lo:pos + mid + 1]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _first_reaching(toks: list, need: int, size: int) -> tuple[int, int]:
+    """How many units, taken from the end of ``toks`` (``size``: their sum), first add up to
+    ``need`` tokens or more (``len(toks) + 1`` if all do not), and their tokens; the scan stops
+    there and runs in C.
 
     First a guess, checked with two sums made in C (the sums of the last k units never fall as k
     grows, so k is the answer when the last k units hold ``need`` and the last k - 1 do not): a
     prompt's units are blocks of one size but the last, so the answer is often the last unit and
-    enough of the size above it."""
+    enough of the size above it. The last k units' sum is ``size`` less the others' where those
+    are fewer."""
     n = len(toks)
     if n >= 2:
         last = toks[-1]
         if need <= last:
-            return 1
-        size = toks[-2]
-        if size > 0:
-            k = 1 + (need - last + size - 1) // size
+            return 1, last
+        unit = toks[-2]
+        if unit > 0:
+            k = 1 + (need - last + unit - 1) // unit
             if k <= n:
-                held = sum(toks[n - k:])
+                held = sum(toks[n - k:]) if 2 * k <= n else size - sum(toks[:n - k])
                 if held >= need and held - toks[n - k] < need:
-                    return k
-    return next(compress(count(1), map(ge, accumulate(reversed(toks)), repeat(need))), n + 1)
+                    return k, held
+    k = next(compress(count(1), map(ge, accumulate(reversed(toks)), repeat(need))), n + 1)
+    return k, sum(toks[n - k:]) if k <= n else size
 
 
 def _span(toks: list) -> tuple:
@@ -273,7 +315,12 @@ class ShadowLRU:
             if self._chain:  # the pieces of gone runs it holds are no runs' now
                 starts = self._starts
                 for _, run, n in gone:
-                    del starts[self._take(run, 0, n)[0].keys[0]]
+                    rkeys = run.keys
+                    del starts[rkeys[0]]
+                    if n < len(rkeys):  # the rest stays gone, found by its first key
+                        del rkeys[:n]
+                        starts[rkeys[0]] = run
+                        run.off += n
                     self._gone -= n
                 starts[keys[end]] = fresh
             else:
@@ -379,18 +426,7 @@ class ShadowLRU:
         """Add to ``plan`` the stretch of ``keys`` from ``i`` that ``run`` holds from its first key
         on, ``(i, run, 0, length)``; returns the length."""
         rkeys = run.keys
-        total = len(keys)
-        n = min(total - i, len(rkeys))
-        # (a whole list is compared as it is: a slice would copy it)
-        if n > 1 and ((keys if n == total else keys[i:i + n]) != (rkeys if n == len(rkeys) else rkeys[:n])):
-            lo, hi = 1, n  # the first key that differs, by bisection as in _walk
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if keys[i + lo:i + mid] == rkeys[lo:mid]:
-                    lo = mid
-                else:
-                    hi = mid
-            n = lo
+        n = _agree(keys, i, rkeys, 0, min(len(keys) - i, len(rkeys)))
         plan.append((i, run, 0, n))
         return n
 
@@ -432,6 +468,7 @@ class ShadowLRU:
     def _to_gone(self, run: _Run) -> None:
         """``run`` (unlinked) is held by no tier now; forget gone runs if they hold too many keys."""
         run.tier = _GONE
+        run.toks, run.size = [], 0  # (nothing reads them: a prompt that brings its keys back brings its own)
         self._gone += len(run.keys)
         if self._gone > self._gone_cap:
             live = [*self._runs(self._dev), *self._runs(self._hosts), *self._parked_runs]
@@ -460,20 +497,7 @@ class ShadowLRU:
             pos = i - run.off
             if not 0 <= pos < len(rkeys) or rkeys[pos] != key:
                 pos = rkeys.index(key)
-            n = min(total - i, len(rkeys) - pos)
-            # (a whole list is compared as it is: a slice would copy it)
-            if n > 1 and ((keys if n == total else keys[i:i + n])
-                          != (rkeys if n == len(rkeys) else rkeys[pos:pos + n])):
-                # the first key that differs, by bisection on slices compared in C: the keys
-                # before lo are equal, one from lo to hi differs
-                lo, hi = 1, n
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    if keys[i + lo:i + mid] == rkeys[pos + lo:pos + mid]:
-                        lo = mid
-                    else:
-                        hi = mid
-                n = lo
+            n = _agree(keys, i, rkeys, pos, min(total - i, len(rkeys) - pos))
             plan.append((i, run, pos, n))
             i += n
         return plan, i
@@ -482,7 +506,10 @@ class ShadowLRU:
     def _distinct(plan: list) -> bool:
         """No run holds two stretches of the walk (with chained keys a run holds one piece of a
         chain, which a prompt meets once; a prompt that meets a run twice needs the model)."""
-        return len(plan) < 2 or len({id(run) for _, run, _, _ in plan}) == len(plan)
+        n = len(plan)
+        if n < 3:
+            return n < 2 or plan[0][1] is not plan[1][1]
+        return len(set(map(itemgetter(1), plan))) == n  # (runs hash by identity)
 
     @staticmethod
     def _runs(head: _Run):
@@ -513,10 +540,11 @@ class ShadowLRU:
         elif run.tier != _GONE:
             _unlink(run)
 
-    def _take(self, run: _Run, pos: int, n: int) -> tuple[_Run, _Run | None]:
+    def _take(self, run: _Run, pos: int, n: int, size: int | None = None) -> tuple[_Run, _Run | None]:
         """Take ``run.keys[pos:pos + n]`` out of its tier as a run of its own (same pins and tier
         field, unlinked); returns it and the run left in the taken run's place (None if none).
-        Of the two parts, the one with fewer keys gets a new run (its keys are re-pointed)."""
+        Of the two parts, the one with fewer keys gets a new run (its keys are re-pointed).
+        ``size``: the taken units' tokens, if known."""
         rkeys, rtoks = run.keys, run.toks
         total = len(rkeys)
         if n == total:
@@ -524,7 +552,8 @@ class ShadowLRU:
             return run, None
         end = pos + n
         keys, toks = rkeys[pos:end], rtoks[pos:end]
-        size = sum(toks)
+        if size is None:
+            size = sum(toks)
         off = run.off + pos
         rest_off = run.off + n if pos == 0 else run.off  # (past a middle piece the hint misses)
         del rkeys[pos:end], rtoks[pos:end]
@@ -617,8 +646,8 @@ class ShadowLRU:
             if run.size < need:
                 _unlink(run)
             else:
-                n = _first_reaching(run.toks, need)
-                run = self._take(run, len(run.keys) - n, n)[0]
+                n, size = _first_reaching(run.toks, need, run.size)
+                run = self._take(run, len(run.keys) - n, n, size)[0]
             need -= run.size
             self.used -= run.size
             moved = self._write_back(run, room_host) or moved
@@ -663,7 +692,7 @@ class ShadowLRU:
             run = hosts.next
             if run is hosts:
                 break
-            n = len(run.keys) if run.size < need else _first_reaching(run.toks, need)
+            n, size = (len(run.keys), run.size) if run.size < need else _first_reaching(run.toks, need, run.size)
             if n >= len(run.keys):  # the whole run
                 _unlink(run)
                 size = run.size
@@ -673,12 +702,11 @@ class ShadowLRU:
                     deque(map(where.pop, run.keys), maxlen=0)
             else:  # its deepest units
                 cut = len(run.keys) - n
-                keys, toks = run.keys[cut:], run.toks[cut:]
-                size = sum(toks)
+                keys = run.keys[cut:]
                 del run.keys[cut:], run.toks[cut:]
                 run.size -= size
                 if self._chain:
-                    piece = _Run(keys, toks, size, 0, _GONE, run.off + cut)
+                    piece = _Run(keys, [], 0, 0, _GONE, run.off + cut)
                     self._starts[keys[0]] = piece
                     self._to_gone(piece)
                 else:

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pbkv_server.engine.ghost import ShadowLRU, _span
+from pbkv_server.engine.ghost import ShadowLRU, _agree, _first_reaching, _span
 
 
 class KeyModel:
@@ -117,6 +117,46 @@ def test_span_is_sum_min_and_max(data):
     got = _span(toks)
     assert got == (sum(toks), min(toks), max(toks))
     assert all(type(v) is int for v in got)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_first_reaching_counts_units_from_the_end(data):
+    """The guessed count of units (from the end) that first reach a need, and their tokens, are
+    what adding units one at a time gives."""
+    toks = _blocks(data)
+    toks = [max(t, 0) for t in toks]
+    need = data.draw(st.integers(1, sum(toks) + 2))
+    held, k = 0, 0
+    while k < len(toks) and held < need:
+        k += 1
+        held += toks[-k]
+    want = (k, held) if held >= need else (len(toks) + 1, sum(toks))
+    assert _first_reaching(toks, need, sum(toks)) == want
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_agree_finds_the_first_pair_that_differs(data):
+    """The pairs of two stretches equal before the first that differs, as a plain scan counts
+    them: stretches that part near the end (chained keys, the common case), anywhere, or more than
+    once (keys that are not chained: an equal pair after one that differs)."""
+    n = data.draw(st.integers(1, 70))
+    rkeys = list(range(1000, 1000 + data.draw(st.integers(n, n + 5))))
+    pos = data.draw(st.integers(0, len(rkeys) - n))
+    keys = list(range(data.draw(st.integers(0, 4)))) + rkeys[pos:pos + n]
+    keys += list(range(2000, 2000 + data.draw(st.integers(0, 3))))
+    i = keys.index(rkeys[pos])
+    for at in data.draw(st.lists(st.integers(1, max(1, n - 1)), max_size=3)):
+        if at < n:
+            keys[i + at] = -at  # a key the run does not hold
+    if data.draw(st.booleans()) and n > 1:  # a chain's way: from the first that differs, all do
+        cut = data.draw(st.integers(max(1, n - 9), n - 1))
+        keys[i + cut:i + n] = [-k for k in range(cut, n)]
+    want = 0
+    while want < n and keys[i + want] == rkeys[pos + want]:
+        want += 1
+    assert _agree(keys, i, rkeys, pos, n) == want
 
 
 def _chained(data, prompts):
