@@ -360,12 +360,12 @@ class ShadowLRU:
         for piece in pieces:
             longer = len(piece.keys) >= _JOIN_KEYS
             if group and (group[0].pins != piece.pins or long and longer):
-                runs.append(self._join(keys, group, fresh))
+                runs.append(self._join(group))
                 group, long = [], False
             group.append(piece)
             long = long or longer
         if group:
-            runs.append(self._join(keys, group, fresh))
+            runs.append(self._join(group))
         dev = self._dev
         for run in reversed(runs):  # deepest first: the prompt's first unit is the most recent
             run.tier = _DEV
@@ -596,19 +596,18 @@ class ShadowLRU:
             self._place_before(front, piece)
         return piece
 
-    def _join(self, keys: list, group: list, fresh: _Run | None) -> _Run:
-        """One run of consecutive pieces of the prompt ``keys`` (prompt order, same pins); the
-        longest piece holds the rest. ``fresh`` is the prompt's run of new units."""
+    def _join(self, group: list) -> _Run:
+        """One run of consecutive pieces of a prompt (prompt order, same pins); the longest piece
+        holds the rest, its lists extended in place (the others' units are copied, not its own)."""
         if len(group) == 1:
             return group[0]
-        big = group[0]
-        for piece in group:
+        at, big = 0, group[0]
+        for i, piece in enumerate(group):
             if len(piece.keys) > len(big.keys):
-                big = piece
+                at, big = i, piece
         chain, where, starts = self._chain, self._where, self._starts
-        toks, size = [], 0
+        size = 0
         for piece in group:
-            toks += piece.toks
             size += piece.size
             if chain:  # one first key for all
                 if piece is not group[0]:
@@ -617,8 +616,17 @@ class ShadowLRU:
                 where.update(zip(piece.keys, repeat(big)))
         if chain:
             starts[group[0].keys[0]] = big
-        first, last = group[0], group[-1]
-        big.keys, big.toks, big.size, big.off = keys[first.off:last.off + len(last.keys)], toks, size, first.off
+        if at:  # the pieces before it
+            keys, toks = [], []
+            for piece in group[:at]:
+                keys += piece.keys
+                toks += piece.toks
+            big.keys[:0] = keys
+            big.toks[:0] = toks
+        for piece in group[at + 1:]:
+            big.keys += piece.keys
+            big.toks += piece.toks
+        big.size, big.off = size, group[0].off
         return big
 
     def _evict(self, room: int, stop: _Run | None, loading: int) -> None:
