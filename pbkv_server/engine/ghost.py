@@ -102,22 +102,52 @@ def _agree(keys: list, i: int, rkeys: list, pos: int, n: int) -> int:
     return lo
 
 
+def _unit(toks: list) -> int | None:
+    """The tokens of each unit of ``toks`` but the last, where they are one int (and the last is
+    an int), else None: then the sum of any units of ``toks`` is a product.
+
+    A prompt's units are blocks of one size but the last, and the ghost's runs are pieces of
+    prompts: one count, in C, tells (equal small ints are one object, which the count matches
+    without a comparison), where a sum costs ten times as much per unit (a replay's prompt has
+    ~1,000 units; its sums, of the prompt and of the runs eviction cuts, were a fifth of the
+    ghost's time)."""
+    n = len(toks)
+    if not n:
+        return None
+    first, last = toks[0], toks[-1]
+    if type(first) is not int or type(last) is not int or n > 2 and toks[-2] != first:
+        return None
+    same = toks.count(first)
+    return first if same == n or same == n - 1 and last != first else None
+
+
+def _sum(toks: list, start: int, stop: int, unit: int | None) -> int:
+    """``sum(toks[start:stop])``, ``unit``: :func:`_unit` of ``toks``."""
+    if unit is None:
+        return sum(toks[start:stop])
+    if stop < len(toks):
+        return (stop - start) * unit
+    return (stop - start - 1) * unit + toks[-1] if stop > start else 0
+
+
 def _first_reaching(toks: list, need: int, size: int) -> tuple[int, int]:
     """How many units, taken from the end of ``toks`` (``size``: their sum), first add up to
-    ``need`` tokens or more (``len(toks) + 1`` if all do not), and their tokens; the scan stops
-    there and runs in C.
+    ``need`` tokens or more (``len(toks) + 1`` if all do not), and their tokens.
 
-    First a guess, checked with two sums made in C (the sums of the last k units never fall as k
-    grows, so k is the answer when the last k units hold ``need`` and the last k - 1 do not): a
-    prompt's units are blocks of one size but the last, so the answer is often the last unit and
-    enough of the size above it. The last k units' sum is ``size`` less the others' where those
-    are fewer."""
+    Counted where the units but the last are of one size (:func:`_unit`); otherwise first a
+    guess, checked with two sums made in C (the sums of the last k units never fall as k grows,
+    so k is the answer when the last k units hold ``need`` and the last k - 1 do not), then a
+    scan in C that stops at the answer."""
     n = len(toks)
-    if n >= 2:
+    if n:
         last = toks[-1]
         if need <= last:
             return 1, last
-        unit = toks[-2]
+        unit = _unit(toks)
+        if unit is not None and unit > 0:
+            k = 1 + (need - last + unit - 1) // unit
+            return (k, (k - 1) * unit + last) if k <= n else (n + 1, size)
+        unit = toks[-2] if n >= 2 else 0
         if unit > 0:
             k = 1 + (need - last + unit - 1) // unit
             if k <= n:
@@ -128,23 +158,15 @@ def _first_reaching(toks: list, need: int, size: int) -> tuple[int, int]:
     return k, sum(toks[n - k:]) if k <= n else size
 
 
-def _span(toks: list) -> tuple:
-    """``(sum, min, max)`` of the token counts ``toks`` (not empty).
-
-    A prompt's units are blocks of one size but the last, so one count of the first unit's
-    value (in C, and equal small ints are one object, which the count matches without a
-    comparison) usually gives all three: three scans of the ~1,000 counts a replay's prompt brings
-    cost more than the rest of an admission's bookkeeping of them. Other lists (and counts that
-    are not ints, whose sum could round otherwise) are scanned."""
-    first, n = toks[0], len(toks)
-    if type(first) is int:
-        same = toks.count(first)
-        if same == n:
-            return first * n, first, first
-        last = toks[-1]
-        if same == n - 1 and type(last) is int and last != first:  # all but the last are ``first``
-            return first * same + last, min(first, last), max(first, last)
-    return sum(toks), min(toks), max(toks)
+def _span(toks: list, start: int, unit: int | None) -> tuple[int, int, int]:
+    """``(sum, min, max)`` of ``toks[start:]`` (not empty); ``unit``: :func:`_unit` of ``toks``."""
+    if unit is None:
+        tail = toks[start:]
+        return sum(tail), min(tail), max(tail)
+    last = toks[-1]
+    if start == len(toks) - 1:
+        return last, last, last
+    return (len(toks) - 1 - start) * unit + last, min(unit, last), max(unit, last)
 
 
 class ShadowLRU:
@@ -293,6 +315,8 @@ class ShadowLRU:
             return self._admit_model(keys, toks, room, count, pin)
         if type(keys) is not list:
             keys = list(keys)
+        if type(toks) is not list:
+            toks = list(toks)
         plan, end = self._find(keys, False)
         gone = None
         if self._chain and end < len(keys):
@@ -308,10 +332,10 @@ class ShadowLRU:
                 break
             dev_end = i + n
         fresh, clash = None, False
+        unit = _unit(toks)  # (the prompt's sums are products)
         if end < len(keys):  # the new units, as a run, indexed where no run holds the key already
-            new_toks = toks[end:] if type(toks) is list else list(toks[end:])
-            size, least, most = _span(new_toks)
-            fresh = _Run(keys[end:], new_toks, size, 0, _DEV, end)
+            size, least, most = _span(toks, end, unit)
+            fresh = _Run(keys[end:], toks[end:], size, 0, _DEV, end)
             if self._chain:  # the pieces of gone runs it holds are no runs' now
                 starts = self._starts
                 for _, run, n in gone:
@@ -332,7 +356,7 @@ class ShadowLRU:
             # a key present twice, or present after a missing one: the model updates it in place
             self._to_keys()  # (it drops the key index, fresh keys and all)
             return self._admit_model(keys, toks, room, count, pin)
-        hit, loading = sum(toks[:dev_end]), 0
+        hit, loading = _sum(toks, 0, dev_end, unit), 0
         pieces = []
         for i, run, pos, n in plan:
             tier = run.tier
@@ -553,7 +577,7 @@ class ShadowLRU:
         end = pos + n
         keys, toks = rkeys[pos:end], rtoks[pos:end]
         if size is None:
-            size = sum(toks)
+            size = _sum(toks, 0, n, _unit(toks))
         off = run.off + pos
         rest_off = run.off + n if pos == 0 else run.off  # (past a middle piece the hint misses)
         del rkeys[pos:end], rtoks[pos:end]

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pbkv_server.engine.ghost import ShadowLRU, _agree, _first_reaching, _span
+from pbkv_server.engine.ghost import ShadowLRU, _agree, _first_reaching, _span, _sum, _unit
 
 
 class KeyModel:
@@ -111,12 +111,21 @@ def _blocks(data):
 
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
-def test_span_is_sum_min_and_max(data):
-    """The one-count shortcut for a prompt's token counts gives what three scans give."""
+def test_sums_of_blocks_of_one_size_are_products(data):
+    """Where one count finds the units but the last of one size, the sums, least and most of
+    any of them are what scans give; and it finds them exactly then."""
     toks = _blocks(data)
-    got = _span(toks)
-    assert got == (sum(toks), min(toks), max(toks))
-    assert all(type(v) is int for v in got)
+    unit = _unit(toks)
+    assert (unit is not None) == (len(set(toks[:-1])) <= 1)
+    assert unit is None or unit == toks[0]
+    start = data.draw(st.integers(0, len(toks)))
+    stop = data.draw(st.integers(start, len(toks)))
+    for u in (unit, None):
+        assert _sum(toks, start, stop, u) == sum(toks[start:stop])
+        if start < len(toks):
+            tail = toks[start:]
+            got = _span(toks, start, u)
+            assert got == (sum(tail), min(tail), max(tail)) and all(type(v) is int for v in got)
 
 
 @settings(max_examples=300, deadline=None)
