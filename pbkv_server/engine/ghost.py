@@ -338,7 +338,7 @@ class ShadowLRU:
             fresh = _Run(keys[end:], toks[end:], size, 0, _DEV, end)
             if self._chain:  # the pieces of gone runs it holds are no runs' now
                 starts = self._starts
-                for _, run, n in gone:
+                for _, run, _, n in gone:
                     rkeys = run.keys
                     del starts[rkeys[0]]
                     if n < len(rkeys):  # the rest stays gone, found by its first key
@@ -456,7 +456,7 @@ class ShadowLRU:
 
     def _walk_gone(self, keys: list, end: int) -> list | None:
         """The keys of ``keys`` from ``end`` on (past its held prefix) as stretches ``(index in
-        keys, gone run, length)`` of gone runs, then keys in no run, which it adds to ``_seen``;
+        keys, gone run, 0, length)`` of gone runs, then keys in no run, which it adds to ``_seen``;
         or None where they are not so (a held key, a key of a run not at its start, a run or a
         key met twice): the key index must decide, and ``_seen`` is dropped then."""
         starts, seen = self._starts, self._seen
@@ -474,9 +474,7 @@ class ShadowLRU:
             if run.tier != _GONE:
                 return None
             i += self._stretch(keys, i, run, plan)
-        if not self._distinct(plan):
-            return None
-        return [(i, run, n) for i, run, _, n in plan]
+        return plan if self._distinct(plan) else None
 
     def _to_index(self, *extra: _Run) -> None:
         """Index every held key (and those of the unlinked runs ``extra``), for good: a step the
