@@ -37,7 +37,9 @@ class _Run:
     where ``keys[0]`` stood in the prompt that made the run: with chained keys a key stands at the
     same index in every prompt, so the index of a prompt's key in the run is found without a scan
     (only a hint: it is checked). ``prev``/``next`` link the runs of the device or the host tier,
-    least recent first (parked and gone runs are not linked: nothing reads their order)."""
+    least recent first (parked and gone runs are not linked: nothing reads their order). A gone
+    run keeps its keys only (``toks`` empty, ``size`` 0): a prompt that brings them back brings
+    its own token counts."""
 
     __slots__ = ("keys", "toks", "size", "pins", "tier", "off", "prev", "next")
 
@@ -490,7 +492,7 @@ class ShadowLRU:
     def _to_gone(self, run: _Run) -> None:
         """``run`` (unlinked) is held by no tier now; forget gone runs if they hold too many keys."""
         run.tier = _GONE
-        run.toks, run.size = [], 0  # (nothing reads them: a prompt that brings its keys back brings its own)
+        run.toks, run.size = [], 0  # (see _Run)
         self._gone += len(run.keys)
         if self._gone > self._gone_cap:
             live = [*self._runs(self._dev), *self._runs(self._hosts), *self._parked_runs]
