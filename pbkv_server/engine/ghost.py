@@ -271,7 +271,13 @@ class ShadowLRU:
         if self._fast:
             if type(keys) is not list:
                 keys = list(keys)
-            plan, _ = self._find(keys, True)  # a key no run holds is not pinned: nothing to do
+            run = self._starts.get(keys[0]) if self._chain and keys else None
+            if run is not None and run.tier != _GONE and run.keys == keys:
+                # the prompt is one run, as the guard's prompts mostly are at their unpin: the
+                # walk's plan, without the walk
+                plan = [(0, run, 0, len(keys))]
+            else:
+                plan, _ = self._find(keys, True)  # a key no run holds is not pinned: nothing to do
             if self._distinct(plan):
                 dev = self._dev
                 for _, run, pos, n in plan:

@@ -373,6 +373,17 @@ def test_pins_of_keys_that_are_not_a_chain_reach_every_held_key():
         assert ghost._state()[3] == {k: 1 for k in (a, b, c) if k not in keys}
 
 
+def test_unpins_of_keys_that_are_a_runs_but_for_one_key():
+    """Keys as long as a pinned run, equal to it but for one key (the last, or one inside): the
+    run's other keys are unpinned, that key stays pinned, as in the model (the shortcut for a
+    prompt that is one run, whole, must not take them for the run)."""
+    a, b, c, x = "a", "b", "c", "x"
+    for keys in ([a, b, x], [a, x, c]):
+        ghost, model = ShadowLRU(10), KeyModel(10, 0)
+        _replay(ghost, model, [("admit", [a, b, c], 10), ("pin", [a, b, c]), ("unpin", keys)])
+        assert ghost._state()[3] == {k: 1 for k in (a, b, c) if k not in keys}
+
+
 def test_steps_past_gone_runs_that_only_the_key_index_follows():
     """Each is a step the index of first keys must hand to the key index, compared with the
     model: a prompt that meets one gone run twice (``p q p q``); a key held second in its run
