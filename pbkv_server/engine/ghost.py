@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from itertools import accumulate, compress, count, repeat, takewhile
-from operator import ge, le, not_
+from operator import ge, itemgetter, le, not_
 from typing import Hashable, Sequence
 
 __all__ = ["ShadowLRU"]
@@ -37,7 +37,9 @@ class _Run:
     where ``keys[0]`` stood in the prompt that made the run: with chained keys a key stands at the
     same index in every prompt, so the index of a prompt's key in the run is found without a scan
     (only a hint: it is checked). ``prev``/``next`` link the runs of the device or the host tier,
-    least recent first (parked and gone runs are not linked: nothing reads their order)."""
+    least recent first (parked and gone runs are not linked: nothing reads their order). A gone
+    run keeps its keys only (``toks`` empty, ``size`` 0): a prompt that brings them back brings
+    its own token counts."""
 
     __slots__ = ("keys", "toks", "size", "pins", "tier", "off", "prev", "next")
 
@@ -63,27 +65,110 @@ def _unlink(run: _Run) -> None:
     run.prev = run.next = run
 
 
-def _first_reaching(toks: list, need: int) -> int:
-    """How many units, taken from the end of ``toks``, first add up to ``need`` tokens or more
-    (``len(toks) + 1`` if all do not); the scan stops there and runs in C.
+def _same(keys: list, i: int, rkeys: list, pos: int, n: int) -> bool:
+    """``keys[i:i + n] == rkeys[pos:pos + n]``, compared in C; a whole list is compared as it is
+    (a slice would copy it)."""
+    return ((keys if n == len(keys) else keys[i:i + n])
+            == (rkeys if n == len(rkeys) else rkeys[pos:pos + n]))
 
-    First a guess, checked with two sums made in C (the sums of the last k units never fall as k
-    grows, so k is the answer when the last k units hold ``need`` and the last k - 1 do not): a
-    prompt's units are blocks of one size but the last, so the answer is often the last unit and
-    enough of the size above it."""
+
+def _agree(keys: list, i: int, rkeys: list, pos: int, n: int) -> int:
+    """How many pairs of ``keys[i:i + n]`` and ``rkeys[pos:pos + n]`` are equal before the first
+    pair that differs (``n`` if none does); the first pair is known equal (the walk found the run
+    by it).
+
+    The pairs are compared in C, on slices. Where a prompt leaves a run, it does so near the run's
+    end (the next prompt of a conversation has a full block where the run ends in the previous
+    prompt's last, partial one), so single pairs are tried first from the end, at doubling steps,
+    down to one that is equal; the slice up to it, compared, is then all equal (the first pair
+    that differs is after it, one of a few) or is not (the first that differs is in it). Either
+    way a bisection on slices ends the search: pairs before ``lo`` are equal, and the first that
+    differs is at ``hi`` or before (``hi == n``: or none)."""
+    if n <= 1:
+        return n
+    hi, j, step = n, n - 1, 1
+    while j > 0 and keys[i + j] != rkeys[pos + j]:
+        hi, j, step = j, j - step, 2 * step
+    lo = 1
+    if j > 0:  # the pair at j is equal
+        if _same(keys, i, rkeys, pos, j + 1):
+            lo = j + 1
+        else:
+            hi = j
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if keys[i + lo:i + mid + 1] == rkeys[pos + lo:pos + mid + 1]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _unit(toks: list) -> int | None:
+    """The tokens of each unit of ``toks`` but the last, where they are one int (and the last is
+    an int), else None: then the sum of any units of ``toks`` is a product.
+
+    A prompt's units are blocks of one size but the last, and the ghost's runs are pieces of
+    prompts: one count, in C, tells (equal small ints are one object, which the count matches
+    without a comparison), where a sum costs ten times as much per unit (a replay's prompt has
+    ~1,000 units; its sums, of the prompt and of the runs eviction cuts, were a fifth of the
+    ghost's time)."""
     n = len(toks)
-    if n >= 2:
+    if not n:
+        return None
+    first, last = toks[0], toks[-1]
+    if type(first) is not int or type(last) is not int or n > 2 and toks[-2] != first:
+        return None
+    same = toks.count(first)
+    return first if same == n or same == n - 1 and last != first else None
+
+
+def _sum(toks: list, start: int, stop: int, unit: int | None) -> int:
+    """``sum(toks[start:stop])``, ``unit``: :func:`_unit` of ``toks``."""
+    if unit is None:
+        return sum(toks[start:stop])
+    if stop < len(toks):
+        return (stop - start) * unit
+    return (stop - start - 1) * unit + toks[-1] if stop > start else 0
+
+
+def _first_reaching(toks: list, need: int, size: int) -> tuple[int, int]:
+    """How many units, taken from the end of ``toks`` (``size``: their sum), first add up to
+    ``need`` tokens or more (``len(toks) + 1`` if all do not), and their tokens.
+
+    Counted where the units but the last are of one size (:func:`_unit`); otherwise first a
+    guess, checked with two sums made in C (the sums of the last k units never fall as k grows,
+    so k is the answer when the last k units hold ``need`` and the last k - 1 do not), then a
+    scan in C that stops at the answer."""
+    n = len(toks)
+    if n:
         last = toks[-1]
         if need <= last:
-            return 1
-        size = toks[-2]
-        if size > 0:
-            k = 1 + (need - last + size - 1) // size
+            return 1, last
+        unit = _unit(toks)
+        if unit is not None and unit > 0:
+            k = 1 + (need - last + unit - 1) // unit
+            return (k, (k - 1) * unit + last) if k <= n else (n + 1, size)
+        unit = toks[-2] if n >= 2 else 0
+        if unit > 0:
+            k = 1 + (need - last + unit - 1) // unit
             if k <= n:
-                held = sum(toks[n - k:])
+                held = sum(toks[n - k:]) if 2 * k <= n else size - sum(toks[:n - k])
                 if held >= need and held - toks[n - k] < need:
-                    return k
-    return next(compress(count(1), map(ge, accumulate(reversed(toks)), repeat(need))), n + 1)
+                    return k, held
+    k = next(compress(count(1), map(ge, accumulate(reversed(toks)), repeat(need))), n + 1)
+    return k, sum(toks[n - k:]) if k <= n else size
+
+
+def _span(toks: list, start: int, unit: int | None) -> tuple[int, int, int]:
+    """``(sum, min, max)`` of ``toks[start:]`` (not empty); ``unit``: :func:`_unit` of ``toks``."""
+    if unit is None:
+        tail = toks[start:]
+        return sum(tail), min(tail), max(tail)
+    last = toks[-1]
+    if start == len(toks) - 1:
+        return last, last, last
+    return (len(toks) - 1 - start) * unit + last, min(unit, last), max(unit, last)
 
 
 class ShadowLRU:
@@ -186,7 +271,13 @@ class ShadowLRU:
         if self._fast:
             if type(keys) is not list:
                 keys = list(keys)
-            plan, _ = self._find(keys, True)  # a key no run holds is not pinned: nothing to do
+            run = self._starts.get(keys[0]) if self._chain and keys else None
+            if run is not None and run.tier != _GONE and run.keys == keys:
+                # the prompt is one run, as the guard's prompts mostly are at their unpin: the
+                # walk's plan, without the walk
+                plan = [(0, run, 0, len(keys))]
+            else:
+                plan, _ = self._find(keys, True)  # a key no run holds is not pinned: nothing to do
             if self._distinct(plan):
                 dev = self._dev
                 for _, run, pos, n in plan:
@@ -206,7 +297,7 @@ class ShadowLRU:
         return self.admit_tiers(keys, toks, room, count)[0]
 
     def admit_tiers(self, keys: Sequence[Hashable], toks: Sequence[int], room: int,
-                    count: bool = True) -> tuple[int, int]:
+                    count: bool = True, pin: bool = False) -> tuple[int, int]:
         """Look ``keys`` up, then cache them on the device as LRU would, evicting to ``room``
         tokens; evicted units move to the host tier (LRU there too) while it has room.
 
@@ -216,6 +307,8 @@ class ShadowLRU:
                 tokens reserved for running outputs, this request's included).
             count: add the hits to :attr:`hit_tokens` / :attr:`host_hit_tokens` (``False`` for
                 speculative prefills and outputs).
+            pin: then :meth:`pin` ``keys`` (the guard's running request), without walking them
+                again: after the admission they are the most recent device runs, whole.
 
         Returns:
             ``(device hit, host hit)`` prompt tokens of the longest prefix of ``keys`` the ghost
@@ -227,9 +320,11 @@ class ShadowLRU:
         never evicted.
         """
         if not self._fast:
-            return self._admit_keys(keys, toks, room, count)
+            return self._admit_model(keys, toks, room, count, pin)
         if type(keys) is not list:
             keys = list(keys)
+        if type(toks) is not list:
+            toks = list(toks)
         plan, end = self._find(keys, False)
         gone = None
         if self._chain and end < len(keys):
@@ -245,13 +340,19 @@ class ShadowLRU:
                 break
             dev_end = i + n
         fresh, clash = None, False
+        unit = _unit(toks)  # (the prompt's sums are products)
         if end < len(keys):  # the new units, as a run, indexed where no run holds the key already
-            new_toks = toks[end:] if type(toks) is list else list(toks[end:])
-            fresh = _Run(keys[end:], new_toks, sum(new_toks), 0, _DEV, end)
+            size, least, most = _span(toks, end, unit)
+            fresh = _Run(keys[end:], toks[end:], size, 0, _DEV, end)
             if self._chain:  # the pieces of gone runs it holds are no runs' now
                 starts = self._starts
-                for _, run, n in gone:
-                    del starts[self._take(run, 0, n)[0].keys[0]]
+                for _, run, _, n in gone:
+                    rkeys = run.keys
+                    del starts[rkeys[0]]
+                    if n < len(rkeys):  # the rest stays gone, found by its first key
+                        del rkeys[:n]
+                        starts[rkeys[0]] = run
+                        run.off += n
                     self._gone -= n
                 starts[keys[end]] = fresh
             else:
@@ -262,8 +363,8 @@ class ShadowLRU:
         if clash or not self._distinct(plan):
             # a key present twice, or present after a missing one: the model updates it in place
             self._to_keys()  # (it drops the key index, fresh keys and all)
-            return self._admit_keys(keys, toks, room, count)
-        hit, loading = sum(toks[:dev_end]), 0
+            return self._admit_model(keys, toks, room, count, pin)
+        hit, loading = _sum(toks, 0, dev_end, unit), 0
         pieces = []
         for i, run, pos, n in plan:
             tier = run.tier
@@ -277,8 +378,10 @@ class ShadowLRU:
         self.used += loading
         if fresh is not None:
             self.used += fresh.size
-            self._maxtok = max(self._maxtok, max(new_toks))
-            self._mintok = min(self._mintok, min(new_toks))
+            if most > self._maxtok:
+                self._maxtok = most
+            if least < self._mintok:
+                self._mintok = least
         # the prompt's runs, in prompt order: neighbours with the same pins are joined, so that
         # the chain's next prompts walk few runs, but two long pieces are not (re-pointing the
         # keys of the shorter would cost more than walking one more run): a prompt has at most
@@ -289,17 +392,20 @@ class ShadowLRU:
         for piece in pieces:
             longer = len(piece.keys) >= _JOIN_KEYS
             if group and (group[0].pins != piece.pins or long and longer):
-                runs.append(self._join(keys, group, fresh))
+                runs.append(self._join(group))
                 group, long = [], False
             group.append(piece)
             long = long or longer
         if group:
-            runs.append(self._join(keys, group, fresh))
+            runs.append(self._join(group))
         dev = self._dev
         for run in reversed(runs):  # deepest first: the prompt's first unit is the most recent
             run.tier = _DEV
             _link_before(dev, run)
         self._evict(room, runs[-1] if runs else None, loading)
+        if pin:  # (eviction stopped at the prompt's runs: they hold its keys, each once)
+            for run in runs:
+                run.pins += 1
         self.host_used -= loading
         if count:
             self.hit_tokens += hit
@@ -352,24 +458,13 @@ class ShadowLRU:
         """Add to ``plan`` the stretch of ``keys`` from ``i`` that ``run`` holds from its first key
         on, ``(i, run, 0, length)``; returns the length."""
         rkeys = run.keys
-        total = len(keys)
-        n = min(total - i, len(rkeys))
-        # (a whole list is compared as it is: a slice would copy it)
-        if n > 1 and ((keys if n == total else keys[i:i + n]) != (rkeys if n == len(rkeys) else rkeys[:n])):
-            lo, hi = 1, n  # the first key that differs, by bisection as in _walk
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if keys[i + lo:i + mid] == rkeys[lo:mid]:
-                    lo = mid
-                else:
-                    hi = mid
-            n = lo
+        n = _agree(keys, i, rkeys, 0, min(len(keys) - i, len(rkeys)))
         plan.append((i, run, 0, n))
         return n
 
     def _walk_gone(self, keys: list, end: int) -> list | None:
         """The keys of ``keys`` from ``end`` on (past its held prefix) as stretches ``(index in
-        keys, gone run, length)`` of gone runs, then keys in no run, which it adds to ``_seen``;
+        keys, gone run, 0, length)`` of gone runs, then keys in no run, which it adds to ``_seen``;
         or None where they are not so (a held key, a key of a run not at its start, a run or a
         key met twice): the key index must decide, and ``_seen`` is dropped then."""
         starts, seen = self._starts, self._seen
@@ -387,9 +482,7 @@ class ShadowLRU:
             if run.tier != _GONE:
                 return None
             i += self._stretch(keys, i, run, plan)
-        if not self._distinct(plan):
-            return None
-        return [(i, run, n) for i, run, _, n in plan]
+        return plan if self._distinct(plan) else None
 
     def _to_index(self, *extra: _Run) -> None:
         """Index every held key (and those of the unlinked runs ``extra``), for good: a step the
@@ -405,6 +498,7 @@ class ShadowLRU:
     def _to_gone(self, run: _Run) -> None:
         """``run`` (unlinked) is held by no tier now; forget gone runs if they hold too many keys."""
         run.tier = _GONE
+        run.toks, run.size = [], 0  # (see _Run)
         self._gone += len(run.keys)
         if self._gone > self._gone_cap:
             live = [*self._runs(self._dev), *self._runs(self._hosts), *self._parked_runs]
@@ -433,20 +527,7 @@ class ShadowLRU:
             pos = i - run.off
             if not 0 <= pos < len(rkeys) or rkeys[pos] != key:
                 pos = rkeys.index(key)
-            n = min(total - i, len(rkeys) - pos)
-            # (a whole list is compared as it is: a slice would copy it)
-            if n > 1 and ((keys if n == total else keys[i:i + n])
-                          != (rkeys if n == len(rkeys) else rkeys[pos:pos + n])):
-                # the first key that differs, by bisection on slices compared in C: the keys
-                # before lo are equal, one from lo to hi differs
-                lo, hi = 1, n
-                while hi - lo > 1:
-                    mid = (lo + hi) // 2
-                    if keys[i + lo:i + mid] == rkeys[pos + lo:pos + mid]:
-                        lo = mid
-                    else:
-                        hi = mid
-                n = lo
+            n = _agree(keys, i, rkeys, pos, min(total - i, len(rkeys) - pos))
             plan.append((i, run, pos, n))
             i += n
         return plan, i
@@ -455,7 +536,10 @@ class ShadowLRU:
     def _distinct(plan: list) -> bool:
         """No run holds two stretches of the walk (with chained keys a run holds one piece of a
         chain, which a prompt meets once; a prompt that meets a run twice needs the model)."""
-        return len(plan) < 2 or len({id(run) for _, run, _, _ in plan}) == len(plan)
+        n = len(plan)
+        if n < 3:
+            return n < 2 or plan[0][1] is not plan[1][1]
+        return len(set(map(itemgetter(1), plan))) == n  # (runs hash by identity)
 
     @staticmethod
     def _runs(head: _Run):
@@ -486,10 +570,11 @@ class ShadowLRU:
         elif run.tier != _GONE:
             _unlink(run)
 
-    def _take(self, run: _Run, pos: int, n: int) -> tuple[_Run, _Run | None]:
+    def _take(self, run: _Run, pos: int, n: int, size: int | None = None) -> tuple[_Run, _Run | None]:
         """Take ``run.keys[pos:pos + n]`` out of its tier as a run of its own (same pins and tier
         field, unlinked); returns it and the run left in the taken run's place (None if none).
-        Of the two parts, the one with fewer keys gets a new run (its keys are re-pointed)."""
+        Of the two parts, the one with fewer keys gets a new run (its keys are re-pointed).
+        ``size``: the taken units' tokens, if known."""
         rkeys, rtoks = run.keys, run.toks
         total = len(rkeys)
         if n == total:
@@ -497,7 +582,8 @@ class ShadowLRU:
             return run, None
         end = pos + n
         keys, toks = rkeys[pos:end], rtoks[pos:end]
-        size = sum(toks)
+        if size is None:
+            size = _sum(toks, 0, n, _unit(toks))
         off = run.off + pos
         rest_off = run.off + n if pos == 0 else run.off  # (past a middle piece the hint misses)
         del rkeys[pos:end], rtoks[pos:end]
@@ -540,19 +626,18 @@ class ShadowLRU:
             self._place_before(front, piece)
         return piece
 
-    def _join(self, keys: list, group: list, fresh: _Run | None) -> _Run:
-        """One run of consecutive pieces of the prompt ``keys`` (prompt order, same pins); the
-        longest piece holds the rest. ``fresh`` is the prompt's run of new units."""
+    def _join(self, group: list) -> _Run:
+        """One run of consecutive pieces of a prompt (prompt order, same pins); the longest piece
+        holds the rest, its lists extended in place (the others' units are copied, not its own)."""
         if len(group) == 1:
             return group[0]
-        big = group[0]
-        for piece in group:
+        at, big = 0, group[0]
+        for i, piece in enumerate(group):
             if len(piece.keys) > len(big.keys):
-                big = piece
+                at, big = i, piece
         chain, where, starts = self._chain, self._where, self._starts
-        toks, size = [], 0
+        size = 0
         for piece in group:
-            toks += piece.toks
             size += piece.size
             if chain:  # one first key for all
                 if piece is not group[0]:
@@ -561,8 +646,17 @@ class ShadowLRU:
                 where.update(zip(piece.keys, repeat(big)))
         if chain:
             starts[group[0].keys[0]] = big
-        first, last = group[0], group[-1]
-        big.keys, big.toks, big.size, big.off = keys[first.off:last.off + len(last.keys)], toks, size, first.off
+        if at:  # the pieces before it
+            keys, toks = [], []
+            for piece in group[:at]:
+                keys += piece.keys
+                toks += piece.toks
+            big.keys[:0] = keys
+            big.toks[:0] = toks
+        for piece in group[at + 1:]:
+            big.keys += piece.keys
+            big.toks += piece.toks
+        big.size, big.off = size, group[0].off
         return big
 
     def _evict(self, room: int, stop: _Run | None, loading: int) -> None:
@@ -590,8 +684,8 @@ class ShadowLRU:
             if run.size < need:
                 _unlink(run)
             else:
-                n = _first_reaching(run.toks, need)
-                run = self._take(run, len(run.keys) - n, n)[0]
+                n, size = _first_reaching(run.toks, need, run.size)
+                run = self._take(run, len(run.keys) - n, n, size)[0]
             need -= run.size
             self.used -= run.size
             moved = self._write_back(run, room_host) or moved
@@ -636,7 +730,7 @@ class ShadowLRU:
             run = hosts.next
             if run is hosts:
                 break
-            n = len(run.keys) if run.size < need else _first_reaching(run.toks, need)
+            n, size = (len(run.keys), run.size) if run.size < need else _first_reaching(run.toks, need, run.size)
             if n >= len(run.keys):  # the whole run
                 _unlink(run)
                 size = run.size
@@ -646,12 +740,11 @@ class ShadowLRU:
                     deque(map(where.pop, run.keys), maxlen=0)
             else:  # its deepest units
                 cut = len(run.keys) - n
-                keys, toks = run.keys[cut:], run.toks[cut:]
-                size = sum(toks)
+                keys = run.keys[cut:]
                 del run.keys[cut:], run.toks[cut:]
                 run.size -= size
                 if self._chain:
-                    piece = _Run(keys, toks, size, 0, _GONE, run.off + cut)
+                    piece = _Run(keys, [], 0, 0, _GONE, run.off + cut)
                     self._starts[keys[0]] = piece
                     self._to_gone(piece)
                 else:
@@ -705,6 +798,13 @@ class ShadowLRU:
             if tok is not None:
                 units[key] = tok
                 units.move_to_end(key, last=False)
+
+    def _admit_model(self, keys: Sequence[Hashable], toks: Sequence[int], room: int, count: bool,
+                     pin: bool) -> tuple[int, int]:
+        got = self._admit_keys(keys, toks, room, count)
+        if pin:
+            self._pin_keys(keys)
+        return got
 
     def _admit_keys(self, keys: Sequence[Hashable], toks: Sequence[int], room: int,
                     count: bool) -> tuple[int, int]:

@@ -158,9 +158,9 @@ class LRUGuard:
                 the ghost replays but the window ignores).
             host_hit: prompt tokens the real cache loaded back from the host tier.
         """
-        ghost_dev, ghost_host = self.ghost.admit_tiers(keys, toks, room, count)
-        if keys:  # the request runs: its units are locked until release()
-            self.ghost.pin(keys)
+        # the request runs: its units are locked until release()
+        ghost_dev, ghost_host = self.ghost.admit_tiers(keys, toks, room, count, pin=True)
+        if keys:
             run = self._running.get(keys[-1])
             if run is None:
                 self._running[keys[-1]] = [keys, 1]

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pbkv_server.engine.ghost import ShadowLRU
+from pbkv_server.engine.ghost import ShadowLRU, _agree, _first_reaching, _span, _sum, _unit
 
 
 class KeyModel:
@@ -94,6 +94,78 @@ class KeyModel:
                 self.host_used += tok
                 while self.host_used > self.host_capacity:
                     self.host_used -= self.host.popitem(last=False)[1]
+
+
+def _blocks(data):
+    """Token counts of a prompt's units: blocks of one size (small ints and others), a last block
+    of any size, sometimes one more block of another size anywhere, or any counts."""
+    if data.draw(st.booleans()):
+        return data.draw(st.lists(st.integers(-3, 600), min_size=1, max_size=8))
+    size = data.draw(st.sampled_from([0, 1, 64, 256, 257, 4096]))
+    toks = [int(str(size)) for _ in range(data.draw(st.integers(0, 6)))]  # equal ints, not one object
+    toks.append(data.draw(st.sampled_from([size, size - 1, size + 1, 0, 1, 5000])))
+    if data.draw(st.booleans()):
+        toks.insert(data.draw(st.integers(0, len(toks))), data.draw(st.integers(-1, 5000)))
+    return toks
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_sums_of_blocks_of_one_size_are_products(data):
+    """Where one count finds the units but the last of one size, the sums, least and most of
+    any of them are what scans give; and it finds them exactly then."""
+    toks = _blocks(data)
+    unit = _unit(toks)
+    assert (unit is not None) == (len(set(toks[:-1])) <= 1)
+    assert unit is None or unit == toks[0]
+    start = data.draw(st.integers(0, len(toks)))
+    stop = data.draw(st.integers(start, len(toks)))
+    for u in (unit, None):
+        assert _sum(toks, start, stop, u) == sum(toks[start:stop])
+        if start < len(toks):
+            tail = toks[start:]
+            got = _span(toks, start, u)
+            assert got == (sum(tail), min(tail), max(tail)) and all(type(v) is int for v in got)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_first_reaching_counts_units_from_the_end(data):
+    """The guessed count of units (from the end) that first reach a need, and their tokens, are
+    what adding units one at a time gives."""
+    toks = _blocks(data)
+    toks = [max(t, 0) for t in toks]
+    need = data.draw(st.integers(1, sum(toks) + 2))
+    held, k = 0, 0
+    while k < len(toks) and held < need:
+        k += 1
+        held += toks[-k]
+    want = (k, held) if held >= need else (len(toks) + 1, sum(toks))
+    assert _first_reaching(toks, need, sum(toks)) == want
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_agree_finds_the_first_pair_that_differs(data):
+    """The pairs of two stretches equal before the first that differs, as a plain scan counts
+    them: stretches that part near the end (chained keys, the common case), anywhere, or more than
+    once (keys that are not chained: an equal pair after one that differs)."""
+    n = data.draw(st.integers(1, 70))
+    rkeys = list(range(1000, 1000 + data.draw(st.integers(n, n + 5))))
+    pos = data.draw(st.integers(0, len(rkeys) - n))
+    keys = list(range(data.draw(st.integers(0, 4)))) + rkeys[pos:pos + n]
+    keys += list(range(2000, 2000 + data.draw(st.integers(0, 3))))
+    i = keys.index(rkeys[pos])
+    for at in data.draw(st.lists(st.integers(1, max(1, n - 1)), max_size=3)):
+        if at < n:
+            keys[i + at] = -at  # a key the run does not hold
+    if data.draw(st.booleans()) and n > 1:  # a chain's way: from the first that differs, all do
+        cut = data.draw(st.integers(max(1, n - 9), n - 1))
+        keys[i + cut:i + n] = [-k for k in range(cut, n)]
+    want = 0
+    while want < n and keys[i + want] == rkeys[pos + want]:
+        want += 1
+    assert _agree(keys, i, rkeys, pos, n) == want
 
 
 def _chained(data, prompts):
@@ -192,11 +264,15 @@ def test_ghost_runs_equal_the_per_key_model(data, kind, guard_like, capacity, ho
         if op == "admit":
             keys, toks = make(data, prompts)
             count = data.draw(st.booleans())
-            assert ghost.admit_tiers(list(keys), list(toks), room, count) == \
+            # guard-like: the prompt's request runs; pinned by the admission (as the guard does),
+            # or by a pin after it
+            pin = guard_like and data.draw(st.sampled_from([None, "admit", "after"]))
+            assert ghost.admit_tiers(list(keys), list(toks), room, count, pin=pin == "admit") == \
                 model.admit_tiers(keys, toks, room, count)
             prompts.append(keys)
-            if guard_like and data.draw(st.booleans()):
-                ghost.pin(list(keys))
+            if pin:
+                if pin == "after":
+                    ghost.pin(list(keys))
                 model.pin(keys)
                 running.append(keys)
         elif op == "pin":
@@ -229,8 +305,7 @@ def test_a_guard_like_chained_replay_keeps_its_runs():
         keys = [(conv,) + tuple(range(d + 1)) for d in range(3 + t // 7 % 9)]  # a conversation grows
         toks = [1 + d % 4 for d in range(len(keys))]
         room = 40 - (t * 5) % 13
-        assert ghost.admit_tiers(keys, toks, room) == model.admit_tiers(keys, toks, room)
-        ghost.pin(keys)
+        assert ghost.admit_tiers(keys, toks, room, pin=True) == model.admit_tiers(keys, toks, room)
         model.pin(keys)
         running.append(keys)
         if len(running) > 3:
@@ -293,6 +368,17 @@ def test_pins_of_keys_that_are_not_a_chain_reach_every_held_key():
     admitted). The pins of every held key among them drop, as the model's do."""
     a, b, c, q = "a", "b", "c", "q"
     for keys in ([a, c], [q, a]):
+        ghost, model = ShadowLRU(10), KeyModel(10, 0)
+        _replay(ghost, model, [("admit", [a, b, c], 10), ("pin", [a, b, c]), ("unpin", keys)])
+        assert ghost._state()[3] == {k: 1 for k in (a, b, c) if k not in keys}
+
+
+def test_unpins_of_keys_that_are_a_runs_but_for_one_key():
+    """Keys as long as a pinned run, equal to it but for one key (the last, or one inside): the
+    run's other keys are unpinned, that key stays pinned, as in the model (the shortcut for a
+    prompt that is one run, whole, must not take them for the run)."""
+    a, b, c, x = "a", "b", "c", "x"
+    for keys in ([a, b, x], [a, x, c]):
         ghost, model = ShadowLRU(10), KeyModel(10, 0)
         _replay(ghost, model, [("admit", [a, b, c], 10), ("pin", [a, b, c]), ("unpin", keys)])
         assert ghost._state()[3] == {k: 1 for k in (a, b, c) if k not in keys}
