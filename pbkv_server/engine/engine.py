@@ -26,10 +26,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import numbers
+import operator
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
+
+from pbkv_contract.hints import Hints
 
 from .acquire import AcquireRequest, UniformSums
 from .cache import PrefixCache
@@ -108,6 +112,68 @@ def _uniform_least(toks) -> int | None:
     if type(sum(toks)) is not int:
         return None
     return min(size, last)
+
+
+def _whole(value, what: str) -> int:
+    """``value`` as an int if it is a whole number (:func:`_as_whole`), else a ValueError naming
+    ``what``."""
+    got = _as_whole(value)
+    if got is None:
+        raise ValueError(f"{what} must be a whole number, got {value!r}")
+    return got
+
+
+def _as_whole(value) -> int | None:
+    """``value`` as an int if it is a whole number: an int, an integral float (a JSON writer's
+    ``64.0``), a NumPy integer; ``None`` for anything else (a fraction, NaN, infinity, a bool, a
+    string, None), as the trace reader refuses them (``pbkv_contract.trace``)."""
+    if type(value) is int:
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _whole_counts(toks, rid) -> list[int]:
+    """A request's block token counts as a list of ints (:func:`_as_whole` each), or a ValueError
+    that names the first one that is not a whole number."""
+    try:
+        counts = list(map(_as_whole, toks))
+    except TypeError:
+        raise ValueError(f"request {rid}: block_tokens must be a sequence of token counts, "
+                         f"got {type(toks).__name__}") from None
+    if None in counts:
+        i = counts.index(None)
+        raise ValueError(f"request {rid}: block_tokens[{i}] must be a whole number, got {list(toks)[i]!r}")
+    return counts
+
+
+def _check_metadata(req: EngineRequest) -> None:
+    """Refuse, before the engine records anything, request fields of the wrong type that it would
+    only meet later (a workflow's invocation, a policy's read of the session or TTL)."""
+    rid = req.request_id
+    if req.hints is not None and not isinstance(req.hints, Hints):
+        raise ValueError(f"request {rid}: hints must be pbkv_contract.hints.Hints or None, "
+                         f"got {type(req.hints).__name__}")
+    try:
+        features = tuple(req.features)
+    except TypeError:
+        raise ValueError(f"request {rid}: features must be a sequence of numbers") from None
+    if not all(isinstance(f, numbers.Real) for f in features):
+        raise ValueError(f"request {rid}: features must be numbers")
+    if req.session_id is not None and not isinstance(req.session_id, str):
+        raise ValueError(f"request {rid}: session_id must be a string or None, got {type(req.session_id).__name__}")
+    if req.priority is not None:
+        _whole(req.priority, f"request {rid}: priority")
+    ttl = req.cache_ttl_s
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl >= 0
+                            or math.isinf(ttl)):
+        raise ValueError(f"request {rid}: cache_ttl_s must be a finite number >= 0 or None, got {ttl!r}")
 
 
 @dataclass(slots=True)
@@ -435,16 +501,22 @@ class Engine:
     # ================================================================ internals
     def _request(self, req: EngineRequest, index: int) -> _Request:
         """Check ``req`` and turn it into the scheduler's record (see :meth:`submit` for errors)."""
+        rid = req.request_id
         toks = req.block_tokens
         least = _uniform_least(toks)
         uniform = least is not None
         if not uniform:
             # a list of counts that are all ints already is read as it is, a type check in C at
-            # half the cost of int() of each; anything else is converted. (Nothing keeps this
-            # list: to_units copies it.)
+            # half the cost of reading each; anything else is read count by count. (Nothing keeps
+            # this list: to_units copies it.)
             if type(toks) is not list or set(map(type, toks)) != _INT_ONLY:
-                toks = list(map(int, toks))
+                toks = _whole_counts(toks, rid)
             least = min(toks, default=1)  # read once: to_units needs it too
+        try:  # every key, in C (~3 us a long prompt): an unhashable one would stop the engine at admission
+            hash(tuple(req.blocks))
+        except TypeError:
+            raise ValueError(f"request {rid}: blocks must be a sequence of hashable keys") from None
+        _check_metadata(req)
         if len(req.blocks) != len(toks):
             raise ValueError(f"request {req.request_id}: {len(req.blocks)} blocks but {len(toks)} token counts")
         if least < 0:
@@ -461,7 +533,7 @@ class Engine:
         else:
             units = cum = None
             prompt = sum(toks)
-        out = max(1, int(req.output_tokens))
+        out = max(1, _whole(req.output_tokens, f"request {rid}: output_tokens"))
         if prompt + out > self.cache.device_capacity:
             raise ValueError(f"request {req.request_id} needs {prompt + out} tokens of KV cache; "
                              f"the device holds {self.cache.device_capacity}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import numbers
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Hashable, Protocol, Sequence, runtime_checkable
@@ -307,17 +310,37 @@ def _config_problems(config: EngineConfig) -> list[str]:
 
     Each line starts with the field's name, so a command line can name its own option instead.
     """
+    # counts are integers (a float page size or capacity would fail later, inside a request's
+    # paging or a heap's sums): a count of another type is named as such, before its range; each
+    # test reads the type first, so a string is refused, not raised on
+    counts = (("device_tokens", 1, True, ">= 1 token"), ("host_tokens", 0, True, ">= 0 tokens"),
+              ("horizon", 1, False, ">= 1"), ("max_batch", 1, False, ">= 1"), ("page_size", 1, True, ">= 1 token"),
+              ("chunked_prefill_size", 0, True, ">= 0 tokens (0 = no chunking)"))
+    problems = []
+    for name, least, optional, rule in counts:
+        value = getattr(config, name)
+        if value is None and optional:
+            continue
+        if not _whole(value):
+            problems.append(f"{name} must be a whole number, got {value!r}")
+        elif value < least:
+            problems.append(f"{name} must be {rule}, got {value}")
     checks = (
-        ("device_tokens", config.device_tokens is None or config.device_tokens >= 1, ">= 1 token"),
-        ("host_tokens", config.host_tokens is None or config.host_tokens >= 0, ">= 0 tokens"),
-        ("horizon", config.horizon >= 1, ">= 1"),
-        ("gamma", 0.0 < config.gamma <= 1.0, "in (0, 1]"),
-        ("rho", 0.0 <= config.rho <= 1.0, "in [0, 1]"),
-        ("max_batch", config.max_batch >= 1, ">= 1"),
-        ("page_size", config.page_size is None or config.page_size >= 1, ">= 1 token"),
+        ("gamma", _real(config.gamma) and 0.0 < config.gamma <= 1.0, "in (0, 1]"),
+        ("rho", _real(config.rho) and 0.0 <= config.rho <= 1.0, "in [0, 1]"),
         ("prefill_cost", config.prefill_cost in PREFILL_COSTS, f"one of {', '.join(PREFILL_COSTS)}"),
         ("engine_model", config.engine_model in ENGINE_MODELS, f"one of {', '.join(ENGINE_MODELS)}"),
-        ("chunked_prefill_size", config.chunked_prefill_size is None or config.chunked_prefill_size >= 0,
-         ">= 0 tokens (0 = no chunking)"),
     )
-    return [f"{name} must be {rule}, got {getattr(config, name)}" for name, ok, rule in checks if not ok]
+    problems += [f"{name} must be {rule}, got {getattr(config, name)}" for name, ok, rule in checks if not ok]
+    order = [f.name for f in dataclasses.fields(config)]  # field order, as the docstring says
+    return sorted(problems, key=lambda line: order.index(line.split(" ", 1)[0]))
+
+
+def _whole(value) -> bool:
+    """``value`` is an integer (a NumPy one too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(value) -> bool:
+    """``value`` is a finite real number (not a bool)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)

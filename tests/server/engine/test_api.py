@@ -4,6 +4,7 @@ workflow lifecycle (end, idle retirement), stats and the policy registry."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -63,18 +64,62 @@ def test_malformed_requests_are_rejected_and_leave_the_engine_unchanged():
 
 
 def test_block_token_counts_of_any_numeric_sequence_are_read_as_ints():
-    """A list of ints is read as it is; a tuple, floats or bools are converted with int() (3.9
-    counts 3), as every request's counts were: the same prompt tokens and hits each way."""
+    """A list of ints is read as it is; a tuple, integral floats (a JSON writer's 4.0) and NumPy
+    integers are converted: the same prompt tokens and hits each way."""
+    import numpy as np
+
     prompts = []
-    for rid, toks in (("ints", [4, 3]), ("tuple", (4, 3)), ("floats", [4.0, 3.9]), ("mixed", [4, True])):
+    for rid, toks in (("ints", [4, 3]), ("tuple", (4, 3)), ("floats", [4.0, 3.0]),
+                      ("numpy", np.array([4, 3])), ("np-list", [np.int64(4), np.int32(3)])):
         eng = make_engine("lru", device=100)
         eng.submit(EngineRequest(rid, chain("ab"), toks, 1))
-        eng.submit(EngineRequest(rid + "2", chain("ab"), [4, 3 if rid != "mixed" else 1], 1))
+        eng.submit(EngineRequest(rid + "2", chain("ab"), [4, 3], 1))
         run(eng)
         prompts.append(eng.stats.prompt_tokens)
         units = eng.cache.tree.root.children[chain("a")[0]].toks
         assert all(type(t) is int for t in units), rid
-    assert prompts == [14, 14, 14, 10]
+    assert prompts == [14] * 5
+
+
+@pytest.mark.parametrize("toks, named", [
+    ([4, 3.9], "block_tokens[1] must be a whole number, got 3.9"),
+    ([4, True], "block_tokens[1] must be a whole number, got True"),
+    ([float("nan"), 4], "block_tokens[0] must be a whole number, got nan"),
+    ([4, float("inf")], "block_tokens[1] must be a whole number, got inf"),
+    (["4", 3], "block_tokens[0] must be a whole number, got '4'"),
+    ([4, None], "block_tokens[1] must be a whole number, got None"),
+    (None, "block_tokens must be a sequence of token counts, got NoneType"),
+])
+def test_counts_that_are_not_whole_numbers_are_refused_by_name(toks, named):
+    eng = make_engine("lru", device=100)
+    with pytest.raises(ValueError, match=re.escape(f"request bad: {named}")):
+        eng.submit(EngineRequest("bad", chain("ab"), toks, 1))
+    assert eng.submitted == 0 and not eng.busy
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"output_tokens": float("nan")}, "output_tokens must be a whole number"),
+    ({"output_tokens": "x"}, "output_tokens must be a whole number"),
+    ({"blocks": [["a"], ["b"]]}, "blocks must be a sequence of hashable keys"),
+    ({"hints": "w1"}, "hints must be pbkv_contract.hints.Hints or None, got str"),
+    ({"features": None}, "features must be a sequence of numbers"),
+    ({"features": ("a",)}, "features must be numbers"),
+    ({"session_id": ["s"]}, "session_id must be a string or None, got list"),
+    ({"priority": 1.5}, "priority must be a whole number"),
+    ({"cache_ttl_s": float("inf")}, "cache_ttl_s must be a finite number >= 0 or None"),
+    ({"cache_ttl_s": -1}, "cache_ttl_s must be a finite number >= 0 or None"),
+])
+def test_bad_fields_are_refused_before_the_engine_records_anything(change, named):
+    """Each bad field is one ValueError naming the request, and the engine is as it was: no
+    submission index used, no workflow started, and a good request served after it."""
+    eng = make_engine("pbkv", device=100)
+    good = dict(request_id="bad", blocks=chain("ab"), block_tokens=[4, 3], output_tokens=1,
+                hints=Hints(workflow_id="w1", agent="a", step=1))
+    with pytest.raises(ValueError, match=re.escape(f"request bad: {named}")):
+        eng.submit(EngineRequest(**{**good, **change}))
+    assert eng.submitted == 0 and not eng.active_workflows() and not eng.busy
+    eng.submit(EngineRequest(**good))
+    assert [type(e).__name__ for e in run(eng)] == ["FirstToken", "Finished"]
 
 
 def test_empty_prompt_and_zero_output_are_served():

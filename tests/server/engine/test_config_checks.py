@@ -19,6 +19,15 @@ PROFILE = get_profile("h100-qwen2.5-32b")
     ({"rho": 1.5}, "rho must be in [0, 1], got 1.5"),
     ({"max_batch": 0}, "max_batch must be >= 1, got 0"),
     ({"page_size": 0}, "page_size must be >= 1 token, got 0"),
+    # counts of another type are named as such (a float page would fail in every request's paging)
+    ({"page_size": 16.0}, "page_size must be a whole number, got 16.0"),
+    ({"device_tokens": 4096.7}, "device_tokens must be a whole number, got 4096.7"),
+    ({"device_tokens": float("inf")}, "device_tokens must be a whole number, got inf"),
+    ({"device_tokens": "4096"}, "device_tokens must be a whole number, got '4096'"),
+    ({"max_batch": 2.5}, "max_batch must be a whole number, got 2.5"),
+    ({"horizon": True}, "horizon must be a whole number, got True"),
+    ({"gamma": "x"}, "gamma must be in (0, 1], got x"),
+    ({"horizon": 0, "device_tokens": 0.5}, "device_tokens must be a whole number, got 0.5"),  # field order
 ])
 def test_a_setting_out_of_range_is_one_line_naming_it(setting, line):
     with pytest.raises(ValueError) as info:
@@ -31,3 +40,5 @@ def test_the_edges_of_each_range_are_valid():
                           page_size=1)
     assert (config.device_tokens, config.host_tokens, config.gamma, config.rho) == (1, 0, 1.0, 0.0)
     assert EngineConfig(profile=PROFILE, rho=1.0).rho == 1.0  # None capacities: the profile's, checked by it
+    import numpy as np
+    assert EngineConfig(profile=PROFILE, device_tokens=np.int64(4096), page_size=np.int32(16)).page_size == 16
