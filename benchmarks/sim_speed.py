@@ -37,9 +37,10 @@ from typing import Any
 from pbkv_contract.settings import list_items
 from pbkv_server.engine.policies import REPLAY, available_policies, parse_policy_list, policy_info
 from pbkv_server.predictors import make_predictor
+from pbkv_server.predictors.factory import check_predictor_spec
 from pbkv_server.hardware.profiles import get_profile
 from pbkv_server.sim.advise import ADVISE_ORDER_RUNS
-from pbkv_server.sim.simulator import ORDER_RUNS_LIMIT, ReplayConfig, ReplayOptions, load_workload, simulate
+from pbkv_server.sim.simulator import MAX_CONCURRENCY, ORDER_RUNS_LIMIT, ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import generate
 
 from _cli import OneLineParser, check_output, git_commit, run_script, write_json
@@ -69,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="with --trace: add this setting's figures to this JSON file "
                         "(scripts/make_replay_cost_docs.py tables it)")
     args = parser.parse_args(argv)
+    # every option that can be refused is refused before the trace is read or generated
+    if not 1 <= args.concurrency <= MAX_CONCURRENCY:  # simulate's bound, in the option's name
+        raise ValueError(f"--concurrency must be in 1..{MAX_CONCURRENCY:,}, got {args.concurrency:,}")
+    check_predictor_spec(args.predictor)
+    profile = get_profile(args.profile)  # an unknown name raises
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
     if args.device_tokens is not None and args.device_tokens < 1:
@@ -85,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--policies, --host-ratio, --order-runs, --repeat and --json need --trace")
     else:
         check_output(parser, args.json, [args.trace], json_doc=is_speed_result)
-        replay_trace(args)
+        replay_trace(args, profile)
         return 0
 
     t0 = time.perf_counter()
@@ -94,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     t_gen = time.perf_counter() - t0
     print(f"synth + load: {args.workflows} workflows, {workload.invocations} invocations "
           f"({workload.invocations / workload.workflow_count:.1f}/workflow) in {t_gen:.1f} s")
-    profile = get_profile(args.profile)
     total = total_cpu = core = core_cpu = 0.0
     for policy in available_policies(REPLAY):
         predictor = make_predictor(args.predictor, 3, records)
@@ -116,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def replay_trace(args: argparse.Namespace) -> None:
+def replay_trace(args: argparse.Namespace, profile: Any) -> None:
     """``--trace``: CPU seconds and invocations per CPU second of each of ``--policies``."""
     from pbkv_contract.trace import read_trace
     from pbkv_server.hardware.profiles import host_tokens_for
@@ -128,14 +133,13 @@ def replay_trace(args: argparse.Namespace) -> None:
     if args.order_runs is not None and not any(policy_info(p).iterates_order for p in policies):
         raise ValueError("--order-runs: no policy of --policies iterates its order")
     data = _read_json(args.json) if args.json is not None else {}
-    records = read_trace(args.trace)
-    workload = load_workload(records)
-    profile = get_profile(args.profile)
-    make_predictor(args.predictor, 3, records)  # an unknown spec raises
     device = args.device_tokens if args.device_tokens is not None else profile.device_kv_tokens
     if device < 1:
         raise ValueError(f"--device-tokens must be >= 1, got {device}")
     host = host_tokens_for(profile, device, None, args.host_ratio)
+    records = read_trace(args.trace)
+    workload = load_workload(records)
+    make_predictor(args.predictor, 3, records)  # a model file for another app raises
     n = workload.invocations
     print(f"{args.trace}: {workload.workflow_count} workflows, {n} invocations; C={args.concurrency}, "
           f"{args.profile}, host {host} tok")

@@ -19,6 +19,7 @@ error message and exit status 2, given before any replay starts.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import logging
@@ -86,6 +87,18 @@ def _say_reading(trace: Path) -> None:
         err_console.print(f"reading {trace} ({size / 1e9:.1f} GB) ...", highlight=False, markup=False)
 
 
+def _check_predictor(spec: str) -> None:
+    """Refuse (one line, exit 2) a ``--predictor`` spec that no trace makes good (an unknown name,
+    ``noise:2``, a missing model file) before the trace is read: a day of traffic is read for a
+    minute. A model file's contents are checked once the trace's app is known."""
+    from pbkv_server.predictors.factory import check_predictor_spec
+
+    try:
+        check_predictor_spec(spec)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+
+
 def _as_option(message: str) -> str:
     """An engine setting's message (``gamma must be ...``) in the option's name (``--gamma must be ...``)."""
     return re.sub(r"^([a-z_]+)(?= must )", lambda m: "--" + m.group(1).replace("_", "-"), message)
@@ -95,6 +108,43 @@ def _fail(message: str) -> typer.Exit:
     # soft_wrap: no newlines inserted at the console width, so paths in messages stay whole
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
+
+
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was typed on the command line (any value, its default included);
+    by name: typer carries its own copy of click's ParameterSource."""
+    return getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
+
+
+#: The options that describe the hardware by hand, ``(field, flag)``: a setup of ``--gpu-memory``
+#: GiB GPUs serving ``--model``, on ``--tp`` GPUs of ``--gpu``'s speeds. ``--profile`` names a
+#: whole setup instead, so none of them goes with it (each would be ignored).
+CUSTOM_HARDWARE = (("gpu_memory", "--gpu-memory"), ("model", "--model"), ("tp", "--tp"), ("gpu", "--gpu"))
+
+
+def _check_hardware_options(ctx: typer.Context, s: Any) -> None:
+    """Refuse (one line, exit 2) a hardware setup given half or twice, in any command's settings
+    ``s`` (only the fields of :data:`CUSTOM_HARDWARE` it has count): ``--profile`` with any of
+    them, ``--gpu-memory`` without ``--model`` or the reverse, ``--tp`` or ``--gpu`` without
+    ``--gpu-memory``/``--model``. An option counts as given when typed (``--tp 1`` with
+    ``--profile`` is refused too) or set off its default."""
+    names = {"profile", *(name for name, _ in CUSTOM_HARDWARE)}
+    defaults = {f.name: f.default for f in dataclasses.fields(s) if f.name in names}  # plain defaults, no factory
+
+    def given(name: str) -> bool:
+        return name in defaults and (_typed(ctx, name) or getattr(s, name) != defaults[name])
+
+    custom = [flag for name, flag in CUSTOM_HARDWARE if given(name)]
+    if not custom:
+        return
+    if given("profile"):
+        raise _fail(f"give --profile or --gpu-memory/--model [--tp N] [--gpu G], not both (--profile with "
+                    f"{', '.join(custom)})")
+    if given("gpu_memory") != given("model"):
+        raise _fail("--gpu-memory and --model go together")
+    if not given("gpu_memory"):
+        raise _fail(f"{' and '.join(custom)} describe{'s' if len(custom) == 1 else ''} the hardware with "
+                    f"--gpu-memory/--model; give those too, or --profile alone")
 
 
 @app.callback()
@@ -164,10 +214,9 @@ def replay(ctx: typer.Context, s: ReplaySettings) -> None:
     # serving figures pbkv_server.sim.serving_metrics'.
     from pbkv_server.sim.report import plot_timelines, write_json
 
-    # typed on the command line (by name: typer carries its own copy of click's ParameterSource)
-    router_given, order_runs_given = (getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
-                                      for name in ("router", "order_runs"))
-    plan = _replay_plan(s, router_given, order_runs_given)  # every check before the first replay: one line and exit 2 each
+    _check_hardware_options(ctx, s)  # advise's check, shared: a no-op while replay takes --profile only
+    # every check before the first replay: one line and exit 2 each
+    plan = _replay_plan(s, _typed(ctx, "router"), _typed(ctx, "order_runs"))
     saved_threads = limit_torch_threads(s.threads, [s.predictor])  # before a trained model loads
     if saved_threads is not None:  # in-process callers (tests, notebooks) get their setting back
         ctx.call_on_close(lambda: limit_torch_threads(saved_threads))
@@ -212,6 +261,7 @@ def _replay_plan(s: ReplaySettings, router_given: bool = False, order_runs_given
         raise _fail(str(exc)) from None
     if s.concurrency < 1:
         raise _fail("--concurrency must be >= 1")
+    _check_predictor(s.predictor)
     try:
         hw = get_profile(s.profile)
     except KeyError as exc:
@@ -253,6 +303,10 @@ def _replay_plan(s: ReplaySettings, router_given: bool = False, order_runs_given
         host = host_tokens_for(hw, s.device_tokens, s.host_tokens, ratio)
     except ValueError as exc:
         raise _fail(f"--host-ratio: {exc}") from None
+    device = s.device_tokens if s.device_tokens is not None else hw.device_kv_tokens
+    if s.page_size is not None and s.page_size > device:  # before the trace is read
+        raise _fail(f"--page-size {s.page_size:,} is larger than the device ({device:,} tok): a KV pool of whole "
+                    f"pages would hold none (SGLang then stops: not enough memory); give --page-size <= {device}")
     return _ReplayPlan(policies, scale_only, hw, host, gap, _slo(s.slo_ttft, s.slo_tpot))
 
 
@@ -322,9 +376,26 @@ def _load_replay_inputs(s: ReplaySettings, plan: _ReplayPlan) -> None:
         raise _fail(f"request too large: {largest} needs {need:,} tokens of KV cache (prompt + output), the device "
                     f"holds {device:,}; no cache policy can serve it (give --device-tokens >= {need} or a larger "
                     f"profile)")
+    _check_page_size(s.page_size, plan.records)
     meta = trace_meta(s.trace)
     if meta is not None and meta.note:
         console.print(f"trace written by {escape(meta.writer)}: {escape(meta.note)}", highlight=False, soft_wrap=True)
+
+
+def _check_page_size(page_size: int | None, records: list) -> None:
+    """Refuse (one line, exit 2) a ``--page-size`` larger than every prompt of the trace, before the
+    runs: only whole pages are cached (SGLang's paged pool; a prompt's tail is prefilled every
+    time), so no prompt would put anything in the cache and every policy would replay alike."""
+    from pbkv_contract.trace import InvocationRecord
+
+    if page_size is None:
+        return
+    # the tokens the engine pages (its prompt's blocks), as to_units counts them
+    longest = max((sum(rec.tokens_per_block()) for rec in records if isinstance(rec, InvocationRecord)), default=0)
+    if page_size > longest:
+        raise _fail(f"--page-size {page_size:,}: no prompt of the trace fills one page (the longest has {longest:,} "
+                    f"tokens); only whole pages are cached, as in SGLang, so nothing would be cached and every "
+                    f"policy would replay alike; give --page-size <= {longest}")
 
 
 def _replay_policies(s: ReplaySettings, plan: _ReplayPlan) -> tuple[dict[str, dict], dict[str, dict]]:
@@ -396,8 +467,9 @@ def _print_replay(s: ReplaySettings, plan: _ReplayPlan, results: dict[str, dict]
                                            f"{speedup}"))
     for table in serving_tables(results, tier):
         console.print(table)
-    verdict = no_difference_verdict(replayed, BASELINE_POLICY, trace_block_tokens(plan.records),
-                                    first["device_tokens"], first["host_tokens"], largest_request(plan.records)[1])
+    verdict = no_difference_verdict(replayed, BASELINE_POLICY, trace_block_tokens(plan.records, s.page_size),
+                                    first["device_tokens"], first["host_tokens"], largest_request(plan.records)[1],
+                                    s.page_size)
     if verdict is not None:
         console.print(f"[bold]{escape(verdict)}[/]", highlight=False, soft_wrap=True)
     for name in results if s.replicas > 1 else ():
@@ -450,8 +522,9 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
     from pbkv_server.sim.progress import ReplayBar, replay_progress
     from pbkv_server.sim.simulator import SimulationError
 
-    if not s.reference and getattr(ctx.get_parameter_source("order_runs"), "name", None) == "COMMANDLINE":
+    if not s.reference and _typed(ctx, "order_runs"):
         raise _fail("--order-runs sets the offline reference's runs and --no-reference skips it: give one of them")
+    _check_hardware_options(ctx, s)
     hw = _advise_hardware(s)  # every check before the first replay: one line and exit 2 each
     slo = _slo(s.slo_ttft, s.slo_tpot)
     try:
@@ -478,22 +551,20 @@ def advise(ctx: typer.Context, s: AdviseSettings) -> None:
 
 
 def _advise_hardware(s: AdviseSettings) -> Any:
-    """The checks of ``advise``'s options, in order (one line and exit 2 each); the hardware profile."""
+    """The checks of ``advise``'s options, in order (one line and exit 2 each; the hardware options'
+    own, :func:`_check_hardware_options`, come first); the hardware profile."""
     from pbkv_server.hardware.profiles import get_profile, host_tokens_for
     from pbkv_server.sim.advise import MAX_TP, custom_profile
     from pbkv_server.sim.shipped import ENGINES
 
     if s.engine not in ENGINES:
         raise _fail(f"unknown --engine {s.engine!r}; known: {', '.join(ENGINES)}")
-    if (s.gpu_memory is None) != (s.model is None):
-        raise _fail("--gpu-memory and --model go together")
-    if s.gpu_memory is not None and s.profile is not None:
-        raise _fail("give --profile or --gpu-memory/--model, not both")
     for flag, value in (("--concurrency", s.concurrency), ("--tp", s.tp)):
         if value < 1:
             raise _fail(f"{flag} must be >= 1, got {value}")
     if s.tp > MAX_TP:
         raise _fail(f"--tp must be at most {MAX_TP} GPUs (GB200 NVL72, the largest NVLink domain), got {s.tp}")
+    _check_predictor(s.predictor)
     _check_outputs(s.trace, s.json_out, s.plot, _advise_result)
     try:
         hw = (custom_profile(s.gpu_memory, s.model, s.tp, s.gpu) if s.gpu_memory is not None

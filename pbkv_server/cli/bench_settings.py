@@ -85,8 +85,9 @@ class ReplaySettings:
     horizon: int = option(3, f"prediction horizon K (1..{MAX_HORIZON})")
     gamma: float = option(0.7, "score decay gamma")
     rho: float = option(0.1, "pbkv-aggressive displacement share of device capacity")
-    page_size: Optional[int] = option(None, "KV page size in tokens (SGLang --page-size; the live server uses 1); "
-                                            "default: the trace's blocks are the cache units")
+    page_size: Optional[int] = option(None, "KV page size in tokens (SGLang --page-size; the live server uses 1), at "
+                                            "most the device and the trace's longest prompt (only whole pages are "
+                                            "cached); default: the trace's blocks are the cache units")
     json_out: Optional[Path] = _json_out("{policy: metrics}")
     plot: Optional[Path] = option(None, "write the hit-rate-over-time chart here (PNG)")
     timeline_bins: int = option(40, "bins of the hit-rate timeline")
@@ -126,8 +127,9 @@ class AdviseSettings:
     gpu_memory: Optional[float] = option(None, f"memory of each GPU in GiB, at most {MAX_GPU_MEMORY_GIB:g} (H100 "
                                                "80GB: 79.6); with --model, instead of --profile")
     model: Optional[str] = option(None, f"with --gpu-memory: {', '.join(MODEL_SPECS)} (or its Hugging Face id)")
-    tp: int = option(1, f"with --gpu-memory: GPUs serving the model (tensor parallel, 1..{MAX_TP})")
-    gpu: str = option("h100", f"with --gpu-memory: whose speeds ({' | '.join(GPU_SPECS)})")
+    tp: int = option(1, f"with --gpu-memory: GPUs serving the model (tensor parallel, 1..{MAX_TP}); not with "
+                        "--profile")
+    gpu: str = option("h100", f"with --gpu-memory: whose speeds ({' | '.join(GPU_SPECS)}); not with --profile")
     concurrency: int = _concurrency()
     host_ratio: float = option(1.0, "host KV tier = RATIO x device (default 1: the PBKV paper's setup)")
     predictor: str = _predictor()

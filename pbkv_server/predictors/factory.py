@@ -15,7 +15,7 @@ from pbkv_server.predictors.noise import NoisePredictor
 from pbkv_server.predictors.oracle import OraclePredictor
 from pbkv_server.predictors.uniform import UniformPredictor
 
-__all__ = ["make_predictor", "PREDICTOR_SPECS", "LIVE_PREDICTOR_SPECS", "DEFAULT_ONLINE_PREDICTOR"]
+__all__ = ["make_predictor", "check_predictor_spec", "PREDICTOR_SPECS", "LIVE_PREDICTOR_SPECS", "DEFAULT_ONLINE_PREDICTOR"]
 
 log = logging.getLogger(__name__)
 
@@ -69,33 +69,71 @@ def make_predictor(
         ImportError: the trained-model loader is not installed.
     """
     spec = spec.strip()
-    expected = LIVE_PREDICTOR_SPECS if live else PREDICTOR_SPECS
-    if not spec:
-        raise ValueError(f"empty predictor spec (expected {expected})")
-    if spec == "uniform":
+    kind, lam = _parse_spec(spec, live)
+    if kind == "uniform":
         return UniformPredictor(horizon)
-    if spec == "markov":
+    if kind == "markov":
         return MarkovPredictor(horizon)
-    if spec == "context":
+    if kind == "context":
         return ContextPredictor(horizon)
-    if spec == "oracle" or spec.startswith("noise:"):
-        if live:
-            raise ValueError(f"predictor {spec!r} reads a trace's future: replays only (live: {expected})")
+    if kind in ("oracle", "noise"):
         if trace_records is None:
             raise ValueError(f"predictor {spec!r} reads the future from a trace; it needs trace records")
         oracle = OraclePredictor(trace_records, horizon)
-        if spec == "oracle":
+        if kind == "oracle":
             return oracle
-        text = spec.partition(":")[2]
-        try:
-            lam = float(text)
-        except ValueError:
-            raise ValueError(f"noise lambda must be a number in [0, 1], got {text!r}") from None
         known: dict[str | None, list[str]] = {}
         for rec in trace_records:
             if isinstance(rec, InvocationRecord):
                 known.setdefault(rec.app, []).append(rec.agent)
         return NoisePredictor(oracle, lam, UniformPredictor(horizon, known))
+    path = os.path.expanduser(spec)
+    from pbkv_train.serving import load_predictor  # lazy: pulls in torch
+
+    model = load_predictor(path, app=app)
+    if getattr(model, "horizon", horizon) != horizon:
+        log.warning("model %s predicts %s steps ahead, not the requested %d", spec, model.horizon, horizon)
+    return model
+
+
+def check_predictor_spec(spec: str, *, live: bool = False) -> None:
+    """Refuse, before any trace is read, a spec that :func:`make_predictor` would refuse whatever
+    the trace: an empty spec, a ``noise`` lambda that is not a number in [0, 1], ``oracle`` or
+    ``noise`` with ``live``, a path naming no file or a directory, a name that is neither known
+    nor a file. Same messages as :func:`make_predictor`; a model file's contents (format, app)
+    are checked when it is loaded.
+
+    Raises:
+        ValueError: one line naming what is wrong.
+    """
+    _parse_spec(spec.strip(), live)
+
+
+def _parse_spec(spec: str, live: bool) -> tuple[str, float]:
+    """``(kind, lambda)`` of a stripped spec: kind ``uniform``, ``markov``, ``context``, ``oracle``,
+    ``noise`` (with its lambda; 0.0 otherwise) or ``path`` (an existing file, not yet loaded).
+
+    Raises:
+        ValueError: as :func:`check_predictor_spec`.
+    """
+    expected = LIVE_PREDICTOR_SPECS if live else PREDICTOR_SPECS
+    if not spec:
+        raise ValueError(f"empty predictor spec (expected {expected})")
+    if spec in ("uniform", "markov", "context"):
+        return spec, 0.0
+    if spec == "oracle" or spec.startswith("noise:"):
+        if live:
+            raise ValueError(f"predictor {spec!r} reads a trace's future: replays only (live: {expected})")
+        if spec == "oracle":
+            return "oracle", 0.0
+        text = spec.partition(":")[2]
+        try:
+            lam = float(text)
+        except ValueError:
+            raise ValueError(f"noise lambda must be a number in [0, 1], got {text!r}") from None
+        if not 0.0 <= lam <= 1.0:  # NoisePredictor's bound (nan fails it too), before any trace is read
+            raise ValueError(f"noise lambda must be in [0, 1], got {lam}")
+        return "noise", lam
     path = os.path.expanduser(spec)
     if not os.path.exists(path):
         missing = f"predictor model file not found: {spec}"
@@ -104,12 +142,7 @@ def make_predictor(
         raise ValueError(f"unknown predictor {spec!r} (expected {expected}), and {missing}")
     if os.path.isdir(path):
         raise ValueError(f"predictor model path is a directory, not a model file: {spec}")
-    from pbkv_train.serving import load_predictor  # lazy: pulls in torch
-
-    model = load_predictor(path, app=app)
-    if getattr(model, "horizon", horizon) != horizon:
-        log.warning("model %s predicts %s steps ahead, not the requested %d", spec, model.horizon, horizon)
-    return model
+    return "path", 0.0
 
 
 def _looks_like_path(spec: str) -> bool:

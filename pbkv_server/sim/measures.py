@@ -91,24 +91,36 @@ def add_measures(results: Mapping[str, dict[str, Any]], baseline: Mapping[str, A
         s["host_value"] = value_of_host_hit
 
 
-def trace_block_tokens(records: Iterable[Any]) -> int:
+def trace_block_tokens(records: Iterable[Any], page_size: int | None = None) -> int:
     """``F``, the trace's footprint: tokens of the distinct prompt blocks of its invocations (each
     block counted once, as the cache holds it once): what a device must hold so that nothing is
     ever evicted (outputs aside). Not the reusable working set ``W`` of
     :mod:`pbkv_server.sim.capacity` (the blocks live workflows reuse at a concurrency), which
-    ``advise`` and the examples print."""
+    ``advise`` and the examples print.
+
+    With ``page_size`` (replay ``--page-size``) the cache units are whole pages
+    (:func:`pbkv_server.engine.pages.to_units`): a page is keyed by the block holding its last
+    token, so a block that starts at token ``a`` and ends at ``b`` of its prompt closes
+    ``b // P - a // P`` pages, and F is ``P`` times the pages of the distinct blocks. A prompt's
+    tokens after its last whole page are never cached and not counted (0 when no prompt fills a
+    page)."""
     seen: dict[str, int] = {}
     for rec in records:
         hashes = getattr(rec, "prefix_hashes", None)
         if hashes is None:
             continue
+        start = 0
         for key, n in zip(hashes, rec.tokens_per_block()):
-            seen.setdefault(key, n)
+            # a chained key is always at the same place of its prompt: its first sighting counts
+            end = start + n
+            seen.setdefault(key, n if page_size is None else (end // page_size - start // page_size) * page_size)
+            start = end
     return sum(seen.values())
 
 
 def no_difference_verdict(summaries: Mapping[str, Mapping[str, Any]], baseline: str, working_set_tokens: int,
-                          device_tokens: int, host_tokens: int, largest_request_tokens: int = 1) -> str | None:
+                          device_tokens: int, host_tokens: int, largest_request_tokens: int = 1,
+                          page_size: int | None = None) -> str | None:
     """One line saying why a replay cannot show a difference between policies, or ``None`` if it can.
 
     Args:
@@ -120,6 +132,10 @@ def no_difference_verdict(summaries: Mapping[str, Mapping[str, Any]], baseline: 
         largest_request_tokens: the trace's largest request, prompt + output
             (:func:`~pbkv_server.sim.capacity.largest_request`): a smaller device it suggests
             still serves it (a replay refuses a device below it), or it suggests none.
+        page_size: the replay's page size (``None``: the trace's blocks are the cache units);
+            ``working_set_tokens`` must then count whole pages (``trace_block_tokens(records,
+            page_size)``). When it is 0, no prompt fills one page and the line says so: nothing
+            was cached, which is why nothing was evicted.
 
     A line is given only when no replayed policy differs from the baseline by
     :data:`MIN_DIFFERENCE` or more in device hit rate (points) or mean latency (relative): a
@@ -139,8 +155,12 @@ def no_difference_verdict(summaries: Mapping[str, Mapping[str, Any]], baseline: 
                 speedup is not None and abs(speedup - 1) >= MIN_DIFFERENCE):
             return None
     w, half = working_set_tokens, _smaller_device(working_set_tokens // 2, device_tokens, largest_request_tokens)
+    units = "blocks" if page_size is None else f"pages (--page-size {page_size})"
+    if page_size is not None and w == 0:
+        return (f"nothing is cached: no prompt fills one page of {page_size} tok (only whole pages are cached, as "
+                "in SGLang), so every policy prefills every prompt; give a smaller --page-size")
     if base.get("evictions") == 0:
-        return (f"the trace fits in device memory (distinct prompt blocks F = {w} tok, device {device_tokens} tok; "
+        return (f"the trace fits in device memory (distinct prompt {units} F = {w} tok, device {device_tokens} tok; "
                 f"{baseline} evicted nothing): no eviction order can differ"
                 + (f"; try --device-tokens {half}" if half else
                    f", and no smaller device holds its largest request ({largest_request_tokens} tok)"))
@@ -152,10 +172,10 @@ def no_difference_verdict(summaries: Mapping[str, Mapping[str, Any]], baseline: 
         # a device size whose device + host (same ratio) holds half of F
         smaller = _smaller_device(round(w / (2 * (1 + host_tokens / device_tokens))), device_tokens,
                                   largest_request_tokens)
-        return (f"the trace fits in device + host memory (distinct prompt blocks F = {w} tok <= device {device_tokens} "
+        return (f"the trace fits in device + host memory (distinct prompt {units} F = {w} tok <= device {device_tokens} "
                 f"+ host {host_tokens} tok): {same}; try --host-ratio 0"
                 + (f" or --device-tokens {smaller}" if smaller else ""))
-    return f"{same} on this setup (distinct prompt blocks F = {w} tok, device {device_tokens} tok, host {host_tokens} tok)"
+    return f"{same} on this setup (distinct prompt {units} F = {w} tok, device {device_tokens} tok, host {host_tokens} tok)"
 
 
 def _smaller_device(wanted: int, device_tokens: int, largest_request_tokens: int) -> int | None:

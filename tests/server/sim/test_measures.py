@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from pbkv_server.cli.bench import app
 from pbkv_server.engine.guard import host_value
 from pbkv_server.sim.measures import (MIN_DIFFERENCE, add_measures, latency_capture, latency_speedup,
-                                      no_difference_verdict, prefill_saved)
+                                      no_difference_verdict, prefill_saved, trace_block_tokens)
 from pbkv_server.hardware.profiles import get_profile
 
 runner = CliRunner()
@@ -85,6 +85,40 @@ def test_verdict_says_why_no_policy_can_differ_and_nothing_when_one_does():
     assert no_difference_verdict({"lru": evicting, "pbkv": dict(evicting, mean_latency_s=99.0)}, "lru", 50_000,
                                  30_000, 30_000) is None  # 1.0101x faster
     assert no_difference_verdict({"pbkv": evicting}, "lru", 50_000, 30_000, 30_000) is None  # no baseline
+
+
+def test_footprint_in_pages_counts_whole_pages_of_distinct_prefixes():
+    from pbkv_server.engine.pages import to_units
+
+    from .sim_fixtures import make_end, make_inv
+
+    records = [make_inv("w1", 0, "a", ["a", "b", "c"], [100, 50, 30]), make_inv("w2", 0, "a", ["a", "d"], [100, 70]),
+               make_inv("w3", 0, "a", ["e"], [40]), make_end("w3", 2.0)]
+    assert trace_block_tokens(records) == 100 + 50 + 30 + 70 + 40
+    # pages of 64: w1 holds 2 (closed in a and in b; its last 52 tokens are a tail), w2 holds 2 (the first
+    # is w1's, the second closed in d), w3 none (40 < 64): 3 distinct pages
+    assert trace_block_tokens(records, 64) == 3 * 64
+    assert trace_block_tokens(records, 1) == 290  # one page per token: the blocks' tokens
+    assert trace_block_tokens(records, 181) == 0  # no prompt fills a page
+    # the engine's own units (to_units), another way to count them
+    for page in (1, 7, 64, 100, 150, 181):
+        keys = {k for r in records[:3] for k in to_units(r.prefix_hashes, r.tokens_per_block(), page).keys}
+        assert trace_block_tokens(records, page) == page * len(keys), page
+
+
+def test_verdict_with_pages_names_them_and_says_when_nothing_is_cached():
+    # replay --page-size 100000000 said "the trace fits in device memory (... lru evicted nothing)"
+    # with every hit rate 0: no prompt filled a page, so nothing was cached to evict
+    base = {"hit_rate": 0.0, "mean_latency_s": 100.0, "evictions": 0}
+    same = {"lru": base, "pbkv": dict(base)}
+    assert no_difference_verdict(same, "lru", 0, 30_000, 30_000, 5000, page_size=6000) == (
+        "nothing is cached: no prompt fills one page of 6000 tok (only whole pages are cached, as in SGLang), so "
+        "every policy prefills every prompt; give a smaller --page-size")
+    assert no_difference_verdict(same, "lru", 12_000, 30_000, 30_000, 5000, page_size=6000) == (
+        "the trace fits in device memory (distinct prompt pages (--page-size 6000) F = 12000 tok, device 30000 tok; "
+        "lru evicted nothing): no eviction order can differ; try --device-tokens 6000")
+    assert no_difference_verdict(same, "lru", 0, 30_000, 30_000, 5000).startswith(
+        "the trace fits in device memory (distinct prompt blocks F = 0 tok")  # blocks: as before
 
 
 def test_a_suggested_device_still_holds_the_largest_request():

@@ -47,6 +47,41 @@ def test_bad_input_is_one_line_before_any_replay(speed, trace, capsys, monkeypat
     assert err.count("\n") == 1 and message in err
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--concurrency", "0"], "--concurrency must be in 1..1,000,000, got 0"),
+    (["--concurrency", "2000000"], "--concurrency must be in 1..1,000,000, got 2,000,000"),
+    (["--predictor", "nosuch"], "unknown predictor 'nosuch'"),
+    (["--predictor", "noise:2"], "noise lambda must be in [0, 1], got 2.0"),
+    (["--predictor", "/no/such/model.pt"], "predictor model file not found: /no/such/model.pt"),
+    (["--profile", "nope"], "unknown hardware profile 'nope'"),
+    (["--device-tokens", "0"], "--device-tokens must be >= 1"),
+    (["--host-ratio", "nan"], "host ratio must be a number"),
+    (["--policies", "lru,nope"], "unknown policy 'nope'"),
+    (["--order-runs", "0"], "--order-runs 0: must be in 1..64"),
+])
+def test_bad_input_is_refused_before_the_trace_is_read(speed, trace, capsys, monkeypatch, args, message):
+    # a real trace is 0.2-0.5 GB: --concurrency 0 and --predictor noise:2 were refused after reading it
+    import pbkv_contract.trace
+
+    monkeypatch.setattr(pbkv_contract.trace, "read_trace", lambda *a, **k: pytest.fail("read before refusing"))
+    monkeypatch.setattr(speed, "load_workload", lambda *a, **k: pytest.fail("loaded before refusing"))
+    assert speed.run_script(speed.main, ["--trace", str(trace), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--concurrency", "0"], "--concurrency must be in 1..1,000,000, got 0"),
+    (["--predictor", "noise:2"], "noise lambda must be in [0, 1], got 2.0"),
+    (["--profile", "nope"], "unknown hardware profile 'nope'"),
+])
+def test_synthetic_mode_refuses_bad_options_before_generating(speed, capsys, monkeypatch, args, message):
+    monkeypatch.setattr(speed, "generate", lambda *a, **k: pytest.fail("generated before refusing the input"))
+    assert speed.run_script(speed.main, ["--workflows", "5", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
 def test_workflows_with_a_trace_is_refused_in_one_line(speed, trace, capsys, monkeypatch):
     monkeypatch.setattr(speed, "simulate", lambda *a, **k: pytest.fail("replayed before refusing the input"))
     assert speed.run_script(speed.main, ["--trace", str(trace), "--workflows", "5"]) == 2
