@@ -216,13 +216,16 @@ class RadixTree:
 
         A ``unit_priority`` eviction uses it to move a run of units down to the host chain below
         them at once, where moving them one at a time would leave one node per unit."""
-        moved_keys, moved_toks = node.keys[-units:], node.toks[-units:]
-        node.keys, node.toks = node.keys[:-units], node.toks[:-units]  # new lists, as split() makes
+        # in place, as split() cuts (the tree owns a node's lists): the chain below grows by
+        # a few units at a time to thousands, and a new list per shift copied all of it
+        keys, toks = node.keys, node.toks
+        moved_keys, moved_toks = keys[-units:], toks[-units:]
+        del keys[-units:], toks[-units:]
         tokens = sum(moved_toks)
         node.tokens -= tokens
         del node.children[child.keys[0]]
-        child.keys = moved_keys + child.keys
-        child.toks = moved_toks + child.toks
+        child.keys[:0] = moved_keys
+        child.toks[:0] = moved_toks
         child.tokens += tokens
         child.frag = True
         node.children[moved_keys[0]] = child
@@ -242,8 +245,8 @@ class RadixTree:
         parent, tokens = node.parent, node.tokens
         del parent.children[node.keys[0]]
         del node.children[child.keys[0]]
-        child.keys = node.keys + child.keys
-        child.toks = node.toks + child.toks
+        child.keys[:0] = node.keys  # in place, as shift_units
+        child.toks[:0] = node.toks
         child.tokens += tokens
         child.frag = True
         child.parent = parent

@@ -34,3 +34,20 @@ def test_split_parts_do_not_share_lists():
     assert node.keys == ["e"] and top.n_dev_children == 0
     again = tree.split(top, 1)
     assert (again.keys, top.keys, node.keys) == (["a"], ["b", "c", "d", "x"], ["e"])
+
+
+def test_shift_units_and_absorb_move_units_down_in_place():
+    """shift_units moves a node's last units to the front of its only child (across tiers, the
+    tokens change tier with them); absorb moves all of them. The lists stay each node's own."""
+    tree = RadixTree()
+    node = tree.insert(tree.root, ["a", "b", "c", "d"], [1, 2, 3, 4], DEVICE, 1.0)
+    child = tree.insert(node, ["e", "f"], [5, 6], HOST, 1.0)
+    assert tree.shift_units(node, child, 2) == 7
+    assert (node.keys, node.toks, node.tokens) == (["a", "b"], [1, 2], 3)
+    assert (child.keys, child.toks, child.tokens, child.frag) == (["c", "d", "e", "f"], [3, 4, 5, 6], 18, True)
+    assert node.children == {"c": child} and (tree.device_tokens, tree.host_tokens) == (3, 18)
+    assert tree.absorb(node, child) == 3
+    assert (child.keys, child.toks, child.tokens) == (["a", "b", "c", "d", "e", "f"], [1, 2, 3, 4, 5, 6], 21)
+    assert tree.root.children == {"a": child} and child.parent is tree.root and not node.attached
+    assert (tree.device_tokens, tree.host_tokens) == (0, 21) and tree.root.n_dev_children == 0
+    assert child.keys is not node.keys and child.toks is not node.toks
