@@ -156,8 +156,9 @@ def replay_trace(args: argparse.Namespace, profile: Any) -> None:
         dc = min(cpu)
         first = first or dc
         runs = result.summary.get("order_runs", 1)
-        print(f"{policy:16s} {dc:7.1f} s CPU {n / dc:8.1f} inv/s ({runs} run(s) of <= {limit})  x{dc / first:5.1f}   "
-              f"hit rate {result.summary['hit_rate']:.4f}   evictions {result.summary['evictions']}", flush=True)
+        order = f"  ({runs} order run(s) of <= {limit})" if policy_info(policy).iterates_order else ""
+        print(f"{policy:16s} {dc:7.1f} s CPU {n / dc:8.1f} inv/s  x{dc / first:5.1f}   "
+              f"hit rate {result.summary['hit_rate']:.4f}   evictions {result.summary['evictions']}{order}", flush=True)
         rows.append({"policy": policy, "cpu_s": dc, "cpu_s_each": cpu, "invocations_per_cpu_s": n / dc,
                      "cpu_vs_first": dc / first,
                      "order_runs": runs, "order_runs_limit": limit, "hit_rate": result.summary["hit_rate"],
