@@ -132,8 +132,14 @@ class Conversations:
                 convs[conversation] = None
 
     def path(self, conversation: Hashable) -> list:
-        """Nodes of the conversation's live path (cached ones; root first)."""
-        return [n for n in self._path.get(conversation, ()) if n in self.live_of]
+        """Nodes of the conversation's live path (cached ones; root first, then the upper parts
+        of nodes cut since it was set).
+
+        A copy of the path as kept: each of its nodes is in :attr:`live_of` (every change of
+        either keeps both: :meth:`_set_path`, :meth:`split`, :meth:`drop`, :meth:`ended`), and a
+        node that leaves the cache leaves both (:meth:`drop`). (A filter on :attr:`live_of`
+        here cost a lookup per node: this is read at every event of a growing conversation.)"""
+        return list(self._path.get(conversation, ()))
 
     def ended(self, conversation: Hashable) -> None:
         """The conversation ended (a workflow without a session, or a closed session): its path
