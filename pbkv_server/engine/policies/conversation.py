@@ -31,6 +31,8 @@ from typing import Callable, Hashable, Sequence
 #: Share of an app's calls (with a predecessor in their conversation) that must extend the
 #: predecessor's prompt for the app to count as growing (a strict majority).
 GROWING_SHARE = 0.5
+#: :meth:`Conversations.path_nodes` of a conversation with no live path (never written).
+_NO_PATH: dict = {}
 
 
 class Conversations:
@@ -70,6 +72,12 @@ class Conversations:
     def live_in(self, node) -> dict | None:
         """The conversations whose latest prompt path holds ``node`` (``None``: none)."""
         return self.live_of.get(node)
+
+    def path_nodes(self, conversation: Hashable) -> dict:
+        """The conversation's live path as kept, ``{node: None}`` in :meth:`path`'s order (empty:
+        none): read only, and not across a change of the path (a caller that would builds
+        :meth:`path`'s copy). For a test of membership without a set built per call."""
+        return self._path.get(conversation, _NO_PATH)
 
     def app_of(self, conversation: Hashable):
         """App of the conversation's latest call (``None`` if it has none)."""

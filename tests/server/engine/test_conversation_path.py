@@ -1,9 +1,9 @@
-"""``Conversations.path`` copies the live path as kept, without a filter on ``live_of``: every
-node of a kept path is in ``live_of`` (each change keeps both).
+"""``Conversations.path`` (and ``path_nodes``) give the live path as kept, without a filter on
+``live_of``: every node of a kept path is in ``live_of`` (each change keeps both).
 
 The check: a memory-short replay of synthetic coding-agent sessions with ``pbkv`` and a host
 tier (paths set at every admission, nodes cut, dropped from the host, conversations ended), in
-which every call of ``path`` is compared with the path filtered on ``live_of``, and every kept
+which every call of ``path`` and ``path_nodes`` is compared with the path filtered on ``live_of``, and every kept
 path's nodes are checked to be in ``live_of`` after each change.
 """
 
@@ -33,12 +33,18 @@ def _kept_in_live_of(conversations: Conversations) -> None:
 
 
 def test_every_node_of_a_live_path_is_in_live_of(coding_sessions, monkeypatch):
-    path = Conversations.path
+    path, path_nodes = Conversations.path, Conversations.path_nodes
     calls, changes = [], []
 
     def checked_path(self, conversation):
         got = path(self, conversation)
         assert got == [n for n in self._path.get(conversation, ()) if n in self.live_of]
+        calls.append(len(got))
+        return got
+
+    def checked_nodes(self, conversation):
+        got = path_nodes(self, conversation)
+        assert list(got) == [n for n in self._path.get(conversation, ()) if n in self.live_of]
         calls.append(len(got))
         return got
 
@@ -53,6 +59,7 @@ def test_every_node_of_a_live_path_is_in_live_of(coding_sessions, monkeypatch):
         return checked
 
     monkeypatch.setattr(Conversations, "path", checked_path)
+    monkeypatch.setattr(Conversations, "path_nodes", checked_nodes)
     for name in ("_set_path", "split", "drop", "ended"):
         monkeypatch.setattr(Conversations, name, after(name))
     simulate(load_workload(coding_sessions),
