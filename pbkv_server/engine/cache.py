@@ -535,12 +535,19 @@ class PrefixCache(Eviction):
         """Victims :meth:`load_nodes` may evict: retired cache and condemned rests only."""
         return self.policy.is_retired(victim) or self.condemned(victim)
 
-    def evict_for(self, node: Node, tokens: int, limit: Callable[[Node, int], bool] | None = None) -> int:
+    def evict_for(self, node: Node, tokens: int, limit: Callable[[Node, int], bool] | None = None,
+                  loads: bool = False) -> int:
         """Evict device nodes (as :meth:`evict_device`) to free ``tokens`` for prefetching host node ``node``.
 
         ``node`` and its parent are locked meanwhile: a demotion could otherwise drop the node from
         a full host tier, and the node it hangs from must stay on the device. A pinned ``node``
         cannot be loaded (:meth:`load`), so nothing is evicted for it.
+
+        ``loads``: the caller loads ``node`` (:meth:`load`) next, before anything reads a heap,
+        once the device has room for it. The unlocks then file neither ``node`` nor its parent
+        when it has: the load moves ``node`` to the device and gives the parent a device child,
+        so those entries would go stale unread (a prefetch round makes room this way for most of
+        the nodes it loads).
 
         Returns:
             Tokens freed (0 for a pinned node).
@@ -551,8 +558,14 @@ class PrefixCache(Eviction):
         self.lock(parent)
         self.lock(node)
         freed = self.evict_device(tokens, limit)
-        self.unlock(node)
-        self.unlock(parent)
+        if loads and self.device_free() >= node.tokens:
+            node.lock -= 1  # 0 again (an unlocked host node was locked here): nothing counted
+            parent.lock -= 1  # unlock(parent) without the re-filing
+            if parent.lock == 0 and parent.tier == DEVICE:
+                self._locked_dev -= parent.tokens
+        else:
+            self.unlock(node)
+            self.unlock(parent)
         return freed
 
     def lock(self, node: Node) -> None:

@@ -68,7 +68,7 @@ class LoadingCache(Protocol):
 
     def load(self, node: Node) -> bool: ...
 
-    def evict_for(self, node: Node, tokens: int, limit: VictimLimit | None = None) -> int: ...
+    def evict_for(self, node: Node, tokens: int, limit: VictimLimit | None = None, loads: bool = False) -> int: ...
 
     def condemned(self, node: Node) -> bool: ...
 
@@ -258,7 +258,9 @@ def _make_room(room: PrefetchRoom, n: int, cand) -> int:
 
 
 class _EvictingRoom:
-    """The engine cache's room: free device tokens, plus victims the round's rule allows."""
+    """The engine cache's room: free device tokens, plus victims the round's rule allows. For
+    :func:`run_round` only, which loads a candidate next once its room is made (so the cache
+    files neither it nor its parent when it unlocks them: ``PrefixCache.evict_for``'s ``loads``)."""
 
     def __init__(self, cache: LoadingCache, displace_tokens: int,
                  protected: Callable[[Node], bool] = lambda node: False) -> None:
@@ -285,7 +287,8 @@ class _EvictingRoom:
                 return True
             return False
 
-        cache.evict_for(node, short, may_evict)
+        # run_round loads the node next once its room is made (its test: free room >= its size)
+        cache.evict_for(node, short, may_evict, loads=True)
 
 
 def _engine_round(cache: LoadingCache, budget: int, room: _EvictingRoom,

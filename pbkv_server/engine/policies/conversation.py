@@ -31,6 +31,8 @@ from typing import Callable, Hashable, Sequence
 #: Share of an app's calls (with a predecessor in their conversation) that must extend the
 #: predecessor's prompt for the app to count as growing (a strict majority).
 GROWING_SHARE = 0.5
+#: :meth:`Conversations.path_nodes` of a conversation with no live path (never written).
+_NO_PATH: dict = {}
 
 
 class Conversations:
@@ -70,6 +72,12 @@ class Conversations:
     def live_in(self, node) -> dict | None:
         """The conversations whose latest prompt path holds ``node`` (``None``: none)."""
         return self.live_of.get(node)
+
+    def path_nodes(self, conversation: Hashable) -> dict:
+        """The conversation's live path as kept, ``{node: None}`` in :meth:`path`'s order (empty:
+        none): read only, and not across a change of the path (a caller that would builds
+        :meth:`path`'s copy). For a test of membership without a set built per call."""
+        return self._path.get(conversation, _NO_PATH)
 
     def app_of(self, conversation: Hashable):
         """App of the conversation's latest call (``None`` if it has none)."""
@@ -132,8 +140,14 @@ class Conversations:
                 convs[conversation] = None
 
     def path(self, conversation: Hashable) -> list:
-        """Nodes of the conversation's live path (cached ones; root first)."""
-        return [n for n in self._path.get(conversation, ()) if n in self.live_of]
+        """Nodes of the conversation's live path (cached ones; root first, then the upper parts
+        of nodes cut since it was set).
+
+        A copy of the path as kept: each of its nodes is in :attr:`live_of` (every change of
+        either keeps both: :meth:`_set_path`, :meth:`split`, :meth:`drop`, :meth:`ended`), and a
+        node that leaves the cache leaves both (:meth:`drop`). (A filter on :attr:`live_of`
+        here cost a lookup per node: this is read at every event of a growing conversation.)"""
+        return list(self._path.get(conversation, ()))
 
     def ended(self, conversation: Hashable) -> None:
         """The conversation ended (a workflow without a session, or a closed session): its path

@@ -459,9 +459,8 @@ class PBKVPolicy(PBKVPaperPolicy):
         place among equal keys: the order of the last re-filings, ``heaps.py``), so a path node
         is re-filed with the path only, and the callers skip the re-filings of rules 2, 3 and 7
         that this one follows in the same event (no eviction runs between them)."""
-        path = self._conv.path(conv)
-        on_path = set(path)
-        nodes = [rec.owner for rec in self.context.board.records(wid) if rec.owner not in on_path]
+        path = self._conv.path_nodes(conv)  # read here only (re-filing changes no path)
+        nodes = [node for rec in self.context.board.records(wid) if (node := rec.owner) not in path]
         nodes += path
         self._reorder_each(nodes)
 
