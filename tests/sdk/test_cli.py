@@ -519,7 +519,10 @@ def test_validate_and_stats_reject_a_trace_with_ends_but_no_invocations(tmp_path
 @pytest.mark.parametrize("name, content", [("logs.tar.gz", bytes(range(256)) * 20),  # random bytes
                                            ("logs.tar.gz", b"\x1f\x8b\x08\x00" + b"cut" * 50),  # a cut gzip
                                            ("logs.tgz", b"a gzip-less text file\n"),
-                                           ("logs.bin", __import__("gzip").compress(b'{"id": "not a tar"}'))])
+                                           # mtime=0: the header's time is in the test id, and xdist's
+                                           # workers must collect the same ids
+                                           ("logs.bin", __import__("gzip").compress(b'{"id": "not a tar"}', mtime=0))],
+                         ids=["random-bytes", "cut-gzip", "not-gzip", "gzip-not-tar"])
 def test_an_unreadable_archive_is_one_line_saying_so(importer, name, content, tmp_path):
     # it was read as one log ("no LLM calls") or one JSON file ("not JSON"), over two lines
     archive = tmp_path / name
