@@ -134,22 +134,29 @@ def _as_whole(value) -> int | None:
     if isinstance(value, bool):
         return None
     try:
-        return operator.index(value)
+        return operator.index(value)  # an integer type (NumPy's too)
     except TypeError:
-        return None
+        pass
+    if isinstance(value, numbers.Real):  # another real type (a NumPy float32, a Fraction)
+        value = float(value)
+        return int(value) if value.is_integer() else None
+    return None
 
 
 def _whole_counts(toks, rid) -> list[int]:
     """A request's block token counts as a list of ints (:func:`_as_whole` each), or a ValueError
     that names the first one that is not a whole number."""
+    if isinstance(toks, (str, bytes)):
+        raise ValueError(f"request {rid}: block_tokens must be a sequence of token counts, got {type(toks).__name__}")
     try:
-        counts = list(map(_as_whole, toks))
+        items = list(toks)  # once: an iterator is read here only
     except TypeError:
         raise ValueError(f"request {rid}: block_tokens must be a sequence of token counts, "
                          f"got {type(toks).__name__}") from None
+    counts = list(map(_as_whole, items))
     if None in counts:
         i = counts.index(None)
-        raise ValueError(f"request {rid}: block_tokens[{i}] must be a whole number, got {list(toks)[i]!r}")
+        raise ValueError(f"request {rid}: block_tokens[{i}] must be a whole number, got {items[i]!r}")
     return counts
 
 
@@ -512,10 +519,15 @@ class Engine:
             if type(toks) is not list or set(map(type, toks)) != _INT_ONLY:
                 toks = _whole_counts(toks, rid)
             least = min(toks, default=1)  # read once: to_units needs it too
+        blocks = req.blocks
         try:  # every key, in C (~3 us a long prompt): an unhashable one would stop the engine at admission
-            hash(tuple(req.blocks))
+            if isinstance(blocks, (str, bytes)):
+                raise TypeError
+            len(blocks)  # a sequence, read again later (an iterator would be empty by then)
+            hash(tuple(blocks))
         except TypeError:
-            raise ValueError(f"request {rid}: blocks must be a sequence of hashable keys") from None
+            raise ValueError(f"request {rid}: blocks must be a sequence of hashable keys, "
+                             f"got {type(blocks).__name__}") from None
         _check_metadata(req)
         if len(req.blocks) != len(toks):
             raise ValueError(f"request {req.request_id}: {len(req.blocks)} blocks but {len(toks)} token counts")

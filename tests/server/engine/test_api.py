@@ -69,8 +69,12 @@ def test_block_token_counts_of_any_numeric_sequence_are_read_as_ints():
     import numpy as np
 
     prompts = []
+    from fractions import Fraction
+
     for rid, toks in (("ints", [4, 3]), ("tuple", (4, 3)), ("floats", [4.0, 3.0]),
-                      ("numpy", np.array([4, 3])), ("np-list", [np.int64(4), np.int32(3)])):
+                      ("numpy", np.array([4, 3])), ("np-list", [np.int64(4), np.int32(3)]),
+                      ("np-floats", np.array([4.0, 3.0], dtype=np.float32)), ("fractions", [Fraction(4), 3]),
+                      ("iterator", iter([4, 3]))):
         eng = make_engine("lru", device=100)
         eng.submit(EngineRequest(rid, chain("ab"), toks, 1))
         eng.submit(EngineRequest(rid + "2", chain("ab"), [4, 3], 1))
@@ -78,7 +82,7 @@ def test_block_token_counts_of_any_numeric_sequence_are_read_as_ints():
         prompts.append(eng.stats.prompt_tokens)
         units = eng.cache.tree.root.children[chain("a")[0]].toks
         assert all(type(t) is int for t in units), rid
-    assert prompts == [14] * 5
+    assert prompts == [14] * 8
 
 
 @pytest.mark.parametrize("toks, named", [
@@ -89,6 +93,8 @@ def test_block_token_counts_of_any_numeric_sequence_are_read_as_ints():
     (["4", 3], "block_tokens[0] must be a whole number, got '4'"),
     ([4, None], "block_tokens[1] must be a whole number, got None"),
     (None, "block_tokens must be a sequence of token counts, got NoneType"),
+    ("ab", "block_tokens must be a sequence of token counts, got str"),
+    ((t for t in [4, 3.5]), "block_tokens[1] must be a whole number, got 3.5"),  # an iterator, read once
 ])
 def test_counts_that_are_not_whole_numbers_are_refused_by_name(toks, named):
     eng = make_engine("lru", device=100)
@@ -100,7 +106,9 @@ def test_counts_that_are_not_whole_numbers_are_refused_by_name(toks, named):
 @pytest.mark.parametrize("change, named", [
     ({"output_tokens": float("nan")}, "output_tokens must be a whole number"),
     ({"output_tokens": "x"}, "output_tokens must be a whole number"),
-    ({"blocks": [["a"], ["b"]]}, "blocks must be a sequence of hashable keys"),
+    ({"blocks": [["a"], ["b"]]}, "blocks must be a sequence of hashable keys, got list"),
+    ({"blocks": (k for k in chain("ab"))}, "blocks must be a sequence of hashable keys, got generator"),
+    ({"blocks": "ab"}, "blocks must be a sequence of hashable keys, got str"),
     ({"hints": "w1"}, "hints must be pbkv_contract.hints.Hints or None, got str"),
     ({"features": None}, "features must be a sequence of numbers"),
     ({"features": ("a",)}, "features must be numbers"),
