@@ -36,8 +36,9 @@ def _trace() -> Any:
 
 
 def _predictor() -> Any:
-    return option(DEFAULT_ONLINE_PREDICTOR, "oracle | uniform | context | markov | noise:LAMBDA | PATH (a trained "
-                                            "model; it must be for the trace's app when the trace holds one app)")
+    return option(DEFAULT_ONLINE_PREDICTOR, "oracle | uniform | context | markov | noise:LAMBDA (LAMBDA in [0, 1]: "
+                                            "the oracle's share given to uniform) | PATH (a trained model; it must be "
+                                            "for the trace's app when the trace holds one app)")
 
 
 def _concurrency() -> Any:

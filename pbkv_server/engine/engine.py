@@ -29,7 +29,7 @@ import math
 import numbers
 import operator
 import time
-from collections import deque
+from collections import abc, deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -146,10 +146,11 @@ def _as_whole(value) -> int | None:
 def _whole_counts(toks, rid) -> list[int]:
     """A request's block token counts as a list of ints (:func:`_as_whole` each), or a ValueError
     that names the first one that is not a whole number."""
-    if isinstance(toks, (str, bytes)):
-        raise ValueError(f"request {rid}: block_tokens must be a sequence of token counts, got {type(toks).__name__}")
     try:
-        items = list(toks)  # once: an iterator is read here only
+        if isinstance(toks, _NOT_SEQUENCES):
+            raise TypeError
+        len(toks)  # a sized sequence, as blocks must be (an iterator is refused like them)
+        items = list(toks)
     except TypeError:
         raise ValueError(f"request {rid}: block_tokens must be a sequence of token counts, "
                          f"got {type(toks).__name__}") from None
@@ -160,19 +161,41 @@ def _whole_counts(toks, rid) -> list[int]:
     return counts
 
 
+#: What is iterable but not a sequence of blocks or counts in order (a str's characters, a set's
+#: or a dict's keys).
+_NOT_SEQUENCES = (str, bytes, abc.Set, abc.Mapping)
+
+
 def _check_metadata(req: EngineRequest) -> None:
     """Refuse, before the engine records anything, request fields of the wrong type that it would
-    only meet later (a workflow's invocation, a policy's read of the session or TTL)."""
+    only meet later (a workflow's invocation, a policy's read of the session or TTL, the
+    speculative prefill after the request finishes)."""
     rid = req.request_id
-    if req.hints is not None and not isinstance(req.hints, Hints):
-        raise ValueError(f"request {rid}: hints must be pbkv_contract.hints.Hints or None, "
-                         f"got {type(req.hints).__name__}")
+    if not isinstance(rid, str) or not rid:
+        raise ValueError(f"request id must be a non-empty string, got {rid!r}")
+    hints = req.hints
+    if hints is not None:
+        if not isinstance(hints, Hints):
+            raise ValueError(f"request {rid}: hints must be pbkv_contract.hints.Hints or None, "
+                             f"got {type(hints).__name__}")
+        if not isinstance(hints.workflow_id, str) or not hints.workflow_id or not isinstance(hints.agent, str):
+            raise ValueError(f"request {rid}: hints need a non-empty workflow_id and an agent, as strings")
+        if _as_whole(hints.step) is None or hints.step < 0:
+            raise ValueError(f"request {rid}: hints.step must be a whole number >= 0, got {hints.step!r}")
     try:
         features = tuple(req.features)
     except TypeError:
         raise ValueError(f"request {rid}: features must be a sequence of numbers") from None
-    if not all(isinstance(f, numbers.Real) for f in features):
-        raise ValueError(f"request {rid}: features must be numbers")
+    for i, f in enumerate(features):
+        if isinstance(f, bool) or not isinstance(f, numbers.Real) or not math.isfinite(f):
+            raise ValueError(f"request {rid}: features[{i}] must be a finite number, got {f!r}")
+    if not isinstance(req.last_step, bool):
+        raise ValueError(f"request {rid}: last_step must be true or false, got {req.last_step!r}")
+    nxt = req.speculative_next
+    if nxt is not None and not (isinstance(nxt, (tuple, list)) and len(nxt) == 2
+                                and all(not isinstance(x, _NOT_SEQUENCES) and hasattr(x, "__len__") for x in nxt)
+                                and len(nxt[0]) == len(nxt[1])):
+        raise ValueError(f"request {rid}: speculative_next must be None or (blocks, block_tokens) of one length")
     if req.session_id is not None and not isinstance(req.session_id, str):
         raise ValueError(f"request {rid}: session_id must be a string or None, got {type(req.session_id).__name__}")
     if req.priority is not None:
@@ -303,9 +326,12 @@ class Engine:
         """Queue ``req`` at the current clock; its workflow's prediction is refreshed now.
 
         Raises:
-            ValueError: ``blocks``/``block_tokens`` lengths differ, a token count is negative,
-                the id is already waiting or running, or the request's KV (prompt + output
-                tokens) exceeds the device capacity (a real server rejects it too).
+            ValueError: a field of the wrong type (one line naming the request and the field: a
+                count that is not a whole number, an unhashable block key, a request id that is
+                not a string...), ``blocks``/``block_tokens`` lengths differ, a token count is
+                negative, the id is already waiting or running, or the request's KV (prompt +
+                output tokens) exceeds the device capacity (a real server rejects it too). The
+                engine is then as it was.
         """
         r = self._request(req, self._submitted)
         self.cache.now = self.clock
@@ -521,7 +547,7 @@ class Engine:
             least = min(toks, default=1)  # read once: to_units needs it too
         blocks = req.blocks
         try:  # every key, in C (~3 us a long prompt): an unhashable one would stop the engine at admission
-            if isinstance(blocks, (str, bytes)):
+            if isinstance(blocks, _NOT_SEQUENCES):
                 raise TypeError
             len(blocks)  # a sequence, read again later (an iterator would be empty by then)
             hash(tuple(blocks))

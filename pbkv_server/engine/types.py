@@ -46,7 +46,8 @@ class EngineRequest:
             canonical prompt, computed by ``pbkv-server`` for live requests and recorded in
             traces for replay); a key identifies the whole prefix up to its block. The engine
             turns them into cache units (:mod:`~pbkv_server.engine.pages`).
-        block_tokens: tokens of each block, same length as ``blocks``; each >= 0.
+        block_tokens: tokens of each block, same length as ``blocks``; each a whole number >= 0
+            (an int, an integral float, a NumPy integer).
         output_tokens: tokens to generate (values < 1 are served as 1: the first token).
         hints: workflow identity; ``None`` = anonymous request (no workflow, LRU-like treatment).
         features: request feature vector passed to the predictor.
@@ -264,16 +265,16 @@ class EngineConfig:
             declare ``guardable`` (``he``, ``pbkv``, ``pbkv-aggressive``): while a ghost LRU at the
             same capacity finds more device hits than the policy, the policy ranks in LRU order.
             ``False`` = always the predicted order (``--no-lru-guard``).
-
-    Raises:
-        ValueError: a setting out of its range (one line naming the field, e.g. ``gamma must be in
-            (0, 1], got 0``), at construction: a setting read only later (``rho`` at the first
-            prefetch) must not fail a run half-way.
         path_keys: every block key fixes the keys before it in its prompt (a replay's keys,
             ``Workload.path_keys``), so a node's keys match a prompt's whole when their last ones
             are equal, and where they diverge is found by bisection: the radix tree compares one
             or a few keys per node instead of each (a Claude Code prompt is ~1,300 keys). ``False``
             (a live server's): key by key.
+
+    Raises:
+        ValueError: a setting out of its range or of the wrong type (one line naming the field,
+            e.g. ``gamma must be in (0, 1], got 0``; counts are whole numbers), at construction: a
+            setting read only later (``rho`` at the first prefetch) must not fail a run half-way.
     """
 
     profile: HardwareProfile
@@ -315,6 +316,7 @@ def _config_problems(config: EngineConfig) -> list[str]:
     # test reads the type first, so a string is refused, not raised on
     counts = (("device_tokens", 1, True, ">= 1 token"), ("host_tokens", 0, True, ">= 0 tokens"),
               ("horizon", 1, False, ">= 1"), ("max_batch", 1, False, ">= 1"), ("page_size", 1, True, ">= 1 token"),
+              ("max_active_workflows", 1, True, ">= 1"), ("max_ended_ids", 0, False, ">= 0"),
               ("chunked_prefill_size", 0, True, ">= 0 tokens (0 = no chunking)"))
     problems = []
     for name, least, optional, rule in counts:
@@ -325,13 +327,18 @@ def _config_problems(config: EngineConfig) -> list[str]:
             problems.append(f"{name} must be a whole number, got {value!r}")
         elif value < least:
             problems.append(f"{name} must be {rule}, got {value}")
+    idle = config.idle_retire_s
     checks = (
         ("gamma", _real(config.gamma) and 0.0 < config.gamma <= 1.0, "in (0, 1]"),
         ("rho", _real(config.rho) and 0.0 <= config.rho <= 1.0, "in [0, 1]"),
+        ("idle_retire_s", idle is None or _real(idle) and idle >= 0, "a finite number of seconds >= 0 or None"),
         ("prefill_cost", config.prefill_cost in PREFILL_COSTS, f"one of {', '.join(PREFILL_COSTS)}"),
         ("engine_model", config.engine_model in ENGINE_MODELS, f"one of {', '.join(ENGINE_MODELS)}"),
     )
-    problems += [f"{name} must be {rule}, got {getattr(config, name)}" for name, ok, rule in checks if not ok]
+    # a number's value as Python writes it (a string "0.5" shows its quotes); a name's as it is
+    problems += [f"{name} must be {rule}, got " + (str(value) if isinstance(value := getattr(config, name), str)
+                                                   and name in ("prefill_cost", "engine_model") else repr(value))
+                 for name, ok, rule in checks if not ok]
     order = [f.name for f in dataclasses.fields(config)]  # field order, as the docstring says
     return sorted(problems, key=lambda line: order.index(line.split(" ", 1)[0]))
 

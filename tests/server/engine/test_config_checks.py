@@ -26,7 +26,11 @@ PROFILE = get_profile("h100-qwen2.5-32b")
     ({"device_tokens": "4096"}, "device_tokens must be a whole number, got '4096'"),
     ({"max_batch": 2.5}, "max_batch must be a whole number, got 2.5"),
     ({"horizon": True}, "horizon must be a whole number, got True"),
-    ({"gamma": "x"}, "gamma must be in (0, 1], got x"),
+    ({"gamma": "0.5"}, "gamma must be in (0, 1], got '0.5'"),
+    ({"max_active_workflows": 64.5}, "max_active_workflows must be a whole number, got 64.5"),
+    ({"max_ended_ids": "64"}, "max_ended_ids must be a whole number, got '64'"),
+    ({"idle_retire_s": -1}, "idle_retire_s must be a finite number of seconds >= 0 or None, got -1"),
+    ({"idle_retire_s": float("nan")}, "idle_retire_s must be a finite number of seconds >= 0 or None, got nan"),
     ({"horizon": 0, "device_tokens": 0.5}, "device_tokens must be a whole number, got 0.5"),  # field order
 ])
 def test_a_setting_out_of_range_is_one_line_naming_it(setting, line):
