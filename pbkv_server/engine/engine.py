@@ -37,7 +37,7 @@ from pbkv_contract.hints import Hints
 
 from .acquire import AcquireRequest, UniformSums
 from .cache import PrefixCache
-from .pages import to_units
+from .pages import block_size, to_units
 from .policies.base import NO_HOOKS, Lifecycle, Pins, Prefetching, QueueOrder
 from .radix import Node
 from .scoring import NodeScore, ScoreBoard
@@ -95,23 +95,18 @@ def _uniform_least(toks) -> int | None:
     last one); ``None`` when they are not, and :meth:`Engine._request` checks each count.
 
     The general check reads every count twice in Python's comparison and type machinery (~45 us
-    for an 80k-token prompt of 64-token blocks); here ``list.count`` compares mostly the same
-    small-int object, and one ``sum`` proves the rest are ints: any other number equal to the
-    block size (a float, a NumPy scalar, a ``Decimal``) makes the sum something other than an
-    int (an ``int`` subclass equal to it, whose arithmetic is int's, is read as it is). A size
+    for an 80k-token prompt of 64-token blocks); here :func:`~pbkv_server.engine.pages.block_size`
+    counts the same small-int object in C, and one ``sum`` proves the rest are ints: any other
+    number equal to the block size (a float, a NumPy scalar, a ``Decimal``) makes the sum
+    something other than an int (an ``int`` subclass equal to it, whose arithmetic is int's, is read as it is). A size
     of 1 is left to the general check, where ``True`` counts as 1 and is converted.
     """
-    if type(toks) is not list or not toks:
+    if type(toks) is not list:
         return None
-    size, last = toks[0], toks[-1]
-    if type(size) is not int or type(last) is not int or size < 2:
+    size = block_size(toks)
+    if size is None or size < 2 or type(sum(toks)) is not int:
         return None
-    n, same = len(toks), toks.count(size)
-    if same != n and (same != n - 1 or last == size):
-        return None
-    if type(sum(toks)) is not int:
-        return None
-    return min(size, last)
+    return min(size, toks[-1])
 
 
 def _whole(value, what: str) -> int:

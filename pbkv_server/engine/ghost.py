@@ -16,6 +16,8 @@ from itertools import accumulate, compress, count, repeat, takewhile
 from operator import ge, itemgetter, le, not_
 from typing import Hashable, Sequence
 
+from .pages import block_size
+
 __all__ = ["ShadowLRU"]
 
 
@@ -104,27 +106,9 @@ def _agree(keys: list, i: int, rkeys: list, pos: int, n: int) -> int:
     return lo
 
 
-def _unit(toks: list) -> int | None:
-    """The tokens of each unit of ``toks`` but the last, where they are one int (and the last is
-    an int), else None: then the sum of any units of ``toks`` is a product.
-
-    A prompt's units are blocks of one size but the last, and the ghost's runs are pieces of
-    prompts: one count, in C, tells (equal small ints are one object, which the count matches
-    without a comparison), where a sum costs ten times as much per unit (a replay's prompt has
-    ~1,000 units; its sums, of the prompt and of the runs eviction cuts, were a fifth of the
-    ghost's time)."""
-    n = len(toks)
-    if not n:
-        return None
-    first, last = toks[0], toks[-1]
-    if type(first) is not int or type(last) is not int or n > 2 and toks[-2] != first:
-        return None
-    same = toks.count(first)
-    return first if same == n or same == n - 1 and last != first else None
-
-
 def _sum(toks: list, start: int, stop: int, unit: int | None) -> int:
-    """``sum(toks[start:stop])``, ``unit``: :func:`_unit` of ``toks``."""
+    """``sum(toks[start:stop])``; ``unit``: :func:`~pbkv_server.engine.pages.block_size` of
+    ``toks``."""
     if unit is None:
         return sum(toks[start:stop])
     if stop < len(toks):
@@ -136,7 +120,8 @@ def _first_reaching(toks: list, need: int, size: int) -> tuple[int, int]:
     """How many units, taken from the end of ``toks`` (``size``: their sum), first add up to
     ``need`` tokens or more (``len(toks) + 1`` if all do not), and their tokens.
 
-    Counted where the units but the last are of one size (:func:`_unit`); otherwise first a
+    Counted where the units but the last are of one size
+    (:func:`~pbkv_server.engine.pages.block_size`); otherwise first a
     guess, checked with two sums made in C (the sums of the last k units never fall as k grows,
     so k is the answer when the last k units hold ``need`` and the last k - 1 do not), then a
     scan in C that stops at the answer."""
@@ -145,7 +130,7 @@ def _first_reaching(toks: list, need: int, size: int) -> tuple[int, int]:
         last = toks[-1]
         if need <= last:
             return 1, last
-        unit = _unit(toks)
+        unit = block_size(toks)
         if unit is not None and unit > 0:
             k = 1 + (need - last + unit - 1) // unit
             return (k, (k - 1) * unit + last) if k <= n else (n + 1, size)
@@ -161,7 +146,8 @@ def _first_reaching(toks: list, need: int, size: int) -> tuple[int, int]:
 
 
 def _span(toks: list, start: int, unit: int | None) -> tuple[int, int, int]:
-    """``(sum, min, max)`` of ``toks[start:]`` (not empty); ``unit``: :func:`_unit` of ``toks``."""
+    """``(sum, min, max)`` of ``toks[start:]`` (not empty); ``unit``:
+    :func:`~pbkv_server.engine.pages.block_size` of ``toks``."""
     if unit is None:
         tail = toks[start:]
         return sum(tail), min(tail), max(tail)
@@ -340,7 +326,7 @@ class ShadowLRU:
                 break
             dev_end = i + n
         fresh, clash = None, False
-        unit = _unit(toks)  # (the prompt's sums are products)
+        unit = block_size(toks)  # (the prompt's sums are products)
         if end < len(keys):  # the new units, as a run, indexed where no run holds the key already
             size, least, most = _span(toks, end, unit)
             fresh = _Run(keys[end:], toks[end:], size, 0, _DEV, end)
@@ -583,7 +569,7 @@ class ShadowLRU:
         end = pos + n
         keys, toks = rkeys[pos:end], rtoks[pos:end]
         if size is None:
-            size = _sum(toks, 0, n, _unit(toks))
+            size = _sum(toks, 0, n, block_size(toks))
         off = run.off + pos
         rest_off = run.off + n if pos == 0 else run.off  # (past a middle piece the hint misses)
         del rkeys[pos:end], rtoks[pos:end]

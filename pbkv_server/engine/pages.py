@@ -23,7 +23,7 @@ import bisect
 import itertools
 from typing import Hashable, NamedTuple, Sequence
 
-__all__ = ["Units", "to_units"]
+__all__ = ["Units", "to_units", "block_size"]
 
 
 class Units(NamedTuple):
@@ -72,3 +72,23 @@ def to_units(blocks: Sequence[Hashable], toks: Sequence[int], page_size: int | N
         b = bisect.bisect_right(ends, last)
         keys.append((blocks[b], last - (ends[b] - toks[b])))
     return Units(keys, [page_size] * pages, tail)
+
+
+def block_size(toks: list) -> int | None:
+    """The tokens of each unit of ``toks`` but the last, where they are one int (and the last is
+    an int), else None: then the sum of any units of ``toks`` is a product of that size.
+
+    A block-hash trace's prompt is blocks of one size but the last (64-token blocks, a partial
+    last one), and so are the ghost's runs, pieces of prompts. One ``list.count`` in C tells
+    (equal small ints are one object, which it matches without a comparison), where a ``sum``
+    costs several times as much per unit. Only the first and the last are type-checked: a caller
+    that takes counts from outside also checks that ``sum(toks)`` is an int (a float equal to the
+    size would count as it; :func:`~pbkv_server.engine.engine._uniform_least`)."""
+    n = len(toks)
+    if not n:
+        return None
+    first, last = toks[0], toks[-1]
+    if type(first) is not int or type(last) is not int or n > 2 and toks[-2] != first:
+        return None
+    same = toks.count(first)
+    return first if same == n or same == n - 1 and last != first else None

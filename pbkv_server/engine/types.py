@@ -323,7 +323,7 @@ def _config_problems(config: EngineConfig) -> list[str]:
         value = getattr(config, name)
         if value is None and optional:
             continue
-        if not _whole(value):
+        if not _is_whole(value):
             problems.append(f"{name} must be a whole number, got {value!r}")
         elif value < least:
             problems.append(f"{name} must be {rule}, got {value}")
@@ -343,7 +343,7 @@ def _config_problems(config: EngineConfig) -> list[str]:
     return sorted(problems, key=lambda line: order.index(line.split(" ", 1)[0]))
 
 
-def _whole(value) -> bool:
+def _is_whole(value) -> bool:
     """``value`` is an integer (a NumPy one too), not a bool."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 

@@ -10,7 +10,8 @@ from collections import OrderedDict
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from pbkv_server.engine.ghost import ShadowLRU, _agree, _first_reaching, _span, _sum, _unit
+from pbkv_server.engine.ghost import ShadowLRU, _agree, _first_reaching, _span, _sum
+from pbkv_server.engine.pages import block_size
 
 
 class KeyModel:
@@ -115,7 +116,7 @@ def test_sums_of_blocks_of_one_size_are_products(data):
     """Where one count finds the units but the last of one size, the sums, least and most of
     any of them are what scans give; and it finds them exactly then."""
     toks = _blocks(data)
-    unit = _unit(toks)
+    unit = block_size(toks)
     assert (unit is not None) == (len(set(toks[:-1])) <= 1)
     assert unit is None or unit == toks[0]
     start = data.draw(st.integers(0, len(toks)))
