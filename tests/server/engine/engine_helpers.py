@@ -77,3 +77,33 @@ class TablePredictor(Predictor):
 
     def workflow_ended(self, app, workflow_id, status="completed") -> None:
         self.ended.append(workflow_id)
+
+
+def replay_victims(records, monkeypatch, device: int, host: int, patches: Iterable[tuple] = ()) -> tuple[dict, list]:
+    """A ``pbkv`` replay of trace ``records`` (h100-qwen2.5-32b, C = 8, the context predictor)
+    with ``device``/``host`` tokens and each ``(owner, name, value)`` of ``patches`` set
+    meanwhile: its summary (but its wall-clock latencies) and its victims in order, each
+    ``(keys, tokens, tier)`` as it leaves its tier. Two replays that decide alike give equal
+    pairs, so a fast path is checked against the general one by patching one of them out."""
+    from pbkv_server.engine.eviction import Eviction
+    from pbkv_server.hardware.profiles import get_profile
+    from pbkv_server.predictors import make_predictor
+    from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
+
+    victims: list = []
+    evict = Eviction._evict
+
+    def recorded(self, node):
+        victims.append((tuple(node.keys), node.tokens, node.tier))
+        return evict(self, node)
+
+    with monkeypatch.context() as m:
+        m.setattr(Eviction, "_evict", recorded)
+        for owner, name, value in patches:
+            m.setattr(owner, name, value)
+        result = simulate(load_workload(records),
+                          ReplayConfig("pbkv", get_profile("h100-qwen2.5-32b"), device_tokens=device, host_tokens=host),
+                          ReplayOptions(concurrency=8, predictor=make_predictor("context", 3, records)))
+    summary = dict(result.summary)
+    summary.pop("latency_ms", None)
+    return summary, victims

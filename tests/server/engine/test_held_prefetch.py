@@ -15,12 +15,10 @@ from __future__ import annotations
 import pytest
 
 from pbkv_contract.trace import read_trace
-from pbkv_server.engine.eviction import Eviction
 from pbkv_server.engine.heaps import EvictionHeaps, prefetch_valid
-from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import write_trace
+
+from .engine_helpers import replay_victims
 
 
 @pytest.fixture(scope="module")
@@ -32,24 +30,9 @@ def coding_sessions(tmp_path_factory):
 
 def _replay(records, monkeypatch, hold: bool) -> tuple[dict, list]:
     """The replay's summary (but its wall-clock decision latencies) and its victims in order."""
-    victims: list = []
-    evict = Eviction._evict
-
-    def recorded(self, node):
-        victims.append((tuple(node.keys), node.tokens, node.tier))
-        return evict(self, node)
-
-    with monkeypatch.context() as m:
-        m.setattr(Eviction, "_evict", recorded)
-        if not hold:
-            m.setattr(EvictionHeaps, "hold_prefetch", lambda self: False)  # as if held already: pushed at once
-        result = simulate(load_workload(records),
-                          ReplayConfig("pbkv", get_profile("h100-qwen2.5-32b"), device_tokens=300_000,
-                                       host_tokens=300_000),
-                          ReplayOptions(concurrency=8, predictor=make_predictor("context", 3, records)))
-    summary = dict(result.summary)
-    summary.pop("latency_ms", None)
-    return summary, victims
+    # without holding: as if held already, each entry pushed at once
+    patches = () if hold else [(EvictionHeaps, "hold_prefetch", lambda self: False)]
+    return replay_victims(records, monkeypatch, 300_000, 300_000, patches)
 
 
 def test_held_prefetch_entries_change_no_figure_and_no_victim(coding_sessions, monkeypatch):

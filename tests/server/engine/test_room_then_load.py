@@ -15,11 +15,9 @@ import pytest
 
 from pbkv_contract.trace import read_trace
 from pbkv_server.engine.cache import PrefixCache
-from pbkv_server.engine.eviction import Eviction
-from pbkv_server.hardware.profiles import get_profile
-from pbkv_server.predictors import make_predictor
-from pbkv_server.sim.simulator import ReplayConfig, ReplayOptions, load_workload, simulate
 from pbkv_server.sim.synth.agents import write_trace
+
+from .engine_helpers import replay_victims
 
 
 @pytest.fixture(scope="module")
@@ -32,29 +30,15 @@ def coding_sessions(tmp_path_factory):
 def _replay(records, monkeypatch, quiet: bool) -> tuple[dict, list, int]:
     """The replay's summary (but its wall-clock latencies), its victims in order, and the rooms
     made for a load (the unlocks that filed nothing, with ``quiet``)."""
-    victims: list = []
     made = [0]
-    evict = Eviction._evict
     evict_for = PrefixCache.evict_for
-
-    def recorded(self, node):
-        victims.append((tuple(node.keys), node.tokens, node.tier))
-        return evict(self, node)
 
     def counted(self, node, tokens, limit=None, loads=False):
         freed = evict_for(self, node, tokens, limit, loads and quiet)
         made[0] += loads and self.device_free() >= node.tokens
         return freed
 
-    with monkeypatch.context() as m:
-        m.setattr(Eviction, "_evict", recorded)
-        m.setattr(PrefixCache, "evict_for", counted)
-        result = simulate(load_workload(records),
-                          ReplayConfig("pbkv", get_profile("h100-qwen2.5-32b"), device_tokens=200_000,
-                                       host_tokens=300_000),
-                          ReplayOptions(concurrency=8, predictor=make_predictor("context", 3, records)))
-    summary = dict(result.summary)
-    summary.pop("latency_ms", None)
+    summary, victims = replay_victims(records, monkeypatch, 200_000, 300_000, [(PrefixCache, "evict_for", counted)])
     return summary, victims, made[0]
 
 
