@@ -53,9 +53,12 @@ def test_nested_blocks_unfreeze_once_the_outermost_ends(thresholds):
     with quiet_collector():
         frozen = gc.get_freeze_count()
         assert frozen >= len(keep)
+        # frozen objects may die meanwhile (another thread drops its last reference: xdist's IO
+        # thread), so the count may fall a little; it may not rise (the inner block froze again)
+        # nor fall below what is kept (the inner block unfroze)
         with _heap_frozen():
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+            assert len(keep) <= gc.get_freeze_count() <= frozen
+        assert len(keep) <= gc.get_freeze_count() <= frozen
     assert gc.get_freeze_count() == 0
 
 
